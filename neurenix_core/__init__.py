@@ -1,0 +1,119 @@
+"""neurenix: one array-API namespace for tensors and small models on whatever accelerator is installed.
+
+``import neurenix_core as nx`` discovers the backend plugins installed in this environment
+(entry point group ``neurenix.backends``), probes them cheaply and selects the best available
+device, without importing any framework: backends start on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from neurenix_core import _state
+from neurenix_core._state import default_device, device, set_default_device
+from neurenix_core.backend import ArrayNamespaceBackend, Backend, CompiledModel
+from neurenix_core.creation import (
+    arange, asarray, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones,
+    ones_like, zeros, zeros_like,
+)
+from neurenix_core.device import Device, DeviceType
+from neurenix_core.dtypes import (
+    bfloat16, bool, can_cast, complex64, complex128, finfo, float16, float32, float64, iinfo,
+    int8, int16, int32, int64, isdtype, result_type, uint8, uint16, uint32, uint64,
+)
+from neurenix_core.errors import *  # noqa: F403 - the hierarchy is part of the public API
+from neurenix_core.errors import __all__ as _errors_all
+from neurenix_core.fallback import fallback_policy, fallback_stats, get_fallback_policy, reset_fallback_stats, set_fallback_policy
+from neurenix_core.hookspecs import hookimpl
+from neurenix_core.manifest import NEURENIX_API_VERSION, Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.memory import MemoryStats
+from neurenix_core.ops import *  # noqa: F403 - array API functions
+from neurenix_core.ops import __all__ as _ops_all
+from neurenix_core.registry import BackendInfo, Status
+from neurenix_core.report import backends
+from neurenix_core.tensor import Tensor
+from neurenix_core.transfer import from_dlpack
+
+__version__ = "0.1.0"
+__array_api_version__ = "2024.12"
+
+e = 2.718281828459045
+inf = float("inf")
+nan = float("nan")
+pi = 3.141592653589793
+newaxis = None
+
+# Discovery runs at import: cheap by contract (manifests and probes only, no frameworks).
+_state.initialize()
+
+
+def devices(type: str | DeviceType | None = None) -> list[Device]:  # noqa: A002
+    """Available devices (emulated ones included), best-ranked first; filter by ``type``."""
+    return _state.registry().devices(type)
+
+
+def explain(*, file: Any = None) -> str:
+    """Print and return why the default device is what it is, and each plugin's status."""
+    from neurenix_core.report import explain_text
+
+    text = explain_text()
+    print(text, file=file)
+    return text
+
+
+def rediscover() -> None:
+    """Discover plugins again (after installing one in a running session, or changing NEURENIX_*)."""
+    _state.initialize()
+
+
+def backend(device: Any = None) -> Backend:
+    """The backend object serving ``device`` (default device when None); starts it if needed."""
+    from neurenix_core.tensor import default_backend
+
+    return default_backend(device)[0]
+
+
+def set_memory_limit(device: Any, nbytes: int | None) -> None:
+    """Limit the bytes tensors may hold on ``device`` (None removes the limit)."""
+    dev = Device(device) if not isinstance(device, Device) else device
+    backend(dev).memory.set_limit(dev.index, nbytes)
+
+
+def memory_stats(device: Any = None) -> MemoryStats:
+    """Bytes in use, peak, limit and live allocations on ``device``."""
+    dev = default_device() if device is None else (device if isinstance(device, Device) else Device(device))
+    return backend(dev).memory.stats(dev.index)
+
+
+def __array_namespace_info__() -> Any:
+    from neurenix_core.info import NamespaceInfo
+
+    return NamespaceInfo()
+
+
+def __getattr__(name: str) -> Any:
+    # Submodules with heavier imports load on first use only.
+    import importlib
+
+    if name in {"linalg", "nn", "quantization", "testing", "graph"}:
+        return importlib.import_module(f"neurenix_core.{name}")
+    if name == "compile":
+        from neurenix_core.compiler import compile as compile_
+
+        return compile_
+    raise AttributeError(f"module 'neurenix_core' has no attribute {name!r}")
+
+
+__all__ = [
+    "Tensor", "Device", "DeviceType", "Backend", "ArrayNamespaceBackend", "CompiledModel",
+    "Manifest", "Capabilities", "PriorityBand", "ProbeContext", "ProbeResult", "BackendInfo",
+    "Status", "MemoryStats", "NEURENIX_API_VERSION", "hookimpl", "backends", "devices",
+    "default_device", "set_default_device", "device", "explain", "rediscover", "backend",
+    "set_memory_limit", "memory_stats", "fallback_policy", "fallback_stats",
+    "get_fallback_policy", "set_fallback_policy", "reset_fallback_stats", "from_dlpack",
+    "asarray", "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "zeros_like",
+    "ones_like", "empty_like", "full_like", "from_numpy", "bool", "int8", "int16", "int32",
+    "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
+    "complex64", "complex128", "isdtype", "result_type", "can_cast", "finfo", "iinfo",
+    "e", "inf", "nan", "pi", "newaxis", *_errors_all, *_ops_all,
+]

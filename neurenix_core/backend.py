@@ -1,0 +1,188 @@
+"""Backend base classes: the private surface a plugin fills in, and the public wrapper around it.
+
+Following tinygrad's runtimes, a backend overrides a handful of private methods
+(``_from_host``, ``_to_host``, ``_dtype_of`` ...) and fills ``ops``, its native op table; the
+core validates input, accounts memory, applies the fallback policy and wraps errors.
+
+``ArrayNamespaceBackend(xp)`` turns any array-API library into a backend: NumPy (cpu), JAX (tpu),
+PyTorch through array-api-compat (cuda). Graph backends (OpenVINO, LiteRT) subclass ``Backend``
+directly, keep host arrays as their native storage and put only the ops they run natively in
+``ops``; everything else goes through the fallback policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from neurenix_core.device import Device, DeviceType
+from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.memory import MemoryTracker
+
+if TYPE_CHECKING:
+    from neurenix_core.manifest import Manifest, ProbeResult
+
+__all__ = ["Backend", "ArrayNamespaceBackend", "CompiledModel", "ARRAY_API_FUNCTIONS"]
+
+
+class Backend:
+    """A plugin's runtime: it serves ``device_count`` devices of its manifest's device types.
+
+    Subclasses override the private surface; each default raises ``NotImplementedError("need
+    <what>")`` so a half-written backend fails loudly in the conformance kit.
+    """
+
+    #: Native op table: array-API function name -> callable on native arrays. Ops missing here
+    #: run under the fallback policy. Filled by the subclass constructor.
+    ops: dict[str, Callable[..., Any]]
+    #: True when this backend runs its stack on the host CPU instead of the real hardware.
+    emulated: bool = False
+
+    def __init__(self, *, device_type: str, device_count: int, emulated: bool = False) -> None:
+        self.device_type = DeviceType(device_type)
+        self._device_count = device_count
+        self.emulated = emulated
+        self.ops = {}
+        self.memory = MemoryTracker(str(self.device_type), device_count)
+        self.name = str(self.device_type)
+        self.manifest: Manifest | None = None
+        self.probe: ProbeResult | None = None
+
+    def _attach(self, name: str, manifest: Manifest, probe: ProbeResult) -> None:
+        """Called by the registry once the factory returned: records who we are."""
+        self.name = name
+        self.manifest = manifest
+        self.probe = probe
+
+    # ---------------------------------------------------------------- private surface
+    def _from_host(self, array: np.ndarray, index: int) -> Any:
+        """Copy a host NumPy array onto device ``index``; return the native array."""
+        raise NotImplementedError("need _from_host")
+
+    def _to_host(self, native: Any) -> np.ndarray:
+        """Copy a native array to a host NumPy array (a copy the caller may own)."""
+        raise NotImplementedError("need _to_host")
+
+    def _dtype_of(self, native: Any) -> np.dtype[Any]:
+        """The neurenix dtype (a NumPy dtype, ml_dtypes for bfloat16) of a native array."""
+        raise NotImplementedError("need _dtype_of")
+
+    def _shape_of(self, native: Any) -> tuple[int, ...]:
+        return tuple(native.shape)
+
+    def _nbytes_of(self, native: Any) -> int:
+        return int(native.nbytes)
+
+    def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
+        """The backend's dtype object for a neurenix dtype; raise UnsupportedDTypeError if none."""
+        return dtype
+
+    def _native_device(self, index: int) -> Any:
+        """The backend's own device object for ``index`` (passed as ``device=`` to creation ops)."""
+        raise NotImplementedError("need _native_device")
+
+    # ---------------------------------------------------------------- public
+    def device_count(self) -> int:
+        return self._device_count
+
+    def devices(self) -> list[Device]:
+        return [Device(self.device_type, i) for i in range(self._device_count)]
+
+    def device_info(self, index: int) -> dict[str, Any]:
+        """Facts about one device; backends extend this with what their runtime reports."""
+        return {"device": f"{self.device_type}:{index}", "backend": self.name, "emulated": self.emulated}
+
+    def supports_dtype(self, dtype: np.dtype[Any]) -> bool:
+        try:
+            self._native_dtype(dtype)
+        except UnsupportedDTypeError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Release runtime resources (restoring global switches a backend changed)."""
+
+
+class CompiledModel:
+    """A model lowered to a backend's native form; call it like the model.
+
+    Backends subclass it and implement ``_run(inputs)`` on host NumPy arrays or native arrays.
+    The core's ``nx.compile`` checks input shapes against ``input_shapes`` before calling.
+    """
+
+    #: Human-readable description of what the backend did ("OpenVINO CPU, f32, 14 nodes").
+    summary: str = ""
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self._run(*inputs)
+
+    def _run(self, *inputs: Any) -> Any:
+        raise NotImplementedError("need _run")
+
+
+# Function names of the array API standard (2024.12) that a namespace maps one to one.
+ARRAY_API_FUNCTIONS: tuple[str, ...] = (
+    # elementwise
+    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
+    "bitwise_left_shift", "bitwise_invert", "bitwise_or", "bitwise_right_shift", "bitwise_xor",
+    "ceil", "clip", "conj", "copysign", "cos", "cosh", "divide", "equal", "exp", "expm1", "floor",
+    "floor_divide", "greater", "greater_equal", "hypot", "imag", "isfinite", "isinf", "isnan",
+    "less", "less_equal", "log", "log1p", "log2", "log10", "logaddexp", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
+    "nextafter", "not_equal", "positive", "pow", "real", "reciprocal", "remainder", "round",
+    "sign", "signbit", "sin", "sinh", "square", "sqrt", "subtract", "tan", "tanh", "trunc",
+    # linear algebra
+    "matmul", "matrix_transpose", "tensordot", "vecdot",
+    # manipulation
+    "broadcast_arrays", "broadcast_to", "concat", "expand_dims", "flip", "moveaxis", "permute_dims",
+    "repeat", "reshape", "roll", "squeeze", "stack", "tile", "unstack",
+    # searching, sorting, sets, statistics, utilities
+    "argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where", "argsort", "sort",
+    "unique_all", "unique_counts", "unique_inverse", "unique_values", "cumulative_prod",
+    "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var", "all", "any", "diff",
+    "astype", "take", "take_along_axis",
+    # creation (called with device=)
+    "arange", "asarray", "empty", "empty_like", "eye", "full", "full_like", "linspace",
+    "meshgrid", "ones", "ones_like", "tril", "triu", "zeros", "zeros_like", "from_dlpack",
+)
+
+LINALG_FUNCTIONS: tuple[str, ...] = (
+    "cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",
+    "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv", "qr", "slogdet", "solve",
+    "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
+)
+
+
+class ArrayNamespaceBackend(Backend):
+    """A backend built from any array-API namespace ``xp`` in a few lines.
+
+    Subclasses give ``_native_device`` (and ``_dtype_of`` when the library's dtypes are not
+    NumPy's); the op table is every standard function ``xp`` has, plus ``linalg.*`` where
+    ``xp.linalg`` exists.
+    """
+
+    #: Array-API names this backend must not take from ``xp`` even if present (known wrong).
+    excluded_ops: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, xp: Any, *, device_type: str, device_count: int, emulated: bool = False) -> None:
+        super().__init__(device_type=device_type, device_count=device_count, emulated=emulated)
+        self.xp = xp
+        self.ops = dict(self._op_table(xp))
+
+    def _op_table(self, xp: Any) -> Mapping[str, Callable[..., Any]]:
+        table = {n: getattr(xp, n) for n in ARRAY_API_FUNCTIONS if hasattr(xp, n) and n not in self.excluded_ops}
+        linalg = getattr(xp, "linalg", None)
+        if linalg is not None:
+            table.update({f"linalg.{n}": getattr(linalg, n) for n in LINALG_FUNCTIONS if hasattr(linalg, n)})
+        return table
+
+    def _from_host(self, array: np.ndarray, index: int) -> Any:
+        return self.xp.asarray(array, device=self._native_device(index))
+
+    def _to_host(self, native: Any) -> np.ndarray:
+        return np.array(native, copy=True)
+
+    def _dtype_of(self, native: Any) -> np.dtype[Any]:
+        return np.dtype(native.dtype)

@@ -1,0 +1,1 @@
+"""Backends that ship with the core (only the NumPy CPU backend)."""

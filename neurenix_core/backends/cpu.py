@@ -1,0 +1,76 @@
+"""The built-in CPU backend on NumPy, registered through the same entry point group as every
+plugin (``cpu = "neurenix_core.backends.cpu"`` in neurenix-core's metadata)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.backend import ArrayNamespaceBackend
+from neurenix_core.dtypes import DTYPES
+from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.hookspecs import hookimpl
+from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+
+__all__ = ["CPUBackend"]
+
+_VERSION = "0.1.0"
+
+
+class CPUBackend(ArrayNamespaceBackend):
+    """NumPy arrays on the host; one device, ``cpu:0``. Native storage is ``numpy.ndarray``."""
+
+    def __init__(self) -> None:
+        super().__init__(np, device_type="cpu", device_count=1)
+
+    def _native_device(self, index: int) -> Any:
+        return "cpu"
+
+    def _from_host(self, array: np.ndarray, index: int) -> Any:
+        # Our own copy: later writes to the caller's array must not change the tensor.
+        return np.array(array, copy=True)
+
+    def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
+        if str(dtype) not in DTYPES:
+            raise UnsupportedDTypeError(f"cpu:0 (backend cpu) does not support dtype {dtype}")
+        return dtype
+
+    def device_info(self, index: int) -> dict[str, Any]:
+        info = super().device_info(index)
+        info.update({"name": "host CPU (NumPy)", "numpy": np.__version__, "cpu_count": os.cpu_count()})
+        return info
+
+
+@hookimpl
+def neurenix_manifest() -> Manifest:
+    return Manifest(
+        name="cpu",
+        distribution="neurenix-core",
+        version=_VERSION,
+        api=">=1.0,<2",
+        device_types=("cpu",),
+        band=PriorityBand.CPU,
+        priority=50,
+        capabilities=Capabilities(
+            dtypes=tuple(DTYPES),
+            precisions=("fp32", "fp64", "fp16", "bf16", "int8", "int16"),
+            native_ops=("*",),
+            compiles_models=False,
+            quantization=("int8", "int16"),
+            dlpack=True,
+        ),
+        install_hint="built into neurenix-core",
+        description="NumPy on the host CPU",
+    )
+
+
+@hookimpl
+def neurenix_probe(context: ProbeContext) -> ProbeResult:
+    return ProbeResult.found(1, cpu_count=os.cpu_count() or 1)
+
+
+@hookimpl
+def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> CPUBackend:
+    return CPUBackend()

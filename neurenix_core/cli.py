@@ -1,0 +1,124 @@
+"""The ``neurenix`` command: ``doctor`` and ``devices`` (plugins add more through subcommands here).
+
+argparse for the commands, rich for tables; both imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["main"]
+
+_STYLE = {
+    "selected": "bold green",
+    "available": "green",
+    "emulated": "cyan",
+    "unavailable": "yellow",
+    "denied": "magenta",
+    "failed": "bold red",
+}
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """A table of every discovered backend; ``--json`` for the stable schema."""
+    from neurenix_core.report import doctor_data
+
+    data = doctor_data()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 1 if data["failures"] and args.strict else 0
+    from rich.table import Table
+
+    table = Table(title=f"neurenix backends (API {data['api_version']})", show_lines=False)
+    for col in ("plugin", "distribution", "version", "status", "devices", "reason", "install"):
+        table.add_column(col, overflow="fold")
+    for b in data["backends"]:
+        status = b["status"] + (" (failed at " + b["failure"]["phase"] + ")" if b["failure"] else "")
+        table.add_row(
+            b["name"], b["distribution"] or "-", b["version"] or "-",
+            f"[{_STYLE[b['status']]}]{status}[/]", str(b["device_count"]), b["reason"], b["install_hint"],
+        )
+    console = _console()
+    console.print(table)
+    default = data["default_device"] or f"unavailable ({data['default_device_error']})"
+    console.print(f"default device: [bold]{default}[/] ({data['selection']} selection)")
+    for note in data["notes"]:
+        console.print(f"note: {note}")
+    return 1 if data["failures"] and args.strict else 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """List available devices with their backend and whether they are emulated."""
+    import neurenix_core as nx
+
+    rows = []
+    for dev in nx.devices():
+        rows.append({"device": str(dev), "backend": dev.backend_name, "emulated": dev.emulated})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(title="neurenix devices")
+    for col in ("device", "backend", "emulated"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["device"], r["backend"], "yes" if r["emulated"] else "no")
+    _console().print(table)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="neurenix", description="neurenix: backends, devices and tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    doctor = sub.add_parser("doctor", help="show every discovered backend and why it is (not) usable")
+    doctor.add_argument("--json", action="store_true", help="print the neurenix.doctor/1 JSON document")
+    doctor.add_argument("--strict", action="store_true", help="exit 1 when any plugin failed")
+    doctor.set_defaults(func=cmd_doctor)
+    devices = sub.add_parser("devices", help="list available devices")
+    devices.add_argument("--json", action="store_true")
+    devices.set_defaults(func=cmd_devices)
+    for register in _extensions():
+        register(sub)
+    return parser
+
+
+def _extensions() -> list[Callable[[Any], None]]:
+    """Subcommands defined by other core modules (bench, validate-tc ...), registered lazily."""
+    import importlib
+
+    out = []
+    for module in ("neurenix_core.bench_cli",):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        out.append(mod.register)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from neurenix_core.errors import NeurenixError
+
+    try:
+        return int(args.func(args))
+    except NeurenixError as exc:
+        print(f"neurenix: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

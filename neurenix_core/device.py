@@ -1,0 +1,173 @@
+"""Device and DeviceType: small hashable values, open to types that plugins add.
+
+``DeviceType`` is deliberately not a closed ``Enum``: a vendor's plugin declares a new type in
+its manifest (``device_types=("ort",)``) and ``DeviceType.ORT`` / ``Device("ort:0")`` work without
+the core knowing the name. Built-in names are only conveniences.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Final, final
+
+from neurenix_core.errors import InvalidDeviceError
+
+__all__ = ["DeviceType", "Device", "DeviceLike"]
+
+_TYPE_NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class _DeviceTypeMeta(type):
+    # Attribute access such as DeviceType.ORT resolves any type a plugin has registered, so
+    # seed-style code keeps working for vendor types too.
+    def __getattr__(cls, attr: str) -> DeviceType:
+        name = attr.lower()
+        registry: dict[str, DeviceType] = cls.__dict__["_registry"]
+        if attr.isupper() and name in registry:
+            return registry[name]
+        raise AttributeError(
+            f"DeviceType has no member {attr!r}; known types: {sorted(registry)}. "
+            "A plugin adds its own type when it is installed."
+        )
+
+
+@final
+class DeviceType(str, metaclass=_DeviceTypeMeta):
+    """The kind of a device (``"cpu"``, ``"tpu"``, ``"npu"``, ...), an interned lower-case string."""
+
+    __slots__ = ()
+    _registry: ClassVar[dict[str, DeviceType]] = {}
+
+    CPU: ClassVar[DeviceType]
+    CUDA: ClassVar[DeviceType]
+    TPU: ClassVar[DeviceType]
+    NPU: ClassVar[DeviceType]
+    EDGETPU: ClassVar[DeviceType]
+
+    def __new__(cls, name: str | DeviceType) -> DeviceType:
+        if isinstance(name, DeviceType):
+            return name
+        if not isinstance(name, str):
+            raise InvalidDeviceError(f"a device type is a string such as 'npu', not {type(name).__name__}")
+        key = name.strip().lower()
+        found = cls._registry.get(key)
+        if found is not None:
+            return found
+        if not _TYPE_NAME.match(key):
+            raise InvalidDeviceError(
+                f"invalid device type {name!r}: use lower-case letters, digits and '_' (e.g. 'npu')"
+            )
+        obj = super().__new__(cls, key)
+        cls._registry[key] = obj
+        return obj
+
+    @classmethod
+    def known(cls) -> tuple[DeviceType, ...]:
+        """Every type created so far (built-ins and those declared by discovered plugins)."""
+        return tuple(cls._registry.values())
+
+    def __repr__(self) -> str:
+        return f"DeviceType({str(self)!r})"
+
+
+for _builtin in ("cpu", "cuda", "tpu", "npu", "edgetpu"):
+    setattr(DeviceType, _builtin.upper(), DeviceType(_builtin))
+
+
+@final
+class Device:
+    """A device: a type and an index. ``Device("npu:0") == Device("npu", 0) == Device(DeviceType.NPU, 0)``.
+
+    Construction only parses; whether a backend serves the device is asked with
+    :meth:`is_available` or answered by an error when the device is used.
+    """
+
+    __slots__ = ("_type", "_index", "_hash")
+
+    _type: DeviceType
+    _index: int
+    _hash: int
+
+    def __init__(self, type: DeviceLike | DeviceType | str, index: int | None = None) -> None:  # noqa: A002
+        if isinstance(type, Device):
+            if index is not None and index != type.index:
+                raise InvalidDeviceError(f"conflicting index {index} for device {type}")
+            dtype_, idx = type.type, type.index
+        elif isinstance(type, str) and ":" in type:
+            if index is not None:
+                raise InvalidDeviceError(f"device {type!r} already has an index; do not also pass {index}")
+            dtype_, idx = _parse(type)
+        else:
+            dtype_, idx = DeviceType(type), 0 if index is None else index
+        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+            raise InvalidDeviceError(f"device index must be a non-negative int, got {idx!r} for {dtype_!s}")
+        self._type = dtype_
+        self._index = idx
+        self._hash = hash((str(dtype_), idx))
+
+    @property
+    def type(self) -> DeviceType:
+        return self._type
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Device):
+            return self._index == other._index and self._type is other._type
+        if isinstance(other, str):
+            try:
+                return self == Device(other)
+            except InvalidDeviceError:
+                return False
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Device({str(self._type)!r}, {self._index})"
+
+    def __str__(self) -> str:
+        return f"{self._type}:{self._index}"
+
+    # Registry-backed facts. Imported lazily: device.py must stay importable on its own.
+    def is_available(self) -> bool:
+        """True when an installed backend serves this device (emulated devices count)."""
+        from neurenix_core._state import registry
+
+        return registry().has_device(self)
+
+    @property
+    def emulated(self) -> bool:
+        """True when the device runs its backend's software stack on the host CPU."""
+        from neurenix_core._state import registry
+
+        return registry().is_emulated(self)
+
+    @property
+    def backend_name(self) -> str:
+        """Name of the plugin that serves this device."""
+        from neurenix_core._state import registry
+
+        return registry().plugin_for(self).name
+
+
+DeviceLike = Device | str
+
+
+def _parse(text: str) -> tuple[DeviceType, int]:
+    kind, _, raw = text.strip().partition(":")
+    if not raw.isdigit():
+        raise InvalidDeviceError(f"invalid device string {text!r}: expected 'type:index' such as 'npu:0'")
+    return DeviceType(kind), int(raw)
+
+
+def as_device(value: Any) -> Device:
+    """Coerce a ``Device`` or a device string to a ``Device`` (``"npu"`` means ``"npu:0"``)."""
+    if isinstance(value, Device):
+        return value
+    if isinstance(value, (str, DeviceType)):
+        return Device(value)
+    raise InvalidDeviceError(f"expected a Device or a string such as 'cpu:0', got {type(value).__name__}")

@@ -1,0 +1,114 @@
+"""The one error hierarchy of neurenix.
+
+Every message names the device or plugin involved and the remedy, so a user can act on it
+without reading our source. Errors that replace a native framework error keep it as
+``__cause__``: nothing is swallowed.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "NeurenixError",
+    "NeurenixWarning",
+    "PluginError",
+    "StrictModeError",
+    "ConfigurationError",
+    "InvalidDeviceError",
+    "DeviceNotFoundError",
+    "BackendUnavailableError",
+    "DeviceMismatchError",
+    "UnsupportedDTypeError",
+    "UnsupportedOperationError",
+    "ShapeError",
+    "OutOfMemoryError",
+    "FallbackError",
+    "CompilationError",
+    "ModelFormatError",
+    "QuantizationError",
+    "TransferError",
+]
+
+
+class NeurenixError(Exception):
+    """Base class of every error neurenix raises on purpose."""
+
+
+class NeurenixWarning(UserWarning):
+    """Base class of neurenix warnings (fallbacks, recompilations, skipped plugins)."""
+
+
+class PluginError(NeurenixError):
+    """A backend plugin failed in one of its phases (import, manifest, api, probe, backend)."""
+
+    def __init__(self, message: str, *, plugin: str, distribution: str | None, phase: str) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.distribution = distribution
+        self.phase = phase
+
+
+class StrictModeError(NeurenixError):
+    """NEURENIX_STRICT=1 and at least one plugin failed during discovery."""
+
+
+class ConfigurationError(NeurenixError):
+    """An environment variable or setting has a value neurenix cannot use."""
+
+
+class InvalidDeviceError(NeurenixError, ValueError):
+    """A device string or index is malformed (``"npu:x"``, negative index)."""
+
+
+class DeviceNotFoundError(NeurenixError, LookupError):
+    """The device is well-formed but no installed backend serves it, or its index is out of range."""
+
+
+class BackendUnavailableError(NeurenixError):
+    """A backend was requested explicitly but its hardware, driver or runtime is missing."""
+
+
+class DeviceMismatchError(NeurenixError, ValueError):
+    """Tensors on two different devices were combined without an explicit transfer."""
+
+
+class UnsupportedDTypeError(NeurenixError, TypeError):
+    """A dtype is not supported by the device it was requested on."""
+
+
+class UnsupportedOperationError(NeurenixError):
+    """An operation or layer cannot run on, or be lowered to, the device asked for."""
+
+
+class ShapeError(NeurenixError, ValueError):
+    """Operand shapes do not fit the operation (matmul inner dims, broadcast, model input)."""
+
+
+class OutOfMemoryError(NeurenixError, MemoryError):
+    """An allocation would exceed the memory limit set for a device."""
+
+    def __init__(self, message: str, *, device: str, limit: int, in_use: int, requested: int) -> None:
+        super().__init__(message)
+        self.device = device
+        self.limit = limit
+        self.in_use = in_use
+        self.requested = requested
+
+
+class FallbackError(NeurenixError):
+    """An op is not native to a backend and the fallback policy is ``error``."""
+
+
+class CompilationError(NeurenixError):
+    """A model could not be compiled for a device."""
+
+
+class ModelFormatError(NeurenixError, ValueError):
+    """A weights file or model file is corrupted, truncated or of the wrong format."""
+
+
+class QuantizationError(NeurenixError, ValueError):
+    """Calibration data or quantization settings are unusable (NaN/inf, empty, bad precision)."""
+
+
+class TransferError(NeurenixError):
+    """A tensor could not be exchanged (DLPack, host copy) in the way requested."""

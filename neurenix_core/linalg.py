@@ -1,0 +1,11 @@
+"""The array API ``linalg`` extension, where a backend has it (else the fallback policy applies)."""
+
+from __future__ import annotations
+
+from neurenix_core.backend import LINALG_FUNCTIONS
+from neurenix_core.ops import make_linalg
+
+__all__ = list(LINALG_FUNCTIONS)
+
+for _name in LINALG_FUNCTIONS:
+    globals()[_name] = make_linalg(_name)

@@ -1,0 +1,246 @@
+"""Value types of the plugin contract: Manifest, Capabilities, PriorityBand, ProbeResult.
+
+They are plain data so that discovery stays static and cheap: nothing here runs plugin code.
+A plugin may return a ``Manifest`` or a ``dict`` with the same keys; :func:`validate_manifest`
+turns either into a ``Manifest`` or raises ``ValueError`` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Final, final
+
+__all__ = [
+    "NEURENIX_API_VERSION",
+    "PriorityBand",
+    "Capabilities",
+    "Manifest",
+    "ProbeContext",
+    "ProbeResult",
+    "validate_manifest",
+    "api_compatible",
+]
+
+#: The version of the contract in hookspecs.py. A plugin declares the range it was written
+#: for (``api=">=1.0,<2"``); the core refuses a plugin whose range excludes this version
+#: before calling anything but its manifest hook. Minor bumps add optional hooks or fields.
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 0)
+
+
+class PriorityBand(enum.IntEnum):
+    """Ranking bands owned by the core; a plugin picks a band and a priority 0-99 inside it.
+
+    No plugin can outrank another band: a dedicated accelerator beats an NPU whatever
+    priority the NPU plugin claims.
+    """
+
+    CPU = 100
+    EDGE = 200
+    NPU = 300
+    ACCELERATOR = 400
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What a backend declares it can do, as data (tensor cores are a capability, not a type)."""
+
+    dtypes: tuple[str, ...] = ("float32",)
+    precisions: tuple[str, ...] = ("fp32",)
+    native_ops: tuple[str, ...] = ()
+    compiles_models: bool = False
+    quantization: tuple[str, ...] = ()
+    dlpack: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dtypes": list(self.dtypes),
+            "precisions": list(self.precisions),
+            "native_ops": list(self.native_ops),
+            "compiles_models": self.compiles_models,
+            "quantization": list(self.quantization),
+            "dlpack": self.dlpack,
+            "extra": dict(self.extra),
+        }
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest:
+    """Static facts about a plugin, returned by ``neurenix_manifest``.
+
+    ``emulation`` is the token users put in ``NEURENIX_EMULATE`` (``"npu"``) to run the plugin's
+    real software stack on the host CPU; ``None`` means the plugin cannot emulate.
+    ``native_probe`` declares that the probe may load native driver code, so the core runs
+    ``neurenix_native_probe`` in a subprocess where a crash cannot take the user's process down.
+    ``exports`` maps a facade module (``"neurenix.hardware.npu"``) to the plugin module whose
+    public names it should serve (``"neurenix_npu_openvino.api"``); it is imported only when a
+    user imports such a name.
+    """
+
+    name: str
+    distribution: str
+    version: str
+    api: str
+    device_types: tuple[str, ...]
+    band: PriorityBand
+    priority: int = 50
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    install_hint: str = ""
+    emulation: str | None = None
+    native_probe: bool = False
+    description: str = ""
+    exports: Mapping[str, str] = field(default_factory=dict)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeContext:
+    """What the core tells a probe: whether the user asked to emulate this plugin, and the time budget."""
+
+    emulate: bool
+    timeout: float
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeResult:
+    """A probe's answer. ``reason`` is one sentence a user can act on when ``available`` is False.
+
+    ``needs_native=True`` means "driver files are present; ask my native probe for details":
+    the core then runs ``neurenix_native_probe`` in a subprocess.
+    """
+
+    available: bool
+    device_count: int = 0
+    reason: str = ""
+    emulated: bool = False
+    details: Mapping[str, Any] = field(default_factory=dict)
+    needs_native: bool = False
+
+    @classmethod
+    def found(cls, device_count: int, **details: Any) -> ProbeResult:
+        return cls(available=True, device_count=device_count, details=details)
+
+    @classmethod
+    def missing(cls, reason: str, **details: Any) -> ProbeResult:
+        return cls(available=False, reason=reason, details=details)
+
+    @classmethod
+    def emulating(cls, device_count: int = 1, reason: str = "", **details: Any) -> ProbeResult:
+        return cls(available=True, device_count=device_count, emulated=True, reason=reason, details=details)
+
+    @classmethod
+    def native(cls, reason: str = "") -> ProbeResult:
+        return cls(available=False, reason=reason, needs_native=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "available": self.available,
+            "device_count": self.device_count,
+            "reason": self.reason,
+            "emulated": self.emulated,
+            "details": dict(self.details),
+            "needs_native": self.needs_native,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeResult:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]*$")
+_CLAUSE: Final = re.compile(r"^(>=|<=|==|<|>)\s*(\d+)(?:\.(\d+))?$")
+
+
+def api_compatible(spec: str, version: tuple[int, int] = NEURENIX_API_VERSION) -> bool:
+    """True when ``version`` satisfies a comma-separated range such as ``">=1.0,<2"``.
+
+    Raises ``ValueError`` for a malformed range, which the core records as a manifest failure.
+    """
+    clauses = [c.strip() for c in spec.split(",") if c.strip()]
+    if not clauses:
+        raise ValueError(f"empty api range {spec!r}")
+    ok = True
+    for clause in clauses:
+        m = _CLAUSE.match(clause)
+        if m is None:
+            raise ValueError(f"malformed api range clause {clause!r} in {spec!r} (use e.g. '>=1.0,<2')")
+        op, major, minor = m.group(1), int(m.group(2)), int(m.group(3) or 0)
+        ok = ok and _compare(version, op, (major, minor))
+    return ok
+
+
+def _compare(have: tuple[int, int], op: str, want: tuple[int, int]) -> bool:
+    return {
+        ">=": have >= want,
+        "<=": have <= want,
+        "==": have == want,
+        "<": have < want,
+        ">": have > want,
+    }[op]
+
+
+def validate_manifest(raw: object) -> Manifest:
+    """Turn a plugin's manifest (``Manifest`` or ``dict``) into a checked ``Manifest``.
+
+    Raises ``ValueError`` naming the first bad field; the caller records it as phase ``manifest``.
+    """
+    if isinstance(raw, Mapping):
+        raw = _manifest_from_mapping(raw)
+    if not isinstance(raw, Manifest):
+        raise ValueError(f"manifest must be a neurenix_core.Manifest or a dict, got {type(raw).__name__}")
+    _check_fields(raw)
+    return raw
+
+
+def _manifest_from_mapping(data: Mapping[str, Any]) -> Manifest:
+    known = {f.name for f in fields(Manifest)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown manifest field(s) {unknown}")
+    values = dict(data)
+    if isinstance(values.get("capabilities"), Mapping):
+        values["capabilities"] = Capabilities(**values["capabilities"])
+    if isinstance(values.get("band"), str):
+        try:
+            values["band"] = PriorityBand[values["band"].upper()]
+        except KeyError:
+            raise ValueError(f"unknown band {values['band']!r}; use one of {[b.name.lower() for b in PriorityBand]}") from None
+    if isinstance(values.get("device_types"), list):
+        values["device_types"] = tuple(values["device_types"])
+    try:
+        return Manifest(**values)
+    except TypeError as exc:  # missing required fields
+        raise ValueError(str(exc)) from exc
+
+
+def _check_fields(m: Manifest) -> None:
+    for name in ("name", "distribution", "version", "api"):
+        value = getattr(m, name)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"field {name!r} must be a non-empty string, got {value!r}")
+    if not _NAME.match(m.name):
+        raise ValueError(f"field 'name' {m.name!r} must be lower-case letters, digits, '-' or '_'")
+    if not isinstance(m.band, PriorityBand):
+        raise ValueError(f"field 'band' must be a PriorityBand, got {m.band!r}")
+    if isinstance(m.priority, bool) or not isinstance(m.priority, int) or not 0 <= m.priority <= 99:
+        raise ValueError(f"field 'priority' must be an int in 0..99 inside its band, got {m.priority!r}")
+    if not isinstance(m.device_types, tuple) or not m.device_types:
+        raise ValueError("field 'device_types' must be a non-empty tuple of device type names")
+    for t in m.device_types:
+        if not isinstance(t, str) or not re.match(r"^[a-z][a-z0-9_]*$", t):
+            raise ValueError(f"device type {t!r} must be lower-case letters, digits or '_'")
+    if not isinstance(m.capabilities, Capabilities):
+        raise ValueError("field 'capabilities' must be a Capabilities or a dict of its fields")
+    if m.emulation is not None and not isinstance(m.emulation, str):
+        raise ValueError("field 'emulation' must be a string token or None")
+    if not isinstance(m.exports, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in m.exports.items()
+    ):
+        raise ValueError("field 'exports' must map facade module names to plugin module names")
+    api_compatible(m.api)  # raises ValueError for a malformed range

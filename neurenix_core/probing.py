@@ -1,0 +1,71 @@
+"""Running plugin probes in bounded time, and native probes in a subprocess.
+
+A probe is plugin code run at ``import neurenix_core``; it must not be able to hang or crash the
+user's process. Python probes run in a daemon thread joined with a deadline (a thread cannot be
+killed, so an overrunning probe is abandoned and recorded). Native probes, which load driver
+libraries through ctypes, run in a child interpreter: a segfault there is only a return code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from neurenix_core.manifest import ProbeContext, ProbeResult
+
+__all__ = ["ProbeFailure", "run_bounded", "run_native_probe"]
+
+_MARK: Final = "NEURENIX-NATIVE-PROBE:"
+
+
+class ProbeFailure(Exception):
+    """A probe overran its deadline, raised, crashed or answered garbage; ``str()`` is the cause."""
+
+
+def run_bounded(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Call ``fn`` in a daemon thread and return its result, or raise ``ProbeFailure``."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"neurenix-probe-{what}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise ProbeFailure(f"probe did not return within {timeout:g}s (NEURENIX_PROBE_TIMEOUT) and was abandoned")
+    if "error" in box:
+        exc = box["error"]
+        raise ProbeFailure(f"probe raised {type(exc).__name__}: {exc}") from exc
+    return box.get("value")
+
+
+def run_native_probe(module: str, context: ProbeContext) -> ProbeResult:
+    """Run ``neurenix_native_probe`` of plugin ``module`` in a child interpreter."""
+    env = dict(os.environ)
+    # The child must see the same plugins as this process, including temporary sys.path entries.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    cmd = [sys.executable, "-m", "neurenix_core._native_probe", module, json.dumps({"emulate": context.emulate})]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=context.timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        raise ProbeFailure(f"native probe did not return within {context.timeout:g}s and was killed") from None
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode).name
+        raise ProbeFailure(f"native probe crashed with {sig} (in a subprocess; this process is unharmed)")
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ProbeFailure(f"native probe exited with status {proc.returncode}: {tail}")
+    for line in proc.stdout.splitlines():
+        if line.startswith(_MARK):
+            return ProbeResult.from_dict(json.loads(line[len(_MARK):]))
+    raise ProbeFailure("native probe printed no result")

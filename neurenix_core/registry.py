@@ -1,0 +1,507 @@
+"""Discovery, isolation, ranking and selection of backend plugins.
+
+entry points -> import -> register (pluggy validates signatures) -> manifest -> api check ->
+probe (bounded) -> ranking. Every step is wrapped: a failing plugin becomes a record with its
+phase and cause, never an exception out of ``import neurenix_core`` (unless strict mode).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
+
+import pluggy
+
+from neurenix_core import hookspecs
+from neurenix_core.config import Config
+from neurenix_core.device import Device, DeviceType
+from neurenix_core.errors import (
+    BackendUnavailableError,
+    DeviceNotFoundError,
+    NeurenixWarning,
+    StrictModeError,
+)
+from neurenix_core.manifest import (
+    NEURENIX_API_VERSION,
+    Manifest,
+    ProbeContext,
+    ProbeResult,
+    api_compatible,
+    validate_manifest,
+)
+from neurenix_core.probing import ProbeFailure, run_bounded, run_native_probe
+
+if TYPE_CHECKING:
+    from neurenix_core.backend import Backend
+
+__all__ = ["ENTRY_POINT_GROUP", "Status", "Failure", "BackendInfo", "PluginRecord", "Registry"]
+
+ENTRY_POINT_GROUP: Final = "neurenix.backends"
+BUILTIN_DISTRIBUTION: Final = "neurenix-core"
+BUILTIN_CPU_MODULE: Final = "neurenix_core.backends.cpu"
+_REQUIRED_HOOKS: Final = ("neurenix_manifest", "neurenix_probe", "neurenix_backend")
+
+# Our own first-party plugins, so an error about a device type nobody serves names the package.
+FIRST_PARTY_HINTS: Final = {
+    "cuda": "pip install neurenix-cuda-tc",
+    "tpu": "pip install neurenix-tpu",
+    "npu": "pip install neurenix-npu-openvino",
+    "edgetpu": "pip install neurenix-edgetpu",
+}
+
+
+class Status(str, enum.Enum):
+    SELECTED = "selected"
+    AVAILABLE = "available"
+    EMULATED = "emulated"
+    UNAVAILABLE = "unavailable"
+    DENIED = "denied"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a plugin was dropped: the phase (import, register, manifest, api, probe, backend) and cause."""
+
+    phase: str
+    cause: str
+
+
+@dataclass(slots=True)
+class PluginRecord:
+    """Mutable per-plugin state inside the registry; users see :class:`BackendInfo` snapshots."""
+
+    name: str
+    module_name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    module: ModuleType | None = None
+    manifest: Manifest | None = None
+    probe: ProbeResult | None = None
+    failure: Failure | None = None
+    denied: str | None = None
+    backend: Backend | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def usable(self) -> bool:
+        return self.failure is None and self.denied is None and self.probe is not None and self.probe.available
+
+    @property
+    def emulated(self) -> bool:
+        return self.probe is not None and self.probe.emulated
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """One row of ``nx.backends()`` / ``neurenix doctor``."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    status: Status
+    device_types: tuple[str, ...]
+    device_count: int
+    emulated: bool
+    band: str | None
+    priority: int | None
+    reason: str
+    install_hint: str
+    failure: Failure | None
+    capabilities: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status.value,
+            "device_types": list(self.device_types),
+            "device_count": self.device_count,
+            "emulated": self.emulated,
+            "band": self.band,
+            "priority": self.priority,
+            "reason": self.reason,
+            "install_hint": self.install_hint,
+            "failure": None if self.failure is None else {"phase": self.failure.phase, "cause": self.failure.cause},
+            "capabilities": self.capabilities,
+        }
+
+
+class Registry:
+    """All discovered plugins of this process, ranked; resolves devices to backends."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.records: list[PluginRecord] = []
+        self.notes: list[str] = []
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self._ranked: list[PluginRecord] = []
+        self._auto_default: Device | None = None
+
+    # ------------------------------------------------------------------ discovery
+    def discover(self, entry_points: Iterable[metadata.EntryPoint] | None = None) -> None:
+        eps = list(metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points is None else entry_points)
+        seen: set[str] = set()
+        for ep in eps:
+            record = self._record_for(ep)
+            if record.name in seen:
+                record.failure = Failure("import", f"another installed distribution already provides plugin {record.name!r}")
+                self.records.append(record)
+                continue
+            seen.add(record.name)
+            self.records.append(record)
+            record.denied = self.config.is_denied(record.name, record.builtin)
+            if record.denied is None:
+                self._load(record, ep)
+        if not any(r.builtin and r.name == "cpu" for r in self.records):
+            self._register_builtin_cpu()
+        self._check_emulate_tokens()
+        self._rank()
+        if self.config.strict:
+            self._raise_if_failed()
+
+    def _record_for(self, ep: metadata.EntryPoint) -> PluginRecord:
+        dist = getattr(ep, "dist", None)
+        dist_name = dist.metadata["Name"] if dist is not None else None
+        return PluginRecord(
+            name=ep.name,
+            module_name=ep.value,
+            distribution=dist_name,
+            version=dist.version if dist is not None else None,
+            builtin=ep.name == "cpu" and dist_name == BUILTIN_DISTRIBUTION,
+        )
+
+    def _register_builtin_cpu(self) -> None:
+        # A source checkout that was never pip-installed has no entry points; the host backend is
+        # part of the core and must exist, so it is registered directly and the fact is noted.
+        ep = metadata.EntryPoint(name="cpu", value=BUILTIN_CPU_MODULE, group=ENTRY_POINT_GROUP)
+        record = PluginRecord(name="cpu", module_name=BUILTIN_CPU_MODULE, distribution=BUILTIN_DISTRIBUTION, version=None, builtin=True)
+        self.records.append(record)
+        self.notes.append("the built-in cpu backend was registered directly: neurenix-core's entry points are not installed (pip install -e .)")
+        self._load(record, ep)
+
+    def _load(self, record: PluginRecord, ep: metadata.EntryPoint) -> None:
+        steps = (self._import, self._register, self._read_manifest, self._check_api, self._run_probe)
+        for step in steps:
+            if not step(record, ep):
+                return
+
+    def _fail(self, record: PluginRecord, phase: str, cause: str) -> bool:
+        record.failure = Failure(phase, cause)
+        return False
+
+    def _import(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+        try:
+            loaded = ep.load()
+        except BaseException as exc:  # noqa: BLE001 - a plugin's import must not break ours
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return self._fail(record, "import", f"importing {record.module_name} raised {type(exc).__name__}: {exc}")
+        if not isinstance(loaded, ModuleType):
+            return self._fail(record, "import", f"entry point {ep.value!r} must name a module of hook functions")
+        record.module = loaded
+        return True
+
+    def _register(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+        assert record.module is not None
+        try:
+            self._pm.register(record.module, name=record.name)
+        except (pluggy.PluginValidationError, ValueError) as exc:
+            return self._fail(record, "register", str(exc))
+        missing = [h for h in _REQUIRED_HOOKS if self._impl(record, h) is None]
+        if missing:
+            self._pm.unregister(name=record.name)
+            return self._fail(record, "register", f"module {record.module_name} does not implement {', '.join(missing)}")
+        return True
+
+    def _read_manifest(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+        try:
+            raw = self.call(record, "neurenix_manifest")
+            record.manifest = validate_manifest(raw)
+        except ValueError as exc:
+            return self._fail(record, "manifest", f"malformed manifest: {exc}")
+        except Exception as exc:  # noqa: BLE001 - recorded, plugin skipped
+            return self._fail(record, "manifest", f"neurenix_manifest raised {type(exc).__name__}: {exc}")
+        if record.manifest.name != record.name:
+            return self._fail(record, "manifest", f"manifest name {record.manifest.name!r} differs from entry point name {record.name!r}")
+        for device_type in record.manifest.device_types:
+            DeviceType(device_type)  # registers vendor types so Device("ort:0") parses
+        return True
+
+    def _check_api(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+        assert record.manifest is not None
+        if api_compatible(record.manifest.api):
+            return True
+        have = ".".join(map(str, NEURENIX_API_VERSION))
+        return self._fail(
+            record,
+            "api",
+            f"written for neurenix API {record.manifest.api} but this core serves {have}: "
+            f"upgrade {record.distribution or record.name} or install a neurenix-core it supports",
+        )
+
+    def _run_probe(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+        assert record.manifest is not None
+        m = record.manifest
+        ctx = ProbeContext(emulate=m.emulation is not None and m.emulation in self.config.emulate, timeout=self.config.probe_timeout)
+        try:
+            result = run_bounded(lambda: self.call(record, "neurenix_probe", context=ctx), ctx.timeout, record.name)
+            result = self._check_probe(result)
+            if result.needs_native:
+                result = self._native(record, ctx)
+        except ProbeFailure as exc:
+            return self._fail(record, "probe", str(exc))
+        record.probe = result
+        return True
+
+    def _native(self, record: PluginRecord, ctx: ProbeContext) -> ProbeResult:
+        assert record.manifest is not None
+        if not record.manifest.native_probe or self._impl(record, "neurenix_native_probe") is None:
+            raise ProbeFailure("probe asked for a native probe but the plugin declares none (native_probe=True and neurenix_native_probe)")
+        return self._check_probe(run_native_probe(record.module_name, ctx))
+
+    @staticmethod
+    def _check_probe(result: object) -> ProbeResult:
+        if not isinstance(result, ProbeResult):
+            raise ProbeFailure(f"probe returned {type(result).__name__}, not ProbeResult")
+        count = result.device_count
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ProbeFailure(f"probe returned device_count={count!r}; expected an int >= 0")
+        if result.available and count == 0:
+            raise ProbeFailure("probe said available but reported 0 devices")
+        return result
+
+    def _check_emulate_tokens(self) -> None:
+        tokens = {r.manifest.emulation for r in self.records if r.manifest is not None and r.manifest.emulation}
+        for token in sorted(self.config.emulate - tokens):
+            self.notes.append(f"NEURENIX_EMULATE lists {token!r} but no loaded plugin emulates it (known: {', '.join(sorted(tokens)) or 'none'})")
+
+    def _raise_if_failed(self) -> None:
+        failed = [r for r in self.records if r.failure is not None]
+        if failed:
+            lines = "; ".join(f"{r.name} ({r.distribution}) failed at {r.failure.phase}: {r.failure.cause}" for r in failed if r.failure)
+            raise StrictModeError(f"NEURENIX_STRICT=1 and {len(failed)} plugin(s) failed: {lines}. Fix or uninstall them, or unset NEURENIX_STRICT.")
+
+    # ------------------------------------------------------------------ hooks
+    def _impl(self, record: PluginRecord, hook: str) -> pluggy.HookImpl | None:
+        for impl in getattr(self._pm.hook, hook).get_hookimpls():
+            if impl.plugin_name == record.name:
+                return impl
+        return None
+
+    def call(self, record: PluginRecord, hook: str, **kwargs: Any) -> Any:
+        """Call ``hook`` on one plugin only (never a broadcast), passing the arguments it asks for."""
+        impl = self._impl(record, hook)
+        if impl is None:
+            raise LookupError(f"plugin {record.name} does not implement {hook}")
+        return impl.function(*(kwargs[name] for name in impl.argnames))
+
+    def implements(self, record: PluginRecord, hook: str) -> bool:
+        return self._impl(record, hook) is not None
+
+    # ------------------------------------------------------------------ ranking
+    def _rank(self) -> None:
+        usable = [r for r in self.records if r.usable]
+        allow = self.config.allow
+
+        def key(r: PluginRecord) -> tuple[int, int, int, int, str]:
+            assert r.manifest is not None
+            user = allow.index(r.name) if r.name in allow else len(allow)
+            # Emulated devices are never chosen automatically over real hardware or the CPU.
+            return (int(r.emulated), user, -int(r.manifest.band), -r.manifest.priority, r.name)
+
+        self._ranked = sorted(usable, key=key)
+        self._auto_default = None
+        for r in self._ranked:
+            if not r.emulated or r.builtin:
+                assert r.manifest is not None
+                self._auto_default = Device(r.manifest.device_types[0], 0)
+                break
+
+    @property
+    def ranked(self) -> list[PluginRecord]:
+        return list(self._ranked)
+
+    @property
+    def auto_default(self) -> Device:
+        assert self._auto_default is not None, "the cpu backend is always usable"
+        return self._auto_default
+
+    # ------------------------------------------------------------------ devices
+    def record_named(self, name: str) -> PluginRecord | None:
+        return next((r for r in self.records if r.name == name), None)
+
+    def _serving(self, device_type: str) -> list[PluginRecord]:
+        return [r for r in self.records if r.manifest is not None and device_type in r.manifest.device_types]
+
+    def plugin_for(self, device: Device) -> PluginRecord:
+        """The best-ranked usable plugin serving ``device``; raises with the remedy when there is none."""
+        for r in self._ranked:
+            assert r.manifest is not None
+            if device.type in r.manifest.device_types:
+                assert r.probe is not None
+                if device.index >= r.probe.device_count:
+                    have = ", ".join(f"{device.type}:{i}" for i in range(r.probe.device_count))
+                    raise DeviceNotFoundError(
+                        f"{device} does not exist: plugin {r.name} found {r.probe.device_count} {device.type} device(s) ({have})"
+                    )
+                return r
+        raise self._unserved(device)
+
+    def _unserved(self, device: Device) -> Exception:
+        candidates = self._serving(str(device.type)) or [
+            r for r in self.records if r.manifest is None and r.name.split("-")[0] == str(device.type)
+        ]
+        if not candidates:
+            hint = FIRST_PARTY_HINTS.get(str(device.type), "install the neurenix plugin that serves it")
+            known = ", ".join(sorted({t for r in self._ranked if r.manifest for t in r.manifest.device_types}))
+            return DeviceNotFoundError(f"no installed backend serves {device.type!s} devices ({device}); available types: {known}. Remedy: {hint}")
+        reasons = "; ".join(self._why_unusable(r) for r in candidates)
+        return BackendUnavailableError(f"{device} is not available: {reasons}")
+
+    def _why_unusable(self, r: PluginRecord) -> str:
+        if r.denied:
+            return f"plugin {r.name} is {r.denied}"
+        if r.failure:
+            return f"plugin {r.name} ({r.distribution}) failed at {r.failure.phase}: {r.failure.cause}"
+        assert r.probe is not None and r.manifest is not None
+        emu = f"; to run its software stack on the host CPU set NEURENIX_EMULATE={r.manifest.emulation}" if r.manifest.emulation else ""
+        return f"plugin {r.name} found no device: {r.probe.reason}{emu}"
+
+    def has_device(self, device: Device) -> bool:
+        try:
+            self.plugin_for(device)
+        except (DeviceNotFoundError, BackendUnavailableError):
+            return False
+        return True
+
+    def is_emulated(self, device: Device) -> bool:
+        return self.plugin_for(device).emulated
+
+    def devices(self, type: str | DeviceType | None = None) -> list[Device]:  # noqa: A002
+        wanted = None if type is None else DeviceType(type)
+        out: list[Device] = []
+        for r in self._ranked:
+            assert r.manifest is not None and r.probe is not None
+            for t in r.manifest.device_types:
+                if wanted is not None and t != wanted:
+                    continue
+                if self.plugin_for(Device(t, 0)) is r:  # a type is owned by its best-ranked plugin
+                    out.extend(Device(t, i) for i in range(r.probe.device_count))
+        return out
+
+    # ------------------------------------------------------------------ backends
+    def backend(self, record: PluginRecord) -> Backend:
+        """Create (once) and return the plugin's backend; raises BackendUnavailableError on failure."""
+        if record.backend is not None:
+            return record.backend
+        with record.lock:
+            if record.backend is None:
+                record.backend = self._create(record)
+        return record.backend
+
+    def _create(self, record: PluginRecord) -> Backend:
+        from neurenix_core.backend import Backend
+
+        assert record.manifest is not None and record.probe is not None
+        try:
+            backend = self.call(record, "neurenix_backend", manifest=record.manifest, probe=record.probe)
+        except BackendUnavailableError as exc:
+            record.failure = Failure("backend", str(exc))
+            raise
+        except Exception as exc:
+            record.failure = Failure("backend", f"{type(exc).__name__}: {exc}")
+            raise BackendUnavailableError(
+                f"plugin {record.name} ({record.distribution}) could not start its backend: {type(exc).__name__}: {exc}. "
+                f"Check the runtime it needs ({record.manifest.install_hint or 'see the plugin README'}) or deny it with NEURENIX_BACKENDS=-{record.name}"
+            ) from exc
+        if not isinstance(backend, Backend):
+            record.failure = Failure("backend", f"neurenix_backend returned {type(backend).__name__}, not a Backend")
+            raise BackendUnavailableError(f"plugin {record.name} returned {type(backend).__name__} from neurenix_backend, not a neurenix_core.Backend")
+        backend._attach(record.name, record.manifest, record.probe)
+        return backend
+
+    def backend_for(self, device: Device, *, auto: bool = False) -> Backend:
+        """Backend serving ``device``. For an automatically chosen device a failing backend is
+        recorded and the next ranked device is used, with a warning; an explicit one raises."""
+        record = self.plugin_for(device)
+        try:
+            return self.backend(record)
+        except BackendUnavailableError as exc:
+            if not auto or record.builtin:
+                raise
+            self._ranked.remove(record)
+            self._rank_after_failure()
+            warnings.warn(f"{exc}; automatic selection moved to {self.auto_default}", NeurenixWarning, stacklevel=3)
+            return self.backend_for(self.auto_default, auto=True)
+
+    def _rank_after_failure(self) -> None:
+        usable = [r for r in self._ranked if r.failure is None]
+        self._ranked = usable
+        self._auto_default = next(
+            (Device(r.manifest.device_types[0], 0) for r in usable if r.manifest and (not r.emulated or r.builtin)),
+            None,
+        )
+
+    # ------------------------------------------------------------------ reporting
+    def info(self, default: Device | None) -> list[BackendInfo]:
+        rows = [self._info(r, default) for r in self._ranked]
+        rows += [self._info(r, default) for r in self.records if r not in self._ranked]
+        return rows
+
+    def _info(self, r: PluginRecord, default: Device | None) -> BackendInfo:
+        m, p = r.manifest, r.probe
+        return BackendInfo(
+            name=r.name,
+            distribution=r.distribution or (m.distribution if m else None),
+            version=r.version or (m.version if m else None),
+            status=self._status(r, default),
+            device_types=m.device_types if m else (),
+            device_count=p.device_count if p and r.usable else 0,
+            emulated=r.emulated,
+            band=m.band.name.lower() if m else None,
+            priority=m.priority if m else None,
+            reason=self._reason(r),
+            install_hint=(m.install_hint if m else "") or "",
+            failure=r.failure,
+            capabilities=m.capabilities.as_dict() if m else None,
+        )
+
+    def _status(self, r: PluginRecord, default: Device | None) -> Status:
+        if r.denied:
+            return Status.DENIED
+        if r.failure:
+            return Status.FAILED
+        if not r.usable:
+            return Status.UNAVAILABLE
+        if default is not None and r.manifest and default.type in r.manifest.device_types and r in self._ranked:
+            if self._owner(default) is r:
+                return Status.SELECTED
+        return Status.EMULATED if r.emulated else Status.AVAILABLE
+
+    def _owner(self, device: Device) -> PluginRecord | None:
+        try:
+            return self.plugin_for(device)
+        except (DeviceNotFoundError, BackendUnavailableError):
+            return None
+
+    def _reason(self, r: PluginRecord) -> str:
+        if r.denied:
+            return f"{r.denied}; its module was not imported"
+        if r.failure:
+            return f"failed at {r.failure.phase}: {r.failure.cause}"
+        assert r.probe is not None
+        if r.emulated:
+            return r.probe.reason or "emulated: runs the plugin's software stack on the host CPU"
+        if r.usable:
+            return r.probe.reason or f"{r.probe.device_count} device(s) found"
+        return self._why_unusable(r).split(": ", 1)[-1]
