@@ -1,0 +1,173 @@
+"""The core's model graph: a small, typed list of layer nodes that every backend lowers.
+
+``nx.compile`` walks an ``nn.Module`` once into a :class:`Graph`; backends with
+``capabilities.compiles_models`` receive it through the ``neurenix_compile`` hook and lower it to
+their native form (OpenVINO model, TFLite flatbuffer, jitted JAX function, torch module).
+Weights are host NumPy arrays (float32) in NCHW / (out, in) layouts, as in ``nn``; a backend
+transposes them for its own layout.
+
+Op vocabulary (``Node.op``) and the attrs/params each carries:
+
+==================== =========================================== ===============================
+op                   attrs                                        params
+==================== =========================================== ===============================
+linear               in_features, out_features                    weight (out,in), bias (out,)?
+conv2d               in_channels, out_channels, kernel_size (2),  weight (out,in/groups,kh,kw),
+                     stride (2), padding (2), dilation (2), groups bias (out,)?
+relu / gelu /        (gelu: approximate "none"|"tanh")            -
+sigmoid / tanh
+softmax              axis                                          -
+max_pool2d /         kernel_size (2), stride (2), padding (2)     -
+avg_pool2d           (avg: count_include_pad)
+adaptive_avg_pool2d  output_size (2)                               -
+flatten              start_dim, end_dim                            -
+batch_norm2d         num_features, eps                             weight, bias, running_mean,
+                                                                   running_var (C,)
+layer_norm           normalized_shape (tuple), eps                 weight, bias (normalized_shape)?
+dropout              p (identity at inference)                     -
+multihead_attention  embed_dim, num_heads, batch_first             in_proj_weight (3E,E),
+                                                                   in_proj_bias (3E,),
+                                                                   out_proj_weight (E,E),
+                                                                   out_proj_bias (E,)
+add / mul            - (two inputs, broadcasting)                  -
+==================== =========================================== ===============================
+
+A node reads the values named in ``inputs`` (graph inputs or earlier node outputs) and writes the
+value named ``output``. Sequential models give a chain; ``add`` nodes give residual DAGs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, final
+
+import numpy as np
+
+__all__ = ["OPS", "TensorSpec", "Node", "Graph", "QuantParams", "QuantizationPlan", "CompileOptions"]
+
+OPS: Final = frozenset({
+    "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "max_pool2d", "avg_pool2d",
+    "adaptive_avg_pool2d", "flatten", "batch_norm2d", "layer_norm", "dropout",
+    "multihead_attention", "add", "mul",
+})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A graph input: name, static shape (NCHW for images) and dtype name."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One layer. ``name`` is the module path in the model (``"features.3"``), used in errors."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"node {self.name!r}: unknown op {self.op!r}; known ops: {sorted(OPS)}")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A whole model: its inputs, nodes in execution order, and output value names."""
+
+    inputs: tuple[TensorSpec, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[str, ...]
+
+    def with_input_shapes(self, *shapes: tuple[int, ...]) -> Graph:
+        """The same graph for concrete input shapes (backends compile static shapes)."""
+        if len(shapes) != len(self.inputs):
+            raise ValueError(f"graph has {len(self.inputs)} input(s), got {len(shapes)} shape(s)")
+        return replace(self, inputs=tuple(replace(s, shape=tuple(int(d) for d in shp)) for s, shp in zip(self.inputs, shapes)))
+
+    def fingerprint(self) -> str:
+        """A stable hash of structure, attributes and weights: the key of compiled-model caches."""
+        h = hashlib.sha256()
+        for spec in self.inputs:
+            h.update(repr((spec.name, spec.shape, spec.dtype)).encode())
+        for node in self.nodes:
+            h.update(repr((node.name, node.op, node.inputs, node.output, sorted(node.attrs.items()))).encode())
+            for key in sorted(node.params):
+                arr = np.ascontiguousarray(node.params[key])
+                h.update(key.encode() + str(arr.dtype).encode() + repr(arr.shape).encode())
+                h.update(arr.tobytes())
+        h.update(repr(self.outputs).encode())
+        return h.hexdigest()[:24]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class QuantParams:
+    """Affine quantization: ``real = scale * (q - zero_point)``, ``q`` clipped to [qmin, qmax].
+
+    ``axis`` is None for per-tensor parameters, else the channel axis of per-channel ones
+    (``scale`` and ``zero_point`` then have one entry per channel). Symmetric parameters have
+    ``zero_point == 0``.
+    """
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    bits: int
+    axis: int | None = None
+    qmin: int = -128
+    qmax: int = 127
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(np.int8 if self.bits == 8 else np.int16)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class QuantizationPlan:
+    """Everything a backend needs to lower a quantized model, computed once by the core.
+
+    ``activations`` maps a value name (graph inputs and node outputs) to per-tensor affine
+    parameters; ``weights`` maps a node name to symmetric per-channel parameters of its
+    ``weight`` (axis 0 = output channels). ``dynamic`` means only Linear weights are quantized and
+    activations are quantized at run time.
+    """
+
+    bits: int
+    activations: Mapping[str, QuantParams]
+    weights: Mapping[str, QuantParams]
+    method: str = "minmax"
+    dynamic: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompileOptions:
+    """What the user asked of ``nx.compile`` (device already resolved).
+
+    ``precision`` is one of "fp32", "fp16", "bf16", "tf32", "int8", "int16" or None (the
+    backend's default, which it must state in ``CompiledModel.summary``). ``quantization`` is
+    set for int8/int16. ``extra`` carries backend-specific options (``optimize_for``, bucket sizes).
+    """
+
+    device: Any
+    precision: str | None = None
+    quantization: QuantizationPlan | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
