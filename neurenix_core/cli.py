@@ -94,18 +94,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _extensions() -> list[Callable[[Any], None]]:
-    """Subcommands defined by other core modules (bench, validate-tc ...), registered lazily."""
-    import importlib
+    """Subcommands from the core's own modules and from plugins' ``neurenix.cli`` entry points.
 
-    out = []
-    for module in ("neurenix_core.bench_cli",):
+    Each entry point names a ``register(subparsers)`` function; it is loaded only when the
+    ``neurenix`` command runs, never at ``import neurenix_core``. A broken one is reported on
+    stderr and skipped, so one plugin cannot take the whole command down.
+    """
+    from importlib import metadata
+
+    out: list[Callable[[Any], None]] = []
+    for ep in metadata.entry_points(group="neurenix.cli"):
         try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        out.append(mod.register)
+            out.append(ep.load())
+        except Exception as exc:  # noqa: BLE001 - reported, the other commands stay usable
+            print(f"neurenix: skipping subcommand {ep.name!r} from {ep.value}: {type(exc).__name__}: {exc}", file=sys.stderr)
     return out
 
 
