@@ -30,7 +30,11 @@ from neurenix_core.memory import MemoryStats
 from neurenix_core.ops import *  # noqa: F403 - array API functions
 from neurenix_core.ops import __all__ as _ops_all
 from neurenix_core.registry import BackendInfo, Status
-from neurenix_core.report import backends
+
+# Importing the subpackage neurenix_core.backends binds the name ``backends`` on this package;
+# import it first so that the public function ``nx.backends()`` below is what the name means.
+import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
+from neurenix_core.report import backends  # noqa: E402  isort: skip
 from neurenix_core.tensor import Tensor
 from neurenix_core.transfer import from_dlpack
 

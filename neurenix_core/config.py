@@ -6,6 +6,7 @@ NEURENIX_DISABLE_PLUGIN_AUTOLOAD  "1": only the built-in CPU backend is loaded
 NEURENIX_EMULATE                  emulation tokens ("tpu,npu"): plugins run their stack on the host CPU
 NEURENIX_STRICT                   "1": any plugin failure at discovery raises StrictModeError
 NEURENIX_PROBE_TIMEOUT            seconds a probe may take (default 2)
+NEURENIX_NATIVE_PROBE_TIMEOUT     seconds a native probe subprocess may take (default 10: driver init is slow)
 NEURENIX_FALLBACK                 error | warn | allow (default warn)
 """
 
@@ -35,6 +36,7 @@ class Config:
     emulate: frozenset[str]
     strict: bool
     probe_timeout: float
+    native_probe_timeout: float
     fallback: str
 
     def is_denied(self, name: str, builtin: bool) -> str | None:
@@ -63,6 +65,17 @@ def _split(raw: str) -> list[str]:
     return [part.strip().lower() for part in raw.split(",") if part.strip()]
 
 
+def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ConfigurationError(f"{key}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ConfigurationError(f"{key}={raw!r} must be a positive number of seconds")
+    return value
+
+
 def read_config(env: Mapping[str, str] | None = None) -> Config:
     """Parse the NEURENIX_* variables of ``env`` (default ``os.environ``)."""
     env = os.environ if env is None else env
@@ -77,12 +90,8 @@ def read_config(env: Mapping[str, str] | None = None) -> Config:
     fallback = env.get("NEURENIX_FALLBACK", "warn").strip().lower() or "warn"
     if fallback not in FALLBACK_POLICIES:
         raise ConfigurationError(f"NEURENIX_FALLBACK={fallback!r}: use one of {', '.join(FALLBACK_POLICIES)}")
-    try:
-        timeout = float(env.get("NEURENIX_PROBE_TIMEOUT", "2") or "2")
-    except ValueError:
-        raise ConfigurationError(
-            f"NEURENIX_PROBE_TIMEOUT={env['NEURENIX_PROBE_TIMEOUT']!r} is not a number of seconds"
-        ) from None
+    timeout = _seconds(env, "NEURENIX_PROBE_TIMEOUT", 2.0)
+    native_timeout = _seconds(env, "NEURENIX_NATIVE_PROBE_TIMEOUT", 10.0)
     return Config(
         device=env.get("NEURENIX_DEVICE", "").strip() or None,
         allow=allow,
@@ -91,5 +100,6 @@ def read_config(env: Mapping[str, str] | None = None) -> Config:
         emulate=frozenset(_split(env.get("NEURENIX_EMULATE", ""))),
         strict=_flag(env, "NEURENIX_STRICT"),
         probe_timeout=timeout,
+        native_probe_timeout=native_timeout,
         fallback=fallback,
     )

@@ -54,6 +54,9 @@ def run_native_probe(module: str, context: ProbeContext) -> ProbeResult:
     env = dict(os.environ)
     # The child must see the same plugins as this process, including temporary sys.path entries.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    # The child only needs this one plugin: no discovery of the others (and no recursion).
+    env["NEURENIX_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env.pop("NEURENIX_STRICT", None)
     cmd = [sys.executable, "-m", "neurenix_core._native_probe", module, json.dumps({"emulate": context.emulate})]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=context.timeout, env=env, check=False)

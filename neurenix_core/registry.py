@@ -267,7 +267,8 @@ class Registry:
         assert record.manifest is not None
         if not record.manifest.native_probe or self._impl(record, "neurenix_native_probe") is None:
             raise ProbeFailure("probe asked for a native probe but the plugin declares none (native_probe=True and neurenix_native_probe)")
-        return self._check_probe(run_native_probe(record.module_name, ctx))
+        native_ctx = ProbeContext(emulate=ctx.emulate, timeout=self.config.native_probe_timeout)
+        return self._check_probe(run_native_probe(record.module_name, native_ctx))
 
     @staticmethod
     def _check_probe(result: object) -> ProbeResult:
