@@ -1,0 +1,164 @@
+"""The ``cuda`` backend: PyTorch tensors on NVIDIA GPUs (or on the host CPU when emulated).
+
+Native storage is ``torch.Tensor`` on ``torch.device("cuda", i)``, or ``torch.device("cpu")``
+under ``NEURENIX_EMULATE=cuda``. The array-API namespace comes from ``array_api_compat.torch``;
+the neural-network extension ops map to ``torch.nn.functional``. PyTorch is imported here, when
+the core first uses a ``cuda`` device, never at ``import neurenix_core``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.backend import ArrayNamespaceBackend
+from neurenix_core.dtypes import DTYPES
+from neurenix_core.errors import BackendUnavailableError, UnsupportedDTypeError
+from neurenix_core.manifest import ProbeResult
+
+from neurenix_cuda_tc.capability import ComputeCapability, architecture, tensor_core_precisions
+from neurenix_cuda_tc.probe import EMULATED_CC
+from neurenix_cuda_tc.switches import SwitchState
+
+__all__ = ["CudaBackend", "torch_dtype", "numpy_dtype"]
+
+
+def _dtype_pairs() -> list[tuple[str, Any]]:
+    import torch
+
+    return [
+        ("bool", torch.bool), ("int8", torch.int8), ("int16", torch.int16), ("int32", torch.int32),
+        ("int64", torch.int64), ("uint8", torch.uint8), ("uint16", torch.uint16), ("uint32", torch.uint32),
+        ("uint64", torch.uint64), ("float16", torch.float16), ("bfloat16", torch.bfloat16),
+        ("float32", torch.float32), ("float64", torch.float64), ("complex64", torch.complex64),
+        ("complex128", torch.complex128),
+    ]
+
+
+def torch_dtype(dtype: np.dtype[Any]) -> Any:
+    """The torch dtype of a neurenix dtype; UnsupportedDTypeError when torch has none."""
+    table = dict(_dtype_pairs())
+    found = table.get(str(np.dtype(dtype)))
+    if found is None:
+        raise UnsupportedDTypeError(f"backend cuda-tc (PyTorch) has no dtype for {dtype}; use one of {', '.join(table)}")
+    return found
+
+
+def numpy_dtype(tdtype: Any) -> np.dtype[Any]:
+    for name, td in _dtype_pairs():
+        if td == tdtype:
+            return DTYPES[name]
+    raise UnsupportedDTypeError(f"torch dtype {tdtype} has no neurenix equivalent; cast with .to(torch.float32) first")
+
+
+def nn_ops() -> dict[str, Callable[..., Any]]:
+    """The CONTRIBUTING extension ops on torch.nn.functional (signatures fixed by the core)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    def batch_norm(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, eps: float) -> Any:
+        return F.batch_norm(x, running_mean, running_var, weight, bias, training=False, eps=eps)
+
+    def avg_pool2d(x: Any, kernel_size: Any, stride: Any, padding: Any, count_include_pad: bool = True) -> Any:
+        return F.avg_pool2d(x, kernel_size, stride, padding, count_include_pad=count_include_pad)
+
+    return {
+        "nn.linear": F.linear,
+        "nn.conv2d": F.conv2d,
+        "nn.max_pool2d": F.max_pool2d,
+        "nn.avg_pool2d": avg_pool2d,
+        "nn.adaptive_avg_pool2d": F.adaptive_avg_pool2d,
+        "nn.relu": torch.relu,
+        "nn.gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+        "nn.sigmoid": torch.sigmoid,
+        "nn.tanh": torch.tanh,
+        "nn.softmax": lambda x, axis=-1: torch.softmax(x, dim=axis),
+        "nn.batch_norm": batch_norm,
+        "nn.layer_norm": lambda x, normalized_shape, weight, bias, eps: F.layer_norm(x, tuple(normalized_shape), weight, bias, eps),
+    }
+
+
+class CudaBackend(ArrayNamespaceBackend):
+    """PyTorch on ``cuda:i`` (or the host CPU when emulated)."""
+
+    def __init__(self, *, device_count: int, emulated: bool, capabilities: list[ComputeCapability]) -> None:
+        import array_api_compat.torch as xp
+        import torch
+
+        super().__init__(xp, device_type="cuda", device_count=device_count, emulated=emulated)
+        self.torch = torch
+        self.ops.update(nn_ops())
+        self._capabilities = capabilities
+        #: Process-global PyTorch switches this backend (or a TensorCoresBackend on it) changed;
+        #: close() puts them back.
+        self.switches = SwitchState()
+
+    @classmethod
+    def create(cls, probe: ProbeResult) -> CudaBackend:
+        import torch
+
+        if probe.emulated:
+            return cls(device_count=1, emulated=True, capabilities=[EMULATED_CC])
+        if not torch.cuda.is_available():
+            raise BackendUnavailableError(
+                f"plugin cuda-tc: the NVIDIA driver reports {probe.device_count} GPU(s) but PyTorch {torch.__version__} cannot use CUDA "
+                f"(torch.version.cuda={torch.version.cuda}); install a CUDA build of torch, or set NEURENIX_EMULATE=cuda"
+            )
+        count = torch.cuda.device_count()
+        return cls(device_count=count, emulated=False, capabilities=[torch.cuda.get_device_capability(i) for i in range(count)])
+
+    # ---------------------------------------------------------------- private surface
+    def _native_device(self, index: int) -> Any:
+        return self.torch.device("cpu") if self.emulated else self.torch.device("cuda", index)
+
+    def _from_host(self, array: np.ndarray, index: int) -> Any:
+        torch = self.torch
+        if array.dtype == DTYPES["bfloat16"]:
+            # torch.from_numpy does not know ml_dtypes' bfloat16: reinterpret the same bits.
+            t = torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(array)
+        # .clone() / .to(cuda) copy: a later write to the caller's array must not change the tensor.
+        return t.clone() if self.emulated else t.to(self._native_device(index))
+
+    def _to_host(self, native: Any) -> np.ndarray:
+        t = native.detach().to("cpu").resolve_conj()
+        if t.dtype == self.torch.bfloat16:
+            return t.view(self.torch.uint16).numpy().view(DTYPES["bfloat16"]).copy()
+        return np.array(t.numpy(), copy=True)
+
+    def _dtype_of(self, native: Any) -> np.dtype[Any]:
+        return numpy_dtype(native.dtype)
+
+    def _nbytes_of(self, native: Any) -> int:
+        return int(native.numel() * native.element_size())
+
+    def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
+        return torch_dtype(dtype)
+
+    # ---------------------------------------------------------------- public
+    def compute_capability(self, index: int = 0) -> ComputeCapability:
+        """(major, minor) of device ``index``; an emulated device follows :data:`EMULATED_CC`."""
+        return tuple(self._capabilities[index])  # type: ignore[return-value]
+
+    def device_info(self, index: int) -> dict[str, Any]:
+        info = super().device_info(index)
+        cc = self.compute_capability(index)
+        info.update({
+            "compute_capability": f"{cc[0]}.{cc[1]}",
+            "architecture": architecture(cc),
+            "tensor_cores": bool(tensor_core_precisions(cc)),
+            "tensor_core_precisions": list(tensor_core_precisions(cc)),
+            "torch": self.torch.__version__,
+        })
+        if self.emulated:
+            info["name"] = f"emulated CUDA device on the host CPU (PyTorch CPU, compute capability {cc[0]}.{cc[1]} rules)"
+        else:
+            props = self.torch.cuda.get_device_properties(index)
+            info.update({"name": props.name, "total_memory": int(props.total_memory), "multiprocessors": props.multi_processor_count})
+        return info
+
+    def close(self) -> None:
+        self.switches.restore()

@@ -1,0 +1,71 @@
+"""Hook implementations of neurenix-cuda-tc (imports nothing heavy: no torch here)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from neurenix_core.hookspecs import hookimpl
+from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+
+from neurenix_cuda_tc import __version__
+from neurenix_cuda_tc import probe as _probe
+
+if TYPE_CHECKING:
+    from neurenix_core.backend import Backend, CompiledModel
+
+NATIVE_OPS = (
+    "matmul", "add", "multiply", "nn.linear", "nn.conv2d", "nn.relu", "nn.gelu", "nn.softmax",
+    "nn.max_pool2d", "nn.avg_pool2d", "nn.adaptive_avg_pool2d", "nn.batch_norm", "nn.layer_norm",
+    "nn.sigmoid", "nn.tanh",
+)
+
+
+@hookimpl
+def neurenix_manifest() -> Manifest:
+    return Manifest(
+        name="cuda-tc",
+        distribution="neurenix-cuda-tc",
+        version=__version__,
+        api=">=1.0,<2",
+        device_types=("cuda",),
+        band=PriorityBand.ACCELERATOR,
+        priority=60,
+        capabilities=Capabilities(
+            dtypes=("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"),
+            precisions=("fp32", "tf32", "fp16", "bf16", "mixed"),
+            native_ops=NATIVE_OPS,
+            compiles_models=True,
+            quantization=(),
+            dlpack=True,
+            extra={"tensor_cores": "compute capability >= 7.0", "runtime": "PyTorch"},
+        ),
+        install_hint="pip install neurenix-cuda-tc -c constraints.txt (needs an NVIDIA driver; NEURENIX_EMULATE=cuda runs on the CPU)",
+        emulation="cuda",
+        native_probe=True,
+        description="NVIDIA GPUs through PyTorch, with Tensor Core precision, alignment and profiling",
+        exports={"neurenix.hardware": "neurenix_cuda_tc.api", "neurenix.hardware.tensor_cores": "neurenix_cuda_tc.api"},
+    )
+
+
+@hookimpl
+def neurenix_probe(context: ProbeContext) -> ProbeResult:
+    return _probe.probe(context)
+
+
+@hookimpl
+def neurenix_native_probe(context: ProbeContext) -> ProbeResult:
+    return _probe.native_probe(context)
+
+
+@hookimpl
+def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
+    from neurenix_cuda_tc.backend import CudaBackend
+
+    return CudaBackend.create(probe)
+
+
+@hookimpl
+def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
+    from neurenix_cuda_tc.lowering import compile_graph
+
+    return compile_graph(backend, graph, options)
