@@ -1,0 +1,78 @@
+"""Import cost of ``neurenix_core`` (with every plugin installed) against ``import numpy``.
+
+Each sample is a fresh interpreter timing its own import with perf_counter, so interpreter start-up
+is excluded. neurenix and numpy runs are interleaved (so machine load hits both alike) and the
+median of N runs is reported. Also checks that no framework was imported.
+
+    python benchmarks/import_time.py [--runs 21] [--json out.json]
+
+Goal (issue 2): neurenix_core <= 1.3x numpy's import time, and none of torch/jax/openvino/
+ai_edge_litert/tflite_runtime in sys.modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+HEAVY = ("torch", "jax", "jaxlib", "openvino", "ai_edge_litert", "tflite_runtime", "tensorflow", "onnxruntime")
+
+SNIPPET = """
+import sys, time, json
+t0 = time.perf_counter()
+import {module}
+dt = time.perf_counter() - t0
+heavy = [m for m in {heavy!r} if m in sys.modules]
+extra = {{}}
+if "{module}" == "neurenix_core":
+    extra = {{"backends": [(b.name, b.status.value) for b in {module}.backends()]}}
+print(json.dumps({{"seconds": dt, "heavy": heavy, **extra}}))
+"""
+
+
+def sample(module: str, env: dict[str, str]) -> dict[str, Any]:
+    code = SNIPPET.format(module=module, heavy=HEAVY)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--json", help="write the result here")
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "0"})
+    sample("numpy", env), sample("neurenix_core", env)  # warm the page cache and .pyc files
+    numpy_s, nx_s, heavy, backends = [], [], set(), None
+    for _ in range(args.runs):
+        numpy_s.append(sample("numpy", env)["seconds"])
+        r = sample("neurenix_core", env)
+        nx_s.append(r["seconds"])
+        heavy.update(r["heavy"])
+        backends = r["backends"]
+    result = {
+        "runs": args.runs,
+        "numpy_median_ms": round(statistics.median(numpy_s) * 1e3, 2),
+        "neurenix_core_median_ms": round(statistics.median(nx_s) * 1e3, 2),
+        "ratio": round(statistics.median(nx_s) / statistics.median(numpy_s), 3),
+        "heavy_modules_imported": sorted(heavy),
+        "backends_discovered": backends,
+    }
+    print(f"import numpy          median {result['numpy_median_ms']:8.2f} ms  ({args.runs} runs, interleaved)")
+    print(f"import neurenix_core  median {result['neurenix_core_median_ms']:8.2f} ms  ratio {result['ratio']:.3f}x (goal <= 1.3x)")
+    print(f"frameworks imported: {result['heavy_modules_imported'] or 'none'}")
+    print(f"backends discovered: {backends}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install everything and run every test: the core, the contract suite over every backend
+# (plugins run emulated on the host CPU through their real runtimes) and each plugin's tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export NEURENIX_EMULATE=${NEURENIX_EMULATE:-cuda,tpu,npu,edgetpu}
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
+export XLA_FLAGS=${XLA_FLAGS:---xla_force_host_platform_device_count=4}
+paths=(tests)
+for dir in plugins/*/tests examples/neurenix-onnxruntime/tests; do
+  [ -d "$dir" ] && paths+=("$dir")
+done
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "${paths[@]}" "$@"
