@@ -1,0 +1,189 @@
+"""Compiled whole models: lowering + compile properties + the (graph, shapes, precision, device)
+cache, and the CompiledModel that runs them (one infer request per call, or an AsyncInferQueue
+for batches of inputs)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from neurenix_core.backend import CompiledModel
+from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDTypeError, UnsupportedOperationError
+from neurenix_core.graph import CompileOptions, Graph, QuantizationPlan
+from neurenix_npu_openvino.config import check_precision, precision_hint
+from neurenix_npu_openvino.lowering import lower_graph
+from neurenix_npu_openvino.quantize import check_plan
+
+if TYPE_CHECKING:
+    from neurenix_npu_openvino.backend import NPUOpenVINOBackend
+
+__all__ = ["OpenVINOCompiledModel", "compile_graph", "compile_openvino_model", "resolve_precision", "plan_fingerprint"]
+
+#: Layer types whose runtime precision tells whether quantization reached the kernels.
+COMPUTE_LAYERS = frozenset({"Convolution", "GroupConvolution", "FullyConnected", "MatMul", "Deconvolution"})
+_INTEGER_PRECISIONS = frozenset({"u8", "i8", "u16", "i16", "u4", "i4"})
+
+
+class OpenVINOCompiledModel(CompiledModel):
+    """A compiled OpenVINO model with the static input shapes it was compiled for."""
+
+    def __init__(self, backend: NPUOpenVINOBackend, compiled: Any, *, precision: str, input_specs: Sequence[tuple[str, tuple[int, ...], np.dtype[Any]]],
+                 optimize_for: str | None, nodes: int, source: str) -> None:
+        self.backend = backend
+        self.compiled = compiled
+        self.precision = precision
+        self.input_specs = tuple(input_specs)
+        self.optimize_for = optimize_for or "performance"
+        self._request = compiled.create_infer_request()
+        self._lock = threading.Lock()
+        self._outputs = len(compiled.outputs)
+        where = f"OpenVINO {backend.ov_device}" + (" (emulating npu: NEURENIX_EMULATE=npu)" if backend.emulated else "")
+        self.summary = (
+            f"{where}, precision {precision} (INFERENCE_PRECISION_HINT={precision_hint(precision)}), "
+            f"optimize_for={self.optimize_for}, {nodes} {source} node(s), {self._int_summary()}"
+        )
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(shape for _, shape, _ in self.input_specs)
+
+    @property
+    def emulated(self) -> bool:
+        return self.backend.emulated
+
+    # ------------------------------------------------------------------ running
+    def _check(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        if len(inputs) != len(self.input_specs):
+            raise ShapeError(f"{self.backend.device_label()}: the compiled model takes {len(self.input_specs)} input(s), got {len(inputs)}")
+        arrays = []
+        for value, (name, shape, dtype) in zip(inputs, self.input_specs):
+            array = np.asarray(value)
+            if tuple(array.shape) != shape:
+                raise ShapeError(
+                    f"{self.backend.device_label()}: input {name!r} of the compiled model must have shape {shape}, got {tuple(array.shape)}; "
+                    "compile again for this shape (nx.compile does so per shape) or reshape the input"
+                )
+            if array.dtype != dtype:
+                raise UnsupportedDTypeError(
+                    f"{self.backend.device_label()}: input {name!r} must be {dtype}, got {array.dtype}; cast it first (x.astype({dtype}))"
+                )
+            arrays.append(np.ascontiguousarray(array))
+        return arrays
+
+    def _run(self, *inputs: Any) -> Any:
+        arrays = self._check(inputs)
+        with self._lock:
+            result = self._request.infer(arrays, share_inputs=True, share_outputs=False)
+        outs = tuple(np.asarray(result[i]) for i in range(self._outputs))
+        return outs[0] if len(outs) == 1 else outs
+
+    def run_batches(self, batches: Iterable[Any], jobs: int | None = None) -> list[Any]:
+        """Run many inputs through OpenVINO's AsyncInferQueue; results keep the input order.
+
+        ``jobs`` parallel infer requests (default: the compiled model's optimal number). Each
+        item of ``batches`` is one input array or a tuple of inputs.
+        """
+        from openvino import AsyncInferQueue
+
+        items = [self._check(b if isinstance(b, tuple) else (b,)) for b in batches]
+        jobs = jobs or int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        queue = AsyncInferQueue(self.compiled, max(1, jobs))
+        results: list[Any] = [None] * len(items)
+
+        def done(request: Any, index: int) -> None:
+            outs = tuple(np.array(request.get_output_tensor(i).data, copy=True) for i in range(self._outputs))
+            results[index] = outs[0] if len(outs) == 1 else outs
+
+        queue.set_callback(done)
+        for i, arrays in enumerate(items):
+            queue.start_async(arrays, userdata=i)
+        queue.wait_all()
+        return results
+
+    # ------------------------------------------------------------------ inspection
+    def layer_precisions(self) -> dict[str, tuple[str, str]]:
+        """Each layer of the runtime graph: (layer type, runtime precision) as OpenVINO ran it."""
+        out: dict[str, tuple[str, str]] = {}
+        for op in self.compiled.get_runtime_model().get_ordered_ops():
+            rt = op.get_rt_info()
+            out[op.get_friendly_name()] = (rt["layerType"].astype(str), rt["runtimePrecision"].astype(str))
+        return out
+
+    def compute_layers(self) -> dict[str, str]:
+        """Convolution / fully connected layers and their runtime precision."""
+        return {name: prec for name, (kind, prec) in self.layer_precisions().items() if kind in COMPUTE_LAYERS}
+
+    def _int_summary(self) -> str:
+        try:
+            layers = self.compute_layers()
+        except RuntimeError as exc:
+            # Some devices (the NPU compiler) expose no runtime graph; say so instead of guessing.
+            return f"runtime precisions unavailable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ints = sum(1 for p in layers.values() if p.lower() in _INTEGER_PRECISIONS)
+        return f"{ints}/{len(layers)} conv/FC layer(s) in integer precision"
+
+
+# ---------------------------------------------------------------------- compilation
+def resolve_precision(backend: NPUOpenVINOBackend, precision: str | None, plan: QuantizationPlan | None) -> str:
+    """The explicit precision to compile with; never the device's silent default."""
+    if precision is None:
+        precision = f"int{plan.bits}" if plan is not None else ("fp32" if backend.emulated or "FP32" in backend.capabilities else "fp16")
+    check_precision(precision, backend.device_label(), backend.capabilities)
+    if precision in ("int8", "int16"):
+        if plan is None:
+            raise QuantizationError(
+                f"{backend.device_label()}: precision={precision!r} needs quantization parameters from calibration; "
+                "pass calibration data (nx.compile(model, device='npu', precision='int8', calibration=batches))"
+            )
+        check_plan(plan, precision, backend.device_label())
+    elif plan is not None:
+        raise QuantizationError(f"{backend.device_label()}: a {plan.bits}-bit quantization plan was given with precision={precision!r}; use precision='int{plan.bits}'")
+    return precision
+
+
+def plan_fingerprint(plan: QuantizationPlan | None) -> str:
+    if plan is None:
+        return "-"
+    h = hashlib.sha256(repr((plan.bits, plan.method, plan.dynamic)).encode())
+    for group in (plan.activations, plan.weights):
+        for name in sorted(group):
+            q = group[name]
+            h.update(name.encode() + repr((q.bits, q.axis, q.qmin, q.qmax)).encode())
+            h.update(np.ascontiguousarray(q.scale, np.float64).tobytes() + np.ascontiguousarray(q.zero_point, np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOptions) -> OpenVINOCompiledModel:
+    """Lower and compile ``graph`` (static input shapes) for the npu device; cached."""
+    plan = options.quantization
+    precision = resolve_precision(backend, options.precision, plan)
+    optimize_for = options.extra.get("optimize_for")
+    threads = options.extra.get("threads", backend.threads)
+    key = ("graph", graph.fingerprint(), precision, backend.ov_device, plan_fingerprint(plan), optimize_for, threads, backend.memory_optimization)
+
+    def build() -> Any:
+        model = lower_graph(graph, plan, device=backend.device_label())
+        return backend.compile_model(model, precision, optimize_for, threads=threads)
+
+    compiled = backend.cached_model(key, build)
+    specs = [(s.name, tuple(s.shape), np.dtype(s.dtype)) for s in graph.inputs]
+    return OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=len(graph.nodes), source="neurenix graph")
+
+
+def compile_openvino_model(backend: NPUOpenVINOBackend, model: Any, *, precision: str | None, optimize_for: str | None, threads: int | None = None) -> OpenVINOCompiledModel:
+    """Compile an ``openvino.Model`` (e.g. from openvino.convert_model) with static shapes."""
+    precision = resolve_precision(backend, precision, None)
+    specs = []
+    for param in model.get_parameters():
+        shape = param.get_partial_shape()
+        if shape.is_dynamic:
+            raise ShapeError(f"{backend.device_label()}: input {param.get_friendly_name()!r} has dynamic shape {shape}; pass example_input with the real shape")
+        specs.append((param.get_friendly_name(), tuple(int(d) for d in shape.to_shape()), np.dtype(param.get_element_type().to_dtype())))
+    if not specs:
+        raise UnsupportedOperationError(f"{backend.device_label()}: the model has no inputs")
+    compiled = backend.compile_model(model, precision, optimize_for, threads=threads)
+    return OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=len(model.get_ops()), source="OpenVINO")

@@ -1,0 +1,67 @@
+"""OpenVINO compile properties from neurenix precisions and optimization goals.
+
+Precision is always set explicitly: OpenVINO's CPU device (what emulation runs on) defaults to
+bf16 on CPUs with AMX, so leaving the hint out would silently change numerics. The NPU itself
+computes in fp16 and int8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from neurenix_core.errors import CompilationError, QuantizationError
+
+__all__ = ["PRECISIONS", "OPTIMIZE_FOR", "precision_hint", "performance_properties", "check_precision"]
+
+#: neurenix precision -> (INFERENCE_PRECISION_HINT, OPTIMIZATION_CAPABILITIES entry it needs).
+#: int8/int16 keep the float parts of the graph in f32; the quantized layers run in integers.
+PRECISIONS: Final[Mapping[str, tuple[str, str]]] = {
+    "fp32": ("f32", "FP32"),
+    "fp16": ("f16", "FP16"),
+    "bf16": ("bf16", "BF16"),
+    "int8": ("f32", "INT8"),
+    "int16": ("f32", "INT16"),
+}
+
+#: optimize_for -> OpenVINO hints. "accuracy" keeps every layer in the requested precision
+#: (EXECUTION_MODE_HINT=ACCURACY stops the plugin from lowering precision on its own).
+OPTIMIZE_FOR: Final[Mapping[str, Mapping[str, str]]] = {
+    "performance": {"PERFORMANCE_HINT": "LATENCY", "EXECUTION_MODE_HINT": "PERFORMANCE"},
+    "latency": {"PERFORMANCE_HINT": "LATENCY"},
+    "throughput": {"PERFORMANCE_HINT": "THROUGHPUT"},
+    "accuracy": {"PERFORMANCE_HINT": "LATENCY", "EXECUTION_MODE_HINT": "ACCURACY"},
+}
+
+
+def check_precision(precision: str, device: str, capabilities: tuple[str, ...]) -> None:
+    """Raise a clear error when ``device`` cannot run ``precision`` (read from OpenVINO)."""
+    if precision not in PRECISIONS:
+        raise CompilationError(
+            f"{device}: precision {precision!r} is not supported by the OpenVINO backend; use one of {', '.join(PRECISIONS)}"
+        )
+    needed = PRECISIONS[precision][1]
+    # The NPU reports no FP32 but accepts f32 graphs by converting them; only the quantized and
+    # reduced-precision modes need the device to report the capability.
+    if precision == "fp32" or needed in capabilities:
+        return
+    error = QuantizationError if precision.startswith("int") else CompilationError
+    raise error(
+        f"{device} cannot run {precision}: OpenVINO reports its capabilities as {', '.join(capabilities) or 'none'} "
+        f"(no {needed}). Use precision='int8' or 'fp16' on this device, or compile for device='cpu'."
+    )
+
+
+def precision_hint(precision: str) -> str:
+    return PRECISIONS[precision][0]
+
+
+def performance_properties(optimize_for: str | None, precision: str, threads: int | None) -> dict[str, Any]:
+    """All compile properties for one compiled model."""
+    if optimize_for is not None and optimize_for not in OPTIMIZE_FOR:
+        raise CompilationError(f"optimize_for={optimize_for!r} is not one of {', '.join(OPTIMIZE_FOR)}")
+    props: dict[str, Any] = dict(OPTIMIZE_FOR[optimize_for or "performance"])
+    props["INFERENCE_PRECISION_HINT"] = precision_hint(precision)
+    if threads is not None:
+        props["INFERENCE_NUM_THREADS"] = int(threads)
+    return props

@@ -1,0 +1,86 @@
+"""Hook implementations of neurenix-npu-openvino (entry point ``npu-openvino``).
+
+Imported by ``import neurenix_core``: it imports nothing heavy. OpenVINO is imported by the
+backend factory, the first time an npu device is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from neurenix_core.errors import BackendUnavailableError
+from neurenix_core.hookspecs import hookimpl
+from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_npu_openvino import probe as _probe
+
+if TYPE_CHECKING:
+    from neurenix_core.backend import Backend, CompiledModel
+
+__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_backend", "neurenix_compile"]
+
+_VERSION: Final = "0.1.0"
+# Kept in sync with eager.NATIVE_OPS (a test checks it) so the manifest stays import-free.
+_NATIVE_OPS: Final = (
+    "abs", "exp", "log", "sqrt", "negative", "sin", "cos", "tan", "tanh", "floor", "ceil", "sign",
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "pow", "matmul",
+    "nn.linear", "nn.conv2d", "nn.relu", "nn.gelu", "nn.sigmoid", "nn.tanh", "nn.softmax",
+    "nn.max_pool2d", "nn.avg_pool2d", "nn.adaptive_avg_pool2d", "nn.batch_norm", "nn.layer_norm",
+)
+
+
+@hookimpl
+def neurenix_manifest() -> Manifest:
+    return Manifest(
+        name="npu-openvino",
+        distribution="neurenix-npu-openvino",
+        version=_VERSION,
+        api=">=1.0,<2",
+        device_types=("npu",),
+        band=PriorityBand.NPU,
+        priority=50,
+        capabilities=Capabilities(
+            dtypes=("float32", "float16"),
+            precisions=("fp32", "fp16", "int8"),
+            native_ops=_NATIVE_OPS,
+            compiles_models=True,
+            quantization=("int8",),
+            dlpack=False,
+            extra={"runtime": "OpenVINO", "async_batches": True},
+        ),
+        install_hint="pip install neurenix-npu-openvino (OpenVINO) and the Intel NPU driver (intel_vpu, linux-npu-driver)",
+        emulation="npu",
+        description="Intel NPU through OpenVINO: compiled graphs, int8 through FakeQuantize",
+        exports={"neurenix.hardware.npu": "neurenix_npu_openvino.api"},
+    )
+
+
+@hookimpl
+def neurenix_probe(context: ProbeContext) -> ProbeResult:
+    if context.emulate:
+        if not _probe.runtime_installed():
+            return ProbeResult.missing("NEURENIX_EMULATE=npu needs the OpenVINO runtime: pip install openvino")
+        return ProbeResult.emulating(1, reason="emulated: OpenVINO's CPU device runs the NPU code path (NEURENIX_EMULATE=npu)")
+    found = _probe.scan()
+    if not found.available:
+        return ProbeResult.missing(found.reason)
+    # OpenVINO exposes all Intel NPUs of a machine as one "NPU" device.
+    return ProbeResult.found(1, device_nodes=list(found.device_nodes), plugin_library=str(found.plugin_library))
+
+
+@hookimpl
+def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
+    if not probe.available:
+        raise BackendUnavailableError(f"npu (plugin npu-openvino) is not available: {probe.reason}")
+    from neurenix_npu_openvino.backend import NPUOpenVINOBackend
+
+    return NPUOpenVINOBackend(device_count=probe.device_count, emulated=probe.emulated)
+
+
+@hookimpl
+def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
+    from neurenix_npu_openvino.backend import NPUOpenVINOBackend
+    from neurenix_npu_openvino.compiled import compile_graph
+
+    if not isinstance(backend, NPUOpenVINOBackend):
+        raise TypeError(f"npu-openvino's neurenix_compile got a {type(backend).__name__}, not its own backend")
+    return compile_graph(backend, graph, options)

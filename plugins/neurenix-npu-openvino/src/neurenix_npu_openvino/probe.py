@@ -1,0 +1,100 @@
+"""Intel NPU detection without importing OpenVINO.
+
+Three facts decide availability, each checked on the file system only (the probe runs at
+``import neurenix_core`` and must stay cheap):
+
+1. the OpenVINO package is installed (``importlib.util.find_spec``; never imported here),
+2. its NPU plugin library ``libopenvino_intel_npu_plugin.so`` ships inside that package,
+3. the kernel driver ``intel_vpu`` exposes device nodes ``/dev/accel/accel*``
+   (``/sys/class/accel/accelN/device/driver`` links to ``.../intel_vpu``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+__all__ = ["NPU_DRIVER", "NPU_PLUGIN_LIBRARY", "NPUScan", "scan", "openvino_dir", "npu_plugin_library", "npu_device_nodes"]
+
+NPU_DRIVER: Final = "intel_vpu"
+NPU_PLUGIN_LIBRARY: Final = "libopenvino_intel_npu_plugin.so"
+_SYS_ACCEL: Final = Path("/sys/class/accel")
+_DEV_ACCEL: Final = Path("/dev/accel")
+
+
+@dataclass(frozen=True, slots=True)
+class NPUScan:
+    """What the file system says; ``reason`` is empty when an NPU is usable."""
+
+    openvino: Path | None
+    plugin_library: Path | None
+    device_nodes: tuple[str, ...]
+    reason: str
+
+    @property
+    def available(self) -> bool:
+        return not self.reason
+
+
+def openvino_dir() -> Path | None:
+    """The installed ``openvino`` package folder, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("openvino")
+    except (ImportError, ValueError):
+        # A broken installation (e.g. a half-removed package) counts as "not installed".
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def npu_plugin_library(package: Path) -> Path | None:
+    """OpenVINO's NPU plugin inside the wheel (``libs/``) or next to a system install."""
+    for candidate in (package / "libs" / NPU_PLUGIN_LIBRARY, package / NPU_PLUGIN_LIBRARY):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def npu_device_nodes(sys_accel: Path = _SYS_ACCEL, dev_accel: Path = _DEV_ACCEL) -> tuple[str, ...]:
+    """``/dev/accel/accelN`` nodes whose sysfs device is bound to the intel_vpu driver."""
+    if not sys_accel.is_dir():
+        return ()
+    nodes: list[str] = []
+    for entry in sorted(sys_accel.glob("accel*")):
+        driver = entry / "device" / "driver"
+        try:
+            bound = os.path.basename(os.readlink(driver))
+        except OSError:
+            continue  # no driver bound to this accel node: not usable, not ours
+        node = dev_accel / entry.name
+        if bound == NPU_DRIVER and node.exists():
+            nodes.append(str(node))
+    return tuple(nodes)
+
+
+def scan() -> NPUScan:
+    """Check runtime, plugin library and driver, and say in one sentence what is missing."""
+    package = openvino_dir()
+    if package is None:
+        return NPUScan(None, None, (), "OpenVINO is not installed: pip install openvino (neurenix-npu-openvino depends on it)")
+    library = npu_plugin_library(package)
+    nodes = npu_device_nodes()
+    if library is None:
+        reason = f"the OpenVINO package at {package} has no {NPU_PLUGIN_LIBRARY}: reinstall openvino from PyPI (the wheel ships the NPU plugin)"
+    elif not nodes:
+        reason = (
+            f"no /dev/accel/accel* node bound to the {NPU_DRIVER} driver: install the Intel NPU driver "
+            "(linux-npu-driver, kernel module intel_vpu) on a machine with an Intel NPU (Core Ultra)"
+        )
+    else:
+        reason = ""
+    return NPUScan(package, library, nodes, reason)
+
+
+def runtime_installed() -> bool:
+    """True when the OpenVINO runtime can be imported later (used by emulation)."""
+    return openvino_dir() is not None

@@ -1,0 +1,56 @@
+"""The core's QuantizationPlan as OpenVINO FakeQuantize nodes.
+
+The core computes every scale and zero point once (neurenix_core.quantization); here they only
+change form. OpenVINO's low-precision transformations then fold FakeQuantize -> Convolution /
+MatMul patterns into real int8 kernels (u8 activations x i8 weights), which
+``layer_precisions`` reads back from the compiled model's runtime graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.errors import QuantizationError
+from neurenix_core.graph import QuantParams, QuantizationPlan
+
+__all__ = ["fake_quantize", "check_plan", "weight_bounds", "activation_bounds"]
+
+
+def activation_bounds(q: QuantParams) -> tuple[np.ndarray, np.ndarray, int]:
+    """(low, high, levels) of per-tensor affine parameters: real = scale * (q - zero_point)."""
+    scale = np.asarray(q.scale, np.float64).reshape(())
+    zp = np.asarray(q.zero_point, np.float64).reshape(())
+    low = scale * (q.qmin - zp)
+    high = scale * (q.qmax - zp)
+    return low.astype(np.float32), high.astype(np.float32), int(q.qmax - q.qmin + 1)
+
+
+def weight_bounds(q: QuantParams, ndim: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per-output-channel bounds shaped to broadcast against a weight of rank ``ndim``."""
+    scale = np.asarray(q.scale, np.float64).reshape(-1)
+    zp = np.asarray(q.zero_point, np.float64).reshape(-1)
+    shape = (-1,) + (1,) * (ndim - 1) if q.axis is not None else ()
+    low = (scale * (q.qmin - zp)).reshape(shape) if shape else (scale * (q.qmin - zp)).reshape(())
+    high = (scale * (q.qmax - zp)).reshape(shape) if shape else (scale * (q.qmax - zp)).reshape(())
+    return low.astype(np.float32), high.astype(np.float32), int(q.qmax - q.qmin + 1)
+
+
+def fake_quantize(opset: Any, node: Any, low: np.ndarray, high: np.ndarray, levels: int) -> Any:
+    lo, hi = opset.constant(low), opset.constant(high)
+    return opset.fake_quantize(node, lo, hi, lo, hi, levels)
+
+
+def check_plan(plan: QuantizationPlan, precision: str, device: str) -> None:
+    """Refuse a plan whose bit width contradicts the requested precision, or with bad numbers."""
+    want = {"int8": 8, "int16": 16}.get(precision)
+    if want is None or plan.bits != want:
+        raise QuantizationError(
+            f"{device}: the quantization plan has {plan.bits}-bit parameters but precision={precision!r} was asked; "
+            "calibrate again with the same precision"
+        )
+    for name, q in [*plan.activations.items(), *plan.weights.items()]:
+        scale = np.asarray(q.scale)
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise QuantizationError(f"{device}: quantization scale of {name!r} is not finite and positive ({scale.ravel()[:4]}); recalibrate with finite data")
