@@ -8,11 +8,12 @@ phase and cause, never an exception out of ``import neurenix_core`` (unless stri
 from __future__ import annotations
 
 import enum
+import functools
 import threading
+import time
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import metadata
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,6 +22,7 @@ import pluggy
 from neurenix_core import hookspecs
 from neurenix_core.config import Config
 from neurenix_core.device import Device, DeviceType
+from neurenix_core.entrypoints import EntryPoint, entry_points
 from neurenix_core.errors import (
     BackendUnavailableError,
     DeviceNotFoundError,
@@ -35,7 +37,7 @@ from neurenix_core.manifest import (
     api_compatible,
     validate_manifest,
 )
-from neurenix_core.probing import ProbeFailure, run_bounded, run_native_probe
+from neurenix_core.probing import PendingProbe, ProbeFailure, run_native_probe
 
 if TYPE_CHECKING:
     from neurenix_core.backend import Backend
@@ -148,8 +150,8 @@ class Registry:
         self._auto_default: Device | None = None
 
     # ------------------------------------------------------------------ discovery
-    def discover(self, entry_points: Iterable[metadata.EntryPoint] | None = None) -> None:
-        eps = list(metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points is None else entry_points)
+    def discover(self, eps: Iterable[EntryPoint] | None = None) -> None:
+        eps = list(entry_points(ENTRY_POINT_GROUP) if eps is None else eps)
         seen: set[str] = set()
         for ep in eps:
             record = self._record_for(ep)
@@ -164,33 +166,32 @@ class Registry:
                 self._load(record, ep)
         if not any(r.builtin and r.name == "cpu" for r in self.records):
             self._register_builtin_cpu()
+        self._probe_all([r for r in self.records if r.manifest is not None and r.failure is None and r.denied is None])
         self._check_emulate_tokens()
         self._rank()
         if self.config.strict:
             self._raise_if_failed()
 
-    def _record_for(self, ep: metadata.EntryPoint) -> PluginRecord:
-        dist = getattr(ep, "dist", None)
-        dist_name = dist.metadata["Name"] if dist is not None else None
+    def _record_for(self, ep: EntryPoint) -> PluginRecord:
         return PluginRecord(
             name=ep.name,
             module_name=ep.value,
-            distribution=dist_name,
-            version=dist.version if dist is not None else None,
-            builtin=ep.name == "cpu" and dist_name == BUILTIN_DISTRIBUTION,
+            distribution=ep.dist_name,
+            version=ep.dist_version,
+            builtin=ep.name == "cpu" and ep.dist_name == BUILTIN_DISTRIBUTION,
         )
 
     def _register_builtin_cpu(self) -> None:
         # A source checkout that was never pip-installed has no entry points; the host backend is
         # part of the core and must exist, so it is registered directly and the fact is noted.
-        ep = metadata.EntryPoint(name="cpu", value=BUILTIN_CPU_MODULE, group=ENTRY_POINT_GROUP)
+        ep = EntryPoint("cpu", BUILTIN_CPU_MODULE, ENTRY_POINT_GROUP, BUILTIN_DISTRIBUTION, None)
         record = PluginRecord(name="cpu", module_name=BUILTIN_CPU_MODULE, distribution=BUILTIN_DISTRIBUTION, version=None, builtin=True)
         self.records.append(record)
         self.notes.append("the built-in cpu backend was registered directly: neurenix-core's entry points are not installed (pip install -e .)")
         self._load(record, ep)
 
-    def _load(self, record: PluginRecord, ep: metadata.EntryPoint) -> None:
-        steps = (self._import, self._register, self._read_manifest, self._check_api, self._run_probe)
+    def _load(self, record: PluginRecord, ep: EntryPoint) -> None:
+        steps = (self._import, self._register, self._read_manifest, self._check_api)
         for step in steps:
             if not step(record, ep):
                 return
@@ -199,7 +200,7 @@ class Registry:
         record.failure = Failure(phase, cause)
         return False
 
-    def _import(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+    def _import(self, record: PluginRecord, ep: EntryPoint) -> bool:
         try:
             loaded = ep.load()
         except BaseException as exc:  # noqa: BLE001 - a plugin's import must not break ours
@@ -211,7 +212,7 @@ class Registry:
         record.module = loaded
         return True
 
-    def _register(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+    def _register(self, record: PluginRecord, ep: EntryPoint) -> bool:
         assert record.module is not None
         try:
             self._pm.register(record.module, name=record.name)
@@ -223,7 +224,7 @@ class Registry:
             return self._fail(record, "register", f"module {record.module_name} does not implement {', '.join(missing)}")
         return True
 
-    def _read_manifest(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+    def _read_manifest(self, record: PluginRecord, ep: EntryPoint) -> bool:
         try:
             raw = self.call(record, "neurenix_manifest")
             record.manifest = validate_manifest(raw)
@@ -237,7 +238,7 @@ class Registry:
             DeviceType(device_type)  # registers vendor types so Device("ort:0") parses
         return True
 
-    def _check_api(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+    def _check_api(self, record: PluginRecord, ep: EntryPoint) -> bool:
         assert record.manifest is not None
         if api_compatible(record.manifest.api):
             return True
@@ -249,19 +250,28 @@ class Registry:
             f"upgrade {record.distribution or record.name} or install a neurenix-core it supports",
         )
 
-    def _run_probe(self, record: PluginRecord, ep: metadata.EntryPoint) -> bool:
+    def _context(self, record: PluginRecord) -> ProbeContext:
         assert record.manifest is not None
-        m = record.manifest
-        ctx = ProbeContext(emulate=m.emulation is not None and m.emulation in self.config.emulate, timeout=self.config.probe_timeout)
-        try:
-            result = run_bounded(lambda: self.call(record, "neurenix_probe", context=ctx), ctx.timeout, record.name)
-            result = self._check_probe(result)
-            if result.needs_native:
-                result = self._native(record, ctx)
-        except ProbeFailure as exc:
-            return self._fail(record, "probe", str(exc))
-        record.probe = result
-        return True
+        token = record.manifest.emulation
+        return ProbeContext(emulate=token is not None and token in self.config.emulate, timeout=self.config.probe_timeout)
+
+    def _probe_all(self, records: list[PluginRecord]) -> None:
+        """Start every probe, then collect them against one deadline (import waits for the slowest)."""
+        pending = []
+        for record in records:
+            ctx = self._context(record)
+            call = functools.partial(self.call, record, "neurenix_probe", context=ctx)
+            pending.append((record, ctx, PendingProbe(call, record.name)))
+        deadline = time.monotonic() + self.config.probe_timeout
+        for record, ctx, probe in pending:
+            try:
+                result = self._check_probe(probe.result(deadline, ctx.timeout))
+                if result.needs_native:
+                    result = self._native(record, ctx)
+            except ProbeFailure as exc:
+                self._fail(record, "probe", str(exc))
+                continue
+            record.probe = result
 
     def _native(self, record: PluginRecord, ctx: ProbeContext) -> ProbeResult:
         assert record.manifest is not None
