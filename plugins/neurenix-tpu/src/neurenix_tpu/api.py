@@ -1,0 +1,101 @@
+"""The seed-style TPU API (``from neurenix.hardware.tpu import TPUBackend, is_tpu_available``).
+
+A thin layer over the core: availability comes from the registry's probe (no JAX import), and
+``TPUBackend.initialize()`` starts the real backend, raising ``BackendUnavailableError`` with the
+missing piece (libtpu, device nodes) when there is no TPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import neurenix_core as nx
+from neurenix_core.device import Device, DeviceType
+
+__all__ = ["is_tpu_available", "is_tpu_emulated", "tpu_device_count", "TPUBackend", "Device", "DeviceType"]
+
+
+def _record() -> Any:
+    from neurenix_core._state import registry
+
+    return registry().record_named("tpu")
+
+
+def is_tpu_available(*, include_emulated: bool = True) -> bool:
+    """True when a ``tpu`` device can be used (emulated ones count unless ``include_emulated=False``)."""
+    record = _record()
+    if record is None or not record.usable:
+        return False
+    return include_emulated or not record.emulated
+
+
+def is_tpu_emulated() -> bool:
+    """True when ``tpu`` devices run on JAX's CPU platform (NEURENIX_EMULATE=tpu)."""
+    record = _record()
+    return record is not None and record.usable and record.emulated
+
+
+def tpu_device_count() -> int:
+    return len(nx.devices("tpu")) if is_tpu_available() else 0
+
+
+class TPUBackend:
+    """The TPU runtime as the seed documents it: ``TPUBackend().initialize()`` then use devices.
+
+    ``initialize()`` returns True once JAX found the devices; it raises
+    ``BackendUnavailableError`` (never returns False silently) naming what is missing.
+    """
+
+    def __init__(self) -> None:
+        self._backend: Any = None
+
+    def initialize(self) -> bool:
+        self._backend = nx.backend(Device(DeviceType.TPU, 0))
+        return True
+
+    @property
+    def backend(self) -> Any:
+        if self._backend is None:
+            self.initialize()
+        return self._backend
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.backend.emulated)
+
+    def device_count(self) -> int:
+        return int(self.backend.device_count())
+
+    def devices(self) -> list[Device]:
+        return list(self.backend.devices())
+
+    def device_info(self, index: int = 0) -> dict[str, Any]:
+        """Chip version, TensorCores, HBM, bytes in use (ours and the runtime's), emulation."""
+        return dict(self.backend.device_info(index))
+
+    def memory_stats(self, index: int = 0) -> Any:
+        return nx.memory_stats(Device(DeviceType.TPU, index))
+
+    def set_memory_limit(self, nbytes: int | None, index: int = 0) -> None:
+        nx.set_memory_limit(Device(DeviceType.TPU, index), nbytes)
+
+    def compile_graph(
+        self, graph: Any, *, index: int = 0, precision: str | None = None,
+        batch_buckets: tuple[int, ...] = (), data_parallel: bool | int = False,
+    ) -> Any:
+        """Compile a ``neurenix_core.graph.Graph`` (concrete input shapes) for ``tpu:index``.
+
+        ``nx.compile(model, device="tpu:0", ...)`` is the usual entry; this serves graphs built
+        by hand and tools that already hold a Graph.
+        """
+        from neurenix_core.graph import CompileOptions
+
+        from neurenix_tpu.lowering import compile_graph
+
+        extra = {"batch_buckets": tuple(batch_buckets), "data_parallel": data_parallel}
+        options = CompileOptions(device=Device(DeviceType.TPU, index), precision=precision, extra=extra)
+        return compile_graph(self.backend, graph, options)
+
+    def __repr__(self) -> str:
+        state = "not initialized" if self._backend is None else f"{self.device_count()} device(s){' (emulated)' if self.emulated else ''}"
+        return f"TPUBackend({state})"

@@ -1,0 +1,151 @@
+"""The TPU backend: JAX arrays committed to one PJRT device each, ops through ``jax.numpy``.
+
+Imported by the backend factory only (first use of a ``tpu`` device). With emulation the very
+same code runs on JAX's CPU platform: ``jax.devices("cpu")`` instead of ``jax.devices("tpu")``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.backend import ArrayNamespaceBackend
+from neurenix_core.dtypes import DTYPES
+from neurenix_core.errors import BackendUnavailableError, DeviceNotFoundError, UnsupportedDTypeError
+
+__all__ = ["JaxTPUBackend", "TENSORCORES_PER_CHIP", "XLA_MEMORY_VARIABLES"]
+
+# TensorCores behind one JAX device, by device_kind. v4/v5p fuse two cores into one "megacore"
+# device; v2/v3 expose each core as its own device; v5e/v6e chips have one core.
+TENSORCORES_PER_CHIP: dict[str, int] = {
+    "TPU v2": 1, "TPU v3": 1, "TPU v4": 2, "TPU v5 lite": 1, "TPU v5e": 1, "TPU v5": 2, "TPU v5p": 2, "TPU v6 lite": 1, "TPU v6e": 1,
+}
+# The allocator settings XLA reads when the client starts; we never change them, only report them.
+XLA_MEMORY_VARIABLES: tuple[str, ...] = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR", "TPU_PREMAPPED_BUFFER_SIZE",
+)
+
+
+def _import_jax(emulated: bool) -> Any:
+    # JAX_PLATFORMS must be set before JAX starts its clients: with emulation we must not grab a
+    # real TPU (or spend seconds initialising one) that another process may be using.
+    if emulated and "JAX_PLATFORMS" not in os.environ and "jax" not in sys.modules:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    return jax
+
+
+def _platform_devices(jax: Any, emulated: bool) -> list[Any]:
+    platform = "cpu" if emulated else "tpu"
+    try:
+        return list(jax.devices(platform))
+    except RuntimeError as exc:
+        if emulated:
+            raise BackendUnavailableError(
+                f"plugin tpu (neurenix-tpu): NEURENIX_EMULATE=tpu needs JAX's CPU platform but JAX could not start it "
+                f"({exc}); unset JAX_PLATFORMS or include 'cpu' in it"
+            ) from exc
+        raise BackendUnavailableError(
+            f"plugin tpu (neurenix-tpu): JAX found no TPU ({exc}). Check that libtpu is installed "
+            "(pip install 'neurenix-tpu[tpu]'), that /dev/accel* or /dev/vfio/* exist and that no other process holds the TPU"
+        ) from exc
+
+
+class JaxTPUBackend(ArrayNamespaceBackend):
+    """``tpu:i`` is ``jax.devices("tpu")[i]`` (or ``jax.devices("cpu")[i]`` when emulated)."""
+
+    def __init__(self, *, emulated: bool) -> None:
+        jax = _import_jax(emulated)
+        # Without x64 JAX silently turns float64/int64 data into 32-bit: neurenix never relabels
+        # data, so 64-bit types stay 64-bit (matmuls in float32 are unaffected).
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+
+        from neurenix_tpu.kernels import EAGER_NN_OPS
+
+        self.jax = jax
+        self.jax_devices = _platform_devices(jax, emulated)
+        super().__init__(jnp, device_type="tpu", device_count=len(self.jax_devices), emulated=emulated)
+        self.ops.update(EAGER_NN_OPS)
+        # JAX arrays are immutable: assignment returns a new array that the core stores.
+        self.ops["__setitem__"] = lambda a, key, value: a.at[key].set(value)
+        # Programs (device-resident weights + jit) live as long as a compiled model uses them.
+        self.compile_cache: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
+        self._adopt_runtime_limits()
+
+    def _adopt_runtime_limits(self) -> None:
+        # On a TPU, PJRT's bytes_limit already reflects XLA_PYTHON_CLIENT_MEM_FRACTION /
+        # PREALLOCATE: enforcing it in the core turns XLA's RESOURCE_EXHAUSTED into our clear
+        # OutOfMemoryError before anything is allocated. nx.set_memory_limit overrides it.
+        for i, dev in enumerate(self.jax_devices):
+            limit = (dev.memory_stats() or {}).get("bytes_limit")
+            if limit:
+                self.memory.set_limit(i, int(limit))
+
+    # ---------------------------------------------------------------- private surface
+    def _native_device(self, index: int) -> Any:
+        if not 0 <= index < len(self.jax_devices):
+            raise DeviceNotFoundError(
+                f"tpu:{index} does not exist: JAX reports {len(self.jax_devices)} "
+                f"{'emulated ' if self.emulated else ''}TPU device(s) (tpu:0..tpu:{len(self.jax_devices) - 1})"
+            )
+        return self.jax_devices[index]
+
+    def _from_host(self, array: np.ndarray, index: int) -> Any:
+        # device_put copies (it never aliases the caller's NumPy buffer) and commits the array
+        # to that device, so jax.numpy ops on it run there and stay there.
+        return self.jax.device_put(array, self._native_device(index))
+
+    def _to_host(self, native: Any) -> np.ndarray:
+        return np.array(native, copy=True)
+
+    def _dtype_of(self, native: Any) -> np.dtype[Any]:
+        return np.dtype(native.dtype)
+
+    def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
+        if str(dtype) not in DTYPES:
+            raise UnsupportedDTypeError(f"tpu (backend {self.name}) does not support dtype {dtype}; cast to float32 or bfloat16 first")
+        return dtype
+
+    def index_of(self, native: Any) -> int:
+        """The ``tpu:i`` index a committed JAX array lives on (used by sharding and checks)."""
+        (dev,) = native.devices()
+        return self.jax_devices.index(dev)
+
+    # ---------------------------------------------------------------- public
+    @property
+    def platform(self) -> str:
+        return "cpu" if self.emulated else "tpu"
+
+    def runtime_bytes_in_use(self, index: int) -> int:
+        """Bytes the runtime holds on ``tpu:index``: PJRT's allocator statistics where the device
+        reports them (TPU), else the sum of live JAX buffers on it (the CPU platform has none)."""
+        dev = self._native_device(index)
+        stats = dev.memory_stats()
+        if stats and "bytes_in_use" in stats:
+            return int(stats["bytes_in_use"])
+        return sum(int(s.data.nbytes) for a in self.jax.live_arrays() for s in a.addressable_shards if s.device == dev)
+
+    def device_info(self, index: int) -> dict[str, Any]:
+        dev = self._native_device(index)
+        info = super().device_info(index)
+        stats = dev.memory_stats() or {}
+        kind = str(dev.device_kind)
+        info.update({
+            "name": f"{kind} (emulated TPU on JAX's CPU platform)" if self.emulated else kind,
+            "platform": dev.platform,
+            "chip_version": "emulated (host CPU)" if self.emulated else kind,
+            "cores": 1 if self.emulated else TENSORCORES_PER_CHIP.get(kind, getattr(dev, "num_cores", 1)),
+            "hbm_bytes": stats.get("bytes_limit"),
+            "bytes_in_use": self.memory.stats(index).in_use,
+            "runtime_bytes_in_use": self.runtime_bytes_in_use(index),
+            "jax": self.jax.__version__,
+            "default_precision": "fp32 (CPU platform; nx.compile defaults to bf16 as on TPU)" if self.emulated else "bf16 (TPU MXU default)",
+            "xla_memory_settings": {k: os.environ[k] for k in XLA_MEMORY_VARIABLES if k in os.environ},
+        })
+        return info

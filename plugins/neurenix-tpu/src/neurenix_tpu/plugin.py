@@ -1,0 +1,66 @@
+"""Hook implementations of neurenix-tpu (entry point ``tpu`` in group ``neurenix.backends``).
+
+Imported by ``import neurenix_core``: nothing heavy here. JAX is imported by the backend
+factory and the compile hook, which the core calls only when a ``tpu`` device is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from neurenix_core.hookspecs import hookimpl
+from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+
+from neurenix_tpu import __version__
+from neurenix_tpu.probe import probe
+
+if TYPE_CHECKING:
+    from neurenix_core.backend import Backend, CompiledModel
+
+#: Precision modes nx.compile accepts for tpu devices (None means "bf16", the TPU default).
+PRECISIONS: tuple[str, ...] = ("bf16", "fp32")
+
+
+@hookimpl
+def neurenix_manifest() -> Manifest:
+    return Manifest(
+        name="tpu",
+        distribution="neurenix-tpu",
+        version=__version__,
+        api=">=1.0,<2",
+        device_types=("tpu",),
+        band=PriorityBand.ACCELERATOR,
+        priority=50,
+        capabilities=Capabilities(
+            dtypes=("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                    "float16", "bfloat16", "float32", "float64", "complex64", "complex128"),
+            precisions=PRECISIONS,
+            native_ops=("*",),
+            compiles_models=True,
+            dlpack=True,
+            extra={"data_parallel": True, "batch_buckets": True, "runtime": "JAX/PJRT"},
+        ),
+        install_hint="pip install 'neurenix-tpu[tpu]' on a Cloud TPU VM (JAX with libtpu)",
+        emulation="tpu",
+        description="Cloud TPU through JAX/PJRT (whole models fused into one XLA program)",
+        exports={"neurenix.hardware.tpu": "neurenix_tpu.api"},
+    )
+
+
+@hookimpl
+def neurenix_probe(context: ProbeContext) -> ProbeResult:
+    return probe(context)
+
+
+@hookimpl
+def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
+    from neurenix_tpu.backend import JaxTPUBackend
+
+    return JaxTPUBackend(emulated=probe.emulated)
+
+
+@hookimpl
+def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
+    from neurenix_tpu.lowering import compile_graph
+
+    return compile_graph(backend, graph, options)
