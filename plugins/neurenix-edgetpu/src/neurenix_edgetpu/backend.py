@@ -1,0 +1,105 @@
+"""EdgeTPUBackend: host NumPy storage, LiteRT interpreters per device, cached single-op models.
+
+Native storage is host ``numpy.ndarray`` (the Edge TPU has no addressable memory of its own:
+LiteRT copies inputs to it on every invoke). Whole models compile to int8 TFLite (model.py);
+eager ops run as cached single-op float32 TFLite models (eager.py) and fall back per policy.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from neurenix_core.backend import Backend
+from neurenix_core.dtypes import DTYPES
+from neurenix_core.errors import BackendUnavailableError, UnsupportedDTypeError
+from neurenix_core.manifest import ProbeResult
+
+from neurenix_edgetpu import probe as probe_mod
+from neurenix_edgetpu.runtime import Runner, load_litert
+from neurenix_edgetpu.verify import EDGETPU_CUSTOM_OP, ModelInfo
+
+__all__ = ["EdgeTPUBackend"]
+
+
+class EdgeTPUBackend(Backend):
+    """Serves ``edgetpu:0..n-1``: real Coral devices through libedgetpu, or LiteRT's CPU interpreter."""
+
+    def __init__(self, probe: ProbeResult) -> None:
+        super().__init__(device_type="edgetpu", device_count=probe.device_count, emulated=probe.emulated)
+        self.litert = load_litert()
+        self.device_names: list[str] = list(probe.details.get("devices", [])) or [f"emulated:{i}" for i in range(probe.device_count)]
+        self.library: str | None = probe.details.get("library")
+        self._delegates: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        from neurenix_edgetpu.eager import op_table
+
+        self.ops = op_table(self)
+
+    # ---------------------------------------------------------------- private surface
+    def _from_host(self, array: np.ndarray, index: int) -> Any:
+        return np.array(array, copy=True)  # our own copy: the caller may keep writing theirs
+
+    def _to_host(self, native: Any) -> np.ndarray:
+        return np.array(native, copy=True)
+
+    def _dtype_of(self, native: Any) -> np.dtype[Any]:
+        return np.dtype(native.dtype)
+
+    def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
+        if str(dtype) not in DTYPES:
+            raise UnsupportedDTypeError(f"edgetpu (backend edgetpu) stores host arrays of neurenix dtypes; {dtype} is not one")
+        return dtype
+
+    def _native_device(self, index: int) -> Any:
+        return self.device_names[index]
+
+    # ---------------------------------------------------------------- interpreters
+    def interpreter(self, data: bytes, index: int, info: ModelInfo, *, source: str, num_threads: int | None = None) -> Runner:
+        """A ready interpreter for ``data`` on device ``index`` (with the Edge TPU delegate on hardware)."""
+        if info.compiled_for_edgetpu and self.emulated:
+            raise BackendUnavailableError(
+                f"{source} was compiled by edgetpu_compiler ({info.edgetpu_ops} {EDGETPU_CUSTOM_OP} op(s)) and runs only "
+                f"through the Edge TPU delegate of {probe_mod.LIBRARY}, which the emulated edgetpu:{index} does not load. "
+                "Load the uncompiled .tflite in emulation, or run on a Coral device with libedgetpu1-std installed."
+            )
+        kwargs: dict[str, Any] = {"model_content": data, "num_threads": num_threads}
+        if self.emulated:
+            if any(t.dtype == np.int8 for t in info.inputs):
+                # TFLite's own integer kernels (the arithmetic the Edge TPU and the core's integer
+                # reference follow); XNNPACK would requantize in float and differ by one step.
+                kwargs["experimental_op_resolver_type"] = self.litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        else:
+            kwargs["experimental_delegates"] = [self._delegate(index)]
+        return Runner(self.litert.Interpreter(**kwargs), source)
+
+    def _delegate(self, index: int) -> Any:
+        with self._lock:
+            if index not in self._delegates:
+                name = self.device_names[index]
+                try:
+                    self._delegates[index] = self.litert.load_delegate(self.library or probe_mod.LIBRARY, {"device": name})
+                except (ValueError, OSError, RuntimeError) as exc:
+                    raise BackendUnavailableError(
+                        f"edgetpu:{index} ({name}): loading the Edge TPU delegate from {self.library or probe_mod.LIBRARY} failed: {exc}. "
+                        "Check that the device is plugged in and not used by another process, and reinstall libedgetpu1-std."
+                    ) from exc
+            return self._delegates[index]
+
+    # ---------------------------------------------------------------- public
+    def device_info(self, index: int) -> dict[str, Any]:
+        info = super().device_info(index)
+        info.update({
+            "name": "Coral Edge TPU" + (" (emulated on the host CPU by LiteRT, no delegate)" if self.emulated else ""),
+            "device_name": self.device_names[index],
+            "runtime": self.litert.__name__,
+            "delegate": None if self.emulated else (self.library or probe_mod.LIBRARY),
+            "precisions": ["int8", "fp32"],
+            "native_storage": "host numpy.ndarray",
+        })
+        return info
+
+    def close(self) -> None:
+        with self._lock:
+            self._delegates.clear()

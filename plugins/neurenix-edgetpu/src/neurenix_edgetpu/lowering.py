@@ -1,0 +1,468 @@
+"""Core ``Graph`` -> TFLite flatbuffer (float32, or full-integer int8 from a QuantizationPlan).
+
+Images are NCHW in the core and NHWC inside the model: the compiled model transposes at its edges
+(on the host, where it costs a copy the Edge TPU would otherwise spend a TRANSPOSE op on), and a
+Flatten feeding Linear layers permutes their weight columns instead of transposing activations.
+ReLU is fused into the producing CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED / ADD / MUL as the
+TFLite converter does. The int8 output respects the Edge TPU compiler's constraints: int8 in and
+out, symmetric per-channel int8 weights, int32 bias, static shapes, ops at the versions the
+converter emits, pass-through ops (pool, reshape) keeping their input's quantization.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import tflite
+from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedOperationError
+from neurenix_core.graph import Graph, Node, QuantizationPlan
+
+from neurenix_edgetpu import quantize as qz
+from neurenix_edgetpu import tflite_writer as w
+from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
+
+__all__ = ["IOSpec", "Lowered", "lower", "PRECISIONS"]
+
+OP: Final = tflite.BuiltinOperator
+ACT: Final = tflite.ActivationFunctionType
+PAD_SAME: Final = tflite.Padding.SAME
+PAD_VALID: Final = tflite.Padding.VALID
+PRECISIONS: Final = ("fp32", "int8")
+#: TFLite requires these output parameters for int8 SOFTMAX (the range [0, 1) over 256 steps).
+SOFTMAX_QUANT: Final = (1.0 / 256.0, -128)
+_FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul"})
+# Versions the TFLite converter writes for int8 kernels; the Edge TPU compiler checks them.
+_INT8_VERSION: Final = {
+    OP.FULLY_CONNECTED: 4, OP.CONV_2D: 3, OP.DEPTHWISE_CONV_2D: 3, OP.ADD: 2, OP.MUL: 2,
+    OP.MAX_POOL_2D: 2, OP.AVERAGE_POOL_2D: 2, OP.RESHAPE: 1, OP.SOFTMAX: 2, OP.MEAN: 2,
+    OP.CONCATENATION: 2, OP.RELU: 2, OP.RELU6: 2, OP.PAD: 2, OP.TRANSPOSE: 2,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class IOSpec:
+    """One model input or output as the user sees it (NCHW) and as the model stores it."""
+
+    name: str
+    index: int
+    shape: tuple[int, ...]
+    nhwc: bool
+    dtype: np.dtype[Any]
+    quant: tuple[float, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Lowered:
+    """A written model and what its edges need."""
+
+    data: bytes
+    inputs: tuple[IOSpec, ...]
+    outputs: tuple[IOSpec, ...]
+    precision: str
+    op_counts: Mapping[str, int]
+
+
+@dataclass(slots=True)
+class _Value:
+    index: int
+    nhwc: bool  # a 4-D image stored NHWC (its core shape is NCHW)
+    chw_order: tuple[int, int, int] | None = None  # flattened NHWC data whose core order is (C,H,W)
+
+
+@dataclass(slots=True)
+class _Lowerer:
+    graph: Graph
+    precision: str
+    plan: QuantizationPlan | None
+    m: ModelBuilder = field(default_factory=lambda: ModelBuilder(description="neurenix edgetpu writer"))
+    values: dict[str, _Value] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    fused: dict[str, Node] = field(default_factory=dict)
+    skipped: set[str] = field(default_factory=set)
+
+    @property
+    def int8(self) -> bool:
+        return self.precision == "int8"
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> Lowered:
+        self._plan_fusion()
+        ins = [self._input(spec.name, spec.shape) for spec in self.graph.inputs]
+        for node in self.graph.nodes:
+            if node.name in self.skipped:
+                continue
+            handler: Callable[[Node], None] | None = getattr(self, f"_op_{node.op}", None)
+            if handler is None:
+                raise UnsupportedOperationError(
+                    f"layer {node.name!r} ({node.op}) cannot be expressed in a TFLite model for the Edge TPU; "
+                    f"the writer handles {', '.join(sorted(_HANDLED))}. Run the model eagerly or on another device."
+                )
+            handler(node)
+        outs = [self._output(name) for name in self.graph.outputs]
+        data = self.m.finish([s.index for s in ins], [s.index for s in outs])
+        return Lowered(data, tuple(ins), tuple(outs), self.precision, dict(self.counts))
+
+    def _plan_fusion(self) -> None:
+        uses = Counter(i for n in self.graph.nodes for i in n.inputs) + Counter(self.graph.outputs)
+        producers = {n.output: n for n in self.graph.nodes}
+        for n in self.graph.nodes:
+            if n.op != "relu" or len(n.inputs) != 1:
+                continue
+            src = producers.get(n.inputs[0])
+            if src is not None and src.op in _FUSABLE and uses[src.output] == 1 and src.name not in self.fused:
+                self.fused[src.name] = n
+                self.skipped.add(n.name)
+
+    def _input(self, name: str, shape: tuple[int, ...]) -> IOSpec:
+        if any((not isinstance(d, (int, np.integer))) or d <= 0 for d in shape):
+            raise ShapeError(
+                f"graph input {name!r} has shape {shape}: the Edge TPU needs static shapes. "
+                "Compile with concrete input shapes (nx.compile calls the model once per shape)."
+            )
+        nhwc = len(shape) == 4
+        stored = _to_nhwc(shape) if nhwc else tuple(shape)
+        quant = self._act(name) if self.int8 else None
+        index = self.m.tensor(name, stored, np.int8 if self.int8 else np.float32, quant=quant)
+        self.values[name] = _Value(index, nhwc)
+        return self._spec(name, index, tuple(shape), nhwc)
+
+    def _output(self, name: str) -> IOSpec:
+        v = self.values[name]
+        if v.chw_order is not None:
+            v = self._restore_chw(name, v)
+        stored = self.m.shape_of(v.index)
+        shape = _to_nchw(stored) if v.nhwc else stored
+        return self._spec(name, v.index, shape, v.nhwc)
+
+    def _spec(self, name: str, index: int, shape: tuple[int, ...], nhwc: bool) -> IOSpec:
+        q = self.m.quant_of(index)
+        quant = None if q is None else (float(q.scale[0]), int(q.zero_point[0]))
+        return IOSpec(name, index, shape, nhwc, np.dtype(np.int8 if self.int8 else np.float32), quant)
+
+    # ------------------------------------------------------------------ helpers
+    def _act(self, name: str) -> TensorQuant:
+        assert self.plan is not None
+        params = self.plan.activations.get(name)
+        if params is None:
+            raise QuantizationError(
+                f"the quantization plan has no activation parameters for value {name!r}; "
+                "calibrate the whole model with neurenix_core.quantization before compiling for int8 on edgetpu"
+            )
+        if params.bits != 8 or params.axis is not None:
+            raise QuantizationError(f"value {name!r}: the Edge TPU needs per-tensor int8 activations, got {params.bits}-bit axis={params.axis}")
+        return TensorQuant.per_tensor(float(np.asarray(params.scale).ravel()[0]), int(np.asarray(params.zero_point).ravel()[0]))
+
+    def _new(self, value: str, shape: tuple[int, ...], *, quant: TensorQuant | None = None, like: int | None = None) -> int:
+        """A new activation tensor: ``quant`` given, or copied from tensor ``like``, or from the plan."""
+        if not self.int8:
+            return self.m.tensor(value, shape, np.float32)
+        if quant is None:
+            quant = self.m.quant_of(like) if like is not None else self._act(value)
+        return self.m.tensor(value, shape, np.int8, quant=quant)
+
+    def _emit(self, opcode: int, ins: list[int], outs: list[int], **kw: Any) -> None:
+        version = _INT8_VERSION.get(opcode, 1) if self.int8 else 1
+        self.m.op(opcode, ins, outs, version=version, **kw)
+        self.counts[_OP_NAMES[opcode]] += 1
+
+    def _get(self, node: Node, i: int = 0) -> _Value:
+        v = self.values[node.inputs[i]]
+        if v.chw_order is not None and node.op != "linear":
+            v = self._restore_chw(node.inputs[i], v)
+        return v
+
+    def _out_name(self, node: Node) -> str:
+        relu = self.fused.get(node.name)
+        return relu.output if relu is not None else node.output
+
+    def _fused_act(self, node: Node) -> int:
+        return ACT.RELU if node.name in self.fused else ACT.NONE
+
+    def _restore_chw(self, name: str, v: _Value) -> _Value:
+        # A flattened NHWC value consumed by something other than Linear: put it back in the core's
+        # (C, H, W) order with TRANSPOSE, so the numbers the user sees are the ones the core defines.
+        c, h, wd = v.chw_order  # type: ignore[misc]
+        n = self.m.shape_of(v.index)[0]
+        four = self._new(f"{name}/nhwc", (n, h, wd, c), like=v.index)
+        self._emit(OP.RESHAPE, [v.index, self._shape_const(f"{name}/nhwc_shape", (n, h, wd, c))], [four],
+                   options_type=w.OPTIONS.ReshapeOptions, options=w.reshape_options((n, h, wd, c)))
+        nchw = self._new(f"{name}/nchw", (n, c, h, wd), like=v.index)
+        self._emit(OP.TRANSPOSE, [four, self.m.constant(f"{name}/perm", np.array([0, 3, 1, 2], np.int32))], [nchw])
+        flat = self._new(f"{name}/chw", (n, c * h * wd), like=v.index)
+        self._emit(OP.RESHAPE, [nchw, self._shape_const(f"{name}/chw_shape", (n, c * h * wd))], [flat],
+                   options_type=w.OPTIONS.ReshapeOptions, options=w.reshape_options((n, c * h * wd)))
+        restored = _Value(flat, False)
+        self.values[name] = restored
+        return restored
+
+    def _shape_const(self, name: str, shape: tuple[int, ...]) -> int:
+        return self.m.constant(name, np.array(shape, np.int32))
+
+    def _weights(self, node: Node, weight: np.ndarray, in_index: int, axis: int) -> tuple[int, int | None]:
+        """Constant weight (transposed to TFLite layout by the caller) and bias tensors."""
+        bias = node.params.get("bias")
+        if not self.int8:
+            wi = self.m.constant(f"{node.name}/weight", weight.astype(np.float32))
+            bi = None if bias is None else self.m.constant(f"{node.name}/bias", np.asarray(bias, np.float32))
+            return wi, bi
+        assert self.plan is not None
+        params = self.plan.weights.get(node.name)
+        if params is None:
+            raise QuantizationError(f"the quantization plan has no weight parameters for layer {node.name!r}; recalibrate the model")
+        scale = np.asarray(params.scale, np.float32).ravel()
+        if np.any(np.asarray(params.zero_point) != 0):
+            raise QuantizationError(f"layer {node.name!r}: TFLite int8 weights must be symmetric (zero point 0)")
+        # ``weight`` is already in TFLite layout; its output channels lie along ``axis``.
+        q = qz.weights_int8(weight, scale, axis)
+        wi = self.m.constant(f"{node.name}/weight", q, quant=TensorQuant(scale, np.zeros(scale.shape, np.int64), axis))
+        in_scale = float(self.m.quant_of(in_index).scale[0])  # type: ignore[union-attr]
+        b = np.zeros(scale.shape, np.float32) if bias is None else np.asarray(bias, np.float32)
+        bq, bquant = qz.bias_int32(b, in_scale, scale)
+        return wi, self.m.constant(f"{node.name}/bias", bq, quant=bquant)
+
+    # ------------------------------------------------------------------ layers
+    def _op_linear(self, node: Node) -> None:
+        v = self._get(node)
+        shape = self.m.shape_of(v.index)
+        if len(shape) != 2:
+            raise UnsupportedOperationError(f"layer {node.name!r} (linear): the writer takes 2-D (batch, features) input, got {shape}; add a Flatten")
+        weight = np.asarray(node.params["weight"], np.float32)
+        if v.chw_order is not None:
+            c, h, wd = v.chw_order
+            weight = weight.reshape(-1, c, h, wd).transpose(0, 2, 3, 1).reshape(weight.shape[0], -1)
+        wi, bi = self._weights(node, weight, v.index, 0)
+        out_name = self._out_name(node)
+        out = self._new(out_name, (shape[0], weight.shape[0]))
+        self._emit(OP.FULLY_CONNECTED, [v.index, wi, -1 if bi is None else bi], [out],
+                   options_type=w.OPTIONS.FullyConnectedOptions, options=w.fc_options(self._fused_act(node)))
+        self.values[out_name] = _Value(out, False)
+
+    def _op_conv2d(self, node: Node) -> None:
+        v = self._get(node)
+        if not v.nhwc:
+            raise UnsupportedOperationError(f"layer {node.name!r} (conv2d) needs a 4-D NCHW input")
+        a = node.attrs
+        weight = np.asarray(node.params["weight"], np.float32)
+        groups, cin = int(a.get("groups", 1)), self.m.shape_of(v.index)[3]
+        stride, dil, pad = _pair(a.get("stride", 1)), _pair(a.get("dilation", 1)), _pair(a.get("padding", 0))
+        kernel = weight.shape[2:]
+        index, padding = self._pad(node, v.index, kernel, stride, dil, pad)
+        n, h, wd, _ = self.m.shape_of(index)
+        oh, ow = _out_size(h, kernel[0], stride[0], dil[0], padding), _out_size(wd, kernel[1], stride[1], dil[1], padding)
+        out_name = self._out_name(node)
+        out = self._new(out_name, (n, oh, ow, weight.shape[0]))
+        act = self._fused_act(node)
+        if groups == 1:
+            wi, bi = self._weights(node, weight.transpose(0, 2, 3, 1), index, 0)
+            self._emit(OP.CONV_2D, [index, wi, -1 if bi is None else bi], [out],
+                       options_type=w.OPTIONS.Conv2DOptions, options=w.conv_options(stride, dil, padding, act))
+        elif groups == cin:
+            wi, bi = self._weights(node, weight.transpose(1, 2, 3, 0), index, 3)
+            mult = weight.shape[0] // cin
+            self._emit(OP.DEPTHWISE_CONV_2D, [index, wi, -1 if bi is None else bi], [out],
+                       options_type=w.OPTIONS.DepthwiseConv2DOptions, options=w.depthwise_options(stride, dil, padding, mult, act))
+        else:
+            raise UnsupportedOperationError(
+                f"layer {node.name!r} (conv2d, groups={groups}): TFLite/Edge TPU express groups=1 (CONV_2D) or "
+                f"groups=in_channels (DEPTHWISE_CONV_2D) only; split the layer into per-group convolutions"
+            )
+        self.values[out_name] = _Value(out, True)
+
+    def _pad(self, node: Node, index: int, kernel: tuple[int, ...], stride: tuple[int, int], dil: tuple[int, int], pad: tuple[int, int]) -> tuple[int, int]:
+        """(input tensor, TFLite padding): SAME/VALID when they match the layer, else an explicit PAD."""
+        n, h, wd, c = self.m.shape_of(index)
+        if pad == (0, 0):
+            return index, PAD_VALID
+        if _same_matches(h, kernel[0], stride[0], dil[0], pad[0]) and _same_matches(wd, kernel[1], stride[1], dil[1], pad[1]):
+            return index, PAD_SAME
+        # The PAD output keeps the input quantization: int8 PAD fills with the zero point, i.e. real 0.
+        shape = (n, h + 2 * pad[0], wd + 2 * pad[1], c)
+        out = self._new(f"{node.name}/pad", shape, like=index)
+        pads = self.m.constant(f"{node.name}/paddings", np.array([[0, 0], [pad[0]] * 2, [pad[1]] * 2, [0, 0]], np.int32))
+        self._emit(OP.PAD, [index, pads], [out])
+        return out, PAD_VALID
+
+    def _pool(self, node: Node, opcode: int, padding: int, kernel: tuple[int, int], stride: tuple[int, int]) -> None:
+        v = self._get(node)
+        n, h, wd, c = self.m.shape_of(v.index)
+        shape = (n, _out_size(h, kernel[0], stride[0], 1, padding), _out_size(wd, kernel[1], stride[1], 1, padding), c)
+        # TFLite int8 pooling requires identical input and output quantization.
+        out = self._new(node.output, shape, like=v.index)
+        self._emit(opcode, [v.index], [out], options_type=w.OPTIONS.Pool2DOptions, options=w.pool_options(kernel, stride, padding))
+        self.values[node.output] = _Value(out, True)
+
+    def _pool_padding(self, node: Node, allow_same: bool) -> tuple[int, tuple[int, int], tuple[int, int]]:
+        v = self._get(node)
+        a = node.attrs
+        kernel = _pair(a["kernel_size"])
+        stride = _pair(a.get("stride") or kernel)
+        pad = _pair(a.get("padding", 0))
+        _, h, wd, _ = self.m.shape_of(v.index)
+        if pad == (0, 0):
+            return PAD_VALID, kernel, stride
+        if allow_same and _same_matches(h, kernel[0], stride[0], 1, pad[0]) and _same_matches(wd, kernel[1], stride[1], 1, pad[1]):
+            return PAD_SAME, kernel, stride
+        raise UnsupportedOperationError(
+            f"layer {node.name!r} ({node.op}, padding={pad}): TFLite pooling has only SAME/VALID padding "
+            "(and SAME average pooling excludes the padding from the count); use padding=0 or a SAME-equivalent padding"
+        )
+
+    def _op_max_pool2d(self, node: Node) -> None:
+        padding, kernel, stride = self._pool_padding(node, True)
+        self._pool(node, OP.MAX_POOL_2D, padding, kernel, stride)
+
+    def _op_avg_pool2d(self, node: Node) -> None:
+        padding, kernel, stride = self._pool_padding(node, not node.attrs.get("count_include_pad", True))
+        self._pool(node, OP.AVERAGE_POOL_2D, padding, kernel, stride)
+
+    def _op_adaptive_avg_pool2d(self, node: Node) -> None:
+        v = self._get(node)
+        n, h, wd, c = self.m.shape_of(v.index)
+        oh, ow = _pair(node.attrs["output_size"])
+        if (oh, ow) == (h, wd):
+            self.values[node.output] = v
+        elif (oh, ow) == (1, 1):
+            out = self._new(node.output, (n, 1, 1, c))
+            axes = self.m.constant(f"{node.name}/axes", np.array([1, 2], np.int32))
+            self._emit(OP.MEAN, [v.index, axes], [out], options_type=w.OPTIONS.ReducerOptions, options=w.reducer_options(True))
+            self.values[node.output] = _Value(out, True)
+        elif h % oh == 0 and wd % ow == 0:
+            self._pool(node, OP.AVERAGE_POOL_2D, PAD_VALID, (h // oh, wd // ow), (h // oh, wd // ow))
+        else:
+            raise UnsupportedOperationError(f"layer {node.name!r} (adaptive_avg_pool2d {oh}x{ow} of {h}x{wd}): only 1x1 or divisible sizes are expressible")
+
+    def _op_flatten(self, node: Node) -> None:
+        v = self._get(node)
+        shape = self.m.shape_of(v.index)
+        start = int(node.attrs.get("start_dim", 1))
+        end = int(node.attrs.get("end_dim", -1))
+        if start != 1 or end not in (-1, len(shape) - 1):
+            raise UnsupportedOperationError(f"layer {node.name!r} (flatten start_dim={start}, end_dim={end}): only flatten(1, -1) is expressible")
+        flat = (shape[0], int(np.prod(shape[1:])))
+        out = self._new(node.output, flat, like=v.index)
+        self._emit(OP.RESHAPE, [v.index, self._shape_const(f"{node.name}/shape", flat)], [out],
+                   options_type=w.OPTIONS.ReshapeOptions, options=w.reshape_options(flat))
+        order = None
+        if v.nhwc and shape[3] > 1 and shape[1] * shape[2] > 1:
+            order = (shape[3], shape[1], shape[2])
+        self.values[node.output] = _Value(out, False, order)
+
+    def _op_dropout(self, node: Node) -> None:
+        self.values[node.output] = self.values[node.inputs[0]]  # identity at inference
+
+    def _op_relu(self, node: Node) -> None:
+        v = self._get(node)
+        out = self._new(node.output, self.m.shape_of(v.index))
+        self._emit(OP.RELU, [v.index], [out])
+        self.values[node.output] = _Value(out, v.nhwc)
+
+    def _op_softmax(self, node: Node) -> None:
+        v = self._get(node)
+        shape = self.m.shape_of(v.index)
+        axis = int(node.attrs.get("axis", -1)) % len(shape)
+        stored_axis = {1: 3, 2: 1, 3: 2}.get(axis, axis) if v.nhwc else axis
+        if stored_axis != len(shape) - 1:
+            raise UnsupportedOperationError(f"layer {node.name!r} (softmax axis={axis}): TFLite SOFTMAX works on the channel/last axis only")
+        out = self._new(node.output, shape, quant=TensorQuant.per_tensor(*SOFTMAX_QUANT) if self.int8 else None)
+        self._emit(OP.SOFTMAX, [v.index], [out], options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
+        self.values[node.output] = _Value(out, v.nhwc)
+
+    def _binary(self, node: Node, opcode: int, options_type: int, options: Any) -> None:
+        a, b = self._get(node, 0), self._get(node, 1)
+        if a.nhwc != b.nhwc:
+            raise UnsupportedOperationError(f"layer {node.name!r} ({node.op}): both operands must be images or both flat")
+        shape = tuple(np.broadcast_shapes(self.m.shape_of(a.index), self.m.shape_of(b.index)))
+        out_name = self._out_name(node)
+        out = self._new(out_name, shape)
+        self._emit(opcode, [a.index, b.index], [out], options_type=options_type, options=options(self._fused_act(node)))
+        self.values[out_name] = _Value(out, a.nhwc)
+
+    def _op_add(self, node: Node) -> None:
+        self._binary(node, OP.ADD, w.OPTIONS.AddOptions, w.add_options)
+
+    def _op_mul(self, node: Node) -> None:
+        self._binary(node, OP.MUL, w.OPTIONS.MulOptions, w.mul_options)
+
+    def _float_only(self, node: Node) -> None:
+        if self.int8:
+            raise UnsupportedOperationError(
+                f"layer {node.name!r} ({node.op}) has no int8 form the Edge TPU writer can express with the core's "
+                "calibration (TFLite fixes its output scale); compile with precision='fp32' or replace the layer"
+            )
+
+    def _unary(self, node: Node, opcode: int) -> None:
+        self._float_only(node)
+        v = self._get(node)
+        out = self._new(node.output, self.m.shape_of(v.index))
+        self._emit(opcode, [v.index], [out])
+        self.values[node.output] = _Value(out, v.nhwc)
+
+    def _op_sigmoid(self, node: Node) -> None:
+        self._unary(node, OP.LOGISTIC)
+
+    def _op_tanh(self, node: Node) -> None:
+        self._unary(node, OP.TANH)
+
+    def _op_batch_norm2d(self, node: Node) -> None:
+        self._float_only(node)
+        v = self._get(node)
+        p = node.params
+        scale = np.asarray(p["weight"], np.float64) / np.sqrt(np.asarray(p["running_var"], np.float64) + float(node.attrs.get("eps", 1e-5)))
+        shift = np.asarray(p["bias"], np.float64) - np.asarray(p["running_mean"], np.float64) * scale
+        shape = self.m.shape_of(v.index)
+        mid = self._new(f"{node.name}/scaled", shape)
+        self._emit(OP.MUL, [v.index, self.m.constant(f"{node.name}/scale", scale.astype(np.float32))], [mid],
+                   options_type=w.OPTIONS.MulOptions, options=w.mul_options(ACT.NONE))
+        out = self._new(node.output, shape)
+        self._emit(OP.ADD, [mid, self.m.constant(f"{node.name}/shift", shift.astype(np.float32))], [out],
+                   options_type=w.OPTIONS.AddOptions, options=w.add_options(ACT.NONE))
+        self.values[node.output] = _Value(out, v.nhwc)
+
+
+_HANDLED: Final = frozenset(n[4:] for n in dir(_Lowerer) if n.startswith("_op_"))
+_OP_NAMES: Final = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+
+
+def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None) -> Lowered:
+    """Write ``graph`` as a TFLite model; int8 needs the core's ``QuantizationPlan``."""
+    if precision not in PRECISIONS:
+        raise CompilationError(f"edgetpu compiles precision 'int8' (Edge TPU) or 'fp32' (LiteRT CPU), not {precision!r}")
+    if precision == "int8" and plan is None:
+        raise QuantizationError("precision='int8' on edgetpu needs calibration: pass calibration=... to nx.compile")
+    if precision == "int8" and plan is not None and (plan.bits != 8 or plan.dynamic):
+        raise QuantizationError(f"the Edge TPU runs static full-integer int8 models; got a {plan.bits}-bit plan (dynamic={plan.dynamic})")
+    return _Lowerer(graph, precision, plan).run()
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, (tuple, list)):
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def _to_nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[0], shape[2], shape[3], shape[1])
+
+
+def _to_nchw(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[0], shape[3], shape[1], shape[2])
+
+
+def _out_size(size: int, k: int, s: int, d: int, padding: int) -> int:
+    eff = (k - 1) * d + 1
+    if padding == PAD_SAME:
+        return -(-size // s)
+    return (size - eff) // s + 1
+
+
+def _same_matches(size: int, k: int, s: int, d: int, pad: int) -> bool:
+    # TFLite SAME: out = ceil(size / s), pad_before = total // 2. Equal to symmetric padding `pad`
+    # when both the output size and the leading pad agree.
+    eff = (k - 1) * d + 1
+    out = -(-size // s)
+    total = max((out - 1) * s + eff - size, 0)
+    return out == (size + 2 * pad - eff) // s + 1 and total // 2 == pad

@@ -1,0 +1,165 @@
+"""Compiled models: a written or loaded .tflite run by LiteRT, with quantize/layout at the edges.
+
+``compile_graph`` is what the ``neurenix_compile`` hook calls; ``load_model`` turns any existing
+.tflite file (compiled for the Edge TPU or not) into the same kind of object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from neurenix_core.backend import CompiledModel
+from neurenix_core.errors import ModelFormatError, ShapeError
+from neurenix_core.graph import CompileOptions, Graph, QuantizationPlan
+
+from neurenix_edgetpu import quantize as qz
+from neurenix_edgetpu.compiler import CompilerReport, run_edgetpu_compiler
+from neurenix_edgetpu.lowering import lower
+from neurenix_edgetpu.verify import ModelInfo, inspect_model
+
+if TYPE_CHECKING:
+    from neurenix_edgetpu.backend import EdgeTPUBackend
+
+__all__ = ["Edge", "EdgeTPUModel", "compile_graph", "load_model"]
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """How one model input/output meets the user: its shape, layout change and quantization."""
+
+    name: str
+    shape: tuple[int, ...]  # as the user passes/receives it
+    nhwc: bool  # the model stores it NHWC; the user sees NCHW
+    dtype: np.dtype[Any]  # the model's dtype (int8 means quantize/dequantize here)
+    quant: tuple[float, int] | None
+
+
+class EdgeTPUModel(CompiledModel):
+    """A .tflite model on one edgetpu device; call it with NumPy arrays (or through nx.compile)."""
+
+    def __init__(self, backend: EdgeTPUBackend, data: bytes, info: ModelInfo, inputs: Sequence[Edge], outputs: Sequence[Edge],
+                 *, index: int, source: str, num_threads: int | None = None, report: CompilerReport | None = None) -> None:
+        self.backend = backend
+        self.tflite_bytes = data
+        self.info = info
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.index = index
+        self.source = source
+        self.compiler_report = report
+        self.runner = backend.interpreter(data, index, info, source=source, num_threads=num_threads)
+        self.summary = self._summary()
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(e.shape for e in self.inputs)
+
+    @property
+    def emulated(self) -> bool:
+        return self.backend.emulated
+
+    def _summary(self) -> str:
+        ops = Counter(self.info.ops)
+        kinds = "int8" if any(e.dtype == np.int8 for e in self.inputs) else str(self.inputs[0].dtype) if self.inputs else "?"
+        where = (
+            f"edgetpu:{self.index} emulated on the host CPU by LiteRT (no Edge TPU delegate)"
+            if self.emulated else f"edgetpu:{self.index} ({self.backend.device_names[self.index]}) through {self.backend.library}"
+        )
+        ops_text = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items()))
+        mapped = f"; edgetpu_compiler mapped {self.compiler_report.mapped}/{self.compiler_report.total} ops" if self.compiler_report else ""
+        return f"LiteRT {kinds} TFLite model {self.source}: {len(self.info.ops)} ops ({ops_text}) on {where}{mapped}"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the .tflite file (feed it to edgetpu_compiler or another LiteRT runtime)."""
+        target = Path(path)
+        target.write_bytes(self.tflite_bytes)
+        return target
+
+    def _run(self, *inputs: Any) -> Any:
+        if len(inputs) != len(self.inputs):
+            raise ShapeError(f"{self.source} on edgetpu:{self.index} takes {len(self.inputs)} input(s), got {len(inputs)}")
+        arrays = [self._in(edge, np.asarray(x)) for edge, x in zip(self.inputs, inputs)]
+        results = [self._out(edge, r) for edge, r in zip(self.outputs, self.runner.invoke(*arrays))]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _in(self, edge: Edge, x: np.ndarray) -> np.ndarray:
+        if tuple(x.shape) != edge.shape:
+            raise ShapeError(
+                f"{self.source} on edgetpu:{self.index}: input {edge.name!r} has shape {tuple(x.shape)}, the model was compiled "
+                f"for {edge.shape}; the Edge TPU runs static shapes (compile again for the new shape)"
+            )
+        if edge.nhwc:
+            x = x.transpose(0, 2, 3, 1)
+        if edge.quant is not None and x.dtype != edge.dtype:
+            return qz.quantize(x, edge.quant[0], edge.quant[1], edge.dtype)
+        return np.ascontiguousarray(x, dtype=edge.dtype)
+
+    def _out(self, edge: Edge, y: np.ndarray) -> np.ndarray:
+        if edge.quant is not None:
+            y = qz.dequantize(y, edge.quant[0], edge.quant[1])
+        return np.ascontiguousarray(y.transpose(0, 3, 1, 2)) if edge.nhwc else y
+
+
+# ---------------------------------------------------------------------- whole-model compile
+_cache: dict[tuple[Any, ...], tuple[bytes, ModelInfo, tuple[Edge, ...], tuple[Edge, ...], CompilerReport | None]] = {}
+_cache_lock = threading.Lock()
+
+
+def compile_graph(backend: EdgeTPUBackend, graph: Graph, options: CompileOptions) -> EdgeTPUModel:
+    """Lower ``graph`` to TFLite (int8 when a quantization plan is given, else float32) and load it."""
+    plan = options.quantization
+    precision = options.precision or ("int8" if plan is not None else "fp32")
+    index = int(getattr(options.device, "index", 0))
+    extra = dict(options.extra)
+    key = (graph.fingerprint(), precision, _plan_key(plan))
+    with _cache_lock:
+        entry = _cache.get(key)
+    if entry is None:
+        lowered = lower(graph, precision, plan)
+        report = run_edgetpu_compiler(lowered.data) if precision == "int8" else None
+        data = report.compiled if report is not None and report.compiled is not None and not backend.emulated else lowered.data
+        info = inspect_model(data, source="the written model")
+        ins = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.inputs)
+        outs = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.outputs)
+        entry = (data, info, ins, outs, report)
+        with _cache_lock:
+            _cache[key] = entry
+    data, info, ins, outs, report = entry
+    name = f"<{precision} graph {key[0][:8]}>"
+    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=extra.get("num_threads"), report=report)
+
+
+def _plan_key(plan: QuantizationPlan | None) -> str | None:
+    if plan is None:
+        return None
+    h = hashlib.sha256()
+    for group in (plan.activations, plan.weights):
+        for name in sorted(group):
+            p = group[name]
+            h.update(name.encode() + np.asarray(p.scale, np.float64).tobytes() + np.asarray(p.zero_point, np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------- existing .tflite files
+def load_model(source: str | Path | bytes, backend: EdgeTPUBackend, *, index: int = 0, num_threads: int | None = None) -> EdgeTPUModel:
+    """Load an existing .tflite (edgetpu_compiler output or not); edges quantize/dequantize automatically."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, name = bytes(source), "<tflite bytes>"
+    else:
+        path = Path(source)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ModelFormatError(f"cannot read TFLite model {path}: {exc}") from exc
+        name = str(path)
+    info = inspect_model(data, source=name)
+    ins = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.inputs)
+    outs = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.outputs)
+    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=num_threads)

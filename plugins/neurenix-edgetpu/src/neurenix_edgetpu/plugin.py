@@ -1,0 +1,104 @@
+"""Hook implementations of neurenix-edgetpu. Imports nothing heavy: LiteRT loads in the factory."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from neurenix_core.dtypes import DTYPES
+from neurenix_core.hookspecs import hookimpl
+from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+
+from neurenix_edgetpu import __version__, probe
+
+if TYPE_CHECKING:
+    from neurenix_core.backend import Backend, CompiledModel
+
+__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_native_probe", "neurenix_backend", "neurenix_compile"]
+
+#: Ops the backend runs through cached single-op TFLite models (see backend.py).
+NATIVE_OPS = (
+    "add", "subtract", "multiply", "maximum", "minimum", "divide", "matmul", "concat",
+    "nn.linear", "nn.relu", "nn.softmax",
+)
+_NO_HARDWARE = (
+    "no Coral Edge TPU found: no /dev/apex_* node (PCIe/M.2: install the gasket-dkms driver) and no USB "
+    "device 1a6e:089a or 18d1:9302 (plug in the USB Accelerator); to run the LiteRT stack on the host CPU "
+    "set NEURENIX_EMULATE=edgetpu"
+)
+
+
+@hookimpl
+def neurenix_manifest() -> Manifest:
+    return Manifest(
+        name="edgetpu",
+        distribution="neurenix-edgetpu",
+        version=__version__,
+        api=">=1.0,<2",
+        device_types=("edgetpu",),
+        band=PriorityBand.EDGE,
+        priority=50,
+        capabilities=Capabilities(
+            # Storage is host NumPy, so every neurenix dtype can live on the device; the ops in
+            # native_ops run float32 (eager) and int8/float32 (compiled models) through LiteRT.
+            dtypes=tuple(DTYPES),
+            precisions=("int8", "fp32"),
+            native_ops=NATIVE_OPS,
+            compiles_models=True,
+            quantization=("int8",),
+            extra={"model_format": "tflite", "runtime": "LiteRT", "delegate": "libedgetpu.so.1"},
+        ),
+        install_hint="pip install neurenix-edgetpu; apt-get install libedgetpu1-std (Coral runtime)",
+        emulation="edgetpu",
+        native_probe=True,
+        description="Google Coral Edge TPU through LiteRT and libedgetpu; int8 TFLite models",
+        exports={"neurenix.hardware.edgetpu": "neurenix_edgetpu.api"},
+    )
+
+
+@hookimpl
+def neurenix_probe(context: ProbeContext) -> ProbeResult:
+    runtime = probe.runtime_module()
+    if context.emulate:
+        if runtime is None:
+            return ProbeResult.missing("NEURENIX_EMULATE=edgetpu needs LiteRT: pip install ai-edge-litert")
+        count = probe.emulated_device_count()
+        return ProbeResult.emulating(count, runtime=runtime, devices=[f"emulated:{i}" for i in range(count)])
+    found = probe.scan()
+    if not found.device_names:
+        return ProbeResult.missing(_NO_HARDWARE)
+    if found.library is None:
+        return ProbeResult.missing(
+            f"Coral device(s) {', '.join(found.device_names)} present but {probe.LIBRARY} is not installed: "
+            "apt-get install libedgetpu1-std (https://coral.ai/software/#debian-packages)"
+        )
+    if runtime is None:
+        return ProbeResult.missing("Coral device present but LiteRT is not installed: pip install ai-edge-litert")
+    return ProbeResult.native(f"{probe.LIBRARY} found at {found.library}; asking it for its devices")
+
+
+@hookimpl
+def neurenix_native_probe(context: ProbeContext) -> ProbeResult:
+    found = probe.scan()
+    if found.library is None:
+        return ProbeResult.missing(f"{probe.LIBRARY} disappeared between probes: apt-get install libedgetpu1-std")
+    devices = probe.native_list_devices(found.library)
+    if not devices:
+        return ProbeResult.missing(
+            f"{probe.LIBRARY} loads but lists no Edge TPU: check the USB cable / the apex driver "
+            "(lsmod | grep apex) and that your user is in the plugdev/apex group"
+        )
+    return ProbeResult.found(len(devices), devices=[name for name, _ in devices], paths=[p for _, p in devices], library=found.library)
+
+
+@hookimpl
+def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
+    from neurenix_edgetpu.backend import EdgeTPUBackend
+
+    return EdgeTPUBackend(probe)
+
+
+@hookimpl
+def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
+    from neurenix_edgetpu.model import compile_graph
+
+    return compile_graph(backend, graph, options)
