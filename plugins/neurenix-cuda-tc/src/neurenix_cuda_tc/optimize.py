@@ -1,0 +1,216 @@
+"""``optimize_model``: put a PyTorch module in the form Tensor Cores run fast, and say what changed.
+
+The steps follow the Ampere guide: dtype conversion (fp16/bf16, or fp32 weights under fp16
+autocast for "mixed"), ``channels_last`` for convolutions, TF32 and cuDNN-benchmark switches,
+optionally ``torch.compile`` and CUDA graphs for fixed shapes. Every change lands in
+:class:`OptimizationReport`; global switches go through the backend's ``SwitchState`` so
+releasing the backend restores them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from neurenix_core.errors import UnsupportedOperationError
+
+from neurenix_cuda_tc.switches import SwitchState
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["OptimizationReport", "optimize_module", "compute_dtype", "tensor_core_model_class"]
+
+
+@dataclass
+class OptimizationReport:
+    """What optimize_model did, one line per change."""
+
+    precision: str
+    device: str
+    emulated: bool
+    changes: list[str] = field(default_factory=list)
+    switches: dict[str, tuple[bool, bool]] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        head = f"optimize_model: {self.precision} on {self.device}" + (" (emulated on the host CPU)" if self.emulated else "")
+        return "\n".join([head, *(f"  - {c}" for c in self.changes)])
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+
+
+def _convert_dtype(module: torch.nn.Module, dtype: torch.dtype, device: torch.device, report: OptimizationReport) -> None:
+    converted = sum(1 for p in module.parameters() if p.is_floating_point() and p.dtype != dtype)
+    module.to(device=device, dtype=dtype)
+    if converted:
+        report.changes.append(f"converted {converted} parameter tensor(s) to {str(dtype).removeprefix('torch.')}")
+    report.changes.append(f"moved the model to {device}")
+
+
+def _channels_last(module: torch.nn.Module, report: OptimizationReport) -> bool:
+    import torch
+
+    convs = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    if not convs:
+        return False
+    module.to(memory_format=torch.channels_last)
+    report.changes.append(f"channels_last memory format for {len(convs)} convolution(s): {', '.join(convs[:6])}{' ...' if len(convs) > 6 else ''}")
+    return True
+
+
+def _switches(precision: str, tf32_ok: bool, state: SwitchState, report: OptimizationReport) -> None:
+    # fp32 means strict fp32 (TF32 off); every other mode lets residual fp32 matmuls/convs use
+    # TF32 where the GPU has it (the guide's "TF32 enabled for residual FP32 ops").
+    tf32 = precision != "fp32" and tf32_ok
+    wanted = {
+        "torch.backends.cuda.matmul.allow_tf32": tf32,
+        "torch.backends.cudnn.allow_tf32": tf32,
+        "torch.backends.cudnn.benchmark": True,
+    }
+    for name, value in wanted.items():
+        old, new = state.set(name, value)
+        report.switches[name] = (old, new)
+        if old != new:
+            report.changes.append(f"{name}: {old} -> {new}")
+
+
+def optimize_module(
+    module: torch.nn.Module,
+    *,
+    precision: str,
+    device: torch.device,
+    tf32_ok: bool,
+    switches: SwitchState,
+    emulated: bool,
+    channels_last: bool = True,
+    compile: bool | str = False,  # noqa: A002 - mirrors torch.compile
+    cuda_graphs: bool = False,
+) -> torch.nn.Module:
+    """Optimise ``module`` in place for ``precision`` and wrap it in a TensorCoreModel."""
+    import torch
+
+    report = OptimizationReport(precision=precision, device=str(device), emulated=emulated)
+    dtype = compute_dtype(precision)
+    module.eval()
+    _convert_dtype(module, dtype, device, report)
+    uses_cl = channels_last and _channels_last(module, report)
+    _switches(precision, tf32_ok, switches, report)
+    if precision == "mixed":
+        report.changes.append("forward runs under torch.autocast(float16) with float32 weights")
+    runner: Any = module
+    if compile:
+        backend = compile if isinstance(compile, str) else "inductor"
+        runner = torch.compile(module, backend=backend)
+        report.changes.append(f"torch.compile(backend={backend!r})")
+    if cuda_graphs:
+        if device.type != "cuda":
+            raise UnsupportedOperationError(
+                f"cuda-tc: CUDA graphs need a real NVIDIA GPU; {device} is {'emulated on the host CPU' if emulated else 'not a CUDA device'}. "
+                "Call optimize_model(..., cuda_graphs=False)"
+            )
+        runner = _CudaGraphRunner(runner)
+        report.changes.append("CUDA graph capture per input shape (replayed for fixed shapes)")
+    return tensor_core_model_class()(module, runner, dtype=dtype, precision=precision, channels_last=uses_cl, report=report)
+
+
+class _CudaGraphRunner:
+    """Captures one CUDA graph per input signature and replays it (inference, fixed shapes)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.graphs: dict[tuple[Any, ...], tuple[Any, list[Any], Any]] = {}
+
+    def __call__(self, *inputs: Any) -> Any:
+        import torch
+
+        key = tuple((tuple(x.shape), x.dtype, x.stride()) for x in inputs)
+        if key not in self.graphs:
+            static = [x.clone() for x in inputs]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):  # warm-up on a side stream, as torch.cuda.graphs requires
+                    self.fn(*static)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self.fn(*static)
+            self.graphs[key] = (graph, static, out)
+        graph, static, out = self.graphs[key]
+        for s, x in zip(static, inputs):
+            s.copy_(x)
+        graph.replay()
+        return out.clone()
+
+
+_CLASS: list[type] = []
+
+
+def tensor_core_model_class() -> type:
+    """The wrapper module class (defined on first use, since torch loads lazily)."""
+    if _CLASS:
+        return _CLASS[0]
+    import torch
+
+    class TensorCoreModel(torch.nn.Module):
+        """An optimised model: torch tensors or neurenix Tensors in, same kind out.
+
+        ``report`` lists the changes; ``parameters()`` are the optimised module's (train it with
+        :class:`~neurenix_cuda_tc.amp.MixedPrecision`).
+        """
+
+        def __init__(self, inner: torch.nn.Module, runner: Any, *, dtype: torch.dtype, precision: str, channels_last: bool,
+                     report: OptimizationReport) -> None:
+            super().__init__()
+            self.inner = inner
+            self._runner = runner
+            self.dtype = dtype
+            self.precision = precision
+            self.channels_last = channels_last
+            self.report = report
+
+        def _prepare(self, x: torch.Tensor) -> torch.Tensor:
+            device = next(self.inner.parameters()).device
+            if x.is_floating_point():
+                x = x.to(device=device, dtype=self.dtype)
+            else:
+                x = x.to(device=device)
+            if self.channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return x
+
+        def forward(self, *inputs: Any) -> Any:
+            from neurenix_core.tensor import Tensor
+
+            nx_in = next((x for x in inputs if isinstance(x, Tensor)), None)
+            xs = [self._prepare(_native(x) if isinstance(x, Tensor) else x) for x in inputs]
+            if self.precision == "mixed":
+                with torch.autocast(device_type=xs[0].device.type, dtype=torch.float16):
+                    out = self._runner(*xs)
+            else:
+                out = self._runner(*xs)
+            return out if nx_in is None else _wrap_like(out, nx_in)
+
+    _CLASS.append(TensorCoreModel)
+    return TensorCoreModel
+
+
+def _native(t: Any) -> Any:
+    """The torch tensor behind a neurenix Tensor; a tensor on another device is refused, not moved."""
+    if t.device.type != "cuda":
+        from neurenix_core.errors import DeviceMismatchError
+
+        raise DeviceMismatchError(f"the Tensor Core model runs on cuda devices but the input is on {t.device}; move it first with x.to('cuda:0')")
+    return t.native
+
+
+def _wrap_like(out: Any, like: Any) -> Any:
+    from neurenix_core.tensor import wrap
+
+    if isinstance(out, tuple):
+        return tuple(_wrap_like(o, like) for o in out)
+    return wrap(out.detach(), like._backend, like.device, like._index)
