@@ -24,6 +24,10 @@ class CPUBackend(ArrayNamespaceBackend):
 
     def __init__(self) -> None:
         super().__init__(np, device_type="cpu", device_count=1)
+        from neurenix_core.backends.cpu_nn import OPS as NN_OPS
+
+        # The nn.* extension ops (CONTRIBUTING.md); also the host fallback of every other backend.
+        self.ops.update(NN_OPS)
 
     def _native_device(self, index: int) -> Any:
         return "cpu"

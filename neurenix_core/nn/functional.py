@@ -1,0 +1,165 @@
+"""Functional forms of the layers. Each calls an ``nn.*`` extension op through the tensor
+dispatch, so a backend's native version runs when it has one and the fallback policy applies
+otherwise. Parameter-free forms also work while a model is traced (they record a graph node).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from neurenix_core.errors import CompilationError, ShapeError
+from neurenix_core.nn.tracing import Symbol
+from neurenix_core.tensor import Tensor, _call
+
+__all__ = [
+    "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "max_pool2d", "avg_pool2d",
+    "adaptive_avg_pool2d", "flatten", "batch_norm", "layer_norm", "dropout", "multi_head_attention",
+    "pair",
+]
+
+
+def pair(v: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    a, b = v
+    return (int(a), int(b))
+
+
+def _symbolic(op: str, x: Any, **attrs: Any) -> Symbol | None:
+    if isinstance(x, Symbol):
+        return x._tracer.functional(op, (x,), attrs)
+    return None
+
+
+def _run(sym: Symbol | None, op: str, args: tuple[Any, ...]) -> Any:
+    # Never `sym or ...`: truth-testing a Symbol is refused (graphs cannot branch on values).
+    return sym if sym is not None else _call(op, args)
+
+
+def _no_trace(op: str, *values: Any) -> None:
+    if any(isinstance(v, Symbol) for v in values):
+        raise CompilationError(
+            f"functional {op} with weights cannot be traced: weights must belong to a layer. Use nn.{op.title()} modules"
+        )
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    _no_trace("linear", x)
+    if x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"linear: input has {x.shape[-1]} features (shape {x.shape}), the weight expects {weight.shape[1]}")
+    return _call("nn.linear", (x, weight, bias))
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    _no_trace("conv2d", x)
+    if x.ndim != 4 or x.shape[1] != weight.shape[1] * groups:
+        raise ShapeError(f"conv2d: expected an NCHW input with {weight.shape[1] * groups} channels, got shape {x.shape}")
+    return _call("nn.conv2d", (x, weight, bias, pair(stride), pair(padding), pair(dilation), int(groups)))
+
+
+def relu(x: Any) -> Any:
+    return _run(_symbolic("relu", x), "nn.relu", (x,))
+
+
+def gelu(x: Any, approximate: str = "none") -> Any:
+    return _run(_symbolic("gelu", x, approximate=approximate), "nn.gelu", (x, approximate))
+
+
+def sigmoid(x: Any) -> Any:
+    return _run(_symbolic("sigmoid", x), "nn.sigmoid", (x,))
+
+
+def tanh(x: Any) -> Any:
+    return _run(_symbolic("tanh", x), "nn.tanh", (x,))
+
+
+def softmax(x: Any, axis: int = -1, dim: int | None = None) -> Any:
+    axis = axis if dim is None else dim  # PyTorch spells it dim
+    return _run(_symbolic("softmax", x, axis=axis), "nn.softmax", (x, axis))
+
+
+def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Any:
+    k = pair(kernel_size)
+    s = k if stride is None else pair(stride)
+    return _run(_symbolic("max_pool2d", x, kernel_size=k, stride=s, padding=pair(padding)), "nn.max_pool2d", (x, k, s, pair(padding)))
+
+
+def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True) -> Any:
+    k = pair(kernel_size)
+    s = k if stride is None else pair(stride)
+    sym = _symbolic("avg_pool2d", x, kernel_size=k, stride=s, padding=pair(padding), count_include_pad=count_include_pad)
+    return _run(sym, "nn.avg_pool2d", (x, k, s, pair(padding), count_include_pad))
+
+
+def adaptive_avg_pool2d(x: Any, output_size: Any) -> Any:
+    o = pair(output_size)
+    return _run(_symbolic("adaptive_avg_pool2d", x, output_size=o), "nn.adaptive_avg_pool2d", (x, o))
+
+
+def flatten(x: Any, start_dim: int = 1, end_dim: int = -1) -> Any:
+    sym = _symbolic("flatten", x, start_dim=start_dim, end_dim=end_dim)
+    if sym is not None:
+        return sym
+    return _call("reshape", (x, flattened_shape(tuple(x.shape), start_dim, end_dim)))
+
+
+def flattened_shape(shape: tuple[int, ...], start_dim: int, end_dim: int) -> tuple[int, ...]:
+    n = len(shape)
+    s, e = start_dim % n if n else 0, end_dim % n if n else 0
+    if s > e:
+        raise ShapeError(f"flatten: start_dim {start_dim} is after end_dim {end_dim} for a {n}-D input")
+    return shape[:s] + (math.prod(shape[s : e + 1]),) + shape[e + 1 :]
+
+
+def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    _no_trace("batch_norm", x)
+    if x.ndim < 2 or x.shape[1] != running_mean.shape[0]:
+        raise ShapeError(f"batch_norm: input shape {x.shape} does not have {running_mean.shape[0]} channels on axis 1")
+    return _call("nn.batch_norm", (x, running_mean, running_var, weight, bias, float(eps)))
+
+
+def layer_norm(x: Tensor, normalized_shape: Any, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    _no_trace("layer_norm", x)
+    dims = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[-len(dims):]) != dims:
+        raise ShapeError(f"layer_norm: input shape {x.shape} does not end with the normalized shape {dims}")
+    return _call("nn.layer_norm", (x, dims, weight, bias, float(eps)))
+
+
+def dropout(x: Any, p: float = 0.5, training: bool = False) -> Any:
+    """Identity at inference (neurenix.nn runs inference only)."""
+    if training:
+        from neurenix_core.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError("dropout(training=True): neurenix.nn runs inference only")
+    sym = _symbolic("dropout", x, p=p)
+    return x if sym is None else sym
+
+
+def multi_head_attention(
+    query: Tensor, key: Tensor, value: Tensor, num_heads: int, in_proj_weight: Tensor, in_proj_bias: Tensor | None,
+    out_proj_weight: Tensor, out_proj_bias: Tensor | None, batch_first: bool = False,
+) -> Tensor:
+    """Scaled dot-product attention over ``num_heads`` heads (PyTorch's packed projections)."""
+    _no_trace("multi_head_attention", query, key, value)
+    if not batch_first:  # (L, N, E) -> (N, L, E)
+        query, key, value = (_call("permute_dims", (t, (1, 0, 2))) for t in (query, key, value))
+    n, length, e = query.shape
+    if e % num_heads:
+        raise ShapeError(f"multi_head_attention: embed_dim {e} is not divisible by num_heads {num_heads}")
+    d = e // num_heads
+    bq, bk, bv = (None, None, None) if in_proj_bias is None else (in_proj_bias[:e], in_proj_bias[e : 2 * e], in_proj_bias[2 * e :])
+    q = _heads(linear(query, in_proj_weight[:e], bq), num_heads, d)
+    k = _heads(linear(key, in_proj_weight[e : 2 * e], bk), num_heads, d)
+    v = _heads(linear(value, in_proj_weight[2 * e :], bv), num_heads, d)
+    scores = _call("matmul", (q, _call("matrix_transpose", (k,)))) * (1.0 / math.sqrt(d))
+    ctx = _call("matmul", (softmax(scores, -1), v))  # (N, H, L, D)
+    ctx = _call("reshape", (_call("permute_dims", (ctx, (0, 2, 1, 3))), (n, length, e)))
+    out = linear(ctx, out_proj_weight, out_proj_bias)
+    return out if batch_first else _call("permute_dims", (out, (1, 0, 2)))
+
+
+def _heads(t: Tensor, h: int, d: int) -> Tensor:
+    n, length, _ = t.shape
+    return _call("permute_dims", (_call("reshape", (t, (n, length, h, d))), (0, 2, 1, 3)))

@@ -1,0 +1,29 @@
+"""Parameter initialisation: seeded NumPy draws placed on the default device."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neurenix_core.tensor import Tensor
+
+__all__ = ["manual_seed", "uniform", "constant"]
+
+_rng = np.random.default_rng()
+
+
+def manual_seed(seed: int) -> None:
+    """Make layer initialisation reproducible."""
+    global _rng
+    _rng = np.random.default_rng(seed)
+
+
+def uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+    from neurenix_core.creation import asarray
+
+    return asarray(_rng.uniform(-bound, bound, size=shape).astype(np.float32))
+
+
+def constant(shape: tuple[int, ...], value: float) -> Tensor:
+    from neurenix_core.creation import asarray
+
+    return asarray(np.full(shape, value, dtype=np.float32))
