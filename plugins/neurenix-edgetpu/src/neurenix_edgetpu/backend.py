@@ -1,4 +1,4 @@
-"""EdgeTPUBackend: host NumPy storage, LiteRT interpreters per device, cached single-op models.
+"""LiteRTBackend: host NumPy storage, LiteRT interpreters per device, cached single-op models.
 
 Native storage is host ``numpy.ndarray`` (the Edge TPU has no addressable memory of its own:
 LiteRT copies inputs to it on every invoke). Whole models compile to int8 TFLite (model.py);
@@ -20,10 +20,10 @@ from neurenix_edgetpu import probe as probe_mod
 from neurenix_edgetpu.runtime import Runner, load_litert
 from neurenix_edgetpu.verify import EDGETPU_CUSTOM_OP, ModelInfo
 
-__all__ = ["EdgeTPUBackend"]
+__all__ = ["LiteRTBackend"]
 
 
-class EdgeTPUBackend(Backend):
+class LiteRTBackend(Backend):
     """Serves ``edgetpu:0..n-1``: real Coral devices through libedgetpu, or LiteRT's CPU interpreter."""
 
     def __init__(self, probe: ProbeResult) -> None:

@@ -23,7 +23,7 @@ from neurenix_edgetpu.tflite_writer import ModelBuilder
 from neurenix_edgetpu.verify import inspect_model
 
 if TYPE_CHECKING:
-    from neurenix_edgetpu.backend import EdgeTPUBackend
+    from neurenix_edgetpu.backend import LiteRTBackend
 
 __all__ = ["op_table", "OpCache"]
 
@@ -35,7 +35,7 @@ _BINARY = {"add": OP.ADD, "subtract": OP.SUB, "multiply": OP.MUL, "maximum": OP.
 class OpCache:
     """Single-op models by key; building one costs ~1 ms, running it ~10 us."""
 
-    def __init__(self, backend: EdgeTPUBackend) -> None:
+    def __init__(self, backend: LiteRTBackend) -> None:
         self.backend = backend
         self._runners: dict[tuple[Any, ...], Runner] = {}
         self._lock = threading.Lock()
@@ -74,7 +74,7 @@ def _single(opcode: int, shapes: list[tuple[int, ...]], out_shape: tuple[int, ..
 
 
 class _Ops:
-    def __init__(self, backend: EdgeTPUBackend) -> None:
+    def __init__(self, backend: LiteRTBackend) -> None:
         self.backend = backend
         self.cache = OpCache(backend)
         self._cpu_ops: dict[str, Callable[..., Any]] | None = None
@@ -156,7 +156,7 @@ class _Ops:
         return self.cache.run(("concat", ax, *shapes), build, *items)
 
 
-def op_table(backend: EdgeTPUBackend) -> dict[str, Callable[..., Any]]:
+def op_table(backend: LiteRTBackend) -> dict[str, Callable[..., Any]]:
     ops = _Ops(backend)
     table: dict[str, Callable[..., Any]] = {name: ops.binary(name) for name in _BINARY}
     table.update({"matmul": ops.matmul, "nn.linear": ops.linear, "nn.relu": ops.relu, "nn.softmax": ops.softmax, "concat": ops.concat})

@@ -25,7 +25,7 @@ from neurenix_edgetpu.lowering import lower
 from neurenix_edgetpu.verify import ModelInfo, inspect_model
 
 if TYPE_CHECKING:
-    from neurenix_edgetpu.backend import EdgeTPUBackend
+    from neurenix_edgetpu.backend import LiteRTBackend
 
 __all__ = ["Edge", "EdgeTPUModel", "compile_graph", "load_model"]
 
@@ -44,7 +44,7 @@ class Edge:
 class EdgeTPUModel(CompiledModel):
     """A .tflite model on one edgetpu device; call it with NumPy arrays (or through nx.compile)."""
 
-    def __init__(self, backend: EdgeTPUBackend, data: bytes, info: ModelInfo, inputs: Sequence[Edge], outputs: Sequence[Edge],
+    def __init__(self, backend: LiteRTBackend, data: bytes, info: ModelInfo, inputs: Sequence[Edge], outputs: Sequence[Edge],
                  *, index: int, source: str, num_threads: int | None = None, report: CompilerReport | None = None) -> None:
         self.backend = backend
         self.tflite_bytes = data
@@ -112,7 +112,7 @@ _cache: dict[tuple[Any, ...], tuple[bytes, ModelInfo, tuple[Edge, ...], tuple[Ed
 _cache_lock = threading.Lock()
 
 
-def compile_graph(backend: EdgeTPUBackend, graph: Graph, options: CompileOptions) -> EdgeTPUModel:
+def compile_graph(backend: LiteRTBackend, graph: Graph, options: CompileOptions) -> EdgeTPUModel:
     """Lower ``graph`` to TFLite (int8 when a quantization plan is given, else float32) and load it."""
     plan = options.quantization
     precision = options.precision or ("int8" if plan is not None else "fp32")
@@ -148,7 +148,7 @@ def _plan_key(plan: QuantizationPlan | None) -> str | None:
 
 
 # ---------------------------------------------------------------------- existing .tflite files
-def load_model(source: str | Path | bytes, backend: EdgeTPUBackend, *, index: int = 0, num_threads: int | None = None) -> EdgeTPUModel:
+def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int = 0, num_threads: int | None = None) -> EdgeTPUModel:
     """Load an existing .tflite (edgetpu_compiler output or not); edges quantize/dequantize automatically."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, name = bytes(source), "<tflite bytes>"

@@ -92,9 +92,9 @@ def neurenix_native_probe(context: ProbeContext) -> ProbeResult:
 
 @hookimpl
 def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
-    from neurenix_edgetpu.backend import EdgeTPUBackend
+    from neurenix_edgetpu.backend import LiteRTBackend
 
-    return EdgeTPUBackend(probe)
+    return LiteRTBackend(probe)
 
 
 @hookimpl
