@@ -231,7 +231,8 @@ class EagerKernels:
         attrs = (k, _pair(stride if stride is not None else k), _pair(padding), bool(count_include_pad))
 
         def build(p: list[Any], k: Any, s: Any, pad: Any, include: bool) -> Any:
-            return self._op.avg_pool(p[0], list(s), list(pad), list(pad), list(k), not include, "floor")
+            # Explicit dilations: opset16 AvgPool without them crashes OpenVINO 2026.4.
+            return self._op.avg_pool(p[0], list(s), list(pad), list(pad), list(k), not include, "floor", dilations=[1, 1])
 
         return self._run_attrs("nn.avg_pool2d", (x,), attrs, build, (x, kernel_size, stride, padding, count_include_pad))
 

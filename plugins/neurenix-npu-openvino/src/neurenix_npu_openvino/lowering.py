@@ -79,7 +79,7 @@ class _Lowering:
         return self.op.constant(np.ascontiguousarray(np.asarray(array, dtype=dtype)))
 
     def shape(self, value: Any) -> tuple[int, ...]:
-        return tuple(int(d) for d in value.get_partial_shape().to_shape())
+        return tuple(int(d) for d in _output(value).get_partial_shape().to_shape())
 
     def weight(self, node: Node) -> Any:
         """The node's weight as a constant, quantized when the plan names the node."""
@@ -185,7 +185,8 @@ def _max_pool2d(lw: _Lowering, node: Node, x: list[Any]) -> Any:
 def _avg_pool2d(lw: _Lowering, node: Node, x: list[Any]) -> Any:
     lw.expect_rank(node, x[0], 4, "an NCHW input")
     k, s, p = _pool_args(node)
-    return lw.op.avg_pool(x[0], s, p, p, k, not bool(node.attrs.get("count_include_pad", True)), "floor")
+    # opset16 AvgPool has dilations; leaving them None crashes OpenVINO 2026.4 at compile time.
+    return lw.op.avg_pool(x[0], s, p, p, k, not bool(node.attrs.get("count_include_pad", True)), "floor", dilations=[1, 1])
 
 
 def _adaptive_avg_pool2d(lw: _Lowering, node: Node, x: list[Any]) -> Any:
