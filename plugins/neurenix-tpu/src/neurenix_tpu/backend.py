@@ -97,8 +97,12 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         return self.jax_devices[index]
 
     def _from_host(self, array: np.ndarray, index: int) -> Any:
-        # device_put copies (it never aliases the caller's NumPy buffer) and commits the array
-        # to that device, so jax.numpy ops on it run there and stay there.
+        # device_put commits the array to that device, so jax.numpy ops on it run there and stay
+        # there. On the CPU platform PJRT may alias an aligned NumPy buffer even with
+        # may_alias=False, and the caller's later writes would show through: copy first there.
+        # On a TPU the host-to-HBM transfer is the copy.
+        if self.emulated:
+            array = np.array(array, copy=True)
         return self.jax.device_put(array, self._native_device(index))
 
     def _to_host(self, native: Any) -> np.ndarray:

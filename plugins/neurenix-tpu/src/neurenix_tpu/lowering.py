@@ -189,6 +189,8 @@ _MXU_PARAMS = {"weight", "in_proj_weight", "out_proj_weight"}
 def _layout_params(node: Node, mode: Mode) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for key, value in node.params.items():
+        if value is None:  # an absent bias is absent, not NaN
+            continue
         arr = np.asarray(value, dtype=np.float32)
         if node.op == "conv2d" and key == "weight":
             arr = arr.transpose(2, 3, 1, 0)  # OIHW -> HWIO, the TPU convolution layout
