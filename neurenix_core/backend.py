@@ -19,12 +19,34 @@ import numpy as np
 
 from neurenix_core.device import Device, DeviceType
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.memory import MemoryTracker
+from neurenix_core.memory import DeviceMemory, MemoryTracker
 
 if TYPE_CHECKING:
     from neurenix_core.manifest import Manifest, ProbeResult
 
-__all__ = ["Backend", "ArrayNamespaceBackend", "CompiledModel", "ARRAY_API_FUNCTIONS"]
+__all__ = ["Backend", "ArrayNamespaceBackend", "CompiledModel", "Placement", "ARRAY_API_FUNCTIONS"]
+
+
+class Placement:
+    """Everything dispatch needs about one device of one backend, resolved once.
+
+    A Tensor points at its placement; an op reads the op table, the memory counters and the
+    native array type from here with attribute loads instead of calls. There is one placement per
+    (backend, index), so "same device" is an identity check on the hot path.
+    """
+
+    __slots__ = ("backend", "device", "index", "ops", "mem", "array_type")
+
+    def __init__(self, backend: Backend, index: int) -> None:
+        self.backend = backend
+        self.device = Device(backend.device_type, index)
+        self.index = index
+        self.ops = backend.ops  # the same dict object: ops added later by the backend are seen
+        self.mem: DeviceMemory = backend.memory.devices[index]
+        self.array_type: type = backend.array_type
+
+    def __repr__(self) -> str:
+        return f"Placement({self.backend.name!r}, {self.device})"
 
 
 class Backend:
@@ -39,6 +61,9 @@ class Backend:
     ops: dict[str, Callable[..., Any]]
     #: True when this backend runs its stack on the host CPU instead of the real hardware.
     emulated: bool = False
+    #: The exact type of this backend's native arrays; op results of another type (a NumPy
+    #: scalar from a 0-d reduction) go through ``_coerce`` once, off the common path.
+    array_type: type = np.ndarray
 
     def __init__(self, *, device_type: str, device_count: int, emulated: bool = False) -> None:
         self.device_type = DeviceType(device_type)
@@ -49,12 +74,15 @@ class Backend:
         self.name = str(self.device_type)
         self.manifest: Manifest | None = None
         self.probe: ProbeResult | None = None
+        self._placements: list[Placement] | None = None
+        self._dtype_names: frozenset[str] | None = None
 
     def _attach(self, name: str, manifest: Manifest, probe: ProbeResult) -> None:
         """Called by the registry once the factory returned: records who we are."""
         self.name = name
         self.manifest = manifest
         self.probe = probe
+        self._dtype_names = frozenset(manifest.capabilities.dtypes)
 
     # ---------------------------------------------------------------- private surface
     def _from_host(self, array: np.ndarray, index: int) -> Any:
@@ -83,6 +111,38 @@ class Backend:
         """The backend's own device object for ``index`` (passed as ``device=`` to creation ops)."""
         raise NotImplementedError("need _native_device")
 
+    def _coerce(self, result: Any) -> Any:
+        """Turn an op result that is not ``array_type`` into a native array (or leave it).
+
+        NumPy returns scalars (``np.float32``) from 0-d operations; a tensor always holds an array.
+        """
+        if isinstance(result, np.generic):
+            return np.asarray(result)
+        return result
+
+    def _memory_root(self, native: Any) -> Any:
+        """The object that owns ``native``'s memory; ``native`` itself when it owns it.
+
+        Two natives with the same root share a buffer, so the core charges it once (views).
+        NumPy arrays walk ``.base``; a backend whose arrays can be views of one another in
+        another way (torch) overrides this; immutable arrays (JAX) never share.
+        """
+        while isinstance(native, np.ndarray) and native.base is not None:
+            native = native.base
+        return native
+
+    def _from_dlpack(self, producer: Any, index: int, copy: bool | None) -> Any:
+        """Import a DLPack producer as a native array on device ``index``.
+
+        Backends whose native storage is host NumPy (cpu, npu, edgetpu, ort) share the producer's
+        host memory (zero copy unless ``copy=True``). Device-memory backends (torch, JAX) override
+        this with their library's ``from_dlpack`` and must place the result on ``index``;
+        the default for them is a host round trip done by the core (return None).
+        """
+        if self.array_type is not np.ndarray:
+            return None
+        return np.from_dlpack(producer, copy=copy)
+
     # ---------------------------------------------------------------- public
     def device_count(self) -> int:
         return self._device_count
@@ -94,7 +154,23 @@ class Backend:
         """Facts about one device; backends extend this with what their runtime reports."""
         return {"device": f"{self.device_type}:{index}", "backend": self.name, "emulated": self.emulated}
 
+    def placement(self, index: int) -> Placement:
+        """The (cached) placement of device ``index``; DeviceNotFoundError when out of range."""
+        places = self._placements
+        if places is None:
+            places = self._placements = [Placement(self, i) for i in range(self._device_count)]
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(places):
+            from neurenix_core.errors import DeviceNotFoundError
+
+            have = ", ".join(f"{self.device_type}:{i}" for i in range(len(places)))
+            raise DeviceNotFoundError(f"{self.device_type}:{index} does not exist: backend {self.name} has {len(places)} device(s) ({have})")
+        return places[index]
+
     def supports_dtype(self, dtype: np.dtype[Any]) -> bool:
+        """True when the manifest declares ``dtype`` (Capabilities.dtypes) and the runtime has it."""
+        names = self._dtype_names
+        if names is not None and str(np.dtype(dtype)) not in names:
+            return False
         try:
             self._native_dtype(dtype)
         except UnsupportedDTypeError:
@@ -166,10 +242,22 @@ class ArrayNamespaceBackend(Backend):
     #: Array-API names this backend must not take from ``xp`` even if present (known wrong).
     excluded_ops: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self, xp: Any, *, device_type: str, device_count: int, emulated: bool = False) -> None:
+    #: Ops taken from ``xp`` itself even when a ``compat`` namespace wraps them: the wrapper only
+    #: forwards, and these are the hot path (benchmarks/dispatch.py).
+    direct_ops: ClassVar[frozenset[str]] = frozenset({"matmul"})
+
+    def __init__(self, xp: Any, *, device_type: str, device_count: int, emulated: bool = False, compat: Any = None) -> None:
+        """``compat`` is an optional standard-conforming wrapper of ``xp`` (``array_api_compat.numpy``)
+        whose functions replace the library's own where the library deviates from the standard."""
         super().__init__(device_type=device_type, device_count=device_count, emulated=emulated)
         self.xp = xp
-        self.ops = dict(self._op_table(xp))
+        if compat is None and xp is np:
+            # NumPy's own namespace still deviates from the standard (sort/argsort descending,
+            # clip dtype, std/var correction, unique_* results); array-api-compat fixes exactly that.
+            import array_api_compat.numpy as compat
+        self.ops = dict(self._op_table(xp if compat is None else compat))
+        if compat is not None:
+            self.ops.update({n: getattr(xp, n) for n in self.direct_ops if hasattr(xp, n) and n in self.ops})
 
     def _op_table(self, xp: Any) -> Mapping[str, Callable[..., Any]]:
         table = {n: getattr(xp, n) for n in ARRAY_API_FUNCTIONS if hasattr(xp, n) and n not in self.excluded_ops}

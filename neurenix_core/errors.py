@@ -20,6 +20,7 @@ __all__ = [
     "UnsupportedDTypeError",
     "UnsupportedOperationError",
     "ShapeError",
+    "OperationError",
     "OutOfMemoryError",
     "FallbackError",
     "CompilationError",
@@ -81,6 +82,11 @@ class UnsupportedOperationError(NeurenixError):
 
 class ShapeError(NeurenixError, ValueError):
     """Operand shapes do not fit the operation (matmul inner dims, broadcast, model input)."""
+
+
+class OperationError(NeurenixError, ValueError):
+    """A backend's op rejected its arguments for a reason other than shape or dtype (the native
+    error is kept as ``__cause__``; the message names the op and the device)."""
 
 
 class OutOfMemoryError(NeurenixError, MemoryError):

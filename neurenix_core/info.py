@@ -1,30 +1,53 @@
-"""``__array_namespace_info__``: devices, default dtypes and capabilities per device."""
+"""``__array_namespace_info__``: devices, default dtypes and capabilities per device.
+
+Answers come from the backend serving each device (its manifest's ``Capabilities`` and its op
+table), so an inspection call never claims what the device cannot do.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neurenix_core import _state
 from neurenix_core.device import Device, as_device
 from neurenix_core.dtypes import DTYPES, isdtype
 
+if TYPE_CHECKING:
+    from neurenix_core.backend import Backend
+
 __all__ = ["NamespaceInfo"]
 
-_KINDS = ("bool", "signed integer", "unsigned integer", "integral", "real floating", "complex floating", "numeric")
+
+def _backend(device: Any) -> tuple[Device, Backend]:
+    from neurenix_core.tensor import placement_for
+
+    p = placement_for(device)
+    return p.device, p.backend
 
 
 class NamespaceInfo:
     """The array API inspection object for neurenix."""
 
+    __module__ = "neurenix_core"
+
     def capabilities(self, *, device: Any = None) -> dict[str, Any]:
-        dev = _state.default_device() if device is None else as_device(device)
-        caps = _state.registry().plugin_for(dev).manifest
-        assert caps is not None
+        """The standard's three flags plus, under ``"neurenix"``, what the device's backend declares."""
+        dev, be = _backend(device)
+        manifest = be.manifest
+        declared = manifest.capabilities.as_dict() if manifest is not None else {}
+        native = sorted(be.ops)
         return {
             "boolean indexing": True,
             "data-dependent shapes": True,
             "max dimensions": 64,
-            "neurenix": caps.capabilities.as_dict(),
+            "neurenix": {
+                **declared,
+                "device": str(dev),
+                "backend": be.name,
+                "emulated": be.emulated,
+                "linalg": any(n.startswith("linalg.") for n in native),
+                "native_op_table": native,
+            },
         }
 
     def default_device(self) -> Device:
@@ -34,19 +57,24 @@ class NamespaceInfo:
         return _state.registry().devices()
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, Any]:
+        """float32 / complex64 / int64, or the widest the device supports when it lacks those."""
+        _, be = _backend(device)
+
+        def first(*names: str) -> Any:
+            return next((DTYPES[n] for n in names if be.supports_dtype(DTYPES[n])), None)
+
+        integral = first("int64", "int32", "int16", "int8")
         return {
-            "real floating": DTYPES["float32"],
-            "complex floating": DTYPES["complex64"],
-            "integral": DTYPES["int64"],
-            "indexing": DTYPES["int64"],
+            "real floating": first("float32", "float16", "bfloat16", "float64"),
+            "complex floating": first("complex64", "complex128"),
+            "integral": integral,
+            "indexing": integral,
         }
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, Any]:
-        dev = _state.default_device() if device is None else as_device(device)
-        manifest = _state.registry().plugin_for(dev).manifest
-        assert manifest is not None
-        allowed = set(manifest.capabilities.dtypes)
-        out = {name: dt for name, dt in DTYPES.items() if name in allowed}
+        """The dtypes the device supports (declared in Capabilities.dtypes and known to the runtime)."""
+        _, be = _backend(device)
+        out = {name: dt for name, dt in DTYPES.items() if be.supports_dtype(dt)}
         if kind is not None:
             out = {n: d for n, d in out.items() if isdtype(d, kind)}
         return out

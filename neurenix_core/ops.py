@@ -1,7 +1,8 @@
 """The array-API operations, each dispatched to the backend of its tensor arguments.
 
 Functions are generated from the standard's name lists: one generic dispatcher per signature
-shape, so every backend gets the same checks and the same error formats.
+shape, so every backend gets the same checks and the same error formats. The binary elementwise
+functions share the operators' flat hot path (tensor.py).
 """
 
 from __future__ import annotations
@@ -10,26 +11,33 @@ from collections.abc import Callable
 from typing import Any
 
 from neurenix_core.backend import ARRAY_API_FUNCTIONS
-from neurenix_core.tensor import Tensor, _binary, _call
+from neurenix_core.device import DeviceLike
+from neurenix_core.dtypes import as_dtype
+from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.tensor import _BINARY_OPS, Tensor, _call
 
 __all__: list[str] = []
 
-_BINARY = (
-    "add", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_or", "bitwise_right_shift",
-    "bitwise_xor", "copysign", "divide", "equal", "floor_divide", "greater", "greater_equal",
-    "hypot", "less", "less_equal", "logaddexp", "logical_and", "logical_or", "logical_xor",
-    "maximum", "minimum", "multiply", "nextafter", "not_equal", "pow", "remainder", "subtract",
-)
-# Creation functions live in creation.py (they need a device, not a tensor).
-_CREATION = {
+# Creation functions live in creation.py (they need a device, not a tensor); the rest are
+# written out below because they need more than pass-through.
+_SPECIAL = {
     "arange", "asarray", "empty", "empty_like", "eye", "full", "full_like", "linspace",
-    "ones", "ones_like", "zeros", "zeros_like", "from_dlpack",
+    "ones", "ones_like", "zeros", "zeros_like", "from_dlpack", "astype", "concat", "stack",
+    "meshgrid", "broadcast_arrays",
 }
 
 
 def _make_binary(name: str) -> Callable[..., Tensor]:
+    fast = _BINARY_OPS[name]
+
     def op(x1: Any, x2: Any, /) -> Tensor:
-        return _binary(name, x1, x2)
+        out = fast(x1, x2)
+        if out is NotImplemented:
+            raise TypeError(
+                f"{name}: operands must be neurenix Tensors or Python scalars, got "
+                f"{type(x1).__name__} and {type(x2).__name__}; convert with nx.asarray(...)"
+            )
+        return out  # type: ignore[no-any-return]
 
     return op
 
@@ -50,25 +58,70 @@ def _export(name: str, fn: Callable[..., Any], qualname: str | None = None) -> N
 
 
 for _name in ARRAY_API_FUNCTIONS:
-    if _name in _CREATION:
+    if _name in _SPECIAL:
         continue
-    _export(_name, _make_binary(_name) if _name in _BINARY else _make_generic(_name))
+    _export(_name, _make_binary(_name) if _name in _BINARY_OPS else _make_generic(_name))
 
 
-def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
-    """Cast ``x`` to ``dtype`` on its device (then move it when ``device`` is given)."""
-    from neurenix_core.dtypes import as_dtype
-    from neurenix_core.errors import UnsupportedDTypeError
+def _sequence(name: str, arrays: Any) -> tuple[Any, ...]:
+    # Accept any iterable of tensors (a generator too); the standard says tuple or list.
+    items = tuple(arrays)
+    if not items:
+        raise ValueError(f"{name}: needs at least one tensor")
+    for a in items:
+        if type(a) is not Tensor:
+            raise TypeError(f"{name}: every element must be a neurenix Tensor, got {type(a).__name__}; convert with nx.asarray(...)")
+    return items
 
+
+def concat(arrays: Any, /, *, axis: int | None = 0) -> Tensor:
+    """Array API ``concat``: join tensors (all on one device) along an existing axis."""
+    return _call("concat", (list(_sequence("concat", arrays)),), {"axis": axis})  # type: ignore[no-any-return]
+
+
+def stack(arrays: Any, /, *, axis: int = 0) -> Tensor:
+    """Array API ``stack``: join tensors (all on one device) along a new axis."""
+    return _call("stack", (list(_sequence("stack", arrays)),), {"axis": axis})  # type: ignore[no-any-return]
+
+
+def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
+    """Array API ``meshgrid``."""
+    return list(_call("meshgrid", _sequence("meshgrid", arrays), {"indexing": indexing}))
+
+
+def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
+    """Array API ``broadcast_arrays`` (views of the inputs where the backend makes views)."""
+    return list(_call("broadcast_arrays", _sequence("broadcast_arrays", arrays)))
+
+
+def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: DeviceLike | None = None) -> Tensor:
+    """Cast ``x`` to ``dtype`` on its device; with ``device=`` the result is then copied there."""
+    if type(x) is not Tensor:
+        raise TypeError(f"astype: expected a neurenix Tensor, got {type(x).__name__}")
     dt = as_dtype(dtype)
-    if not x._backend.supports_dtype(dt):
-        raise UnsupportedDTypeError(f"{x.device} (backend {x._backend.name}) does not support dtype {dt}; pick another dtype or move to 'cpu' first")
-    out = _call("astype", (x, x._backend._native_dtype(dt)), {"copy": copy})
-    return out if device is None else out.to(device)
+    be = x._p.backend
+    if not be.supports_dtype(dt):
+        raise UnsupportedDTypeError(
+            f"{x.device} (backend {be.name}) does not support dtype {dt}; "
+            f"supported: {', '.join(_supported(be))}. Pick one of those or move to 'cpu' first"
+        )
+    out = _call("astype", (x, be._native_dtype(dt)), {"copy": copy})
+    return out if device is None else out.to(device)  # type: ignore[no-any-return]
+
+
+def _supported(be: Any) -> list[str]:
+    from neurenix_core.dtypes import DTYPES
+
+    return [n for n, d in DTYPES.items() if be.supports_dtype(d)]
+
+
+for _name in ("concat", "stack", "meshgrid", "broadcast_arrays", "astype"):
+    __all__.append(_name)
 
 
 def make_linalg(name: str) -> Callable[..., Any]:
     fn = _make_generic(f"linalg.{name}")
     fn.__name__ = name
+    fn.__qualname__ = name
     fn.__doc__ = f"Array API ``linalg.{name}``, run by the backend of the argument tensors."
     return fn

@@ -1,39 +1,60 @@
 """Tensor: a native array of one backend, on one device, with the array-API methods.
 
-Dispatch is resolved once per tensor: a tensor keeps its backend object and device, and an op
-is one dict lookup in ``backend.ops`` (never a pluggy call). Devices are checked once, here, with
-one message format.
+Dispatch is resolved once per tensor: a tensor points at its ``Placement`` (backend, device,
+op table, memory counters), so an op is one dict lookup in the op table, never a pluggy call.
+Devices are checked once, here, with one message format. The binary operators are the hot path
+and are written out flat (no helper calls between the operator and the native op); everything
+else goes through ``_call``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from neurenix_core import _state
 from neurenix_core.device import Device, DeviceLike, as_device
-from neurenix_core.errors import DeviceMismatchError, TransferError
+from neurenix_core.errors import (
+    DeviceMismatchError,
+    NeurenixError,
+    OperationError,
+    ShapeError,
+    TransferError,
+    UnsupportedDTypeError,
+)
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend
+    from neurenix_core.backend import Backend, Placement
 
-__all__ = ["Tensor", "wrap", "check_same_device", "mismatch"]
+__all__ = ["Tensor", "wrap", "adopt", "check_same_device", "mismatch", "default_backend", "placement_for"]
 
 _new = object.__new__
-_SCALARS = (bool, int, float, complex)
+# Exact types only: a NumPy scalar (np.float64 subclasses float) takes the slow, checked path.
+_SCALAR_TYPES = frozenset({bool, int, float, complex})
+_BROADCASTING = frozenset({
+    "add", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_or", "bitwise_right_shift",
+    "bitwise_xor", "copysign", "divide", "equal", "floor_divide", "greater", "greater_equal",
+    "hypot", "less", "less_equal", "logaddexp", "logical_and", "logical_or", "logical_xor",
+    "maximum", "minimum", "multiply", "nextafter", "not_equal", "pow", "remainder", "subtract",
+})
+_SHAPE_WORDS = ("shape", "broadcast", "dimension", "axis", "size", "mismatch", "align")
 
 
 class Tensor:
     """An array on a device. ``nx.Tensor(data, dtype=None, device=None)`` is ``nx.asarray``."""
 
-    __slots__ = ("_data", "_backend", "_device", "_index", "_nbytes", "__weakref__")
+    # _base: the tensor owning the buffer when this one is a view (keeps it alive, charged once).
+    __slots__ = ("_data", "_p", "_nbytes", "_base", "__weakref__")
 
     _data: Any
-    _backend: Backend
-    _device: Device
-    _index: int
+    _p: Placement
     _nbytes: int
+    _base: Tensor | None
+
+    # NumPy must not compute ``ndarray + tensor`` on the host behind our back: it defers to us.
+    __array_ufunc__ = None
 
     def __new__(cls, data: Any, dtype: Any = None, device: DeviceLike | None = None) -> Tensor:
         from neurenix_core.creation import asarray
@@ -41,23 +62,23 @@ class Tensor:
         return asarray(data, dtype=dtype, device=device)
 
     def __del__(self) -> None:
-        # Release exactly what wrap() charged; getattr guards half-built objects.
-        backend = getattr(self, "_backend", None)
-        if backend is not None:
-            backend.memory.release(self._index, self._nbytes)
+        # Release exactly what adopt() charged (0 for views). Straight-line int updates: see memory.py.
+        m = self._p.mem
+        m.in_use -= self._nbytes
+        m.count -= 1
 
     # ----------------------------------------------------------------- attributes
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._backend._shape_of(self._data)
+        return self._p.backend._shape_of(self._data)
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return self._backend._dtype_of(self._data)
+        return self._p.backend._dtype_of(self._data)
 
     @property
     def device(self) -> Device:
-        return self._device
+        return self._p.device
 
     @property
     def ndim(self) -> int:
@@ -69,12 +90,25 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return self._nbytes
+        """Logical size of the data (a view reports its own size though it is charged 0)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def _backend(self) -> Backend:
+        return self._p.backend
+
+    @property
+    def _device(self) -> Device:
+        return self._p.device
+
+    @property
+    def _index(self) -> int:
+        return self._p.index
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - array API name
         if self.ndim != 2:
-            raise ValueError(f"Tensor.T needs a 2-D tensor, got {self.ndim}-D; use matrix_transpose or permute_dims")
+            raise ShapeError(f"{self.device}: Tensor.T needs a 2-D tensor, got {self.ndim}-D; use matrix_transpose or permute_dims")
         return _call("permute_dims", (self, (1, 0)))
 
     @property
@@ -95,14 +129,16 @@ class Tensor:
 
     def to_device(self, device: DeviceLike, /, *, stream: Any = None) -> Tensor:
         if stream is not None:
-            raise TransferError(f"{self._device}: streams are not supported by to_device; pass stream=None")
+            raise TransferError(f"{self.device}: streams are not supported by to_device; pass stream=None")
         return self.to(device)
 
     def numpy(self) -> np.ndarray:
         """A host NumPy copy of the data."""
-        return self._backend._to_host(self._data)
+        return self._p.backend._to_host(self._data)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise TransferError(f"{self.device}: np.asarray(tensor, copy=False) cannot share memory; use np.from_dlpack(tensor)")
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 
@@ -131,30 +167,38 @@ class Tensor:
 
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", prefix="Tensor(")
-        return f"Tensor({body}, dtype={self.dtype}, device='{self._device}')"
+        return f"Tensor({body}, dtype={self.dtype}, device='{self.device}')"
 
     def __str__(self) -> str:
         return str(self.numpy())
 
     def __len__(self) -> int:
-        if not self.shape:
+        shape = self.shape
+        if not shape:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        return shape[0]
 
     def __bool__(self) -> bool:
-        return bool(self.numpy())
+        return bool(self._scalar("bool"))
 
     def __float__(self) -> float:
-        return float(self.numpy())
+        return float(self._scalar("float"))
 
     def __int__(self) -> int:
-        return int(self.numpy())
+        return int(self._scalar("int"))
 
     def __index__(self) -> int:
-        return self.numpy().__index__()
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"{self.device}: only integer tensors can be used as an index, not {self.dtype}")
+        return int(self._scalar("index"))
 
     def __complex__(self) -> complex:
-        return complex(self.numpy())
+        return complex(self._scalar("complex"))
+
+    def _scalar(self, what: str) -> Any:
+        if self.size != 1:
+            raise ShapeError(f"{self.device}: {what}() needs a tensor with one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
 
     def __iter__(self) -> Any:
         return (self[i] for i in range(len(self)))
@@ -164,111 +208,22 @@ class Tensor:
 
     # ----------------------------------------------------------------- indexing
     def __getitem__(self, key: Any) -> Tensor:
-        native_key = _index_key(key, self)
-        return wrap(self._data[native_key], self._backend, self._device, self._index)
+        p = self._p
+        native_key = _index_key(key, p)
+        try:
+            result = self._data[native_key]
+        except IndexError:
+            raise  # the Python protocol error for out-of-range indices, message from the backend
+        except Exception as exc:
+            raise _op_error("__getitem__", p, [self], exc) from exc
+        return adopt(result, p, (self,))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         from neurenix_core.indexing import setitem
 
-        setitem(self, _index_key(key, self), value)
+        setitem(self, _index_key(key, self._p), value)
 
-    # ----------------------------------------------------------------- operators
-    def __add__(self, other: Any) -> Tensor:
-        return _binary("add", self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return _binary("add", other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return _binary("subtract", self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return _binary("subtract", other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return _binary("multiply", self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return _binary("multiply", other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return _binary("divide", self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return _binary("divide", other, self)
-
-    def __floordiv__(self, other: Any) -> Tensor:
-        return _binary("floor_divide", self, other)
-
-    def __rfloordiv__(self, other: Any) -> Tensor:
-        return _binary("floor_divide", other, self)
-
-    def __mod__(self, other: Any) -> Tensor:
-        return _binary("remainder", self, other)
-
-    def __rmod__(self, other: Any) -> Tensor:
-        return _binary("remainder", other, self)
-
-    def __pow__(self, other: Any) -> Tensor:
-        return _binary("pow", self, other)
-
-    def __rpow__(self, other: Any) -> Tensor:
-        return _binary("pow", other, self)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        return _binary("matmul", self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return _binary("matmul", other, self)
-
-    def __and__(self, other: Any) -> Tensor:
-        return _binary("bitwise_and", self, other)
-
-    def __rand__(self, other: Any) -> Tensor:
-        return _binary("bitwise_and", other, self)
-
-    def __or__(self, other: Any) -> Tensor:
-        return _binary("bitwise_or", self, other)
-
-    def __ror__(self, other: Any) -> Tensor:
-        return _binary("bitwise_or", other, self)
-
-    def __xor__(self, other: Any) -> Tensor:
-        return _binary("bitwise_xor", self, other)
-
-    def __rxor__(self, other: Any) -> Tensor:
-        return _binary("bitwise_xor", other, self)
-
-    def __lshift__(self, other: Any) -> Tensor:
-        return _binary("bitwise_left_shift", self, other)
-
-    def __rlshift__(self, other: Any) -> Tensor:
-        return _binary("bitwise_left_shift", other, self)
-
-    def __rshift__(self, other: Any) -> Tensor:
-        return _binary("bitwise_right_shift", self, other)
-
-    def __rrshift__(self, other: Any) -> Tensor:
-        return _binary("bitwise_right_shift", other, self)
-
-    def __lt__(self, other: Any) -> Tensor:
-        return _binary("less", self, other)
-
-    def __le__(self, other: Any) -> Tensor:
-        return _binary("less_equal", self, other)
-
-    def __gt__(self, other: Any) -> Tensor:
-        return _binary("greater", self, other)
-
-    def __ge__(self, other: Any) -> Tensor:
-        return _binary("greater_equal", self, other)
-
-    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return _binary("equal", self, other)
-
-    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return _binary("not_equal", self, other)
-
+    # ----------------------------------------------------------------- unary operators
     def __neg__(self) -> Tensor:
         return _call("negative", (self,))
 
@@ -282,20 +237,156 @@ class Tensor:
         return _call("bitwise_invert", (self,))
 
 
-# --------------------------------------------------------------------- dispatch core
-def wrap(native: Any, backend: Backend, device: Device, index: int) -> Tensor:
-    """Make a Tensor around a native array, charging its bytes to the device."""
-    nbytes = backend._nbytes_of(native)
-    backend.memory.charge(index, nbytes)
+# --------------------------------------------------------------------- the hot path
+def _make_binary(name: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
+    """The function behind ``a + b`` / ``nx.add(a, b)`` for op ``name``.
+
+    Written flat on purpose: every call or attribute load here is paid on every tensor op.
+    """
+
+    def op(x1: Any, x2: Any, /) -> Any:
+        if reflected:
+            x1, x2 = x2, x1
+        if type(x1) is Tensor:
+            p = x1._p
+            d1 = x1._data
+            if type(x2) is Tensor:
+                q = x2._p
+                if q is not p and q.device != p.device:
+                    raise mismatch(name, p.device, q.device)
+                d2 = x2._data
+            elif type(x2) in _SCALAR_TYPES:
+                d2 = x2
+            else:
+                return _slow_binary(name, x1, x2)
+        elif type(x2) is Tensor and type(x1) in _SCALAR_TYPES:
+            p = x2._p
+            d1, d2 = x1, x2._data
+        else:
+            return _slow_binary(name, x1, x2)
+        fn = p.ops.get(name)
+        if fn is None:
+            return _call(name, (x1, x2))
+        try:
+            r = fn(d1, d2)
+        except Exception as exc:
+            raise _op_error(name, p, [x1, x2], exc) from exc
+        if type(r) is not p.array_type:
+            r = p.backend._coerce(r)
+        n = r.nbytes
+        m = p.mem
+        used = m.in_use + n
+        if used > m.limit:
+            raise m.refuse(n)
+        m.in_use = used
+        m.count += 1
+        if used > m.peak:
+            m.peak = used
+        t = _new(Tensor)
+        t._data = r
+        t._p = p
+        t._nbytes = n
+        return t
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def _slow_binary(name: str, x1: Any, x2: Any) -> Any:
+    if isinstance(x1, np.ndarray) or isinstance(x2, np.ndarray):
+        t = x1 if type(x1) is Tensor else x2
+        raise TypeError(
+            f"{name}: cannot combine a neurenix Tensor on {t.device} with a NumPy array; "
+            f"convert it first with nx.asarray(array, device='{t.device}')"
+        )
+    other = x2 if type(x1) is Tensor else x1
+    if type(other) is not Tensor and not isinstance(other, (int, float, complex, np.generic)):
+        return NotImplemented  # Python then tries the other operand or raises its TypeError
+    return _call(name, (x1, x2))
+
+
+def _make_inplace(name: str) -> Callable[[Tensor, Any], Tensor]:
+    binary = _BINARY_OPS[name]
+
+    def op(self: Tensor, other: Any) -> Tensor:
+        result = binary(self, other)
+        if result is NotImplemented:
+            return NotImplemented  # type: ignore[no-any-return]
+        if result.shape != self.shape:
+            raise ShapeError(
+                f"{self.device}: in-place {name} would change the shape {self.shape} to {result.shape}; "
+                f"use the out-of-place form x = x {name} y"
+            )
+        if result.dtype != self.dtype:
+            raise UnsupportedDTypeError(
+                f"{self.device}: in-place {name} would change the dtype {self.dtype} to {result.dtype}; "
+                f"cast the operand first or use the out-of-place form"
+            )
+        from neurenix_core.indexing import setitem
+
+        setitem(self, Ellipsis, result)
+        return self
+
+    return op
+
+
+_OPERATORS = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide", "floordiv": "floor_divide",
+    "mod": "remainder", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
+    "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
+}
+_COMPARISONS = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal", "eq": "equal", "ne": "not_equal"}
+_BINARY_OPS: dict[str, Callable[[Any, Any], Any]] = {n: _make_binary(n) for n in (*_BROADCASTING, "matmul")}
+
+for _dunder, _op_name in _OPERATORS.items():
+    setattr(Tensor, f"__{_dunder}__", _BINARY_OPS[_op_name])
+    setattr(Tensor, f"__r{_dunder}__", _make_binary(_op_name, reflected=True))
+    setattr(Tensor, f"__i{_dunder}__", _make_inplace(_op_name))
+for _dunder, _op_name in _COMPARISONS.items():
+    setattr(Tensor, f"__{_dunder}__", _BINARY_OPS[_op_name])
+
+
+# --------------------------------------------------------------------- wrapping natives
+def adopt(native: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ()) -> Tensor:
+    """A Tensor around an op result on placement ``p``.
+
+    A result that shares memory with one of the ``sources`` tensors (a view: slice, reshape,
+    ``astype(copy=False)``) is charged nothing and keeps the owning tensor alive; any other
+    result owns its buffer and is charged (OutOfMemoryError before the tensor exists).
+    """
+    be = p.backend
+    if type(native) is not p.array_type:
+        native = be._coerce(native)
+    root = be._memory_root(native)
+    for s in sources:
+        if type(s) is Tensor and s._p is p and (root is s._data or root is be._memory_root(s._data)):
+            owner = getattr(s, "_base", None) or s
+            return _make(native, p, 0, owner)
+    n = be._nbytes_of(native)
+    p.mem.charge(n)
+    return _make(native, p, n, None, charged=True)
+
+
+def _make(native: Any, p: Placement, nbytes: int, base: Tensor | None, charged: bool = False) -> Tensor:
+    if not charged:
+        p.mem.count += 1
     t = _new(Tensor)
     t._data = native
-    t._backend = backend
-    t._device = device
-    t._index = index
+    t._p = p
     t._nbytes = nbytes
+    t._base = base
     return t
 
 
+def wrap(native: Any, backend: Backend, device: Device, index: int) -> Tensor:
+    """Make a Tensor around a native array that owns its memory, charging its bytes to the device.
+
+    For plugin and core code that produced ``native`` itself (compiled model outputs, transfers).
+    """
+    return adopt(native, backend.placement(index))
+
+
+# --------------------------------------------------------------------- device checks and errors
 def mismatch(op: str, a: Device, b: Device) -> DeviceMismatchError:
     return DeviceMismatchError(
         f"{op}: operands are on different devices ({a} and {b}); neurenix never moves data silently. "
@@ -305,36 +396,59 @@ def mismatch(op: str, a: Device, b: Device) -> DeviceMismatchError:
 
 def check_same_device(op: str, tensors: list[Tensor]) -> Tensor:
     first = tensors[0]
+    p = first._p
     for t in tensors[1:]:
-        if t._device is not first._device and t._device != first._device:
-            raise mismatch(op, first._device, t._device)
+        q = t._p
+        if q is not p and q.device != p.device:
+            raise mismatch(op, p.device, q.device)
     return first
 
 
-def _binary(name: str, x1: Any, x2: Any) -> Tensor:
-    # The hot path of a + b: two type checks, one device check, one dict lookup.
-    if type(x1) is Tensor:
-        t = x1
-        if type(x2) is Tensor:
-            if x2._device is not t._device and x2._device != t._device:
-                raise mismatch(name, t._device, x2._device)
-            d2 = x2._data
-        elif isinstance(x2, _SCALARS):
-            d2 = x2
-        else:
-            return _call(name, (x1, x2))
-        d1 = t._data
-    elif type(x2) is Tensor and isinstance(x1, _SCALARS):
-        t, d1, d2 = x2, x1, x2._data
-    else:
-        return _call(name, (x1, x2))
-    be = t._backend
-    fn = be.ops.get(name)
-    if fn is None:
-        return _call(name, (x1, x2))
-    return wrap(fn(d1, d2), be, t._device, t._index)
+def _shapes(values: list[Any]) -> list[tuple[int, ...]]:
+    return [v.shape for v in values if type(v) is Tensor]
 
 
+def _op_error(name: str, p: Placement, operands: list[Any], exc: BaseException) -> Exception:
+    """Translate a backend's native error into the neurenix hierarchy, naming op and device."""
+    if isinstance(exc, NeurenixError):
+        return exc
+    where = f"{name} on {p.device} (backend {p.backend.name})"
+    shapes = _shapes(operands)
+    dtypes = [str(v.dtype) for v in operands if type(v) is Tensor]
+    if isinstance(exc, TypeError):
+        return UnsupportedDTypeError(f"{where} does not accept dtypes {dtypes}: {exc}. Cast with nx.astype first.")
+    if _is_shape_problem(name, shapes, str(exc)):
+        return ShapeError(f"{where}: incompatible shapes {shapes}: {exc}")
+    return OperationError(f"{where} failed for shapes {shapes}, dtypes {dtypes}: {type(exc).__name__}: {exc}")
+
+
+def _is_shape_problem(name: str, shapes: list[tuple[int, ...]], message: str) -> bool:
+    if name in _BROADCASTING and len(shapes) >= 2:
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            return True
+        return False
+    if name == "matmul" and len(shapes) == 2:
+        a, b = shapes
+        if not a or not b:
+            return True
+        inner_a = a[-1]
+        inner_b = b[-2] if len(b) >= 2 else b[0]
+        return inner_a != inner_b or _batch_mismatch(a, b)
+    low = message.lower()
+    return any(word in low for word in _SHAPE_WORDS)
+
+
+def _batch_mismatch(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    try:
+        np.broadcast_shapes(a[:-2], b[:-2])
+    except ValueError:
+        return True
+    return False
+
+
+# --------------------------------------------------------------------- the generic path
 def _collect(value: Any, out: list[Tensor]) -> None:
     if type(value) is Tensor:
         out.append(value)
@@ -346,19 +460,20 @@ def _collect(value: Any, out: list[Tensor]) -> None:
 def _unwrap(value: Any) -> Any:
     if type(value) is Tensor:
         return value._data
-    if isinstance(value, (list, tuple)):
-        return type(value)(_unwrap(v) for v in value) if not hasattr(value, "_fields") else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_unwrap(v) for v in value)
     return value
 
 
-def _rewrap(result: Any, be: Backend, device: Device, index: int) -> Any:
+def rewrap(result: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ()) -> Any:
+    """Wrap every native array in an op result (tuples, named tuples, lists) on placement ``p``."""
     if isinstance(result, tuple):
-        items = [_rewrap(r, be, device, index) for r in result]
+        items = [rewrap(r, p, sources) for r in result]
         return type(result)(*items) if hasattr(result, "_fields") else tuple(items)
     if isinstance(result, list):
-        return [_rewrap(r, be, device, index) for r in result]
-    if hasattr(result, "shape") and hasattr(result, "dtype"):
-        return wrap(result, be, device, index)
+        return [rewrap(r, p, sources) for r in result]
+    if isinstance(result, (p.array_type, np.generic)) or (hasattr(result, "shape") and hasattr(result, "dtype")):
+        return adopt(result, p, sources)
     return result
 
 
@@ -369,33 +484,36 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     _collect(args, tensors)
     _collect(tuple(kwargs.values()), tensors)
     if not tensors:
-        from neurenix_core.errors import NeurenixError
-
-        raise TypeError(f"{name}: expected at least one neurenix Tensor argument") from NeurenixError
-    t = check_same_device(name, tensors)
-    be = t._backend
-    fn = be.ops.get(name)
+        raise TypeError(f"{name}: expected at least one neurenix Tensor argument; create one with nx.asarray(...)")
+    p = check_same_device(name, tensors)._p
+    fn = p.ops.get(name)
     if fn is None:
         from neurenix_core.transfer import run_fallback
 
-        return run_fallback(name, be, t._device, t._index, args, kwargs)
+        return run_fallback(name, p, args, kwargs, tensors)
     nargs = tuple(_unwrap(a) for a in args)
     nkw = {k: _unwrap(v) for k, v in kwargs.items()}
-    return _rewrap(fn(*nargs, **nkw), be, t._device, t._index)
+    try:
+        result = fn(*nargs, **nkw)
+    except Exception as exc:
+        raise _op_error(name, p, tensors, exc) from exc
+    return rewrap(result, p, tensors)
 
 
-def _index_key(key: Any, t: Tensor) -> Any:
+def _index_key(key: Any, p: Placement) -> Any:
     if type(key) is Tensor:
-        if key._device != t._device:
-            raise mismatch("indexing", t._device, key._device)
+        q = key._p
+        if q is not p and q.device != p.device:
+            raise mismatch("indexing", p.device, q.device)
         return key._data
     if isinstance(key, tuple):
-        return tuple(_index_key(k, t) for k in key)
+        return tuple(_index_key(k, p) for k in key)
     return key
 
 
-def default_backend(device: DeviceLike | None) -> tuple[Backend, Device, int]:
-    """Resolve ``device`` (or the default) to (backend, device, index) for creation functions."""
+# --------------------------------------------------------------------- device resolution
+def placement_for(device: DeviceLike | None) -> Placement:
+    """Resolve ``device`` (or the default device) to its placement, starting the backend if needed."""
     reg = _state.registry()
     if device is None:
         dev = _state.default_device()
@@ -405,4 +523,10 @@ def default_backend(device: DeviceLike | None) -> tuple[Backend, Device, int]:
     be = reg.backend_for(dev, auto=auto)
     if auto and be.device_type != dev.type:  # the automatic choice moved after a failure
         dev = reg.auto_default
-    return be, dev, dev.index
+    return be.placement(dev.index)
+
+
+def default_backend(device: DeviceLike | None) -> tuple[Backend, Device, int]:
+    """Resolve ``device`` (or the default) to (backend, device, index) for creation functions."""
+    p = placement_for(device)
+    return p.backend, p.device, p.index

@@ -9,24 +9,34 @@ import numpy as np
 
 from neurenix_core import fallback
 from neurenix_core.device import Device, DeviceLike
-from neurenix_core.errors import TransferError
-from neurenix_core.tensor import Tensor, _rewrap, default_backend, wrap
+from neurenix_core.errors import NeurenixError, TransferError, UnsupportedOperationError
+from neurenix_core.tensor import Tensor, _op_error, adopt, placement_for, rewrap
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend
+    from neurenix_core.backend import Placement
 
 __all__ = ["copy_to", "from_dlpack", "export_dlpack", "dlpack_device", "run_fallback"]
 
 # DLPack device type codes (dlpack.h).
 _DL_CPU = 1
+# What a producer raises when it cannot export (numpy: BufferError; torch: RuntimeError ...).
+_EXPORT_ERRORS = (BufferError, RuntimeError, TypeError, ValueError)
 
 
 def copy_to(t: Tensor, device: Device) -> Tensor:
     """A real copy of ``t`` on ``device``; the source tensor is untouched."""
-    be, dev, index = default_backend(device)
-    host = t._backend._to_host(t._data)
-    be.memory.check(index, int(host.nbytes))
-    return wrap(be._from_host(np.ascontiguousarray(host), index), be, dev, index)
+    from neurenix_core.creation import check_dtype
+
+    p = placement_for(device)
+    check_dtype(p, t.dtype)
+    host = t._p.backend._to_host(t._data)
+    nbytes = int(host.nbytes)
+    if p.mem.in_use + nbytes > p.mem.limit:
+        raise p.mem.refuse(nbytes)
+    native = p.backend._from_host(np.ascontiguousarray(host), p.index)
+    if native is t._data:  # a backend must never hand back the source buffer as the "copy"
+        native = p.backend._from_host(np.array(host, copy=True), p.index)
+    return adopt(native, p)
 
 
 def dlpack_device(t: Tensor) -> tuple[int, int]:
@@ -37,59 +47,107 @@ def dlpack_device(t: Tensor) -> tuple[int, int]:
 
 
 def export_dlpack(t: Tensor, **kwargs: Any) -> Any:
+    """``t.__dlpack__``: the native array's own export (zero copy)."""
     native = t._data
     if not hasattr(native, "__dlpack__"):
-        raise TransferError(f"{t.device} (backend {t._backend.name}) cannot export DLPack; use .numpy() for a host copy")
+        raise TransferError(f"{t.device} (backend {t._p.backend.name}) cannot export DLPack; use .numpy() for a host copy")
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    return native.__dlpack__(**kwargs)
+    try:
+        return native.__dlpack__(**kwargs)
+    except _EXPORT_ERRORS as exc:
+        raise TransferError(
+            f"{t.device} (backend {t._p.backend.name}) cannot export this tensor through DLPack ({exc}); "
+            f"it is probably a non-contiguous view (negative strides): make a contiguous copy first with "
+            f"nx.asarray(x, copy=True) or x.to('{t.device}')"
+        ) from exc
 
 
 def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | None = None) -> Tensor:
-    """A tensor from any ``__dlpack__`` producer; zero-copy onto the CPU backend when possible."""
+    """A tensor from any ``__dlpack__`` producer.
+
+    Zero copy onto host-memory backends (cpu, npu, edgetpu, ort) and onto backends whose library
+    imports DLPack natively; otherwise, unless ``copy=False``, through a host copy.
+    """
     if not hasattr(x, "__dlpack__"):
         raise TransferError(f"from_dlpack needs an object with __dlpack__, got {type(x).__name__}")
+    p = placement_for(device)
     if isinstance(x, Tensor):
+        if x.device == p.device and copy is not True:
+            return adopt(x._data, p, (x,))  # same device: a view sharing x's buffer
         x = x._data
+    native = _import_native(x, p, copy)
+    if native is None:
+        if copy is False:
+            raise TransferError(f"from_dlpack(copy=False): backend {p.backend.name} cannot share memory with {type(x).__name__}; allow a copy")
+        return _via_host(x, p)
+    return adopt(native, p)
+
+
+def _import_native(x: Any, p: Placement, copy: bool | None) -> Any:
     try:
-        host = np.from_dlpack(x, copy=copy)
-    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        return p.backend._from_dlpack(x, p.index, copy)
+    except _EXPORT_ERRORS as exc:
         raise TransferError(
-            f"from_dlpack: the producer {type(x).__name__} could not export to host memory ({exc}); "
-            "non-contiguous or device-resident arrays need .contiguous() / a host copy first"
+            f"from_dlpack onto {p.device}: the producer {type(x).__name__} could not export ({exc}); "
+            "non-contiguous (negative-stride) or device-resident arrays need a contiguous host copy first "
+            "(e.g. numpy.ascontiguousarray(a), t.contiguous().cpu())"
         ) from exc
-    be, dev, index = default_backend(device)
-    if str(be.device_type) == "cpu":
-        return wrap(host, be, dev, index)  # zero-copy: NumPy is the CPU backend's native array
-    return wrap(be._from_host(np.ascontiguousarray(host), index), be, dev, index)
 
 
-def run_fallback(name: str, be: Backend, device: Device, index: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run ``name`` on the host CPU under the fallback policy; results go back to ``device``."""
+def _via_host(x: Any, p: Placement) -> Tensor:
+    from neurenix_core.creation import check_dtype
+
+    try:
+        host = np.from_dlpack(x)
+    except _EXPORT_ERRORS as exc:
+        raise TransferError(
+            f"from_dlpack onto {p.device}: the producer {type(x).__name__} could not export to host memory ({exc}); "
+            "make it contiguous and move it to the host first"
+        ) from exc
+    check_dtype(p, host.dtype)
+    if p.mem.in_use + host.nbytes > p.mem.limit:
+        raise p.mem.refuse(int(host.nbytes))
+    return adopt(p.backend._from_host(np.ascontiguousarray(host), p.index), p)
+
+
+def run_fallback(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[Tensor]) -> Any:
+    """Run ``name`` on the host CPU under the fallback policy; results go back to ``p``'s device."""
     from neurenix_core._state import registry
 
-    cpu = registry().backend(registry().plugin_for(Device("cpu", 0)))
+    reg = registry()
+    cpu = reg.backend(reg.plugin_for(Device("cpu", 0)))
     fn = cpu.ops.get(name)
     if fn is None:
-        raise TransferError(f"{name} is not available on {device} nor on the host CPU backend")
-    fallback.record(name, be.name, str(device))
+        raise UnsupportedOperationError(
+            f"{name} is not available on {p.device} (backend {p.backend.name}) nor on the host CPU backend; "
+            f"check the op name against the array API / CONTRIBUTING.md op vocabulary"
+        )
+    fallback.record(name, p.backend.name, str(p.device))
 
     def host(v: Any) -> Any:
         if type(v) is Tensor:
-            return v._backend._to_host(v._data)
+            return v._p.backend._to_host(v._data)
         if isinstance(v, (list, tuple)) and not hasattr(v, "_fields"):
             return type(v)(host(i) for i in v)
         return v
 
-    result = fn(*(host(a) for a in args), **{k: host(v) for k, v in kwargs.items()})
-    return _rewrap(_to_device(result, be, index), be, device, index)
+    try:
+        result = fn(*(host(a) for a in args), **{k: host(v) for k, v in kwargs.items()})
+    except NeurenixError:
+        raise
+    except Exception as exc:
+        raise _op_error(name, p, tensors, exc) from exc
+    if p.backend is cpu:
+        return rewrap(result, p, tensors)
+    return rewrap(_to_device(result, p), p)
 
 
-def _to_device(result: Any, be: Backend, index: int) -> Any:
+def _to_device(result: Any, p: Placement) -> Any:
     if isinstance(result, tuple):
-        items = [_to_device(r, be, index) for r in result]
+        items = [_to_device(r, p) for r in result]
         return type(result)(*items) if hasattr(result, "_fields") else tuple(items)
     if isinstance(result, list):
-        return [_to_device(r, be, index) for r in result]
+        return [_to_device(r, p) for r in result]
     if isinstance(result, (np.ndarray, np.generic)):
-        return be._from_host(np.ascontiguousarray(result), index)
+        return p.backend._from_host(np.ascontiguousarray(result), p.index)
     return result
