@@ -157,29 +157,26 @@ def build_layer(node: Node) -> torch.nn.Module | None:
 
 
 def _fake_quant(x: torch.Tensor, q: QuantParams) -> torch.Tensor:
+    """Per-tensor fake quantization with the core's rounding (half away from zero, as TFLite)."""
     import torch
 
-    scale, zp = float(np.asarray(q.scale).reshape(-1)[0]), float(np.asarray(q.zero_point).reshape(-1)[0])
-    return (torch.clamp(torch.round(x / scale) + zp, q.qmin, q.qmax) - zp) * scale
-
-
-def _quantize_weight(w: np.ndarray, q: QuantParams) -> np.ndarray:
-    axis = 0 if q.axis is None else q.axis
-    shape = [1] * w.ndim
-    shape[axis] = -1
-    scale = np.asarray(q.scale, np.float64).reshape(shape if np.size(q.scale) > 1 else [1] * w.ndim)
-    zp = np.asarray(q.zero_point, np.float64).reshape(scale.shape)
-    qw = np.clip(np.round(w / scale) + zp, q.qmin, q.qmax)
-    return ((qw - zp) * scale).astype(np.float32)
+    scale = float(np.asarray(q.scale, np.float32).reshape(-1)[0])
+    zp = float(np.asarray(q.zero_point).reshape(-1)[0])
+    v = x / scale
+    rounded = torch.sign(v) * torch.floor(torch.abs(v) + 0.5)
+    return (torch.clamp(rounded + zp, q.qmin, q.qmax) - zp) * scale
 
 
 def _with_quantized_weights(node: Node, plan: QuantizationPlan | None) -> Node:
     from dataclasses import replace
 
+    from neurenix_core import quantization as Q  # noqa: N812
+
     if plan is None or node.name not in plan.weights or "weight" not in node.params:
         return node
     params = dict(node.params)
-    params["weight"] = _quantize_weight(np.asarray(params["weight"], np.float64), plan.weights[node.name])
+    # The core's own math: the plan's parameters are applied, never recomputed.
+    params["weight"] = Q.fake_quantize(np.asarray(params["weight"]), plan.weights[node.name]).astype(np.float32)
     return replace(node, params=params)
 
 
