@@ -62,7 +62,11 @@ def resolve(facade: str, name: str) -> Any:
     if name.startswith("is_") and name.endswith("_available") and name in known:
         return _unavailable(name, device_type)
     if name in known:
-        raise ImportError(f"{facade}.{name} is provided by the {package} plugin, which is not installed: pip install {package}", name=name)
+        raise ImportError(
+            f"{facade}.{name} is provided by the {package} plugin, which is not installed or not loaded: pip install {package} "
+            "(if it is installed, check NEURENIX_DISABLE_PLUGIN_AUTOLOAD / NEURENIX_BACKENDS and `neurenix doctor`)",
+            name=name,
+        )
     raise AttributeError(f"module {facade!r} has no attribute {name!r}")
 
 
