@@ -27,7 +27,7 @@ def mlp_graph(seed: int = 0, batch: int = 1) -> Graph:
     )
 
 
-def cnn_graph(seed: int = 0, batch: int = 1, softmax: bool = False) -> Graph:
+def cnn_graph(seed: int = 0, batch: int = 1, softmax: bool = False, residual: bool = True) -> Graph:
     rng = np.random.default_rng(seed)
     c1 = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
     d1 = rng.normal(0, 0.3, (8, 1, 3, 3)).astype(np.float32)
@@ -42,7 +42,7 @@ def cnn_graph(seed: int = 0, batch: int = 1, softmax: bool = False) -> Graph:
              {"weight": d1, "bias": rng.normal(0, 0.1, 8).astype(np.float32)}),
         Node("r2", "relu", ("c",), "d"),
         Node("res", "add", ("d", "b"), "e"),
-        Node("p1", "max_pool2d", ("e",), "f", {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0)}),
+        Node("p1", "max_pool2d", ("e" if residual else "d",), "f", {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0)}),
         Node("c2", "conv2d", ("f",), "g", {"in_channels": 8, "out_channels": 16, "kernel_size": (1, 1), "groups": 1,
                                            "stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)},
              {"weight": c2, "bias": rng.normal(0, 0.1, 16).astype(np.float32)}),
@@ -51,6 +51,8 @@ def cnn_graph(seed: int = 0, batch: int = 1, softmax: bool = False) -> Graph:
         Node("fl", "flatten", ("i",), "j", {"start_dim": 1, "end_dim": -1}),
         Node("fc", "linear", ("j",), "k", {"in_features": 256, "out_features": 10}, {"weight": fc, "bias": rng.normal(0, 0.1, 10).astype(np.float32)}),
     ]
+    if not residual:
+        nodes = [n for n in nodes if n.op != "add"]
     outputs = ("k",)
     if softmax:
         nodes.append(Node("sm", "softmax", ("k",), "p", {"axis": -1}))
@@ -101,6 +103,8 @@ def forward(graph: Graph, *inputs: np.ndarray) -> dict[str, np.ndarray]:
             y = _conv(x, p["weight"], p.get("bias"), a["stride"], a["padding"], a["dilation"], a["groups"])
         elif n.op == "relu":
             y = np.maximum(x, 0)
+        elif n.op == "sigmoid":
+            y = 1 / (1 + np.exp(-x))
         elif n.op == "add":
             y = x + env[n.inputs[1]]
         elif n.op == "mul":
@@ -145,3 +149,26 @@ def calibrate(graph: Graph, *batches: np.ndarray) -> QuantizationPlan:
             m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
             weights[n.name] = QuantParams((np.maximum(m, 1e-8) / 127.0).astype(np.float32), np.zeros(w.shape[0], np.int32), 8, axis=0, qmin=-127)
     return QuantizationPlan(8, acts, weights)
+
+
+def clusters(shape: tuple[int, ...], n: int, seed: int, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` samples of ``classes`` Gaussian clusters (batch-1 samples stacked on axis 0), with labels."""
+    rng = np.random.default_rng(seed)
+    centers = np.random.default_rng(1234).normal(0, 1, (classes, *shape[1:]))
+    labels = rng.integers(0, classes, n)
+    xs = centers[labels] + 0.4 * rng.normal(size=(n, *shape[1:]))
+    return xs.reshape(n, *shape).astype(np.float32), labels
+
+
+def fit_head(graph: Graph, xs: np.ndarray, labels: np.ndarray, classes: int = 10) -> Graph:
+    """Train the last Linear layer by ridge regression on the features before it (a "trained" model
+    whose logits have real margins, as top-1 agreement needs)."""
+    head = graph.nodes[-1]
+    assert head.op == "linear"
+    feats = np.concatenate([forward(graph, x)[head.inputs[0]] for x in xs])
+    feats1 = np.hstack([feats, np.ones((len(feats), 1))])
+    target = np.eye(classes)[labels] * 4.0 - 2.0
+    sol = np.linalg.solve(feats1.T @ feats1 + 1e-2 * np.eye(feats1.shape[1]), feats1.T @ target)
+    params = {"weight": sol[:-1].T.astype(np.float32), "bias": sol[-1].astype(np.float32)}
+    nodes = graph.nodes[:-1] + (Node(head.name, head.op, head.inputs, head.output, head.attrs, params),)
+    return Graph(graph.inputs, nodes, graph.outputs)

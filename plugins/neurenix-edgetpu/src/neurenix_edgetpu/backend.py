@@ -56,8 +56,14 @@ class LiteRTBackend(Backend):
         return self.device_names[index]
 
     # ---------------------------------------------------------------- interpreters
-    def interpreter(self, data: bytes, index: int, info: ModelInfo, *, source: str, num_threads: int | None = None) -> Runner:
-        """A ready interpreter for ``data`` on device ``index`` (with the Edge TPU delegate on hardware)."""
+    def interpreter(self, data: bytes, index: int, info: ModelInfo, *, source: str, num_threads: int | None = None, kernels: str | None = None) -> Runner:
+        """A ready interpreter for ``data`` on device ``index`` (with the Edge TPU delegate on hardware).
+
+        ``kernels`` picks LiteRT's CPU kernels in emulation: "reference" (TFLite's reference
+        integer kernels, bit-exact with the core's integer reference; the default for int8
+        models), "optimized" (TFLite's optimized kernels, which may round one step differently)
+        or "xnnpack" (the default delegate; the default for float models).
+        """
         if info.compiled_for_edgetpu and self.emulated:
             raise BackendUnavailableError(
                 f"{source} was compiled by edgetpu_compiler ({info.edgetpu_ops} {EDGETPU_CUSTOM_OP} op(s)) and runs only "
@@ -66,13 +72,18 @@ class LiteRTBackend(Backend):
             )
         kwargs: dict[str, Any] = {"model_content": data, "num_threads": num_threads}
         if self.emulated:
-            if any(t.dtype == np.int8 for t in info.inputs):
-                # TFLite's own integer kernels (the arithmetic the Edge TPU and the core's integer
-                # reference follow); XNNPACK would requantize in float and differ by one step.
-                kwargs["experimental_op_resolver_type"] = self.litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+            chosen = kernels or ("reference" if any(t.dtype == np.int8 for t in info.inputs) else "xnnpack")
+            kwargs["experimental_op_resolver_type"] = self._resolver(chosen)
         else:
             kwargs["experimental_delegates"] = [self._delegate(index)]
         return Runner(self.litert.Interpreter(**kwargs), source)
+
+    def _resolver(self, kernels: str) -> Any:
+        kinds = self.litert.OpResolverType
+        table = {"reference": kinds.BUILTIN_REF, "optimized": kinds.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "xnnpack": kinds.BUILTIN}
+        if kernels not in table:
+            raise ValueError(f"edgetpu: kernels must be one of {sorted(table)}, got {kernels!r}")
+        return table[kernels]
 
     def _delegate(self, index: int) -> Any:
         with self._lock:

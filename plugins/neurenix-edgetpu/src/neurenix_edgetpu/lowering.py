@@ -206,9 +206,9 @@ class _Lowerer:
         """Constant weight (transposed to TFLite layout by the caller) and bias tensors."""
         bias = node.params.get("bias")
         if not self.int8:
-            wi = self.m.constant(f"{node.name}/weight", weight.astype(np.float32))
-            bi = None if bias is None else self.m.constant(f"{node.name}/bias", np.asarray(bias, np.float32))
-            return wi, bi
+            # CONV_2D's bias input is not optional in LiteRT's kernels: a missing bias is zeros.
+            b = np.zeros(weight.shape[axis], np.float32) if bias is None else np.asarray(bias, np.float32)
+            return self.m.constant(f"{node.name}/weight", weight.astype(np.float32)), self.m.constant(f"{node.name}/bias", b)
         assert self.plan is not None
         params = self.plan.weights.get(node.name)
         if params is None:

@@ -45,7 +45,8 @@ class EdgeTPUModel(CompiledModel):
     """A .tflite model on one edgetpu device; call it with NumPy arrays (or through nx.compile)."""
 
     def __init__(self, backend: LiteRTBackend, data: bytes, info: ModelInfo, inputs: Sequence[Edge], outputs: Sequence[Edge],
-                 *, index: int, source: str, num_threads: int | None = None, report: CompilerReport | None = None) -> None:
+                 *, index: int, source: str, num_threads: int | None = None, report: CompilerReport | None = None,
+                 kernels: str | None = None) -> None:
         self.backend = backend
         self.tflite_bytes = data
         self.info = info
@@ -54,7 +55,7 @@ class EdgeTPUModel(CompiledModel):
         self.index = index
         self.source = source
         self.compiler_report = report
-        self.runner = backend.interpreter(data, index, info, source=source, num_threads=num_threads)
+        self.runner = backend.interpreter(data, index, info, source=source, num_threads=num_threads, kernels=kernels)
         self.summary = self._summary()
 
     @property
@@ -133,7 +134,8 @@ def compile_graph(backend: LiteRTBackend, graph: Graph, options: CompileOptions)
             _cache[key] = entry
     data, info, ins, outs, report = entry
     name = f"<{precision} graph {key[0][:8]}>"
-    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=extra.get("num_threads"), report=report)
+    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=extra.get("num_threads"), report=report,
+                        kernels=extra.get("kernels"))
 
 
 def _plan_key(plan: QuantizationPlan | None) -> str | None:
@@ -148,7 +150,8 @@ def _plan_key(plan: QuantizationPlan | None) -> str | None:
 
 
 # ---------------------------------------------------------------------- existing .tflite files
-def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int = 0, num_threads: int | None = None) -> EdgeTPUModel:
+def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int = 0, num_threads: int | None = None,
+               kernels: str | None = None) -> EdgeTPUModel:
     """Load an existing .tflite (edgetpu_compiler output or not); edges quantize/dequantize automatically."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, name = bytes(source), "<tflite bytes>"
@@ -162,4 +165,4 @@ def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int
     info = inspect_model(data, source=name)
     ins = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.inputs)
     outs = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.outputs)
-    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=num_threads)
+    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=num_threads, kernels=kernels)

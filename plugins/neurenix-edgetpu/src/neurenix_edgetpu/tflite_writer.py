@@ -69,7 +69,7 @@ class ModelBuilder:
     tensors: list[_Tensor] = field(default_factory=list)
     buffers: list[bytes] = field(default_factory=lambda: [b""])  # buffer 0 is the empty sentinel
     ops: list[_Op] = field(default_factory=list)
-    opcodes: dict[tuple[int, int], int] = field(default_factory=dict)
+    opcodes: dict[tuple[int, int, str], int] = field(default_factory=dict)
 
     def tensor(self, name: str, shape: Sequence[int], dtype: Any, *, quant: TensorQuant | None = None) -> int:
         """A runtime tensor (activation); returns its index."""
@@ -96,8 +96,10 @@ class ModelBuilder:
         version: int = 1,
         options_type: int = 0,
         options: Callable[[flatbuffers.Builder], int] | None = None,
+        custom: str = "",
     ) -> None:
-        index = self.opcodes.setdefault((opcode, version), len(self.opcodes))
+        """Append an operator; ``custom`` names a CUSTOM op (``opcode`` must then be CUSTOM)."""
+        index = self.opcodes.setdefault((opcode, version, custom), len(self.opcodes))
         self.ops.append(_Op(index, tuple(inputs), tuple(outputs), options_type, options))
 
     def shape_of(self, index: int) -> tuple[int, ...]:
@@ -113,7 +115,7 @@ class ModelBuilder:
         tensors = [self._tensor(b, t) for t in self.tensors]
         operators = [self._operator(b, o) for o in self.ops]
         subgraph = self._subgraph(b, tensors, operators, inputs, outputs)
-        codes = [self._opcode(b, code, version) for (code, version), _ in sorted(self.opcodes.items(), key=lambda kv: kv[1])]
+        codes = [self._opcode(b, *key) for key, _ in sorted(self.opcodes.items(), key=lambda kv: kv[1])]
         signature = self._signature(b, signature_key, inputs, outputs)
         description = b.CreateString(self.description)
         vectors = {
@@ -140,7 +142,7 @@ class ModelBuilder:
             b.StartVector(1, len(data), 16)
             b.head = b.head - len(data)
             b.Bytes[b.head : b.head + len(data)] = data
-            vec = b.EndVector(len(data))
+            vec = b.EndVector()
         tflite.BufferStart(b)
         if vec is not None:
             tflite.BufferAddData(b, vec)
@@ -199,8 +201,11 @@ class ModelBuilder:
         return tflite.SubGraphEnd(b)
 
     @staticmethod
-    def _opcode(b: flatbuffers.Builder, code: int, version: int) -> int:
+    def _opcode(b: flatbuffers.Builder, code: int, version: int, custom: str) -> int:
+        name = b.CreateString(custom) if custom else None
         tflite.OperatorCodeStart(b)
+        if name is not None:
+            tflite.OperatorCodeAddCustomCode(b, name)
         # Codes above 127 live only in builtin_code; deprecated_builtin_code holds the placeholder 127.
         tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
         tflite.OperatorCodeAddBuiltinCode(b, code)
