@@ -13,14 +13,15 @@ module only adds the NPU-specific entry points. It imports nothing heavy until u
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from neurenix_core.device import Device
-from neurenix_core.errors import BackendUnavailableError, CompilationError, DeviceMismatchError, QuantizationError
-from neurenix_core.graph import CompileOptions, Graph
+from neurenix_core.errors import BackendUnavailableError, CompilationError, DeviceMismatchError, NeurenixWarning, QuantizationError
+from neurenix_core.graph import CompileOptions
 
 if TYPE_CHECKING:
     from neurenix_core.tensor import Tensor
@@ -107,39 +108,50 @@ class NPUBackend:
     def optimize_model(
         self,
         model: Any,
-        quantize: bool | None = None,
+        quantize: bool | str | None = None,
         precision: str | None = None,
         optimize_for: str = "performance",
         *,
         calibration: Iterable[Any] | None = None,
         example_input: Any = None,
         threads: int | None = None,
-    ) -> Any:
+    ) -> NPUModel:
         """Compile ``model`` for the NPU.
 
-        ``model`` is a neurenix ``nn.Module`` (through ``nx.compile``), a core ``Graph`` with
-        static input shapes, or a ``torch.nn.Module`` (through ``openvino.convert_model``; needs
-        ``example_input``). ``quantize=True`` means int8 unless ``precision`` says int16; the
-        quantization parameters come from the core's calibration on ``calibration`` batches.
+        ``model`` is a neurenix ``nn.Module`` or a core ``Graph`` (through ``nx.compile``: one
+        OpenVINO compile per input shape), or a ``torch.nn.Module`` (through
+        ``openvino.convert_model``; needs ``example_input``). ``quantize=True`` means int8 (int16
+        when ``precision="int16"``) with parameters from the core's calibration on
+        ``calibration`` batches; without calibration data it means dynamic int8 (Linear weights
+        in int8, activations quantized at run time), with a warning saying so.
         """
         precision = _resolve_precision(quantize, precision, self.device)
         if optimize_for not in OPTIMIZE_FOR:
             raise CompilationError(f"{self.device}: optimize_for={optimize_for!r} is not one of {', '.join(OPTIMIZE_FOR)}")
-        extra = {"optimize_for": optimize_for, **({"threads": threads} if threads is not None else {})}
-        if isinstance(model, Graph):
-            return self._compile_graph(model, precision, calibration, extra)
+        extra: dict[str, Any] = {"optimize_for": optimize_for}
+        if threads is not None:
+            extra["threads"] = int(threads)
         if _is_torch_module(model):
             return self._compile_torch(model, precision, example_input, extra)
-        return self._compile_nn(model, precision, calibration, extra)
+        return self._compile_core(model, quantize, precision, calibration, extra)
 
-    def _compile_graph(self, graph: Graph, precision: str | None, calibration: Any, extra: dict[str, Any]) -> NPUModel:
-        from neurenix_npu_openvino.compiled import compile_graph
+    def _compile_core(self, model: Any, quantize: Any, precision: str | None, calibration: Any, extra: dict[str, Any]) -> NPUModel:
+        import neurenix_core as nx
 
-        plan = None
-        if precision in ("int8", "int16"):
-            plan = _calibrate(graph, precision, calibration, self.device)
-        options = CompileOptions(device=self.device, precision=precision, quantization=plan, extra=extra)
-        return NPUModel(self, compile_graph(self.backend, graph, options))
+        self.backend  # noqa: B018 - start OpenVINO now: an unavailable NPU fails here, clearly
+        if precision in ("int8", "int16") and calibration is None and not isinstance(quantize, str):
+            if precision == "int16":
+                raise QuantizationError(f"{self.device}: int16 quantization needs calibration data: optimize_model(..., calibration=[x1, x2, ...])")
+            warnings.warn(
+                f"{self.device}: quantize=True without calibration data gives dynamic int8 (Linear weights int8, activations "
+                "quantized at run time; convolutions stay float). Pass calibration=[batches] for static int8 on every layer.",
+                NeurenixWarning,
+                stacklevel=3,
+            )
+            return NPUModel(self, core=nx.compile(model, device=self.device, quantize="dynamic", **extra))
+        quant: Any = None if precision not in ("int8", "int16") else (quantize if isinstance(quantize, str) else True)
+        prec = None if quant is not None else precision
+        return NPUModel(self, core=nx.compile(model, device=self.device, precision=prec, quantize=quant, calibration=calibration, progress=False, **extra))
 
     def _compile_torch(self, module: Any, precision: str | None, example_input: Any, extra: dict[str, Any]) -> NPUModel:
         from neurenix_npu_openvino.compiled import compile_openvino_model
@@ -147,25 +159,12 @@ class NPUBackend:
 
         if precision in ("int8", "int16"):
             raise QuantizationError(
-                f"{self.device}: int8/int16 for PyTorch modules needs NNCF, which this plugin does not use; "
-                "build the model with neurenix nn (quantization from the core's calibration) or pass precision='fp32'/'fp16'"
+                f"{self.device}: int8/int16 for PyTorch modules needs NNCF, which this plugin does not use; import the model "
+                "with nx.nn.from_torch(module) and quantize it with the core's calibration, or pass precision='fp32'/'fp16'"
             )
         ov_model = convert_torch(module, example_input, self.device)
         compiled = compile_openvino_model(self.backend, ov_model, precision=precision, optimize_for=extra["optimize_for"], threads=extra.get("threads"))
-        return NPUModel(self, compiled)
-
-    def _compile_nn(self, model: Any, precision: str | None, calibration: Any, extra: dict[str, Any]) -> Any:
-        import neurenix_core as nx
-
-        try:
-            compile_fn = nx.compile
-        except AttributeError as exc:
-            raise CompilationError(
-                f"{self.device}: {type(model).__name__} is not a Graph or torch module and this neurenix-core has no nx.compile; "
-                "upgrade neurenix-core or pass model.to_graph(shape)"
-            ) from exc
-        quantize = precision in ("int8", "int16")
-        return compile_fn(model, device=self.device, precision=precision, quantize=quantize or None, calibration=calibration, **_compile_extra(compile_fn, extra))
+        return NPUModel(self, native=compiled)
 
     # ------------------------------------------------------------------ memory
     def set_memory_limit(self, nbytes: int | None) -> None:
@@ -181,28 +180,55 @@ class NPUBackend:
 
 
 class NPUModel:
-    """A model compiled for the NPU: call it with arrays or npu tensors; returns npu tensors."""
+    """A model compiled for the NPU: call it with arrays or npu tensors; returns npu tensors.
 
-    def __init__(self, owner: NPUBackend, compiled: OpenVINOCompiledModel) -> None:
+    ``core`` is the core's ``nx.compile`` result (neurenix models and graphs), ``native`` an
+    OpenVINO model compiled directly (PyTorch modules). ``openvino(*shapes)`` gives the
+    compiled OpenVINO model for those input shapes (runtime precisions, async batches).
+    """
+
+    def __init__(self, owner: NPUBackend, *, core: Any = None, native: OpenVINOCompiledModel | None = None) -> None:
         self.owner = owner
-        self.compiled = compiled
+        self.core = core
+        self.native = native
 
     @property
     def summary(self) -> str:
-        return self.compiled.summary
+        return self.core.summary if self.core is not None else self.native.summary  # type: ignore[union-attr]
+
+    @property
+    def precision(self) -> str | None:
+        return self.core.precision if self.core is not None else self.native.precision  # type: ignore[union-attr]
 
     def __call__(self, *inputs: Any) -> Any:
+        if self.core is not None:
+            return self.core(*inputs)
         from neurenix_core.tensor import wrap
 
-        out = self.compiled(*(self._host(x) for x in inputs))
+        assert self.native is not None
+        out = self.native(*(self._host(x) for x in inputs))
         be, dev = self.owner.backend, self.owner.device
         if isinstance(out, tuple):
             return tuple(wrap(o, be, dev, dev.index) for o in out)
         return wrap(out, be, dev, dev.index)
 
-    def run_batches(self, batches: Iterable[Any], jobs: int | None = None) -> list[Any]:
+    def openvino(self, *shapes: tuple[int, ...]) -> OpenVINOCompiledModel:
+        """The compiled OpenVINO model for ``shapes`` (from the backend's cache when compiled)."""
+        if self.native is not None:
+            return self.native
+        from neurenix_npu_openvino.compiled import compile_graph
+
+        core = self.core
+        graph = core.graph.with_input_shapes(*shapes)
+        options = CompileOptions(device=self.owner.device, precision=core.precision, quantization=core.plan, extra=core.extra)
+        return compile_graph(self.owner.backend, graph, options)
+
+    def run_batches(self, batches: Sequence[Any], jobs: int | None = None) -> list[Any]:
         """Throughput path: many inputs through an AsyncInferQueue; NumPy results in order."""
-        return self.compiled.run_batches([self._host(b) for b in batches], jobs)
+        hosts = [self._host(b) for b in batches]
+        if not hosts:
+            return []
+        return self.openvino(hosts[0].shape).run_batches(hosts, jobs)
 
     def _host(self, x: Any) -> np.ndarray:
         import neurenix_core as nx
@@ -213,48 +239,19 @@ class NPUModel:
                     f"the model is compiled for {self.owner.device} but its input is on {x.device}; move it with x.to('{self.owner.device}')"
                 )
             return x.native
-        return np.asarray(x)
-
-    def layer_precisions(self) -> dict[str, tuple[str, str]]:
-        return self.compiled.layer_precisions()
-
-    def compute_layers(self) -> dict[str, str]:
-        return self.compiled.compute_layers()
+        return np.asarray(x, np.float32) if np.asarray(x).dtype.kind in "iu" else np.asarray(x)
 
 
-def _resolve_precision(quantize: bool | None, precision: str | None, device: Device) -> str | None:
+def _resolve_precision(quantize: bool | str | None, precision: str | None, device: Device) -> str | None:
     if precision is not None and precision not in PRECISIONS:
         raise CompilationError(f"{device}: precision={precision!r} is not one of {', '.join(PRECISIONS)}")
     if quantize and precision is None:
-        return "int8"
+        return quantize if quantize in ("int8", "int16") else "int8"
     if quantize and precision not in ("int8", "int16"):
         raise QuantizationError(f"{device}: quantize=True asks for integer kernels but precision={precision!r}; use precision='int8' or 'int16'")
     if quantize is False and precision in ("int8", "int16"):
         raise QuantizationError(f"{device}: precision={precision!r} needs quantize=True (or leave quantize unset)")
     return precision
-
-
-def _calibrate(graph: Graph, precision: str, calibration: Any, device: Device) -> Any:
-    """The core's QuantizationPlan for ``graph`` from ``calibration`` batches."""
-    if calibration is None:
-        raise QuantizationError(
-            f"{device}: precision={precision!r} needs calibration data (a few representative input batches): "
-            "optimize_model(model, quantize=True, calibration=[x1, x2, ...])"
-        )
-    try:
-        from neurenix_core import quantization
-    except ImportError as exc:
-        raise QuantizationError(f"{device}: this neurenix-core has no neurenix_core.quantization; upgrade neurenix-core") from exc
-    return quantization.calibrate(graph, calibration, bits=8 if precision == "int8" else 16)
-
-
-def _compile_extra(compile_fn: Any, extra: dict[str, Any]) -> dict[str, Any]:
-    import inspect
-
-    params = inspect.signature(compile_fn).parameters
-    if "extra" in params:
-        return {"extra": extra}
-    return {k: v for k, v in extra.items() if k in params}
 
 
 def _is_torch_module(model: Any) -> bool:

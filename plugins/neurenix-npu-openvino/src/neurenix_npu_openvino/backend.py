@@ -77,6 +77,8 @@ class NPUOpenVINOBackend(Backend):
                 f"npu (backend {self.name}, OpenVINO {self.ov_device}) does not support dtype {dtype}: OpenVINO has no complex "
                 "element type. Keep complex data on the cpu device."
             )
+        if str(dtype) == "bfloat16":
+            return self.ov.Type.bf16  # ml_dtypes' bfloat16 is unknown to OpenVINO's dtype map
         return self.ov.Type(dtype)
 
     def _native_device(self, index: int) -> str:

@@ -27,6 +27,11 @@ _NATIVE_OPS: Final = (
     "nn.max_pool2d", "nn.avg_pool2d", "nn.adaptive_avg_pool2d", "nn.batch_norm", "nn.layer_norm",
 )
 
+_STORAGE_DTYPES: Final = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+)
+
 
 @hookimpl
 def neurenix_manifest() -> Manifest:
@@ -39,13 +44,15 @@ def neurenix_manifest() -> Manifest:
         band=PriorityBand.NPU,
         priority=50,
         capabilities=Capabilities(
-            dtypes=("float32", "float16"),
+            # Storage is host memory, so every real dtype can live on the device; the NPU computes
+            # float16/float32 (compute_dtypes), other dtypes run their ops under the fallback policy.
+            dtypes=_STORAGE_DTYPES,
             precisions=("fp32", "fp16", "int8"),
             native_ops=_NATIVE_OPS,
             compiles_models=True,
             quantization=("int8",),
             dlpack=False,
-            extra={"runtime": "OpenVINO", "async_batches": True},
+            extra={"runtime": "OpenVINO", "async_batches": True, "compute_dtypes": ("float32", "float16")},
         ),
         install_hint="pip install neurenix-npu-openvino (OpenVINO) and the Intel NPU driver (intel_vpu, linux-npu-driver)",
         emulation="npu",
