@@ -101,8 +101,14 @@ def validate_model(model: Any, precision: str = "fp16", batch_size: int | None =
     align = alignment_for(precision)
     module = to_torch_module(model)
     names = getattr(module, "node_names", {})
+    import torch
+
     findings: list[Finding] = []
+    # An attention layer's out_proj is a Linear of the same width: reported once, as the attention.
+    attn = [n for n, m in module.named_modules() if isinstance(m, torch.nn.MultiheadAttention)]
     for name, m in module.named_modules():
+        if any(name != a and (a == "" or name.startswith(a + ".")) for a in attn):
+            continue
         display = names.get(name.removeprefix("layers."), name) or type(m).__name__
         findings += _layer_findings(display, m, align, memory_format)
     if batch_size is not None and batch_size % align:
