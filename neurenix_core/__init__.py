@@ -29,12 +29,11 @@ from neurenix_core.manifest import NEURENIX_API_VERSION, Capabilities, Manifest,
 from neurenix_core.memory import MemoryStats
 from neurenix_core.ops import *  # noqa: F403 - array API functions
 from neurenix_core.ops import __all__ as _ops_all
-from neurenix_core.registry import BackendInfo, Status
+from neurenix_core.registry import Status
 
 # Importing the subpackage neurenix_core.backends binds the name ``backends`` on this package;
 # import it first so that the public function ``nx.backends()`` below is what the name means.
 import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
-from neurenix_core.report import backends  # noqa: E402  isort: skip
 from neurenix_core.tensor import Tensor
 from neurenix_core.transfer import from_dlpack
 
@@ -49,6 +48,16 @@ newaxis = None
 
 # Discovery runs at import: cheap by contract (manifests and probes only, no frameworks).
 _state.initialize()
+
+
+def backends() -> list[Any]:
+    """Every discovered plugin (:class:`BackendInfo`): status, device count, reason, failure.
+
+    Usable plugins come first, in rank order; denied, unavailable and failed ones follow.
+    """
+    from neurenix_core.report import backends as report_backends
+
+    return report_backends()
 
 
 def devices(type: str | DeviceType | None = None) -> list[Device]:  # noqa: A002
@@ -101,6 +110,10 @@ def __getattr__(name: str) -> Any:
 
     if name in {"linalg", "nn", "quantization", "testing", "graph"}:
         return importlib.import_module(f"neurenix_core.{name}")
+    if name == "BackendInfo":
+        from neurenix_core.report import BackendInfo
+
+        return BackendInfo
     if name == "compile":
         from neurenix_core.compiler import compile as compile_
 

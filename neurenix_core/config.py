@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Final, final
 
 from neurenix_core.errors import ConfigurationError
@@ -27,17 +26,33 @@ _FALSE: Final = {"", "0", "false", "no", "off"}
 
 
 @final
-@dataclass(frozen=True, slots=True)
 class Config:
-    device: str | None
-    allow: tuple[str, ...]
-    deny: frozenset[str]
-    autoload: bool
-    emulate: frozenset[str]
-    strict: bool
-    probe_timeout: float
-    native_probe_timeout: float
-    fallback: str
+    """The parsed NEURENIX_* variables (a plain slotted class: built at every import)."""
+
+    __slots__ = ("device", "allow", "deny", "autoload", "emulate", "strict", "probe_timeout", "native_probe_timeout", "fallback")
+
+    def __init__(
+        self,
+        *,
+        device: str | None,
+        allow: tuple[str, ...],
+        deny: frozenset[str],
+        autoload: bool,
+        emulate: frozenset[str],
+        strict: bool,
+        probe_timeout: float,
+        native_probe_timeout: float,
+        fallback: str,
+    ) -> None:
+        self.device = device
+        self.allow = allow
+        self.deny = deny
+        self.autoload = autoload
+        self.emulate = emulate
+        self.strict = strict
+        self.probe_timeout = probe_timeout
+        self.native_probe_timeout = native_probe_timeout
+        self.fallback = fallback
 
     def is_denied(self, name: str, builtin: bool) -> str | None:
         """Why plugin ``name`` must not be imported, or None when it may be."""

@@ -13,7 +13,6 @@ import threading
 import time
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,8 +40,9 @@ from neurenix_core.probing import PendingProbe, ProbeFailure, run_native_probe
 
 if TYPE_CHECKING:
     from neurenix_core.backend import Backend
+    from neurenix_core.report import BackendInfo
 
-__all__ = ["ENTRY_POINT_GROUP", "Status", "Failure", "BackendInfo", "PluginRecord", "Registry"]
+__all__ = ["ENTRY_POINT_GROUP", "Status", "Failure", "PluginRecord", "Registry"]
 
 ENTRY_POINT_GROUP: Final = "neurenix.backends"
 BUILTIN_DISTRIBUTION: Final = "neurenix-core"
@@ -67,30 +67,48 @@ class Status(str, enum.Enum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True, slots=True)
 class Failure:
     """Why a plugin was dropped: the phase (import, register, manifest, api, probe, backend) and cause."""
 
-    phase: str
-    cause: str
+    __slots__ = ("phase", "cause")
+
+    def __init__(self, phase: str, cause: str) -> None:
+        self.phase = phase
+        self.cause = cause
+
+    def __repr__(self) -> str:
+        return f"Failure(phase={self.phase!r}, cause={self.cause!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Failure) and (self.phase, self.cause) == (other.phase, other.cause)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@dataclass(slots=True)
 class PluginRecord:
-    """Mutable per-plugin state inside the registry; users see :class:`BackendInfo` snapshots."""
+    """Mutable per-plugin state inside the registry; users see :class:`BackendInfo` snapshots.
 
-    name: str
-    module_name: str
-    distribution: str | None
-    version: str | None
-    builtin: bool
-    module: ModuleType | None = None
-    manifest: Manifest | None = None
-    probe: ProbeResult | None = None
-    failure: Failure | None = None
-    denied: str | None = None
-    backend: Backend | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    A plain slotted class rather than a dataclass: it is built at every ``import neurenix_core``.
+    """
+
+    __slots__ = ("name", "module_name", "distribution", "version", "builtin", "module", "manifest", "probe", "failure", "denied", "backend", "lock")
+
+    def __init__(self, name: str, module_name: str, distribution: str | None, version: str | None, builtin: bool) -> None:
+        self.name = name
+        self.module_name = module_name
+        self.distribution = distribution
+        self.version = version
+        self.builtin = builtin
+        self.module: ModuleType | None = None
+        self.manifest: Manifest | None = None
+        self.probe: ProbeResult | None = None
+        self.failure: Failure | None = None
+        self.denied: str | None = None
+        self.backend: Backend | None = None
+        self.lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PluginRecord(name={self.name!r}, distribution={self.distribution!r}, failure={self.failure!r}, denied={self.denied!r})"
 
     @property
     def usable(self) -> bool:
@@ -99,42 +117,6 @@ class PluginRecord:
     @property
     def emulated(self) -> bool:
         return self.probe is not None and self.probe.emulated
-
-
-@dataclass(frozen=True, slots=True)
-class BackendInfo:
-    """One row of ``nx.backends()`` / ``neurenix doctor``."""
-
-    name: str
-    distribution: str | None
-    version: str | None
-    status: Status
-    device_types: tuple[str, ...]
-    device_count: int
-    emulated: bool
-    band: str | None
-    priority: int | None
-    reason: str
-    install_hint: str
-    failure: Failure | None
-    capabilities: dict[str, Any] | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "distribution": self.distribution,
-            "version": self.version,
-            "status": self.status.value,
-            "device_types": list(self.device_types),
-            "device_count": self.device_count,
-            "emulated": self.emulated,
-            "band": self.band,
-            "priority": self.priority,
-            "reason": self.reason,
-            "install_hint": self.install_hint,
-            "failure": None if self.failure is None else {"phase": self.failure.phase, "cause": self.failure.cause},
-            "capabilities": self.capabilities,
-        }
 
 
 class Registry:
@@ -465,11 +447,14 @@ class Registry:
 
     # ------------------------------------------------------------------ reporting
     def info(self, default: Device | None) -> list[BackendInfo]:
+        """One :class:`~neurenix_core.report.BackendInfo` per plugin, ranked usable ones first."""
         rows = [self._info(r, default) for r in self._ranked]
         rows += [self._info(r, default) for r in self.records if r not in self._ranked]
         return rows
 
     def _info(self, r: PluginRecord, default: Device | None) -> BackendInfo:
+        from neurenix_core.report import BackendInfo
+
         m, p = r.manifest, r.probe
         return BackendInfo(
             name=r.name,
