@@ -15,3 +15,5 @@ def test_quickstart_runs_on_the_default_device():
     assert "default device: cpu:0" in proc.stdout
     err = float(proc.stdout.split("max |error| vs float64 = ")[1].split()[0])
     assert err < 1e-3
+    model_err = float(proc.stdout.split("max relative error vs float64 = ")[1].split()[0])
+    assert model_err < 1e-5
