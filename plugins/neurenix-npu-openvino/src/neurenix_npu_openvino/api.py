@@ -149,7 +149,8 @@ class NPUBackend:
                 stacklevel=3,
             )
             return NPUModel(self, core=nx.compile(model, device=self.device, quantize="dynamic", **extra))
-        quant: Any = None if precision not in ("int8", "int16") else (quantize if isinstance(quantize, str) else True)
+        # The resolved precision names the bit width ("int16" stays int16); "dynamic" passes through.
+        quant: Any = None if precision not in ("int8", "int16") else ("dynamic" if quantize == "dynamic" else precision)
         prec = None if quant is not None else precision
         return NPUModel(self, core=nx.compile(model, device=self.device, precision=prec, quantize=quant, calibration=calibration, progress=False, **extra))
 
