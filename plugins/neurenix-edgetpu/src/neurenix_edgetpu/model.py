@@ -40,6 +40,16 @@ class Edge:
     dtype: np.dtype[Any]  # the model's dtype (int8 means quantize/dequantize here)
     quant: tuple[float, int] | None
 
+    @property
+    def quantizer(self) -> qz.EdgeQuantizer | None:
+        q = _QUANTIZERS.get((self.quant, self.dtype.str)) if self.quant is not None else None
+        if q is None and self.quant is not None:
+            q = _QUANTIZERS[(self.quant, self.dtype.str)] = qz.EdgeQuantizer(self.quant[0], self.quant[1], self.dtype)
+        return q
+
+
+_QUANTIZERS: dict[tuple[Any, str], qz.EdgeQuantizer] = {}
+
 
 class EdgeTPUModel(CompiledModel):
     """A .tflite model on one edgetpu device; call it with NumPy arrays (or through nx.compile)."""
@@ -86,12 +96,17 @@ class EdgeTPUModel(CompiledModel):
     def _run(self, *inputs: Any) -> Any:
         if len(inputs) != len(self.inputs):
             raise ShapeError(f"{self.source} on edgetpu:{self.index} takes {len(self.inputs)} input(s), got {len(inputs)}")
-        arrays = [self._in(edge, np.asarray(x)) for edge, x in zip(self.inputs, inputs)]
+        if len(inputs) == 1:  # the batch-1 hot path: no list building
+            results = self.runner.invoke(self._in(self.inputs[0], inputs[0]))
+            return self._out(self.outputs[0], results[0]) if len(results) == 1 else tuple(map(self._out, self.outputs, results))
+        arrays = [self._in(edge, x) for edge, x in zip(self.inputs, inputs)]
         results = [self._out(edge, r) for edge, r in zip(self.outputs, self.runner.invoke(*arrays))]
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _in(self, edge: Edge, x: np.ndarray) -> np.ndarray:
-        if tuple(x.shape) != edge.shape:
+    def _in(self, edge: Edge, x: Any) -> np.ndarray:
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
+        if x.shape != edge.shape:
             raise ShapeError(
                 f"{self.source} on edgetpu:{self.index}: input {edge.name!r} has shape {tuple(x.shape)}, the model was compiled "
                 f"for {edge.shape}; the Edge TPU runs static shapes (compile again for the new shape)"
@@ -99,12 +114,12 @@ class EdgeTPUModel(CompiledModel):
         if edge.nhwc:
             x = x.transpose(0, 2, 3, 1)
         if edge.quant is not None and x.dtype != edge.dtype:
-            return qz.quantize(x, edge.quant[0], edge.quant[1], edge.dtype)
-        return np.ascontiguousarray(x, dtype=edge.dtype)
+            return edge.quantizer.quantize(x)  # type: ignore[union-attr]
+        return x if x.dtype == edge.dtype and x.flags.c_contiguous else np.ascontiguousarray(x, dtype=edge.dtype)
 
     def _out(self, edge: Edge, y: np.ndarray) -> np.ndarray:
         if edge.quant is not None:
-            y = qz.dequantize(y, edge.quant[0], edge.quant[1])
+            y = edge.quantizer.dequantize(y)  # type: ignore[union-attr]
         return np.ascontiguousarray(y.transpose(0, 3, 1, 2)) if edge.nhwc else y
 
 

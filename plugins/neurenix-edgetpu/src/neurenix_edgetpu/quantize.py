@@ -13,7 +13,7 @@ import numpy as np
 
 from neurenix_edgetpu.tflite_writer import TensorQuant
 
-__all__ = ["round_half_away", "quantize", "dequantize", "weights_int8", "bias_int32"]
+__all__ = ["round_half_away", "quantize", "dequantize", "weights_int8", "bias_int32", "EdgeQuantizer"]
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
@@ -23,12 +23,22 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
 
 def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: Any = np.int8) -> np.ndarray:
     info = np.iinfo(dtype)
-    q = round_half_away(np.asarray(x, np.float64) / np.float64(np.float32(scale))) + zero_point
-    return np.clip(q, info.min, info.max).astype(dtype)
+    v = np.asarray(x, np.float64) / np.float64(np.float32(scale))
+    # trunc(v + copysign(0.5, v)) is round-half-away in three ufunc calls instead of five: the
+    # edges of a batch-1 model run this on every call.
+    v += np.copysign(0.5, v)
+    np.trunc(v, out=v)
+    v += zero_point
+    np.minimum(v, info.max, out=v)
+    np.maximum(v, info.min, out=v)
+    return v.astype(dtype)
 
 
 def dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
-    return ((q.astype(np.int32) - zero_point) * np.float32(scale)).astype(np.float32)
+    out = q.astype(np.float32)
+    out -= np.float32(zero_point)
+    out *= np.float32(scale)
+    return out
 
 
 def weights_int8(weight: np.ndarray, scale: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -46,3 +56,37 @@ def bias_int32(bias: np.ndarray, input_scale: float, weight_scale: np.ndarray) -
     limit = np.iinfo(np.int32)
     q = np.clip(q, limit.min, limit.max).astype(np.int32)
     return q, TensorQuant(scale, np.zeros(scale.shape, np.int64), 0)
+
+
+class EdgeQuantizer:
+    """``quantize``/``dequantize`` for one model edge with every constant prepared once.
+
+    NumPy 2 resolves the type of each Python scalar passed to a ufunc; on a batch-1 model that
+    costs more than the arithmetic, so the constants are 0-d arrays of the working dtype.
+    """
+
+    __slots__ = ("dtype", "_scale", "_zp", "_lo", "_hi", "_half", "_fscale", "_fzp")
+
+    def __init__(self, scale: float, zero_point: int, dtype: Any = np.int8) -> None:
+        info = np.iinfo(dtype)
+        self.dtype = np.dtype(dtype)
+        self._scale = np.array(np.float32(scale), np.float64)
+        self._zp = np.array(zero_point, np.float64)
+        self._lo, self._hi = np.array(info.min, np.float64), np.array(info.max, np.float64)
+        self._half = np.array(0.5, np.float64)
+        self._fscale, self._fzp = np.array(scale, np.float32), np.array(zero_point, np.float32)
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        # Same arithmetic as quantize(): float64 division by the float32 scale, half away from zero.
+        v = np.divide(x, self._scale, dtype=np.float64)
+        v += np.copysign(self._half, v)
+        np.trunc(v, out=v)
+        v += self._zp
+        np.clip(v, self._lo, self._hi, out=v)
+        return v.astype(self.dtype)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        out = q.astype(np.float32)
+        out -= self._fzp
+        out *= self._fscale
+        return out
