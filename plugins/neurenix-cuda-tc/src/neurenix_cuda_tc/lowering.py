@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
 
-__all__ = ["lower_graph", "compile_graph", "graph_module_class", "TorchCompiledModel", "module_key"]
+__all__ = ["lower_graph", "compile_graph", "graph_module_classes", "TorchCompiledModel", "module_key"]
 
 _ACTIVATIONS = {"relu": "ReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 
@@ -181,8 +181,8 @@ def _with_quantized_weights(node: Node, plan: QuantizationPlan | None) -> Node:
 
 
 @functools.cache
-def graph_module_class() -> type:
-    """The ``torch.nn.Module`` subclass of lowered graphs (defined on first use: torch loads lazily)."""
+def graph_module_classes() -> tuple[type, type]:
+    """The ``torch.nn.Module`` subclasses of lowered graphs (any inputs; one input) (defined on first use: torch loads lazily)."""
     import torch
 
     class _GraphModule(torch.nn.Module):
@@ -214,6 +214,9 @@ def graph_module_class() -> type:
         def forward(self, *inputs: torch.Tensor) -> Any:
             if len(inputs) != len(self._inputs):
                 raise ShapeError(f"cuda-tc model takes {len(self._inputs)} input(s) ({', '.join(self._inputs)}), got {len(inputs)}")
+            return self._forward(inputs)
+
+        def _forward(self, inputs: tuple[torch.Tensor, ...]) -> Any:
             values = {n: self._q(n, x) for n, x in zip(self._inputs, inputs)}
             for op, key, ins, out in self._steps:
                 args = [values[i] for i in ins]
@@ -230,12 +233,19 @@ def graph_module_class() -> type:
             outs = tuple(values[o] for o in self._outputs)
             return outs[0] if len(outs) == 1 else outs
 
-    return _GraphModule
+    class _SingleInputGraphModule(_GraphModule):
+        """One named input, so torch.fx (align_model) can trace the forward."""
+
+        def forward(self, x: torch.Tensor) -> Any:  # type: ignore[override]
+            return self._forward((x,))
+
+    return _GraphModule, _SingleInputGraphModule
 
 
 def lower_graph(graph: Graph, plan: QuantizationPlan | None = None) -> torch.nn.Module:
     """A ``torch.nn.Module`` (float32, eval mode, on the CPU) computing ``graph``."""
-    return graph_module_class()(graph, plan).eval()
+    generic, single = graph_module_classes()
+    return (single if len(graph.inputs) == 1 else generic)(graph, plan).eval()
 
 
 _TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "mixed": "float32", "fp32": "float32", "tf32": "float32"}
