@@ -1,0 +1,218 @@
+"""neurenix-tpu: a compiled model through neurenix against the same jitted function in plain JAX,
+and eager (layer by layer) against compiled, in the same run on the same device.
+
+    python benchmarks/tpu.py [--quick] [--threads 1 2] [--json out.json]
+
+Each thread count runs in a fresh process pinned to that many CPUs (sched_setaffinity) with XLA's
+CPU thread pool sized to match, since XLA reads its flags once at start. Without a Cloud TPU it
+runs emulated (NEURENIX_EMULATE=tpu, JAX's CPU platform), so the numbers measure neurenix's own
+overhead around XLA, not TPU speed. Timings interleave the contenders round by round and keep
+the best round (the machine is shared; the minimum is the least disturbed measurement).
+Ratios are time(neurenix) / time(plain JAX): the goal is <= 1.05 at batch 1 and 32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+MODELS = ("mlp", "cnn")
+BATCHES = (1, 32)
+
+
+# ------------------------------------------------------------------ child: one thread setting
+def _models(nn: Any) -> dict[str, tuple[Any, tuple[int, ...]]]:
+    mlp = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    cnn = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+    )
+    return {"mlp": (mlp, (256,)), "cnn": (cnn, (3, 32, 32))}
+
+
+def _plain_jax(graph: Any, precision: str) -> tuple[Callable[..., Any], Any]:
+    """The model written by hand in JAX (NHWC convs, as JAX users write them) and its params."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+
+    dt = jnp.float32 if precision == "fp32" else jnp.bfloat16
+    prec = lax.Precision.HIGHEST if precision == "fp32" else lax.Precision.DEFAULT
+    params: list[dict[str, Any]] = []
+    for n in graph.nodes:
+        p = {k: np.asarray(v, np.float32) for k, v in n.params.items()}
+        if n.op == "conv2d":
+            p["weight"] = p["weight"].transpose(2, 3, 1, 0)
+        if "weight" in p:
+            p["weight"] = p["weight"].astype(dt)
+        params.append(p)
+    ops = [(n.op, dict(n.attrs)) for n in graph.nodes]
+
+    def fn(params: list[dict[str, Any]], x: Any) -> Any:
+        h = x.astype(dt)
+        if h.ndim == 4:
+            h = h.transpose(0, 2, 3, 1)
+        for (op, a), p in zip(ops, params):
+            if op == "linear":
+                h = (lax.dot_general(h, p["weight"], (((1,), (1,)), ((), ())), precision=prec, preferred_element_type=jnp.float32) + p["bias"]).astype(dt)
+            elif op == "conv2d":
+                pad = a["padding"]
+                h = lax.conv_general_dilated(h, p["weight"], a["stride"], ((pad[0], pad[0]), (pad[1], pad[1])),
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=prec, preferred_element_type=jnp.float32)
+                h = (h + p["bias"]).astype(dt)
+            elif op == "relu":
+                h = jnp.maximum(h, 0)
+            elif op == "max_pool2d":
+                k, s = a["kernel_size"], a["stride"]
+                h = lax.reduce_window(h, -jnp.inf, lax.max, (1, k[0], k[1], 1), (1, s[0], s[1], 1), "VALID")
+            elif op == "adaptive_avg_pool2d":
+                h = h.mean(axis=(1, 2), keepdims=True)
+            elif op == "flatten":
+                h = h.reshape(h.shape[0], -1)
+            else:
+                raise ValueError(f"benchmark model has an op the plain-JAX version does not write: {op}")
+        return h.astype(x.dtype)
+
+    dev = jax.devices()[0]
+    return jax.jit(fn), jax.device_put(params, dev)
+
+
+def _best(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:
+    import jax
+
+    best = {k: float("inf") for k in fns}
+    for fn in fns.values():
+        jax.block_until_ready(_native(fn()))  # compile / warm
+    for _ in range(rounds):
+        for name, fn in fns.items():  # interleaved: load spikes hit every contender alike
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                # A neurenix Tensor is not a JAX pytree: wait on its native array, or nothing waits.
+                jax.block_until_ready(_native(fn()))
+            best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+    return best
+
+
+def _compile(nx: Any, model: Any, shape: tuple[int, ...], precision: str) -> tuple[Callable[[Any], Any], str]:
+    """nx.compile when the core provides it; else the plugin's hook on the traced graph."""
+    try:
+        from neurenix_core.compiler import compile as nx_compile
+    except ImportError:
+        from neurenix_tpu.api import TPUBackend
+
+        compiled = TPUBackend().compile_graph(model.to_graph(shape), precision=precision)
+        return (lambda t: compiled(t.native)), "neurenix_tpu compile_graph (nx.compile not in this core)"
+    compiled = nx_compile(model, device="tpu:0", precision=precision)
+    return compiled, "nx.compile"
+
+
+def child(quick: bool, threads: int) -> list[dict[str, Any]]:
+    import numpy as np
+
+    import neurenix_core as nx
+    from neurenix_core import nn
+
+    calls, rounds = (20, 5) if quick else (200, 15)
+    rows = []
+    for name, (model, feat) in _models(nn).items():
+        if quick and name == "cnn":
+            calls_m, rounds_m = 5, 3
+        else:
+            calls_m, rounds_m = calls, rounds
+        model.to("tpu:0")
+        for precision in ("fp32", "bf16"):
+            for batch in BATCHES:
+                shape = (batch, *feat)
+                x = nx.asarray(np.random.default_rng(0).standard_normal(shape).astype(np.float32), device="tpu:0")
+                compiled, path = _compile(nx, model, shape, precision)
+                plain, params = _plain_jax(model.to_graph(shape), precision)
+                xn = x.native
+                contenders: dict[str, Callable[[], Any]] = {
+                    "neurenix": lambda: compiled(x),
+                    "jax": lambda: plain(params, xn),
+                }
+                if precision == "fp32":
+                    contenders["eager"] = lambda: model(x)
+                t = _best(contenders, calls_m, rounds_m)
+                check = np.abs(np.asarray(_native(compiled(x)), np.float64) - np.asarray(plain(params, xn), np.float64)).max()
+                rows.append({
+                    "model": name, "precision": precision, "batch": batch, "threads": threads, "path": path,
+                    "neurenix_us": t["neurenix"] * 1e6, "jax_us": t["jax"] * 1e6,
+                    "overhead": t["neurenix"] / t["jax"],
+                    "eager_us": t["eager"] * 1e6 if "eager" in t else None,
+                    "eager_vs_compiled": t["eager"] / t["neurenix"] if "eager" in t else None,
+                    "max_abs_diff": float(check),
+                    "emulated": bool(nx.backend("tpu:0").emulated),
+                })
+    return rows
+
+
+def _native(out: Any) -> Any:
+    return out.native if hasattr(out, "native") else out
+
+
+# ------------------------------------------------------------------ parent
+def run_threads(threads: int, quick: bool) -> list[dict[str, Any]]:
+    env = dict(os.environ)
+    env.setdefault("NEURENIX_EMULATE", "tpu")
+    env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
+    # XLA sizes its CPU pool from these flags at start-up: one process per thread setting.
+    env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
+    env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [sys.executable, __file__, "--child", str(threads)] + (["--quick"] if quick else [])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"benchmark child ({threads} thread(s)) failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| model | precision | batch | threads | neurenix µs | plain JAX µs | neurenix/JAX | eager µs | eager/compiled | max abs diff |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        eager = f"{r['eager_us']:.1f}" if r["eager_us"] is not None else "-"
+        ratio = f"{r['eager_vs_compiled']:.2f}x" if r["eager_vs_compiled"] is not None else "-"
+        lines.append(
+            f"| {r['model']} | {r['precision']} | {r['batch']} | {r['threads']} | {r['neurenix_us']:.1f} | {r['jax_us']:.1f} | "
+            f"{r['overhead']:.3f} | {eager} | {ratio} | {r['max_abs_diff']:.1e} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        if hasattr(os, "sched_setaffinity"):
+            cpus = sorted(os.sched_getaffinity(0))[: args.child]
+            os.sched_setaffinity(0, cpus)
+        print(json.dumps(child(args.quick, args.child)))
+        return 0
+    rows: list[dict[str, Any]] = []
+    from tqdm import tqdm
+
+    for threads in tqdm(args.threads, desc="thread settings", unit="run", file=sys.stderr):
+        rows += run_threads(threads, args.quick)
+    print(f"path: {rows[0]['path']}; emulated: {rows[0]['emulated']} (JAX CPU platform)" if rows else "no rows")
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
