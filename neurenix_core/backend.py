@@ -231,6 +231,18 @@ LINALG_FUNCTIONS: tuple[str, ...] = (
 )
 
 
+def _numpy_matmul(x1: Any, x2: Any, /) -> Any:
+    """np.matmul, except that bfloat16 operands give a bfloat16 result.
+
+    NumPy has no bfloat16 matmul loop and silently computes (and returns) float32; the standard
+    says the result dtype is the promoted operand dtype.
+    """
+    out = np.matmul(x1, x2)
+    if out.dtype != x1.dtype and (x1.dtype.name == "bfloat16" or x2.dtype.name == "bfloat16"):
+        return out.astype(np.result_type(x1, x2))
+    return out
+
+
 class ArrayNamespaceBackend(Backend):
     """A backend built from any array-API namespace ``xp`` in a few lines.
 
@@ -258,6 +270,8 @@ class ArrayNamespaceBackend(Backend):
         self.ops = dict(self._op_table(xp if compat is None else compat))
         if compat is not None:
             self.ops.update({n: getattr(xp, n) for n in self.direct_ops if hasattr(xp, n) and n in self.ops})
+        if xp is np:
+            self.ops["matmul"] = _numpy_matmul
 
     def _op_table(self, xp: Any) -> Mapping[str, Callable[..., Any]]:
         table = {n: getattr(xp, n) for n in ARRAY_API_FUNCTIONS if hasattr(xp, n) and n not in self.excluded_ops}

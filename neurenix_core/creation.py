@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from neurenix_core.device import DeviceLike
-from neurenix_core.dtypes import DTYPES, as_dtype
+from neurenix_core.dtypes import DTYPES, as_dtype, contiguous
 from neurenix_core.errors import ShapeError, TransferError, UnsupportedDTypeError
 from neurenix_core.tensor import Tensor, adopt, placement_for
 
@@ -56,7 +56,7 @@ def _place(array: np.ndarray, device: DeviceLike | None) -> Tensor:
     nbytes = int(array.nbytes)
     if p.mem.in_use + nbytes > p.mem.limit:
         raise p.mem.refuse(nbytes)
-    return adopt(p.backend._from_host(np.ascontiguousarray(array), p.index), p)
+    return adopt(p.backend._from_host(contiguous(array), p.index), p)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

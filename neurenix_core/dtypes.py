@@ -14,7 +14,7 @@ from neurenix_core.errors import UnsupportedDTypeError
 __all__ = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128", "bfloat16", "as_dtype", "isdtype",
-    "result_type", "can_cast", "finfo", "iinfo", "DTYPES",
+    "result_type", "can_cast", "finfo", "iinfo", "DTYPES", "contiguous",
 ]
 
 bool = np.dtype("bool")  # noqa: A001 - array API name
@@ -101,3 +101,9 @@ def finfo(type: Any, /) -> Any:  # noqa: A002
 
 def iinfo(type: Any, /) -> Any:  # noqa: A002
     return np.iinfo(_dtype_of(type))
+
+
+def contiguous(array: Any) -> np.ndarray:
+    """A C-contiguous host array with the same shape (0-d stays 0-d, unlike np.ascontiguousarray)."""
+    array = np.asarray(array)
+    return array if array.flags.c_contiguous else np.array(array, order="C", copy=True)

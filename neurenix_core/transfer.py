@@ -9,6 +9,7 @@ import numpy as np
 
 from neurenix_core import fallback
 from neurenix_core.device import Device, DeviceLike
+from neurenix_core.dtypes import contiguous
 from neurenix_core.errors import NeurenixError, TransferError, UnsupportedOperationError
 from neurenix_core.tensor import Tensor, _op_error, adopt, placement_for, rewrap
 
@@ -33,7 +34,7 @@ def copy_to(t: Tensor, device: Device) -> Tensor:
     nbytes = int(host.nbytes)
     if p.mem.in_use + nbytes > p.mem.limit:
         raise p.mem.refuse(nbytes)
-    native = p.backend._from_host(np.ascontiguousarray(host), p.index)
+    native = p.backend._from_host(contiguous(host), p.index)
     if native is t._data:  # a backend must never hand back the source buffer as the "copy"
         native = p.backend._from_host(np.array(host, copy=True), p.index)
     return adopt(native, p)
@@ -107,7 +108,7 @@ def _via_host(x: Any, p: Placement) -> Tensor:
     check_dtype(p, host.dtype)
     if p.mem.in_use + host.nbytes > p.mem.limit:
         raise p.mem.refuse(int(host.nbytes))
-    return adopt(p.backend._from_host(np.ascontiguousarray(host), p.index), p)
+    return adopt(p.backend._from_host(contiguous(host), p.index), p)
 
 
 def run_fallback(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[Tensor]) -> Any:
@@ -149,5 +150,5 @@ def _to_device(result: Any, p: Placement) -> Any:
     if isinstance(result, list):
         return [_to_device(r, p) for r in result]
     if isinstance(result, (np.ndarray, np.generic)):
-        return p.backend._from_host(np.ascontiguousarray(result), p.index)
+        return p.backend._from_host(contiguous(result), p.index)
     return result

@@ -1,0 +1,18 @@
+"""The neurenix conformance kit for backend authors (ours and third parties').
+
+Run the device-generic suite against an installed backend::
+
+    python -m pytest -p neurenix_core.testing.plugin --pyargs neurenix_core.testing.suite \\
+        --neurenix-backend NAME --neurenix-report report.json
+
+or from Python: ``neurenix_core.testing.run_conformance("NAME")``. The suite checks results
+against float64 NumPy with a tolerance per dtype (``reference.TOLERANCES``) and reports, per
+capability, what passed, failed and was skipped (with the reason). See docs/conformance.md.
+"""
+
+from __future__ import annotations
+
+from neurenix_core.testing.reference import TOLERANCES, assert_close, on_device, require_dtype, rounded, tolerance
+from neurenix_core.testing.runner import pytest_command, run_conformance
+
+__all__ = ["run_conformance", "pytest_command", "TOLERANCES", "tolerance", "assert_close", "on_device", "require_dtype", "rounded"]
