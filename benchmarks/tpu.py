@@ -1,7 +1,7 @@
 """neurenix-tpu: a compiled model through neurenix against the same jitted function in plain JAX,
 and eager (layer by layer) against compiled, in the same run on the same device.
 
-    python benchmarks/tpu.py [--quick] [--threads 1 2] [--json out.json]
+    python benchmarks/tpu.py [--quick] [--threads 1 2] [--models mlp cnn] [--json out.json]
 
 Each thread count runs in a fresh process pinned to that many CPUs (sched_setaffinity) with XLA's
 CPU thread pool sized to match, since XLA reads its flags once at start. Without a Cloud TPU it
@@ -113,7 +113,7 @@ def _compile(nx: Any, model: Any, shape: tuple[int, ...], precision: str) -> tup
     return compiled, "nx.compile"
 
 
-def child(quick: bool, threads: int) -> list[dict[str, Any]]:
+def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
     import numpy as np
 
     import neurenix_core as nx
@@ -122,6 +122,8 @@ def child(quick: bool, threads: int) -> list[dict[str, Any]]:
     calls, rounds = (20, 5) if quick else (200, 15)
     rows = []
     for name, (model, feat) in _models(nn).items():
+        if name not in models:
+            continue
         if quick and name == "cnn":
             calls_m, rounds_m = 5, 3
         else:
@@ -159,14 +161,14 @@ def _native(out: Any) -> Any:
 
 
 # ------------------------------------------------------------------ parent
-def run_threads(threads: int, quick: bool) -> list[dict[str, Any]]:
+def run_threads(threads: int, quick: bool, models: list[str]) -> list[dict[str, Any]]:
     env = dict(os.environ)
     env.setdefault("NEURENIX_EMULATE", "tpu")
     env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     # XLA sizes its CPU pool from these flags at start-up: one process per thread setting.
     env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
     env["OMP_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, __file__, "--child", str(threads)] + (["--quick"] if quick else [])
+    cmd = [sys.executable, __file__, "--child", str(threads), "--models", *models] + (["--quick"] if quick else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child ({threads} thread(s)) failed:\n{out.stderr[-4000:]}")
@@ -192,6 +194,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -199,13 +202,13 @@ def main() -> int:
         if hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))[: args.child]
             os.sched_setaffinity(0, cpus)
-        print(json.dumps(child(args.quick, args.child)))
+        print(json.dumps(child(args.quick, args.child, args.models)))
         return 0
     rows: list[dict[str, Any]] = []
     from tqdm import tqdm
 
     for threads in tqdm(args.threads, desc="thread settings", unit="run", file=sys.stderr):
-        rows += run_threads(threads, args.quick)
+        rows += run_threads(threads, args.quick, args.models)
     print(f"path: {rows[0]['path']}; emulated: {rows[0]['emulated']} (JAX CPU platform)" if rows else "no rows")
     print(table(rows))
     if args.json:

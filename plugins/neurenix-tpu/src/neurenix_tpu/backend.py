@@ -147,7 +147,7 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         stats = dev.memory_stats() or {}
         kind = str(dev.device_kind)
         info.update({
-            "name": f"{kind} (emulated TPU on JAX's CPU platform)" if self.emulated else kind,
+            "name": f"emulated TPU (JAX {kind} device {dev.id})" if self.emulated else kind,
             "platform": dev.platform,
             "chip_version": "emulated (host CPU)" if self.emulated else kind,
             "cores": 1 if self.emulated else TENSORCORES_PER_CHIP.get(kind, getattr(dev, "num_cores", 1)),
