@@ -1,0 +1,43 @@
+"""The examples/ scripts and the benchmark's --quick mode run end to end (CPU emulation)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(
+    ("script", "expect"),
+    [
+        ("tensor_cores_validate.py", "max |padded - original| = 0.00e+00"),
+        ("tensor_cores_train_amp.py", "loss "),
+        ("tensor_cores_optimize.py", "restored switches"),
+    ],
+)
+def test_example_runs(clean_python: Any, script: str, expect: str) -> None:
+    code = f"import runpy; runpy.run_path({str(REPO / 'examples' / script)!r}, run_name='__main__')"
+    proc = clean_python(code, emulate="cuda", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert expect in proc.stdout
+
+
+def test_benchmark_quick_mode(tmp_path: Path) -> None:
+    out = tmp_path / "tc.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tensor_cores.py"), "--quick", "--threads", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=str(REPO), check=False,
+                          env={**__import__("os").environ, "NEURENIX_EMULATE": "cuda"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    run = data["runs"][0]
+    assert run["threads"] == 1 and data["emulated"] is True
+    names = [c["config"] for c in run["configs"]]
+    assert "baseline fp32" in names and "TC optimized bf16" in names
+    assert all(c["latency_ms"] > 0 and c["ratio_vs_native"] > 0 for c in run["configs"])
+    assert run["matmul_bf16"]["rate_ratio"] > 0
