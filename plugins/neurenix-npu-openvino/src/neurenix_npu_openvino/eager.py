@@ -38,18 +38,21 @@ _FLOATS: Final = (np.dtype(np.float32), np.dtype(np.float16))
 class _Entry:
     """One compiled eager graph and its infer request (requests are not thread-safe)."""
 
-    __slots__ = ("request", "lock")
+    __slots__ = ("request", "lock", "tensor")
 
-    def __init__(self, compiled: Any) -> None:
+    def __init__(self, compiled: Any, tensor: Any) -> None:
         self.request = compiled.create_infer_request()
         self.lock = threading.Lock()
+        self.tensor = tensor
 
     def run(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+        from neurenix_npu_openvino.compiled import infer_shared
+
+        # OpenVINO wants C-contiguous buffers to share; a transposed view is copied once here.
+        # (np.ascontiguousarray would turn a 0-d operand into shape (1,), hence the flag test.)
+        contiguous = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
         with self.lock:
-            # share_inputs avoids one copy per operand; outputs are copied because the request's
-            # buffers are reused by the next call.
-            result = self.request.infer(list(arrays), share_inputs=True, share_outputs=False)
-        return np.asarray(result[0])
+            return infer_shared(self.request, self.tensor, contiguous, 1)[0]
 
 
 class EagerKernels:
@@ -136,7 +139,7 @@ class EagerKernels:
         # Absent optional operands (bias=None) reach the builder as None.
         full = [next(it) if p else None for p in present]
         model = self._ov.Model([build(full)], params, key[0])
-        entry = _Entry(self._backend.compile_eager(model, np.dtype(arrays[0].dtype)))
+        entry = _Entry(self._backend.compile_eager(model, np.dtype(arrays[0].dtype)), self._ov.Tensor)
         with self._lock:
             self.compilations += 1
             self._cache[key] = entry

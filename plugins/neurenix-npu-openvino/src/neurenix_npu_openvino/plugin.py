@@ -65,7 +65,7 @@ def neurenix_manifest() -> Manifest:
 def neurenix_probe(context: ProbeContext) -> ProbeResult:
     if context.emulate:
         if not _probe.runtime_installed():
-            return ProbeResult.missing("NEURENIX_EMULATE=npu needs the OpenVINO runtime: pip install openvino")
+            return ProbeResult.missing(f"NEURENIX_EMULATE=npu needs the OpenVINO runtime: {_probe.missing_runtime_reason()}")
         return ProbeResult.emulating(1, reason="emulated: OpenVINO's CPU device runs the NPU code path (NEURENIX_EMULATE=npu)")
     found = _probe.scan()
     if not found.available:

@@ -51,6 +51,18 @@ def openvino_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def shadowing_module() -> str | None:
+    """The path of a plain module named ``openvino`` (e.g. a script openvino.py in the current
+    folder) that hides the real package, or None."""
+    try:
+        spec = importlib.util.find_spec("openvino")
+    except (ImportError, ValueError):
+        return None
+    if spec is not None and not spec.submodule_search_locations:
+        return str(spec.origin)
+    return None
+
+
 def npu_plugin_library(package: Path) -> Path | None:
     """OpenVINO's NPU plugin inside the wheel (``libs/``) or next to a system install."""
     for candidate in (package / "libs" / NPU_PLUGIN_LIBRARY, package / NPU_PLUGIN_LIBRARY):
@@ -80,7 +92,7 @@ def scan() -> NPUScan:
     """Check runtime, plugin library and driver, and say in one sentence what is missing."""
     package = openvino_dir()
     if package is None:
-        return NPUScan(None, None, (), "OpenVINO is not installed: pip install openvino (neurenix-npu-openvino depends on it)")
+        return NPUScan(None, None, (), missing_runtime_reason())
     library = npu_plugin_library(package)
     nodes = npu_device_nodes()
     if library is None:
@@ -93,6 +105,13 @@ def scan() -> NPUScan:
     else:
         reason = ""
     return NPUScan(package, library, nodes, reason)
+
+
+def missing_runtime_reason() -> str:
+    shadow = shadowing_module()
+    if shadow is not None:
+        return f"{shadow} shadows the OpenVINO package (a module named openvino is first on sys.path): rename it or run from another folder"
+    return "OpenVINO is not installed: pip install openvino (neurenix-npu-openvino depends on it)"
 
 
 def runtime_installed() -> bool:
