@@ -1,0 +1,54 @@
+"""Hook implementations (entry point ``acme``): static manifest, cheap probe, lazy factory.
+
+Imported by ``import neurenix_core``: keep it free of heavy imports; the runtime is imported in
+``backend.py`` when the factory runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from neurenix_core.hookspecs import hookimpl
+from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+
+from neurenix_acme import __version__
+
+if TYPE_CHECKING:
+    from neurenix_core.backend import Backend
+
+
+@hookimpl
+def neurenix_manifest() -> Manifest:
+    return Manifest(
+        name="acme",
+        distribution="neurenix-acme",
+        version=__version__,
+        api=">=1.0,<2",  # the NEURENIX_API_VERSION range this code was written and tested against
+        device_types=("acme",),
+        band=PriorityBand.ACCELERATOR,  # what the hardware is; the core orders bands, not the plugin
+        priority=10,
+        capabilities=Capabilities(
+            dtypes=("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"),
+            precisions=("fp32",),
+            native_ops=("*",),  # every array-API function of the namespace
+            compiles_models=False,  # models run layer by layer; implement neurenix_compile to lower whole graphs
+        ),
+        install_hint="pip install neurenix-acme (and the ACME driver for real hardware)",
+        emulation="acme",
+        description="template backend: the ACME accelerator, emulated with NumPy on the host CPU",
+        exports={"neurenix.hardware.acme": "neurenix_acme.api"},
+    )
+
+
+@hookimpl
+def neurenix_probe(context: ProbeContext) -> ProbeResult:
+    from neurenix_acme.probe import probe
+
+    return probe(context)
+
+
+@hookimpl
+def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
+    from neurenix_acme.backend import AcmeBackend
+
+    return AcmeBackend(device_count=probe.device_count, emulated=probe.emulated)
