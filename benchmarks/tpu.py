@@ -84,19 +84,26 @@ def _plain_jax(graph: Any, precision: str) -> tuple[Callable[..., Any], Any]:
     return jax.jit(fn), jax.device_put(params, dev)
 
 
-def _best(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:
+def _best(fns: dict[str, Callable[[], Any]], target_s: float, rounds: int) -> dict[str, float]:
+    """Best per-call time of each contender; each round runs ~target_s of calls per contender."""
     import jax
 
-    best = {k: float("inf") for k in fns}
-    for fn in fns.values():
+    calls: dict[str, int] = {}
+    for name, fn in fns.items():
         jax.block_until_ready(_native(fn()))  # compile / warm
+        t0 = time.perf_counter()
+        for _ in range(3):
+            jax.block_until_ready(_native(fn()))
+        calls[name] = max(3, min(2000, int(target_s / max((time.perf_counter() - t0) / 3, 1e-7))))
+    n = min(calls.values())  # same call count for everyone: same exposure to machine noise
+    best = {k: float("inf") for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():  # interleaved: load spikes hit every contender alike
             t0 = time.perf_counter()
-            for _ in range(calls):
+            for _ in range(n):
                 # A neurenix Tensor is not a JAX pytree: wait on its native array, or nothing waits.
                 jax.block_until_ready(_native(fn()))
-            best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+            best[name] = min(best[name], (time.perf_counter() - t0) / n)
     return best
 
 
@@ -119,15 +126,11 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
     import neurenix_core as nx
     from neurenix_core import nn
 
-    calls, rounds = (20, 5) if quick else (200, 15)
+    target_s, rounds = (0.005, 3) if quick else (0.1, 15)
     rows = []
     for name, (model, feat) in _models(nn).items():
         if name not in models:
             continue
-        if quick and name == "cnn":
-            calls_m, rounds_m = 5, 3
-        else:
-            calls_m, rounds_m = calls, rounds
         model.to("tpu:0")
         for precision in ("fp32", "bf16"):
             for batch in BATCHES:
@@ -142,7 +145,7 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
                 }
                 if precision == "fp32":
                     contenders["eager"] = lambda: model(x)
-                t = _best(contenders, calls_m, rounds_m)
+                t = _best(contenders, target_s, rounds)
                 check = np.abs(np.asarray(_native(compiled(x)), np.float64) - np.asarray(plain(params, xn), np.float64)).max()
                 rows.append({
                     "model": name, "precision": precision, "batch": batch, "threads": threads, "path": path,

@@ -116,3 +116,29 @@ def test_nx_compile_rejects_inputs_from_another_tpu(four_devices: Any) -> None:
     compiled = nx.compile(_mlp(), device="tpu:0", precision="fp32")
     with pytest.raises(nx.DeviceMismatchError, match="tpu:1"):
         compiled(nx.asarray(_x((1, 10)), device="tpu:1"))
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int16", "dynamic"])
+def test_nx_compile_quantized_matches_the_core_reference(tpu: Any, quantize: str) -> None:
+    model = _cnn() if quantize != "dynamic" else _mlp()
+    shape = (2, 3, 16, 16) if quantize != "dynamic" else (4, 10)
+    calibration = [_x(shape, seed=s) for s in range(4)]
+    compiled = nx.compile(model, device="tpu:0", quantize=quantize, calibration=calibration, progress=False)
+    x = _x(shape, seed=9)
+    out = compiled(x).numpy()
+    expected = reference.run_graph(compiled.graph, x, plan=compiled.plan)
+    unquantized = reference.run_graph(model.to_graph(shape), x)
+    # float32 QDQ against the float64 reference may flip a rounding tie: allow one output step.
+    step = float(np.asarray(compiled.plan.activations[compiled.graph.outputs[0]].scale).ravel()[0]) if not compiled.plan.dynamic else 1e-4
+    np.testing.assert_allclose(out, expected, atol=1.01 * step + 1e-5, rtol=0)
+    assert f"precision int{compiled.plan.bits}" in compiled.summary
+    if quantize == "int8":
+        assert np.abs(expected - unquantized).max() > 1e-4, "the plan must really quantize"
+        native = _natives(compiled)[0]
+        weights = native.program.params["0"]["weight"]
+        assert str(weights.dtype) == "int8" and weights.shape == (3, 3, 3, 8)
+
+
+def test_int8_precision_without_plan_is_refused(tpu: Any) -> None:
+    with pytest.raises((nx.QuantizationError, nx.CompilationError), match="calibration"):
+        nx.compile(_mlp(), device="tpu:0", precision="int8")(_x((1, 10)))

@@ -203,12 +203,14 @@ def _summary(backend: JaxTPUBackend, program: Program, default: bool) -> str:
 
 def build(backend: JaxTPUBackend, graph: Graph, options: Any) -> TPUCompiledModel:
     index, precision, buckets, parallel_opt = _options(options)
-    mode, default = resolve_mode(precision)
+    plan = getattr(options, "quantization", None)
+    mode, default = resolve_mode(precision, plan)
     parallel = _parallel_count(backend, index, parallel_opt)
-    key = (_structure_key(graph), mode.name, index, parallel, buckets)
+    # The plan is part of the program; nx.compile keeps it alive as long as the program.
+    key = (_structure_key(graph), mode.name, id(plan), index, parallel, buckets)
     program = backend.compile_cache.get(key)
     if program is None:
-        program = Program(backend, lower_graph(graph, mode.name), index, parallel, buckets)
+        program = Program(backend, lower_graph(graph, precision, plan), index, parallel, buckets)
         backend.compile_cache[key] = program
     shapes = tuple(tuple(s.shape) for s in graph.inputs)
     model = TPUCompiledModel(program, shapes, _summary(backend, program, default), mode.name)

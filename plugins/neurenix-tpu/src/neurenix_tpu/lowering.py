@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from neurenix_core.errors import CompilationError, UnsupportedOperationError
-from neurenix_core.graph import Graph, Node
+from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
 
 from neurenix_tpu import kernels
 
@@ -48,15 +48,33 @@ MODES: Mapping[str, Mode] = {
 }
 
 
-def resolve_mode(precision: str | None) -> tuple[Mode, bool]:
+# Quantized modes: weights live on the device as int8/int16 with per-channel float32 scales and
+# are dequantized inside the fused program; every activation the plan names is
+# quantize-dequantized (round half away from zero, clip) as the core's reference does. The
+# arithmetic between boundaries is float32: this reproduces integer numerics, it does not drive
+# the int8 MXU path.
+_QUANT_NOTE = "{bits}-bit weights (per-channel scales) and quantize-dequantize at every activation from the core's plan, float32 arithmetic"
+QUANT_MODES: Mapping[str, Mode] = {
+    f"int{b}": Mode(f"int{b}", jnp.float32, lax.Precision.HIGHEST, jnp.float32, _QUANT_NOTE.format(bits=b)) for b in (8, 16)
+}
+
+
+def resolve_mode(precision: str | None, plan: QuantizationPlan | None = None) -> tuple[Mode, bool]:
     """The mode for ``precision`` and whether it was the default (None -> bf16, as on TPU)."""
+    if plan is not None:
+        return QUANT_MODES[f"int{plan.bits}"], False
+    if precision in QUANT_MODES:
+        raise CompilationError(
+            f"tpu (plugin neurenix-tpu): precision {precision!r} needs a quantization plan: "
+            f"nx.compile(model, device='tpu:0', quantize={precision!r}, calibration=[batches...])"
+        )
     if precision is None:
         return MODES["bf16"], True
     mode = MODES.get(precision)
     if mode is None:
         raise CompilationError(
             f"tpu (plugin neurenix-tpu): precision {precision!r} is not supported; TPUs compute in "
-            f"{' or '.join(repr(m) for m in MODES)} (pass precision='fp32' for float32 results)"
+            f"{' or '.join(repr(m) for m in MODES)} (pass precision='fp32' for float32 results), or int8/int16 with quantize="
         )
     return mode, False
 
@@ -186,18 +204,41 @@ LOWERINGS: dict[str, Lowering] = {
 _MXU_PARAMS = {"weight", "in_proj_weight", "out_proj_weight"}
 
 
-def _layout_params(node: Node, mode: Mode) -> dict[str, np.ndarray]:
+def _layout_params(node: Node, mode: Mode, weight_qp: QuantParams | None = None) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for key, value in node.params.items():
         if value is None:  # an absent bias is absent, not NaN
             continue
         arr = np.asarray(value, dtype=np.float32)
+        if key == "weight" and weight_qp is not None:
+            from neurenix_core import quantization as Q
+
+            arr = Q.quantize_weight(arr, weight_qp)  # int8/int16, quantized once by the core's math
+            out["weight_scale"] = np.asarray(weight_qp.scale, np.float32).reshape(-1)
         if node.op == "conv2d" and key == "weight":
             arr = arr.transpose(2, 3, 1, 0)  # OIHW -> HWIO, the TPU convolution layout
-        if key in _MXU_PARAMS and node.op in ("linear", "conv2d", "multihead_attention"):
+        if key in _MXU_PARAMS and node.op in ("linear", "conv2d", "multihead_attention") and weight_qp is None:
             arr = arr.astype(mode.compute)
         out[key] = np.ascontiguousarray(arr)
     return out
+
+
+def _dequantized(node: Node, p: Mapping[str, Array]) -> Mapping[str, Array]:
+    scale = p.get("weight_scale")
+    if scale is None:
+        return p
+    # Output channels are axis 0 of (out, in) linear weights and the last axis of HWIO kernels.
+    shape = (1, 1, 1, -1) if node.op == "conv2d" else (-1,) + (1,) * (p["weight"].ndim - 1)
+    return {**p, "weight": p["weight"].astype(jnp.float32) * scale.reshape(shape)}
+
+
+def _fake_quantize(x: Array, qp: QuantParams) -> Array:
+    """quantize then dequantize with per-tensor parameters, rounding half away from zero."""
+    scale = float(np.asarray(qp.scale, np.float32).ravel()[0])
+    zp = float(np.asarray(qp.zero_point).ravel()[0])
+    r = x.astype(jnp.float32) / scale
+    q = jnp.clip(jnp.sign(r) * jnp.floor(jnp.abs(r) + 0.5) + zp, qp.qmin, qp.qmax)
+    return ((q - zp) * scale).astype(x.dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,28 +262,34 @@ def _check_ops(graph: Graph) -> None:
 
 def _run_node(node: Node, params: Mapping[str, Mapping[str, Array]], env: dict[str, Value], mode: Mode) -> Value:
     try:
-        return LOWERINGS[node.op](node, params.get(node.name, {}), [env[i] for i in node.inputs], mode)
+        return LOWERINGS[node.op](node, _dequantized(node, params.get(node.name, {})), [env[i] for i in node.inputs], mode)
     except (TypeError, ValueError, KeyError, IndexError) as exc:
         raise CompilationError(f"tpu (plugin neurenix-tpu): cannot lower layer {node.name!r} ({node.op}): {type(exc).__name__}: {exc}") from exc
 
 
-def lower_graph(graph: Graph, precision: str | None) -> Lowered:
+def lower_graph(graph: Graph, precision: str | None, plan: QuantizationPlan | None = None) -> Lowered:
     """Build the traced function once per graph structure; XLA compiles it per input shape."""
     _check_ops(graph)
-    mode, _ = resolve_mode(precision)
+    mode, _ = resolve_mode(precision, plan)
     nodes, inputs, outputs = graph.nodes, graph.inputs, graph.outputs
+    acts = {} if plan is None or plan.dynamic else dict(plan.activations)
+
+    def quantized(name: str, v: Value) -> Value:
+        qp = acts.get(name)
+        return v if qp is None else Value(_fake_quantize(v.array, qp), v.nhwc)
 
     def fn(params: Mapping[str, Mapping[str, Array]], *xs: Array) -> Any:
         env: dict[str, Value] = {}
         for spec, x in zip(inputs, xs):
-            env[spec.name] = Value(x.astype(mode.compute) if jnp.issubdtype(x.dtype, jnp.floating) else x)
+            env[spec.name] = quantized(spec.name, Value(x.astype(mode.compute) if jnp.issubdtype(x.dtype, jnp.floating) else x))
         for node in nodes:
-            env[node.output] = _run_node(node, params, env, mode)
+            env[node.output] = quantized(node.output, _run_node(node, params, env, mode))
         # Results come back in the dtype the caller gave (float32 in -> float32 out).
         outs = tuple(nchw(env[name]).astype(xs[0].dtype) for name in outputs)
         return outs[0] if len(outs) == 1 else outs
 
-    params = {n.name: _layout_params(n, mode) for n in nodes if n.params}
+    weights = {} if plan is None else dict(plan.weights)
+    params = {n.name: _layout_params(n, mode, weights.get(n.name)) for n in nodes if n.params}
     has_conv = any(n.op in ("conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d") for n in nodes)
     return Lowered(fn, params, mode, len(nodes), has_conv)
 

@@ -17,8 +17,9 @@ from neurenix_tpu.probe import probe
 if TYPE_CHECKING:
     from neurenix_core.backend import Backend, CompiledModel
 
-#: Precision modes nx.compile accepts for tpu devices (None means "bf16", the TPU default).
-PRECISIONS: tuple[str, ...] = ("bf16", "fp32")
+#: Precision modes nx.compile accepts for tpu devices (None means "bf16", the TPU default);
+#: int8/int16 need the core's quantization plan (quantize=..., calibration=...).
+PRECISIONS: tuple[str, ...] = ("bf16", "fp32", "int8", "int16")
 
 
 @hookimpl
@@ -37,6 +38,7 @@ def neurenix_manifest() -> Manifest:
             precisions=PRECISIONS,
             native_ops=("*",),
             compiles_models=True,
+            quantization=("int8", "int16"),
             dlpack=True,
             extra={"data_parallel": True, "batch_buckets": True, "runtime": "JAX/PJRT"},
         ),
