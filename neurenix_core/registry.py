@@ -367,7 +367,9 @@ class Registry:
         if r.failure:
             return f"plugin {r.name} ({r.distribution}) failed at {r.failure.phase}: {r.failure.cause}"
         assert r.probe is not None and r.manifest is not None
-        emu = f"; to run its software stack on the host CPU set NEURENIX_EMULATE={r.manifest.emulation}" if r.manifest.emulation else ""
+        emu = ""
+        if r.manifest.emulation and "NEURENIX_EMULATE" not in r.probe.reason:
+            emu = f"; to run its software stack on the host CPU set NEURENIX_EMULATE={r.manifest.emulation}"
         return f"plugin {r.name} found no device: {r.probe.reason}{emu}"
 
     def has_device(self, device: Device) -> bool:
