@@ -105,7 +105,9 @@ def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: DeviceLike | 
             f"{x.device} (backend {be.name}) does not support dtype {dt}; "
             f"supported: {', '.join(_supported(be))}. Pick one of those or move to 'cpu' first"
         )
-    out = _call("astype", (x, be._native_dtype(dt)), {"copy": copy})
+    # The backend's own dtype object when it casts natively; the neurenix dtype for a host fallback.
+    target = be._native_dtype(dt) if "astype" in be.ops else dt
+    out = _call("astype", (x, target), {"copy": copy})
     return out if device is None else out.to(device)  # type: ignore[no-any-return]
 
 

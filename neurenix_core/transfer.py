@@ -53,6 +53,13 @@ def export_dlpack(t: Tensor, **kwargs: Any) -> Any:
     if not hasattr(native, "__dlpack__"):
         raise TransferError(f"{t.device} (backend {t._p.backend.name}) cannot export DLPack; use .numpy() for a host copy")
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if isinstance(native, np.ndarray) and any(s < 0 for s in native.strides):
+        # NumPy would export negative strides, but most consumers (PyTorch, DLPack < 1.0 readers)
+        # reject or crash on them: refuse here, clearly, before a capsule exists.
+        raise TransferError(
+            f"{t.device} (backend {t._p.backend.name}): this tensor is a non-contiguous view with negative strides "
+            f"{native.strides} that DLPack consumers cannot take; make a contiguous copy first with nx.asarray(x, copy=True)"
+        )
     try:
         return native.__dlpack__(**kwargs)
     except _EXPORT_ERRORS as exc:
