@@ -87,7 +87,9 @@ class CudaBackend(ArrayNamespaceBackend):
         import array_api_compat.torch as xp
         import torch
 
-        super().__init__(xp, device_type="cuda", device_count=device_count, emulated=emulated)
+        # torch itself as the namespace, array_api_compat.torch where torch deviates from the
+        # standard; the core takes its hot-path ops (matmul) straight from torch.
+        super().__init__(torch, device_type="cuda", device_count=device_count, emulated=emulated, compat=xp)
         self.torch = torch
         self.ops.update(nn_ops())
         self._capabilities = capabilities
@@ -137,6 +139,12 @@ class CudaBackend(ArrayNamespaceBackend):
 
     def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
         return torch_dtype(dtype)
+
+    def _memory_root(self, native: Any) -> Any:
+        # A torch view keeps its base in ._base: charge the shared buffer once.
+        while getattr(native, "_base", None) is not None:
+            native = native._base
+        return native
 
     # ---------------------------------------------------------------- public
     def compute_capability(self, index: int = 0) -> ComputeCapability:
