@@ -85,7 +85,8 @@ class KernelCache:
     def run(self, name: str, op_type: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None, out_dtype: np.dtype[Any] | None = None) -> np.ndarray:
         attrs = attrs or {}
         sess = self.session(op_type, [a.dtype for a in inputs], [a.ndim for a in inputs], attrs, out_dtype)
-        feed = {f"x{i}": np.ascontiguousarray(a) for i, a in enumerate(inputs)}
+        # Not np.ascontiguousarray: it turns 0-d arrays into 1-d ones.
+        feed = {f"x{i}": a if a.flags.c_contiguous else np.array(a, order="C") for i, a in enumerate(inputs)}
         try:
             return sess.run(None, feed)[0]
         except FAILED_AT_RUN as exc:

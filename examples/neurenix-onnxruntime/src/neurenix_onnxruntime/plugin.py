@@ -48,7 +48,7 @@ def neurenix_manifest() -> Manifest:
         band=PriorityBand.CPU,
         priority=40,
         capabilities=Capabilities(
-            dtypes=("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"),
+            dtypes=("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"),
             precisions=("fp32", "fp16", "int8"),
             native_ops=NATIVE_OPS,
             compiles_models=True,
