@@ -8,7 +8,6 @@ loads native code (libedgetpu.so.1 through ctypes); the core calls it through
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import glob
 import importlib.util
 import os
@@ -60,11 +59,13 @@ def _usb_devices(root: str = "/sys/bus/usb/devices") -> tuple[str, ...]:
 
 
 def find_libedgetpu() -> str | None:
-    """Path (or loader name) of libedgetpu.so.1, without loading it."""
-    name = ctypes.util.find_library("edgetpu")
-    if name:
-        return name
-    for directory in _KNOWN_LIB_DIRS:
+    """Path of libedgetpu.so.1, without loading it.
+
+    Looks in LD_LIBRARY_PATH and the usual library folders. ctypes.util.find_library is not used:
+    it shells out to ldconfig (~20 ms), too slow for a probe that runs at import.
+    """
+    ld_path = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    for directory in (*ld_path, *_KNOWN_LIB_DIRS):
         candidate = os.path.join(directory, LIBRARY)
         if os.path.exists(candidate):
             return candidate
