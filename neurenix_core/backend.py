@@ -129,6 +129,10 @@ class Backend:
         """
         while isinstance(native, np.ndarray) and native.base is not None:
             native = native.base
+        if type(native).__module__ == "torch":
+            # A torch view keeps its base tensor in ``_base`` (None for a tensor owning storage).
+            base = native._base
+            return native if base is None else base
         return native
 
     def _from_dlpack(self, producer: Any, index: int, copy: bool | None) -> Any:

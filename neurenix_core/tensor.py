@@ -360,7 +360,7 @@ def adopt(native: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ()) 
     root = be._memory_root(native)
     for s in sources:
         if type(s) is Tensor and s._p is p and (root is s._data or root is be._memory_root(s._data)):
-            owner = getattr(s, "_base", None) or s
+            owner = s._base if getattr(s, "_base", None) is not None else s  # never bool() a Tensor
             return _make(native, p, 0, owner)
     n = be._nbytes_of(native)
     p.mem.charge(n)
@@ -415,10 +415,11 @@ def _op_error(name: str, p: Placement, operands: list[Any], exc: BaseException) 
     where = f"{name} on {p.device} (backend {p.backend.name})"
     shapes = _shapes(operands)
     dtypes = [str(v.dtype) for v in operands if type(v) is Tensor]
+    # Shapes first: JAX reports a broadcast failure as a TypeError.
+    if _is_shape_problem(name, shapes, "" if isinstance(exc, TypeError) else str(exc)):
+        return ShapeError(f"{where}: incompatible shapes {shapes}: {exc}")
     if isinstance(exc, TypeError):
         return UnsupportedDTypeError(f"{where} does not accept dtypes {dtypes}: {exc}. Cast with nx.astype first.")
-    if _is_shape_problem(name, shapes, str(exc)):
-        return ShapeError(f"{where}: incompatible shapes {shapes}: {exc}")
     return OperationError(f"{where} failed for shapes {shapes}, dtypes {dtypes}: {type(exc).__name__}: {exc}")
 
 
@@ -495,6 +496,12 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     nkw = {k: _unwrap(v) for k, v in kwargs.items()}
     try:
         result = fn(*nargs, **nkw)
+    except NotImplementedError:
+        # The op is in the table but the library lacks it for these arguments (array-api-compat
+        # raises this, e.g. unique_all on torch): that is "not native", so the fallback policy decides.
+        from neurenix_core.transfer import run_fallback
+
+        return run_fallback(name, p, args, kwargs, tensors)
     except Exception as exc:
         raise _op_error(name, p, tensors, exc) from exc
     return rewrap(result, p, tensors)

@@ -17,9 +17,12 @@ def test_allocation_is_charged_and_released(nx_device: nx.Device) -> None:
     x = nx.zeros((64, 64), device=nx_device)
     assert nx.memory_stats(nx_device).in_use - base == 64 * 64 * 4
     view = x[:32]
-    assert nx.memory_stats(nx_device).in_use - base == 64 * 64 * 4, "a view must not be charged again"
+    # A slice shares x's buffer (charged nothing) or, on backends without views (JAX), is a new
+    # buffer charged exactly its own size: never the owner's bytes twice.
+    sliced = nx.memory_stats(nx_device).in_use - base - 64 * 64 * 4
+    assert sliced in (0, 32 * 64 * 4), f"a slice of 8192 bytes changed the accounting by {sliced} bytes"
     y = x + 1.0
-    assert nx.memory_stats(nx_device).in_use - base == 2 * 64 * 64 * 4
+    assert nx.memory_stats(nx_device).in_use - base == 2 * 64 * 64 * 4 + sliced
     del x, view, y
     gc.collect()
     assert nx.memory_stats(nx_device).in_use == base

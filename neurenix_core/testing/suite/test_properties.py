@@ -56,12 +56,20 @@ def test_reductions(nx_device: nx.Device, a: np.ndarray, data: st.DataObject) ->
         assert_close(out, getattr(np, name)(a, axis=axis, keepdims=keepdims), nx_device, "float32", scale=8 * a.size)
 
 
-_PROMOTABLE = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "float16", "float32", "float64"]
+# The standard defines promotion inside a kind only (mixed int/float is implementation-defined).
+_KINDS = [["bool"], ["int8", "int16", "int32", "int64", "uint8", "uint16"], ["float16", "float32", "float64"]]
+
+
+@st.composite
+def same_kind_pair(draw: st.DrawFn) -> tuple[str, str]:
+    kind = draw(st.sampled_from(_KINDS))
+    return draw(st.sampled_from(kind)), draw(st.sampled_from(kind))
 
 
 @SETTINGS
-@given(a=st.sampled_from(_PROMOTABLE), b=st.sampled_from(_PROMOTABLE))
-def test_dtype_promotion(nx_device: nx.Device, a: str, b: str) -> None:
+@given(pair=same_kind_pair())
+def test_dtype_promotion(nx_device: nx.Device, pair: tuple[str, str]) -> None:
+    a, b = pair
     backend = nx.backend(nx_device)
     want = nx.result_type(getattr(nx, a), getattr(nx, b))
     if not all(backend.supports_dtype(getattr(nx, d)) for d in (a, b)) or not backend.supports_dtype(want):
