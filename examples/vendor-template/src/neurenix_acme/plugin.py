@@ -6,7 +6,7 @@ Imported by ``import neurenix_core``: keep it free of heavy imports; the runtime
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neurenix_core.hookspecs import hookimpl
 from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
@@ -14,7 +14,7 @@ from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeCo
 from neurenix_acme import __version__
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend
+    from neurenix_core.backend import Backend, CompiledModel
 
 
 @hookimpl
@@ -29,9 +29,10 @@ def neurenix_manifest() -> Manifest:
         priority=10,
         capabilities=Capabilities(
             dtypes=("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"),
-            precisions=("fp32",),
+            precisions=("fp32", "int8", "int16"),
             native_ops=("*",),  # every array-API function of the namespace
-            compiles_models=False,  # models run layer by layer; implement neurenix_compile to lower whole graphs
+            compiles_models=True,  # neurenix_compile below; returning None there means "run eagerly"
+            quantization=("int8", "int16"),
         ),
         install_hint="pip install neurenix-acme (and the ACME driver for real hardware)",
         emulation="acme",
@@ -52,3 +53,10 @@ def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
     from neurenix_acme.backend import AcmeBackend
 
     return AcmeBackend(device_count=probe.device_count, emulated=probe.emulated)
+
+
+@hookimpl
+def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
+    from neurenix_acme.lowering import lower
+
+    return lower(backend, graph, options)
