@@ -6,8 +6,9 @@ and eager (layer by layer) against compiled, in the same run on the same device.
 Each thread count runs in a fresh process pinned to that many CPUs (sched_setaffinity) with XLA's
 CPU thread pool sized to match, since XLA reads its flags once at start. Without a Cloud TPU it
 runs emulated (NEURENIX_EMULATE=tpu, JAX's CPU platform), so the numbers measure neurenix's own
-overhead around XLA, not TPU speed. Timings interleave the contenders round by round and keep
-the best round (the machine is shared; the minimum is the least disturbed measurement).
+overhead around XLA, not TPU speed. Single calls of the contenders alternate strictly and the
+median per-call time is reported (the machine may be shared: alternation exposes everyone to the
+same load, the median drops the calls a spike hit).
 Ratios are time(neurenix) / time(plain JAX): the goal is <= 1.05 at batch 1 and 32.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -84,27 +86,29 @@ def _plain_jax(graph: Any, precision: str) -> tuple[Callable[..., Any], Any]:
     return jax.jit(fn), jax.device_put(params, dev)
 
 
-def _best(fns: dict[str, Callable[[], Any]], target_s: float, rounds: int) -> dict[str, float]:
-    """Best per-call time of each contender; each round runs ~target_s of calls per contender."""
+def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float]:
+    """Median per-call time of each contender, timing single calls in strict alternation.
+
+    The machine is shared: alternating call by call exposes every contender to the same load,
+    and the median ignores the calls a load spike hit.
+    """
     import jax
 
-    calls: dict[str, int] = {}
-    for name, fn in fns.items():
+    one = 0.0
+    for fn in fns.values():
         jax.block_until_ready(_native(fn()))  # compile / warm
         t0 = time.perf_counter()
-        for _ in range(3):
-            jax.block_until_ready(_native(fn()))
-        calls[name] = max(3, min(2000, int(target_s / max((time.perf_counter() - t0) / 3, 1e-7))))
-    n = min(calls.values())  # same call count for everyone: same exposure to machine noise
-    best = {k: float("inf") for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():  # interleaved: load spikes hit every contender alike
+        jax.block_until_ready(_native(fn()))
+        one += time.perf_counter() - t0
+    n = max(15, min(3000, int(budget_s / max(one, 1e-7))))
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(n):
+        for name, fn in fns.items():
             t0 = time.perf_counter()
-            for _ in range(n):
-                # A neurenix Tensor is not a JAX pytree: wait on its native array, or nothing waits.
-                jax.block_until_ready(_native(fn()))
-            best[name] = min(best[name], (time.perf_counter() - t0) / n)
-    return best
+            # A neurenix Tensor is not a JAX pytree: wait on its native array, or nothing waits.
+            jax.block_until_ready(_native(fn()))
+            samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def _compile(nx: Any, model: Any, shape: tuple[int, ...], precision: str) -> tuple[Callable[[Any], Any], str]:
@@ -126,7 +130,7 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
     import neurenix_core as nx
     from neurenix_core import nn
 
-    target_s, rounds = (0.005, 3) if quick else (0.1, 15)
+    budget_s = 0.05 if quick else 3.0
     rows = []
     for name, (model, feat) in _models(nn).items():
         if name not in models:
@@ -145,7 +149,7 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
                 }
                 if precision == "fp32":
                     contenders["eager"] = lambda: model(x)
-                t = _best(contenders, target_s, rounds)
+                t = _best(contenders, budget_s)
                 check = np.abs(np.asarray(_native(compiled(x)), np.float64) - np.asarray(plain(params, xn), np.float64)).max()
                 rows.append({
                     "model": name, "precision": precision, "batch": batch, "threads": threads, "path": path,

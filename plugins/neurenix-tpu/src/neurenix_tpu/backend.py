@@ -57,6 +57,39 @@ def _platform_devices(jax: Any, emulated: bool) -> list[Any]:
         ) from exc
 
 
+# Two-operand array-API functions whose result dtype follows type promotion.
+_PROMOTING_OPS: tuple[str, ...] = (
+    "add", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_or", "bitwise_right_shift",
+    "bitwise_xor", "copysign", "divide", "equal", "floor_divide", "greater", "greater_equal",
+    "hypot", "less", "less_equal", "logaddexp", "logical_and", "logical_or", "logical_xor",
+    "maximum", "minimum", "multiply", "nextafter", "not_equal", "pow", "remainder", "subtract", "matmul",
+)
+_RESULT_TYPES: dict[tuple[Any, Any], np.dtype[Any]] = {}
+
+
+def _result_type(a: Any, b: Any) -> np.dtype[Any]:
+    key = (a, b)
+    found = _RESULT_TYPES.get(key)
+    if found is None:
+        from neurenix_core.dtypes import result_type
+
+        found = _RESULT_TYPES[key] = result_type(np.dtype(a), np.dtype(b))
+    return found
+
+
+def _promoting(fn: Any) -> Any:
+    def op(x1: Any, x2: Any, /) -> Any:
+        t1, t2 = getattr(x1, "dtype", None), getattr(x2, "dtype", None)
+        if t1 is not None and t2 is not None and t1 != t2:
+            want = _result_type(t1, t2)
+            x1 = x1 if t1 == want else x1.astype(want)
+            x2 = x2 if t2 == want else x2.astype(want)
+        return fn(x1, x2)
+
+    op.__name__ = getattr(fn, "__name__", "op")
+    return op
+
+
 class JaxTPUBackend(ArrayNamespaceBackend):
     """``tpu:i`` is ``jax.devices("tpu")[i]`` (or ``jax.devices("cpu")[i]`` when emulated)."""
 
@@ -72,6 +105,9 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         self.jax = jax
         self.jax_devices = _platform_devices(jax, emulated)
         super().__init__(jnp, device_type="tpu", device_count=len(self.jax_devices), emulated=emulated)
+        # The concrete jax.Array class: the core skips result coercion for exactly this type.
+        self.array_type = type(jax.device_put(np.zeros((), np.float32), self.jax_devices[0]))
+        self._promote_binary_ops()
         self.ops.update(EAGER_NN_OPS)
         # JAX arrays are immutable: assignment returns a new array that the core stores.
         self.ops["__setitem__"] = lambda a, key, value: a.at[key].set(value)
@@ -87,6 +123,15 @@ class JaxTPUBackend(ArrayNamespaceBackend):
             limit = (dev.memory_stats() or {}).get("bytes_limit")
             if limit:
                 self.memory.set_limit(i, int(limit))
+
+    def _promote_binary_ops(self) -> None:
+        # JAX's promotion lattice differs from neurenix's (NumPy's) for mixed kinds:
+        # int16 * float16 is float16 in JAX, float32 in nx.result_type. Mixed-dtype operands are
+        # cast to neurenix's result type first; same-dtype calls (the hot path) pay one compare.
+        for name in _PROMOTING_OPS:
+            fn = self.ops.get(name)
+            if fn is not None:
+                self.ops[name] = _promoting(fn)
 
     # ---------------------------------------------------------------- private surface
     def _native_device(self, index: int) -> Any:
@@ -113,6 +158,10 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         # jax.Array.nbytes is a Python property costing ~7 µs; the core asks on every result, so
         # this is on the hot path of each op and compiled call (shape and dtype cost ~1 µs).
         return math.prod(native.shape) * native.dtype.itemsize
+
+    def _memory_root(self, native: Any) -> Any:
+        # JAX arrays are immutable and never views of one another: each owns its buffer.
+        return native
 
     def _dtype_of(self, native: Any) -> np.dtype[Any]:
         return np.dtype(native.dtype)
