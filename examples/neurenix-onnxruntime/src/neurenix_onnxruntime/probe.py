@@ -16,7 +16,10 @@ __all__ = ["probe"]
 
 
 def probe(context: ProbeContext) -> ProbeResult:
-    capi = providers.runtime_dir()
+    try:
+        capi = providers.runtime_dir()
+    except providers.Shadowed as exc:
+        return ProbeResult.missing(str(exc))
     if capi is None:
         return ProbeResult.missing("the onnxruntime package is not installed: pip install onnxruntime (or onnxruntime-gpu for the CUDA provider)")
     if importlib.util.find_spec("onnx") is None:

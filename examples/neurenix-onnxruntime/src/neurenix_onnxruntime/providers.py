@@ -48,11 +48,17 @@ PROVIDERS: Final[tuple[Provider, ...]] = (
 SHORT_NAMES: Final = {p.short: p.name for p in PROVIDERS}
 
 
+class Shadowed(Exception):
+    """A plain module named ``onnxruntime`` (a user's script) hides the real package."""
+
+
 def runtime_dir() -> str | None:
     """``onnxruntime/capi`` of the installed wheel, found without importing onnxruntime."""
     spec = importlib.util.find_spec("onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None:
         return None
+    if not spec.submodule_search_locations:
+        raise Shadowed(f"{spec.origin} shadows the onnxruntime package: rename that file or run from another folder")
     return os.path.join(list(spec.submodule_search_locations)[0], "capi")
 
 
