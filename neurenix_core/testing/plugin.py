@@ -19,8 +19,8 @@ test asks for ``nx_device``.
 
 from __future__ import annotations
 
-import fnmatch
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +77,9 @@ def _option(config: pytest.Config, name: str, default: Any) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_RESULTS] = _Results()
     config.addinivalue_line("markers", "neurenix_capability(name): the conformance capability a test belongs to")
+    names = _option(config, "neurenix_backend", [])
+    if names:
+        devices_under_test(names)  # a backend that is not installed or not usable stops the run here
 
 
 # --------------------------------------------------------------------------- devices
@@ -172,9 +175,15 @@ def _known_failure(dut: DeviceUnderTest, name: str) -> str | None:
     declared = record.manifest.capabilities.extra.get("conformance_xfail", {})
     bare = name.replace(f"-{dut.backend}]", "]").replace(f"[{dut.backend}-", "[").replace(f"[{dut.backend}]", "")
     for pattern, reason in declared.items():
-        if fnmatch.fnmatchcase(bare, pattern) or fnmatch.fnmatchcase(name, pattern):
+        if _matches(pattern, bare) or _matches(pattern, name):
             return str(reason)
     return None
+
+
+def _matches(pattern: str, name: str) -> bool:
+    # Test ids contain brackets, so only ``*`` and ``?`` are wildcards (fnmatch reads ``[..]`` as a set).
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name) is not None
 
 
 # --------------------------------------------------------------------------- report
