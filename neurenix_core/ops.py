@@ -14,7 +14,7 @@ from neurenix_core.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
 from neurenix_core.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.tensor import _BINARY_OPS, Tensor, _call
+from neurenix_core.tensor import BINARY_FUNCTIONS, Tensor, _call
 
 __all__: list[str] = []
 
@@ -28,18 +28,7 @@ _SPECIAL = {
 
 
 def _make_binary(name: str) -> Callable[..., Tensor]:
-    fast = _BINARY_OPS[name]
-
-    def op(x1: Any, x2: Any, /) -> Tensor:
-        out = fast(x1, x2)
-        if out is NotImplemented:
-            raise TypeError(
-                f"{name}: operands must be neurenix Tensors or Python scalars, got "
-                f"{type(x1).__name__} and {type(x2).__name__}; convert with nx.asarray(...)"
-            )
-        return out  # type: ignore[no-any-return]
-
-    return op
+    return BINARY_FUNCTIONS[name]
 
 
 def _make_generic(name: str) -> Callable[..., Any]:
@@ -60,7 +49,7 @@ def _export(name: str, fn: Callable[..., Any], qualname: str | None = None) -> N
 for _name in ARRAY_API_FUNCTIONS:
     if _name in _SPECIAL:
         continue
-    _export(_name, _make_binary(_name) if _name in _BINARY_OPS else _make_generic(_name))
+    _export(_name, _make_binary(_name) if _name in BINARY_FUNCTIONS else _make_generic(_name))
 
 
 def _sequence(name: str, arrays: Any) -> tuple[Any, ...]:

@@ -238,15 +238,15 @@ class Tensor:
 
 
 # --------------------------------------------------------------------- the hot path
-def _make_binary(name: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
-    """The function behind ``a + b`` / ``nx.add(a, b)`` for op ``name``.
+def _make_binary(name: str, reflected: bool = False, function: bool = False) -> Callable[[Any, Any], Any]:
+    """The function behind ``a + b`` (``reflected``: ``b + a``) and ``nx.add(a, b)`` (``function``).
 
-    Written flat on purpose: every call or attribute load here is paid on every tensor op.
+    Written flat on purpose: every call or attribute load here is paid on every tensor op
+    (benchmarks/dispatch.py). ``function`` only changes what happens to unsupported operands:
+    an operator returns NotImplemented so Python can try the other side, a function raises.
     """
 
     def op(x1: Any, x2: Any, /) -> Any:
-        if reflected:
-            x1, x2 = x2, x1
         if type(x1) is Tensor:
             p = x1._p
             d1 = x1._data
@@ -258,17 +258,20 @@ def _make_binary(name: str, reflected: bool = False) -> Callable[[Any, Any], Any
             elif type(x2) in _SCALAR_TYPES:
                 d2 = x2
             else:
-                return _slow_binary(name, x1, x2)
+                return _slow_binary(name, x1, x2, function)
         elif type(x2) is Tensor and type(x1) in _SCALAR_TYPES:
             p = x2._p
             d1, d2 = x1, x2._data
         else:
-            return _slow_binary(name, x1, x2)
-        fn = p.ops.get(name)
-        if fn is None:
-            return _call(name, (x1, x2))
+            return _slow_binary(name, x1, x2, function)
         try:
-            r = fn(d1, d2)
+            r = p.ops[name](d1, d2)
+        except KeyError as exc:
+            if name in p.ops:  # the KeyError came from inside the native op
+                raise _op_error(name, p, [x1, x2], exc) from exc
+            return _call(name, (x1, x2))  # not native: the fallback policy decides
+        except NotImplementedError:
+            return _call(name, (x1, x2))
         except Exception as exc:
             raise _op_error(name, p, [x1, x2], exc) from exc
         if type(r) is not p.array_type:
@@ -288,21 +291,34 @@ def _make_binary(name: str, reflected: bool = False) -> Callable[[Any, Any], Any
         t._nbytes = n
         return t
 
+    if reflected:
+        def rop(x1: Any, x2: Any, /) -> Any:
+            return op(x2, x1)
+
+        rop.__name__ = rop.__qualname__ = f"r{name}"
+        return rop
     op.__name__ = op.__qualname__ = name
     return op
 
 
-def _slow_binary(name: str, x1: Any, x2: Any) -> Any:
+def _slow_binary(name: str, x1: Any, x2: Any, function: bool) -> Any:
     if isinstance(x1, np.ndarray) or isinstance(x2, np.ndarray):
         t = x1 if type(x1) is Tensor else x2
+        where = f" on {t.device}" if type(t) is Tensor else ""
         raise TypeError(
-            f"{name}: cannot combine a neurenix Tensor on {t.device} with a NumPy array; "
-            f"convert it first with nx.asarray(array, device='{t.device}')"
+            f"{name}: cannot combine a neurenix Tensor{where} with a NumPy array; "
+            f"convert it first with nx.asarray(array, device=...)"
         )
-    other = x2 if type(x1) is Tensor else x1
-    if type(other) is not Tensor and not isinstance(other, (int, float, complex, np.generic)):
-        return NotImplemented  # Python then tries the other operand or raises its TypeError
-    return _call(name, (x1, x2))
+    if type(x1) is Tensor or type(x2) is Tensor:
+        other = x2 if type(x1) is Tensor else x1
+        if type(other) is Tensor or isinstance(other, (int, float, complex, np.generic)):
+            return _call(name, (x1, x2))
+    if function:
+        raise TypeError(
+            f"{name}: operands must be neurenix Tensors or Python scalars, got "
+            f"{type(x1).__name__} and {type(x2).__name__}; convert with nx.asarray(...)"
+        )
+    return NotImplemented  # Python then tries the other operand or raises its TypeError
 
 
 def _make_inplace(name: str) -> Callable[[Tensor, Any], Tensor]:
@@ -337,6 +353,8 @@ _OPERATORS = {
 }
 _COMPARISONS = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal", "eq": "equal", "ne": "not_equal"}
 _BINARY_OPS: dict[str, Callable[[Any, Any], Any]] = {n: _make_binary(n) for n in (*_BROADCASTING, "matmul")}
+#: The namespace functions nx.add, nx.matmul ...: the same flat path, raising on bad operands.
+BINARY_FUNCTIONS: dict[str, Callable[[Any, Any], Any]] = {n: _make_binary(n, function=True) for n in _BINARY_OPS}
 
 for _dunder, _op_name in _OPERATORS.items():
     setattr(Tensor, f"__{_dunder}__", _BINARY_OPS[_op_name])
