@@ -105,3 +105,24 @@ def test_tensor_spelling_and_repr() -> None:
     assert [r.tolist() for r in t] == [[1, 2], [3, 4]]
     with pytest.raises(nx.ShapeError):
         nx.ones((2, 2, 2)).T
+
+
+def test_bad_devices_are_clear_errors() -> None:
+    with pytest.raises(nx.InvalidDeviceError, match="cpu:x"):
+        nx.zeros(2, device="cpu:x")
+    with pytest.raises(nx.DeviceNotFoundError, match=r"cpu:3 does not exist"):
+        nx.zeros(2, device="cpu:3")
+    with pytest.raises(nx.DeviceNotFoundError, match="no installed backend serves warp"):
+        nx.asarray([1.0], device="warp:0")
+    with pytest.raises(nx.DeviceNotFoundError):
+        nx.ones(2).to("cpu:1")
+    with pytest.raises(nx.ShapeError, match="non-negative"):
+        nx.zeros((2, -1))
+
+
+def test_fallback_for_missing_op_stays_on_cpu() -> None:
+    # The CPU backend runs everything natively: an unknown op name is an error, not a fallback.
+    from neurenix_core.tensor import _call
+
+    with pytest.raises(nx.UnsupportedOperationError, match="nosuchop is not available on cpu:0"):
+        _call("nosuchop", (nx.ones(2),))
