@@ -30,6 +30,14 @@ def copy_to(t: Tensor, device: Device) -> Tensor:
 
     p = placement_for(device)
     check_dtype(p, t.dtype)
+    d2d = getattr(p.backend, "_copy_from_device", None) if t._p.backend is p.backend else None
+    if d2d is not None:
+        # Both devices belong to one runtime (tpu:0 -> tpu:1): it copies device to device,
+        # no round trip through host memory. Optional backend method; others take the host path.
+        nbytes = p.backend._nbytes_of(t._data)
+        if p.mem.in_use + nbytes > p.mem.limit:
+            raise p.mem.refuse(nbytes)
+        return adopt(d2d(t._data, p.index), p)
     host = t._p.backend._to_host(t._data)
     nbytes = int(host.nbytes)
     if p.mem.in_use + nbytes > p.mem.limit:

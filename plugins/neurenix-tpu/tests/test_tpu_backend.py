@@ -114,3 +114,13 @@ def test_seed_api(tpu: Any) -> None:
     assert backend.emulated and backend.device_count() == tpu.device_count()
     assert backend.device_info(0)["device"] == "tpu:0"
     assert Device(DeviceType.TPU, 0).is_available()
+
+
+def test_device_to_device_copy_is_a_new_buffer(four_devices: Any) -> None:
+    a = nx.asarray(np.arange(8, dtype=np.float32), device="tpu:1")
+    base = nx.memory_stats("tpu:1").in_use
+    same = a.to("tpu:1")  # a copy on the same device is a new buffer, charged once more
+    assert same.native is not a.native and nx.memory_stats("tpu:1").in_use == base + 32
+    moved = four_devices._copy_from_device(a.native, 2)
+    assert moved.devices() == {four_devices.jax_devices[2]}
+    np.testing.assert_array_equal(np.asarray(moved), np.arange(8))
