@@ -35,7 +35,7 @@ class Placement:
     (backend, index), so "same device" is an identity check on the hot path.
     """
 
-    __slots__ = ("backend", "device", "index", "ops", "mem", "array_type")
+    __slots__ = ("backend", "device", "index", "ops", "mem", "array_type", "native_nbytes")
 
     def __init__(self, backend: Backend, index: int) -> None:
         self.backend = backend
@@ -44,6 +44,9 @@ class Placement:
         self.ops = backend.ops  # the same dict object: ops added later by the backend are seen
         self.mem: DeviceMemory = backend.memory.devices[index]
         self.array_type: type = backend.array_type
+        # True when ``native.nbytes`` is the size (the default ``_nbytes_of``): one attribute load
+        # on the hot path instead of a method call.
+        self.native_nbytes = type(backend)._nbytes_of is Backend._nbytes_of
 
     def __repr__(self) -> str:
         return f"Placement({self.backend.name!r}, {self.device})"
@@ -285,7 +288,9 @@ class ArrayNamespaceBackend(Backend):
         return table
 
     def _from_host(self, array: np.ndarray, index: int) -> Any:
-        return self.xp.asarray(array, device=self._native_device(index))
+        # copy=True: many libraries (array-api-strict, NumPy) would otherwise alias the caller's
+        # array, and later writes to it would change the tensor.
+        return self.xp.asarray(array, device=self._native_device(index), copy=True)
 
     def _to_host(self, native: Any) -> np.ndarray:
         return np.array(native, copy=True)

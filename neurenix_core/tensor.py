@@ -276,7 +276,7 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
             raise _op_error(name, p, [x1, x2], exc) from exc
         if type(r) is not p.array_type:
             r = p.backend._coerce(r)
-        n = r.nbytes
+        n = r.nbytes if p.native_nbytes else p.backend._nbytes_of(r)
         m = p.mem
         used = m.in_use + n
         if used > m.limit:
