@@ -15,6 +15,7 @@ Ratios are time(neurenix) / time(plain JAX): the goal is <= 1.05 at batch 1 and 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -102,12 +103,21 @@ def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float
         one += time.perf_counter() - t0
     n = max(15, min(3000, int(budget_s / max(one, 1e-7))))
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(n):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            # A neurenix Tensor is not a JAX pytree: wait on its native array, or nothing waits.
-            jax.block_until_ready(_native(fn()))
-            samples[name].append(time.perf_counter() - t0)
+    names = list(fns)
+    # The eager contender makes many small objects; a cyclic GC pass it triggers would land in
+    # whichever call runs next. GC is off while sampling, and the order rotates every step.
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(n):
+            for name in names[i % len(names):] + names[: i % len(names)]:
+                fn = fns[name]
+                t0 = time.perf_counter()
+                # A neurenix Tensor is not a JAX pytree: wait on its native array, or nothing waits.
+                jax.block_until_ready(_native(fn()))
+                samples[name].append(time.perf_counter() - t0)
+    finally:
+        gc.enable()
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
