@@ -124,3 +124,19 @@ def test_device_to_device_copy_is_a_new_buffer(four_devices: Any) -> None:
     moved = four_devices._copy_from_device(a.native, 2)
     assert moved.devices() == {four_devices.jax_devices[2]}
     np.testing.assert_array_equal(np.asarray(moved), np.arange(8))
+
+
+def test_from_dlpack_of_a_jax_array_stays_on_device(four_devices: Any) -> None:
+    import jax
+
+    src = jax.device_put(np.arange(6, dtype=np.float32), four_devices.jax_devices[0])
+    t = nx.from_dlpack(src, device="tpu:3")
+    assert t.native.devices() == {four_devices.jax_devices[3]}
+    shared = nx.from_dlpack(src, device="tpu:0")
+    assert shared.native is src  # immutable: sharing the buffer is safe
+    copied = nx.from_dlpack(src, device="tpu:0", copy=True)
+    assert copied.native is not src
+    with pytest.raises(nx.TransferError, match="copy=False"):
+        nx.from_dlpack(src, device="tpu:2", copy=False)
+    for x in (t, shared, copied):
+        np.testing.assert_array_equal(x.numpy(), np.arange(6))

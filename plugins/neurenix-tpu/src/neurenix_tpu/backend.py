@@ -159,6 +159,18 @@ class JaxTPUBackend(ArrayNamespaceBackend):
             return self.xp.array(native, copy=True)
         return self.jax.device_put(native, dev)
 
+    def _from_dlpack(self, producer: Any, index: int, copy: bool | None) -> Any:
+        """A JAX array producer moves with device_put (device to device); anything else returns
+        None and the core imports it through host memory, which _from_host then copies."""
+        if not isinstance(producer, self.jax.Array):
+            return None
+        on_device = producer.devices() == {self._native_device(index)}
+        if copy is False or (copy is None and on_device):
+            # Sharing an immutable buffer is safe; from another device it cannot be shared (None:
+            # the core then refuses copy=False with its message).
+            return producer if on_device else None
+        return self._copy_from_device(producer, index)
+
     def _to_host(self, native: Any) -> np.ndarray:
         return np.array(native, copy=True)
 
