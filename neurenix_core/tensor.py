@@ -215,7 +215,11 @@ class Tensor:
         except IndexError:
             raise  # the Python protocol error for out-of-range indices, message from the backend
         except Exception as exc:
-            raise _op_error("__getitem__", p, [self], exc) from exc
+            # Some runtimes cannot index every way the standard allows (torch: negative steps).
+            # If the host can, that is an op the device does not run natively: fallback policy.
+            from neurenix_core.transfer import getitem_fallback
+
+            return getitem_fallback(self, key, exc)
         return adopt(result, p, (self,))
 
     def __setitem__(self, key: Any, value: Any) -> None:

@@ -16,7 +16,7 @@ from neurenix_core.tensor import Tensor, _op_error, adopt, placement_for, rewrap
 if TYPE_CHECKING:
     from neurenix_core.backend import Placement
 
-__all__ = ["copy_to", "from_dlpack", "export_dlpack", "dlpack_device", "run_fallback"]
+__all__ = ["copy_to", "from_dlpack", "export_dlpack", "dlpack_device", "run_fallback", "getitem_fallback"]
 
 # DLPack device type codes (dlpack.h).
 _DL_CPU = 1
@@ -167,3 +167,25 @@ def _to_device(result: Any, p: Placement) -> Any:
     if isinstance(result, (np.ndarray, np.generic)):
         return p.backend._from_host(contiguous(result), p.index)
     return result
+
+
+def getitem_fallback(t: Tensor, key: Any, native_error: Exception) -> Tensor:
+    """``t[key]`` computed on the host when the device's runtime refused the key.
+
+    Only keys the host can index count as a fallback (policy applies, counted as ``__getitem__``);
+    a key that is wrong everywhere raises the translated native error.
+    """
+    p = t._p
+
+    def host_key(k: Any) -> Any:
+        if type(k) is Tensor:
+            return k.numpy()
+        return tuple(host_key(i) for i in k) if isinstance(k, tuple) else k
+
+    host = p.backend._to_host(t._data)
+    try:
+        result = host[host_key(key)]
+    except Exception:
+        raise _op_error("__getitem__", p, [t], native_error) from native_error
+    fallback.record("__getitem__", p.backend.name, str(p.device))
+    return adopt(p.backend._from_host(contiguous(np.asarray(result)), p.index), p)
