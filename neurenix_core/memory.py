@@ -31,6 +31,9 @@ UNLIMITED = sys.maxsize
 @final
 @dataclass(frozen=True, slots=True)
 class MemoryStats:
+    """One device's accounting: bytes held by live tensors (``in_use``), the most held since start
+    (``peak``), the limit (None: unlimited) and ``allocations``, the live tensors (views included)."""
+
     device: str
     in_use: int
     peak: int

@@ -138,7 +138,10 @@ class Tensor:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:
-            raise TransferError(f"{self.device}: np.asarray(tensor, copy=False) cannot share memory; use np.from_dlpack(tensor)")
+            native = self._data
+            if isinstance(native, np.ndarray) and (dtype is None or np.dtype(dtype) == native.dtype):
+                return native  # host memory, explicitly asked to share: the tensor's own buffer
+            raise TransferError(f"{self.device}: np.asarray(tensor, copy=False) cannot share this tensor's memory; use np.from_dlpack(tensor) or allow a copy")
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 

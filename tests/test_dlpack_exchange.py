@@ -69,3 +69,13 @@ def test_from_dlpack_rejects_non_producers_and_same_device_shares() -> None:
         nx.asarray([1, 2], copy=False)
     shared = nx.asarray(np.ones(3, dtype=np.float32), copy=False)
     assert shared.dtype == nx.float32
+
+
+def test_array_protocol_copies_unless_sharing_is_asked() -> None:
+    t = nx.asarray([1.0, 2.0])
+    copied = np.asarray(t)
+    copied[0] = 5.0
+    assert float(t[0]) == 1.0, "np.asarray(tensor) is a copy by default"
+    shared = np.asarray(t, copy=False)
+    assert np.shares_memory(shared, t.native)
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
