@@ -9,7 +9,9 @@ runs emulated (NEURENIX_EMULATE=tpu, JAX's CPU platform), so the numbers measure
 overhead around XLA, not TPU speed. Single calls of the contenders alternate strictly and the
 median per-call time is reported (the machine may be shared: alternation exposes everyone to the
 same load, the median drops the calls a spike hit).
-Ratios are time(neurenix) / time(plain JAX): the goal is <= 1.05 at batch 1 and 32.
+Ratios are time(neurenix) / time(plain JAX): the goal is <= 1.05 at batch 1 and 32. The "plugin"
+column is the plugin's compiled model called on a native array (the same XLA program without the
+core's Tensor handling), which separates the plugin's cost from the core's.
 """
 
 from __future__ import annotations
@@ -153,8 +155,14 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
                 compiled, path = _compile(nx, model, shape, precision)
                 plain, params = _plain_jax(model.to_graph(shape), precision)
                 xn = x.native
+                # The plugin's compiled model alone (same XLA program, native array in and out):
+                # separates the plugin's cost from the core's Tensor handling around it.
+                from neurenix_tpu.api import TPUBackend
+
+                plugin = TPUBackend().compile_graph(model.to_graph(shape), precision=precision)
                 contenders: dict[str, Callable[[], Any]] = {
                     "neurenix": lambda: compiled(x),
+                    "plugin": lambda: plugin(xn),
                     "jax": lambda: plain(params, xn),
                 }
                 if precision == "fp32":
@@ -165,6 +173,7 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
                     "model": name, "precision": precision, "batch": batch, "threads": threads, "path": path,
                     "neurenix_us": t["neurenix"] * 1e6, "jax_us": t["jax"] * 1e6,
                     "overhead": t["neurenix"] / t["jax"],
+                    "plugin_us": t["plugin"] * 1e6, "plugin_overhead": t["plugin"] / t["jax"],
                     "eager_us": t["eager"] * 1e6 if "eager" in t else None,
                     "eager_vs_compiled": t["eager"] / t["neurenix"] if "eager" in t else None,
                     "max_abs_diff": float(check),
@@ -194,15 +203,15 @@ def run_threads(threads: int, quick: bool, models: list[str]) -> list[dict[str, 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| model | precision | batch | threads | neurenix µs | plain JAX µs | neurenix/JAX | eager µs | eager/compiled | max abs diff |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | precision | batch | threads | neurenix µs | plugin µs | plain JAX µs | neurenix/JAX | plugin/JAX | eager µs | eager/compiled | max abs diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         eager = f"{r['eager_us']:.1f}" if r["eager_us"] is not None else "-"
         ratio = f"{r['eager_vs_compiled']:.2f}x" if r["eager_vs_compiled"] is not None else "-"
         lines.append(
-            f"| {r['model']} | {r['precision']} | {r['batch']} | {r['threads']} | {r['neurenix_us']:.1f} | {r['jax_us']:.1f} | "
-            f"{r['overhead']:.3f} | {eager} | {ratio} | {r['max_abs_diff']:.1e} |"
+            f"| {r['model']} | {r['precision']} | {r['batch']} | {r['threads']} | {r['neurenix_us']:.1f} | {r['plugin_us']:.1f} | "
+            f"{r['jax_us']:.1f} | {r['overhead']:.3f} | {r['plugin_overhead']:.3f} | {eager} | {ratio} | {r['max_abs_diff']:.1e} |"
         )
     return "\n".join(lines)
 

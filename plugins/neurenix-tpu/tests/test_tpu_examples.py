@@ -46,6 +46,6 @@ def test_benchmark_quick(tmp_path: Path) -> None:
     rows = json.loads(target.read_text())
     assert {(r["precision"], r["batch"]) for r in rows} == {("fp32", 1), ("fp32", 32), ("bf16", 1), ("bf16", 32)}
     for r in rows:
-        assert r["neurenix_us"] > 0 and r["jax_us"] > 0 and r["threads"] == 1 and r["emulated"] is True
+        assert r["neurenix_us"] > 0 and r["jax_us"] > 0 and r["plugin_us"] > 0 and r["threads"] == 1 and r["emulated"] is True
         assert r["max_abs_diff"] < 1e-5, "neurenix and the hand-written JAX model must compute the same thing"
     assert "neurenix/JAX" in out
