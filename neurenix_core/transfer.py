@@ -96,6 +96,9 @@ def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | Non
         if copy is False:
             raise TransferError(f"from_dlpack(copy=False): backend {p.backend.name} cannot share memory with {type(x).__name__}; allow a copy")
         return _via_host(x, p)
+    from neurenix_core.creation import check_dtype
+
+    check_dtype(p, p.backend._dtype_of(native))  # a shared buffer must still be a dtype the device takes
     return adopt(native, p)
 
 

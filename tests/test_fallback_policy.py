@@ -134,3 +134,10 @@ def test_mixed_devices_never_combined(partial: nx.Device) -> None:
     np.testing.assert_array_equal((a + moved).numpy(), [2.0, 4.0])
     with pytest.raises(nx.UnsupportedDTypeError, match="partial:0"):
         nx.asarray([1, 2], dtype=nx.int8, device=partial)
+
+
+def test_dlpack_import_checks_the_device_dtypes(partial: nx.Device) -> None:
+    ok = nx.from_dlpack(np.arange(3, dtype=np.float32), device=partial)
+    assert ok.device == partial
+    with pytest.raises(nx.UnsupportedDTypeError, match="partial:0"):
+        nx.from_dlpack(np.arange(3, dtype=np.int8), device=partial)
