@@ -215,8 +215,9 @@ class Tensor:
         native_key = _index_key(key, p)
         try:
             result = self._data[native_key]
-        except IndexError:
-            raise  # the Python protocol error for out-of-range indices, message from the backend
+        except IndexError as exc:
+            # Stays an IndexError (the Python protocol for out-of-range indices), with the device named.
+            raise IndexError(f"{p.device}: index {key!r} does not fit shape {self.shape}: {exc}") from exc
         except Exception as exc:
             # Some runtimes cannot index every way the standard allows (torch: negative steps).
             # If the host can, that is an op the device does not run natively: fallback policy.

@@ -126,3 +126,10 @@ def test_fallback_for_missing_op_stays_on_cpu() -> None:
 
     with pytest.raises(nx.UnsupportedOperationError, match="nosuchop is not available on cpu:0"):
         _call("nosuchop", (nx.ones(2),))
+
+
+def test_out_of_range_index_names_the_device() -> None:
+    x = nx.ones((2, 3))
+    with pytest.raises(IndexError, match=r"cpu:0: index \(5, 0\) does not fit shape \(2, 3\)"):
+        x[5, 0]
+    assert x.shape == (2, 3)
