@@ -188,8 +188,9 @@ def _matches(pattern: str, name: str) -> bool:
 
 # --------------------------------------------------------------------------- report
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    # Counted once per test: the call phase, or the setup phase when it skipped or failed.
-    if report.when == "call" or (report.when == "setup" and not report.passed) or (report.when == "teardown" and report.failed):
+    # Outcome from the call phase (or a setup that skipped/failed); the fallbacks the fixture
+    # recorded at teardown come with the teardown report.
+    if report.when == "call" or (report.when == "setup" and not report.passed) or report.when == "teardown":
         _RUNTIME_REPORTS.append(report)
 
 
@@ -224,7 +225,8 @@ def _count(results: _Results, report: pytest.TestReport) -> None:
         capability, {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "skip_reasons": {}, "failed_tests": []}
     )
     outcome = _outcome(report)
-    if report.when == "teardown" and outcome == "failed" and report.nodeid in row["failed_tests"]:
+    _count_fallbacks(results, backend, report)
+    if report.when == "teardown" and (outcome != "failed" or report.nodeid in row["failed_tests"]):
         return
     row[outcome] += 1
     if outcome == "skipped":
@@ -233,6 +235,11 @@ def _count(results: _Results, report: pytest.TestReport) -> None:
         row["skip_reasons"][reason] = row["skip_reasons"].get(reason, 0) + 1
     elif outcome == "failed":
         row["failed_tests"].append(report.nodeid)
+
+
+def _count_fallbacks(results: _Results, backend: str, report: pytest.TestReport) -> None:
+    if report.when != "teardown":
+        return
     for key, value in report.user_properties:
         if key == "neurenix_fallbacks":
             bucket = results.fallbacks.setdefault(backend, {})

@@ -58,6 +58,7 @@ class BrokenBackend(CPUBackend):
         self.device_type = DeviceType("broken")
         self.memory = MemoryTracker("broken", 1)
         self.ops["sin"] = lambda x: np.cos(x)  # a wrong kernel the kit must catch
+        del self.ops["cos"]  # not native: runs through the fallback policy, and the report counts it
 
 @hookimpl
 def neurenix_manifest():
@@ -86,5 +87,6 @@ def neurenix_backend(manifest, probe):
     assert row["failed"] == 0 and row["passed"] == 7
     assert row["skipped"] == 16  # float16/bfloat16 not declared: reported with the reason
     assert all("does not declare dtype" in r for r in row["skip_reasons"])
+    assert data["fallbacks"] == {"cos": 1}
     assert proc.returncode == 0
     assert sys.executable == cmd[0]
