@@ -124,6 +124,11 @@ def nx_device(request: pytest.FixtureRequest) -> Iterator[Any]:
     import neurenix_core as nx
 
     dut: DeviceUnderTest = request.param
+    # Where the report files this test; carried by the test reports themselves, so it also
+    # reaches the controller when pytest-xdist collected the tests in workers.
+    request.node.user_properties.append(
+        ("neurenix", {"backend": dut.backend, "device": dut.device, "emulated": dut.emulated, "capability": capability_of(request.node)})
+    )
     device = nx.Device(dut.device)
     backend = nx.backend(device)
     assert backend.name == dut.backend, f"{device} is served by backend {backend.name}, not by {dut.backend} under test"
@@ -216,8 +221,18 @@ def _outcome(report: pytest.TestReport) -> str:
     return report.outcome
 
 
+def _where(results: _Results, report: pytest.TestReport) -> tuple[str, str] | None:
+    for key, value in report.user_properties:
+        if key == "neurenix":
+            backend = value["backend"]
+            if backend not in results.devices:
+                results.devices[backend] = DeviceUnderTest(backend=backend, device=value["device"], emulated=value["emulated"])
+            return backend, value["capability"]
+    return results.items.get(report.nodeid)  # e.g. the fixture's setup failed before recording
+
+
 def _count(results: _Results, report: pytest.TestReport) -> None:
-    where = results.items.get(report.nodeid)
+    where = _where(results, report)
     if where is None:
         return
     backend, capability = where

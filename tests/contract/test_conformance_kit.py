@@ -90,3 +90,11 @@ def neurenix_backend(manifest, probe):
     assert data["fallbacks"] == {"cos": 1}
     assert proc.returncode == 0
     assert sys.executable == cmd[0]
+
+
+def test_report_under_xdist(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    row = run_conformance("cpu", env=_ENV, extra_args=["-n", "2", "-k", "test_reduction"])
+    assert row["returncode"] == 0, row["output_tail"]
+    assert row["totals"] == {"passed": 5 * 5 * 3 + 1, "failed": 0, "skipped": 0, "xfailed": 0}
+    assert set(row["capabilities"]) == {"statistics", "properties"}
