@@ -162,6 +162,17 @@ class Tensor:
             raise ValueError(f"neurenix implements array API 2024.12, not {api_version}")
         return neurenix_core
 
+    # copy, deepcopy and pickle must go through the accounting (the default slot copy would make
+    # a second tensor releasing bytes it never charged).
+    def __copy__(self) -> Tensor:
+        return self.to(self.device)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        return self.to(self.device)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (_rebuild, (self.numpy(), str(self.device)))
+
     def item(self) -> Any:
         return self.numpy().item()
 
@@ -370,6 +381,13 @@ for _dunder, _op_name in _OPERATORS.items():
     setattr(Tensor, f"__i{_dunder}__", _make_inplace(_op_name))
 for _dunder, _op_name in _COMPARISONS.items():
     setattr(Tensor, f"__{_dunder}__", _BINARY_OPS[_op_name])
+
+
+def _rebuild(host: np.ndarray, device: str) -> Tensor:
+    """Unpickling: the host data placed on the device it was on (which must exist here)."""
+    from neurenix_core.creation import from_numpy
+
+    return from_numpy(host, device=device)
 
 
 # --------------------------------------------------------------------- wrapping natives

@@ -101,3 +101,18 @@ def test_accounting_is_exact_under_threads() -> None:
     for t in threads:
         t.join()
     assert used() == base
+
+
+def test_copy_deepcopy_pickle_go_through_the_accounting() -> None:
+    import copy
+    import pickle
+
+    base = used()
+    x = nx.arange(10, dtype=nx.float32)
+    clones = [copy.copy(x), copy.deepcopy(x), pickle.loads(pickle.dumps(x))]
+    assert used() - base == 4 * 40
+    for c in clones:
+        assert c.device == x.device and c.tolist() == x.tolist()
+        assert not np.shares_memory(c.native, x.native)
+    del x, clones, c
+    assert used() == base
