@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import NeurenixError, ShapeError
-from neurenix_core.tensor import Tensor, _op_error, mismatch
+from neurenix_core.tensor import Tensor, raise_op_error, mismatch
 
 __all__ = ["setitem"]
 
@@ -36,7 +36,7 @@ def setitem(t: Tensor, key: Any, value: Any) -> None:
     except NeurenixError:
         raise
     except Exception as exc:
-        raise _op_error("__setitem__", p, [t], exc) from exc
+        raise_op_error("__setitem__", p, [t], exc)
     if p.backend._shape_of(new) != p.backend._shape_of(t._data):
         raise ShapeError(f"__setitem__ on {p.device}: backend {p.backend.name} returned a different shape; this is a backend bug")
     t._data = new

@@ -10,7 +10,7 @@ else goes through ``_call``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -287,12 +287,12 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
             r = p.ops[name](d1, d2)
         except KeyError as exc:
             if name in p.ops:  # the KeyError came from inside the native op
-                raise _op_error(name, p, [x1, x2], exc) from exc
+                raise_op_error(name, p, [x1, x2], exc)
             return _call(name, (x1, x2))  # not native: the fallback policy decides
         except NotImplementedError:
             return _call(name, (x1, x2))
         except Exception as exc:
-            raise _op_error(name, p, [x1, x2], exc) from exc
+            raise_op_error(name, p, [x1, x2], exc)
         if type(r) is not p.array_type:
             r = p.backend._coerce(r)
         n = r.nbytes if p.native_nbytes else p.backend._nbytes_of(r)
@@ -452,10 +452,19 @@ def _shapes(values: list[Any]) -> list[tuple[int, ...]]:
     return [v.shape for v in values if type(v) is Tensor]
 
 
+def raise_op_error(name: str, p: Placement, operands: list[Any], exc: BaseException) -> NoReturn:
+    """Raise ``exc`` translated into the neurenix hierarchy (with ``exc`` as its cause).
+
+    An error that already is a NeurenixError (a nested op, a fallback refusal) is re-raised as
+    it is: chaining it to itself would make ``__cause__`` a cycle.
+    """
+    if isinstance(exc, NeurenixError):
+        raise exc
+    raise _op_error(name, p, operands, exc) from exc
+
+
 def _op_error(name: str, p: Placement, operands: list[Any], exc: BaseException) -> Exception:
     """Translate a backend's native error into the neurenix hierarchy, naming op and device."""
-    if isinstance(exc, NeurenixError):
-        return exc
     where = f"{name} on {p.device} (backend {p.backend.name})"
     shapes = _shapes(operands)
     dtypes = [str(v.dtype) for v in operands if type(v) is Tensor]
@@ -547,7 +556,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 
         return run_fallback(name, p, args, kwargs, tensors)
     except Exception as exc:
-        raise _op_error(name, p, tensors, exc) from exc
+        raise_op_error(name, p, tensors, exc)
     return rewrap(result, p, tensors)
 
 

@@ -11,7 +11,7 @@ from neurenix_core import fallback
 from neurenix_core.device import Device, DeviceLike
 from neurenix_core.dtypes import contiguous
 from neurenix_core.errors import NeurenixError, TransferError, UnsupportedOperationError
-from neurenix_core.tensor import Tensor, _op_error, adopt, placement_for, rewrap
+from neurenix_core.tensor import Tensor, raise_op_error, adopt, placement_for, rewrap
 
 if TYPE_CHECKING:
     from neurenix_core.backend import Placement
@@ -155,7 +155,7 @@ def run_fallback(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[st
     except NeurenixError:
         raise
     except Exception as exc:
-        raise _op_error(name, p, tensors, exc) from exc
+        raise_op_error(name, p, tensors, exc)
     if p.backend is cpu:
         return rewrap(result, p, tensors)
     return rewrap(_to_device(result, p), p)
@@ -189,6 +189,6 @@ def getitem_fallback(t: Tensor, key: Any, native_error: Exception) -> Tensor:
     try:
         result = host[host_key(key)]
     except Exception:
-        raise _op_error("__getitem__", p, [t], native_error) from native_error
+        raise_op_error("__getitem__", p, [t], native_error)
     fallback.record("__getitem__", p.backend.name, str(p.device))
     return adopt(p.backend._from_host(contiguous(np.asarray(result)), p.index), p)
