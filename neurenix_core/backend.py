@@ -79,6 +79,7 @@ class Backend:
         self.probe: ProbeResult | None = None
         self._placements: list[Placement] | None = None
         self._dtype_names: frozenset[str] | None = None
+        self._supports_cache: dict[np.dtype[Any], bool] = {}
 
     def _attach(self, name: str, manifest: Manifest, probe: ProbeResult) -> None:
         """Called by the registry once the factory returned: records who we are."""
@@ -86,6 +87,7 @@ class Backend:
         self.manifest = manifest
         self.probe = probe
         self._dtype_names = frozenset(manifest.capabilities.dtypes)
+        self._supports_cache.clear()  # answers given before the manifest was known are stale
 
     # ---------------------------------------------------------------- private surface
     def _from_host(self, array: np.ndarray, index: int) -> Any:
@@ -174,9 +176,21 @@ class Backend:
         return places[index]
 
     def supports_dtype(self, dtype: np.dtype[Any]) -> bool:
-        """True when the manifest declares ``dtype`` (Capabilities.dtypes) and the runtime has it."""
+        """True when the manifest declares ``dtype`` (Capabilities.dtypes) and the runtime has it.
+
+        Answers are cached per dtype: this runs on every tensor creation, and ``str(dtype)`` and
+        the runtime's own lookup cost microseconds each.
+        """
+        dt = np.dtype(dtype)
+        cache = self._supports_cache
+        known = cache.get(dt)
+        if known is None:
+            known = cache[dt] = self._supports_uncached(dt)
+        return known
+
+    def _supports_uncached(self, dtype: np.dtype[Any]) -> bool:
         names = self._dtype_names
-        if names is not None and str(np.dtype(dtype)) not in names:
+        if names is not None and str(dtype) not in names:
             return False
         try:
             self._native_dtype(dtype)

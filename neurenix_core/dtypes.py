@@ -57,8 +57,15 @@ _KINDS: dict[str, tuple[np.dtype[Any], ...]] = {
 }
 
 
+_KNOWN: frozenset[np.dtype[Any]] = frozenset(DTYPES.values())
+
+
 def as_dtype(value: Any) -> np.dtype[Any]:
     """A neurenix dtype from a dtype, a name ("bfloat16") or a Python type."""
+    # Fast paths first: a dtype object or a name is the common case on the hot path, and
+    # str(dtype) costs about a microsecond.
+    if isinstance(value, np.dtype) and value in _KNOWN:
+        return value
     if isinstance(value, str) and value in DTYPES:
         return DTYPES[value]
     try:
