@@ -11,6 +11,7 @@ import enum
 import functools
 import threading
 import time
+import types
 import warnings
 from collections.abc import Iterable
 from types import ModuleType
@@ -119,6 +120,31 @@ class PluginRecord:
         return self.probe is not None and self.probe.emulated
 
 
+class _PluginManager(pluggy.PluginManager):
+    """pluggy's manager, skipping dunder names when looking for hook functions.
+
+    ``register`` inspects every name in ``dir(plugin)``, and two dozen of them are ``object``'s
+    dunders; pytest overrides the same documented method for the same reason.
+    """
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        if name.startswith("__"):
+            return None
+        return super().parse_hookimpl_opts(plugin, name)
+
+
+def _hook_namespace(module: ModuleType) -> types.SimpleNamespace:
+    """The module's ``@hookimpl`` functions only, for pluggy to register.
+
+    pluggy inspects every attribute of what it registers (``inspect.getattr_static``); a plugin
+    module also holds everything it imported, which made registration the largest cost of
+    discovery. The marker attribute finds hook functions under any name (``specname`` works).
+    """
+    marker = f"{hookspecs.PROJECT}_impl"
+    hooks = {name: obj for name, obj in vars(module).items() if callable(obj) and hasattr(obj, marker)}
+    return types.SimpleNamespace(__name__=module.__name__, **hooks)
+
+
 class Registry:
     """All discovered plugins of this process, ranked; resolves devices to backends."""
 
@@ -126,7 +152,7 @@ class Registry:
         self.config = config
         self.records: list[PluginRecord] = []
         self.notes: list[str] = []
-        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm = _PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._ranked: list[PluginRecord] = []
         self._auto_default: Device | None = None
@@ -197,7 +223,7 @@ class Registry:
     def _register(self, record: PluginRecord, ep: EntryPoint) -> bool:
         assert record.module is not None
         try:
-            self._pm.register(record.module, name=record.name)
+            self._pm.register(_hook_namespace(record.module), name=record.name)
         except (pluggy.PluginValidationError, ValueError) as exc:
             return self._fail(record, "register", str(exc))
         missing = [h for h in _REQUIRED_HOOKS if self._impl(record, h) is None]
