@@ -18,7 +18,7 @@ from neurenix_core.creation import (
 )
 from neurenix_core.device import Device, DeviceType
 from neurenix_core.dtypes import (
-    bfloat16, bool, can_cast, complex64, complex128, finfo, float16, float32, float64, iinfo,
+    bool, can_cast, complex64, complex128, finfo, float16, float32, float64, iinfo,
     int8, int16, int32, int64, isdtype, result_type, uint8, uint16, uint32, uint64,
 )
 from neurenix_core.errors import *  # noqa: F403 - the hierarchy is part of the public API
@@ -110,6 +110,10 @@ def __getattr__(name: str) -> Any:
 
     if name in {"linalg", "nn", "quantization", "testing", "graph"}:
         return importlib.import_module(f"neurenix_core.{name}")
+    if name == "bfloat16":  # loads ml_dtypes on first use (see neurenix_core.dtypes)
+        from neurenix_core.dtypes import dtype_table
+
+        return dtype_table()["bfloat16"]
     if name == "BackendInfo":
         from neurenix_core.report import BackendInfo
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from neurenix_core.device import DeviceLike
-from neurenix_core.dtypes import DTYPES, as_dtype, contiguous
+from neurenix_core.dtypes import as_dtype, contiguous, dtype_table
 from neurenix_core.errors import ShapeError, TransferError, UnsupportedDTypeError
 from neurenix_core.tensor import Tensor, adopt, placement_for
 
@@ -42,7 +42,7 @@ def check_dtype(p: Placement, dt: np.dtype[Any]) -> None:
     """UnsupportedDTypeError naming the device, the dtype and what the device does support."""
     be = p.backend
     if not be.supports_dtype(dt):
-        have = [n for n, d in DTYPES.items() if be.supports_dtype(d)]
+        have = [n for n, d in dtype_table().items() if be.supports_dtype(d)]
         raise UnsupportedDTypeError(
             f"{p.device} (backend {be.name}) does not support dtype {dt}; it supports {', '.join(have)}. "
             f"Cast first, e.g. nx.asarray(x, dtype=nx.float32), or use device='cpu'"

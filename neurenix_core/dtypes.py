@@ -14,7 +14,7 @@ from neurenix_core.errors import UnsupportedDTypeError
 __all__ = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128", "bfloat16", "as_dtype", "isdtype",
-    "result_type", "can_cast", "finfo", "iinfo", "DTYPES", "contiguous",
+    "result_type", "can_cast", "finfo", "iinfo", "DTYPES", "DTYPE_NAMES", "dtype_table", "contiguous",
 ]
 
 bool = np.dtype("bool")  # noqa: A001 - array API name
@@ -33,47 +33,79 @@ complex64 = np.dtype("complex64")
 complex128 = np.dtype("complex128")
 
 
-def _bfloat16() -> np.dtype[Any]:
-    import ml_dtypes
+#: Every neurenix dtype name, in a fixed order. Static strings, so manifests (which run at
+#: ``import neurenix_core``) can declare dtypes without loading ml_dtypes.
+DTYPE_NAMES: tuple[str, ...] = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+)
 
-    return np.dtype(ml_dtypes.bfloat16)
-
-
-bfloat16 = _bfloat16()
-
-DTYPES: dict[str, np.dtype[Any]] = {
-    str(d): d
-    for d in (bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64, complex128)
-}
-
-_KINDS: dict[str, tuple[np.dtype[Any], ...]] = {
-    "bool": (bool,),
-    "signed integer": (int8, int16, int32, int64),
-    "unsigned integer": (uint8, uint16, uint32, uint64),
-    "integral": (int8, int16, int32, int64, uint8, uint16, uint32, uint64),
-    "real floating": (float16, bfloat16, float32, float64),
-    "complex floating": (complex64, complex128),
-    "numeric": (int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64, complex128),
-}
+# ml_dtypes (the host bfloat16) costs ~9 ms to import, a quarter of the import budget; it is loaded
+# the first time bfloat16, the full table or the dtype kinds are needed.
+_TABLE: dict[str, np.dtype[Any]] | None = None
+_KIND_TABLE: dict[str, tuple[np.dtype[Any], ...]] | None = None
+# Dtypes that need no ml_dtypes: the fast path of as_dtype checks against them.
+_KNOWN: frozenset[np.dtype[Any]] = frozenset(
+    (bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64, complex64, complex128)
+)
 
 
-_KNOWN: frozenset[np.dtype[Any]] = frozenset(DTYPES.values())
+def dtype_table() -> dict[str, np.dtype[Any]]:
+    """``{name: dtype}`` for every neurenix dtype (loads ml_dtypes for bfloat16 on first call)."""
+    global _TABLE
+    if _TABLE is None:
+        import ml_dtypes
+
+        by_name = {str(d): d for d in _KNOWN}
+        by_name["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+        _TABLE = {name: by_name[name] for name in DTYPE_NAMES}
+    return _TABLE
+
+
+def _kinds() -> dict[str, tuple[np.dtype[Any], ...]]:
+    global _KIND_TABLE
+    if _KIND_TABLE is None:
+        t = dtype_table()
+        ints = tuple(t[n] for n in ("int8", "int16", "int32", "int64"))
+        uints = tuple(t[n] for n in ("uint8", "uint16", "uint32", "uint64"))
+        reals = tuple(t[n] for n in ("float16", "bfloat16", "float32", "float64"))
+        complexes = (t["complex64"], t["complex128"])
+        _KIND_TABLE = {
+            "bool": (t["bool"],),
+            "signed integer": ints,
+            "unsigned integer": uints,
+            "integral": ints + uints,
+            "real floating": reals,
+            "complex floating": complexes,
+            "numeric": ints + uints + reals + complexes,
+        }
+    return _KIND_TABLE
+
+
+def __getattr__(name: str) -> Any:
+    # ``dtypes.bfloat16`` and ``dtypes.DTYPES`` stay available, loaded on first access.
+    if name == "bfloat16":
+        return dtype_table()["bfloat16"]
+    if name == "DTYPES":
+        return dtype_table()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_dtype(value: Any) -> np.dtype[Any]:
     """A neurenix dtype from a dtype, a name ("bfloat16") or a Python type."""
-    # Fast paths first: a dtype object or a name is the common case on the hot path, and
-    # str(dtype) costs about a microsecond.
+    # Fast path first: a dtype object is the common case on the hot path, and str(dtype) costs
+    # about a microsecond.
     if isinstance(value, np.dtype) and value in _KNOWN:
         return value
-    if isinstance(value, str) and value in DTYPES:
-        return DTYPES[value]
+    table = dtype_table()
+    if isinstance(value, str) and value in table:
+        return table[value]
     try:
         dt = np.dtype(value)
     except TypeError:
-        raise UnsupportedDTypeError(f"unknown dtype {value!r}; known: {', '.join(DTYPES)}") from None
-    if str(dt) not in DTYPES:
-        raise UnsupportedDTypeError(f"dtype {dt} is not a neurenix dtype; known: {', '.join(DTYPES)}")
+        raise UnsupportedDTypeError(f"unknown dtype {value!r}; known: {', '.join(DTYPE_NAMES)}") from None
+    if str(dt) not in table:
+        raise UnsupportedDTypeError(f"dtype {dt} is not a neurenix dtype; known: {', '.join(DTYPE_NAMES)}")
     return dt
 
 
@@ -82,9 +114,10 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     if isinstance(kind, tuple):
         return any(isdtype(dt, k) for k in kind)
     if isinstance(kind, str):
-        if kind not in _KINDS:
-            raise ValueError(f"unknown dtype kind {kind!r}; known: {', '.join(_KINDS)}")
-        return dt in _KINDS[kind]
+        kinds = _kinds()
+        if kind not in kinds:
+            raise ValueError(f"unknown dtype kind {kind!r}; known: {', '.join(kinds)}")
+        return dt in kinds[kind]
     return dt == as_dtype(kind)
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from neurenix_core import _state
 from neurenix_core.device import Device, as_device
-from neurenix_core.dtypes import DTYPES, isdtype
+from neurenix_core.dtypes import dtype_table, isdtype
 
 if TYPE_CHECKING:
     from neurenix_core.backend import Backend
@@ -61,7 +61,8 @@ class NamespaceInfo:
         _, be = _backend(device)
 
         def first(*names: str) -> Any:
-            return next((DTYPES[n] for n in names if be.supports_dtype(DTYPES[n])), None)
+            table = dtype_table()
+            return next((table[n] for n in names if be.supports_dtype(table[n])), None)
 
         integral = first("int64", "int32", "int16", "int8")
         return {
@@ -74,7 +75,7 @@ class NamespaceInfo:
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, Any]:
         """The dtypes the device supports (declared in Capabilities.dtypes and known to the runtime)."""
         _, be = _backend(device)
-        out = {name: dt for name, dt in DTYPES.items() if be.supports_dtype(dt)}
+        out = {name: dt for name, dt in dtype_table().items() if be.supports_dtype(dt)}
         if kind is not None:
             out = {n: d for n, d in out.items() if isdtype(d, kind)}
         return out

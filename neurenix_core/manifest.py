@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Final, final
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Final, final
 
 __all__ = [
     "NEURENIX_API_VERSION",
@@ -30,6 +29,81 @@ __all__ = [
 NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 0)
 
 
+_REQUIRED: Final = object()
+
+
+@final
+class _Factory:
+    """A default built anew for every instance (like dataclasses' ``default_factory``)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+class _Record:
+    """An immutable value object with keyword-only fields.
+
+    Hand-written instead of ``@dataclass``: creating a dataclass costs ~2 ms (its methods are
+    generated and exec'd) and these classes are built at every ``import neurenix_core``, whose
+    budget is a few tens of milliseconds. Subclasses list their fields and defaults in ``_SPEC``.
+    """
+
+    __slots__ = ()
+    _SPEC: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, **values: Any) -> None:
+        cls = type(self)
+        unknown = values.keys() - cls._SPEC.keys()
+        if unknown:
+            raise TypeError(f"{cls.__name__}() got unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        for name, default in cls._SPEC.items():
+            if name in values:
+                value = values[name]
+            elif default is _REQUIRED:
+                raise TypeError(f"{cls.__name__}() missing required keyword argument: {name!r}")
+            else:
+                value = default.make() if type(default) is _Factory else default
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(cls._SPEC)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._SPEC)
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with some fields changed."""
+        return type(self)(**{**dict(zip(self._SPEC, self._values())), **changes})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; use .replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{name}={value!r}" for name, value in zip(self._SPEC, self._values()))
+        return f"{type(self).__name__}({body})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), dict(zip(self._SPEC, self._values()))))
+
+
+def _rebuild(cls: type[_Record], values: dict[str, Any]) -> _Record:
+    return cls(**values)
+
+
 class PriorityBand(enum.IntEnum):
     """Ranking bands owned by the core; a plugin picks a band and a priority 0-99 inside it.
 
@@ -44,17 +118,27 @@ class PriorityBand(enum.IntEnum):
 
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Capabilities:
+class Capabilities(_Record):
     """What a backend declares it can do, as data (tensor cores are a capability, not a type)."""
 
-    dtypes: tuple[str, ...] = ("float32",)
-    precisions: tuple[str, ...] = ("fp32",)
-    native_ops: tuple[str, ...] = ()
-    compiles_models: bool = False
-    quantization: tuple[str, ...] = ()
-    dlpack: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    dtypes: tuple[str, ...]
+    precisions: tuple[str, ...]
+    native_ops: tuple[str, ...]
+    compiles_models: bool
+    quantization: tuple[str, ...]
+    dlpack: bool
+    extra: Mapping[str, Any]
+
+    _SPEC = {
+        "dtypes": ("float32",),
+        "precisions": ("fp32",),
+        "native_ops": (),
+        "compiles_models": False,
+        "quantization": (),
+        "dlpack": False,
+        "extra": _Factory(dict),
+    }
+    __slots__ = tuple(_SPEC)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,8 +153,7 @@ class Capabilities:
 
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Manifest:
+class Manifest(_Record):
     """Static facts about a plugin, returned by ``neurenix_manifest``.
 
     ``emulation`` is the token users put in ``NEURENIX_EMULATE`` (``"npu"``) to run the plugin's
@@ -88,27 +171,45 @@ class Manifest:
     api: str
     device_types: tuple[str, ...]
     band: PriorityBand
-    priority: int = 50
-    capabilities: Capabilities = field(default_factory=Capabilities)
-    install_hint: str = ""
-    emulation: str | None = None
-    native_probe: bool = False
-    description: str = ""
-    exports: Mapping[str, str] = field(default_factory=dict)
+    priority: int
+    capabilities: Capabilities
+    install_hint: str
+    emulation: str | None
+    native_probe: bool
+    description: str
+    exports: Mapping[str, str]
+
+    _SPEC = {
+        "name": _REQUIRED,
+        "distribution": _REQUIRED,
+        "version": _REQUIRED,
+        "api": _REQUIRED,
+        "device_types": _REQUIRED,
+        "band": _REQUIRED,
+        "priority": 50,
+        "capabilities": _Factory(Capabilities),
+        "install_hint": "",
+        "emulation": None,
+        "native_probe": False,
+        "description": "",
+        "exports": _Factory(dict),
+    }
+    __slots__ = tuple(_SPEC)
 
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeContext:
+class ProbeContext(_Record):
     """What the core tells a probe: whether the user asked to emulate this plugin, and the time budget."""
 
     emulate: bool
     timeout: float
 
+    _SPEC = {"emulate": _REQUIRED, "timeout": _REQUIRED}
+    __slots__ = tuple(_SPEC)
+
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeResult:
+class ProbeResult(_Record):
     """A probe's answer. ``reason`` is one sentence a user can act on when ``available`` is False.
 
     ``needs_native=True`` means "driver files are present; ask my native probe for details":
@@ -116,11 +217,21 @@ class ProbeResult:
     """
 
     available: bool
-    device_count: int = 0
-    reason: str = ""
-    emulated: bool = False
-    details: Mapping[str, Any] = field(default_factory=dict)
-    needs_native: bool = False
+    device_count: int
+    reason: str
+    emulated: bool
+    details: Mapping[str, Any]
+    needs_native: bool
+
+    _SPEC = {
+        "available": _REQUIRED,
+        "device_count": 0,
+        "reason": "",
+        "emulated": False,
+        "details": _Factory(dict),
+        "needs_native": False,
+    }
+    __slots__ = tuple(_SPEC)
 
     @classmethod
     def found(cls, device_count: int, **details: Any) -> ProbeResult:
@@ -150,7 +261,7 @@ class ProbeResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProbeResult:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        return cls(**{name: data[name] for name in cls.field_names() if name in data})
 
 
 _NAME: Final = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -199,7 +310,7 @@ def validate_manifest(raw: object) -> Manifest:
 
 
 def _manifest_from_mapping(data: Mapping[str, Any]) -> Manifest:
-    known = {f.name for f in fields(Manifest)}
+    known = set(Manifest.field_names())
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"unknown manifest field(s) {unknown}")

@@ -101,9 +101,9 @@ def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: DeviceLike | 
 
 
 def _supported(be: Any) -> list[str]:
-    from neurenix_core.dtypes import DTYPES
+    from neurenix_core.dtypes import dtype_table
 
-    return [n for n, d in DTYPES.items() if be.supports_dtype(d)]
+    return [n for n, d in dtype_table().items() if be.supports_dtype(d)]
 
 
 for _name in ("concat", "stack", "meshgrid", "broadcast_arrays", "astype"):

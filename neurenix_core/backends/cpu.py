@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.backend import ArrayNamespaceBackend
-from neurenix_core.dtypes import DTYPES
+from neurenix_core.dtypes import DTYPE_NAMES
 from neurenix_core.errors import UnsupportedDTypeError
 from neurenix_core.hookspecs import hookimpl
 from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
@@ -37,7 +37,7 @@ class CPUBackend(ArrayNamespaceBackend):
         return np.array(array, copy=True)
 
     def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
-        if str(dtype) not in DTYPES:
+        if str(dtype) not in DTYPE_NAMES:
             raise UnsupportedDTypeError(f"cpu:0 (backend cpu) does not support dtype {dtype}")
         return dtype
 
@@ -58,7 +58,7 @@ def neurenix_manifest() -> Manifest:
         band=PriorityBand.CPU,
         priority=50,
         capabilities=Capabilities(
-            dtypes=tuple(DTYPES),
+            dtypes=DTYPE_NAMES,
             precisions=("fp32", "fp64", "fp16", "bf16", "int8", "int16"),
             native_ops=("*",),
             compiles_models=False,

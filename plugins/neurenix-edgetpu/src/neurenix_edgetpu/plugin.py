@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.dtypes import DTYPES
+from neurenix_core.dtypes import DTYPE_NAMES
 from neurenix_core.hookspecs import hookimpl
 from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
@@ -40,7 +40,7 @@ def neurenix_manifest() -> Manifest:
         capabilities=Capabilities(
             # Storage is host NumPy, so every neurenix dtype can live on the device; the ops in
             # native_ops run float32 (eager) and int8/float32 (compiled models) through LiteRT.
-            dtypes=tuple(DTYPES),
+            dtypes=DTYPE_NAMES,
             precisions=("int8", "fp32"),
             native_ops=NATIVE_OPS,
             compiles_models=True,

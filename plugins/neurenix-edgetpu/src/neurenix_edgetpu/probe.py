@@ -11,9 +11,8 @@ import ctypes
 import glob
 import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = [
     "USB_IDS", "LIBRARY", "Scan", "scan", "find_libedgetpu", "runtime_module", "emulated_device_count",
@@ -28,8 +27,9 @@ _KNOWN_LIB_DIRS: Final = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-g
 _RUNTIMES: Final = ("ai_edge_litert", "tflite_runtime")
 
 
-@dataclass(frozen=True, slots=True)
-class Scan:
+# A NamedTuple, not a dataclass: this module is imported by `import neurenix_core`, and
+# creating a dataclass costs ~2 ms there.
+class Scan(NamedTuple):
     """What the filesystem says: PCIe nodes, USB accelerators, the library path (or None)."""
 
     pci: tuple[str, ...]

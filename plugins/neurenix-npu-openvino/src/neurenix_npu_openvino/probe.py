@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = ["NPU_DRIVER", "NPU_PLUGIN_LIBRARY", "NPUScan", "scan", "openvino_dir", "npu_plugin_library", "npu_device_nodes"]
 
@@ -25,8 +24,9 @@ _SYS_ACCEL: Final = Path("/sys/class/accel")
 _DEV_ACCEL: Final = Path("/dev/accel")
 
 
-@dataclass(frozen=True, slots=True)
-class NPUScan:
+# A NamedTuple, not a dataclass: this module is imported by `import neurenix_core`, and
+# creating a dataclass costs ~2 ms there.
+class NPUScan(NamedTuple):
     """What the file system says; ``reason`` is empty when an NPU is usable."""
 
     openvino: Path | None
