@@ -37,7 +37,7 @@ from neurenix_core.manifest import (
     api_compatible,
     validate_manifest,
 )
-from neurenix_core.probing import PendingProbe, ProbeFailure, run_native_probe
+from neurenix_core.probing import ProbeFailure, run_all_bounded, run_native_probe
 
 if TYPE_CHECKING:
     from neurenix_core.backend import Backend
@@ -264,16 +264,15 @@ class Registry:
         return ProbeContext(emulate=token is not None and token in self.config.emulate, timeout=self.config.probe_timeout)
 
     def _probe_all(self, records: list[PluginRecord]) -> None:
-        """Start every probe, then collect them against one deadline (import waits for the slowest)."""
-        pending = []
-        for record in records:
-            ctx = self._context(record)
-            call = functools.partial(self.call, record, "neurenix_probe", context=ctx)
-            pending.append((record, ctx, PendingProbe(call, record.name)))
-        deadline = time.monotonic() + self.config.probe_timeout
-        for record, ctx, probe in pending:
+        """Probe every plugin, each bounded by NEURENIX_PROBE_TIMEOUT, in one worker thread."""
+        contexts = [self._context(r) for r in records]
+        calls = [functools.partial(self.call, r, "neurenix_probe", context=c) for r, c in zip(records, contexts)]
+        outcomes = run_all_bounded(calls, self.config.probe_timeout)
+        for record, ctx, outcome in zip(records, contexts, outcomes):
             try:
-                result = self._check_probe(probe.result(deadline, ctx.timeout))
+                if isinstance(outcome, ProbeFailure):
+                    raise outcome
+                result = self._check_probe(outcome)
                 if result.needs_native:
                     result = self._native(record, ctx)
             except ProbeFailure as exc:
