@@ -108,7 +108,7 @@ def test_seed_api(tpu: Any) -> None:
     from neurenix_tpu.api import TPUBackend, is_tpu_available, is_tpu_emulated
 
     assert is_tpu_available() and is_tpu_emulated()
-    assert not is_tpu_available(include_emulated=False)
+    assert not is_tpu_available(allow_emulated=False)
     backend = TPUBackend()
     assert backend.initialize() is True
     assert backend.emulated and backend.device_count() == tpu.device_count()

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from neurenix_core.device import Device
-from neurenix_core.errors import BackendUnavailableError, DeviceMismatchError, QuantizationError, ShapeError
+from neurenix_core.errors import QuantizationError, ShapeError
 from neurenix_core.graph import CompileOptions, Graph
+from neurenix_core.seed_api import DeviceBackend, device_available
 
 if TYPE_CHECKING:
     from neurenix_core.tensor import Tensor
@@ -36,13 +36,7 @@ PRECISIONS = ("int8", "fp32")
 
 def is_edgetpu_available(*, allow_emulated: bool = True) -> bool:
     """True when an edgetpu device can be used (an emulated one counts unless ``allow_emulated=False``)."""
-    from neurenix_core._state import registry
-
-    reg = registry()
-    dev = Device("edgetpu", 0)
-    if not reg.has_device(dev):
-        return False
-    return allow_emulated or not reg.is_emulated(dev)
+    return device_available("edgetpu", allow_emulated=allow_emulated)
 
 
 def list_edge_tpus() -> list[dict[str, Any]]:
@@ -56,43 +50,12 @@ def list_edge_tpus() -> list[dict[str, Any]]:
     return [be.device_info(d.index) for d in devices]
 
 
-class EdgeTPUBackend:
+class EdgeTPUBackend(DeviceBackend):
     """A Coral Edge TPU (through LiteRT and libedgetpu) as the seed documents describe it."""
 
-    def __init__(self, device: int | str | Device = 0) -> None:
-        self.device = device if isinstance(device, Device) else Device(device if isinstance(device, str) else f"edgetpu:{int(device)}")
-        if self.device.type != "edgetpu":
-            raise DeviceMismatchError(f"EdgeTPUBackend serves edgetpu devices, not {self.device}")
-        self._backend: LiteRTBackend | None = None
-
-    def initialize(self) -> bool:
-        """Start LiteRT for the device; raises BackendUnavailableError naming what is missing."""
-        import neurenix_core as nx
-
-        from neurenix_edgetpu.backend import LiteRTBackend
-
-        backend = nx.backend(self.device)
-        if not isinstance(backend, LiteRTBackend):
-            raise BackendUnavailableError(f"{self.device} is served by plugin {backend.name}, not edgetpu; deny it with NEURENIX_BACKENDS=-{backend.name}")
-        self._backend = backend
-        return True
-
-    @property
-    def backend(self) -> LiteRTBackend:
-        if self._backend is None:
-            self.initialize()
-        assert self._backend is not None
-        return self._backend
-
-    @property
-    def emulated(self) -> bool:
-        return self.backend.emulated
-
-    def get_device_count(self) -> int:
-        return self.backend.device_count()
-
-    def get_device_info(self, index: int | None = None) -> dict[str, Any]:
-        return self.backend.device_info(self.device.index if index is None else index)
+    device_type = "edgetpu"
+    backend_class = "neurenix_edgetpu.backend:LiteRTBackend"
+    backend: LiteRTBackend
 
     def matmul(self, a: Any, b: Any) -> Tensor:
         """``a @ b`` on this device (inputs on the host or the CPU are copied there explicitly)."""

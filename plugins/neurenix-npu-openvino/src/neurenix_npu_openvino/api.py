@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from neurenix_core.device import Device
-from neurenix_core.errors import BackendUnavailableError, CompilationError, DeviceMismatchError, NeurenixWarning, QuantizationError
+from neurenix_core.errors import CompilationError, DeviceMismatchError, NeurenixWarning, QuantizationError
 from neurenix_core.graph import CompileOptions
+from neurenix_core.seed_api import DeviceBackend, device_available
 
 if TYPE_CHECKING:
     from neurenix_core.tensor import Tensor
@@ -36,58 +37,19 @@ OPTIMIZE_FOR = ("performance", "accuracy", "latency", "throughput")
 
 def is_npu_available(*, allow_emulated: bool = True) -> bool:
     """True when an npu device can be used (an emulated one counts unless ``allow_emulated=False``)."""
-    from neurenix_core._state import registry
-
-    reg = registry()
-    dev = Device("npu", 0)
-    if not reg.has_device(dev):
-        return False
-    return allow_emulated or not reg.is_emulated(dev)
+    return device_available("npu", allow_emulated=allow_emulated)
 
 
-class NPUBackend:
-    """The Intel NPU (through OpenVINO) as the seed documents describe it."""
+class NPUBackend(DeviceBackend):
+    """The Intel NPU (through OpenVINO) as the seed documents describe it.
 
-    def __init__(self, device: int | str | Device = 0) -> None:
-        self.device = device if isinstance(device, Device) else Device(device if isinstance(device, str) else f"npu:{int(device)}")
-        if self.device.type != "npu":
-            raise DeviceMismatchError(f"NPUBackend serves npu devices, not {self.device}; use the backend of that device type")
-        self._backend: NPUOpenVINOBackend | None = None
+    ``get_device_info(i)`` gives OpenVINO's full device name, supported precisions and
+    capabilities, memory and emulation.
+    """
 
-    # ------------------------------------------------------------------ lifecycle
-    def initialize(self) -> bool:
-        """Start OpenVINO on the device. Raises BackendUnavailableError naming what is missing."""
-        import neurenix_core as nx
-
-        backend = nx.backend(self.device)
-        from neurenix_npu_openvino.backend import NPUOpenVINOBackend
-
-        if not isinstance(backend, NPUOpenVINOBackend):
-            raise BackendUnavailableError(f"{self.device} is served by plugin {backend.name}, not npu-openvino; deny it with NEURENIX_BACKENDS=-{backend.name}")
-        self._backend = backend
-        return True
-
-    @property
-    def backend(self) -> NPUOpenVINOBackend:
-        if self._backend is None:
-            self.initialize()
-        assert self._backend is not None
-        return self._backend
-
-    @property
-    def emulated(self) -> bool:
-        return self.backend.emulated
-
-    def get_device_count(self) -> int:
-        return self.backend.device_count()
-
-    def get_device_info(self, index: int = 0) -> dict[str, Any]:
-        """OpenVINO's full device name, supported precisions and capabilities, memory, emulation."""
-        if not 0 <= index < self.get_device_count():
-            from neurenix_core.errors import DeviceNotFoundError
-
-            raise DeviceNotFoundError(f"npu:{index} does not exist: {self.get_device_count()} npu device(s)")
-        return self.backend.device_info(index)
+    device_type = "npu"
+    backend_class = "neurenix_npu_openvino.backend:NPUOpenVINOBackend"
+    backend: NPUOpenVINOBackend
 
     # ------------------------------------------------------------------ ops
     def matmul(self, a: Any, b: Any) -> Tensor:

@@ -11,6 +11,7 @@ from typing import Any
 
 import neurenix_core as nx
 from neurenix_core.device import Device, DeviceType
+from neurenix_core.seed_api import device_available
 
 __all__ = ["is_tpu_available", "is_tpu_emulated", "tpu_device_count", "TPUBackend", "Device", "DeviceType"]
 
@@ -21,12 +22,9 @@ def _record() -> Any:
     return registry().record_named("tpu")
 
 
-def is_tpu_available(*, include_emulated: bool = True) -> bool:
-    """True when a ``tpu`` device can be used (emulated ones count unless ``include_emulated=False``)."""
-    record = _record()
-    if record is None or not record.usable:
-        return False
-    return include_emulated or not record.emulated
+def is_tpu_available(*, allow_emulated: bool = True) -> bool:
+    """True when a ``tpu`` device can be used (emulated ones count unless ``allow_emulated=False``)."""
+    return device_available("tpu", allow_emulated=allow_emulated)
 
 
 def is_tpu_emulated() -> bool:
