@@ -427,7 +427,13 @@ def wrap(native: Any, backend: Backend, device: Device, index: int) -> Tensor:
 
     For plugin and core code that produced ``native`` itself (compiled model outputs, transfers).
     """
-    return adopt(native, backend.placement(index))
+    p = backend.placement(index)
+    if type(native) is not p.array_type:
+        native = backend._coerce(native)
+    # Freshly produced: owns its buffer, so no view bookkeeping (adopt's memory-root walk).
+    n = backend._nbytes_of(native)
+    p.mem.charge(n)
+    return _make(native, p, n, None, charged=True)
 
 
 # --------------------------------------------------------------------- device checks and errors
