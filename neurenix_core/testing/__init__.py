@@ -2,8 +2,10 @@
 
 Run the device-generic suite against an installed backend::
 
-    python -m pytest -p neurenix_core.testing.plugin --pyargs neurenix_core.testing.suite \\
-        --neurenix-backend NAME --neurenix-report report.json
+    pytest --neurenix-backend=NAME --neurenix-report=report.json
+
+(``python -m pytest -p neurenix_core.testing.plugin --pyargs neurenix_core.testing.suite
+--neurenix-backend=NAME`` is the explicit form.)
 
 or from Python: ``neurenix_core.testing.run_conformance("NAME")``. The suite checks results
 against float64 NumPy with a tolerance per dtype (``reference.TOLERANCES``) and reports, per

@@ -56,13 +56,11 @@ class _Results:
 
 # --------------------------------------------------------------------------- options
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("neurenix", "neurenix conformance kit")
-    group.addoption(
-        "--neurenix-backend", action="append", default=[], metavar="NAME",
-        help="run the conformance suite against this installed backend (entry point name; repeatable). "
-        "Default: every usable backend, emulated ones included.",
-    )
-    group.addoption("--neurenix-report", default=None, metavar="PATH", help="write a JSON report (per backend, per capability)")
+    # The options live in the top-level shim (the pytest11 entry point) so both ways of loading
+    # the kit define them once.
+    from neurenix_pytest import add_options
+
+    add_options(parser)
 
 
 def _option(config: pytest.Config, name: str, default: Any) -> Any:
