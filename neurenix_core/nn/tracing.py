@@ -1,6 +1,6 @@
 """Walk a Module once into a :class:`neurenix_core.graph.Graph` by calling it on symbols.
 
-``Module.to_graph()`` calls the model with :class:`Symbol` placeholders instead of tensors.
+``Module.to_graph()`` calls the model with symbolic :class:`Symbol` stand-ins instead of tensors.
 A leaf layer (Linear, Conv2d, ...) records one node; a container (Sequential, or a user's
 Module whose ``forward`` only calls layers, functional forms, ``+`` and ``*``) runs its
 ``forward`` on the symbols, so residual blocks become DAGs. Anything else a forward does with a

@@ -206,7 +206,7 @@ class ModelBuilder:
         tflite.OperatorCodeStart(b)
         if name is not None:
             tflite.OperatorCodeAddCustomCode(b, name)
-        # Codes above 127 live only in builtin_code; deprecated_builtin_code holds the placeholder 127.
+        # Codes above 127 live only in builtin_code; deprecated_builtin_code holds the reserved value 127.
         tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
         tflite.OperatorCodeAddBuiltinCode(b, code)
         tflite.OperatorCodeAddVersion(b, version)
