@@ -26,7 +26,10 @@ _STYLE = {
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(soft_wrap=False)
+    console = Console(soft_wrap=False)
+    # Piped or logged output (CI, `| less`) gets rich's 80-column default, which folds the reason
+    # column into fragments; the terminal's own width is used when there is one.
+    return console if console.is_terminal else Console(soft_wrap=False, width=160)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
