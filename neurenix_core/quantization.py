@@ -334,6 +334,18 @@ def _tie_parameters(graph: Graph, acts: dict[str, QuantParams]) -> None:
     for n in graph.nodes:
         if n.op in PASS_THROUGH:
             acts[n.output] = acts[n.inputs[0]]
+        elif n.op == "softmax":
+            acts[n.output] = softmax_output_params(acts[n.output].bits)
+
+
+def softmax_output_params(bits: int) -> QuantParams:
+    """TFLite's fixed softmax output parameters: the range is [0, 1] by definition, so int8 uses
+    scale 1/256 with zero point -128 and int16 scale 1/32768 with zero point 0. Calibrated ranges
+    would make the core's integer reference disagree with every TFLite-based backend."""
+    qmin, qmax = _range(bits)
+    if bits == 16:
+        return QuantParams(np.array([1.0 / 32768.0], np.float32), np.zeros(1, np.int64), 16, None, qmin, qmax)
+    return QuantParams(np.array([1.0 / 256.0], np.float32), np.array([-128], np.int64), 8, None, qmin, qmax)
 
 
 def dynamic_plan(model: Any) -> QuantizationPlan:

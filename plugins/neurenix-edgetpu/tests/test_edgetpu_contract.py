@@ -11,6 +11,7 @@ def test_nx_compile_int8_on_edgetpu_matches_core_integer_reference(edgetpu):
     import neurenix_core as nx
     from neurenix_core import nn
 
+    nn.manual_seed(0)  # weights independent of which tests ran before
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10))
     rng = np.random.default_rng(0)
     batches = [rng.normal(size=(1, 16)).astype(np.float32) for _ in range(16)]
@@ -44,3 +45,24 @@ def test_conformance_suite_runs_on_edgetpu():
     failed = [t for cap in row["capabilities"].values() for t in cap.get("failed_tests", [])]
     unexplained = [t for t in failed if not any(rule(t) for rule in KNOWN_FAILURES.values())]
     assert unexplained == [], unexplained
+
+
+def test_int8_softmax_uses_tflite_fixed_output_parameters(edgetpu):
+    """The core's calibration gives softmax outputs TFLite's fixed int8 parameters (1/256, -128), so
+    the core's integer reference and LiteRT agree to one step (TFLite's exp is a lookup table)."""
+    import neurenix_core as nx
+    from neurenix_core import nn
+    from neurenix_core.quantization import calibrate
+    from neurenix_core.reference import run_quantized
+
+    nn.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10), nn.Softmax(dim=-1))
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(size=(1, 16)).astype(np.float32) for _ in range(32)]
+    compiled = nx.compile(model, device="edgetpu:0", precision="int8", calibration=batches, progress=False)
+    graph = model.to_graph((1, 16))
+    plan = calibrate(graph, batches, progress=False)
+    out = plan.activations[graph.nodes[-1].output]
+    assert float(out.scale[0]) == 1 / 256 and int(out.zero_point[0]) == -128
+    steps = [np.abs(compiled(nx.asarray(b, device="edgetpu:0")).numpy() - run_quantized(graph, plan, b)).max() * 256 for b in batches]
+    assert max(steps) <= 1.0

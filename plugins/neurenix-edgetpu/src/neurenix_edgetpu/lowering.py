@@ -19,7 +19,8 @@ from typing import Any, Final
 import numpy as np
 import tflite
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph import Graph, Node, QuantizationPlan
+from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.quantization import softmax_output_params
 
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
@@ -33,7 +34,6 @@ PAD_SAME: Final = tflite.Padding.SAME
 PAD_VALID: Final = tflite.Padding.VALID
 PRECISIONS: Final = ("fp32", "int8")
 #: TFLite requires these output parameters for int8 SOFTMAX (the range [0, 1) over 256 steps).
-SOFTMAX_QUANT: Final = (1.0 / 256.0, -128)
 _FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul"})
 # Versions the TFLite converter writes for int8 kernels; the Edge TPU compiler checks them.
 _INT8_VERSION: Final = {
@@ -154,7 +154,7 @@ class _Lowerer:
             )
         if params.bits != 8 or params.axis is not None:
             raise QuantizationError(f"value {name!r}: the Edge TPU needs per-tensor int8 activations, got {params.bits}-bit axis={params.axis}")
-        return TensorQuant.per_tensor(float(np.asarray(params.scale).ravel()[0]), int(np.asarray(params.zero_point).ravel()[0]))
+        return _per_tensor(params)
 
     def _new(self, value: str, shape: tuple[int, ...], *, quant: TensorQuant | None = None, like: int | None = None) -> int:
         """A new activation tensor: ``quant`` given, or copied from tensor ``like``, or from the plan."""
@@ -367,7 +367,9 @@ class _Lowerer:
         stored_axis = {1: 3, 2: 1, 3: 2}.get(axis, axis) if v.nhwc else axis
         if stored_axis != len(shape) - 1:
             raise UnsupportedOperationError(f"layer {node.name!r} (softmax axis={axis}): TFLite SOFTMAX works on the channel/last axis only")
-        out = self._new(node.output, shape, quant=TensorQuant.per_tensor(*SOFTMAX_QUANT) if self.int8 else None)
+        # TFLite requires the fixed softmax output parameters whatever the plan says; the core's
+        # calibration produces the same ones (softmax_output_params), so both stay bit-exact.
+        out = self._new(node.output, shape, quant=_per_tensor(softmax_output_params(8)) if self.int8 else None)
         self._emit(OP.SOFTMAX, [v.index], [out], options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
         self.values[node.output] = _Value(out, v.nhwc)
 
@@ -436,6 +438,10 @@ def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None =
     if precision == "int8" and plan is not None and (plan.bits != 8 or plan.dynamic):
         raise QuantizationError(f"the Edge TPU runs static full-integer int8 models; got a {plan.bits}-bit plan (dynamic={plan.dynamic})")
     return _Lowerer(graph, precision, plan).run()
+
+
+def _per_tensor(params: QuantParams) -> TensorQuant:
+    return TensorQuant.per_tensor(float(np.asarray(params.scale).ravel()[0]), int(np.asarray(params.zero_point).ravel()[0]))
 
 
 def _pair(v: Any) -> tuple[int, int]:
