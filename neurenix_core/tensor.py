@@ -296,6 +296,8 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
         if type(r) is not p.array_type:
             r = p.backend._coerce(r)
         n = r.nbytes if p.native_nbytes else p.backend._nbytes_of(r)
+        # DeviceMemory.charge inlined: this is the per-op hot path (benchmarks/dispatch.py), and
+        # the call would cost about a tenth of the whole budget. Keep the two in step.
         m = p.mem
         used = m.in_use + n
         if used > m.limit:

@@ -11,7 +11,7 @@ from typing import Any
 
 import neurenix_core as nx
 from neurenix_core.device import Device, DeviceType
-from neurenix_core.seed_api import device_available
+from neurenix_core.seed_api import DeviceBackend, device_available
 
 __all__ = ["is_tpu_available", "is_tpu_emulated", "tpu_device_count", "TPUBackend", "Device", "DeviceType"]
 
@@ -37,39 +37,25 @@ def tpu_device_count() -> int:
     return len(nx.devices("tpu")) if is_tpu_available() else 0
 
 
-class TPUBackend:
+class TPUBackend(DeviceBackend):
     """The TPU runtime as the seed documents it: ``TPUBackend().initialize()`` then use devices.
 
     ``initialize()`` returns True once JAX found the devices; it raises
     ``BackendUnavailableError`` (never returns False silently) naming what is missing.
+    The lifecycle (initialize, backend, emulated, get_device_count/get_device_info) is the shared
+    seed shape of :class:`neurenix_core.seed_api.DeviceBackend`.
     """
 
-    def __init__(self) -> None:
-        self._backend: Any = None
+    device_type = "tpu"
+    backend_class = "neurenix_tpu.backend:JaxTPUBackend"
 
-    def initialize(self) -> bool:
-        self._backend = nx.backend(Device(DeviceType.TPU, 0))
-        return True
-
-    @property
-    def backend(self) -> Any:
-        if self._backend is None:
-            self.initialize()
-        return self._backend
-
-    @property
-    def emulated(self) -> bool:
-        return bool(self.backend.emulated)
-
-    def device_count(self) -> int:
-        return int(self.backend.device_count())
+    # Short spellings kept from this plugin's first API; device_info gives chip version,
+    # TensorCores, HBM, bytes in use (ours and the runtime's) and emulation.
+    device_count = DeviceBackend.get_device_count
+    device_info = DeviceBackend.get_device_info
 
     def devices(self) -> list[Device]:
         return list(self.backend.devices())
-
-    def device_info(self, index: int = 0) -> dict[str, Any]:
-        """Chip version, TensorCores, HBM, bytes in use (ours and the runtime's), emulation."""
-        return dict(self.backend.device_info(index))
 
     def memory_stats(self, index: int = 0) -> Any:
         return nx.memory_stats(Device(DeviceType.TPU, index))
