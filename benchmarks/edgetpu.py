@@ -23,8 +23,8 @@ os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
 import numpy as np  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph import CompileOptions, Graph  # noqa: E402
-from neurenix_core.quantization import calibrate  # noqa: E402
+from neurenix_core.graph.ir import CompileOptions, Graph  # noqa: E402
+from neurenix_core.graph.quantization import calibrate  # noqa: E402
 from neurenix_edgetpu.model import compile_graph  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "neurenix-edgetpu", "tests"))

@@ -37,7 +37,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE
 import numpy as np  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph import CompileOptions, Graph  # noqa: E402
+from neurenix_core.graph.ir import CompileOptions, Graph  # noqa: E402
 from neurenix_npu_openvino.compiled import compile_graph  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def _bare(model: Any, x: np.ndarray) -> Callable[[], Any]:
 def bench(graph: Graph, torch_model: Any, batches: tuple[int, ...], threads_list: tuple[int, ...], rounds: int, progress: Any) -> list[dict[str, Any]]:
     import torch
 
-    from neurenix_core.quantization import calibrate, fold_batch_norm
+    from neurenix_core.graph.quantization import calibrate, fold_batch_norm
 
     be = nx.backend("npu:0")
     rng = np.random.default_rng(0)

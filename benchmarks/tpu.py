@@ -126,7 +126,7 @@ def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float
 def _compile(nx: Any, model: Any, shape: tuple[int, ...], precision: str) -> tuple[Callable[[Any], Any], str]:
     """nx.compile when the core provides it; else the plugin's hook on the traced graph."""
     try:
-        from neurenix_core.compiler import compile as nx_compile
+        from neurenix_core.graph.compiler import compile as nx_compile
     except ImportError:
         from neurenix_tpu.api import TPUBackend
 

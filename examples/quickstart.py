@@ -31,7 +31,7 @@ def main() -> None:
 
 def _run_model(device: nx.Device, rng: np.random.Generator) -> None:
     from neurenix_core import nn
-    from neurenix_core.reference import run_graph
+    from neurenix_core.graph.reference import run_graph
 
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     x = rng.standard_normal((8, 16), dtype=np.float32)

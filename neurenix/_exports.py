@@ -26,7 +26,7 @@ KNOWN: Final[dict[str, tuple[str, str, tuple[str, ...]]]] = {
 
 def _providers(facade: str) -> list[tuple[str, str]]:
     """(plugin name, module) of every discovered plugin exporting to ``facade``, best-ranked first."""
-    from neurenix_core._state import registry
+    from neurenix_core.plugins.state import registry
 
     reg = registry()
     ranked = [r.name for r in reg.ranked]
@@ -73,7 +73,7 @@ def resolve(facade: str, name: str) -> Any:
 def _unavailable(name: str, device_type: str) -> Callable[[], bool]:
     def is_available() -> bool:
         # No first-party plugin: only a vendor plugin serving this device type could make it True.
-        from neurenix_core._state import registry
+        from neurenix_core.plugins.state import registry
 
         return any(str(d.type) == device_type for d in registry().devices(device_type))
 

@@ -17,7 +17,7 @@ __all__ = ["Device", "DeviceType", "DeviceLike"]
 
 class _CallableModule(types.ModuleType):
     def __call__(self, value: Any) -> Any:
-        from neurenix_core._state import device
+        from neurenix_core.plugins.state import device
 
         return device(value)
 

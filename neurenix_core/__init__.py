@@ -9,33 +9,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from neurenix_core import _state
-from neurenix_core._state import default_device, device, set_default_device
-from neurenix_core.backend import ArrayNamespaceBackend, Backend, CompiledModel
-from neurenix_core.creation import (
+from neurenix_core import aliases as _aliases
+
+_aliases.install()  # old module paths (neurenix_core.hookspecs ...) keep working for one release
+
+from neurenix_core.plugins import state as _state  # noqa: E402
+from neurenix_core.plugins.state import default_device, device, set_default_device
+from neurenix_core.plugins.backend import ArrayNamespaceBackend, Backend, CompiledModel
+from neurenix_core.tensor.creation import (
     arange, asarray, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones,
     ones_like, zeros, zeros_like,
 )
 from neurenix_core.device import Device, DeviceType
-from neurenix_core.dtypes import (
+from neurenix_core.tensor.dtypes import (
     bool, can_cast, complex64, complex128, finfo, float16, float32, float64, iinfo,
     int8, int16, int32, int64, isdtype, result_type, uint8, uint16, uint32, uint64,
 )
 from neurenix_core.errors import *  # noqa: F403 - the hierarchy is part of the public API
 from neurenix_core.errors import __all__ as _errors_all
-from neurenix_core.fallback import fallback_policy, fallback_stats, get_fallback_policy, reset_fallback_stats, set_fallback_policy
-from neurenix_core.hookspecs import hookimpl
-from neurenix_core.manifest import NEURENIX_API_VERSION, Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
-from neurenix_core.memory import MemoryStats
-from neurenix_core.ops import *  # noqa: F403 - array API functions
-from neurenix_core.ops import __all__ as _ops_all
-from neurenix_core.registry import Status
+from neurenix_core.tensor.fallback import fallback_policy, fallback_stats, get_fallback_policy, reset_fallback_stats, set_fallback_policy
+from neurenix_core.plugins.hookspecs import hookimpl
+from neurenix_core.plugins.manifest import NEURENIX_API_VERSION, Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.memory import MemoryStats
+from neurenix_core.tensor.ops import *  # noqa: F403 - array API functions
+from neurenix_core.tensor.ops import __all__ as _ops_all
+from neurenix_core.plugins.records import Status
 
 # Importing the subpackage neurenix_core.backends binds the name ``backends`` on this package;
 # import it first so that the public function ``nx.backends()`` below is what the name means.
 import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
-from neurenix_core.tensor import Tensor
-from neurenix_core.transfer import from_dlpack
+from neurenix_core.tensor.tensor import Tensor
+from neurenix_core.tensor.transfer import from_dlpack
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"
@@ -55,7 +59,7 @@ def backends() -> list[Any]:
 
     Usable plugins come first, in rank order; denied, unavailable and failed ones follow.
     """
-    from neurenix_core.report import backends as report_backends
+    from neurenix_core.plugins.report import backends as report_backends
 
     return report_backends()
 
@@ -67,7 +71,7 @@ def devices(type: str | DeviceType | None = None) -> list[Device]:  # noqa: A002
 
 def explain(*, file: Any = None) -> str:
     """Print and return why the default device is what it is, and each plugin's status."""
-    from neurenix_core.report import explain_text
+    from neurenix_core.plugins.report import explain_text
 
     text = explain_text()
     print(text, file=file)
@@ -81,7 +85,7 @@ def rediscover() -> None:
 
 def backend(device: Any = None) -> Backend:
     """The backend object serving ``device`` (default device when None); starts it if needed."""
-    from neurenix_core.tensor import default_backend
+    from neurenix_core.tensor.tensor import default_backend
 
     return default_backend(device)[0]
 
@@ -99,27 +103,39 @@ def memory_stats(device: Any = None) -> MemoryStats:
 
 
 def __array_namespace_info__() -> Any:
-    from neurenix_core.info import NamespaceInfo
+    from neurenix_core.tensor.info import NamespaceInfo
 
     return NamespaceInfo()
+
+
+#: ``nx.linalg``, ``nx.nn`` ...: submodules with heavier imports, loaded on first attribute access.
+_LAZY_MODULES = {
+    "linalg": "neurenix_core.tensor.linalg",
+    "nn": "neurenix_core.nn",
+    "quantization": "neurenix_core.graph.quantization",
+    "testing": "neurenix_core.testing",
+    "graph": "neurenix_core.graph",
+}
 
 
 def __getattr__(name: str) -> Any:
     # Submodules with heavier imports load on first use only.
     import importlib
 
-    if name in {"linalg", "nn", "quantization", "testing", "graph"}:
+    if name in _LAZY_MODULES:
+        return importlib.import_module(_LAZY_MODULES[name])
+    if f"neurenix_core.{name}" in _aliases.MOVED:  # ``nx.fallback`` ...: a 0.1 submodule, moved in 0.2
         return importlib.import_module(f"neurenix_core.{name}")
-    if name == "bfloat16":  # loads ml_dtypes on first use (see neurenix_core.dtypes)
-        from neurenix_core.dtypes import dtype_table
+    if name == "bfloat16":  # loads ml_dtypes on first use (see neurenix_core.tensor.dtypes)
+        from neurenix_core.tensor.dtypes import dtype_table
 
         return dtype_table()["bfloat16"]
     if name == "BackendInfo":
-        from neurenix_core.report import BackendInfo
+        from neurenix_core.plugins.backend_info import BackendInfo
 
         return BackendInfo
     if name == "compile":
-        from neurenix_core.compiler import compile as compile_
+        from neurenix_core.graph.compiler import compile as compile_
 
         return compile_
     raise AttributeError(f"module 'neurenix_core' has no attribute {name!r}")

@@ -8,11 +8,38 @@ the core knowing the name. Built-in names are only conveniences.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Final, final
+from typing import Any, ClassVar, Final, Protocol, final
 
-from neurenix_core.errors import InvalidDeviceError
+from neurenix_core.errors import BackendUnavailableError, InvalidDeviceError
 
-__all__ = ["DeviceType", "Device", "DeviceLike"]
+__all__ = ["DeviceType", "Device", "DeviceLike", "DeviceDirectory", "use_directory"]
+
+
+class DeviceDirectory(Protocol):
+    """What a Device asks about itself; the plugin registry is the one implementation."""
+
+    def has_device(self, device: Device) -> bool: ...
+
+    def is_emulated(self, device: Device) -> bool: ...
+
+    def plugin_for(self, device: Device) -> Any: ...
+
+
+# Set by ``neurenix_core.plugins.state`` each time it (re)builds the registry: the registry is passed
+# down to this value type rather than looked up from here (device.py imports nothing of the core).
+_directory: DeviceDirectory | None = None
+
+
+def use_directory(directory: DeviceDirectory) -> None:
+    """Answer ``Device.is_available()`` / ``.emulated`` / ``.backend_name`` from ``directory``."""
+    global _directory
+    _directory = directory
+
+
+def _lookup() -> DeviceDirectory:
+    if _directory is None:
+        raise BackendUnavailableError("no plugin registry yet: import neurenix_core before asking a Device about its backend")
+    return _directory
 
 _TYPE_NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -132,26 +159,20 @@ class Device:
     def __str__(self) -> str:
         return f"{self._type}:{self._index}"
 
-    # Registry-backed facts. Imported lazily: device.py must stay importable on its own.
+    # Registry-backed facts, answered by the directory the plugin state hands down (use_directory).
     def is_available(self) -> bool:
         """True when an installed backend serves this device (emulated devices count)."""
-        from neurenix_core._state import registry
-
-        return registry().has_device(self)
+        return _lookup().has_device(self)
 
     @property
     def emulated(self) -> bool:
         """True when the device runs its backend's software stack on the host CPU."""
-        from neurenix_core._state import registry
-
-        return registry().is_emulated(self)
+        return _lookup().is_emulated(self)
 
     @property
     def backend_name(self) -> str:
         """Name of the plugin that serves this device."""
-        from neurenix_core._state import registry
-
-        return registry().plugin_for(self).name
+        return str(_lookup().plugin_for(self).name)
 
 
 DeviceLike = Device | str

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.dtypes import DTYPES, as_dtype
+from neurenix_core.tensor.dtypes import DTYPES, as_dtype
 
 
 def test_names_and_bfloat16() -> None:

@@ -26,7 +26,7 @@ PARTIAL_PLUGIN = """
 from __future__ import annotations
 from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult
 from neurenix_core.backends.cpu import CPUBackend
-from neurenix_core.memory import MemoryTracker
+from neurenix_core.plugins.memory import MemoryTracker
 from neurenix_core.device import DeviceType
 
 class PartialBackend(CPUBackend):

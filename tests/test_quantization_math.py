@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from neurenix_core import nn
-from neurenix_core import quantization as Q
+from neurenix_core.graph import quantization as Q
 from neurenix_core.errors import QuantizationError
-from neurenix_core.graph import Graph, Node, TensorSpec
-from neurenix_core.reference import run_graph, run_quantized
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph, run_quantized
 
 RNG = np.random.default_rng(0)
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.backend import Placement
+from neurenix_core.plugins.backend import Placement
 
 
 def test_placement_resolved_once_per_device() -> None:
@@ -122,7 +122,7 @@ def test_bad_devices_are_clear_errors() -> None:
 
 def test_fallback_for_missing_op_stays_on_cpu() -> None:
     # The CPU backend runs everything natively: an unknown op name is an error, not a fallback.
-    from neurenix_core.tensor import _call
+    from neurenix_core.tensor.tensor import _call
 
     with pytest.raises(nx.UnsupportedOperationError, match="nosuchop is not available on cpu:0"):
         _call("nosuchop", (nx.ones(2),))

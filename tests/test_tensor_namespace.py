@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.backend import ARRAY_API_FUNCTIONS, LINALG_FUNCTIONS
+from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS, LINALG_FUNCTIONS
 
 
 def test_every_standard_function_is_exported() -> None:

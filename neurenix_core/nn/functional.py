@@ -10,7 +10,7 @@ from typing import Any
 
 from neurenix_core.errors import CompilationError, ShapeError
 from neurenix_core.nn.tracing import Symbol
-from neurenix_core.tensor import Tensor, _call
+from neurenix_core.tensor.tensor import Tensor, _call
 
 __all__ = [
     "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "max_pool2d", "avg_pool2d",

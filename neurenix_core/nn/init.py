@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from neurenix_core.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["manual_seed", "uniform", "constant"]
 
@@ -18,12 +18,12 @@ def manual_seed(seed: int) -> None:
 
 
 def uniform(shape: tuple[int, ...], bound: float) -> Tensor:
-    from neurenix_core.creation import asarray
+    from neurenix_core.tensor.creation import asarray
 
     return asarray(_rng.uniform(-bound, bound, size=shape).astype(np.float32))
 
 
 def constant(shape: tuple[int, ...], value: float) -> Tensor:
-    from neurenix_core.creation import asarray
+    from neurenix_core.tensor.creation import asarray
 
     return asarray(np.full(shape, value, dtype=np.float32))

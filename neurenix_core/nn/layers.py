@@ -12,7 +12,7 @@ from neurenix_core.errors import ShapeError
 from neurenix_core.nn import functional as F
 from neurenix_core.nn import init
 from neurenix_core.nn.module import Module
-from neurenix_core.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor
 
 __all__ = [
     "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "MaxPool2d", "AvgPool2d",

@@ -14,9 +14,9 @@ import numpy as np
 
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import ModelFormatError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph import Graph
+from neurenix_core.graph.ir import Graph
 from neurenix_core.nn import tracing
-from neurenix_core.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["Module", "Sequential", "ModuleList"]
 
@@ -81,7 +81,7 @@ class Module:
     def _as_input(self, value: Any) -> Any:
         # NumPy arrays and lists are placed on the model's device; tensors are never moved silently.
         if isinstance(value, (np.ndarray, list)):
-            from neurenix_core.creation import asarray
+            from neurenix_core.tensor.creation import asarray
 
             return asarray(value, dtype=np.float32, device=self.device)
         return value
@@ -104,7 +104,7 @@ class Module:
         return tracer.record(name, self.graph_op, args, self._graph_attrs(), self._graph_params())
 
     def to_graph(self, *shapes: tuple[int, ...] | None, inputs: int | None = None) -> Graph:
-        """Walk the model once into a :class:`~neurenix_core.graph.Graph`.
+        """Walk the model once into a :class:`~neurenix_core.graph.ir.Graph`.
 
         ``shapes`` are the input shapes (NCHW for images); omit them to get a graph whose input
         shapes are set later with ``Graph.with_input_shapes``. ``inputs`` is the number of inputs
@@ -193,7 +193,7 @@ class Module:
             if not np.issubdtype(arr.dtype, np.number):
                 raise ModelFormatError(f"{type(self).__name__}.load_state_dict: {name} has non-numeric dtype {arr.dtype}")
             staged.append((mod, attr, old, arr))
-        from neurenix_core.creation import asarray
+        from neurenix_core.tensor.creation import asarray
 
         for mod, attr, old, arr in staged:
             new = asarray(arr.astype(old.dtype, copy=False), device=old.device)
@@ -219,7 +219,7 @@ class Module:
         """The device of the parameters (the default device for a model without any)."""
         for _, _, _, t in self._slots():
             return t.device
-        from neurenix_core._state import default_device
+        from neurenix_core.plugins.state import default_device
 
         return default_device()
 

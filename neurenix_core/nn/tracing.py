@@ -1,4 +1,4 @@
-"""Walk a Module once into a :class:`neurenix_core.graph.Graph` by calling it on symbols.
+"""Walk a Module once into a :class:`neurenix_core.graph.ir.Graph` by calling it on symbols.
 
 ``Module.to_graph()`` calls the model with symbolic :class:`Symbol` stand-ins instead of tensors.
 A leaf layer (Linear, Conv2d, ...) records one node; a container (Sequential, or a user's
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from neurenix_core.errors import CompilationError, NeurenixError
-from neurenix_core.graph import Graph, Node, TensorSpec
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
 if TYPE_CHECKING:
     from neurenix_core.nn.module import Module

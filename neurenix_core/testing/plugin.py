@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def devices_under_test(names: list[str] | tuple[str, ...] = ()) -> list[DeviceUnderTest]:
     """Device 0 of each named backend (UsageError naming the reason when one is not usable),
     or of every usable backend in rank order when ``names`` is empty."""
-    from neurenix_core._state import registry
+    from neurenix_core.plugins.state import registry
 
     reg = registry()
     if not names:
@@ -170,7 +170,7 @@ def capability_of(item: pytest.Item) -> str:
 
 
 def _known_failure(dut: DeviceUnderTest, name: str) -> str | None:
-    from neurenix_core._state import registry
+    from neurenix_core.plugins.state import registry
 
     record = registry().record_named(dut.backend)
     if record is None or record.manifest is None:
@@ -263,7 +263,7 @@ def _count_fallbacks(results: _Results, backend: str, report: pytest.TestReport)
 def build_report(results: _Results) -> dict[str, Any]:
     """The JSON document: per backend, totals and per-capability rows."""
     from neurenix_core import __array_api_version__
-    from neurenix_core.manifest import NEURENIX_API_VERSION
+    from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
     backends: dict[str, Any] = {}
     for name, dut in results.devices.items():

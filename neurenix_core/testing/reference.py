@@ -15,7 +15,7 @@ import numpy as np
 
 import neurenix_core as nx
 from neurenix_core.device import Device
-from neurenix_core.dtypes import as_dtype
+from neurenix_core.tensor.dtypes import as_dtype
 
 __all__ = ["TOLERANCES", "tolerance", "assert_close", "on_device", "require_dtype", "rounded", "declared"]
 

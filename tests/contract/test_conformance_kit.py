@@ -49,7 +49,7 @@ def test_declared_known_failures_are_strict_xfails(tmp_path: Path) -> None:
 from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult
 from neurenix_core.backends.cpu import CPUBackend
 from neurenix_core.device import DeviceType
-from neurenix_core.memory import MemoryTracker
+from neurenix_core.plugins.memory import MemoryTracker
 import numpy as np
 
 class BrokenBackend(CPUBackend):

@@ -1,4 +1,4 @@
-"""neurenix_core.entrypoints reads a group exactly as importlib.metadata does (sys.path order, first wins)."""
+"""neurenix_core.plugins.entrypoints reads a group exactly as importlib.metadata does (sys.path order, first wins)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from importlib import metadata
 
 import pytest
 
-from neurenix_core.entrypoints import entry_points
+from neurenix_core.plugins.entrypoints import entry_points
 
 
 @pytest.mark.parametrize("group", ["neurenix.backends", "console_scripts", "pytest11"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, api_compatible, validate_manifest
+from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, api_compatible, validate_manifest
 
 GOOD = dict(name="acme", distribution="neurenix-acme", version="1.0", api=">=1.0,<2", device_types=("acme",), band=PriorityBand.NPU)
 

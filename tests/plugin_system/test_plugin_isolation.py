@@ -138,7 +138,7 @@ def test_doctor_json_reports_failures_with_phase(plugin_site, run_neurenix):
     plugin_site("acme", BROKEN["import"])
     site = plugin_site("beta", healthy_source(name="beta", device_type="beta", probe="raise OSError('bad ioctl')"))
     out = run_neurenix(
-        "import json\nfrom neurenix_core.report import doctor_data\nprint(json.dumps(doctor_data()))", site=site
+        "import json\nfrom neurenix_core.plugins.report import doctor_data\nprint(json.dumps(doctor_data()))", site=site
     )
     assert out["schema"] == "neurenix.doctor/1"
     failures = {f["plugin"]: f for f in out["failures"]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from neurenix_core.probing import ProbeFailure, run_all_bounded
+from neurenix_core.plugins.probing import ProbeFailure, run_all_bounded
 
 
 def test_results_in_order_and_failures_carry_their_cause():

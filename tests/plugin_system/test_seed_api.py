@@ -6,7 +6,7 @@ from distributions import healthy_source
 
 CODE = """
 import json, neurenix_core as nx
-from neurenix_core.seed_api import DeviceBackend, device_available
+from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
 class AcmeBackend(DeviceBackend):
     device_type = "acme"
@@ -46,6 +46,6 @@ def test_device_backend_shape_and_errors(plugin_site, run_neurenix):
 def test_emulated_device_counts_only_when_allowed(plugin_site, run_neurenix):
     probe = "return ProbeResult.emulating(1) if context.emulate else ProbeResult.missing('no acme card')"
     site = plugin_site("acme", healthy_source(emulation="acme", probe=probe))
-    code = "import json\nfrom neurenix_core.seed_api import device_available\nprint(json.dumps([device_available('acme'), device_available('acme', allow_emulated=False)]))"
+    code = "import json\nfrom neurenix_core.plugins.seed_api import device_available\nprint(json.dumps([device_available('acme'), device_available('acme', allow_emulated=False)]))"
     assert run_neurenix(code, site=site, env={"NEURENIX_EMULATE": "acme"}) == [True, False]
     assert run_neurenix(code, site=site) == [False, False]

@@ -12,8 +12,8 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph import CompileOptions, Graph, Node, TensorSpec
-from neurenix_core.reference import run_graph
+from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph
 
 HERE = Path(__file__).resolve().parent
 PKG = HERE.parent

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.dtypes import DTYPES
+from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_core.testing.reference import on_device
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.backend import ARRAY_API_FUNCTIONS
+from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.testing.reference import assert_close, on_device
 
 _CANDIDATES = ("cumulative_sum", "sort", "flip", "sum", "exp", "negative")

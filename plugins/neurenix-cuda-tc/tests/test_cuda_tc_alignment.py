@@ -146,7 +146,7 @@ def test_untraceable_models_and_foreign_objects_are_refused() -> None:
 
 
 def test_validate_tc_command(capsys: Any, tmp_path: Any) -> None:
-    from neurenix_core.cli import main
+    from neurenix_core.cli.main import main
 
     assert main(["validate-tc", "neurenix_cuda_tc.models:unoptimized_cnn"]) == 1
     out = capsys.readouterr().out

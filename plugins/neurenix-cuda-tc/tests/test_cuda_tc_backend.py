@@ -24,7 +24,7 @@ def test_tensors_are_torch_tensors_on_the_emulated_device(cuda: Any) -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8", "int64", "bool"])
 def test_host_round_trip_keeps_dtype_and_values(cuda: Any, dtype: str) -> None:
-    from neurenix_core.dtypes import DTYPES
+    from neurenix_core.tensor.dtypes import DTYPES
 
     host = (np.arange(12).reshape(3, 4) % 5).astype(DTYPES[dtype])
     t = nx.asarray(host, device="cuda:0")

@@ -9,8 +9,8 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.errors import CompilationError
-from neurenix_core.graph import CompileOptions, Graph, Node, TensorSpec
-from neurenix_core.reference import run_graph
+from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph
 from neurenix_cuda_tc.lowering import compile_graph, lower_graph
 
 RNG = np.random.default_rng(7)
@@ -100,7 +100,7 @@ def test_nn_model_lowers_and_matches_eager(cuda: Any) -> None:
 def test_quantization_plan_is_lowered_as_fake_quant(cuda: Any) -> None:
     import torch
 
-    from neurenix_core import quantization as Q  # noqa: N812
+    from neurenix_core.graph import quantization as Q  # noqa: N812
 
     graph = Graph(
         inputs=(TensorSpec("x", (4, 8)),),

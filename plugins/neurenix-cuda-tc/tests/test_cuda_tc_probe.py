@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from neurenix_core.manifest import ProbeContext
+from neurenix_core.plugins.manifest import ProbeContext
 from neurenix_cuda_tc.probe import LIBCUDA, decide, native_probe, query_driver
 
 

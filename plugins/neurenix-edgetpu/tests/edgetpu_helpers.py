@@ -1,6 +1,6 @@
 """Test models as core Graphs, a float64 NumPy forward pass and min/max calibration.
 
-Used until/unless ``neurenix_core.reference`` and ``neurenix_core.quantization`` provide them; the
+Used until/unless ``neurenix_core.graph.reference`` and ``neurenix_core.graph.quantization`` provide them; the
 tests prefer the core's versions when they are importable.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams, TensorSpec
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams, TensorSpec
 
 
 def mlp_graph(seed: int = 0, batch: int = 1) -> Graph:

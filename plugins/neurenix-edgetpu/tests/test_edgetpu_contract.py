@@ -6,8 +6,8 @@ import numpy as np
 
 
 def test_nx_compile_int8_on_edgetpu_matches_core_integer_reference(edgetpu):
-    import neurenix_core.compiler as compiler
-    import neurenix_core.reference as reference
+    import neurenix_core.graph.compiler as compiler
+    import neurenix_core.graph.reference as reference
     import neurenix_core as nx
     from neurenix_core import nn
 
@@ -20,7 +20,7 @@ def test_nx_compile_int8_on_edgetpu_matches_core_integer_reference(edgetpu):
     y = compiled(x)
     assert y.device == nx.Device("edgetpu", 0)
     graph = model.to_graph((1, 16))
-    from neurenix_core.quantization import calibrate
+    from neurenix_core.graph.quantization import calibrate
 
     plan = calibrate(graph, batches, progress=False)
     np.testing.assert_allclose(y.numpy(), reference.run_quantized(graph, plan, batches[3]), rtol=1e-6, atol=1e-6)
@@ -52,8 +52,8 @@ def test_int8_softmax_uses_tflite_fixed_output_parameters(edgetpu):
     the core's integer reference and LiteRT agree to one step (TFLite's exp is a lookup table)."""
     import neurenix_core as nx
     from neurenix_core import nn
-    from neurenix_core.quantization import calibrate
-    from neurenix_core.reference import run_quantized
+    from neurenix_core.graph.quantization import calibrate
+    from neurenix_core.graph.reference import run_quantized
 
     nn.manual_seed(1)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10), nn.Softmax(dim=-1))

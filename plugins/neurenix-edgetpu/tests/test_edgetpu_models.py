@@ -14,7 +14,7 @@ import tflite
 from edgetpu_helpers import cnn_graph, forward, mlp_graph
 from neurenix_core.device import Device
 from neurenix_core.errors import BackendUnavailableError, FallbackError, ModelFormatError, ShapeError
-from neurenix_core.graph import CompileOptions
+from neurenix_core.graph.ir import CompileOptions
 
 from neurenix_edgetpu.lowering import lower
 from neurenix_edgetpu.model import compile_graph, load_model
@@ -182,7 +182,7 @@ def test_several_emulated_devices_get_their_own_interpreters():
         sys.path.insert(0, %r)
         import numpy as np, neurenix_core as nx
         from edgetpu_helpers import mlp_graph
-        from neurenix_core.graph import CompileOptions
+        from neurenix_core.graph.ir import CompileOptions
         from neurenix_edgetpu.model import compile_graph
         print('DEVICES', [str(d) for d in nx.devices('edgetpu')])
         be = nx.backend('edgetpu:1')

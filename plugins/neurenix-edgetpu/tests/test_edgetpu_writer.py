@@ -11,7 +11,7 @@ from edgetpu_helpers import calibrate as helper_calibrate
 from edgetpu_helpers import clusters, cnn_graph, fit_head, forward, mlp_graph
 from neurenix_core.device import Device
 from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph import CompileOptions, Graph, Node, TensorSpec
+from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 
 from neurenix_edgetpu.lowering import lower
 from neurenix_edgetpu.model import compile_graph
@@ -21,7 +21,7 @@ DEV = Device("edgetpu", 0)
 
 def _calibrate(graph: Graph, batches: list[np.ndarray]):
     try:
-        from neurenix_core.quantization import calibrate
+        from neurenix_core.graph.quantization import calibrate
     except ImportError:  # the core's calibration (issue 4) not installed: the same min/max recipe
         return helper_calibrate(graph, *batches)
     return calibrate(graph, batches, progress=False)
@@ -74,7 +74,7 @@ def test_written_int8_file_parses_with_the_tflite_schema(edgetpu):
 
 @pytest.mark.parametrize("make, shape", [(mlp_graph, (1, 16)), (cnn_graph, (1, 3, 16, 16)), (lambda: cnn_graph(residual=False), (1, 3, 16, 16))])
 def test_int8_bit_exact_against_core_integer_reference(edgetpu, make, shape):
-    import neurenix_core.reference as reference
+    import neurenix_core.graph.reference as reference
     graph = make()
     rng = np.random.default_rng(5)
     batches = [rng.normal(size=shape).astype(np.float32) for _ in range(16)]

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams, TensorSpec  # noqa: E402
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams, TensorSpec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -110,7 +110,7 @@ def cnn_graph(batch: int = 4, seed: int = 1, width: int = 16) -> Graph:
 def reference(graph: Graph, *inputs: np.ndarray) -> np.ndarray:
     """The core's float64 interpreter when it is installed, else a small local one."""
     try:
-        from neurenix_core.reference import run_graph
+        from neurenix_core.graph.reference import run_graph
     except ImportError:
         return _local_reference(graph, *inputs)
     out = run_graph(graph, *inputs)
@@ -159,7 +159,7 @@ _REF: dict[str, Callable[..., np.ndarray]] = {
 
 
 def minmax_plan(graph: Graph, batches: list[np.ndarray], bits: int = 8) -> QuantizationPlan:
-    """A plan built by hand for tests that must not depend on neurenix_core.quantization:
+    """A plan built by hand for tests that must not depend on neurenix_core.graph.quantization:
     per-tensor asymmetric activations (observed float64 ranges), per-channel symmetric weights."""
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}

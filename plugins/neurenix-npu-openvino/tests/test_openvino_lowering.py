@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedDTypeError
-from neurenix_core.graph import CompileOptions, Graph, Node, TensorSpec
+from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_npu_openvino.compiled import compile_graph
 from neurenix_npu_openvino.lowering import LOWERED_OPS, lower_graph
 
@@ -22,7 +22,7 @@ def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def test_every_core_graph_op_has_a_lowering() -> None:
-    from neurenix_core.graph import OPS
+    from neurenix_core.graph.ir import OPS
 
     assert set(OPS) <= LOWERED_OPS
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from neurenix_core.manifest import ProbeContext
+from neurenix_core.plugins.manifest import ProbeContext
 from neurenix_npu_openvino import plugin, probe
 
 

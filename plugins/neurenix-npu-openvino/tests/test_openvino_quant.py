@@ -10,10 +10,10 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.errors import QuantizationError
-from neurenix_core.graph import CompileOptions
+from neurenix_core.graph.ir import CompileOptions
 from neurenix_npu_openvino.compiled import compile_graph
 
-Q = pytest.importorskip("neurenix_core.quantization", reason="needs neurenix_core.quantization (issue 4)")
+Q = pytest.importorskip("neurenix_core.graph.quantization", reason="needs neurenix_core.graph.quantization (issue 4)")
 
 
 def _data(seed: int, n: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -43,7 +43,7 @@ def test_int8_cnn_keeps_top1_and_runs_conv_and_fc_in_int8(npu: Any, kit: Any) ->
 
 
 def test_int8_mlp_matches_the_fake_quantized_reference(npu: Any, kit: Any) -> None:
-    from neurenix_core.reference import run_graph
+    from neurenix_core.graph.reference import run_graph
 
     graph = kit.mlp(batch=64)
     calibration = [_data(200 + i, 64, (32,)) for i in range(4)]

@@ -10,7 +10,7 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.errors import CompilationError, OutOfMemoryError
-from neurenix_core.graph import CompileOptions, Graph
+from neurenix_core.graph.ir import CompileOptions, Graph
 
 from neurenix_tpu.compiled import RECOMPILE_WARN_AFTER, RecompilationWarning, bucket_for
 from neurenix_tpu.lowering import compile_graph

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neurenix_core.manifest import ProbeContext
+from neurenix_core.plugins.manifest import ProbeContext
 
 from neurenix_tpu.probe import emulated_device_count, missing_reason, probe, scan
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from neurenix_core.backend import Backend
+from neurenix_core.plugins.backend import Backend
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, UnsupportedDTypeError
 
 from neurenix_onnxruntime import providers as prov

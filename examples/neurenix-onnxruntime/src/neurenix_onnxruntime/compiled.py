@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from neurenix_core.backend import CompiledModel
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import CompilationError, UnsupportedDTypeError
-from neurenix_core.graph import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 
 from neurenix_onnxruntime.backend import ORTBackend, ensure_provider
 from neurenix_onnxruntime.eager import OPSET, REJECTED_BY_ORT

@@ -18,7 +18,7 @@ import onnxruntime as ort
 from onnx import helper
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from neurenix_core import fallback
+from neurenix_core.tensor import fallback
 from neurenix_core.errors import FallbackError, ShapeError
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from neurenix_core.errors import CompilationError, UnsupportedOperationError
-from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 from neurenix_onnxruntime.eager import OPSET
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.backend import ArrayNamespaceBackend
+from neurenix_core.plugins.backend import ArrayNamespaceBackend
 from neurenix_core.errors import UnsupportedDTypeError
 
 __all__ = ["AcmeBackend", "DTYPES"]

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.hookspecs import hookimpl
-from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.hookspecs import hookimpl
+from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
 from neurenix_acme import __version__
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, CompiledModel
+    from neurenix_core.plugins.backend import Backend, CompiledModel
 
 
 @hookimpl

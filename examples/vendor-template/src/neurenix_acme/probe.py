@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 
-from neurenix_core.manifest import ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
 __all__ = ["probe", "DEVICE_GLOB", "RUNTIME_MODULE"]
 

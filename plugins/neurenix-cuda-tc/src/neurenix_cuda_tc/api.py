@@ -40,7 +40,7 @@ __all__ = [
 def tensor_cores_status(device: DeviceLike = "cuda:0") -> dict[str, Any]:
     """Whether ``device`` has Tensor Cores, from the probe alone (no framework import):
     ``{"available", "emulated", "compute_capability", "precisions", "reason"}``."""
-    from neurenix_core._state import registry
+    from neurenix_core.plugins.state import registry
 
     dev = as_device(device)
     try:

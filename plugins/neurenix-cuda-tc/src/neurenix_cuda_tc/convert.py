@@ -20,7 +20,7 @@ def to_torch_module(model: Any) -> torch.nn.Module:
     """
     import torch
 
-    from neurenix_core.graph import Graph
+    from neurenix_core.graph.ir import Graph
 
     from neurenix_cuda_tc.lowering import lower_graph
 
@@ -34,6 +34,6 @@ def to_torch_module(model: Any) -> torch.nn.Module:
         return lower_graph(model.to_graph())
     raise UnsupportedOperationError(
         f"cuda-tc cannot lower a {type(model).__module__}.{type(model).__qualname__}: pass a neurenix_core.nn model, "
-        "a neurenix_core.graph.Graph or a torch.nn.Module"
+        "a neurenix_core.graph.ir.Graph or a torch.nn.Module"
     )
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.backend import CompiledModel
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import CompilationError, ShapeError, UnsupportedOperationError
 
 from neurenix_cuda_tc.capability import parse_precision
@@ -23,7 +23,7 @@ from neurenix_cuda_tc.capability import parse_precision
 if TYPE_CHECKING:
     import torch
 
-    from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
+    from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = ["lower_graph", "compile_graph", "graph_module_classes", "TorchCompiledModel", "module_key"]
 
@@ -170,7 +170,7 @@ def _fake_quant(x: torch.Tensor, q: QuantParams) -> torch.Tensor:
 def _with_quantized_weights(node: Node, plan: QuantizationPlan | None) -> Node:
     from dataclasses import replace
 
-    from neurenix_core import quantization as Q  # noqa: N812
+    from neurenix_core.graph import quantization as Q  # noqa: N812
 
     if plan is None or node.name not in plan.weights or "weight" not in node.params:
         return node

@@ -184,7 +184,7 @@ def tensor_core_model_class() -> type:
             return x
 
         def forward(self, *inputs: Any) -> Any:
-            from neurenix_core.tensor import Tensor
+            from neurenix_core.tensor.tensor import Tensor
 
             nx_in = next((x for x in inputs if isinstance(x, Tensor)), None)
             xs = [self._prepare(_native(x) if isinstance(x, Tensor) else x) for x in inputs]
@@ -209,7 +209,7 @@ def _native(t: Any) -> Any:
 
 
 def _wrap_like(out: Any, like: Any) -> Any:
-    from neurenix_core.tensor import wrap
+    from neurenix_core.tensor.tensor import wrap
 
     if isinstance(out, tuple):
         return tuple(_wrap_like(o, like) for o in out)

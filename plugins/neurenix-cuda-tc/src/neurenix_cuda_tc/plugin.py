@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.hookspecs import hookimpl
-from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.hookspecs import hookimpl
+from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
 from neurenix_cuda_tc import __version__
 from neurenix_cuda_tc import probe as _probe
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, CompiledModel
+    from neurenix_core.plugins.backend import Backend, CompiledModel
 
 NATIVE_OPS = (
     "matmul", "add", "multiply", "nn.linear", "nn.conv2d", "nn.relu", "nn.gelu", "nn.softmax",

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from neurenix_core.manifest import ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
 from neurenix_cuda_tc.capability import architecture, has_tensor_cores, tensor_core_precisions
 

@@ -11,10 +11,10 @@ import threading
 from typing import Any
 
 import numpy as np
-from neurenix_core.backend import Backend
-from neurenix_core.dtypes import DTYPES
+from neurenix_core.plugins.backend import Backend
+from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_core.errors import BackendUnavailableError, UnsupportedDTypeError
-from neurenix_core.manifest import ProbeResult
+from neurenix_core.plugins.manifest import ProbeResult
 
 from neurenix_edgetpu import probe as probe_mod
 from neurenix_edgetpu.runtime import Runner, load_litert

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tflite
-from neurenix_core import fallback
+from neurenix_core.tensor import fallback
 
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.runtime import Runner
@@ -83,7 +83,7 @@ class _Ops:
         # Not expressible as a float32 single-op model: the fallback policy decides (it may raise).
         fallback.record(name, self.backend.name, "edgetpu")
         if self._cpu_ops is None:
-            from neurenix_core import _state
+            from neurenix_core.plugins import state as _state
             from neurenix_core.device import Device
 
             reg = _state.registry()

@@ -19,8 +19,8 @@ from typing import Any, Final
 import numpy as np
 import tflite
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.quantization import softmax_output_params
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.quantization import softmax_output_params
 
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
@@ -150,7 +150,7 @@ class _Lowerer:
         if params is None:
             raise QuantizationError(
                 f"the quantization plan has no activation parameters for value {name!r}; "
-                "calibrate the whole model with neurenix_core.quantization before compiling for int8 on edgetpu"
+                "calibrate the whole model with neurenix_core.graph.quantization before compiling for int8 on edgetpu"
             )
         if params.bits != 8 or params.axis is not None:
             raise QuantizationError(f"value {name!r}: the Edge TPU needs per-tensor int8 activations, got {params.bits}-bit axis={params.axis}")

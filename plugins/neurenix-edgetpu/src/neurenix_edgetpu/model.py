@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from neurenix_core.backend import CompiledModel
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import ModelFormatError, ShapeError
-from neurenix_core.graph import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu.compiler import CompilerReport, run_edgetpu_compiler

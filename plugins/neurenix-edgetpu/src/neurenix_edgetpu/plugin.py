@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.dtypes import DTYPE_NAMES
-from neurenix_core.hookspecs import hookimpl
-from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.tensor.dtypes import DTYPE_NAMES
+from neurenix_core.plugins.hookspecs import hookimpl
+from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
 from neurenix_edgetpu import __version__, probe
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, CompiledModel
+    from neurenix_core.plugins.backend import Backend, CompiledModel
 
 __all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_native_probe", "neurenix_backend", "neurenix_compile"]
 

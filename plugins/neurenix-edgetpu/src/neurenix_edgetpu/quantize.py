@@ -1,6 +1,6 @@
 """Applying the core's quantization parameters the way TFLite does (never computing new ones).
 
-The scales and zero points come from ``neurenix_core.quantization`` as a ``graph.QuantizationPlan``;
+The scales and zero points come from ``neurenix_core.graph.quantization`` as a ``graph.QuantizationPlan``;
 this module only turns float arrays into int8/int32 with them, using TFLite's rounding (half away
 from zero, ``std::round``), and back.
 """

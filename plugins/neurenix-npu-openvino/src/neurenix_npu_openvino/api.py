@@ -21,11 +21,11 @@ import numpy as np
 
 from neurenix_core.device import Device
 from neurenix_core.errors import CompilationError, DeviceMismatchError, NeurenixWarning, QuantizationError
-from neurenix_core.graph import CompileOptions
-from neurenix_core.seed_api import DeviceBackend, device_available
+from neurenix_core.graph.ir import CompileOptions
+from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
 if TYPE_CHECKING:
-    from neurenix_core.tensor import Tensor
+    from neurenix_core.tensor.tensor import Tensor
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
     from neurenix_npu_openvino.compiled import OpenVINOCompiledModel
 
@@ -166,7 +166,7 @@ class NPUModel:
     def __call__(self, *inputs: Any) -> Any:
         if self.core is not None:
             return self.core(*inputs)
-        from neurenix_core.tensor import wrap
+        from neurenix_core.tensor.tensor import wrap
 
         assert self.native is not None
         out = self.native(*(self._host(x) for x in inputs))

@@ -15,8 +15,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.backend import Backend
-from neurenix_core.dtypes import DTYPES
+from neurenix_core.plugins.backend import Backend
+from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_core.errors import BackendUnavailableError, CompilationError, UnsupportedDTypeError, UnsupportedOperationError
 from neurenix_npu_openvino.config import check_precision, performance_properties, precision_hint
 
@@ -120,7 +120,7 @@ class NPUOpenVINOBackend(Backend):
     def host_op(self, name: str) -> Callable[..., Any]:
         """The core CPU backend's implementation of ``name`` (for fallbacks inside native ops)."""
         if self._host_ops is None:
-            from neurenix_core._state import registry
+            from neurenix_core.plugins.state import registry
             from neurenix_core.device import Device
 
             reg = registry()

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.backend import CompiledModel
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDTypeError, UnsupportedOperationError
-from neurenix_core.graph import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_npu_openvino.config import check_precision, precision_hint
 from neurenix_npu_openvino.lowering import lower_graph
 from neurenix_npu_openvino.quantize import check_plan

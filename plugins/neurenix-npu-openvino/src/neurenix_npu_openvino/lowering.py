@@ -1,4 +1,4 @@
-"""The core's model graph (neurenix_core.graph.Graph) -> an ``openvino.Model`` built with opset16.
+"""The core's model graph (neurenix_core.graph.ir.Graph) -> an ``openvino.Model`` built with opset16.
 
 No PyTorch and no ONNX in between: each node becomes a few opset nodes, weights become
 constants, and a QuantizationPlan becomes FakeQuantize nodes on the values and weights it names
@@ -15,7 +15,7 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.errors import ShapeError, UnsupportedOperationError
-from neurenix_core.graph import Graph, Node, QuantizationPlan
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan
 from neurenix_npu_openvino.quantize import activation_bounds, fake_quantize, weight_bounds
 
 __all__ = ["lower_graph", "LOWERED_OPS"]

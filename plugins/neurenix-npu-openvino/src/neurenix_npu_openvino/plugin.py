@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from neurenix_core.errors import BackendUnavailableError
-from neurenix_core.hookspecs import hookimpl
-from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.hookspecs import hookimpl
+from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_npu_openvino import probe as _probe
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, CompiledModel
+    from neurenix_core.plugins.backend import Backend, CompiledModel
 
 __all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_backend", "neurenix_compile"]
 

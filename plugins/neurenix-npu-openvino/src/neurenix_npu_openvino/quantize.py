@@ -1,6 +1,6 @@
 """The core's QuantizationPlan as OpenVINO FakeQuantize nodes.
 
-The core computes every scale and zero point once (neurenix_core.quantization); here they only
+The core computes every scale and zero point once (neurenix_core.graph.quantization); here they only
 change form. OpenVINO's low-precision transformations then fold FakeQuantize -> Convolution /
 MatMul patterns into real int8 kernels (u8 activations x i8 weights), which
 ``layer_precisions`` reads back from the compiled model's runtime graph.
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import QuantizationError
-from neurenix_core.graph import QuantParams, QuantizationPlan
+from neurenix_core.graph.ir import QuantParams, QuantizationPlan
 
 __all__ = ["fake_quantize", "check_plan", "weight_bounds", "activation_bounds"]
 

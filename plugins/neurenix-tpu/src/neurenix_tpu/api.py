@@ -11,13 +11,13 @@ from typing import Any
 
 import neurenix_core as nx
 from neurenix_core.device import Device, DeviceType
-from neurenix_core.seed_api import DeviceBackend, device_available
+from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
 __all__ = ["is_tpu_available", "is_tpu_emulated", "tpu_device_count", "TPUBackend", "Device", "DeviceType"]
 
 
 def _record() -> Any:
-    from neurenix_core._state import registry
+    from neurenix_core.plugins.state import registry
 
     return registry().record_named("tpu")
 
@@ -43,7 +43,7 @@ class TPUBackend(DeviceBackend):
     ``initialize()`` returns True once JAX found the devices; it raises
     ``BackendUnavailableError`` (never returns False silently) naming what is missing.
     The lifecycle (initialize, backend, emulated, get_device_count/get_device_info) is the shared
-    seed shape of :class:`neurenix_core.seed_api.DeviceBackend`.
+    seed shape of :class:`neurenix_core.plugins.seed_api.DeviceBackend`.
     """
 
     device_type = "tpu"
@@ -67,12 +67,12 @@ class TPUBackend(DeviceBackend):
         self, graph: Any, *, index: int = 0, precision: str | None = None,
         batch_buckets: tuple[int, ...] = (), data_parallel: bool | int = False,
     ) -> Any:
-        """Compile a ``neurenix_core.graph.Graph`` (concrete input shapes) for ``tpu:index``.
+        """Compile a ``neurenix_core.graph.ir.Graph`` (concrete input shapes) for ``tpu:index``.
 
         ``nx.compile(model, device="tpu:0", ...)`` is the usual entry; this serves graphs built
         by hand and tools that already hold a Graph.
         """
-        from neurenix_core.graph import CompileOptions
+        from neurenix_core.graph.ir import CompileOptions
 
         from neurenix_tpu.lowering import compile_graph
 

@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from neurenix_core.backend import CompiledModel
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import CompilationError, NeurenixWarning
-from neurenix_core.graph import Graph
+from neurenix_core.graph.ir import Graph
 
 from neurenix_tpu.lowering import Lowered, lower_graph, resolve_mode
 

@@ -17,12 +17,12 @@ import numpy as np
 from jax import lax
 
 from neurenix_core.errors import CompilationError, UnsupportedOperationError
-from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 from neurenix_tpu import kernels
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, CompiledModel
+    from neurenix_core.plugins.backend import Backend, CompiledModel
 
 __all__ = ["Mode", "MODES", "resolve_mode", "Lowered", "lower_graph", "compile_graph", "LOWERINGS"]
 
@@ -211,7 +211,7 @@ def _layout_params(node: Node, mode: Mode, weight_qp: QuantParams | None = None)
             continue
         arr = np.asarray(value, dtype=np.float32)
         if key == "weight" and weight_qp is not None:
-            from neurenix_core import quantization as Q
+            from neurenix_core.graph import quantization as Q
 
             arr = Q.quantize_weight(arr, weight_qp)  # int8/int16, quantized once by the core's math
             out["weight_scale"] = np.asarray(weight_qp.scale, np.float32).reshape(-1)

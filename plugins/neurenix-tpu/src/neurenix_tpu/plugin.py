@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.hookspecs import hookimpl
-from neurenix_core.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.hookspecs import hookimpl
+from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
 from neurenix_tpu import __version__
 from neurenix_tpu.probe import probe
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, CompiledModel
+    from neurenix_core.plugins.backend import Backend, CompiledModel
 
 #: Precision modes nx.compile accepts for tpu devices (None means "bf16", the TPU default);
 #: int8/int16 need the core's quantization plan (quantize=..., calibration=...).

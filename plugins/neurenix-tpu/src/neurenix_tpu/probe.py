@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from neurenix_core.manifest import ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
 __all__ = ["TPUPresence", "scan", "emulated_device_count", "probe", "missing_reason"]
 

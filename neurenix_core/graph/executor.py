@@ -9,9 +9,9 @@ from typing import Any
 
 from neurenix_core.device import Device
 from neurenix_core.errors import NeurenixError, ShapeError
-from neurenix_core.graph import Graph, Node
+from neurenix_core.graph.ir import Graph, Node
 from neurenix_core.nn import functional as F
-from neurenix_core.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["EagerGraph"]
 
@@ -49,7 +49,7 @@ class EagerGraph:
     """A graph whose weights were placed on ``device`` once; call it with Tensors on that device."""
 
     def __init__(self, graph: Graph, device: Device) -> None:
-        from neurenix_core.creation import asarray
+        from neurenix_core.tensor.creation import asarray
 
         self.graph = graph
         self.device = device

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from neurenix_core.manifest import ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
 __all__ = ["ProbeFailure", "run_all_bounded", "run_native_probe"]
 
@@ -103,7 +103,7 @@ def run_native_probe(module: str, context: ProbeContext) -> ProbeResult:
     # The child only needs this one plugin: no discovery of the others (and no recursion).
     env["NEURENIX_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.pop("NEURENIX_STRICT", None)
-    cmd = [sys.executable, "-m", "neurenix_core._native_probe", module, json.dumps({"emulate": context.emulate})]
+    cmd = [sys.executable, "-m", "neurenix_core.plugins.native_probe", module, json.dumps({"emulate": context.emulate})]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=context.timeout, env=env, check=False)
     except subprocess.TimeoutExpired:

@@ -7,10 +7,8 @@ phase and cause, never an exception out of ``import neurenix_core`` (unless stri
 
 from __future__ import annotations
 
-import enum
 import functools
 import threading
-import time
 import types
 import warnings
 from collections.abc import Iterable
@@ -19,17 +17,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pluggy
 
-from neurenix_core import hookspecs
+from neurenix_core.plugins import hookspecs
 from neurenix_core.config import Config
 from neurenix_core.device import Device, DeviceType
-from neurenix_core.entrypoints import EntryPoint, entry_points
+from neurenix_core.plugins.entrypoints import EntryPoint, entry_points
 from neurenix_core.errors import (
     BackendUnavailableError,
     DeviceNotFoundError,
     NeurenixWarning,
     StrictModeError,
 )
-from neurenix_core.manifest import (
+from neurenix_core.plugins.manifest import (
     NEURENIX_API_VERSION,
     Manifest,
     ProbeContext,
@@ -37,11 +35,12 @@ from neurenix_core.manifest import (
     api_compatible,
     validate_manifest,
 )
-from neurenix_core.probing import ProbeFailure, run_all_bounded, run_native_probe
+from neurenix_core.plugins.records import Failure, Status
+from neurenix_core.plugins.probing import ProbeFailure, run_all_bounded, run_native_probe
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend
-    from neurenix_core.report import BackendInfo
+    from neurenix_core.plugins.backend import Backend
+    from neurenix_core.plugins.backend_info import BackendInfo
 
 __all__ = ["ENTRY_POINT_GROUP", "Status", "Failure", "PluginRecord", "Registry"]
 
@@ -57,33 +56,6 @@ FIRST_PARTY_HINTS: Final = {
     "npu": "pip install neurenix-npu-openvino",
     "edgetpu": "pip install neurenix-edgetpu",
 }
-
-
-class Status(str, enum.Enum):
-    SELECTED = "selected"
-    AVAILABLE = "available"
-    EMULATED = "emulated"
-    UNAVAILABLE = "unavailable"
-    DENIED = "denied"
-    FAILED = "failed"
-
-
-class Failure:
-    """Why a plugin was dropped: the phase (import, register, manifest, api, probe, backend) and cause."""
-
-    __slots__ = ("phase", "cause")
-
-    def __init__(self, phase: str, cause: str) -> None:
-        self.phase = phase
-        self.cause = cause
-
-    def __repr__(self) -> str:
-        return f"Failure(phase={self.phase!r}, cause={self.cause!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Failure) and (self.phase, self.cause) == (other.phase, other.cause)
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class PluginRecord:
@@ -430,7 +402,7 @@ class Registry:
         return record.backend
 
     def _create(self, record: PluginRecord) -> Backend:
-        from neurenix_core.backend import Backend
+        from neurenix_core.plugins.backend import Backend
 
         assert record.manifest is not None and record.probe is not None
         try:
@@ -474,13 +446,14 @@ class Registry:
 
     # ------------------------------------------------------------------ reporting
     def info(self, default: Device | None) -> list[BackendInfo]:
-        """One :class:`~neurenix_core.report.BackendInfo` per plugin, ranked usable ones first."""
+        """One :class:`~neurenix_core.plugins.backend_info.BackendInfo` per plugin, ranked usable ones first."""
         rows = [self._info(r, default) for r in self._ranked]
         rows += [self._info(r, default) for r in self.records if r not in self._ranked]
         return rows
 
     def _info(self, r: PluginRecord, default: Device | None) -> BackendInfo:
-        from neurenix_core.report import BackendInfo
+        # Loaded when a report is asked for, not at import (a dataclass costs import time).
+        from neurenix_core.plugins.backend_info import BackendInfo
 
         m, p = r.manifest, r.probe
         return BackendInfo(

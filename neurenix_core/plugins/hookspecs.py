@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pluggy
 
-from neurenix_core.manifest import NEURENIX_API_VERSION
+from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, CompiledModel
-    from neurenix_core.manifest import Manifest, ProbeContext, ProbeResult
+    from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.plugins.manifest import Manifest, ProbeContext, ProbeResult
 
 __all__ = ["NEURENIX_API_VERSION", "PROJECT", "hookspec", "hookimpl"]
 
@@ -63,7 +63,7 @@ def neurenix_manifest() -> Manifest | dict[str, Any]:
     Called by: the core's discovery, once per process, right after the entry point's module is
     imported (at ``import neurenix_core``).
 
-    Return: a :class:`~neurenix_core.manifest.Manifest` (or a ``dict`` of its fields). ``api`` is
+    Return: a :class:`~neurenix_core.plugins.manifest.Manifest` (or a ``dict`` of its fields). ``api`` is
     the range of ``NEURENIX_API_VERSION`` the plugin was written for (``">=1.0,<2"``); the core
     refuses the plugin (phase ``api``) before calling any other hook when the range excludes the
     running core. ``band`` and ``priority`` place the plugin in the core's ranking; the core owns
@@ -128,7 +128,7 @@ def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
     Called by: the core, the first time a tensor, model or op uses one of the plugin's devices
     (never at import). Called at most once per process; the result is cached.
 
-    Return: an instance of a :class:`~neurenix_core.backend.Backend` subclass serving
+    Return: an instance of a :class:`~neurenix_core.plugins.backend.Backend` subclass serving
     ``manifest.device_types`` with ``probe.device_count`` devices; ``probe.emulated`` says
     whether to run on the host CPU. Raise :class:`~neurenix_core.errors.BackendUnavailableError`
     naming what is missing when the runtime cannot start; the core re-raises it for an explicit
@@ -144,11 +144,11 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
 
     Called by: ``nx.compile(model, device=...)`` when the device belongs to this plugin and its
     manifest declares ``capabilities.compiles_models``. ``graph`` is a
-    ``neurenix_core.graph.Graph`` (typed layer nodes, weights as NumPy arrays) and ``options`` a
-    ``neurenix_core.graph.CompileOptions`` (device, precision, quantization parameters from the
+    ``neurenix_core.graph.ir.Graph`` (typed layer nodes, weights as NumPy arrays) and ``options`` a
+    ``neurenix_core.graph.ir.CompileOptions`` (device, precision, quantization parameters from the
     core's calibration).
 
-    Return: a :class:`~neurenix_core.backend.CompiledModel`, or ``None`` to let the core run the
+    Return: a :class:`~neurenix_core.plugins.backend.CompiledModel`, or ``None`` to let the core run the
     layers eagerly on the device. Raise ``UnsupportedOperationError`` naming the layer when a
     node cannot be lowered; the core applies the fallback policy.
 

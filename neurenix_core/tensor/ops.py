@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from neurenix_core.backend import ARRAY_API_FUNCTIONS
+from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
-from neurenix_core.dtypes import as_dtype
+from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.tensor import BINARY_FUNCTIONS, Tensor, _call
+from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call
 
 __all__: list[str] = []
 
@@ -101,7 +101,7 @@ def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: DeviceLike | 
 
 
 def _supported(be: Any) -> list[str]:
-    from neurenix_core.dtypes import dtype_table
+    from neurenix_core.tensor.dtypes import dtype_table
 
     return [n for n, d in dtype_table().items() if be.supports_dtype(d)]
 

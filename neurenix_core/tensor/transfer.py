@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core import fallback
+from neurenix_core.tensor import fallback
 from neurenix_core.device import Device, DeviceLike
-from neurenix_core.dtypes import contiguous
+from neurenix_core.tensor.dtypes import contiguous
 from neurenix_core.errors import NeurenixError, TransferError, UnsupportedOperationError
-from neurenix_core.tensor import Tensor, raise_op_error, adopt, placement_for, rewrap
+from neurenix_core.tensor.tensor import Tensor, raise_op_error, adopt, placement_for, rewrap
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Placement
+    from neurenix_core.plugins.backend import Placement
 
 __all__ = ["copy_to", "from_dlpack", "export_dlpack", "dlpack_device", "run_fallback", "getitem_fallback"]
 
@@ -26,7 +26,7 @@ _EXPORT_ERRORS = (BufferError, RuntimeError, TypeError, ValueError)
 
 def copy_to(t: Tensor, device: Device) -> Tensor:
     """A real copy of ``t`` on ``device``; the source tensor is untouched."""
-    from neurenix_core.creation import check_dtype
+    from neurenix_core.tensor.creation import check_dtype
 
     p = placement_for(device)
     check_dtype(p, t.dtype)
@@ -96,7 +96,7 @@ def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | Non
         if copy is False:
             raise TransferError(f"from_dlpack(copy=False): backend {p.backend.name} cannot share memory with {type(x).__name__}; allow a copy")
         return _via_host(x, p)
-    from neurenix_core.creation import check_dtype
+    from neurenix_core.tensor.creation import check_dtype
 
     check_dtype(p, p.backend._dtype_of(native))  # a shared buffer must still be a dtype the device takes
     return adopt(native, p)
@@ -114,7 +114,7 @@ def _import_native(x: Any, p: Placement, copy: bool | None) -> Any:
 
 
 def _via_host(x: Any, p: Placement) -> Tensor:
-    from neurenix_core.creation import check_dtype
+    from neurenix_core.tensor.creation import check_dtype
 
     try:
         host = np.from_dlpack(x)
@@ -131,7 +131,7 @@ def _via_host(x: Any, p: Placement) -> Tensor:
 
 def run_fallback(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[Tensor]) -> Any:
     """Run ``name`` on the host CPU under the fallback policy; results go back to ``p``'s device."""
-    from neurenix_core._state import registry
+    from neurenix_core.plugins.state import registry
 
     reg = registry()
     cpu = reg.backend(reg.plugin_for(Device("cpu", 0)))

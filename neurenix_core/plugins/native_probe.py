@@ -1,4 +1,4 @@
-"""Child-process entry point for native probes: ``python -m neurenix_core._native_probe MODULE CTX``.
+"""Child-process entry point for native probes: ``python -m neurenix_core.plugins.native_probe MODULE CTX``.
 
 Prints one line ``NEURENIX-NATIVE-PROBE:{json}``; any crash is seen by the parent as a return code.
 """
@@ -9,8 +9,8 @@ import importlib
 import json
 import sys
 
-from neurenix_core.manifest import ProbeContext, ProbeResult
-from neurenix_core.probing import _MARK
+from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
+from neurenix_core.plugins.probing import _MARK
 
 
 def main(argv: list[str]) -> int:

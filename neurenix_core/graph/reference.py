@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core import quantization as Q
+from neurenix_core.graph import qmath as Q
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
-from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = ["run_graph", "run_quantized", "eval_node"]
 

@@ -34,7 +34,7 @@ def _console() -> Any:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """A table of every discovered backend; ``--json`` for the stable schema."""
-    from neurenix_core.report import doctor_data
+    from neurenix_core.plugins.report import doctor_data
 
     data = doctor_data()
     if args.json:

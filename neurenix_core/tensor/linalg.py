@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from neurenix_core.backend import LINALG_FUNCTIONS
-from neurenix_core.ops import make_linalg
+from neurenix_core.plugins.backend import LINALG_FUNCTIONS
+from neurenix_core.tensor.ops import make_linalg
 
 __all__ = list(LINALG_FUNCTIONS)
 

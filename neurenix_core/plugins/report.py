@@ -5,53 +5,16 @@ The JSON schema (``neurenix.doctor/1``) is documented in docs/cli.md; fields are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from neurenix_core import _state
+from neurenix_core.plugins import state as _state
 from neurenix_core.errors import NeurenixError
-from neurenix_core.manifest import NEURENIX_API_VERSION
-from neurenix_core.registry import Failure, Status
+from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
+from neurenix_core.plugins.backend_info import BackendInfo
 
 __all__ = ["SCHEMA", "BackendInfo", "backends", "doctor_data", "explain_text"]
 
 SCHEMA = "neurenix.doctor/1"
-
-
-@dataclass(frozen=True, slots=True)
-class BackendInfo:
-    """One row of ``nx.backends()`` / ``neurenix doctor``."""
-
-    name: str
-    distribution: str | None
-    version: str | None
-    status: Status
-    device_types: tuple[str, ...]
-    device_count: int
-    emulated: bool
-    band: str | None
-    priority: int | None
-    reason: str
-    install_hint: str
-    failure: Failure | None
-    capabilities: dict[str, Any] | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "distribution": self.distribution,
-            "version": self.version,
-            "status": self.status.value,
-            "device_types": list(self.device_types),
-            "device_count": self.device_count,
-            "emulated": self.emulated,
-            "band": self.band,
-            "priority": self.priority,
-            "reason": self.reason,
-            "install_hint": self.install_hint,
-            "failure": None if self.failure is None else {"phase": self.failure.phase, "cause": self.failure.cause},
-            "capabilities": self.capabilities,
-        }
 
 
 def _default() -> tuple[str | None, str | None]:

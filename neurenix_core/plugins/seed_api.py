@@ -19,7 +19,7 @@ __all__ = ["device_available", "DeviceBackend"]
 def device_available(device_type: str, *, allow_emulated: bool = True) -> bool:
     """True when ``<device_type>:0`` can be used; an emulated device counts unless
     ``allow_emulated=False``. Never raises: it answers the seed's ``is_<x>_available()``."""
-    from neurenix_core._state import registry
+    from neurenix_core.plugins.state import registry
 
     reg = registry()
     dev = Device(device_type, 0)

@@ -7,10 +7,10 @@ import contextvars
 from collections.abc import Iterator
 
 from neurenix_core.config import read_config
-from neurenix_core.device import Device, DeviceLike, as_device
-from neurenix_core.registry import Registry
+from neurenix_core.device import Device, DeviceLike, as_device, use_directory
+from neurenix_core.plugins.registry import Registry
 
-__all__ = ["registry", "initialize", "default_device", "set_default_device", "device", "resolve"]
+__all__ = ["registry", "initialize", "default_device", "set_default_device", "device"]
 
 _registry: Registry | None = None
 _explicit_default: Device | None = None
@@ -24,6 +24,7 @@ def initialize() -> Registry:
     reg = Registry(config)
     reg.discover()
     _registry = reg
+    use_directory(reg)
     _explicit_default = as_device(config.device) if config.device else None
     return reg
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import NeurenixError, ShapeError
-from neurenix_core.tensor import Tensor, raise_op_error, mismatch
+from neurenix_core.tensor.tensor import Tensor, raise_op_error, mismatch
 
 __all__ = ["setitem"]
 

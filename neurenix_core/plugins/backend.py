@@ -19,10 +19,10 @@ import numpy as np
 
 from neurenix_core.device import Device, DeviceType
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.memory import DeviceMemory, MemoryTracker
+from neurenix_core.plugins.memory import DeviceMemory, MemoryTracker
 
 if TYPE_CHECKING:
-    from neurenix_core.manifest import Manifest, ProbeResult
+    from neurenix_core.plugins.manifest import Manifest, ProbeResult
 
 __all__ = ["Backend", "ArrayNamespaceBackend", "CompiledModel", "Placement", "ARRAY_API_FUNCTIONS"]
 

@@ -1,37 +1,36 @@
-"""Quantization math, once for every backend: calibration, parameters, TFLite integer arithmetic.
+"""Quantization arithmetic, once for every backend: parameters, (de)quantization, TFLite integer math.
 
-* Calibration runs the float reference interpreter over a data iterable and records each
-  value's range (``minmax``, or ``percentile`` to clip outliers), with a progress bar.
 * Weights: symmetric per-channel int8 in [-127, 127] along axis 0 (output channels).
 * Activations: affine per-tensor int8 in [-128, 127] (zero point may be non-zero), or symmetric
   int16 (zero point 0) as TFLite's 16x8 mode, whose weights stay int8.
 * Bias: int32 (int64 in 16x8 mode) with scale ``input_scale * weight_scale[c]``.
 * Requantization: TFLite's ``QuantizeMultiplier`` and ``MultiplyByQuantizedMultiplier``
   (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT), so a backend that emits TFLite
-  int8 kernels is bit-exact against :func:`neurenix_core.reference.run_quantized`.
+  int8 kernels is bit-exact against :func:`neurenix_core.graph.reference.run_quantized`.
 * Scales are float32, as a TFLite flatbuffer stores them; multipliers are computed in float64
   from those float32 values, as TFLite's kernels do.
 
-Backends lower a :class:`~neurenix_core.graph.QuantizationPlan`; they never recompute it.
+Pure functions of arrays and plans: the reference interpreter builds on this module, and
+calibration (which runs that interpreter) builds on both.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from neurenix_core.errors import QuantizationError
-from neurenix_core.graph import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = [
-    "calibrate", "dynamic_plan", "fold_batch_norm", "weight_params", "activation_params", "round_half_away",
+    "fold_batch_norm", "weight_params", "activation_params", "round_half_away", "softmax_output_params", "int_range",
     "quantize", "dequantize", "fake_quantize", "quantize_weight", "quantize_bias", "quantize_multiplier",
     "saturating_rounding_doubling_high_mul", "rounding_divide_by_pot", "multiply_by_quantized_multiplier",
-    "multiply_by_quantized_multiplier_int64", "requantize", "PASS_THROUGH", "INTEGER_OPS",
+    "multiply_by_quantized_multiplier_int64", "requantize", "check_plan", "describe", "PASS_THROUGH", "INTEGER_OPS",
 ]
 
 #: Ops whose output keeps the input's parameters (TFLite requires it for pooling and reshapes).
@@ -47,7 +46,7 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
-def _range(bits: int) -> tuple[int, int]:
+def int_range(bits: int) -> tuple[int, int]:
     if bits == 8:
         return -128, 127
     if bits == 16:
@@ -62,7 +61,7 @@ def activation_params(lo: float, hi: float, bits: int = 8) -> QuantParams:
     """
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise QuantizationError(f"activation range [{lo}, {hi}] is not finite")
-    qmin, qmax = _range(bits)
+    qmin, qmax = int_range(bits)
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
     if bits == 16:
         bound = max(-lo, hi)
@@ -218,148 +217,14 @@ def fold_batch_norm(graph: Graph) -> Graph:
 
 
 # ----------------------------------------------------------------------------- calibration
-class _Observer:
-    """Running min/max per value, plus a bounded sample of values for percentiles."""
-
-    def __init__(self, method: str, sample_per_batch: int = 65536, seed: int = 0) -> None:
-        self.method = method
-        self.lo: dict[str, float] = {}
-        self.hi: dict[str, float] = {}
-        self.samples: dict[str, list[np.ndarray]] = defaultdict(list)
-        self.k = sample_per_batch
-        self.rng = np.random.default_rng(seed)
-
-    def observe(self, name: str, value: np.ndarray, where: str) -> None:
-        flat = np.asarray(value, np.float64).ravel()
-        if not np.all(np.isfinite(flat)):
-            raise QuantizationError(f"calibration: {where} produced NaN or inf in value {name!r}; the model or its data overflow")
-        self.lo[name] = min(self.lo.get(name, np.inf), float(flat.min()))
-        self.hi[name] = max(self.hi.get(name, -np.inf), float(flat.max()))
-        if self.method == "percentile":
-            self.samples[name].append(flat if flat.size <= self.k else self.rng.choice(flat, self.k, replace=False))
-
-    def range(self, name: str, percentile: float) -> tuple[float, float]:
-        if self.method == "minmax":
-            return self.lo[name], self.hi[name]
-        data = np.concatenate(self.samples[name])
-        return float(np.percentile(data, 100.0 - percentile)), float(np.percentile(data, percentile))
-
-
-def _as_inputs(batch: Any, n_inputs: int, index: int) -> tuple[np.ndarray, ...]:
-    items = tuple(batch) if isinstance(batch, (tuple, list)) and n_inputs > 1 else (batch,)
-    if len(items) != n_inputs:
-        raise QuantizationError(f"calibration batch {index} has {len(items)} input(s), the model takes {n_inputs}")
-    out = []
-    for x in items:
-        arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x, np.float64)
-        if not np.all(np.isfinite(arr)):
-            raise QuantizationError(
-                f"calibration batch {index} contains NaN or inf; clean the data (np.nan_to_num) or drop that batch. Nothing was quantized"
-            )
-        out.append(arr)
-    return tuple(out)
-
-
-def _progress(data: Iterable[Any], enabled: bool) -> Iterable[Any]:
-    if not enabled:
-        return data
-    from rich.progress import track  # rich is a core dependency; imported only while calibrating
-
-    total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
-    return track(data, description="calibrating", total=total, transient=True)
-
-
-def _graph_of(model: Any) -> Graph:
-    if isinstance(model, Graph):
-        return model
-    to_graph = getattr(model, "to_graph", None)
-    if to_graph is None:
-        raise QuantizationError(f"calibrate expects a neurenix_core.nn Module or a Graph, got {type(model).__name__}")
-    return to_graph()
-
-
-def calibrate(
-    model: Any,
-    data: Iterable[Any],
-    *,
-    bits: int = 8,
-    method: str = "minmax",
-    percentile: float = 99.99,
-    progress: bool = True,
-) -> QuantizationPlan:
-    """Static quantization parameters for ``model`` (a Module or Graph) from ``data``.
-
-    ``data`` yields batches: an array/Tensor per batch, or a tuple of them for a multi-input
-    model. Returns a :class:`QuantizationPlan` keyed by the value and node names of ``model``'s
-    graph (fold batch norms first with :func:`fold_batch_norm` if the backend will).
-    """
-    if method not in ("minmax", "percentile"):
-        raise QuantizationError(f"calibration method must be 'minmax' or 'percentile', got {method!r}")
-    if not 50.0 < percentile <= 100.0:
-        raise QuantizationError(f"percentile must be in (50, 100], got {percentile}")
-    _range(bits)
-    from neurenix_core.reference import run_graph
-
-    graph = _graph_of(model)
-    obs = _Observer(method)
-    batches = 0
-    for i, batch in enumerate(_progress(data, progress)):
-        inputs = _as_inputs(batch, len(graph.inputs), i)
-        values = run_graph(graph, *inputs, return_values=True)
-        for name, value in values.items():
-            obs.observe(name, value, f"batch {i}")
-        batches += 1
-    if batches == 0:
-        raise QuantizationError("calibration data is empty: pass at least one representative input batch")
-    acts = {name: activation_params(*obs.range(name, percentile), bits=bits) for name in obs.lo}
-    _tie_parameters(graph, acts)
-    weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op in ("linear", "conv2d")}
-    return QuantizationPlan(bits=bits, activations=acts, weights=weights, method=method, dynamic=False)
-
-
-def _tie_parameters(graph: Graph, acts: dict[str, QuantParams]) -> None:
-    """Make the plan what integer kernels need: a linear/conv followed only by ReLU takes the
-    ReLU's output parameters (the fused ReLU is the clamp at the zero point), and pass-through
-    ops (pooling, flatten, dropout) keep their input's parameters."""
-    consumers: dict[str, list[Node]] = defaultdict(list)
-    for n in graph.nodes:
-        for i in n.inputs:
-            consumers[i].append(n)
-    producer = {n.output: n for n in graph.nodes}
-    for n in graph.nodes:
-        if n.op == "relu":
-            src = producer.get(n.inputs[0])
-            if src is not None and src.op in ("linear", "conv2d") and len(consumers[src.output]) == 1 and src.output not in graph.outputs:
-                acts[src.output] = acts[n.output]
-    for n in graph.nodes:
-        if n.op in PASS_THROUGH:
-            acts[n.output] = acts[n.inputs[0]]
-        elif n.op == "softmax":
-            acts[n.output] = softmax_output_params(acts[n.output].bits)
-
-
 def softmax_output_params(bits: int) -> QuantParams:
     """TFLite's fixed softmax output parameters: the range is [0, 1] by definition, so int8 uses
     scale 1/256 with zero point -128 and int16 scale 1/32768 with zero point 0. Calibrated ranges
     would make the core's integer reference disagree with every TFLite-based backend."""
-    qmin, qmax = _range(bits)
+    qmin, qmax = int_range(bits)
     if bits == 16:
         return QuantParams(np.array([1.0 / 32768.0], np.float32), np.zeros(1, np.int64), 16, None, qmin, qmax)
     return QuantParams(np.array([1.0 / 256.0], np.float32), np.array([-128], np.int64), 8, None, qmin, qmax)
-
-
-def dynamic_plan(model: Any) -> QuantizationPlan:
-    """Dynamic quantization: int8 per-channel Linear weights; activations quantized at run time."""
-    graph = _graph_of(model)
-    weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op == "linear"}
-    if not weights:
-        raise QuantizationError("dynamic quantization quantizes Linear weights, and this model has no Linear layer")
-    return QuantizationPlan(bits=8, activations={}, weights=weights, method="dynamic", dynamic=True)
-
-
-def plan_summary(plan: QuantizationPlan) -> str:
-    kind = "dynamic" if plan.dynamic else f"static {plan.method}"
-    return f"int{plan.bits} {kind}: {len(plan.weights)} weight tensors, {len(plan.activations)} activation ranges"
 
 
 def check_plan(graph: Graph, plan: QuantizationPlan) -> None:

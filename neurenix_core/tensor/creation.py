@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from neurenix_core.device import DeviceLike
-from neurenix_core.dtypes import as_dtype, contiguous, dtype_table
+from neurenix_core.tensor.dtypes import as_dtype, contiguous, dtype_table
 from neurenix_core.errors import ShapeError, TransferError, UnsupportedDTypeError
-from neurenix_core.tensor import Tensor, adopt, placement_for
+from neurenix_core.tensor.tensor import Tensor, adopt, placement_for
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Placement
+    from neurenix_core.plugins.backend import Placement
 
 __all__ = [
     "asarray", "zeros", "ones", "empty", "full", "arange", "linspace", "eye",
@@ -75,7 +75,7 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: DeviceLike | None = None,
     if isinstance(obj, Tensor):
         return _from_tensor(obj, dtype, device, copy)
     if copy is False or (hasattr(obj, "__dlpack__") and not isinstance(obj, (np.ndarray, np.generic))):
-        from neurenix_core.transfer import from_dlpack
+        from neurenix_core.tensor.transfer import from_dlpack
 
         if not hasattr(obj, "__dlpack__"):
             raise TransferError(f"asarray(copy=False) needs a NumPy array, a Tensor or a DLPack producer to share memory with, got {type(obj).__name__}")
@@ -87,7 +87,7 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: DeviceLike | None = None,
 
 def _from_tensor(obj: Tensor, dtype: Any, device: DeviceLike | None, copy: bool | None) -> Tensor:
     from neurenix_core.device import as_device
-    from neurenix_core.ops import astype
+    from neurenix_core.tensor.ops import astype
 
     moved = device is not None and as_device(device) != obj.device
     if moved and copy is False:

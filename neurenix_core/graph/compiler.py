@@ -1,11 +1,11 @@
 """``nx.compile``: a model lowered whole for one device, compiled once per input shape.
 
-The model is walked once into a :class:`~neurenix_core.graph.Graph`. On the first call with a
+The model is walked once into a :class:`~neurenix_core.graph.ir.Graph`. On the first call with a
 new input shape the graph gets those shapes, shapes are checked layer by layer, and the
 device's plugin lowers it through its ``neurenix_compile`` hook when its manifest declares
 ``capabilities.compiles_models``; otherwise (the CPU backend included) the graph runs eagerly
 node by node through the device's op table. Quantization (int8/int16 static, or dynamic) is
-computed here, once, by ``neurenix_core.quantization``; backends only lower the plan.
+computed here, once, by ``neurenix_core.graph.quantization``; backends only lower the plan.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core import fallback
+from neurenix_core.tensor import fallback
 from neurenix_core.device import Device, DeviceLike
 from neurenix_core.errors import (
     CompilationError, DeviceMismatchError, QuantizationError, ShapeError, UnsupportedOperationError,
 )
-from neurenix_core.graph import CompileOptions, Graph, QuantizationPlan
-from neurenix_core.tensor import Tensor
+from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["compile", "Compiled", "PRECISIONS"]
 
@@ -50,8 +50,8 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     (int8 Linear weights), or a ready ``QuantizationPlan``. ``extra`` goes to the backend
     (``CompileOptions.extra``), e.g. ``optimize_for="performance"``.
     """
-    from neurenix_core._state import registry
-    from neurenix_core.tensor import default_backend
+    from neurenix_core.plugins.state import registry
+    from neurenix_core.tensor.tensor import default_backend
 
     backend, dev, _ = default_backend(device)
     record = registry().plugin_for(dev)
@@ -75,7 +75,7 @@ def _graph_of(model: Any) -> Graph:
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,
                   method: str, progress: bool) -> tuple[str | None, QuantizationPlan | None, Graph]:
-    from neurenix_core import quantization as Q
+    from neurenix_core.graph import quantization as Q
 
     if precision is not None and precision not in PRECISIONS:
         raise CompilationError(f"{dev}: precision={precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -172,13 +172,13 @@ class Compiled:
         return self._backend._from_host(np.ascontiguousarray(arr), self.device.index)
 
     def _tensors(self, natives: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        from neurenix_core.tensor import wrap
+        from neurenix_core.tensor.tensor import wrap
 
         be, dev = self._backend, self.device
         return tuple(wrap(n, be, dev, dev.index) for n in natives)
 
     def _build(self, shapes: tuple[tuple[int, ...], ...]) -> Runner:
-        from neurenix_core.nn.shapes import infer_shapes
+        from neurenix_core.graph.shapes import infer_shapes
 
         graph = self.graph.with_input_shapes(*shapes)
         try:
@@ -192,7 +192,7 @@ class Compiled:
         return runner
 
     def _lower(self, graph: Graph) -> tuple[Runner, str]:
-        from neurenix_core._state import registry
+        from neurenix_core.plugins.state import registry
 
         reg, rec = registry(), self._record
         if rec.manifest.capabilities.compiles_models and reg.implements(rec, "neurenix_compile"):
@@ -219,7 +219,7 @@ class Compiled:
         return runner, f"eager on {self.device} (the plugin could not lower the model: {exc})"
 
     def _native_runner(self, native: Any) -> Runner:
-        from neurenix_core.tensor import wrap
+        from neurenix_core.tensor.tensor import wrap
 
         be, dev = self._backend, self.device
 
@@ -245,15 +245,15 @@ class Compiled:
                 "needs a plugin that compiles models (or leave precision unset)"
             )
         if self._eager is None:
-            from neurenix_core.nn.executor import EagerGraph
+            from neurenix_core.graph.executor import EagerGraph
 
             eager = EagerGraph(self.graph, self.device)
             self._eager = lambda *natives: eager(*self._tensors(natives))
         return self._eager, f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(self.graph.nodes)} layers"
 
     def _integer_runner(self) -> Runner:
-        from neurenix_core.creation import asarray
-        from neurenix_core.reference import run_quantized
+        from neurenix_core.tensor.creation import asarray
+        from neurenix_core.graph.reference import run_quantized
 
         graph, plan, dev = self.graph, self.plan, self.device
         assert plan is not None

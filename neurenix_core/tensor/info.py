@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core import _state
-from neurenix_core.device import Device, as_device
-from neurenix_core.dtypes import dtype_table, isdtype
+from neurenix_core.plugins import state as _state
+from neurenix_core.device import Device
+from neurenix_core.tensor.dtypes import dtype_table, isdtype
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend
+    from neurenix_core.plugins.backend import Backend
 
 __all__ = ["NamespaceInfo"]
 
 
 def _backend(device: Any) -> tuple[Device, Backend]:
-    from neurenix_core.tensor import placement_for
+    from neurenix_core.tensor.tensor import placement_for
 
     p = placement_for(device)
     return p.device, p.backend

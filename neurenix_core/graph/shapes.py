@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from neurenix_core.errors import ShapeError
-from neurenix_core.graph import Graph, Node
+from neurenix_core.graph.ir import Graph, Node
 
 __all__ = ["infer_shapes"]
 

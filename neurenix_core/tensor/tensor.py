@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from neurenix_core import _state
+from neurenix_core.plugins import state as _state
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import (
     DeviceMismatchError,
@@ -26,7 +26,7 @@ from neurenix_core.errors import (
 )
 
 if TYPE_CHECKING:
-    from neurenix_core.backend import Backend, Placement
+    from neurenix_core.plugins.backend import Backend, Placement
 
 __all__ = ["Tensor", "wrap", "adopt", "check_same_device", "mismatch", "default_backend", "placement_for"]
 
@@ -57,7 +57,7 @@ class Tensor:
     __array_ufunc__ = None
 
     def __new__(cls, data: Any, dtype: Any = None, device: DeviceLike | None = None) -> Tensor:
-        from neurenix_core.creation import asarray
+        from neurenix_core.tensor.creation import asarray
 
         return asarray(data, dtype=dtype, device=device)
 
@@ -123,7 +123,7 @@ class Tensor:
     # ----------------------------------------------------------------- transfers
     def to(self, device: DeviceLike) -> Tensor:
         """A copy of this tensor on ``device``; this tensor is untouched."""
-        from neurenix_core.transfer import copy_to
+        from neurenix_core.tensor.transfer import copy_to
 
         return copy_to(self, as_device(device))
 
@@ -146,12 +146,12 @@ class Tensor:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None) -> Any:
-        from neurenix_core.transfer import export_dlpack
+        from neurenix_core.tensor.transfer import export_dlpack
 
         return export_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from neurenix_core.transfer import dlpack_device
+        from neurenix_core.tensor.transfer import dlpack_device
 
         return dlpack_device(self)
 
@@ -232,13 +232,13 @@ class Tensor:
         except Exception as exc:
             # Some runtimes cannot index every way the standard allows (torch: negative steps).
             # If the host can, that is an op the device does not run natively: fallback policy.
-            from neurenix_core.transfer import getitem_fallback
+            from neurenix_core.tensor.transfer import getitem_fallback
 
             return getitem_fallback(self, key, exc)
         return adopt(result, p, (self,))
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        from neurenix_core.indexing import setitem
+        from neurenix_core.tensor.indexing import setitem
 
         setitem(self, _index_key(key, self._p), value)
 
@@ -359,7 +359,7 @@ def _make_inplace(name: str) -> Callable[[Tensor, Any], Tensor]:
                 f"{self.device}: in-place {name} would change the dtype {self.dtype} to {result.dtype}; "
                 f"cast the operand first or use the out-of-place form"
             )
-        from neurenix_core.indexing import setitem
+        from neurenix_core.tensor.indexing import setitem
 
         setitem(self, Ellipsis, result)
         return self
@@ -387,7 +387,7 @@ for _dunder, _op_name in _COMPARISONS.items():
 
 def _rebuild(host: np.ndarray, device: str) -> Tensor:
     """Unpickling: the host data placed on the device it was on (which must exist here)."""
-    from neurenix_core.creation import from_numpy
+    from neurenix_core.tensor.creation import from_numpy
 
     return from_numpy(host, device=device)
 
@@ -550,7 +550,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     p = check_same_device(name, tensors)._p
     fn = p.ops.get(name)
     if fn is None:
-        from neurenix_core.transfer import run_fallback
+        from neurenix_core.tensor.transfer import run_fallback
 
         return run_fallback(name, p, args, kwargs, tensors)
     nargs = tuple(_unwrap(a) for a in args)
@@ -560,7 +560,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     except NotImplementedError:
         # The op is in the table but the library lacks it for these arguments (array-api-compat
         # raises this, e.g. unique_all on torch): that is "not native", so the fallback policy decides.
-        from neurenix_core.transfer import run_fallback
+        from neurenix_core.tensor.transfer import run_fallback
 
         return run_fallback(name, p, args, kwargs, tensors)
     except Exception as exc:

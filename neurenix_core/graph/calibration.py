@@ -1,0 +1,152 @@
+"""Calibration: run the float reference interpreter over a data iterable and record each value's
+range (``minmax``, or ``percentile`` to clip outliers), with a progress bar; the result is a
+:class:`~neurenix_core.graph.ir.QuantizationPlan` that every backend lowers without recomputing it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.errors import QuantizationError
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.qmath import PASS_THROUGH, int_range, activation_params, softmax_output_params, weight_params
+from neurenix_core.graph.reference import run_graph
+
+__all__ = ["calibrate", "dynamic_plan", "plan_summary"]
+
+
+class _Observer:
+    """Running min/max per value, plus a bounded sample of values for percentiles."""
+
+    def __init__(self, method: str, sample_per_batch: int = 65536, seed: int = 0) -> None:
+        self.method = method
+        self.lo: dict[str, float] = {}
+        self.hi: dict[str, float] = {}
+        self.samples: dict[str, list[np.ndarray]] = defaultdict(list)
+        self.k = sample_per_batch
+        self.rng = np.random.default_rng(seed)
+
+    def observe(self, name: str, value: np.ndarray, where: str) -> None:
+        flat = np.asarray(value, np.float64).ravel()
+        if not np.all(np.isfinite(flat)):
+            raise QuantizationError(f"calibration: {where} produced NaN or inf in value {name!r}; the model or its data overflow")
+        self.lo[name] = min(self.lo.get(name, np.inf), float(flat.min()))
+        self.hi[name] = max(self.hi.get(name, -np.inf), float(flat.max()))
+        if self.method == "percentile":
+            self.samples[name].append(flat if flat.size <= self.k else self.rng.choice(flat, self.k, replace=False))
+
+    def range(self, name: str, percentile: float) -> tuple[float, float]:
+        if self.method == "minmax":
+            return self.lo[name], self.hi[name]
+        data = np.concatenate(self.samples[name])
+        return float(np.percentile(data, 100.0 - percentile)), float(np.percentile(data, percentile))
+
+
+def _as_inputs(batch: Any, n_inputs: int, index: int) -> tuple[np.ndarray, ...]:
+    items = tuple(batch) if isinstance(batch, (tuple, list)) and n_inputs > 1 else (batch,)
+    if len(items) != n_inputs:
+        raise QuantizationError(f"calibration batch {index} has {len(items)} input(s), the model takes {n_inputs}")
+    out = []
+    for x in items:
+        arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x, np.float64)
+        if not np.all(np.isfinite(arr)):
+            raise QuantizationError(
+                f"calibration batch {index} contains NaN or inf; clean the data (np.nan_to_num) or drop that batch. Nothing was quantized"
+            )
+        out.append(arr)
+    return tuple(out)
+
+
+def _progress(data: Iterable[Any], enabled: bool) -> Iterable[Any]:
+    if not enabled:
+        return data
+    from rich.progress import track  # rich is a core dependency; imported only while calibrating
+
+    total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
+    return track(data, description="calibrating", total=total, transient=True)
+
+
+def _graph_of(model: Any) -> Graph:
+    if isinstance(model, Graph):
+        return model
+    to_graph = getattr(model, "to_graph", None)
+    if to_graph is None:
+        raise QuantizationError(f"calibrate expects a neurenix_core.nn Module or a Graph, got {type(model).__name__}")
+    return to_graph()
+
+
+def calibrate(
+    model: Any,
+    data: Iterable[Any],
+    *,
+    bits: int = 8,
+    method: str = "minmax",
+    percentile: float = 99.99,
+    progress: bool = True,
+) -> QuantizationPlan:
+    """Static quantization parameters for ``model`` (a Module or Graph) from ``data``.
+
+    ``data`` yields batches: an array/Tensor per batch, or a tuple of them for a multi-input
+    model. Returns a :class:`QuantizationPlan` keyed by the value and node names of ``model``'s
+    graph (fold batch norms first with :func:`fold_batch_norm` if the backend will).
+    """
+    if method not in ("minmax", "percentile"):
+        raise QuantizationError(f"calibration method must be 'minmax' or 'percentile', got {method!r}")
+    if not 50.0 < percentile <= 100.0:
+        raise QuantizationError(f"percentile must be in (50, 100], got {percentile}")
+    int_range(bits)
+
+    graph = _graph_of(model)
+    obs = _Observer(method)
+    batches = 0
+    for i, batch in enumerate(_progress(data, progress)):
+        inputs = _as_inputs(batch, len(graph.inputs), i)
+        values = run_graph(graph, *inputs, return_values=True)
+        for name, value in values.items():
+            obs.observe(name, value, f"batch {i}")
+        batches += 1
+    if batches == 0:
+        raise QuantizationError("calibration data is empty: pass at least one representative input batch")
+    acts = {name: activation_params(*obs.range(name, percentile), bits=bits) for name in obs.lo}
+    _tie_parameters(graph, acts)
+    weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op in ("linear", "conv2d")}
+    return QuantizationPlan(bits=bits, activations=acts, weights=weights, method=method, dynamic=False)
+
+
+def _tie_parameters(graph: Graph, acts: dict[str, QuantParams]) -> None:
+    """Make the plan what integer kernels need: a linear/conv followed only by ReLU takes the
+    ReLU's output parameters (the fused ReLU is the clamp at the zero point), and pass-through
+    ops (pooling, flatten, dropout) keep their input's parameters."""
+    consumers: dict[str, list[Node]] = defaultdict(list)
+    for n in graph.nodes:
+        for i in n.inputs:
+            consumers[i].append(n)
+    producer = {n.output: n for n in graph.nodes}
+    for n in graph.nodes:
+        if n.op == "relu":
+            src = producer.get(n.inputs[0])
+            if src is not None and src.op in ("linear", "conv2d") and len(consumers[src.output]) == 1 and src.output not in graph.outputs:
+                acts[src.output] = acts[n.output]
+    for n in graph.nodes:
+        if n.op in PASS_THROUGH:
+            acts[n.output] = acts[n.inputs[0]]
+        elif n.op == "softmax":
+            acts[n.output] = softmax_output_params(acts[n.output].bits)
+
+
+def dynamic_plan(model: Any) -> QuantizationPlan:
+    """Dynamic quantization: int8 per-channel Linear weights; activations quantized at run time."""
+    graph = _graph_of(model)
+    weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op == "linear"}
+    if not weights:
+        raise QuantizationError("dynamic quantization quantizes Linear weights, and this model has no Linear layer")
+    return QuantizationPlan(bits=8, activations={}, weights=weights, method="dynamic", dynamic=True)
+
+
+def plan_summary(plan: QuantizationPlan) -> str:
+    kind = "dynamic" if plan.dynamic else f"static {plan.method}"
+    return f"int{plan.bits} {kind}: {len(plan.weights)} weight tensors, {len(plan.activations)} activation ranges"
