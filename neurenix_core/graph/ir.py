@@ -1,39 +1,16 @@
-"""The core's model graph: a small, typed list of layer nodes that every backend lowers.
+"""The core's model graph: a typed list of op nodes that every backend lowers.
 
-``nx.compile`` walks an ``nn.Module`` once into a :class:`Graph`; backends with
-``capabilities.compiles_models`` receive it through the ``neurenix_compile`` hook and lower it to
-their native form (OpenVINO model, TFLite flatbuffer, jitted JAX function, torch module).
-Weights are host NumPy arrays (float32) in NCHW / (out, in) layouts, as in ``nn``; a backend
-transposes them for its own layout.
+``nx.compile`` turns a model (an ``nn.Module``, or an import from PyTorch / ONNX) into a
+:class:`Graph` once; backends receive it (or the part of it they declared they run) through the
+``neurenix_compile`` hook and lower it to their native form. A :class:`Node` reads the values
+named in ``inputs`` (graph inputs or earlier outputs) and writes the value ``output``; weights
+are host NumPy arrays in ``params`` (NCHW / (out, in) layouts, as in ``nn``).
 
-Op vocabulary (``Node.op``) and the attrs/params each carries:
-
-==================== =========================================== ===============================
-op                   attrs                                        params
-==================== =========================================== ===============================
-linear               in_features, out_features                    weight (out,in), bias (out,)?
-conv2d               in_channels, out_channels, kernel_size (2),  weight (out,in/groups,kh,kw),
-                     stride (2), padding (2), dilation (2), groups bias (out,)?
-relu / gelu /        (gelu: approximate "none"|"tanh")            -
-sigmoid / tanh
-softmax              axis                                          -
-max_pool2d /         kernel_size (2), stride (2), padding (2)     -
-avg_pool2d           (avg: count_include_pad)
-adaptive_avg_pool2d  output_size (2)                               -
-flatten              start_dim, end_dim                            -
-batch_norm2d         num_features, eps                             weight, bias, running_mean,
-                                                                   running_var (C,)
-layer_norm           normalized_shape (tuple), eps                 weight, bias (normalized_shape)?
-dropout              p (identity at inference)                     -
-multihead_attention  embed_dim, num_heads, batch_first             in_proj_weight (3E,E),
-                                                                   in_proj_bias (3E,),
-                                                                   out_proj_weight (E,E),
-                                                                   out_proj_bias (E,)
-add / mul            - (two inputs, broadcasting)                  -
-==================== =========================================== ===============================
-
-A node reads the values named in ``inputs`` (graph inputs or earlier node outputs) and writes the
-value named ``output``. Sequential models give a chain; ``add`` nodes give residual DAGs.
+The ops, their attributes, params, shape/dtype rules, reference semantics and decompositions are
+one table: :mod:`neurenix_core.graph.opset` (rendered in docs/models.md). The 17 ops of the first
+release (``opset.LEGACY_OPS``: linear, conv2d, relu, gelu, sigmoid, tanh, softmax, max_pool2d,
+avg_pool2d, adaptive_avg_pool2d, flatten, batch_norm2d, layer_norm, dropout,
+multihead_attention, add, mul) keep their names, attributes and params.
 """
 
 from __future__ import annotations
@@ -45,19 +22,18 @@ from typing import Any, Final, final
 
 import numpy as np
 
+from neurenix_core.graph.opset import LEGACY_OPS, OPSET
+
 __all__ = ["OPS", "TensorSpec", "Node", "Graph", "QuantParams", "QuantizationPlan", "CompileOptions"]
 
-OPS: Final = frozenset({
-    "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "batch_norm2d", "layer_norm", "dropout",
-    "multihead_attention", "add", "mul",
-})
+#: The ops every model-compiling plugin lowers (the first release's 17); the full opset is opset.OPSET.
+OPS: Final = LEGACY_OPS
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """A graph input: name, static shape (NCHW for images) and dtype name."""
+    """A graph input: name, static shape (NCHW for images) and dtype name (``opset.DTYPES``)."""
 
     name: str
     shape: tuple[int, ...]
@@ -67,7 +43,8 @@ class TensorSpec:
 @final
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One layer. ``name`` is the module path in the model (``"features.3"``), used in errors."""
+    """One op. ``name`` is unique in the graph (a module path like ``"features.3"`` where it comes
+    from one), used in errors and reports."""
 
     name: str
     op: str
@@ -77,8 +54,8 @@ class Node:
     params: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.op not in OPS:
-            raise ValueError(f"node {self.name!r}: unknown op {self.op!r}; known ops: {sorted(OPS)}")
+        if self.op not in OPSET:
+            raise ValueError(f"node {self.name!r}: unknown op {self.op!r}; the opset is listed in docs/models.md")
 
 
 @final

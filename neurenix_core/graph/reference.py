@@ -10,12 +10,12 @@ quantize, as a runtime without an integer kernel for them would.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from neurenix_core.graph import opset
 from neurenix_core.graph import qmath as Q
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
@@ -26,60 +26,25 @@ __all__ = ["run_graph", "run_quantized", "eval_node"]
 Arrays = list[np.ndarray]
 
 
-def _attention(n: Node, x: Arrays, p: Mapping[str, np.ndarray]) -> np.ndarray:
-    q, k, v = x
-    if not n.attrs.get("batch_first", False):
-        q, k, v = (t.transpose(1, 0, 2) for t in (q, k, v))
-    e, h = n.attrs["embed_dim"], n.attrs["num_heads"]
-    d = e // h
-    w, b = p["in_proj_weight"], p.get("in_proj_bias")
-    bq, bk, bv = (None, None, None) if b is None else (b[:e], b[e : 2 * e], b[2 * e :])
-
-    def heads(t: np.ndarray) -> np.ndarray:
-        return t.reshape(t.shape[0], t.shape[1], h, d).transpose(0, 2, 1, 3)
-
-    qh, kh, vh = heads(K.linear(q, w[:e], bq)), heads(K.linear(k, w[e : 2 * e], bk)), heads(K.linear(v, w[2 * e :], bv))
-    att = K.softmax(qh @ kh.transpose(0, 1, 3, 2) / math.sqrt(d), -1)
-    ctx = (att @ vh).transpose(0, 2, 1, 3).reshape(q.shape[0], q.shape[1], e)
-    out = K.linear(ctx, p["out_proj_weight"], p.get("out_proj_bias"))
-    return out if n.attrs.get("batch_first", False) else out.transpose(1, 0, 2)
-
-
 def _flatten(n: Node, x: Arrays, p: Mapping[str, np.ndarray]) -> np.ndarray:
-    t = x[0]
-    s, e = n.attrs["start_dim"] % t.ndim, n.attrs["end_dim"] % t.ndim
-    return t.reshape(t.shape[:s] + (-1,) + t.shape[e + 1 :])
+    return opset.evaluate("flatten", n.attrs, x, p)
 
 
-_FLOAT: dict[str, Callable[[Node, Arrays, Mapping[str, np.ndarray]], np.ndarray]] = {
-    "linear": lambda n, x, p: K.linear(x[0], p["weight"], p.get("bias")),
-    "conv2d": lambda n, x, p: K.conv2d(x[0], p["weight"], p.get("bias"), n.attrs["stride"], n.attrs["padding"], n.attrs["dilation"], n.attrs["groups"]),
-    "relu": lambda n, x, p: K.relu(x[0]),
-    "gelu": lambda n, x, p: K.gelu(x[0], n.attrs.get("approximate", "none")),
-    "sigmoid": lambda n, x, p: K.sigmoid(x[0]),
-    "tanh": lambda n, x, p: K.tanh(x[0]),
-    "softmax": lambda n, x, p: K.softmax(x[0], n.attrs["axis"]),
-    "max_pool2d": lambda n, x, p: K.max_pool2d(x[0], n.attrs["kernel_size"], n.attrs["stride"], n.attrs["padding"]),
-    "avg_pool2d": lambda n, x, p: K.avg_pool2d(x[0], n.attrs["kernel_size"], n.attrs["stride"], n.attrs["padding"], n.attrs.get("count_include_pad", True)),
-    "adaptive_avg_pool2d": lambda n, x, p: K.adaptive_avg_pool2d(x[0], n.attrs["output_size"]),
-    "flatten": _flatten,
-    "batch_norm2d": lambda n, x, p: K.batch_norm(x[0], p["running_mean"], p["running_var"], p.get("weight"), p.get("bias"), n.attrs["eps"]),
-    "layer_norm": lambda n, x, p: K.layer_norm(x[0], n.attrs["normalized_shape"], p.get("weight"), p.get("bias"), n.attrs["eps"]),
-    "dropout": lambda n, x, p: x[0],
-    "multihead_attention": _attention,
-    "add": lambda n, x, p: x[0] + x[1],
-    "mul": lambda n, x, p: x[0] * x[1],
-}
+def eval_node(node: Node, inputs: Arrays, params: Mapping[str, np.ndarray] | None = None, *, float_dtype: Any = np.float64) -> np.ndarray:
+    """One node with the opset's reference semantics: floats in ``float_dtype`` (float64 for the
+    reference, float32 for the CPU backend), integers and bools as they are. ``params`` overrides
+    the node's own (e.g. fake-quantized weights)."""
+    def cast(a: Any) -> np.ndarray:
+        arr = np.asarray(a)
+        return arr.astype(float_dtype, copy=False) if arr.dtype.kind == "f" else arr
 
-
-def eval_node(node: Node, inputs: Arrays, params: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
-    """One node in float64 (``params`` overrides the node's own, e.g. fake-quantized weights)."""
-    p = {k: np.asarray(v, np.float64) for k, v in (node.params if params is None else params).items()}
+    p = {k: cast(v) for k, v in (node.params if params is None else params).items() if v is not None}
     try:
-        return _FLOAT[node.op](node, [np.asarray(a, np.float64) for a in inputs], p)
+        out = opset.evaluate(node.op, node.attrs, [cast(a) for a in inputs], p)
     except ValueError as exc:
         shapes = [tuple(np.shape(a)) for a in inputs]
         raise ShapeError(f"layer {node.name!r} ({node.op}) cannot take input shape(s) {shapes}: {exc}") from exc
+    return out.astype(float_dtype, copy=False) if out.dtype.kind == "f" else out
 
 
 def _check_inputs(graph: Graph, inputs: tuple[Any, ...]) -> None:
@@ -94,19 +59,29 @@ def _fq_params(node: Node, plan: QuantizationPlan) -> Mapping[str, np.ndarray] |
     return dict(node.params) | {"weight": Q.fake_quantize(np.asarray(node.params["weight"]), qp)}
 
 
-def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, return_values: bool = False) -> Any:
-    """Evaluate ``graph`` in float64. Returns the output (a tuple for several outputs), or every
-    value by name with ``return_values=True``. With ``plan`` (static), weights and activations
-    are fake-quantized as an integer runtime would represent them."""
+def _input_array(x: Any, dtype: str, float_dtype: Any) -> np.ndarray:
+    arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)
+    if dtype.startswith(("float", "bfloat")):
+        return arr.astype(float_dtype, copy=False)
+    return arr.astype(dtype, copy=False)
+
+
+def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, return_values: bool = False,
+              float_dtype: Any = np.float64) -> Any:
+    """Evaluate ``graph`` with the opset's semantics, floats in ``float_dtype`` (float64: the
+    reference; the CPU backend runs it in float32). Returns the output (a tuple for several
+    outputs), or every value by name with ``return_values=True``. With ``plan`` (static), weights
+    and activations are fake-quantized as an integer runtime would represent them."""
     _check_inputs(graph, inputs)
     values: dict[str, np.ndarray] = {}
+    quantized = plan is not None and not plan.dynamic
     for spec, x in zip(graph.inputs, inputs):
-        arr = np.asarray(x, np.float64)
-        values[spec.name] = arr if plan is None or plan.dynamic else Q.fake_quantize(arr, plan.activations[spec.name])
+        arr = _input_array(x, spec.dtype, float_dtype)
+        values[spec.name] = Q.fake_quantize(arr, plan.activations[spec.name]) if quantized and spec.name in plan.activations else arr  # type: ignore[union-attr]
     for node in graph.nodes:
-        out = eval_node(node, [values[i] for i in node.inputs], None if plan is None else _fq_params(node, plan))
-        if plan is not None and not plan.dynamic:
-            out = Q.fake_quantize(out, plan.activations[node.output])
+        out = eval_node(node, [values[i] for i in node.inputs], None if plan is None else _fq_params(node, plan), float_dtype=float_dtype)
+        if quantized and node.output in plan.activations:  # type: ignore[union-attr]
+            out = Q.fake_quantize(out, plan.activations[node.output])  # type: ignore[union-attr]
         values[node.output] = out
     if return_values:
         return values
