@@ -123,6 +123,8 @@ class Compiled:
         self._runners: dict[tuple[tuple[int, ...], ...], Runner] = {}
         self._summaries: dict[tuple[tuple[int, ...], ...], str] = {}
         self._eager: Any = None
+        # Float inputs run as float32; integer inputs (token ids) keep their declared dtype.
+        self._input_dtypes = [np.dtype(np.float32) if s.dtype.startswith(("float", "bfloat")) else np.dtype(s.dtype) for s in graph.inputs]
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -165,10 +167,11 @@ class Compiled:
                 )
             return x._data
         arr = np.asarray(x)
-        if arr.dtype.kind not in "fiu":
+        if arr.dtype.kind not in "fiub":
             raise CompilationError(f"input {i} has dtype {arr.dtype}; the compiled model takes real numbers")
-        if arr.dtype != np.float32:
-            arr = arr.astype(np.float32)
+        want = self._input_dtypes[i]
+        if arr.dtype != want:
+            arr = arr.astype(want)
         return self._backend._from_host(np.ascontiguousarray(arr), self.device.index)
 
     def _tensors(self, natives: tuple[Any, ...]) -> tuple[Tensor, ...]:
@@ -244,12 +247,28 @@ class Compiled:
                 f"{self.device} (plugin {self._record.name}) runs models eagerly in fp32 only; precision={self.precision!r} "
                 "needs a plugin that compiles models (or leave precision unset)"
             )
+        if str(self.device.type) == "cpu":
+            return self._interpreter_runner(), f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(self.graph.nodes)} nodes"
         if self._eager is None:
             from neurenix_core.graph.executor import EagerGraph
 
             eager = EagerGraph(self.graph, self.device)
             self._eager = lambda *natives: eager(*self._tensors(natives))
         return self._eager, f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(self.graph.nodes)} layers"
+
+    def _interpreter_runner(self) -> Runner:
+        """The CPU backend's whole-opset path: the reference semantics in float32 on host arrays."""
+        from neurenix_core.graph.reference import run_graph
+        from neurenix_core.tensor.creation import asarray
+
+        graph, dev, to_host = self.graph, self.device, self._backend._to_host
+
+        def run(*natives: Any) -> tuple[Tensor, ...]:
+            out = run_graph(graph, *(to_host(n) for n in natives), float_dtype=np.float32)
+            outs = out if isinstance(out, tuple) else (out,)
+            return tuple(asarray(np.ascontiguousarray(o), device=dev) for o in outs)
+
+        return run
 
     def _integer_runner(self) -> Runner:
         from neurenix_core.tensor.creation import asarray

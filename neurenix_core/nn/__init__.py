@@ -13,24 +13,43 @@ from neurenix_core.nn.layers import (
     GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Identity, LayerNorm, Linear,
     MaxPool2d, MultiheadAttention, ReLU, Sigmoid, Softmax, Tanh,
 )
+from neurenix_core.nn.graph_module import GraphModule
 from neurenix_core.nn.module import Module, ModuleList, Sequential
 from neurenix_core.nn.serialization import load_state, save_state
 
 __all__ = [
     "Module", "Sequential", "ModuleList", "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax",
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "BatchNorm2d", "LayerNorm", "Dropout", "Identity",
-    "MultiheadAttention", "functional", "init", "from_torch", "save", "load", "save_state", "load_state",
+    "MultiheadAttention", "functional", "init", "from_torch", "from_onnx", "GraphModule", "save", "load", "save_state", "load_state",
     "manual_seed",
 ]
 
 manual_seed = init.manual_seed
 
 
-def from_torch(module: Any) -> Module:
-    """Rebuild a PyTorch model from neurenix layers (weights copied); PyTorch loads only here."""
-    from neurenix_core.nn.torch_import import from_torch as convert
+def from_torch(module: Any, example_inputs: Any = None) -> Module:
+    """A neurenix model equal to the PyTorch ``module`` (weights copied as NumPy float32).
 
-    return convert(module)
+    With ``example_inputs`` (a tensor, a tuple of positional inputs, or a dict of keyword inputs)
+    any ``forward`` is captured through ``torch.export`` into a :class:`GraphModule` whose shapes
+    are those of the examples. Without them, an ``nn.Sequential`` of known layers is rebuilt from
+    neurenix layers (shape-generic). PyTorch is imported only here.
+    """
+    if example_inputs is None:
+        from neurenix_core.nn.torch_import import from_torch as convert
+
+        return convert(module)
+    from neurenix_core.nn.importing import from_torch_export
+
+    return from_torch_export(module, example_inputs)
+
+
+def from_onnx(model: Any) -> Module:
+    """A neurenix model from an ONNX file path, bytes or ``onnx.ModelProto`` (opset 13+);
+    the ``onnx`` package is imported only here."""
+    from neurenix_core.nn.importing import from_onnx as convert
+
+    return convert(model)
 
 
 def save(model_or_state: Module | dict[str, Any], path: Any) -> None:

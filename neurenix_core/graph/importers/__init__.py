@@ -1,0 +1,1 @@
+"""Importers from other frameworks into the core's Graph (torch.export, ONNX)."""

@@ -1,0 +1,117 @@
+"""What both importers build with: a Graph under construction, with constant folding.
+
+A value is either a graph value (a name, with its static shape and dtype) or a :class:`Const`
+(a NumPy array known at import time: weights, buffers, index tensors, masks built from shapes).
+``emit`` folds an op whose inputs are all constants with the opset's reference semantics, so
+weight reshapes and mask arithmetic never reach the graph; a constant that feeds a real node
+becomes a ``constant`` node once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, final
+
+import numpy as np
+
+from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph import opset
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.shapes import ValueSpec, node_spec
+
+__all__ = ["Const", "GraphBuilder", "Value"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Const:
+    """A value known at import time."""
+
+    array: np.ndarray
+
+
+Value = str | Const
+
+
+class GraphBuilder:
+    """Collects inputs, nodes and outputs; names nodes after the source node they come from."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.inputs: list[TensorSpec] = []
+        self.nodes: list[Node] = []
+        self.specs: dict[str, ValueSpec] = {}
+        self._const_names: dict[int, tuple[np.ndarray, str]] = {}
+        self._used: set[str] = set()
+
+    # ------------------------------------------------------------------ names and values
+    def unique(self, name: str) -> str:
+        base, k = name, 1
+        while name in self._used:
+            k += 1
+            name = f"{base}_{k}"
+        self._used.add(name)
+        return name
+
+    def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
+        name = self.unique(name)
+        self.inputs.append(TensorSpec(name, tuple(int(d) for d in shape), dtype))
+        self.specs[name] = ValueSpec(tuple(int(d) for d in shape), dtype)
+        return name
+
+    def spec(self, value: Value) -> ValueSpec:
+        if isinstance(value, Const):
+            return ValueSpec(tuple(int(d) for d in value.array.shape), opset._const_dtype(value.array))
+        return self.specs[value]
+
+    def materialize(self, value: Value, hint: str = "const") -> str:
+        """A graph value name for ``value`` (a constant becomes one ``constant`` node)."""
+        if not isinstance(value, Const):
+            return value
+        key = id(value.array)
+        hit = self._const_names.get(key)
+        if hit is not None:
+            return hit[1]
+        name = self._append(hint, "constant", (), {}, {"value": value.array})
+        self._const_names[key] = (value.array, name)  # keep the array alive so its id stays unique
+        return name
+
+    # ------------------------------------------------------------------ nodes
+    def _append(self, name: str, op: str, inputs: Sequence[str], attrs: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+        node = Node(self.unique(name), op, tuple(inputs), "", dict(attrs), {k: v for k, v in params.items() if v is not None})
+        node = Node(node.name, node.op, node.inputs, node.name, node.attrs, node.params)
+        self.specs[node.name] = node_spec(node, [self.specs[i] for i in node.inputs])
+        self.nodes.append(node)
+        return node.name
+
+    def emit(self, name: str, op: str, inputs: Sequence[Value], attrs: Mapping[str, Any] | None = None,
+             params: Mapping[str, Any] | None = None) -> Value:
+        """Append ``op`` (or fold it when every input is a constant); returns the output value."""
+        attrs, params = dict(attrs or {}), dict(params or {})
+        if all(isinstance(v, Const) for v in inputs) and op != "constant":
+            arrays = [v.array for v in inputs]  # type: ignore[union-attr]
+            return Const(opset.evaluate(op, attrs, arrays, {k: v for k, v in params.items() if v is not None}))
+        names = [self.materialize(v, f"{name}.const") for v in inputs]
+        return self._append(name, op, names, attrs, params)
+
+    def cast_to(self, name: str, value: Value, dtype: str) -> Value:
+        """``value`` as ``dtype`` (a cast node only where the dtype differs)."""
+        if isinstance(value, Const):
+            target = np.float32 if dtype == "float32" else opset._np_dtype(dtype)
+            return Const(value.array.astype(target))
+        if self.specs[value].dtype == dtype:
+            return value
+        return self.emit(name + ".cast", "cast", [value], {"to": dtype})
+
+    def unsupported(self, node: str, op: str, why: str, remedy: str) -> UnsupportedOperationError:
+        return UnsupportedOperationError(f"{self.source}: node {node!r} (op {op}) {why}; {remedy}")
+
+    def graph(self, outputs: Sequence[Value]) -> Graph:
+        names = []
+        for i, v in enumerate(outputs):
+            name = self.materialize(v, f"output_{i}")
+            if name in names or any(s.name == name for s in self.inputs):
+                name = self.emit(f"output_{i}", "identity", [name])  # type: ignore[assignment]
+            names.append(name)
+        return Graph(tuple(self.inputs), tuple(self.nodes), tuple(names))

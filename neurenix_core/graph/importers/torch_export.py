@@ -1,0 +1,586 @@
+"""PyTorch -> Graph through ``torch.export`` (any ``forward``; PyTorch is imported here only).
+
+``import_module(module, args, kwargs)`` exports the module with the example inputs, runs
+``run_decompositions({})`` (functional ATen ops, PyTorch's composites such as ``linear``,
+``layer_norm`` and ``scaled_dot_product_attention`` kept), and maps each ATen op to the opset
+nearly one to one. Parameters, buffers and lifted constants become NumPy constants; any op whose
+inputs are all constants (``arange``, mask arithmetic on buffers, weight views) is evaluated by
+PyTorch at import time. Shapes are static: those of the example inputs (``view`` targets come
+from the exported shapes).
+
+Inputs are the example positional inputs in order, then the keyword inputs in the order given;
+outputs are the model's outputs flattened by ``torch.utils._pytree`` order: tuple/list items in
+order, dict and ``ModelOutput`` entries in insertion order (``last_hidden_state`` before
+``pooler_output``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
+from neurenix_core.graph.ir import Graph
+
+__all__ = ["import_module", "HANDLERS"]
+
+_BIG = 2**62  # "to the end" for slices, clamped by the slice op as ONNX does
+_REMEDY = ("rewrite that part of forward with supported torch ops, or run the model in PyTorch; "
+           "the opset is listed in docs/models.md")
+
+Handler = Callable[["_Ctx", Any, list[Any], dict[str, Any]], Any]
+
+
+class _Ctx:
+    def __init__(self, builder: GraphBuilder, torch: Any) -> None:
+        self.b = builder
+        self.torch = torch
+        self.env: dict[Any, Any] = {}
+
+    def name(self, fx_node: Any) -> str:
+        return str(fx_node.name)
+
+    def meta(self, fx_node: Any) -> tuple[tuple[int, ...], str]:
+        val = fx_node.meta["val"]
+        return tuple(int(d) for d in val.shape), _dtype(val.dtype)
+
+    def tensor_value(self, v: Any, like: Value | None = None) -> Value:
+        """A Python scalar as a constant of the dtype PyTorch would use next to ``like``."""
+        if isinstance(v, (str, Const)):
+            return v
+        if isinstance(v, bool):
+            return Const(np.asarray(v))
+        other = self.b.spec(like).dtype if like is not None else "float32"
+        if isinstance(v, int) and not other.startswith("float"):
+            return Const(np.asarray(v, np.dtype(other) if other != "bool" else np.int64))
+        return Const(np.asarray(v, np.float32 if not other.startswith("float") else np.dtype(other)))
+
+    def fail(self, fx_node: Any, why: str) -> UnsupportedOperationError:
+        return self.b.unsupported(self.name(fx_node), _target_name(fx_node.target), why, _REMEDY)
+
+
+def _dtype(torch_dtype: Any) -> str:
+    return str(torch_dtype).replace("torch.", "")
+
+
+def _target_name(target: Any) -> str:
+    return str(getattr(target, "__name__", target))
+
+
+def _axis(v: int, ndim: int) -> int:
+    return v % ndim if ndim else 0
+
+
+# ----------------------------------------------------------------------------- handlers
+def _unary(op: str) -> Handler:
+    return lambda c, n, a, k: c.b.emit(c.name(n), op, [a[0]])
+
+
+def _binary(op: str) -> Handler:
+    def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        x, y = a[0], a[1]
+        x = c.tensor_value(x, y if isinstance(y, (str, Const)) else None)
+        y = c.tensor_value(y, x)
+        alpha = k.get("alpha", a[2] if len(a) > 2 else 1)
+        if alpha != 1:
+            y = c.b.emit(c.name(n) + ".alpha", "mul", [y, c.tensor_value(alpha, y)])
+        return c.b.emit(c.name(n), op, [x, y])
+
+    return run
+
+
+def _rsub(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return _binary("sub")(c, n, [a[1], a[0]] + a[2:], k)
+
+
+def _div(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    mode = k.get("rounding_mode")
+    out = _binary("div")(c, n, a[:2], {})
+    if mode == "floor":
+        return c.b.emit(c.name(n) + ".floor", "floor", [out])
+    if mode is not None and mode != "trunc":
+        raise c.fail(n, f"uses rounding_mode={mode!r}")
+    return out
+
+
+def _conv(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], nd: int) -> Value:
+    x, w = a[0], a[1]
+    bias = a[2] if len(a) > 2 else None
+    if not isinstance(w, Const) or (bias is not None and not isinstance(bias, Const)):
+        raise c.fail(n, "has a weight computed at run time; convolution weights must be parameters or constants")
+
+    def tup(v: Any, default: int) -> tuple[int, ...]:
+        v = default if v is None else v
+        return tuple(int(i) for i in v) * (nd if len(v) == 1 else 1) if isinstance(v, (list, tuple)) else (int(v),) * nd
+
+    stride, dilation = tup(a[3] if len(a) > 3 else 1, 1), tup(a[5] if len(a) > 5 else 1, 1)
+    groups = int(a[6]) if len(a) > 6 else 1
+    padding: Any = a[4] if len(a) > 4 else 0
+    if padding == "valid":
+        padding = 0
+    if padding == "same":
+        kernel = w.array.shape[2:]
+        total = [dilation[i] * (kernel[i] - 1) for i in range(nd)]
+        if any(t % 2 for t in total):
+            pads = [(0, 0), (0, 0)] + [(t // 2, t - t // 2) for t in total]
+            x = c.b.emit(c.name(n) + ".pad", "pad", [x], {"pads": tuple(pads)})
+            padding = 0
+        else:
+            padding = [t // 2 for t in total]
+    attrs: dict[str, Any] = {"stride": stride, "padding": tup(padding, 0), "dilation": dilation, "groups": groups}
+    if nd == 2:
+        attrs |= {"in_channels": int(w.array.shape[1]) * groups, "out_channels": int(w.array.shape[0]),
+                  "kernel_size": tuple(int(d) for d in w.array.shape[2:])}
+    params = {"weight": w.array, "bias": None if bias is None else bias.array}
+    return c.b.emit(c.name(n), "conv2d" if nd == 2 else "conv1d", [x], attrs, params)
+
+
+def _convolution(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    if a[6]:
+        raise c.fail(n, "is a transposed convolution, which the opset does not have yet")
+    nd = a[1].array.ndim - 2 if isinstance(a[1], Const) else 2
+    if nd not in (1, 2):
+        raise c.fail(n, f"is a {nd}-D convolution; the opset has conv1d and conv2d")
+    return _conv(c, n, [a[0], a[1], a[2], a[3], a[4], a[5], a[8]], k, nd)
+
+
+def _linear(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x, w = a[0], a[1]
+    bias = a[2] if len(a) > 2 else None
+    if isinstance(w, Const) and (bias is None or isinstance(bias, Const)):
+        params = {"weight": w.array, "bias": None if bias is None else bias.array}
+        return c.b.emit(c.name(n), "linear", [x], {"in_features": int(w.array.shape[1]), "out_features": int(w.array.shape[0])}, params)
+    out = c.b.emit(c.name(n), "matmul", [x, c.b.emit(c.name(n) + ".wT", "transpose", [w], {"perm": (1, 0)})])
+    return out if bias is None else c.b.emit(c.name(n) + ".bias", "add", [out, bias])
+
+
+def _addmm(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    beta, alpha = k.get("beta", 1), k.get("alpha", 1)
+    return c.b.emit(c.name(n), "gemm", [a[1], a[2], a[0]], {"alpha": float(alpha), "beta": float(beta)})
+
+
+def _batch_norm(c: _Ctx, n: Any, x: Value, w: Any, bias: Any, mean: Any, var: Any, eps: float) -> Value:
+    if not all(v is None or isinstance(v, Const) for v in (w, bias, mean, var)):
+        raise c.fail(n, "has statistics computed at run time (training-mode batch norm); call module.eval() before importing")
+    if len(c.b.spec(x).shape) != 4:
+        raise c.fail(n, f"normalises a {len(c.b.spec(x).shape)}-D input; the opset's batch_norm2d takes N,C,H,W")
+    params = {"running_mean": mean.array, "running_var": var.array, "weight": None if w is None else w.array,
+              "bias": None if bias is None else bias.array}
+    return c.b.emit(c.name(n), "batch_norm2d", [x], {"num_features": int(mean.array.shape[0]), "eps": float(eps)}, params)
+
+
+def _bn_legit(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Any]:
+    return [_batch_norm(c, n, a[0], a[1], a[2], a[3], a[4], a[6]), None, None]
+
+
+def _bn(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    if a[5]:
+        raise c.fail(n, "runs batch norm in training mode; call module.eval() before importing")
+    return _batch_norm(c, n, a[0], a[1], a[2], a[3], a[4], a[7])
+
+
+def _layer_norm(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    w, bias = (a[2] if len(a) > 2 else None), (a[3] if len(a) > 3 else None)
+    eps = float(a[4]) if len(a) > 4 else 1e-5
+    if not all(v is None or isinstance(v, Const) for v in (w, bias)):
+        raise c.fail(n, "has a weight computed at run time")
+    params = {"weight": None if w is None else w.array, "bias": None if bias is None else bias.array}
+    return c.b.emit(c.name(n), "layer_norm", [a[0]], {"normalized_shape": tuple(int(d) for d in a[1]), "eps": eps}, params)
+
+
+def _softmax(op: str) -> Handler:
+    return lambda c, n, a, k: c.b.emit(c.name(n), op, [a[0]], {"axis": int(a[1])})
+
+
+def _reduce(op: str) -> Handler:
+    def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        dims = a[1] if len(a) > 1 else k.get("dim")
+        keep = bool(a[2]) if len(a) > 2 else bool(k.get("keepdim", False))
+        axes = None if dims is None or dims == [] else (tuple(dims) if isinstance(dims, (list, tuple)) else (int(dims),))
+        return c.b.emit(c.name(n), op, [a[0]], {"axes": axes, "keepdims": keep})
+
+    return run
+
+
+def _max_dim(op: str, arg: str) -> Handler:
+    def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
+        dim, keep = int(a[1]), bool(a[2]) if len(a) > 2 else False
+        return [c.b.emit(c.name(n), op, [a[0]], {"axes": (dim,), "keepdims": keep}),
+                c.b.emit(c.name(n) + ".index", arg, [a[0]], {"axis": dim, "keepdims": keep})]
+
+    return run
+
+
+def _reshape(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return c.b.emit(c.name(n), "reshape", [a[0]], {"shape": c.meta(n)[0]})
+
+
+def _expand(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return c.b.emit(c.name(n), "expand", [a[0]], {"shape": c.meta(n)[0]})
+
+
+def _permute(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return c.b.emit(c.name(n), "transpose", [a[0]], {"perm": tuple(int(d) for d in a[1])})
+
+
+def _transpose(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    ndim = len(c.b.spec(a[0]).shape)
+    perm = list(range(ndim))
+    i, j = _axis(int(a[1]), ndim), _axis(int(a[2]), ndim)
+    perm[i], perm[j] = perm[j], perm[i]
+    return c.b.emit(c.name(n), "transpose", [a[0]], {"perm": tuple(perm)})
+
+
+def _squeeze(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    shape = c.b.spec(a[0]).shape
+    dims = a[1] if len(a) > 1 else None
+    dims = None if dims is None else (tuple(dims) if isinstance(dims, (list, tuple)) else (int(dims),))
+    # PyTorch ignores squeeze of a non-1 axis; ONNX refuses it: keep only the size-1 ones.
+    axes = None if dims is None else tuple(d for d in dims if shape[_axis(d, len(shape))] == 1)
+    if axes == ():
+        return a[0]
+    return c.b.emit(c.name(n), "squeeze", [a[0]], {"axes": axes})
+
+
+def _select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return c.b.emit(c.name(n), "gather", [a[0], Const(np.asarray(int(a[2]), np.int64))], {"axis": int(a[1])})
+
+
+def _slice(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dim = int(a[1]) if len(a) > 1 else 0
+    start = a[2] if len(a) > 2 and a[2] is not None else 0
+    end = a[3] if len(a) > 3 and a[3] is not None else _BIG
+    step = int(a[4]) if len(a) > 4 else 1
+    return c.b.emit(c.name(n), "slice", [a[0]], {"starts": (int(start),), "ends": (min(int(end), _BIG),), "axes": (dim,), "steps": (step,)})
+
+
+def _cat(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dim = int(a[1]) if len(a) > 1 else 0
+    return c.b.emit(c.name(n), "concat", list(a[0]), {"axis": dim})
+
+
+def _stack(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dim = int(a[1]) if len(a) > 1 else 0
+    parts = [c.b.emit(f"{c.name(n)}.{i}", "unsqueeze", [t], {"axes": (dim,)}) for i, t in enumerate(a[0])]
+    return c.b.emit(c.name(n), "concat", parts, {"axis": dim})
+
+
+def _split_parts(c: _Ctx, n: Any, x: Value, sizes: Sequence[int], dim: int) -> list[Value]:
+    sizes = [int(s) for s in sizes]
+    return [c.b.emit(f"{c.name(n)}.{i}", "split", [x], {"axis": dim, "sizes": tuple(sizes), "index": i}) for i in range(len(sizes))]
+
+
+def _split(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
+    dim = int(a[2]) if len(a) > 2 else 0
+    total = c.b.spec(a[0]).shape[dim]
+    size = a[1]
+    sizes = list(size) if isinstance(size, (list, tuple)) else [min(int(size), total - i) for i in range(0, total, int(size))]
+    return _split_parts(c, n, a[0], sizes, dim)
+
+
+def _unbind(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
+    dim = int(a[1]) if len(a) > 1 else 0
+    parts = _split_parts(c, n, a[0], [1] * c.b.spec(a[0]).shape[dim], dim)
+    return [c.b.emit(f"{c.name(n)}.{i}.squeeze", "squeeze", [p], {"axes": (dim,)}) for i, p in enumerate(parts)]
+
+
+def _embedding(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    w, idx = a[0], a[1]
+    if not isinstance(w, Const):
+        return c.b.emit(c.name(n), "gather", [w, idx], {"axis": 0})
+    return c.b.emit(c.name(n), "embedding", [idx], {}, {"weight": w.array})
+
+
+def _sdpa(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    mask = a[3] if len(a) > 3 else k.get("attn_mask")
+    causal = bool(a[5] if len(a) > 5 else k.get("is_causal", False))
+    scale = k.get("scale", a[6] if len(a) > 6 else None)
+    if k.get("enable_gqa", False):
+        raise c.fail(n, "uses enable_gqa")
+    inputs = list(a[:3]) + ([] if mask is None else [mask])
+    return c.b.emit(c.name(n), "scaled_dot_product_attention", inputs, {"scale": None if scale is None else float(scale), "is_causal": causal})
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, (list, tuple)):
+        return (int(v[0]), int(v[0])) if len(v) == 1 else (int(v[0]), int(v[1]))
+    return int(v), int(v)
+
+
+def _max_pool(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    kernel = _pair(a[1])
+    stride = _pair(a[2]) if len(a) > 2 and a[2] not in (None, []) else kernel
+    padding = _pair(a[3]) if len(a) > 3 else (0, 0)
+    if (len(a) > 4 and _pair(a[4]) != (1, 1)) or (len(a) > 5 and a[5]):
+        raise c.fail(n, "uses dilation or ceil_mode, which max_pool2d does not have")
+    return c.b.emit(c.name(n), "max_pool2d", [a[0]], {"kernel_size": kernel, "stride": stride, "padding": padding})
+
+
+def _avg_pool(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    kernel = _pair(a[1])
+    stride = _pair(a[2]) if len(a) > 2 and a[2] not in (None, []) else kernel
+    padding = _pair(a[3]) if len(a) > 3 else (0, 0)
+    if (len(a) > 4 and a[4]) or (len(a) > 6 and a[6] is not None):
+        raise c.fail(n, "uses ceil_mode or divisor_override, which avg_pool2d does not have")
+    include = bool(a[5]) if len(a) > 5 else True
+    return c.b.emit(c.name(n), "avg_pool2d", [a[0]], {"kernel_size": kernel, "stride": stride, "padding": padding, "count_include_pad": include})
+
+
+def _adaptive(op: str, pair: bool) -> Handler:
+    def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
+        out = c.b.emit(c.name(n), op, [a[0]], {"output_size": _pair(a[1])})
+        return [out, None] if pair else out
+
+    return run
+
+
+def _cast(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return c.b.cast_to(c.name(n), a[0], c.meta(n)[1])
+
+
+def _clamp(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    lo = a[1] if len(a) > 1 else k.get("min")
+    hi = a[2] if len(a) > 2 else k.get("max")
+    if isinstance(lo, (str, Const)) or isinstance(hi, (str, Const)):
+        out = a[0]
+        if lo is not None:
+            out = c.b.emit(c.name(n) + ".min", "maximum", [out, c.tensor_value(lo, out)])
+        if hi is not None:
+            out = c.b.emit(c.name(n) + ".max", "minimum", [out, c.tensor_value(hi, out)])
+        return out
+    return c.b.emit(c.name(n), "clip", [a[0]], {"min": None if lo is None else float(lo), "max": None if hi is None else float(hi)})
+
+
+def _where(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x, y = a[1], a[2]
+    x = c.tensor_value(x, y if isinstance(y, (str, Const)) else None)
+    return c.b.emit(c.name(n), "where", [a[0], x, c.tensor_value(y, x)])
+
+
+def _masked_fill(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return c.b.emit(c.name(n), "where", [a[1], c.tensor_value(a[2], a[0]), a[0]])
+
+
+def _pow(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    if not isinstance(a[1], (str, Const)) and float(a[1]) == 2.0:
+        return c.b.emit(c.name(n), "mul", [a[0], a[0]])
+    return _binary("pow")(c, n, a, k)
+
+
+def _index(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x, indices = a[0], list(a[1])
+    lead = 0
+    while lead < len(indices) and indices[lead] is not None:
+        lead += 1
+    if lead == 0 or any(i is not None for i in indices[lead:]) or not all(isinstance(i, Const) for i in indices[:lead]):
+        raise c.fail(n, "indexes with tensors computed at run time or not on the leading axes")
+    shape = c.b.spec(x).shape
+    arrays = [i.array.astype(np.int64) for i in indices[:lead]]
+    arrays = [np.where(i < 0, i + shape[d], i) for d, i in enumerate(arrays)]
+    # Advanced indexing on the leading axes = one gather on those axes merged (flat indices).
+    flat = np.ravel_multi_index(np.broadcast_arrays(*arrays), shape[:lead]).astype(np.int64)
+    merged = c.b.emit(c.name(n) + ".merge", "reshape", [x], {"shape": (-1,) + tuple(shape[lead:])}) if lead > 1 else x
+    return c.b.emit(c.name(n), "gather", [merged, Const(flat)], {"axis": 0})
+
+
+def _index_select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return c.b.emit(c.name(n), "gather", [a[0], a[2]], {"axis": int(a[1])})
+
+
+def _pad(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], mode: str = "constant") -> Value:
+    flat = [int(p) for p in a[1]]
+    ndim = len(c.b.spec(a[0]).shape)
+    pairs = [(0, 0)] * ndim
+    for i in range(len(flat) // 2):  # PyTorch lists (before, after) from the last axis backwards
+        pairs[ndim - 1 - i] = (flat[2 * i], flat[2 * i + 1])
+    if mode == "from_args":
+        mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[a[2] if len(a) > 2 else "constant"]
+        value = a[3] if len(a) > 3 and a[3] is not None else 0.0
+    else:
+        value = a[2] if len(a) > 2 else 0.0
+    return c.b.emit(c.name(n), "pad", [a[0]], {"pads": tuple(pairs), "mode": mode, "value": float(value)})
+
+
+def _identity(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return a[0]
+
+
+HANDLERS: dict[str, Handler] = {
+    # elementwise
+    "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _div, "rsub": _rsub, "pow": _pow,
+    "maximum": _binary("maximum"), "minimum": _binary("minimum"),
+    "eq": _binary("equal"), "ne": _binary("not_equal"), "lt": _binary("less"), "le": _binary("less_equal"),
+    "gt": _binary("greater"), "ge": _binary("greater_equal"),
+    "logical_and": _binary("logical_and"), "logical_or": _binary("logical_or"), "__and__": _binary("logical_and"),
+    "bitwise_and": _binary("logical_and"), "__or__": _binary("logical_or"), "bitwise_or": _binary("logical_or"),
+    "logical_not": _unary("logical_not"), "bitwise_not": _unary("logical_not"),
+    "neg": _unary("neg"), "abs": _unary("abs"), "exp": _unary("exp"), "log": _unary("log"), "sqrt": _unary("sqrt"),
+    "rsqrt": _unary("rsqrt"), "reciprocal": _unary("reciprocal"), "sin": _unary("sin"), "cos": _unary("cos"),
+    "erf": _unary("erf"), "floor": _unary("floor"), "ceil": _unary("ceil"), "sign": _unary("sign"),
+    "relu": _unary("relu"), "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "silu": _unary("silu"),
+    "hardswish": _unary("hardswish"), "hardsigmoid": _unary("hardsigmoid"),
+    "gelu": lambda c, n, a, k: c.b.emit(c.name(n), "gelu", [a[0]], {"approximate": k.get("approximate", a[1] if len(a) > 1 else "none")}),
+    "leaky_relu": lambda c, n, a, k: c.b.emit(c.name(n), "leaky_relu", [a[0]], {"alpha": float(a[1]) if len(a) > 1 else 0.01}),
+    "hardtanh": lambda c, n, a, k: c.b.emit(c.name(n), "clip", [a[0]], {"min": float(a[1]) if len(a) > 1 else -1.0, "max": float(a[2]) if len(a) > 2 else 1.0}),
+    "relu6": lambda c, n, a, k: c.b.emit(c.name(n), "clip", [a[0]], {"min": 0.0, "max": 6.0}),
+    "clamp": _clamp, "clamp_min": lambda c, n, a, k: _clamp(c, n, [a[0], a[1], None], k),
+    "clamp_max": lambda c, n, a, k: _clamp(c, n, [a[0], None, a[1]], k),
+    "where": _where, "masked_fill": _masked_fill,
+    "softmax": _softmax("softmax"), "_softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"),
+    "_log_softmax": _softmax("log_softmax"),
+    # linear algebra
+    "linear": _linear, "matmul": _binary("matmul"), "mm": _binary("matmul"), "bmm": _binary("matmul"), "addmm": _addmm,
+    "conv2d": lambda c, n, a, k: _conv(c, n, a, k, 2), "conv1d": lambda c, n, a, k: _conv(c, n, a, k, 1),
+    "convolution": _convolution,
+    "scaled_dot_product_attention": _sdpa,
+    # normalisation and pooling
+    "_native_batch_norm_legit_no_training": _bn_legit, "batch_norm": _bn, "layer_norm": _layer_norm,
+    "max_pool2d": _max_pool, "max_pool2d_with_indices": lambda c, n, a, k: [_max_pool(c, n, a, k), None],
+    "avg_pool2d": _avg_pool, "adaptive_avg_pool2d": _adaptive("adaptive_avg_pool2d", False),
+    "_adaptive_avg_pool2d": _adaptive("adaptive_avg_pool2d", False), "adaptive_max_pool2d": _adaptive("adaptive_max_pool2d", True),
+    # reductions
+    "mean": _reduce("reduce_mean"), "sum": _reduce("reduce_sum"), "amax": _reduce("reduce_max"), "amin": _reduce("reduce_min"),
+    "prod": _reduce("reduce_prod"), "max": _max_dim("reduce_max", "argmax"), "min": _max_dim("reduce_min", "argmin"),
+    "argmax": lambda c, n, a, k: c.b.emit(c.name(n), "argmax", [a[0]], {"axis": int(a[1]), "keepdims": bool(a[2]) if len(a) > 2 else False}),
+    # shapes
+    "view": _reshape, "reshape": _reshape, "_unsafe_view": _reshape, "flatten": _reshape, "expand": _expand,
+    "permute": _permute, "transpose": _transpose, "t": lambda c, n, a, k: _transpose(c, n, [a[0], 0, 1], k),
+    "unsqueeze": lambda c, n, a, k: c.b.emit(c.name(n), "unsqueeze", [a[0]], {"axes": (int(a[1]),)}),
+    "squeeze": _squeeze, "select": _select, "slice": _slice, "cat": _cat, "concat": _cat, "stack": _stack,
+    "split": _split, "split_with_sizes": _split, "unbind": _unbind,
+    "index": _index, "index_select": _index_select, "embedding": _embedding,
+    "constant_pad_nd": _pad, "pad": lambda c, n, a, k: _pad(c, n, a, k, "from_args"),
+    "reflection_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "reflect"), "replication_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "edge"),
+    "_to_copy": _cast, "to": _cast, "type_as": _cast,
+    # no-ops at inference
+    "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity, "lift_fresh_copy": _identity,
+    "dropout": _identity, "feature_dropout": _identity,
+}
+_SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
+
+
+# ----------------------------------------------------------------------------- the walk
+def _packet_name(target: Any) -> str:
+    packet = getattr(target, "overloadpacket", None)
+    return str(getattr(packet, "__name__", _target_name(target)))
+
+
+def _flat_values(args: Any) -> list[Any]:
+    if isinstance(args, (list, tuple)):
+        return [v for a in args for v in _flat_values(a)]
+    if isinstance(args, dict):
+        return [v for a in args.values() for v in _flat_values(a)]
+    return [args]
+
+
+def _fold(c: _Ctx, n: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Run an op whose inputs are all constants in PyTorch, at import time."""
+    torch = c.torch
+
+    def to_torch(v: Any) -> Any:
+        if isinstance(v, Const):
+            return torch.from_numpy(np.array(v.array))
+        if isinstance(v, (list, tuple)):
+            return type(v)(to_torch(i) for i in v)
+        return v
+
+    out = n.target(*to_torch(list(args)), **{k: to_torch(v) for k, v in kwargs.items()})
+
+    def back(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return Const(v.detach().cpu().numpy().copy())
+        if isinstance(v, (list, tuple)):
+            return [back(i) for i in v]
+        return v
+
+    return back(out)
+
+
+def _resolve(c: _Ctx, a: Any) -> Any:
+    import torch.fx as fx
+
+    if isinstance(a, fx.Node):
+        return c.env[a]
+    if isinstance(a, (list, tuple)):
+        return [_resolve(c, v) for v in a]
+    return a
+
+
+def _check_spec(c: _Ctx, n: Any, value: Any) -> Any:
+    """Keep the graph's dtypes equal to PyTorch's (scalar promotion differs in a few places)."""
+    if not isinstance(value, str) or "val" not in n.meta or not hasattr(n.meta["val"], "shape"):
+        return value
+    shape, dtype = c.meta(n)
+    spec = c.b.spec(value)
+    if spec.shape != shape:
+        raise c.fail(n, f"imported with shape {spec.shape}, but PyTorch computes {shape} (an importer bug: please report it)")
+    return c.b.cast_to(c.name(n), value, dtype) if spec.dtype != dtype else value
+
+
+def _call(c: _Ctx, n: Any) -> Any:
+    name = _packet_name(n.target)
+    if n.target is operator.getitem:
+        seq = c.env[n.args[0]]
+        return seq[int(n.args[1])]
+    if name in _SKIP:
+        return None
+    args = _resolve(c, list(n.args))
+    kwargs = {k: _resolve(c, v) for k, v in n.kwargs.items()}
+    if not any(isinstance(v, str) for v in _flat_values([args, kwargs])):
+        return _fold(c, n, args, kwargs)
+    handler = HANDLERS.get(name)
+    if handler is None:
+        raise c.fail(n, "has no mapping to the neurenix opset")
+    out = handler(c, n, args, kwargs)
+    return _check_spec(c, n, out)
+
+
+def _constants(ep: Any) -> dict[str, np.ndarray]:
+    """Parameters, buffers and lifted constants by placeholder name, as NumPy."""
+    sig = ep.graph_signature
+    state = dict(ep.state_dict) | dict(getattr(ep, "constants", {}) or {})
+    out: dict[str, np.ndarray] = {}
+    for spec in sig.input_specs:
+        if spec.target is not None and spec.target in state:
+            out[spec.arg.name] = state[spec.target].detach().cpu().numpy().copy()
+    return out
+
+
+def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Graph:
+    """The Graph of ``module`` called as ``module(*args, **kwargs)`` (example inputs)."""
+    import torch
+
+    if module.training:
+        module = module.eval()  # inference graphs: dropout off, batch norm on running statistics
+    try:
+        ep = torch.export.export(module, args, kwargs)
+        ep = ep.run_decompositions({})
+    except Exception as exc:  # torch.export refuses data-dependent control flow and the like
+        raise UnsupportedOperationError(
+            f"from_torch: torch.export could not capture {type(module).__name__}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+            "make forward traceable (no Python branching on tensor values) or export it to ONNX and use nx.nn.from_onnx"
+        ) from exc
+    c = _Ctx(GraphBuilder(f"from_torch({type(module).__name__})"), torch)
+    consts = _constants(ep)
+    user_inputs = set(ep.graph_signature.user_inputs)
+    for n in ep.graph.nodes:
+        if n.op == "placeholder":
+            if n.name in consts:
+                c.env[n] = Const(consts[n.name])
+            elif n.name in user_inputs:
+                shape, dtype = c.meta(n)
+                c.env[n] = c.b.add_input(n.name, shape, dtype)
+            else:
+                raise c.fail(n, "is an input torch.export lifted that neurenix cannot supply (a token or custom object)")
+        elif n.op == "call_function":
+            c.env[n] = _call(c, n)
+        elif n.op == "output":
+            outs = [c.env[o] for o in n.args[0]]
+            if any(o is None for o in outs):
+                raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is not a tensor")
+            return c.b.graph(outs)
+    raise UnsupportedOperationError(f"from_torch({type(module).__name__}): the exported program has no output")

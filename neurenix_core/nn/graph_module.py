@@ -1,0 +1,89 @@
+"""A model imported from another framework: a Graph whose float weights are Module parameters.
+
+``nx.nn.from_torch`` (through torch.export) and ``nx.nn.from_onnx`` return a GraphModule. Its
+weights are parameters named ``"<node>.<param>"`` (so ``state_dict``, ``save``/``load`` and
+``to(device)`` work as for any Module); calling it compiles the graph for the model's device
+once per input shape (``nx.compile``) and runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.graph.ir import Graph, Node
+from neurenix_core.nn.module import Module
+
+__all__ = ["GraphModule"]
+
+
+def _is_weight(arr: Any) -> bool:
+    return isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim > 0
+
+
+class GraphModule(Module):
+    """An imported graph as a Module. ``input_names``/``output_names`` say what it takes and returns."""
+
+    def __init__(self, graph: Graph, source: str = "graph") -> None:
+        super().__init__()
+        from neurenix_core.tensor.creation import asarray
+
+        object.__setattr__(self, "_graph", graph)
+        object.__setattr__(self, "_source", source)
+        object.__setattr__(self, "_compiled", {})
+        for node in graph.nodes:
+            for key, arr in node.params.items():
+                if _is_weight(arr):
+                    self.register_parameter(f"{node.name}.{key}", asarray(np.asarray(arr, np.float32)))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self._graph.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self._graph.outputs
+
+    def input_count(self) -> int:
+        return len(self._graph.inputs)
+
+    def to_graph(self, *shapes: tuple[int, ...] | None, inputs: int | None = None) -> Graph:
+        """The graph with the current weights (and ``shapes``, if given, as input shapes)."""
+        nodes = []
+        for node in self._graph.nodes:
+            params = {k: (self._parameters[f"{node.name}.{k}"].numpy() if f"{node.name}.{k}" in self._parameters else v)
+                      for k, v in node.params.items()}
+            nodes.append(Node(node.name, node.op, node.inputs, node.output, node.attrs, params))
+        graph = replace(self._graph, nodes=tuple(nodes))
+        if shapes and all(s is not None for s in shapes):
+            graph = graph.with_input_shapes(*shapes)  # type: ignore[arg-type]
+        return graph
+
+    def forward(self, *inputs: Any) -> Any:
+        from neurenix_core.graph.compiler import compile as compile_graph
+
+        key = str(self.device)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = compile_graph(self.to_graph(), device=self.device)
+            self._compiled[key] = compiled
+        return compiled(*inputs)
+
+    def _as_input(self, value: Any) -> Any:
+        return value  # the compiled model places NumPy input itself, keeping integer dtypes
+
+    def to(self, device: Any) -> Module:
+        self._compiled.clear()
+        return super().to(device)
+
+    def load_state_dict(self, state: Any, strict: bool = True) -> None:
+        self._compiled.clear()
+        super().load_state_dict(state, strict)
+
+    def extra_repr(self) -> str:
+        return f"{self._source}, {len(self._graph.nodes)} nodes, inputs={list(self.input_names)}, outputs={len(self.output_names)}"
+
+    def __repr__(self) -> str:
+        return f"GraphModule({self.extra_repr()})"
