@@ -1,0 +1,82 @@
+"""from_onnx: torch.onnx.export of real architectures, and hand-built ONNX graphs, on cpu:0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")  # torch.onnx.export's exporter
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import neurenix_core as nx  # noqa: E402
+from neurenix_core import nn  # noqa: E402
+from neurenix_core.errors import ModelFormatError, UnsupportedOperationError  # noqa: E402
+
+import model_zoo as zoo  # noqa: E402
+
+RNG = np.random.default_rng(1)
+
+
+def _export(model: object, x: object, path: Path) -> Path:
+    torch.onnx.export(model, (x,), str(path), dynamo=True, verbose=False)
+    return path
+
+
+@pytest.mark.parametrize("name", ["resnet_block", "mobilenetv3_block", "efficientnet_block", "vit"])
+def test_exported_architecture_matches_torch_on_cpu(name: str, tmp_path: Path) -> None:
+    model = zoo.build(name)
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = model(torch.from_numpy(x)).detach().numpy()
+    imported = nn.from_onnx(_export(model, torch.from_numpy(x), tmp_path / f"{name}.onnx"))
+    got = nx.compile(imported, device="cpu:0")(x).numpy()
+    assert got.shape == want.shape and zoo.max_rel_err(got, want) <= 1e-5
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list, opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "handmade", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_handmade_graph_with_shape_ops_split_pad_and_int64_gather() -> None:
+    table = RNG.standard_normal((10, 4)).astype(np.float32)
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([0, -1], np.int64), "shape"),
+             numpy_helper.from_array(np.array([2, 2], np.int64), "sizes"), numpy_helper.from_array(np.array([0, 1, 0, 0, 1, 0], np.int64), "pads")]  # (begin, end) per axis
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0),            # (2, 3, 4)
+        helper.make_node("Reshape", ["emb", "shape"], ["flat"]),                   # (2, 12)
+        helper.make_node("Split", ["emb", "sizes"], ["lo", "hi"], axis=2),         # 2 x (2, 3, 2)
+        helper.make_node("Mul", ["lo", "hi"], ["prod"]),
+        helper.make_node("Pad", ["prod", "pads"], ["padded"], mode="reflect"),     # (2, 5, 2)
+        helper.make_node("Shape", ["flat"], ["shp"]),
+        helper.make_node("Cast", ["shp"], ["shp_f"], to=TensorProto.FLOAT),
+    ]
+    inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("flat", "padded", "shp_f")]
+    model = nn.from_onnx(_model(nodes, inputs, outputs, inits).SerializeToString())
+    ids = RNG.integers(0, 10, (2, 3))
+    flat, padded, shp = nx.compile(model, device="cpu:0")(ids)
+    emb = table[ids]
+    np.testing.assert_allclose(flat.numpy(), emb.reshape(2, 12), rtol=1e-6)
+    np.testing.assert_allclose(padded.numpy(), np.pad(emb[..., :2] * emb[..., 2:], ((0, 0), (1, 1), (0, 0)), mode="reflect"), rtol=1e-6)
+    np.testing.assert_array_equal(shp.numpy(), [2, 12])
+
+
+def test_unsupported_onnx_op_names_node_and_op() -> None:
+    nodes = [helper.make_node("Det", ["x"], ["y"], name="the_det")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [])
+    with pytest.raises(UnsupportedOperationError, match=r"node 'the_det' \(op Det\).*docs/models.md"):
+        nn.from_onnx(model)
+
+
+def test_old_opset_and_symbolic_shapes_are_refused_with_the_remedy() -> None:
+    relu = [helper.make_node("Relu", ["x"], ["y"])]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    with pytest.raises(ModelFormatError, match="opset 11.*convert_version"):
+        nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], out, [], opset=11))
+    with pytest.raises(UnsupportedOperationError, match="symbolic dimension 'batch'.*update_model_dims"):
+        nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])], out, []))
