@@ -10,6 +10,7 @@ computed here, once, by ``neurenix_core.graph.quantization``; backends only lowe
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -123,6 +124,7 @@ class Compiled:
         self._runners: dict[tuple[tuple[int, ...], ...], Runner] = {}
         self._summaries: dict[tuple[tuple[int, ...], ...], str] = {}
         self._eager: Any = None
+        self._placements: dict[tuple[tuple[int, ...], ...], Any] = {}
         # Float inputs run as float32; integer inputs (token ids) keep their declared dtype.
         self._input_dtypes = [np.dtype(np.float32) if s.dtype.startswith(("float", "bfloat")) else np.dtype(s.dtype) for s in graph.inputs]
 
@@ -198,15 +200,134 @@ class Compiled:
         from neurenix_core.plugins.state import registry
 
         reg, rec = registry(), self._record
-        if rec.manifest.capabilities.compiles_models and reg.implements(rec, "neurenix_compile"):
+        compiles = bool(rec.manifest.capabilities.compiles_models and reg.implements(rec, "neurenix_compile"))
+        placement = self._place(graph, compiles)
+        self._placements[tuple(s.shape for s in graph.inputs)] = placement
+        if placement.partitioned:
+            return self._partitioned(placement, compiles)
+        if compiles:
+            if self.plan is not None and placement.graph is not graph:
+                raise CompilationError(
+                    f"{self.device} (plugin {rec.name}) needs composite ops decomposed, which a {self.precision} plan made for the "
+                    "original graph does not cover; compile in fp32, or quantize for a device that declares those ops"
+                )
             options = CompileOptions(device=self.device, precision=self.precision, quantization=self.plan, extra=self.extra)
             try:
-                native = reg.call(rec, "neurenix_compile", backend=self._backend, graph=graph, options=options)
+                native = reg.call(rec, "neurenix_compile", backend=self._backend, graph=placement.graph, options=options)
             except UnsupportedOperationError as exc:
                 return self._fallback(exc)
             if native is not None:
                 return self._native_runner(native), str(getattr(native, "summary", "") or f"compiled by plugin {rec.name}")
         return self._local_runner()
+
+    def _place(self, graph: Graph, compiles: bool) -> Any:
+        """Which nodes the device runs: declared ops and dtypes (capabilities as data)."""
+        from neurenix_core.graph import opset
+        from neurenix_core.graph.executor import EAGER_OPS
+        from neurenix_core.graph.placement import place
+
+        caps = self._record.manifest.capabilities
+        if str(self.device.type) == "cpu":
+            declared, dtypes = set(opset.OPSET), set(opset.DTYPES)
+        elif compiles:
+            declared = set(caps.graph_ops) if caps.graph_ops is not None else set(opset.LEGACY_OPS)
+            dtypes = set(caps.graph_dtypes)
+        else:
+            declared, dtypes = set(EAGER_OPS), {"float32"}
+        return place(graph, declared, dtypes, str(self.device), self._record.name)
+
+    @property
+    def placement(self) -> Any:
+        """Where the nodes run (``graph.placement.Placement``: nodes and estimated FLOPs per device,
+        every off-device node with its op and reason) for the last input shapes compiled; a
+        graph with static input shapes is compiled for them on first access."""
+        if not self._placements:
+            shapes = tuple(tuple(s.shape) for s in self.graph.inputs)
+            if not all(shapes):
+                raise CompilationError(f"{self.device}: the placement is decided per input shape; call the compiled model once first")
+            self._runners[shapes] = self._build(shapes)
+        return list(self._placements.values())[-1]
+
+    def _partitioned(self, placement: Any, compiles: bool) -> tuple[Runner, str]:
+        where = f"{self.device} (plugin {self._record.name})"
+        off = ", ".join(f"node {o.node!r} (op {o.op}): {o.reason}" for o in placement.off_device)
+        if self.plan is not None:
+            raise CompilationError(f"{where} cannot run the whole {self.precision} model, and quantized models are not partitioned: {off}. "
+                                   f"Compile for 'cpu' (every op) or in fp32")
+        if fallback.get_fallback_policy() == "error":
+            raise CompilationError(
+                f"{where} cannot run {len(placement.off_device)} node(s) of the model: {off}. The fallback policy is 'error'; "
+                "allow partitioned execution (those nodes on cpu:0) with nx.fallback_policy('warn') or 'allow'"
+            )
+        runner, placement = self._partition_runner(placement, compiles)
+        self._placements[tuple(s.shape for s in placement.graph.inputs)] = placement
+        if fallback.get_fallback_policy() == "warn":
+            # The one default-visible line (policy 'allow' keeps it in compiled.placement only).
+            warnings.warn(placement.line(), fallback.FallbackWarning, stacklevel=5)
+        segs = sum(1 for s in placement.segments if s.on_device)
+        return runner, f"partitioned: {placement.line()} ({segs} device segment(s), the rest on the CPU backend in fp32)"
+
+    def _segment_fn(self, sub: Graph, compiles: bool) -> Callable[..., tuple[Any, ...]]:
+        """A device segment as natives -> natives: the plugin's compiled form, else eager ops."""
+        from neurenix_core.plugins.state import registry
+
+        if compiles:
+            options = CompileOptions(device=self.device, precision=self.precision, quantization=None, extra=self.extra)
+            native = registry().call(self._record, "neurenix_compile", backend=self._backend, graph=sub, options=options)
+            if native is not None:
+                def run_native(*args: Any) -> tuple[Any, ...]:
+                    out = native(*args)
+                    outs = out if isinstance(out, (tuple, list)) else (out,)
+                    return tuple(o._data if isinstance(o, Tensor) else o for o in outs)
+
+                return run_native
+        from neurenix_core.graph.executor import EagerGraph
+
+        eager = EagerGraph(sub, self.device)
+        return lambda *args: tuple(t._data for t in eager(*self._tensors(args)))
+
+    def _partition_runner(self, placement: Any, compiles: bool) -> tuple[Runner, Any]:
+        from neurenix_core.graph.placement import moved_to_cpu
+        from neurenix_core.graph.reference import run_graph
+        from neurenix_core.graph.shapes import infer_values
+
+        specs = infer_values(placement.graph)
+        steps: list[tuple[bool, Any, Callable[..., Any]]] = []
+        for seg in placement.segments:
+            sub = seg.graph(specs)
+            if seg.on_device:
+                try:
+                    steps.append((True, seg, self._segment_fn(sub, compiles)))
+                    continue
+                except UnsupportedOperationError as exc:
+                    placement = moved_to_cpu(placement, seg, f"plugin {self._record.name} refused the segment: {exc}")
+            steps.append((False, seg, lambda *hosts, g=sub: run_graph(g, *hosts, float_dtype=np.float32)))
+        be, idx, outputs = self._backend, self.device.index, placement.graph.outputs
+        names = [s.name for s in placement.graph.inputs]
+
+        def run(*natives: Any) -> tuple[Tensor, ...]:
+            dev: dict[str, Any] = dict(zip(names, natives))
+            host: dict[str, Any] = {}
+
+            def on_device(v: str) -> Any:
+                if v not in dev:
+                    dev[v] = be._from_host(np.ascontiguousarray(host[v]), idx)  # transfer host -> device
+                return dev[v]
+
+            def on_host(v: str) -> Any:
+                if v not in host:
+                    host[v] = be._to_host(dev[v])  # transfer device -> host
+                return host[v]
+
+            for on_dev, seg, fn in steps:
+                if on_dev:
+                    dev.update(zip(seg.outputs, fn(*(on_device(v) for v in seg.inputs))))
+                else:
+                    out = fn(*(on_host(v) for v in seg.inputs))
+                    host.update(zip(seg.outputs, out if isinstance(out, tuple) else (out,)))
+            return self._tensors(tuple(on_device(o) for o in outputs))
+
+        return run, placement
 
     def _fallback(self, exc: UnsupportedOperationError) -> tuple[Runner, str]:
         where = f"{self.device} (plugin {self._record.name})"

@@ -33,7 +33,10 @@ class _NodeBuilder:
         return name
 
     def const(self, value: np.ndarray) -> str:
-        return self.op("constant", (), {}, {"value": np.asarray(value)})
+        arr = np.asarray(value)
+        # Graph weights are float32 (nn and both importers store them so); a float64 parameter
+        # must not turn a float32 model's values into float64 after decomposition.
+        return self.op("constant", (), {}, {"value": arr.astype(np.float32) if arr.dtype.kind == "f" else arr})
 
 
 def _rename(nodes: list[Node], old: str, new: str) -> list[Node]:

@@ -13,7 +13,7 @@ from neurenix_core.graph.ir import Graph, Node
 from neurenix_core.nn import functional as F
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["EagerGraph"]
+__all__ = ["EagerGraph", "EAGER_OPS"]
 
 Params = Mapping[str, Tensor]
 
@@ -43,6 +43,10 @@ _RUN: dict[str, Callable[[Node, list[Tensor], Params], Tensor]] = {
     "add": lambda n, x, p: x[0] + x[1],
     "mul": lambda n, x, p: x[0] * x[1],
 }
+
+
+#: The ops a device without a compile hook runs through its op table; others go to the CPU.
+EAGER_OPS = frozenset(_RUN)
 
 
 class EagerGraph:

@@ -144,9 +144,15 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
 
     Called by: ``nx.compile(model, device=...)`` when the device belongs to this plugin and its
     manifest declares ``capabilities.compiles_models``. ``graph`` is a
-    ``neurenix_core.graph.ir.Graph`` (typed layer nodes, weights as NumPy arrays) and ``options`` a
-    ``neurenix_core.graph.ir.CompileOptions`` (device, precision, quantization parameters from the
-    core's calibration).
+    ``neurenix_core.graph.ir.Graph`` (op nodes of ``neurenix_core.graph.opset``, weights as NumPy
+    arrays, static input shapes) and ``options`` a ``neurenix_core.graph.ir.CompileOptions``
+    (device, precision, quantization parameters from the core's calibration).
+
+    Since API 1.1 the core partitions first: ``graph`` holds only ops listed in
+    ``capabilities.graph_ops`` (the 17 first-release ops when that is None) on values of
+    ``capabilities.graph_dtypes``; undeclared composites were decomposed, the rest runs on the
+    CPU backend. A partitioned model calls this hook once per device subgraph, whose inputs are
+    the values crossing into it (constants of the model included, unless ``constant`` is declared).
 
     Return: a :class:`~neurenix_core.plugins.backend.CompiledModel`, or ``None`` to let the core run the
     layers eagerly on the device. Raise ``UnsupportedOperationError`` naming the layer when a

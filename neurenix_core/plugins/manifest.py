@@ -26,7 +26,8 @@ __all__ = [
 #: The version of the contract in hookspecs.py. A plugin declares the range it was written
 #: for (``api=">=1.0,<2"``); the core refuses a plugin whose range excludes this version
 #: before calling anything but its manifest hook. Minor bumps add optional hooks or fields.
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 0)
+#: 1.1 added ``Capabilities.graph_ops`` / ``graph_dtypes`` (the ops a compiling plugin lowers).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 1)
 
 
 _REQUIRED: Final = object()
@@ -128,6 +129,13 @@ class Capabilities(_Record):
     quantization: tuple[str, ...]
     dlpack: bool
     extra: Mapping[str, Any]
+    #: Graph ops (``neurenix_core.graph.opset`` names) that ``neurenix_compile`` lowers natively.
+    #: None (every plugin written before API 1.1) means the 17 ops of the first release. A
+    #: composite op left out is decomposed by the core; a primitive left out runs on the CPU.
+    graph_ops: tuple[str, ...] | None
+    #: Value dtypes those compiled graphs take and produce; a node touching another dtype (int64
+    #: token ids, bool masks) runs on the CPU.
+    graph_dtypes: tuple[str, ...]
 
     _SPEC = {
         "dtypes": ("float32",),
@@ -137,6 +145,8 @@ class Capabilities(_Record):
         "quantization": (),
         "dlpack": False,
         "extra": _Factory(dict),
+        "graph_ops": None,
+        "graph_dtypes": ("float32",),
     }
     __slots__ = tuple(_SPEC)
 
@@ -149,6 +159,8 @@ class Capabilities(_Record):
             "quantization": list(self.quantization),
             "dlpack": self.dlpack,
             "extra": dict(self.extra),
+            "graph_ops": None if self.graph_ops is None else list(self.graph_ops),
+            "graph_dtypes": list(self.graph_dtypes),
         }
 
 
@@ -348,6 +360,12 @@ def _check_fields(m: Manifest) -> None:
             raise ValueError(f"device type {t!r} must be lower-case letters, digits or '_'")
     if not isinstance(m.capabilities, Capabilities):
         raise ValueError("field 'capabilities' must be a Capabilities or a dict of its fields")
+    ops = m.capabilities.graph_ops
+    if ops is not None and (not isinstance(ops, (tuple, list)) or not all(isinstance(o, str) for o in ops)):
+        raise ValueError("field 'capabilities.graph_ops' must be None or a tuple of opset op names")
+    dts = m.capabilities.graph_dtypes
+    if not isinstance(dts, (tuple, list)) or not all(isinstance(d, str) for d in dts):
+        raise ValueError("field 'capabilities.graph_dtypes' must be a tuple of dtype names")
     if m.emulation is not None and not isinstance(m.emulation, str):
         raise ValueError("field 'emulation' must be a string token or None")
     if not isinstance(m.exports, Mapping) or not all(

@@ -1,0 +1,155 @@
+"""Partitioned placement: a device that declares only conv2d and matmul runs a model with other
+ops in two device partitions, reports them, matches the reference, and policy 'error' refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+from neurenix_core.graph import opset
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.placement import place
+
+# A vendor-style plugin whose compiler lowers conv2d and matmul only (NumPy kernels standing in
+# for its hardware) and says so as data; it refuses anything else it is handed.
+PLUGIN = '''
+from __future__ import annotations
+import numpy as np
+from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult, ArrayNamespaceBackend, CompiledModel
+from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph.reference import run_graph
+
+SEGMENTS = []
+
+class ConvBackend(ArrayNamespaceBackend):
+    def __init__(self):
+        super().__init__(np, device_type="convdev", device_count=1, emulated=True)
+    def _native_device(self, index):
+        return "cpu"
+    def _from_host(self, array, index):
+        return np.array(array, copy=True)
+
+class Program(CompiledModel):
+    def __init__(self, graph):
+        self.graph = graph
+        self.summary = "convdev program"
+    def _run(self, *xs):
+        out = run_graph(self.graph, *xs, float_dtype=np.float32)
+        return out
+
+@hookimpl
+def neurenix_manifest():
+    return Manifest(name="convdev", distribution="neurenix-convdev", version="1.0", api=">=1.1,<2", device_types=("convdev",),
+                    band=PriorityBand.ACCELERATOR,
+                    capabilities=Capabilities(native_ops=("*",), compiles_models=True, graph_ops=("conv2d", "matmul")),
+                    emulation="convdev")
+
+@hookimpl
+def neurenix_probe(context):
+    return ProbeResult.emulating(1)
+
+@hookimpl
+def neurenix_backend(manifest, probe):
+    return ConvBackend()
+
+@hookimpl
+def neurenix_compile(backend, graph, options):
+    bad = [n for n in graph.nodes if n.op not in ("conv2d", "matmul")]
+    if bad:
+        raise UnsupportedOperationError(f"convdev cannot lower {bad[0].name!r} ({bad[0].op})")
+    SEGMENTS.append([n.op for n in graph.nodes])
+    return Program(graph)
+'''
+
+MODEL = """
+import json, warnings, numpy as np, neurenix_core as nx
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph
+import nx_plugin_convdev as plugin
+rng = np.random.default_rng(0)
+w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+m = rng.standard_normal((144, 5)).astype(np.float32)
+graph = Graph((TensorSpec("x", (2, 3, 6, 6)),), (
+    Node("conv", "conv2d", ("x",), "conv", {"in_channels": 3, "out_channels": 4, "kernel_size": (3, 3), "padding": (1, 1)}, {"weight": w}),
+    Node("act", "hardswish", ("conv",), "act"),
+    Node("flat", "reshape", ("act",), "flat", {"shape": (2, -1)}),
+    Node("w", "constant", (), "w", {}, {"value": m}),
+    Node("head", "matmul", ("flat", "w"), "head"),
+), ("head",))
+x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+"""
+
+
+def test_two_device_partitions_report_and_reference(plugin_site, run_neurenix) -> None:
+    site = plugin_site("convdev", PLUGIN, module="nx_plugin_convdev")
+    out = run_neurenix(
+        MODEL + """
+c = nx.compile(graph, device="convdev:0")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = c(x)
+p = c.placement
+res = {"device": str(y.device), "err": float(np.abs(y.numpy() - run_graph(graph, x)).max()), "segments": plugin.SEGMENTS,
+       "line": p.line(), "warnings": [str(w.message) for w in caught], "nodes": p.nodes,
+       "off": [[o.node, o.op, o.reason] for o in p.off_device], "flops": p.flops, "summary": c.summary, "report": str(p)}
+with nx.fallback_policy("error"):
+    try:
+        nx.compile(graph, device="convdev:0")(x)
+    except nx.CompilationError as e:
+        res["error"] = str(e)
+print(json.dumps(res))
+""",
+        site=site,
+        env={"NEURENIX_EMULATE": "convdev"},
+    )
+    assert out["device"] == "convdev:0" and out["err"] < 1e-4
+    assert out["segments"] == [["conv2d"], ["matmul"]]  # two device partitions, the CPU between them
+    assert out["nodes"] == {"convdev:0": 2, "cpu:0": 3}  # hardswish decomposed: mul + hardsigmoid, and reshape
+    assert sorted(o[1] for o in out["off"]) == ["hardsigmoid", "mul", "reshape"]
+    assert all("op not declared by plugin convdev" in o[2] for o in out["off"])
+    assert out["line"].startswith("convdev:0 runs 2/5 nodes (") and "3 nodes on cpu:0" in out["line"]
+    assert out["flops"]["convdev:0"] > 10 * out["flops"]["cpu:0"]
+    assert out["warnings"] == [out["line"]]  # one default-visible line
+    assert "partitioned" in out["summary"] and "act/hardsigmoid" in out["report"]
+    assert "node 'flat' (op reshape)" in out["error"] and "fallback policy is 'error'" in out["error"]
+
+
+def test_cpu_runs_everything_and_reports_it() -> None:
+    g = Graph((TensorSpec("x", (2, 3)),), (Node("s", "silu", ("x",), "s"), Node("m", "reduce_mean", ("s",), "m", {"axes": (1,)})), ("m",))
+    c = nx.compile(g, device="cpu:0")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(c(x).numpy(), (x / (1 + np.exp(-x))).mean(1, keepdims=True), rtol=1e-6)
+    assert c.placement.line() == "cpu:0 runs 2/2 nodes (100.0% of FLOPs)" and not c.placement.partitioned
+
+
+def test_int64_values_stay_off_a_float32_only_device() -> None:
+    table = np.ones((5, 2), np.float32)
+    g = Graph((TensorSpec("ids", (3,), "int64"),), (
+        Node("emb", "embedding", ("ids",), "emb", {}, {"weight": table}),
+        Node("r", "relu", ("emb",), "r"),
+    ), ("r",))
+    p = place(g, opset.LEGACY_OPS | {"gather", "constant"}, {"float32"}, "npu:0", "neurenix-npu-openvino")
+    gather = [o for o in p.off_device if o.op == "gather"]
+    assert gather and gather[0].reason == "int64 values not supported by plugin neurenix-npu-openvino"
+    assert "1 node on cpu:0: gather (int64 values not supported by plugin neurenix-npu-openvino)" in p.line()
+
+
+def test_composites_declared_are_kept_and_undeclared_decomposed() -> None:
+    rng = np.random.default_rng(0)
+    lin = Node("fc", "linear", ("x",), "fc", {"in_features": 4, "out_features": 3}, {"weight": rng.standard_normal((3, 4)), "bias": rng.standard_normal(3)})
+    g = Graph((TensorSpec("x", (2, 4)),), (lin, Node("g", "gelu", ("fc",), "g")), ("g",))
+    kept = place(g, {"linear", "gelu"}, {"float32"}, "tpu:0", "neurenix-tpu")
+    assert [n.op for n in kept.graph.nodes] == ["linear", "gelu"] and not kept.partitioned
+    prims = place(g, {"matmul", "add", "mul", "erf", "constant"}, {"float32"}, "tpu:0", "neurenix-tpu")
+    assert "linear" not in {n.op for n in prims.graph.nodes} and not prims.partitioned
+
+
+def test_manifest_rejects_malformed_graph_ops() -> None:
+    from neurenix_core.plugins.manifest import NEURENIX_API_VERSION, Capabilities, Manifest, PriorityBand, validate_manifest
+
+    assert NEURENIX_API_VERSION >= (1, 1)
+    bad = Manifest(name="acme", distribution="neurenix-acme", version="1", api=">=1.0,<2", device_types=("acme",),
+                   band=PriorityBand.NPU, capabilities=Capabilities(graph_ops="conv2d"))
+    with pytest.raises(ValueError, match="graph_ops"):
+        validate_manifest(bad)
