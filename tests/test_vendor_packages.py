@@ -206,7 +206,10 @@ def test_vendor_package_for_another_api_is_refused(acme_env: Env, tmp_path: Path
     report = doctor(acme_env, NEURENIX_EMULATE="acme")
     acme = next(b for b in report["backends"] if b["name"] == "acme")
     assert acme["status"] == "failed" and acme["failure"]["phase"] == "api"
-    assert ">=2.0,<3" in acme["failure"]["cause"] and "1.0" in acme["failure"]["cause"] and "neurenix-acme" in acme["failure"]["cause"]
+    from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
+
+    core_api = ".".join(str(v) for v in NEURENIX_API_VERSION)
+    assert ">=2.0,<3" in acme["failure"]["cause"] and core_api in acme["failure"]["cause"] and "neurenix-acme" in acme["failure"]["cause"]
     proc = acme_env.run([acme_env.python, "-c", "import neurenix_core as nx; nx.zeros(3, device='acme:0')"], NEURENIX_EMULATE="acme")
     assert proc.returncode != 0 and "failed at api" in proc.stderr
 

@@ -102,12 +102,16 @@ def calibrate(
 
     graph = _graph_of(model)
     obs = _Observer(method)
+    constants = {n.output for n in graph.nodes if n.op == "constant"}
     batches = 0
     for i, batch in enumerate(_progress(data, progress)):
         inputs = _as_inputs(batch, len(graph.inputs), i)
         values = run_graph(graph, *inputs, return_values=True)
         for name, value in values.items():
-            obs.observe(name, value, f"batch {i}")
+            # Activations are the float values computed from the inputs; constants stay float
+            # (they feed float ops), integer and bool values (ids, masks) are not quantized.
+            if name not in constants and np.asarray(value).dtype.kind == "f":
+                obs.observe(name, value, f"batch {i}")
         batches += 1
     if batches == 0:
         raise QuantizationError("calibration data is empty: pass at least one representative input batch")
@@ -132,9 +136,9 @@ def _tie_parameters(graph: Graph, acts: dict[str, QuantParams]) -> None:
             if src is not None and src.op in ("linear", "conv2d") and len(consumers[src.output]) == 1 and src.output not in graph.outputs:
                 acts[src.output] = acts[n.output]
     for n in graph.nodes:
-        if n.op in PASS_THROUGH:
+        if n.op in PASS_THROUGH and n.inputs[0] in acts:
             acts[n.output] = acts[n.inputs[0]]
-        elif n.op == "softmax":
+        elif n.op == "softmax" and n.output in acts:
             acts[n.output] = softmax_output_params(acts[n.output].bits)
 
 

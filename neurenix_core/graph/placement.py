@@ -89,13 +89,18 @@ class Placement:
     def __str__(self) -> str:
         lines = [self.line()]
         for dev in self.nodes:
-            lines.append(f"  {dev}: {self.nodes[dev]} nodes, {self.flops.get(dev, 0):,} FLOPs (estimated)")
+            lines.append(f"  {dev}: {_nodes(self.nodes[dev])}, {self.flops.get(dev, 0):,} FLOPs (estimated)")
         for seg in self.segments:
             where = self.device if seg.on_device else CPU
-            lines.append(f"  segment on {where}: {len(seg.nodes)} nodes, {seg.nodes[0].name} .. {seg.nodes[-1].name}")
+            span = seg.nodes[0].name if len(seg.nodes) == 1 else f"{seg.nodes[0].name} .. {seg.nodes[-1].name}"
+            lines.append(f"  segment on {where}: {_nodes(len(seg.nodes))}, {span}")
         for o in self.off_device:
             lines.append(f"  off {self.device}: {o.node} ({o.op}): {o.reason}")
         return "\n".join(lines)
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node{'' if n == 1 else 's'}"
 
 
 def node_flops(node: Node, specs: Mapping[str, ValueSpec]) -> int:

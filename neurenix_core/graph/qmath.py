@@ -229,7 +229,11 @@ def softmax_output_params(bits: int) -> QuantParams:
 
 def check_plan(graph: Graph, plan: QuantizationPlan) -> None:
     """Every value and quantized layer of ``graph`` has its parameters (a plan from another model fails here)."""
-    names: Sequence[str] = [s.name for s in graph.inputs] + [n.output for n in graph.nodes]
+    # Values the integer kernels read or write need parameters; other values (constants,
+    # integer ids, bool masks, outputs of float-only ops) may run unquantized in between.
+    integer = [n for n in graph.nodes if n.op in INTEGER_OPS]
+    names: Sequence[str] = [s.name for s in graph.inputs if s.dtype.startswith("float")] + [
+        v for n in integer for v in (*n.inputs, n.output)]
     if not plan.dynamic:
         missing = [v for v in names if v not in plan.activations]
         if missing:

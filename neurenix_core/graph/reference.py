@@ -196,17 +196,30 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
     if plan.dynamic:
         return _run_dynamic(graph, plan, inputs, return_values)
     acts = plan.activations
-    values: dict[str, np.ndarray] = {s.name: Q.quantize(np.asarray(x, np.float64), acts[s.name]) for s, x in zip(graph.inputs, inputs)}
+    values: dict[str, np.ndarray] = {}
+    quantized: set[str] = set()  # values held as integers; the others are float (or int/bool data)
+    for spec, x in zip(graph.inputs, inputs):
+        arr = _input_array(x, spec.dtype, np.float64)
+        if spec.name in acts:
+            arr = Q.quantize(arr, acts[spec.name])
+            quantized.add(spec.name)
+        values[spec.name] = arr
     for node in graph.nodes:
         xs = [values[i] for i in node.inputs]
-        if node.op in Q.INTEGER_OPS:
+        if node.op in Q.INTEGER_OPS and node.output in acts and all(i in quantized for i in node.inputs):
             values[node.output] = _int_node(node, xs, plan)
-        else:
-            real = [Q.dequantize(x, acts[i]) for x, i in zip(xs, node.inputs)]
-            values[node.output] = Q.quantize(eval_node(node, real), acts[node.output])
+            quantized.add(node.output)
+            continue
+        # No integer kernel: dequantize explicitly, run the float op, quantize its output.
+        real = [Q.dequantize(x, acts[i]) if i in quantized else x for x, i in zip(xs, node.inputs)]
+        out = eval_node(node, real)
+        if node.output in acts:
+            out = Q.quantize(out, acts[node.output])
+            quantized.add(node.output)
+        values[node.output] = out
     if return_values:
         return values
-    outs = tuple(Q.dequantize(values[o], acts[o]) if dequantize else values[o] for o in graph.outputs)
+    outs = tuple(Q.dequantize(values[o], acts[o]) if dequantize and o in quantized else values[o] for o in graph.outputs)
     return outs[0] if len(outs) == 1 else outs
 
 

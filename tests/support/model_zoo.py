@@ -14,7 +14,7 @@ from torch.nn import functional as F
 class BasicBlock(nn.Module):
     """ResNet basic block with a projection shortcut, then a classifier head."""
 
-    def __init__(self, cin: int = 3, cout: int = 16, classes: int = 10) -> None:
+    def __init__(self, cin: int = 3, cout: int = 32, classes: int = 10) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(cout)

@@ -95,6 +95,15 @@ class GraphBuilder:
         names = [self.materialize(v, f"{name}.const") for v in inputs]
         return self._append(name, op, names, attrs, params)
 
+    def reshape(self, name: str, x: Value, target: Sequence[int]) -> Value:
+        """A reshape that merges the trailing axes is the first release's ``flatten`` (which
+        every plugin lowers); anything else is ``reshape``."""
+        shape, target = self.spec(x).shape, tuple(int(d) for d in target)
+        start = len(target) - 1
+        if 0 < start < len(shape) - 1 and target[:start] == shape[:start] and target[start] == int(np.prod(shape[start:])):
+            return self.emit(name, "flatten", [x], {"start_dim": start, "end_dim": -1})
+        return self.emit(name, "reshape", [x], {"shape": target})
+
     def cast_to(self, name: str, value: Value, dtype: str) -> Value:
         """``value`` as ``dtype`` (a cast node only where the dtype differs)."""
         if isinstance(value, Const):

@@ -162,13 +162,18 @@ def _reshape(b: GraphBuilder, n: _Node) -> Value:
     shape = _ints(_const(b, n, 1, "target shape"))
     if n.attrs.get("allowzero", 0) and 0 in shape:
         raise _fail(b, n, "uses allowzero=1 with a zero dimension")
-    return b.emit(n.name, "reshape", [n.inputs[0]], {"shape": shape})  # type: ignore[list-item]
+    x = n.inputs[0]
+    target = tuple(b.spec(x).shape[i] if d == 0 else d for i, d in enumerate(shape))  # type: ignore[arg-type]
+    if -1 in target:
+        known = math.prod(d for d in target if d != -1)
+        target = tuple(math.prod(b.spec(x).shape) // known if d == -1 else d for d in target)  # type: ignore[arg-type]
+    return b.reshape(n.name, x, target)  # type: ignore[arg-type]
 
 
 def _flatten(b: GraphBuilder, n: _Node) -> Value:
     shape = b.spec(n.inputs[0]).shape  # type: ignore[arg-type]
     axis = int(n.attrs.get("axis", 1)) % (len(shape) + 1)
-    return b.emit(n.name, "reshape", [n.inputs[0]], {"shape": (math.prod(shape[:axis]), math.prod(shape[axis:]))})  # type: ignore[list-item]
+    return b.reshape(n.name, n.inputs[0], (math.prod(shape[:axis]), math.prod(shape[axis:])))  # type: ignore[arg-type]
 
 
 def _axes_input(b: GraphBuilder, n: _Node) -> tuple[int, ...] | None:

@@ -216,7 +216,7 @@ def _max_dim(op: str, arg: str) -> Handler:
 
 
 def _reshape(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    return c.b.emit(c.name(n), "reshape", [a[0]], {"shape": c.meta(n)[0]})
+    return c.b.reshape(c.name(n), a[0], c.meta(n)[0])
 
 
 def _expand(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
