@@ -114,22 +114,18 @@ def table(rows: Sequence[Mapping[str, Any]], extra_columns: Sequence[tuple[str, 
 
 
 def config_lines(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The configurations behind the table, one line per distinct (side, configuration)."""
-    out: list[str] = []
-    seen: set[str] = set()
+    """The configurations behind the table: each distinct one once, with the rows that used it."""
+    groups: dict[str, list[str]] = {}
+    refused: list[str] = []
     for r in rows:
-        tag = f"{r['model']} {r['precision']} batch {r['batch']} threads {r['threads']}"
-        same = r.get("refused") is None
-        for side in (("both",) if same else ("neurenix", "native")):
+        tag = f"{r['model']} {r['precision']} b{r['batch']} t{r['threads']}"
+        sides = ("both",) if r.get("refused") is None else ("neurenix", "native")
+        for side in sides:
             cfg = r["neurenix_config"] if side in ("both", "neurenix") else r["native_config"]
-            text = ", ".join(f"{k}={v}" for k, v in cfg.items())
-            if (side, text) in seen:
-                continue
-            seen.add((side, text))  # type: ignore[arg-type]
-            out.append(f"- {tag}: {side}: {text}")
-        if not same:
-            out.append(f"- {tag}: REFUSED: {r['refused']}")
-    return "\n".join(out)
+            groups.setdefault(f"{side}: " + ", ".join(f"{k}={v}" for k, v in cfg.items()), []).append(tag)
+        if r.get("refused") is not None:
+            refused.append(f"- REFUSED {tag}: {r['refused']}")
+    return "\n".join([f"- {text}  [{'; '.join(tags)}]" for text, tags in groups.items()] + refused)
 
 
 def write_json(path: str | os.PathLike[str], benchmark: str, rows: Sequence[Mapping[str, Any]], **meta: Any) -> Path:
