@@ -128,7 +128,7 @@ def config_lines(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join([f"- {text}  [{'; '.join(tags)}]" for text, tags in groups.items()] + refused)
 
 
-def write_json(path: str | os.PathLike[str], benchmark: str, rows: Sequence[Mapping[str, Any]], **meta: Any) -> Path:
+def write_json(path: str | os.PathLike[str], benchmark: str, rows: Sequence[Mapping[str, Any]], /, **meta: Any) -> Path:
     target = Path(path)
     target.write_text(json.dumps({"benchmark": benchmark, "machine": machine(), **meta, "rows": list(rows)}, indent=1), encoding="utf-8")
     return target
@@ -146,7 +146,7 @@ def parser(doc: str, *, threads: Sequence[int] = (1, 2), batches: Sequence[int] 
     return p
 
 
-def report(benchmark: str, rows: Sequence[Mapping[str, Any]], args: argparse.Namespace, extra_columns: Sequence[tuple[str, str, str]] = (), **meta: Any) -> None:
+def report(benchmark: str, rows: Sequence[Mapping[str, Any]], args: argparse.Namespace, extra_columns: Sequence[tuple[str, str, str]] = (), /, **meta: Any) -> None:
     """Print the machine, the table and the configurations; write JSON when asked."""
     m = machine()
     print(f"{benchmark}: CPU {m['cpu']} ({m['cpus']} CPUs available, 1-min load {m['load_1min']})" + (" -- quick run, rough numbers" if args.quick else ""))
