@@ -25,16 +25,22 @@ import numpy as np  # noqa: E402
 import neurenix_core as nx  # noqa: E402
 from neurenix_core.cli import benchkit  # noqa: E402
 
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn", "cnn-s2")
 
 
 def build(name: str) -> tuple[Any, tuple[int, ...]]:
-    """The benchmark models in neurenix's own nn: an MLP and the NPU seed document's CNN."""
+    """The benchmark models in neurenix's own nn: an MLP, the NPU seed document's CNN and a CNN
+    with a stride-2 stem (the usual mobile design: fewer pixels, more channels per conv)."""
     from neurenix_core import nn
 
     nn.manual_seed(0)
     if name == "mlp":
         return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)), (16,)
+    if name == "cnn-s2":
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(), nn.Conv2d(64, 64, 3, 1, 1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+        ), (3, 32, 32)
     return nn.Sequential(
         nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
         nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(), nn.Flatten(), nn.Linear(64 * 8 * 8, 10),
@@ -102,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     with Progress(transient=True) as bar:
         task = bar.add_task("edgetpu", total=len(args.models) * len(args.threads) * len(args.batches))
         for name in args.models:
-            rows += bench(name, args.batches, args.threads, 3 if args.quick else 15, lambda: bar.advance(task))
+            rows += bench(name, args.batches, args.threads, 3 if args.quick else 40, lambda: bar.advance(task))
     device = nx.backend("edgetpu:0").device_info(0)["name"]
     benchkit.report("edgetpu", rows, args, [("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)
     return 0

@@ -27,8 +27,9 @@ def test_example_edgetpu_int8(tmp_path):
 
 
 def test_benchmark_quick(tmp_path):
+    """Quick run of two of the three models, batch 1: the schema and the configurations, no timing."""
     report = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "edgetpu.py"), "--quick", "--batches", "1", "--json", str(report)],
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "edgetpu.py"), "--quick", "--batches", "1", "--models", "mlp", "cnn", "--json", str(report)],
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     import json
