@@ -78,7 +78,16 @@ def session_config(session: Any) -> dict[str, Any]:
         "intra_op_threads": opts.intra_op_num_threads, "inter_op_threads": opts.inter_op_num_threads,
         "graph_optimization_level": str(opts.graph_optimization_level).rsplit(".", 1)[-1],
         "execution_mode": str(opts.execution_mode).rsplit(".", 1)[-1],
+        "intra_op_allow_spinning": _config_entry(opts, "session.intra_op.allow_spinning"),
     }
+
+
+def _config_entry(opts: Any, key: str) -> str:
+    # ORT raises for an entry nobody set; unset means its default (worker threads spin between runs).
+    try:
+        return str(opts.get_session_config_entry(key))
+    except RuntimeError:
+        return "default"
 
 
 def session_for(model: Any, backend: ORTBackend, providers: list[str], threads: int) -> Any:
