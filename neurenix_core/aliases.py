@@ -10,7 +10,6 @@ this file adds no edge to the import graph and costs nothing until an old path i
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
@@ -45,7 +44,10 @@ MOVED: Final[dict[str, str]] = {
 }
 
 
-class _MovedLoader(importlib.abc.Loader):
+# Plain classes, not importlib.abc subclasses: the import system only calls find_spec /
+# create_module / exec_module, and importlib.abc pulls in importlib.resources, tempfile and
+# shutil (a few ms of every `import neurenix_core`, issue 17).
+class _MovedLoader:
     def __init__(self, new: str) -> None:
         self._new = new
         self._spec: importlib.machinery.ModuleSpec | None = None
@@ -66,7 +68,7 @@ class _MovedLoader(importlib.abc.Loader):
         module.__spec__ = self._spec
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder):
+class _MovedFinder:
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         new = MOVED.get(fullname)
         if new is None:
