@@ -10,6 +10,7 @@ import neurenix_core as nx
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.placement import place
+from neurenix_core.tensor.fallback import FallbackWarning
 
 # A vendor-style plugin whose compiler lowers conv2d and matmul only (NumPy kernels standing in
 # for its hardware) and says so as data; it refuses anything else it is handed.
@@ -153,3 +154,34 @@ def test_manifest_rejects_malformed_graph_ops() -> None:
                    band=PriorityBand.NPU, capabilities=Capabilities(graph_ops="conv2d"))
     with pytest.raises(ValueError, match="graph_ops"):
         validate_manifest(bad)
+
+
+@pytest.fixture(scope="module")
+def vit_graph() -> tuple[Graph, np.ndarray, np.ndarray]:
+    torch = pytest.importorskip("torch")
+    import model_zoo as zoo
+
+    from neurenix_core import nn
+
+    model = zoo.build("vit")
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    return nn.from_torch(model, torch.from_numpy(x)).to_graph(), x, model(torch.from_numpy(x)).detach().numpy()
+
+
+@pytest.mark.parametrize("device", ["npu:0", "tpu:0", "cuda:0", "ort:0", "edgetpu:0"])
+def test_imported_vit_partitions_across_a_real_plugin_and_the_cpu(device: str, vit_graph: tuple[Graph, np.ndarray, np.ndarray]) -> None:
+    """Plugins written for the first release (no graph_ops) get the 17 ops they know, in
+    subgraphs; transposes, reshapes, gathers and attention run on the CPU; the result is exact."""
+    if nx.Device(device) not in nx.devices():
+        pytest.skip(f"{device} is not available here (run with NEURENIX_EMULATE=cuda,tpu,npu,edgetpu)")
+    graph, x, want = vit_graph
+    compiled = nx.compile(graph, device=device, precision="fp32")
+    with pytest.warns(FallbackWarning, match=rf"^{device} runs \d+/\d+ nodes \(.*% of FLOPs\); \d+ nodes on cpu:0: "):
+        y = compiled(x)
+    assert str(y.device) == device
+    got = y.numpy()
+    assert float(np.abs(got - want).max() / np.abs(want).max()) <= 1e-5
+    p = compiled.placement
+    assert p.partitioned and p.nodes[device] >= 1 and p.nodes["cpu:0"] >= 1
+    assert {o.op for o in p.off_device} >= {"transpose", "scaled_dot_product_attention"}
+    assert all(o.reason for o in p.off_device)
