@@ -4,7 +4,12 @@ Each sample is a fresh interpreter timing its own import with perf_counter, so i
 is excluded. neurenix and numpy runs are interleaved (so machine load hits both alike) and the
 median of N runs is reported. Also checks that no framework was imported.
 
-    python benchmarks/import_time.py [--runs 21] [--json out.json]
+    python benchmarks/import_time.py [--runs 25] [--env NEURENIX_BACKENDS=-onnxruntime] [--json out.json]
+
+The machine this runs on is usually shared: take the median of 25 runs (the default) and compare
+medians taken in the same session only. ``--env`` sets a variable for the timed interpreters (the
+NEURENIX_* variables of the caller are otherwise removed), e.g. to time an install whose plugins
+are all first-party (no crash journal written) against one with a third-party plugin.
 
 Goal (issue 2): neurenix_core <= 1.3x numpy's import time, and none of torch/jax/openvino/
 ai_edge_litert/tflite_runtime in sys.modules.
@@ -43,11 +48,13 @@ def sample(module: str, env: dict[str, str]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--runs", type=int, default=25)
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="set for the timed interpreters")
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
     env.update({"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "0"})
+    env.update(dict(item.split("=", 1) for item in args.env))
     sample("numpy", env), sample("neurenix_core", env)  # warm the page cache and .pyc files
     numpy_s, nx_s, heavy, backends = [], [], set(), None
     for _ in range(args.runs):
@@ -58,6 +65,7 @@ def main() -> int:
         backends = r["backends"]
     result = {
         "runs": args.runs,
+        "env": args.env,
         "numpy_median_ms": round(statistics.median(numpy_s) * 1e3, 2),
         "neurenix_core_median_ms": round(statistics.median(nx_s) * 1e3, 2),
         "ratio": round(statistics.median(nx_s) / statistics.median(numpy_s), 3),
