@@ -596,6 +596,7 @@ class Registry:
             install_hint=(m.install_hint if m else "") or "",
             failure=r.failure,
             capabilities=m.capabilities.as_dict() if m else None,
+            warnings=tuple(r.warnings),
         )
 
     def _status(self, r: PluginRecord, default: Device | None) -> Status:
