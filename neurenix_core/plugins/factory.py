@@ -62,7 +62,14 @@ class _Run:
 def run_with_deadline(
     call: Callable[[], Any], *, name: str, package: str, timeout: float, stream: TextIO | None = None
 ) -> Any:
-    """``call()`` in a worker thread; its result, its exception, or FactoryTimeout after ``timeout`` s."""
+    """``call()`` in a worker thread; its result, its exception, or FactoryTimeout after ``timeout`` s.
+
+    A caller that is itself in the middle of an import (a module that creates tensors at import
+    time) runs the factory inline, without the deadline: it holds that module's import lock, and
+    a worker importing the same module would wait for it while the caller waits for the worker.
+    """
+    if _inside_import(sys._getframe(1)):
+        return call()
     run = _Run(call, name)
     start = time.monotonic()
     wait = min(NOTICE_AFTER, timeout)
@@ -77,6 +84,14 @@ def run_with_deadline(
     if run.ok:
         return run.value
     raise run.value
+
+
+def _inside_import(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "_find_and_load" and "importlib" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _doing(thread: threading.Thread, package: str) -> str:

@@ -23,6 +23,7 @@ notes it.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -38,6 +39,9 @@ __all__ = ["Entry", "Journal", "open_journal", "read_quarantine", "lift", "quara
 _JOURNAL_PREFIX: Final = "journal-"
 _QUARANTINE: Final = "quarantine.tsv"
 _HEADER: Final = "neurenix-journal 1"
+# One file per discovery: nx.rediscover() while an earlier journal is still held (an abandoned
+# probe) must not flock the same file twice, which would block this process on itself.
+_SERIAL: Final = itertools.count()
 
 
 @final
@@ -139,13 +143,17 @@ def open_journal(state_dir: str | None) -> Journal | str:
         return "the crash journal needs fcntl.flock (POSIX); a third-party probe that kills the process is not remembered on this platform"
     if state_dir is None:
         return "no per-user state folder (HOME unset): set NEURENIX_STATE_DIR to enable the crash journal"
-    path = os.path.join(state_dir, f"{_JOURNAL_PREFIX}{os.getpid()}.log")
+    path = os.path.join(state_dir, f"{_JOURNAL_PREFIX}{os.getpid()}-{next(_SERIAL)}.log")
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
     except OSError as exc:
         return f"crash journal disabled: cannot write {path} ({exc.strerror}); set NEURENIX_STATE_DIR to a writable folder"
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:  # a stale file of a reused process id, being recovered right now
+        os.close(fd)
+        return f"crash journal disabled for this import: {path} is locked ({exc.strerror})"
     os.write(fd, f"{_HEADER} {os.getpid()} {_now()}\n".encode())
     return Journal(path, fd)
 
