@@ -22,17 +22,12 @@ notes it.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Final, final
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; the journal is off and doctor says so
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["Entry", "Journal", "open_journal", "read_quarantine", "lift", "quarantine_cause"]
 
@@ -80,6 +75,15 @@ def quarantine_cause(entry: Entry) -> str:
     return f"{what}; it was not loaded again. Run `neurenix doctor --retry {entry.name}` after fixing (or upgrading) {entry.distribution}"
 
 
+def _fcntl() -> ModuleType | None:
+    """``fcntl``, imported only when a third-party plugin is installed (it costs ~0.15 ms)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; the journal is off and doctor says so
+        return None
+    return fcntl
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -118,6 +122,8 @@ class Journal:
         That probe may still kill the process; the journal then stays until a normal exit.
         """
         if self._open:
+            import atexit  # only when a probe was abandoned
+
             atexit.register(self.close)
             return
         self.close()
@@ -139,6 +145,7 @@ class Journal:
 
 def open_journal(state_dir: str | None) -> Journal | str:
     """This process's journal in ``state_dir``, or why there is none (a sentence for doctor)."""
+    fcntl = _fcntl()
     if fcntl is None:
         return "the crash journal needs fcntl.flock (POSIX); a third-party probe that kills the process is not remembered on this platform"
     if state_dir is None:
@@ -161,7 +168,7 @@ def open_journal(state_dir: str | None) -> Journal | str:
 # ---------------------------------------------------------------------- quarantine list
 def read_quarantine(state_dir: str | None) -> dict[str, Entry]:
     """The quarantine list, after turning every journal left by a dead process into entries."""
-    if state_dir is None or fcntl is None:
+    if state_dir is None or _fcntl() is None:
         return {}
     try:
         names = os.listdir(state_dir)
@@ -176,7 +183,7 @@ def read_quarantine(state_dir: str | None) -> dict[str, Entry]:
 
 def lift(state_dir: str | None, name: str) -> Entry | None:
     """Remove ``name`` from the quarantine list; the entry removed, or None when it was not there."""
-    if state_dir is None or fcntl is None:
+    if state_dir is None or _fcntl() is None:
         return None
     removed: list[Entry] = []
     _update(state_dir, lambda entries: removed.extend(filter(None, [entries.pop(name, None)])))
@@ -185,6 +192,7 @@ def lift(state_dir: str | None, name: str) -> Entry | None:
 
 def _recover(path: str) -> list[Entry]:
     """Entries for the plugins a dead process was running; [] while the owner is alive."""
+    fcntl = _fcntl()
     assert fcntl is not None
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -246,6 +254,7 @@ def _read(path: str) -> dict[str, Entry]:
 
 def _update(state_dir: str, change: Callable[[dict[str, Entry]], object]) -> None:
     """Read-modify-write the quarantine list under a lock on the folder, replaced atomically."""
+    fcntl = _fcntl()
     assert fcntl is not None
     lock = os.open(state_dir, os.O_RDONLY)
     try:

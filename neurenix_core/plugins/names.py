@@ -9,7 +9,6 @@ module: checking the module as well stops a package that calls its dist-info ``n
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 __all__ = ["RESERVED", "normalize", "is_own", "squatting"]
@@ -24,12 +23,15 @@ RESERVED: Final[dict[str, tuple[str, str]]] = {
     "edgetpu": ("neurenix-edgetpu", "neurenix_edgetpu.plugin"),
 }
 
-_SEPARATORS: Final = re.compile(r"[-_.]+")
-
-
 def normalize(distribution: str | None) -> str:
-    """PEP 503 normalisation: ``Neurenix_Core`` and ``neurenix-core`` are one distribution."""
-    return _SEPARATORS.sub("-", distribution or "").lower()
+    """PEP 503 normalisation: ``Neurenix_Core`` and ``neurenix-core`` are one distribution.
+
+    String methods rather than ``re.sub("[-_.]+", "-", ...)``: no pattern to compile at import.
+    """
+    name = (distribution or "").lower().replace("_", "-").replace(".", "-")
+    while "--" in name:
+        name = name.replace("--", "-")
+    return name
 
 
 def is_own(name: str, distribution: str | None, module: str) -> bool:

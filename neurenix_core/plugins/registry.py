@@ -40,7 +40,6 @@ from neurenix_core.plugins.manifest import (
     validate_manifest,
 )
 from neurenix_core.plugins import envwatch
-from neurenix_core.plugins.factory import FactoryTimeout, run_with_deadline
 from neurenix_core.plugins.journal import Journal, open_journal, quarantine_cause, read_quarantine
 from neurenix_core.plugins.names import is_own, squatting
 from neurenix_core.plugins.records import Failure, Status
@@ -512,7 +511,9 @@ class Registry:
         return record.backend
 
     def _create(self, record: PluginRecord) -> Backend:
+        # Both loaded on the first backend start, not at import (import-time budget, issue 2).
         from neurenix_core.plugins.backend import Backend
+        from neurenix_core.plugins.factory import FactoryTimeout, run_with_deadline
 
         assert record.manifest is not None and record.probe is not None
         manifest, probe = record.manifest, record.probe
