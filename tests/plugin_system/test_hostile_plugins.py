@@ -76,26 +76,27 @@ def state(tmp_path: Path) -> Path:
 
 # ---------------------------------------------------------------------- probes that kill the process
 KILLERS = {
-    "os._exit": ("import os; os._exit(7)", 7),
-    "ctypes segfault": ("import ctypes; ctypes.string_at(0)", -signal.SIGSEGV),
+    "os._exit": (healthy_source(probe="import os; os._exit(7)"), 7, "probe"),
+    "ctypes segfault": (healthy_source(probe="import ctypes; ctypes.string_at(0)"), -signal.SIGSEGV, "probe"),
+    "exit at import": ("import os\nos._exit(3)\n", 3, "import"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(KILLERS))
-def test_a_probe_that_kills_the_process_does_so_once_then_is_quarantined(kind, plugin_site, state):
-    probe, status = KILLERS[kind]
-    site = plugin_site("acme", healthy_source(probe=probe))
+def test_a_plugin_that_kills_the_process_does_so_once_then_is_quarantined(kind, plugin_site, state):
+    source, status, phase = KILLERS[kind]
+    site = plugin_site("acme", source)
     first = _python("import neurenix_core", site, state)
     assert first.returncode == status  # nothing can catch this: the first crash happens
     out = _check(site, state)
     assert out["cpu"] == [3.0, 3.0] and out["default"] == "cpu:0"
     acme = _row(out, "acme")
-    assert acme["status"] == "failed" and acme["failure"]["phase"] == "probe"
-    assert "killed the process during its probe at 20" in acme["failure"]["cause"]
+    assert acme["status"] == "failed" and acme["failure"]["phase"] == phase
+    assert f"killed the process during its {phase} at 20" in acme["failure"]["cause"]
     assert "neurenix doctor --retry acme" in acme["failure"]["cause"]
     assert _check(site, state)["rows"] == out["rows"]  # stays quarantined: no second crash
     table = _doctor([], site, state)
-    assert table.returncode == 0 and "failed (failed at probe)" in table.stdout and "failed at probe: killed the" in table.stdout
+    assert table.returncode == 0 and f"failed (failed at {phase})" in table.stdout and f"failed at {phase}: killed the" in table.stdout
 
 
 def test_retry_after_fixing_lifts_the_quarantine(plugin_site, state):
