@@ -153,7 +153,9 @@ def open_journal(state_dir: str | None) -> Journal | str:
     path = os.path.join(state_dir, f"{_JOURNAL_PREFIX}{os.getpid()}-{next(_SERIAL)}.log")
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        # O_NOFOLLOW: NEURENIX_STATE_DIR may name a shared folder; a planted symlink must not make
+        # this truncate somebody else's file.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError as exc:
         return f"crash journal disabled: cannot write {path} ({exc.strerror}); set NEURENIX_STATE_DIR to a writable folder"
     try:

@@ -40,7 +40,7 @@ from neurenix_core.plugins.manifest import (
     validate_manifest,
 )
 from neurenix_core.plugins import envwatch
-from neurenix_core.plugins.journal import Journal, open_journal, quarantine_cause, read_quarantine
+from neurenix_core.plugins.journal import Journal, lift, open_journal, quarantine_cause, read_quarantine
 from neurenix_core.plugins.names import is_own, squatting
 from neurenix_core.plugins.records import Failure, Status
 from neurenix_core.plugins.probing import ProbeFailure, ProbeTimeout, run_all_bounded, run_native_probe
@@ -205,8 +205,12 @@ class Registry:
         quarantined = read_quarantine(self.config.state_dir)
         for record in untrusted:
             entry = quarantined.get(record.name)
-            if entry is not None and entry.matches(record.distribution, record.version):
+            if entry is None:
+                continue
+            if entry.matches(record.distribution, record.version):
                 self._fail(record, entry.phase, quarantine_cause(entry))
+            else:  # another version is installed now: it gets its chance, and the list stays short
+                lift(self.config.state_dir, record.name)
         if all(r.failure is not None for r in untrusted):
             return None
         journal = open_journal(self.config.state_dir)

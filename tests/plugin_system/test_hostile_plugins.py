@@ -123,6 +123,7 @@ def test_a_new_version_of_the_distribution_gets_a_fresh_chance(plugin_site, stat
     shutil.rmtree(next(site.glob("neurenix_acme-*.dist-info")))
     write_distribution(site, name="acme", module="nx_plugin_acme", source=healthy_source(), version="1.2.4")
     assert _row(_check(site, state), "acme")["status"] == "selected"
+    assert (state / "quarantine.tsv").read_text() == ""  # the old version's entry was dropped
 
 
 def test_a_live_process_mid_probe_is_not_mistaken_for_a_crash(plugin_site, state, tmp_path):
