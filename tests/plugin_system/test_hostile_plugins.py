@@ -295,3 +295,15 @@ def test_environment_changes_by_a_plugin_are_reported(plugin_site, state):
     table = _doctor([], site, state)
     assert "1 warning" not in table.stdout and "3 warning(s)" in table.stdout
     assert "warning: plugin acme (neurenix-acme) changed os.environ: set ACME_TOKEN during import" in table.stdout
+
+
+def test_the_example_runs_as_written(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "hostile_plugin.py")], capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "1st import: the probe killed the process, exit status 7"
+    assert "acme is failed at phase probe: killed the process during its probe at" in lines[1]
+    assert "cpu:0 works: [2.0, 2.0, 2.0]" in lines[2]
+    assert lines[3] == "after `neurenix doctor --retry acme`: acme is unavailable (no /dev/acme0: install the ACME driver)"
