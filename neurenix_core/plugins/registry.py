@@ -299,7 +299,9 @@ class Registry:
             record.manifest = clean_manifest(validate_manifest(raw))
         except ValueError as exc:
             return self._fail(record, "manifest", f"malformed manifest: {clean(exc, CAUSE_LIMIT)}")
-        except Exception as exc:  # noqa: BLE001 - recorded, plugin skipped
+        except BaseException as exc:  # noqa: BLE001 - recorded, plugin skipped (sys.exit() included)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             return self._fail(record, "manifest", f"neurenix_manifest raised {describe(exc)}")
         if record.manifest.name != record.name:
             return self._fail(record, "manifest", f"manifest name {record.manifest.name!r} differs from entry point name {record.name!r}")
@@ -540,7 +542,9 @@ class Registry:
         except BackendUnavailableError as exc:
             record.failure = Failure("backend", clean(exc))
             raise
-        except Exception as exc:
+        except BaseException as exc:  # sys.exit() in a factory must not end the user's program
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             record.failure = Failure("backend", describe(exc))
             raise BackendUnavailableError(
                 f"plugin {record.name} ({record.distribution}) could not start its backend: {describe(exc)}. "

@@ -307,3 +307,26 @@ def test_the_example_runs_as_written(tmp_path):
     assert "acme is failed at phase probe: killed the process during its probe at" in lines[1]
     assert "cpu:0 works: [2.0, 2.0, 2.0]" in lines[2]
     assert lines[3] == "after `neurenix doctor --retry acme`: acme is unavailable (no /dev/acme0: install the ACME driver)"
+
+
+def test_sys_exit_in_a_manifest_or_a_factory_does_not_end_the_program(plugin_site, state):
+    plugin_site("acme", healthy_source().replace("def neurenix_manifest():\n", "def neurenix_manifest():\n    raise SystemExit(3)\n"))
+    site = plugin_site("beta", healthy_source(name="beta", device_type="beta", backend="raise SystemExit(4)"))
+    proc = _python(
+        """
+        import json, neurenix_core as nx
+        try:
+            nx.zeros(2, device="beta:0")
+            error = None
+        except nx.BackendUnavailableError as exc:
+            error = str(exc)
+        rows = {b.name: b.as_dict() for b in nx.backends()}
+        print(json.dumps({"error": error, "acme": rows["acme"]["failure"], "beta": rows["beta"]["failure"]}))
+        """,
+        site, state,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["acme"]["phase"] == "manifest" and "SystemExit" in out["acme"]["cause"]
+    assert "plugin beta" in out["error"] and "SystemExit: 4" in out["error"]
+    assert out["beta"]["phase"] == "backend"
