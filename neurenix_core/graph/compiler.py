@@ -222,10 +222,10 @@ class Compiled:
 
         # The plugin's _run takes native arrays (the hook's contract); a runtime model's own
         # __call__ is for users calling it directly (graph.inputs.call_runtime).
-        call = native._run if isinstance(native, CompiledModel) else native
+        direct = isinstance(native, CompiledModel)
 
         def run(*natives: Any) -> tuple[Tensor, ...]:
-            out = call(*natives)
+            out = native._run(*natives) if direct else native(*natives)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             return tuple(o if isinstance(o, Tensor) else wrap(o, be, dev, dev.index) for o in outs)
 
