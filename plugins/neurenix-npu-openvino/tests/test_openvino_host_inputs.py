@@ -63,3 +63,10 @@ def test_torch_module_through_openvino_takes_host_inputs(npu: Any, another: nx.D
     fast = NPUBackend().optimize_model(module, precision="fp32", example_input=torch.ones(2, 6))
     assert fast.native is not None, "the torch path compiles through openvino.convert_model"
     check_input_rule(fast, _x(), NPU)
+
+
+def test_eager_model_on_npu_keeps_the_strict_device_rule(npu: Any) -> None:
+    model = _mlp().to("npu:0")
+    with pytest.raises(nx.DeviceMismatchError, match="npu:0"):
+        model(nx.Tensor(_x()))  # an eager layer combines its npu weights with this cpu tensor: refused
+    assert model(nx.asarray(_x(), device="npu:0")).device == NPU
