@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from neurenix_core.tensor.tensor import Tensor
 
     from neurenix_edgetpu.backend import LiteRTBackend
-    from neurenix_edgetpu.model import EdgeTPUModel
+    from neurenix_edgetpu.compiled import EdgeTPUModel
 
 __all__ = ["EdgeTPUBackend", "is_edgetpu_available", "list_edge_tpus", "PRECISIONS"]
 
@@ -82,7 +82,7 @@ class EdgeTPUBackend(DeviceBackend):
         takes NumPy arrays (NumPy out, as LiteRT) or any other input under the compiled-model
         rule (cpu tensors copied in; edgetpu tensors, or NumPy with ``outputs="host"``, out).
         """
-        from neurenix_edgetpu.model import compile_graph
+        from neurenix_edgetpu.compiled import compile_graph
 
         check_outputs(outputs, self.device)
 
@@ -110,6 +110,6 @@ class EdgeTPUBackend(DeviceBackend):
     def load_model(self, path: str | Path | bytes, *, num_threads: int | None = None, outputs: str = "device") -> EdgeTPUModel:
         """Load an existing .tflite (edgetpu_compiler output needs a real Coral device); inputs
         and ``outputs`` as for :meth:`optimize_model`."""
-        from neurenix_edgetpu.model import load_model
+        from neurenix_edgetpu.compiled import load_model
 
         return load_model(path, self.backend, index=self.device.index, num_threads=num_threads, result=outputs)
