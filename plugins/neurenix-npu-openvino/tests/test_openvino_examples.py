@@ -22,6 +22,8 @@ def test_example_runs(kit: Any, name: str) -> None:
     done = kit.run_script(kit.repo / "examples" / name, env=_env())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "npu:0" in done.stdout or "emulating npu" in done.stdout
+    if name == "npu_quickstart.py":
+        assert "host inputs: nx.Tensor(x) on cpu:0 -> npu:0; outputs='host' -> ndarray" in done.stdout
 
 
 @pytest.mark.slow

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from neurenix_core.device import Device
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import ModelFormatError, ShapeError
+from neurenix_core.graph.inputs import call_runtime, check_outputs
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 
 from neurenix_edgetpu import quantize as qz
@@ -57,12 +59,20 @@ _QUANTIZERS: dict[tuple[Any, str], qz.EdgeQuantizer] = {}
 
 
 class EdgeTPUModel(CompiledModel):
-    """A .tflite model on one edgetpu device; call it with NumPy arrays (or through nx.compile)."""
+    """A .tflite model on one edgetpu device.
+
+    Called directly: NumPy arrays in, NumPy arrays out, as LiteRT does; any other input follows
+    the compiled-model rule (``neurenix_core.graph.inputs``: host data such as cpu tensors is
+    copied in, edgetpu tensors are used, other accelerators are refused) and gives edgetpu
+    tensors, or NumPy arrays when ``result="host"``. Through ``nx.compile`` the core feeds ``_run``.
+    """
 
     def __init__(self, backend: LiteRTBackend, data: bytes, info: ModelInfo, inputs: Sequence[Edge], outputs: Sequence[Edge],
                  *, index: int, source: str, num_threads: int | None = None, report: CompilerReport | None = None,
-                 kernels: str | None = None) -> None:
+                 kernels: str | None = None, result: str = "device") -> None:
         self.backend = backend
+        self.device = Device("edgetpu", index)
+        self.result = check_outputs(result, self.device)
         self.tflite_bytes = data
         self.info = info
         self.inputs = tuple(inputs)
@@ -107,6 +117,9 @@ class EdgeTPUModel(CompiledModel):
         target = Path(path)
         target.write_bytes(self.tflite_bytes)
         return target
+
+    def __call__(self, *inputs: Any) -> Any:
+        return call_runtime(self._run, inputs, self.device, self.backend, self.result)
 
     def _run(self, *inputs: Any) -> Any:
         if self._plain and len(inputs) == 1:
@@ -193,7 +206,7 @@ def _plan_key(plan: QuantizationPlan | None) -> str | None:
 
 # ---------------------------------------------------------------------- existing .tflite files
 def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int = 0, num_threads: int | None = None,
-               kernels: str | None = None) -> EdgeTPUModel:
+               kernels: str | None = None, result: str = "device") -> EdgeTPUModel:
     """Load an existing .tflite (edgetpu_compiler output or not); edges quantize/dequantize automatically."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, name = bytes(source), "<tflite bytes>"
@@ -207,4 +220,4 @@ def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int
     info = inspect_model(data, source=name)
     ins = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.inputs)
     outs = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.outputs)
-    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=num_threads, kernels=kernels)
+    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=num_threads, kernels=kernels, result=result)
