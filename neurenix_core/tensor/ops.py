@@ -1,8 +1,9 @@
 """The array-API operations, each dispatched to the backend of its tensor arguments.
 
-Functions are generated from the standard's name lists: one generic dispatcher per signature
-shape, so every backend gets the same checks and the same error formats. The binary elementwise
-functions share the operators' flat hot path (tensor.py).
+Functions are generated from the standard's signature table (signatures.py): each has the
+standard's parameters and hands them to one generic dispatcher (``_call``), so every backend gets
+the same checks and the same error formats. The binary elementwise functions share the
+operators' flat hot path (tensor.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.tensor.signatures import make_function
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call
 
 __all__: list[str] = []
@@ -27,29 +29,22 @@ _SPECIAL = {
 }
 
 
-def _make_binary(name: str) -> Callable[..., Tensor]:
-    return BINARY_FUNCTIONS[name]
-
-
-def _make_generic(name: str) -> Callable[..., Any]:
-    def op(*args: Any, **kwargs: Any) -> Any:
-        return _call(name, args, kwargs)
-
-    return op
-
-
-def _export(name: str, fn: Callable[..., Any], qualname: str | None = None) -> None:
-    fn.__name__ = name.rsplit(".", 1)[-1]
-    fn.__qualname__ = fn.__name__
-    fn.__doc__ = f"Array API ``{qualname or name}``, run by the backend of the argument tensors."
-    globals()[fn.__name__] = fn
-    __all__.append(fn.__name__)
+def make_dispatched(qualname: str) -> Callable[..., Any]:
+    """The namespace function ``qualname`` (``"sum"``, ``"linalg.qr"``, ``"fft.rfft"``): the
+    standard's signature, dispatched by ``_call`` to the backend of its tensor arguments."""
+    doc = f"Array API ``{qualname}``, run by the backend of the argument tensors (others under the fallback policy)."
+    return make_function(qualname, _call, doc)
 
 
 for _name in ARRAY_API_FUNCTIONS:
     if _name in _SPECIAL:
         continue
-    _export(_name, _make_binary(_name) if _name in BINARY_FUNCTIONS else _make_generic(_name))
+    # The binary functions are the operators' flat hot path; their signature is already (x1, x2, /).
+    _fn = BINARY_FUNCTIONS[_name] if _name in BINARY_FUNCTIONS else make_dispatched(_name)
+    if _name in BINARY_FUNCTIONS:
+        _fn.__doc__ = f"Array API ``{_name}``, run by the backend of the argument tensors."
+    globals()[_name] = _fn
+    __all__.append(_name)
 
 
 def _sequence(name: str, arrays: Any) -> tuple[Any, ...]:
@@ -108,11 +103,3 @@ def _supported(be: Any) -> list[str]:
 
 for _name in ("concat", "stack", "meshgrid", "broadcast_arrays", "astype"):
     __all__.append(_name)
-
-
-def make_linalg(name: str) -> Callable[..., Any]:
-    fn = _make_generic(f"linalg.{name}")
-    fn.__name__ = name
-    fn.__qualname__ = name
-    fn.__doc__ = f"Array API ``linalg.{name}``, run by the backend of the argument tensors."
-    return fn
