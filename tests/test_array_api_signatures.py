@@ -171,3 +171,22 @@ def test_generated_functions_pass_only_keywords_that_differ_from_the_default() -
     assert set(HANDWRITTEN) <= set(SIGNATURES)
     with pytest.raises(ValueError, match="written by hand"):
         make_function("meshgrid", record, "doc")
+
+
+@pytest.mark.parametrize("device", sorted({str(nx.Device(d.type, 0)) for d in nx.devices()}))
+def test_the_dtype_keyword_reaches_every_backend_as_its_own_dtype(device: str) -> None:
+    """sum/prod/cumulative_sum/linalg.trace(dtype=...): torch needs a torch.dtype, JAX and NumPy
+    take NumPy's; a host fallback gets the neurenix dtype."""
+    if not nx.backend(device).supports_dtype(nx.float64):
+        pytest.skip(f"{device} has no float64")
+    x = nx.asarray(np.array([1.5, 2.0, 4.0], dtype=np.float32), device=device)
+    with nx.fallback_policy("allow"):
+        results = {
+            "sum": nx.sum(x, dtype=nx.float64), "prod": nx.prod(x, dtype="float64"),
+            "cumulative_sum": nx.cumulative_sum(x, dtype=nx.float64),
+            "linalg.trace": nx.linalg.trace(nx.reshape(nx.concat([x, x, x]), (3, 3)), dtype=nx.float64),
+        }
+    want = {"sum": 7.5, "prod": 12.0, "cumulative_sum": [1.5, 3.5, 7.5], "linalg.trace": 1.5 + 4.0 + 2.0}
+    for name, out in results.items():
+        assert out.dtype == nx.float64 and out.device == nx.Device(device), name
+        np.testing.assert_array_equal(out.numpy(), want[name])

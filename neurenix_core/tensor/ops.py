@@ -15,7 +15,7 @@ from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.tensor.signatures import make_function
+from neurenix_core.tensor.signatures import make_function, parameters
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call
 
 __all__: list[str] = []
@@ -33,7 +33,19 @@ def make_dispatched(qualname: str) -> Callable[..., Any]:
     """The namespace function ``qualname`` (``"sum"``, ``"linalg.qr"``, ``"fft.rfft"``): the
     standard's signature, dispatched by ``_call`` to the backend of its tensor arguments."""
     doc = f"Array API ``{qualname}``, run by the backend of the argument tensors (others under the fallback policy)."
-    return make_function(qualname, _call, doc)
+    takes_dtype = "dtype" in parameters(qualname).parameters
+    return make_function(qualname, _call_with_dtype if takes_dtype else _call, doc)
+
+
+def _call_with_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """``_call`` for ops with a ``dtype=`` keyword (sum, prod, cumulative_*, linalg.trace): the
+    backend's native op gets its own dtype object (torch needs a torch.dtype), a host fallback
+    gets the neurenix dtype. The generated function passes ``dtype`` only when it is given."""
+    if kwargs and "dtype" in kwargs and type(args[0]) is Tensor:
+        dt = as_dtype(kwargs["dtype"])
+        be = args[0]._p.backend
+        kwargs["dtype"] = be._native_dtype(dt) if name in be.ops else dt
+    return _call(name, args, kwargs)
 
 
 for _name in ARRAY_API_FUNCTIONS:
