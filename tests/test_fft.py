@@ -1,9 +1,15 @@
 """nx.fft on the CPU against NumPy (every function, float32/float64 and complex inputs), and how it
 dispatches elsewhere: natively through the op table (tpu, cuda) or on the host under the fallback
-policy (npu). The device-generic version runs in the conformance suite (suite/test_fft.py)."""
+policy (npu). The device-generic version runs in the conformance suite (suite/test_fft.py);
+examples/fft_spectrum.py runs here too."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,3 +109,14 @@ def test_fft_refuses_non_tensors_and_positional_keywords() -> None:
         nx.fft.fft(np.ones(4))
     with pytest.raises(TypeError):
         nx.fft.fft(nx.ones(4), 4)  # n is keyword-only
+
+
+def test_fft_example_finds_the_tones_on_every_device() -> None:
+    script = Path(__file__).resolve().parents[1] / "examples" / "fft_spectrum.py"
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=False, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert any(r["device"] == "cpu:0" and r["native_fft"] for r in rows)
+    for r in rows:
+        assert r["peaks_hz"] == [50.0, 120.0], r
+        assert r["result_device"] == r["device"] and r["spectrum_dtype"] == "complex64"
