@@ -15,7 +15,7 @@ from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.tensor.signatures import make_function, parameters
+from neurenix_core.tensor.signatures import make_function, takes
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call
 
 __all__: list[str] = []
@@ -33,8 +33,7 @@ def make_dispatched(qualname: str) -> Callable[..., Any]:
     """The namespace function ``qualname`` (``"sum"``, ``"linalg.qr"``, ``"fft.rfft"``): the
     standard's signature, dispatched by ``_call`` to the backend of its tensor arguments."""
     doc = f"Array API ``{qualname}``, run by the backend of the argument tensors (others under the fallback policy)."
-    takes_dtype = "dtype" in parameters(qualname).parameters
-    return make_function(qualname, _call_with_dtype if takes_dtype else _call, doc)
+    return make_function(qualname, _call_with_dtype if takes(qualname, "dtype") else _call, doc)
 
 
 def _call_with_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SIGNATURES", "HANDWRITTEN", "make_function", "parameters"]
+__all__ = ["SIGNATURES", "HANDWRITTEN", "make_function", "parameters", "takes"]
 
 _UNARY = "x, /"
 _BINARY = "x1, x2, /"
@@ -170,46 +170,71 @@ HANDWRITTEN: frozenset[str] = frozenset({
 
 
 def parameters(qualname: str) -> inspect.Signature:
-    """The standard's signature of ``qualname`` as an ``inspect.Signature`` (no annotations)."""
+    """The standard's signature of ``qualname`` as an ``inspect.Signature`` (no annotations).
+
+    For tests and tools; the import-time generator parses the table itself (``_parse``), since
+    ``inspect`` costs about 0.25 ms per function and there are 150 of them.
+    """
     namespace: dict[str, Any] = {}
     exec(f"def f({SIGNATURES[qualname]}): pass", {}, namespace)  # noqa: S102 - static table text
     return inspect.signature(namespace["f"])
 
 
-_SINGLETONS = (None, True, False)
+def _parse(qualname: str) -> list[tuple[str, bool, str | None]]:
+    """``(name, keyword_only, default source or None)`` per parameter of a table row (the rows
+    use no commas inside defaults; a ``*args`` row is written by hand and refused here)."""
+    out: list[tuple[str, bool, str | None]] = []
+    keyword_only = False
+    for item in (part.strip() for part in SIGNATURES[qualname].split(",")):
+        if item == "/":
+            continue
+        if item == "*":
+            keyword_only = True
+            continue
+        if item.startswith("*"):
+            raise ValueError(f"{qualname}: a {item} signature is written by hand, not generated")
+        name, eq, default = item.partition("=")
+        out.append((name.strip(), keyword_only, default.strip() if eq else None))
+    return out
+
+
+def takes(qualname: str, parameter: str) -> bool:
+    """True when the standard's ``qualname`` has a parameter named ``parameter``."""
+    return any(name == parameter for name, _, _ in _parse(qualname))
 
 
 def make_function(qualname: str, dispatch: Callable[..., Any], doc: str) -> Callable[..., Any]:
     """A function with ``qualname``'s standard signature whose body is
     ``dispatch(qualname, positional_args, keyword_args)``.
 
-    Positional parameters are passed positionally; a keyword parameter is passed only when the
-    caller gave it a value other than the default object (see the module docstring).
+    Parameters without a default are passed positionally; one with a default is passed by
+    keyword only when the caller gave another object than the default (see the module docstring).
     """
-    sig = parameters(qualname)
+    params = _parse(qualname)
     name = qualname.rsplit(".", 1)[-1]
     env: dict[str, Any] = {"_dispatch": dispatch}
-    positional: list[str] = []
-    lines: list[str] = []
-    for i, p in enumerate(sig.parameters.values()):
-        if p.kind is p.VAR_POSITIONAL or p.kind is p.VAR_KEYWORD:
-            raise ValueError(f"{qualname}: a *{p.name} signature is written by hand, not generated")
-        if p.kind is not p.KEYWORD_ONLY and p.default is p.empty:
-            positional.append(p.name)
-            continue
-        default = repr(p.default) if any(p.default is s for s in _SINGLETONS) else f"_d{i}"
-        lines.append(f"    if {p.name} is not {default}: kw[{p.name!r}] = {p.name}")
+    positional = [n for n, _, default in params if default is None]
+    checks = [
+        # None/True/False are compared as constants (no global lookup on the call path).
+        f"    if {n} is not {default if default in _SINGLETONS else _DEFAULT_NAME.format(n)}: kw[{n!r}] = {n}"
+        for n, _, default in params if default is not None
+    ]
     args = "(" + "".join(f"{n}, " for n in positional) + ")"
-    if lines:
-        body = ["    kw = {}", *lines, f"    return _dispatch({qualname!r}, {args}, kw)"]
+    if checks:
+        body = ["    kw = {}", *checks, f"    return _dispatch({qualname!r}, {args}, kw)"]
     else:
         body = [f"    return _dispatch({qualname!r}, {args})"]
     source = f"def {name}({SIGNATURES[qualname]}):\n" + "\n".join(body) + "\n"
     exec(compile(source, f"<array API {qualname}>", "exec"), env)  # noqa: S102 - static table text
     fn: Callable[..., Any] = env[name]
-    # The identity checks compare against the function's own default objects (a second parse of
-    # the table would make equal but distinct float and string constants).
-    for i, p in enumerate(inspect.signature(fn).parameters.values()):
-        env[f"_d{i}"] = p.default
+    # The checks compare with the function's own default objects: a second parse of the table
+    # would make equal but distinct float constants, and ``is`` against a literal is a warning.
+    defaulted_positional = [n for n, keyword_only, default in params if default is not None and not keyword_only]
+    env.update({_DEFAULT_NAME.format(n): v for n, v in zip(defaulted_positional, fn.__defaults__ or ())})
+    env.update({_DEFAULT_NAME.format(n): v for n, v in (fn.__kwdefaults__ or {}).items()})
     fn.__doc__ = doc
     return fn
+
+
+_DEFAULT_NAME = "_default_{}"
+_SINGLETONS = ("None", "True", "False")
