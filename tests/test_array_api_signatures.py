@@ -190,3 +190,13 @@ def test_the_dtype_keyword_reaches_every_backend_as_its_own_dtype(device: str) -
     for name, out in results.items():
         assert out.dtype == nx.float64 and out.device == nx.Device(device), name
         np.testing.assert_array_equal(out.numpy(), want[name])
+
+
+@pytest.mark.parametrize("qualname", sorted(SIGNATURES))
+def test_functions_name_their_module_and_pickle_by_reference(qualname: str) -> None:
+    import pickle
+
+    fn = _nx(qualname)
+    assert fn.__name__ == qualname.rsplit(".", 1)[-1]
+    assert (fn.__module__ or "").startswith("neurenix_core"), f"nx.{qualname}.__module__ is {fn.__module__!r}"
+    assert pickle.loads(pickle.dumps(fn)) is fn

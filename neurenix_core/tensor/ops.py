@@ -33,7 +33,9 @@ def make_dispatched(qualname: str) -> Callable[..., Any]:
     """The namespace function ``qualname`` (``"sum"``, ``"linalg.qr"``, ``"fft.rfft"``): the
     standard's signature, dispatched by ``_call`` to the backend of its tensor arguments."""
     doc = f"Array API ``{qualname}``, run by the backend of the argument tensors (others under the fallback policy)."
-    return make_function(qualname, _call_with_dtype if takes(qualname, "dtype") else _call, doc)
+    extension = qualname.split(".")[0] if "." in qualname else None
+    module = f"neurenix_core.tensor.{extension}" if extension else __name__
+    return make_function(qualname, _call_with_dtype if takes(qualname, "dtype") else _call, doc, module)
 
 
 def _call_with_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
@@ -54,6 +56,7 @@ for _name in ARRAY_API_FUNCTIONS:
     _fn = BINARY_FUNCTIONS[_name] if _name in BINARY_FUNCTIONS else make_dispatched(_name)
     if _name in BINARY_FUNCTIONS:
         _fn.__doc__ = f"Array API ``{_name}``, run by the backend of the argument tensors."
+        _fn.__module__ = __name__  # exported from here (pickle looks the name up in __module__)
     globals()[_name] = _fn
     __all__.append(_name)
 

@@ -203,16 +203,17 @@ def takes(qualname: str, parameter: str) -> bool:
     return any(name == parameter for name, _, _ in _parse(qualname))
 
 
-def make_function(qualname: str, dispatch: Callable[..., Any], doc: str) -> Callable[..., Any]:
+def make_function(qualname: str, dispatch: Callable[..., Any], doc: str, module: str | None = None) -> Callable[..., Any]:
     """A function with ``qualname``'s standard signature whose body is
-    ``dispatch(qualname, positional_args, keyword_args)``.
+    ``dispatch(qualname, positional_args, keyword_args)``, attributed to ``module`` (where it is
+    exported, so ``pickle`` and ``help()`` find it).
 
     Parameters without a default are passed positionally; one with a default is passed by
     keyword only when the caller gave another object than the default (see the module docstring).
     """
     params = _parse(qualname)
     name = qualname.rsplit(".", 1)[-1]
-    env: dict[str, Any] = {"_dispatch": dispatch}
+    env: dict[str, Any] = {"_dispatch": dispatch, "__name__": module}
     positional = [n for n, _, default in params if default is None]
     checks = [
         # None/True/False are compared as constants (no global lookup on the call path).
