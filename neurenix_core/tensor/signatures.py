@@ -215,16 +215,22 @@ def make_function(qualname: str, dispatch: Callable[..., Any], doc: str, module:
     name = qualname.rsplit(".", 1)[-1]
     env: dict[str, Any] = {"_dispatch": dispatch, "__name__": module}
     positional = [n for n, _, default in params if default is None]
-    checks = [
-        # None/True/False are compared as constants (no global lookup on the call path).
-        f"    if {n} is not {default if default in _SINGLETONS else _DEFAULT_NAME.format(n)}: kw[{n!r}] = {n}"
+    # None/True/False are compared as constants (no global lookup on the call path).
+    differs = {
+        n: f"{n} is not {default if default in _SINGLETONS else _DEFAULT_NAME.format(n)}"
         for n, _, default in params if default is not None
-    ]
+    }
     args = "(" + "".join(f"{n}, " for n in positional) + ")"
-    if checks:
-        body = ["    kw = {}", *checks, f"    return _dispatch({qualname!r}, {args}, kw)"]
-    else:
-        body = [f"    return _dispatch({qualname!r}, {args})"]
+    body = [f"    return _dispatch({qualname!r}, {args})"]
+    if differs:
+        # The common call leaves every keyword at its default: no dictionary to build.
+        body = [
+            f"    if not ({' or '.join(differs.values())}):",
+            f"        return _dispatch({qualname!r}, {args})",
+            "    kw = {}",
+            *(f"    if {test}: kw[{n!r}] = {n}" for n, test in differs.items()),
+            f"    return _dispatch({qualname!r}, {args}, kw)",
+        ]
     source = f"def {name}({SIGNATURES[qualname]}):\n" + "\n".join(body) + "\n"
     exec(compile(source, f"<array API {qualname}>", "exec"), env)  # noqa: S102 - static table text
     fn: Callable[..., Any] = env[name]
