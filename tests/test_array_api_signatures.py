@@ -154,7 +154,7 @@ def test_generated_functions_pass_only_keywords_that_differ_from_the_default() -
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any] | None]] = []
 
     def record(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> None:
-        calls.append((name, args, kwargs))
+        calls.append((name, args, kwargs or {}))
 
     fake_sum = make_function("sum", record, "doc")
     fake_sum("x")
