@@ -73,7 +73,9 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def _contenders(op: str, a: Any, b: Any, ta: Any, tb: Any, pa: Any, pb: Any) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
+def _contenders(
+    op: str, a: Any, b: Any, ta: Any, tb: Any, pa: Any, pb: Any
+) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
     """The timed callables for one case, and a check that nx and NumPy agree."""
     import numpy as np
     import torch

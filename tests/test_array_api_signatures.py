@@ -29,7 +29,8 @@ VARIADIC = {"meshgrid", "broadcast_arrays", "result_type"}
 def _strict_functions() -> dict[str, Callable[..., Any]]:
     """Qualified name -> array-api-strict function, for every function of the standard it has."""
     out: dict[str, Callable[..., Any]] = {}
-    for prefix, module, home in (("", xp, None), ("linalg.", xp.linalg, "array_api_strict._linalg"), ("fft.", xp.fft, "array_api_strict._fft")):
+    sources = (("", xp, None), ("linalg.", xp.linalg, "array_api_strict._linalg"), ("fft.", xp.fft, "array_api_strict._fft"))
+    for prefix, module, home in sources:
         for name in dir(module):
             fn = getattr(module, name)
             if name.startswith("_") or not inspect.isfunction(fn):

@@ -113,7 +113,9 @@ def test_fft_refuses_non_tensors_and_positional_keywords() -> None:
 
 def test_fft_example_finds_the_tones_on_every_device() -> None:
     script = Path(__file__).resolve().parents[1] / "examples" / "fft_spectrum.py"
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=False, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=False, env=dict(os.environ)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert any(r["device"] == "cpu:0" and r["native_fft"] for r in rows)

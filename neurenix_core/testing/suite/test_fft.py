@@ -2,7 +2,8 @@
 on the host under the fallback policy elsewhere; results stay on the device under test.
 
 Transforms of real float32 input (rfft, rfftn, ihfft, the shifts, the frequencies) run on every
-device; those of complex input only where the device declares complex64. Absolute errors of a length-n transform grow with n: ``scale`` says so.
+device; those of complex input only where the device declares complex64. Absolute errors of a
+length-n transform grow with n: ``scale`` says so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ REAL_INPUT = [
     ("rfftn", {"s": (3, 4), "axes": (0, 1)}),
 ]
 COMPLEX_INPUT = [
-    ("fft", {}), ("fft", {"n": 5, "axis": 0, "norm": "ortho"}), ("fftn", {"axes": (1,)}), ("ifft", {}), ("ifft", {"axis": 0, "norm": "ortho"}), ("fftn", {}), ("ifftn", {"s": (4, 4), "axes": (0, 1)}),
+    ("fft", {}), ("fft", {"n": 5, "axis": 0, "norm": "ortho"}), ("fftn", {"axes": (1,)}), ("ifft", {}),
+    ("ifft", {"axis": 0, "norm": "ortho"}), ("fftn", {}), ("ifftn", {"s": (4, 4), "axes": (0, 1)}),
     ("irfft", {}), ("irfft", {"n": 8}), ("irfftn", {}), ("hfft", {"n": 9}),
 ]
 _DTYPE = {"rfft": "complex64", "ihfft": "complex64", "rfftn": "complex64", "fft": "complex64", "fftn": "complex64",
