@@ -51,7 +51,7 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     (``CompileOptions.extra``), e.g. ``optimize_for="performance"``.
     """
     from neurenix_core.plugins.state import registry
-    from neurenix_core.tensor.tensor import default_backend
+    from neurenix_core.tensor.placement import default_backend
 
     backend, dev, _ = default_backend(device)
     record = registry().plugin_for(dev)
@@ -108,7 +108,8 @@ class Compiled:
     """A compiled model: call it with Tensors on its device or NumPy arrays (placed there).
 
     Introspection: ``.device``, ``.precision``, ``.summary`` (what the backend did),
-    ``.compiled_shapes`` (input shapes compiled so far), ``.graph``, ``.plan``.
+    ``.compiled_shapes`` (input shapes compiled so far), ``.graph``, ``.plan``, ``.native(shapes)``
+    (the plugin's compiled model, e.g. to read its runtime configuration back).
     """
 
     def __init__(self, graph: Graph, device: Device, backend: Any, record: Any, precision: str | None,
@@ -122,6 +123,9 @@ class Compiled:
         self._record = record
         self._runners: dict[tuple[tuple[int, ...], ...], Runner] = {}
         self._summaries: dict[tuple[tuple[int, ...], ...], str] = {}
+        self._natives: dict[tuple[tuple[int, ...], ...], Any] = {}
+        # One-input models compiled by a plugin: (placement, input shape, run) of the first shape.
+        self._fast: tuple[Any, tuple[int, ...], Callable[[Any], Any]] | None = None
         self._eager: Any = None
 
     # ------------------------------------------------------------------ introspection
@@ -138,11 +142,30 @@ class Compiled:
     def __repr__(self) -> str:
         return f"Compiled(device='{self.device}', precision={self.precision!r}, shapes={self.compiled_shapes})"
 
+    def native(self, *shapes: tuple[int, ...]) -> Any:
+        """The plugin's compiled model for these input shapes (the only one when none are given);
+        None where the model runs eagerly or on the core's integer kernels."""
+        key = tuple(tuple(int(d) for d in s) for s in shapes) if shapes else None
+        if key is None:
+            if len(self._runners) != 1:
+                raise ShapeError(f"compiled model on {self.device} has {len(self._runners)} compiled shape(s); pass the input shapes")
+            key = next(iter(self._runners))
+        if key not in self._runners:
+            raise ShapeError(f"compiled model on {self.device} was not compiled for {list(key)}; call it once with inputs of that shape")
+        return self._natives.get(key)
+
     # ------------------------------------------------------------------ calling
     def __call__(self, *inputs: Any) -> Any:
         # The hot path of every compiled-model call: inputs become backend-native arrays directly
         # (no Tensor, registry or dtype-table round trip), and the runner for their shapes is one
         # dict lookup. Benchmarks compare this against the bare runtime, so it stays lean.
+        fast = self._fast
+        if fast is not None and len(inputs) == 1:
+            # A Tensor already on the model's device (same placement object) with the compiled
+            # shape goes straight to the plugin's model: no list, shape tuple or runner lookup.
+            x = inputs[0]
+            if type(x) is Tensor and x._p is fast[0] and self._backend._shape_of(x._data) == fast[1]:
+                return fast[2](x._data)
         if len(inputs) != len(self.graph.inputs):
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
         natives = [self._native(x, i) for i, x in enumerate(inputs)]
@@ -152,8 +175,27 @@ class Compiled:
         if runner is None:
             runner = self._build(shapes)
             self._runners[shapes] = runner
+            self._set_fast(shapes)
         outs = runner(*natives)
         return outs[0] if len(outs) == 1 else outs
+
+    def _set_fast(self, shapes: tuple[tuple[int, ...], ...]) -> None:
+        native = self._natives.get(shapes)
+        if self._fast is not None or native is None or len(shapes) != 1:
+            return
+        from neurenix_core.tensor.tensor import wrap
+
+        be, dev = self._backend, self.device
+        index = dev.index
+
+        def run(x: Any) -> Any:
+            out = native(x)
+            if type(out) is tuple or type(out) is list:
+                outs = tuple(o if isinstance(o, Tensor) else wrap(o, be, dev, index) for o in out)
+                return outs[0] if len(outs) == 1 else outs
+            return out if isinstance(out, Tensor) else wrap(out, be, dev, index)
+
+        self._fast = (be.placement(index), shapes[0], run)
 
     def _native(self, x: Any, i: int) -> Any:
         """Input ``i`` as a native array on the model's device (a host copy for NumPy input)."""
@@ -202,6 +244,7 @@ class Compiled:
             except UnsupportedOperationError as exc:
                 return self._fallback(exc)
             if native is not None:
+                self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = native
                 return self._native_runner(native), str(getattr(native, "summary", "") or f"compiled by plugin {rec.name}")
         return self._local_runner()
 

@@ -16,10 +16,11 @@ import numpy as np
 from neurenix_core.device import DeviceLike
 from neurenix_core.errors import UnsupportedDTypeError
 from neurenix_core.plugins.backend import FFT_FUNCTIONS
-from neurenix_core.tensor.creation import asarray, check_dtype
 from neurenix_core.tensor.dtypes import as_dtype, isdtype
+from neurenix_core.tensor.op_errors import raise_op_error
 from neurenix_core.tensor.ops import make_dispatched
-from neurenix_core.tensor.tensor import Tensor, adopt, placement_for, raise_op_error
+from neurenix_core.tensor.placement import check_dtype, placement_for
+from neurenix_core.tensor.tensor import Tensor, adopt, asarray
 
 __all__ = list(FFT_FUNCTIONS)
 

@@ -18,6 +18,7 @@ import numpy as np
 from neurenix_core.plugins import state as _state
 from neurenix_core.device import Device
 from neurenix_core.tensor.dtypes import dtype_table, isdtype
+from neurenix_core.tensor.placement import placement_for
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend
@@ -32,8 +33,6 @@ STANDARD_DTYPES: tuple[str, ...] = (
 
 
 def _backend(device: Any) -> tuple[Device, Backend]:
-    from neurenix_core.tensor.tensor import placement_for
-
     p = placement_for(device)
     return p.device, p.backend
 
