@@ -169,6 +169,12 @@ HANDWRITTEN: frozenset[str] = frozenset({
 })
 
 
+# Generated code names a parameter's default object ``_default_<name>``; None/True/False are
+# compared as constants instead (no global lookup on the call path).
+_DEFAULT_NAME = "_default_{}"
+_SINGLETONS = ("None", "True", "False")
+
+
 def parameters(qualname: str) -> inspect.Signature:
     """The standard's signature of ``qualname`` as an ``inspect.Signature`` (no annotations).
 
@@ -194,6 +200,9 @@ def _parse(qualname: str) -> list[tuple[str, bool, str | None]]:
         if item.startswith("*"):
             raise ValueError(f"{qualname}: a {item} signature is written by hand, not generated")
         name, eq, default = item.partition("=")
+        if keyword_only and not eq:
+            # None in 2024.12; the generator passes only defaulted keywords, so refuse rather than guess.
+            raise ValueError(f"{qualname}: a required keyword-only parameter ({name}) is written by hand")
         out.append((name.strip(), keyword_only, default.strip() if eq else None))
     return out
 
@@ -215,7 +224,6 @@ def make_function(qualname: str, dispatch: Callable[..., Any], doc: str, module:
     name = qualname.rsplit(".", 1)[-1]
     env: dict[str, Any] = {"_dispatch": dispatch, "__name__": module}
     positional = [n for n, _, default in params if default is None]
-    # None/True/False are compared as constants (no global lookup on the call path).
     differs = {
         n: f"{n} is not {default if default in _SINGLETONS else _DEFAULT_NAME.format(n)}"
         for n, _, default in params if default is not None
@@ -242,6 +250,3 @@ def make_function(qualname: str, dispatch: Callable[..., Any], doc: str, module:
     fn.__doc__ = doc
     return fn
 
-
-_DEFAULT_NAME = "_default_{}"
-_SINGLETONS = ("None", "True", "False")
