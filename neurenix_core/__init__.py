@@ -113,6 +113,7 @@ def __array_namespace_info__() -> Any:
 #: ``nx.linalg``, ``nx.nn`` ...: submodules with heavier imports, loaded on first attribute access.
 _LAZY_MODULES = {
     "linalg": "neurenix_core.tensor.linalg",
+    "fft": "neurenix_core.tensor.fft",
     "nn": "neurenix_core.nn",
     "quantization": "neurenix_core.graph.quantization",
     "testing": "neurenix_core.testing",

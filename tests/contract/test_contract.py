@@ -12,6 +12,7 @@ from neurenix_core.testing.suite.test_dtypes import *  # noqa: F403
 from neurenix_core.testing.suite.test_elementwise import *  # noqa: F403
 from neurenix_core.testing.suite.test_errors import *  # noqa: F403
 from neurenix_core.testing.suite.test_fallback import *  # noqa: F403
+from neurenix_core.testing.suite.test_fft import *  # noqa: F403
 from neurenix_core.testing.suite.test_indexing import *  # noqa: F403
 from neurenix_core.testing.suite.test_linalg import *  # noqa: F403
 from neurenix_core.testing.suite.test_manipulation import *  # noqa: F403
