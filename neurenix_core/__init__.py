@@ -40,6 +40,7 @@ from neurenix_core.plugins.records import Status
 import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
 from neurenix_core.tensor.tensor import Tensor
 from neurenix_core.tensor.transfer import from_dlpack
+from neurenix_core.autograd.grad import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"
@@ -152,5 +153,6 @@ __all__ = [
     "ones_like", "empty_like", "full_like", "from_numpy", "bool", "int8", "int16", "int32",
     "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
     "complex64", "complex128", "isdtype", "result_type", "can_cast", "finfo", "iinfo",
-    "e", "inf", "nan", "pi", "newaxis", *_errors_all, *_ops_all,
+    "e", "inf", "nan", "pi", "newaxis", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "grad", "value_and_grad", *_errors_all, *_ops_all,
 ]

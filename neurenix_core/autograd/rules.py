@@ -20,7 +20,6 @@ from neurenix_core.backends.cpu_nn import adaptive_bounds
 from neurenix_core.backends.cpu_nn import avg_pool2d as host_avg_pool2d
 from neurenix_core.errors import NotDifferentiableError
 from neurenix_core.tensor import creation, ops as xp
-from neurenix_core.tensor.indexing import setitem
 from neurenix_core.tensor.tensor import Tensor, _call
 
 if TYPE_CHECKING:
@@ -453,7 +452,7 @@ def _getitem(node: Node, g: Tensor) -> Grads:
     x, key = node.args[0], node.args[1]
     if _basic(key) or (type(key) is Tensor and key.dtype == np.bool_):
         dx = zeros(g, x.shape)
-        setitem(dx, key if type(key) is not Tensor else key, g)
+        dx[key] = g  # Tensor.__setitem__ turns index tensors into the backend's own
         return [dx]
     parts = key if isinstance(key, tuple) else (key,)
     lead = 0

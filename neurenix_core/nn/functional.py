@@ -8,12 +8,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from neurenix_core.errors import CompilationError, ShapeError
+from neurenix_core.nn import init
 from neurenix_core.nn.tracing import Symbol
+from neurenix_core.tensor.creation import asarray
 from neurenix_core.tensor.tensor import Tensor, _call
 
 __all__ = [
-    "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "max_pool2d", "avg_pool2d",
+    "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",
     "adaptive_avg_pool2d", "flatten", "batch_norm", "layer_norm", "dropout", "multi_head_attention",
     "pair",
 ]
@@ -79,6 +83,16 @@ def softmax(x: Any, axis: int = -1, dim: int | None = None) -> Any:
     return _run(_symbolic("softmax", x, axis=axis), "nn.softmax", (x, axis))
 
 
+def log_softmax(x: Tensor, axis: int = -1, dim: int | None = None) -> Tensor:
+    """``log(softmax(x))`` computed stably: ``x - max - log(sum(exp(x - max)))``."""
+    axis = axis if dim is None else dim
+    if isinstance(x, Symbol):
+        raise CompilationError("log_softmax cannot be traced into a model graph; use nn.Softmax in models and log_softmax in losses")
+    # The shift by the max does not change the result, so it is taken off the tape.
+    shifted = x - _call("max", (x,), {"axis": axis, "keepdims": True}).detach()
+    return shifted - _call("log", (_call("sum", (_call("exp", (shifted,)),), {"axis": axis, "keepdims": True}),))
+
+
 def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Any:
     k = pair(kernel_size)
     s = k if stride is None else pair(stride)
@@ -128,13 +142,15 @@ def layer_norm(x: Tensor, normalized_shape: Any, weight: Tensor | None = None, b
 
 
 def dropout(x: Any, p: float = 0.5, training: bool = False) -> Any:
-    """Identity at inference (neurenix.nn runs inference only)."""
-    if training:
-        from neurenix_core.errors import UnsupportedOperationError
-
-        raise UnsupportedOperationError("dropout(training=True): neurenix.nn runs inference only")
+    """Identity at inference; in training, zero each element with probability ``p`` and scale
+    the rest by ``1 / (1 - p)`` (the mask is drawn from nn.init's seeded generator)."""
     sym = _symbolic("dropout", x, p=p)
-    return x if sym is None else sym
+    if sym is not None or not training or p == 0.0:
+        return x if sym is None else sym
+    if p >= 1.0:
+        return x * 0.0
+    keep = (init.generator().random(tuple(x.shape)) >= p).astype(np.float64) / (1.0 - p)
+    return x * asarray(keep, dtype=x.dtype, device=x.device)
 
 
 def multi_head_attention(

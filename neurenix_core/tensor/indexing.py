@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import NeurenixError, ShapeError
+from neurenix_core.tensor import tensor as _tensor
 from neurenix_core.tensor.tensor import Tensor, raise_op_error, mismatch
 
 __all__ = ["setitem"]
@@ -19,6 +20,8 @@ __all__ = ["setitem"]
 
 def setitem(t: Tensor, key: Any, value: Any) -> None:
     p = t._p
+    if _tensor.record is not None:  # autograd is recording: writing into a taped tensor is refused
+        _tensor.autograd.check_inplace(t, value)
     if type(value) is Tensor:
         q = value._p
         if q is not p and q.device != p.device:
