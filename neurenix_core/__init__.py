@@ -113,6 +113,7 @@ def __array_namespace_info__() -> Any:
 _LAZY_MODULES = {
     "linalg": "neurenix_core.tensor.linalg",
     "nn": "neurenix_core.nn",
+    "optim": "neurenix_core.optim",
     "quantization": "neurenix_core.graph.quantization",
     "testing": "neurenix_core.testing",
     "graph": "neurenix_core.graph",

@@ -19,7 +19,7 @@ from neurenix_core.tensor.tensor import Tensor, _call
 __all__ = [
     "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",
     "adaptive_avg_pool2d", "flatten", "batch_norm", "layer_norm", "dropout", "multi_head_attention",
-    "pair",
+    "pair", "mse_loss", "cross_entropy", "nll_loss", "binary_cross_entropy_with_logits",
 ]
 
 
@@ -179,3 +179,84 @@ def multi_head_attention(
 def _heads(t: Tensor, h: int, d: int) -> Tensor:
     n, length, _ = t.shape
     return _call("permute_dims", (_call("reshape", (t, (n, length, h, d))), (0, 2, 1, 3)))
+
+
+# ----------------------------------------------------------------------------- losses
+# Losses are computed in float32 at least (under nx.autocast the logits may be float16).
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _at_least_fp32(x: Tensor) -> Tensor:
+    if x.dtype.name in ("float16", "bfloat16"):
+        return _call("astype", (x, x._p.backend._native_dtype(np.dtype(np.float32))), {"copy": True})
+    return x
+
+
+def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
+    if reduction == "mean":
+        return _call("mean", (loss,))
+    if reduction == "sum":
+        return _call("sum", (loss,))
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002 - PyTorch's name
+    """Mean squared error."""
+    diff = _at_least_fp32(input) - _at_least_fp32(target)
+    return _reduce(diff * diff, reduction, "mse_loss")
+
+
+def _one_hot(target: Tensor, classes: int, like: Tensor) -> Tensor:
+    """(N, C, ...) one-hot of the class indices ``target`` (N, ...), in ``like``'s dtype."""
+    from neurenix_core.tensor.creation import arange
+
+    if target.dtype.kind not in "iu":
+        raise TypeError(f"class-index targets must be integers, got {target.dtype} on {target.device}; pass probabilities as a float tensor of the input's shape")
+    labels = _call("reshape", (arange(classes, dtype=target.dtype, device=target.device), (1, classes) + (1,) * (target.ndim - 1)))
+    hot = _call("expand_dims", (target,), {"axis": 1}) == labels
+    return _call("astype", (hot, like._p.backend._native_dtype(like.dtype)), {"copy": True})
+
+
+def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """Negative log-likelihood of class indices ``target`` (N, ...) under log-probabilities ``input`` (N, C, ...)."""
+    logp = _at_least_fp32(input)
+    if target.ndim != logp.ndim - 1 or target.shape[0] != logp.shape[0]:
+        raise ShapeError(f"nll_loss: input {logp.shape} (N, C, ...) needs targets of shape (N, ...), got {target.shape}")
+    picked = _call("sum", (logp * _one_hot(target, logp.shape[1], logp),), {"axis": 1})
+    return _reduce(-picked, reduction, "nll_loss")
+
+
+def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:  # noqa: A002
+    """Cross entropy of logits ``input`` (N, C, ...) with class indices (N, ...) or class
+    probabilities (N, C, ...); ``label_smoothing`` mixes the target with the uniform distribution."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    logp = log_softmax(_at_least_fp32(input), axis=1)
+    classes = logp.shape[1]
+    if target.dtype.kind in "iu":
+        if target.ndim != logp.ndim - 1 or target.shape[0] != logp.shape[0]:
+            raise ShapeError(f"cross_entropy: logits {logp.shape} (N, C, ...) need class indices of shape (N, ...), got {target.shape}")
+        probs = _one_hot(target, classes, logp)
+    else:
+        if target.shape != logp.shape:
+            raise ShapeError(f"cross_entropy: probability targets must have the logits' shape {logp.shape}, got {target.shape}")
+        probs = _at_least_fp32(target)
+    if label_smoothing:
+        probs = probs * (1.0 - label_smoothing) + label_smoothing / classes
+    return _reduce(-_call("sum", (probs * logp,), {"axis": 1}), reduction, "cross_entropy")
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:  # noqa: A002
+    """Sigmoid + binary cross entropy in one stable expression (no log of a rounded 0 or 1)."""
+    x, t = _at_least_fp32(input), _at_least_fp32(target)
+    if x.shape != t.shape:
+        raise ShapeError(f"binary_cross_entropy_with_logits: input {x.shape} and target {t.shape} differ")
+    # log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), computed without overflow.
+    softplus = _call("log1p", (_call("exp", (-_call("abs", (x,)),)),)) + _call("maximum", (-x, 0.0))
+    if pos_weight is None:
+        loss = (1.0 - t) * x + softplus
+    else:
+        loss = (1.0 - t) * x + (1.0 + (pos_weight - 1.0) * t) * softplus
+    return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
