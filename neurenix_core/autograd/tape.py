@@ -109,6 +109,12 @@ def set_requires_grad(t: Tensor, value: bool) -> None:
             )
         return
     if value and ag is None:
+        backend = t._p.backend
+        if not backend.trains:
+            raise UnsupportedOperationError(
+                f"{t.device} (backend {backend.name}) runs inference only and cannot compute gradients. Train on cpu, tpu "
+                f"or cuda, then compile the trained model for it: nx.compile(model, device='{t.device}')"
+            )
         if not is_floating(t.dtype):
             raise UnsupportedOperationError(f"{t.device}: only floating tensors can require grad, not {t.dtype}; cast with nx.astype first")
         leaf = Leaf()

@@ -15,6 +15,7 @@ from neurenix_core.nn import init
 from neurenix_core.nn.tracing import Symbol
 from neurenix_core.tensor.creation import asarray
 from neurenix_core.tensor.tensor import Tensor, _call
+from neurenix_core.training import amp
 
 __all__ = [
     "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",
@@ -52,13 +53,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     _no_trace("linear", x)
     if x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: input has {x.shape[-1]} features (shape {x.shape}), the weight expects {weight.shape[1]}")
-    return _call("nn.linear", (x, weight, bias))
+    return _call("nn.linear", amp.cast(x, weight, bias))  # autocast: low-precision matmul
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
     _no_trace("conv2d", x)
     if x.ndim != 4 or x.shape[1] != weight.shape[1] * groups:
         raise ShapeError(f"conv2d: expected an NCHW input with {weight.shape[1] * groups} channels, got shape {x.shape}")
+    x, weight, bias = amp.cast(x, weight, bias)  # autocast: low-precision convolution
     return _call("nn.conv2d", (x, weight, bias, pair(stride), pair(padding), pair(dilation), int(groups)))
 
 
@@ -80,7 +82,7 @@ def tanh(x: Any) -> Any:
 
 def softmax(x: Any, axis: int = -1, dim: int | None = None) -> Any:
     axis = axis if dim is None else dim  # PyTorch spells it dim
-    return _run(_symbolic("softmax", x, axis=axis), "nn.softmax", (x, axis))
+    return _run(_symbolic("softmax", x, axis=axis), "nn.softmax", (amp.at_least_fp32(x), axis))
 
 
 def log_softmax(x: Tensor, axis: int = -1, dim: int | None = None) -> Tensor:
@@ -89,6 +91,7 @@ def log_softmax(x: Tensor, axis: int = -1, dim: int | None = None) -> Tensor:
     if isinstance(x, Symbol):
         raise CompilationError("log_softmax cannot be traced into a model graph; use nn.Softmax in models and log_softmax in losses")
     # The shift by the max does not change the result, so it is taken off the tape.
+    x = amp.at_least_fp32(x)
     shifted = x - _call("max", (x,), {"axis": axis, "keepdims": True}).detach()
     return shifted - _call("log", (_call("sum", (_call("exp", (shifted,)),), {"axis": axis, "keepdims": True}),))
 
@@ -130,7 +133,7 @@ def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Ten
     _no_trace("batch_norm", x)
     if x.ndim < 2 or x.shape[1] != running_mean.shape[0]:
         raise ShapeError(f"batch_norm: input shape {x.shape} does not have {running_mean.shape[0]} channels on axis 1")
-    return _call("nn.batch_norm", (x, running_mean, running_var, weight, bias, float(eps)))
+    return _call("nn.batch_norm", (amp.at_least_fp32(x), running_mean, running_var, weight, bias, float(eps)))
 
 
 def layer_norm(x: Tensor, normalized_shape: Any, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
@@ -138,7 +141,7 @@ def layer_norm(x: Tensor, normalized_shape: Any, weight: Tensor | None = None, b
     dims = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[-len(dims):]) != dims:
         raise ShapeError(f"layer_norm: input shape {x.shape} does not end with the normalized shape {dims}")
-    return _call("nn.layer_norm", (x, dims, weight, bias, float(eps)))
+    return _call("nn.layer_norm", (amp.at_least_fp32(x), dims, weight, bias, float(eps)))
 
 
 def dropout(x: Any, p: float = 0.5, training: bool = False) -> Any:
@@ -170,7 +173,7 @@ def multi_head_attention(
     k = _heads(linear(key, in_proj_weight[e : 2 * e], bk), num_heads, d)
     v = _heads(linear(value, in_proj_weight[2 * e :], bv), num_heads, d)
     scores = _call("matmul", (q, _call("matrix_transpose", (k,)))) * (1.0 / math.sqrt(d))
-    ctx = _call("matmul", (softmax(scores, -1), v))  # (N, H, L, D)
+    ctx = _call("matmul", amp.cast(softmax(scores, -1), v))  # (N, H, L, D)
     ctx = _call("reshape", (_call("permute_dims", (ctx, (0, 2, 1, 3))), (n, length, e)))
     out = linear(ctx, out_proj_weight, out_proj_bias)
     return out if batch_first else _call("permute_dims", (out, (1, 0, 2)))
@@ -186,10 +189,7 @@ def _heads(t: Tensor, h: int, d: int) -> Tensor:
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def _at_least_fp32(x: Tensor) -> Tensor:
-    if x.dtype.name in ("float16", "bfloat16"):
-        return _call("astype", (x, x._p.backend._native_dtype(np.dtype(np.float32))), {"copy": True})
-    return x
+_at_least_fp32 = amp.at_least_fp32
 
 
 def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:

@@ -15,6 +15,7 @@ from neurenix_core.autograd.grad import no_grad
 from neurenix_core.nn.module import Module
 from neurenix_core.tensor import ops
 from neurenix_core.tensor.tensor import Tensor
+from neurenix_core.training import amp
 
 __all__ = [
     "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "MaxPool2d", "AvgPool2d",
@@ -227,6 +228,7 @@ class BatchNorm2d(Module):
             raise ShapeError(f"BatchNorm2d expects a 4-D NCHW input, got shape {x.shape}")
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
+        x = amp.at_least_fp32(x)  # batch statistics in fp32 under autocast
         mean = ops.mean(x, axis=(0, 2, 3))
         var = ops.var(x, axis=(0, 2, 3))
         # The batch statistics are on the tape: batch_norm's rule differentiates through them.

@@ -200,7 +200,7 @@ class Module:
         for mod, attr, old, arr in staged:
             new = asarray(arr.astype(old.dtype, copy=False), device=old.device)
             store = mod._parameters if attr in mod._parameters else mod._buffers
-            store[attr] = new.requires_grad_(old.requires_grad) if store is mod._parameters else new
+            store[attr] = new.requires_grad_(True) if store is mod._parameters and old.requires_grad else new
 
     def save(self, path: Any) -> None:
         """Save the weights to ``.npz`` or ``.safetensors`` (atomic: a temp file, then rename)."""
@@ -232,7 +232,7 @@ class Module:
         for mod, attr, t, grad in moved:
             store = mod._parameters if attr in mod._parameters else mod._buffers
             # The copy is a new leaf: a parameter keeps requiring grad on its new device.
-            store[attr] = t.requires_grad_(True) if grad else t
+            store[attr] = t.requires_grad_(True) if grad and t._p.backend.trains else t
         return self
 
     def cpu(self) -> Module:
@@ -277,8 +277,9 @@ class Module:
 
 
 def _trainable(t: Tensor) -> Tensor:
-    # A parameter is a leaf that requires grad (PyTorch's nn.Parameter); integer tensors cannot.
-    if t.is_leaf and not t.requires_grad and (t.dtype.kind == "f" or t.dtype.name == "bfloat16"):
+    # A parameter is a leaf that requires grad (PyTorch's nn.Parameter); integer tensors and
+    # tensors on inference-only devices (npu, edgetpu) cannot.
+    if t.is_leaf and not t.requires_grad and (t.dtype.kind == "f" or t.dtype.name == "bfloat16") and t._p.backend.trains:
         t.requires_grad_(True)
     return t
 

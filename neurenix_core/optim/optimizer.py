@@ -3,6 +3,11 @@
 Updates run under ``no_grad`` with the core's ops, so they execute on the parameters' own
 backend (NumPy, JAX, PyTorch ...); a parameter is written in place through the backend's
 assignment (``setitem``), so every reference to it sees the new values.
+
+Parameters may also be a framework's own (the ``torch.nn.Parameter`` of a module returned by
+``TensorCoresBackend.optimize_model``): the backend whose native arrays they are binds each one
+as a Tensor sharing its storage, and its gradient is the one the framework's autograd left in
+``.grad``. The same update arithmetic then runs on that backend.
 """
 
 from __future__ import annotations
@@ -13,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.autograd.grad import no_grad
-from neurenix_core.errors import ConfigurationError, ShapeError
+from neurenix_core.errors import ConfigurationError, ShapeError, UnsupportedOperationError
 from neurenix_core.tensor.creation import asarray
 from neurenix_core.tensor.indexing import setitem
-from neurenix_core.tensor.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor, adopt
 
-__all__ = ["Optimizer", "assign"]
+__all__ = ["Optimizer", "Slot", "assign"]
 
 
 def assign(p: Tensor, value: Tensor) -> None:
@@ -28,6 +33,46 @@ def assign(p: Tensor, value: Tensor) -> None:
 
         value = astype(value, p.dtype)
     setitem(p, Ellipsis, value)
+
+
+class Slot:
+    """One parameter as the optimizer sees it: a Tensor, and where its gradient lives."""
+
+    __slots__ = ("tensor", "native")
+
+    def __init__(self, tensor: Tensor, native: Any = None) -> None:
+        self.tensor = tensor
+        self.native = native  # the framework's parameter when bound, else None
+
+    @property
+    def grad(self) -> Tensor | None:
+        if self.native is None:
+            return self.tensor.grad
+        g = self.native.grad
+        return None if g is None else adopt(g, self.tensor._p)
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if self.native is None:
+            self.tensor.grad = value
+        else:
+            self.native.grad = None if value is None else value._data
+
+
+def _bind(native: Any) -> Slot:
+    """A framework parameter as a Tensor sharing its storage, on the started backend that owns it."""
+    from neurenix_core.plugins.state import registry
+
+    for record in registry().records:
+        backend = record.backend
+        index = None if backend is None else backend._index_of_native(native)
+        if index is not None:
+            assert backend is not None
+            return Slot(adopt(native.detach(), backend.placement(index)), native)
+    raise TypeError(
+        f"optimizers take neurenix Tensors (model.parameters()) or the parameters of a module a started backend "
+        f"produced (TensorCoresBackend.optimize_model), not {type(native).__name__}"
+    )
 
 
 class Optimizer:
@@ -40,33 +85,45 @@ class Optimizer:
         groups = items if isinstance(items[0], Mapping) else [{"params": items}]
         self.defaults = dict(defaults)
         self.param_groups: list[dict[str, Any]] = []
+        self._slots: list[Slot] = []
         for group in groups:
             self.add_param_group(dict(group))
         self.state: dict[int, dict[str, Any]] = {}
 
     def add_param_group(self, group: dict[str, Any]) -> None:
         params = list(group["params"])
-        for p in params:
-            self._check_param(p)
+        self._slots.extend(self._slot(p) for p in params)
         self.param_groups.append({**self.defaults, **group, "params": params})
 
-    def _check_param(self, p: Any) -> None:
+    def _slot(self, p: Any) -> Slot:
         if type(p) is not Tensor:
-            raise TypeError(f"{type(self).__name__} optimizes neurenix Tensors (model.parameters()), not {type(p).__name__}")
+            return _bind(p)
+        backend = p._p.backend
+        if not backend.trains:
+            raise UnsupportedOperationError(
+                f"{type(self).__name__}: {p.device} (backend {backend.name}) runs inference only and cannot train. Train on cpu, "
+                f"tpu or cuda, then compile the trained model for it: nx.compile(model, device='{p.device}')"
+            )
         if not p.requires_grad or not p.is_leaf:
             raise ConfigurationError(f"{type(self).__name__}: a parameter on {p.device} of shape {p.shape} is not a leaf that requires grad")
+        return Slot(p)
 
-    def _params(self) -> Iterable[tuple[int, dict[str, Any], Tensor]]:
+    def slots(self) -> list[Slot]:
+        """Every parameter, in order (GradScaler reads and rewrites their gradients through these)."""
+        return self._slots
+
+    def _params(self) -> Iterable[tuple[int, dict[str, Any], Slot]]:
         i = 0
         for group in self.param_groups:
-            for p in group["params"]:
-                yield i, group, p
+            for _ in group["params"]:
+                yield i, group, self._slots[i]
                 i += 1
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for _, _, p in self._params():
-            if p.grad is not None:
-                p.grad = None if set_to_none else p.grad * 0.0
+        for slot in self._slots:
+            g = slot.grad
+            if g is not None:
+                slot.grad = None if set_to_none else g * 0.0
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()`` if given."""
@@ -77,9 +134,10 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         with no_grad():
-            for i, group, p in self._params():
-                if p.grad is not None:
-                    self._update(p, p.grad, self.state.setdefault(i, {}), group)
+            for i, group, slot in self._params():
+                g = slot.grad
+                if g is not None:
+                    self._update(slot.tensor, g, self.state.setdefault(i, {}), group)
         return loss
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
@@ -100,7 +158,7 @@ class Optimizer:
         groups = state_dict["param_groups"]
         if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
             raise ShapeError(f"{type(self).__name__}.load_state_dict: the saved parameter groups do not match this optimizer's")
-        params = {i: p for i, _, p in self._params()}
+        params = {i: slot.tensor for i, _, slot in self._params()}
         for mine, saved in zip(self.param_groups, groups):
             mine.update({k: v for k, v in saved.items() if k != "params"})
         self.state = {}

@@ -26,7 +26,7 @@ from neurenix_core.testing.reference import require_dtype
 EPS = 1e-6
 Case = tuple[Callable[..., Any], list[np.ndarray]]
 Builder = Callable[[Any, np.random.Generator], Case]
-SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 SMALL = array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)
 MATRIX_SIDE = st.integers(1, 4)
@@ -295,8 +295,23 @@ CASES: dict[str, Builder] = {
 }
 
 
+def _require_training(device: nx.Device) -> None:
+    if not nx.backend(device).trains:
+        pytest.skip(f"{device} runs inference only (Backend.trains is False): see test_inference_only_device_refuses_gradients")
+
+
+def test_inference_only_device_refuses_gradients(nx_device: nx.Device) -> None:
+    x = nx.asarray(np.ones(3, dtype=np.float32), device=nx_device)
+    if nx.backend(nx_device).trains:
+        assert x.requires_grad_().requires_grad
+        return
+    with pytest.raises(nx.UnsupportedOperationError, match=rf"{nx_device}.*inference only.*nx.compile\(model, device='{nx_device}'\)"):
+        x.requires_grad_()
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_gradient_matches_finite_differences(nx_device: nx.Device, case: str) -> None:
+    _require_training(nx_device)
     require_dtype(nx_device, "float64")
 
     @SETTINGS
@@ -310,6 +325,7 @@ def test_gradient_matches_finite_differences(nx_device: nx.Device, case: str) ->
 
 
 def test_backward_accumulates_and_no_grad_records_nothing(nx_device: nx.Device) -> None:
+    _require_training(nx_device)
     x = nx.asarray(np.array([1.0, 2.0, 3.0], dtype=np.float32), device=nx_device).requires_grad_()
     nx.sum(x * x).backward()
     nx.sum(x * 2.0).backward()
@@ -321,6 +337,7 @@ def test_backward_accumulates_and_no_grad_records_nothing(nx_device: nx.Device) 
 
 
 def test_non_differentiable_op_in_the_path_is_named(nx_device: nx.Device) -> None:
+    _require_training(nx_device)
     x = nx.asarray(np.array([3.0, 1.0, 2.0], dtype=np.float32), device=nx_device).requires_grad_()
     with nx.fallback_policy("allow"):
         y = nx.sort(x * 2.0)
@@ -331,6 +348,7 @@ def test_non_differentiable_op_in_the_path_is_named(nx_device: nx.Device) -> Non
 
 
 def test_in_place_write_into_taped_tensor_is_refused(nx_device: nx.Device) -> None:
+    _require_training(nx_device)
     x = nx.asarray(np.ones(3, dtype=np.float32), device=nx_device).requires_grad_()
     with pytest.raises(nx.UnsupportedOperationError, match="in-place"):
         x[0] = 2.0
@@ -340,6 +358,7 @@ def test_in_place_write_into_taped_tensor_is_refused(nx_device: nx.Device) -> No
 
 
 def test_value_and_grad_over_a_dict_of_tensors(nx_device: nx.Device) -> None:
+    _require_training(nx_device)
     params = {"w": nx.asarray(np.array([[1.0, 2.0]]), device=nx_device), "b": nx.asarray(np.array([0.5]), device=nx_device)}
     x = nx.asarray(np.array([[3.0], [4.0]]), device=nx_device)
 
