@@ -118,6 +118,10 @@ def _not_differentiable(node: Node) -> NotDifferentiableError:
 def backward(root: Tensor, gradient: Tensor | None = None) -> None:
     ag = getattr(root, "_ag", None)
     if ag is None:
+        # Computed by a framework's own autograd (a module from TensorCoresBackend.optimize_model):
+        # that framework differentiates it.
+        if root._p.backend._native_backward(root._data, None if gradient is None else gradient._data):
+            return
         raise UnsupportedOperationError(
             f"{root.device}: backward() on a tensor that does not require grad: nothing it was computed from requires grad "
             "(set requires_grad=True on the inputs, or call it outside nx.no_grad())"

@@ -161,6 +161,11 @@ class Backend:
         the core then runs the neurenix tape. See neurenix_core/training/step.py."""
         return None
 
+    def _native_backward(self, native: Any, gradient: Any) -> bool:
+        """Run the framework's own backward from ``native`` if its autograd recorded it (True),
+        else False. ``Tensor.backward()`` asks this for results with no neurenix tape."""
+        return False
+
     def _index_of_native(self, native: Any) -> int | None:
         """The device index of a framework array this backend owns (a torch.Tensor for the cuda
         backend), or None when it is not this backend's. Optimizers use it to bind a framework

@@ -128,6 +128,14 @@ class CudaBackend(ArrayNamespaceBackend):
 
         return TorchTrainStep(loss_fn, model, optimizer)
 
+    def _native_backward(self, native: Any, gradient: Any) -> bool:
+        """Results of a torch module that torch's autograd recorded (optimize_model's modules)
+        are differentiated by torch: grads land in the module's parameters' ``.grad``."""
+        if not (isinstance(native, self.torch.Tensor) and native.requires_grad):
+            return False
+        native.backward(gradient)
+        return True
+
     def _index_of_native(self, native: Any) -> int | None:
         """cuda:i for a torch tensor on that GPU (on the host CPU when emulated): lets neurenix
         optimizers update a torch module's parameters in place (TensorCoresBackend.optimize_model)."""

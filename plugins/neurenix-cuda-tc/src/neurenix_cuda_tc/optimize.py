@@ -213,4 +213,6 @@ def _wrap_like(out: Any, like: Any) -> Any:
 
     if isinstance(out, tuple):
         return tuple(_wrap_like(o, like) for o in out)
-    return wrap(out.detach(), like._backend, like.device, like._index)
+    # torch's graph stays attached when torch recorded one: loss.backward() on a neurenix loss of
+    # this output then runs torch's backward into the module's parameters (mixed-precision training).
+    return wrap(out if out.requires_grad else out.detach(), like._backend, like.device, like._index)
