@@ -70,16 +70,17 @@ def _loss(m: Any, x: Any, y: Any) -> Any:
     return F.cross_entropy(m(x), y)
 
 
+@pytest.mark.parametrize("make_opt", [lambda p: SGD(p, lr=0.1, momentum=0.9), lambda p: Adam(p, lr=0.01)], ids=["sgd", "adam"])
 @pytest.mark.parametrize("device, engine", [("cpu:0", "neurenix tape"), ("tpu:0", "jax.value_and_grad + jax.jit"), ("cuda:0", "torch.autograd")])
-def test_compile_step_follows_the_eager_tape(device: str, engine: str) -> None:
+def test_compile_step_follows_the_eager_tape(device: str, engine: str, make_opt: Any) -> None:
     if device not in [str(d) for d in nx.devices()]:
         pytest.skip(f"{device} not available (NEURENIX_EMULATE)")
     x, y = stripes(128)
     batches = [(nx.asarray(x[i:i + 32], device=device), nx.asarray(y[i:i + 32], device=device)) for i in range(0, 128, 32)]
     compiled, eager = _cnn(device), _cnn(device)
-    step = nx.compile_step(_loss, compiled, SGD(compiled.parameters(), lr=0.1, momentum=0.9))
+    step = nx.compile_step(_loss, compiled, make_opt(compiled.parameters()))
     assert step.engine == engine
-    opt = SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    opt = make_opt(eager.parameters())
     for xb, yb in batches:
         loss = step(xb, yb)
         opt.zero_grad()

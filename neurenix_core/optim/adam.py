@@ -6,7 +6,6 @@ follows the same trajectory up to floating-point rounding.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,8 +42,9 @@ class Adam(Optimizer):
             peak = state.get("max_exp_avg_sq")
             v = v if peak is None else xp.maximum(peak, v)
             state["max_exp_avg_sq"] = v
+        # ``** 0.5``, not math.sqrt: t may be a traced scalar inside a compiled step (tpu).
         step_size = lr / (1.0 - b1**t)
-        denom = xp.sqrt(v) / math.sqrt(1.0 - b2**t) + eps
+        denom = xp.sqrt(v) / (1.0 - b2**t) ** 0.5 + eps
         assign(p, p - m / denom * step_size)
 
 
