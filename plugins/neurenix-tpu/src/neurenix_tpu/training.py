@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from neurenix_core.autograd.grad import no_grad
 from neurenix_core.tensor.tensor import Tensor, adopt
 from neurenix_core.training.step import refuse_random_layers, replace_data, swapped, trainable_state
@@ -59,7 +61,7 @@ class JaxTrainStep:
         with no_grad():
             for k, (param, g, state) in enumerate(zip(params, grads, states)):
                 t = adopt(param, p)
-                live = {name: adopt(v, p) if name != "step" else v for name, v in state.items()}
+                live = {name: adopt(v, p) for name, v in state.items()}  # "step" too: a 0-d tensor in the program
                 opt._update(t, adopt(g, p), live, groups[self.slot_index[k]])
                 new_params.append(t._data)
                 new_states.append({name: v._data if type(v) is Tensor else v for name, v in live.items()})
@@ -88,7 +90,8 @@ class JaxTrainStep:
             fused = self._fused.get(key)
             if fused is None:  # hyperparameters are constants of the program: a scheduler's new lr compiles once more
                 fused = self._fused[key] = self.jax.jit(self._program)
-            traced_states = tuple({k: (v._data if type(v) is Tensor else v) for k, v in s.items()} for s in states)
+            # The step count enters as float32 data (Adam's bias correction), so the program is reused.
+            traced_states = tuple({k: (v._data if type(v) is Tensor else np.float32(v)) for k, v in s.items()} for s in states)
             loss, new_buffers, new_params, new_states = fused(params, buffers, traced_states, natives)
             for param, value, i, state in zip(self.params, new_params, self.slot_index, new_states):
                 replace_data(param, value)
