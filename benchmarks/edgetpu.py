@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import neurenix_core as nx  # noqa: E402
 from neurenix_core.graph.ir import CompileOptions, Graph  # noqa: E402
 from neurenix_core.graph.quantization import calibrate  # noqa: E402
-from neurenix_edgetpu.model import compile_graph  # noqa: E402
+from neurenix_edgetpu.compiled import compile_graph  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "neurenix-edgetpu", "tests"))
 from edgetpu_helpers import cnn_graph, mlp_graph  # noqa: E402

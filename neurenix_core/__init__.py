@@ -39,7 +39,7 @@ from neurenix_core.plugins.records import Status
 # import it first so that the public function ``nx.backends()`` below is what the name means.
 import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
 from neurenix_core.tensor.tensor import Tensor
-from neurenix_core.tensor.transfer import from_dlpack
+from neurenix_core.tensor.tensor import from_dlpack
 from neurenix_core.autograd.grad import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
 from neurenix_core.training.amp import GradScaler, autocast
 
@@ -87,7 +87,7 @@ def rediscover() -> None:
 
 def backend(device: Any = None) -> Backend:
     """The backend object serving ``device`` (default device when None); starts it if needed."""
-    from neurenix_core.tensor.tensor import default_backend
+    from neurenix_core.tensor.placement import default_backend
 
     return default_backend(device)[0]
 

@@ -10,10 +10,9 @@ this file adds no edge to the import graph and costs nothing until an old path i
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
 import warnings
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Final
 
@@ -45,12 +44,14 @@ MOVED: Final[dict[str, str]] = {
 }
 
 
-class _MovedLoader(importlib.abc.Loader):
+# Duck-typed finder and loader (the import protocol needs only these methods): subclassing
+# importlib.abc would load importlib.resources, tempfile and shutil at every import of neurenix.
+class _MovedLoader:
     def __init__(self, new: str) -> None:
         self._new = new
-        self._spec: importlib.machinery.ModuleSpec | None = None
+        self._spec: ModuleSpec | None = None
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
         warnings.warn(
             f"{spec.name} moved to {self._new} in neurenix 0.2; the old path is removed in 0.3",
             DeprecationWarning,
@@ -66,12 +67,12 @@ class _MovedLoader(importlib.abc.Loader):
         module.__spec__ = self._spec
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+class _MovedFinder:
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> ModuleSpec | None:
         new = MOVED.get(fullname)
         if new is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(new))
+        return ModuleSpec(fullname, _MovedLoader(new))
 
 
 def install() -> None:

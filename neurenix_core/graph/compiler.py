@@ -51,7 +51,7 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     (``CompileOptions.extra``), e.g. ``optimize_for="performance"``.
     """
     from neurenix_core.plugins.state import registry
-    from neurenix_core.tensor.tensor import default_backend
+    from neurenix_core.tensor.placement import default_backend
 
     backend, dev, _ = default_backend(device)
     record = registry().plugin_for(dev)

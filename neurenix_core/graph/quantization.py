@@ -23,5 +23,6 @@ from neurenix_core.graph.calibration import *  # noqa: F403
 from neurenix_core.graph.calibration import __all__ as _calibration_all
 from neurenix_core.graph.qmath import *  # noqa: F403
 from neurenix_core.graph.qmath import __all__ as _qmath_all
+from neurenix_core.graph.ir import QuantizationPlan, QuantParams  # the values these functions take and make
 
-__all__ = [*_calibration_all, *_qmath_all]
+__all__ = [*_calibration_all, *_qmath_all, "QuantizationPlan", "QuantParams"]

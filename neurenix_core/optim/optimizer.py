@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.autograd.grad import no_grad
+from neurenix_core.autograd.grad import enable_grad, no_grad
+from neurenix_core.plugins.state import registry
 from neurenix_core.errors import ConfigurationError, ShapeError, UnsupportedOperationError
 from neurenix_core.tensor.creation import asarray
-from neurenix_core.tensor.indexing import setitem
+from neurenix_core.tensor.ops import astype
 from neurenix_core.tensor.tensor import Tensor, adopt
 
 __all__ = ["Optimizer", "Slot", "assign"]
@@ -29,10 +30,8 @@ __all__ = ["Optimizer", "Slot", "assign"]
 def assign(p: Tensor, value: Tensor) -> None:
     """Write ``value`` into parameter ``p`` (same shape; cast to p's dtype)."""
     if value.dtype != p.dtype:
-        from neurenix_core.tensor.ops import astype
-
         value = astype(value, p.dtype)
-    setitem(p, Ellipsis, value)
+    p[...] = value  # the backend's own assignment: in place, or a new array for JAX
 
 
 class Slot:
@@ -61,8 +60,6 @@ class Slot:
 
 def _bind(native: Any) -> Slot:
     """A framework parameter as a Tensor sharing its storage, on the started backend that owns it."""
-    from neurenix_core.plugins.state import registry
-
     for record in registry().records:
         backend = record.backend
         index = None if backend is None else backend._index_of_native(native)
@@ -129,8 +126,6 @@ class Optimizer:
         """One update of every parameter that has a gradient; returns ``closure()`` if given."""
         loss = None
         if closure is not None:
-            from neurenix_core.autograd.grad import enable_grad
-
             with enable_grad():
                 loss = closure()
         with no_grad():

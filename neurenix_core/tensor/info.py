@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from neurenix_core.plugins import state as _state
 from neurenix_core.device import Device
 from neurenix_core.tensor.dtypes import dtype_table, isdtype
+from neurenix_core.tensor.placement import placement_for
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend
@@ -19,8 +20,6 @@ __all__ = ["NamespaceInfo"]
 
 
 def _backend(device: Any) -> tuple[Device, Backend]:
-    from neurenix_core.tensor.tensor import placement_for
-
     p = placement_for(device)
     return p.device, p.backend
 

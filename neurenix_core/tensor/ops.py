@@ -14,7 +14,7 @@ from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call
+from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call, cast
 
 __all__: list[str] = []
 
@@ -94,9 +94,7 @@ def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: DeviceLike | 
             f"{x.device} (backend {be.name}) does not support dtype {dt}; "
             f"supported: {', '.join(_supported(be))}. Pick one of those or move to 'cpu' first"
         )
-    # The backend's own dtype object when it casts natively; the neurenix dtype for a host fallback.
-    target = be._native_dtype(dt) if "astype" in be.ops else dt
-    out = _call("astype", (x, target), {"copy": copy})
+    out = cast(x, dt, copy)
     return out if device is None else out.to(device)  # type: ignore[no-any-return]
 
 

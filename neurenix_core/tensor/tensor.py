@@ -9,37 +9,34 @@ else goes through ``_call``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.plugins import state as _state
 from neurenix_core.device import Device, DeviceLike, as_device
-from neurenix_core.errors import (
-    DeviceMismatchError,
-    NeurenixError,
-    OperationError,
-    ShapeError,
-    TransferError,
-    UnsupportedDTypeError,
-)
+from neurenix_core.errors import ShapeError, TransferError, UnsupportedDTypeError
+from neurenix_core.tensor import transfer
+from neurenix_core.tensor.dtypes import as_dtype
+from neurenix_core.tensor.host_run import getitem_on_host, run_on_host
+from neurenix_core.tensor.indexing import set_native
+from neurenix_core.tensor.op_errors import BROADCASTING, mismatch, raise_op_error
+from neurenix_core.tensor.placement import check_dtype, default_backend, host_default, host_to_native, placement_for
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, Placement
 
-__all__ = ["Tensor", "wrap", "adopt", "check_same_device", "mismatch", "default_backend", "placement_for"]
+# mismatch, raise_op_error, default_backend and placement_for live in op_errors.py and placement.py;
+# they stay importable from here, where plugins found them in 0.1.
+__all__ = [
+    "Tensor", "asarray", "from_dlpack", "wrap", "adopt", "check_same_device", "mismatch", "raise_op_error",
+    "default_backend", "placement_for",
+]
 
 _new = object.__new__
 # Exact types only: a NumPy scalar (np.float64 subclasses float) takes the slow, checked path.
 _SCALAR_TYPES = frozenset({bool, int, float, complex})
-_BROADCASTING = frozenset({
-    "add", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_or", "bitwise_right_shift",
-    "bitwise_xor", "copysign", "divide", "equal", "floor_divide", "greater", "greater_equal",
-    "hypot", "less", "less_equal", "logaddexp", "logical_and", "logical_or", "logical_xor",
-    "maximum", "minimum", "multiply", "nextafter", "not_equal", "pow", "remainder", "subtract",
-})
-_SHAPE_WORDS = ("shape", "broadcast", "dimension", "axis", "size", "mismatch", "align")
 
 
 class Tensor:
@@ -58,8 +55,6 @@ class Tensor:
     __array_ufunc__ = None
 
     def __new__(cls, data: Any, dtype: Any = None, device: DeviceLike | None = None) -> Tensor:
-        from neurenix_core.tensor.creation import asarray
-
         return asarray(data, dtype=dtype, device=device)
 
     def __del__(self) -> None:
@@ -124,9 +119,8 @@ class Tensor:
     # ----------------------------------------------------------------- transfers
     def to(self, device: DeviceLike) -> Tensor:
         """A copy of this tensor on ``device``; this tensor is untouched."""
-        from neurenix_core.tensor.transfer import copy_to
-
-        return copy_to(self, as_device(device))
+        p = placement_for(as_device(device))
+        return adopt(transfer.copy_native(self._data, self._p, p), p)
 
     def to_device(self, device: DeviceLike, /, *, stream: Any = None) -> Tensor:
         if stream is not None:
@@ -147,21 +141,17 @@ class Tensor:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None) -> Any:
-        from neurenix_core.tensor.transfer import export_dlpack
-
-        return export_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+        return transfer.export_dlpack(self._data, self._p, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from neurenix_core.tensor.transfer import dlpack_device
-
-        return dlpack_device(self)
+        return transfer.dlpack_device(self._data)
 
     def __array_namespace__(self, *, api_version: str | None = None) -> Any:
-        import neurenix_core
-
         if api_version not in (None, "2023.12", "2024.12"):
             raise ValueError(f"neurenix implements array API 2024.12, not {api_version}")
-        return neurenix_core
+        # The namespace is the package this module belongs to, loaded before any of its modules
+        # runs (Python imports a package before its submodules): looked up, not imported.
+        return sys.modules["neurenix_core"]
 
     # copy, deepcopy and pickle must go through the accounting (the default slot copy would make
     # a second tensor releasing bytes it never charged).
@@ -268,16 +258,13 @@ class Tensor:
         except Exception as exc:
             # Some runtimes cannot index every way the standard allows (torch: negative steps).
             # If the host can, that is an op the device does not run natively: fallback policy.
-            from neurenix_core.tensor.transfer import getitem_fallback
-
-            return getitem_fallback(self, key, exc)
-        out = adopt(result, p, (self,))
+            out = adopt(getitem_on_host(self._data, p, _host_key(key), [self], exc), p)
+        else:
+            out = adopt(result, p, (self,))
         return out if record is None else record("__getitem__", (self, key), None, out)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        from neurenix_core.tensor.indexing import setitem
-
-        setitem(self, _index_key(key, self._p), value)
+        _setitem(self, _index_key(key, self._p), value)
 
     # ----------------------------------------------------------------- unary operators
     def __neg__(self) -> Tensor:
@@ -398,9 +385,7 @@ def _make_inplace(name: str) -> Callable[[Tensor, Any], Tensor]:
                 f"{self.device}: in-place {name} would change the dtype {self.dtype} to {result.dtype}; "
                 f"cast the operand first or use the out-of-place form"
             )
-        from neurenix_core.tensor.indexing import setitem
-
-        setitem(self, Ellipsis, result)
+        _setitem(self, Ellipsis, result)
         return self
 
     return op
@@ -412,7 +397,7 @@ _OPERATORS = {
     "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
 }
 _COMPARISONS = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal", "eq": "equal", "ne": "not_equal"}
-_BINARY_OPS: dict[str, Callable[[Any, Any], Any]] = {n: _make_binary(n) for n in (*_BROADCASTING, "matmul")}
+_BINARY_OPS: dict[str, Callable[[Any, Any], Any]] = {n: _make_binary(n) for n in (*BROADCASTING, "matmul")}
 #: The namespace functions nx.add, nx.matmul ...: the same flat path, raising on bad operands.
 BINARY_FUNCTIONS: dict[str, Callable[[Any, Any], Any]] = {n: _make_binary(n, function=True) for n in _BINARY_OPS}
 
@@ -426,9 +411,8 @@ for _dunder, _op_name in _COMPARISONS.items():
 
 def _rebuild(host: np.ndarray, device: str) -> Tensor:
     """Unpickling: the host data placed on the device it was on (which must exist here)."""
-    from neurenix_core.tensor.creation import from_numpy
-
-    return from_numpy(host, device=device)
+    p = placement_for(device)
+    return adopt(host_to_native(np.asarray(host), p), p)
 
 
 # --------------------------------------------------------------------- wrapping natives
@@ -478,13 +462,6 @@ def wrap(native: Any, backend: Backend, device: Device, index: int) -> Tensor:
 
 
 # --------------------------------------------------------------------- device checks and errors
-def mismatch(op: str, a: Device, b: Device) -> DeviceMismatchError:
-    return DeviceMismatchError(
-        f"{op}: operands are on different devices ({a} and {b}); neurenix never moves data silently. "
-        f"Move one explicitly, e.g. x.to('{a}'), before combining them."
-    )
-
-
 def check_same_device(op: str, tensors: list[Tensor]) -> Tensor:
     first = tensors[0]
     p = first._p
@@ -493,60 +470,6 @@ def check_same_device(op: str, tensors: list[Tensor]) -> Tensor:
         if q is not p and q.device != p.device:
             raise mismatch(op, p.device, q.device)
     return first
-
-
-def _shapes(values: list[Any]) -> list[tuple[int, ...]]:
-    return [v.shape for v in values if type(v) is Tensor]
-
-
-def raise_op_error(name: str, p: Placement, operands: list[Any], exc: BaseException) -> NoReturn:
-    """Raise ``exc`` translated into the neurenix hierarchy (with ``exc`` as its cause).
-
-    An error that already is a NeurenixError (a nested op, a fallback refusal) is re-raised as
-    it is: chaining it to itself would make ``__cause__`` a cycle.
-    """
-    if isinstance(exc, NeurenixError):
-        raise exc
-    raise _op_error(name, p, operands, exc) from exc
-
-
-def _op_error(name: str, p: Placement, operands: list[Any], exc: BaseException) -> Exception:
-    """Translate a backend's native error into the neurenix hierarchy, naming op and device."""
-    where = f"{name} on {p.device} (backend {p.backend.name})"
-    shapes = _shapes(operands)
-    dtypes = [str(v.dtype) for v in operands if type(v) is Tensor]
-    # Shapes first: JAX reports a broadcast failure as a TypeError.
-    if _is_shape_problem(name, shapes, "" if isinstance(exc, TypeError) else str(exc)):
-        return ShapeError(f"{where}: incompatible shapes {shapes}: {exc}")
-    if isinstance(exc, TypeError):
-        return UnsupportedDTypeError(f"{where} does not accept dtypes {dtypes}: {exc}. Cast with nx.astype first.")
-    return OperationError(f"{where} failed for shapes {shapes}, dtypes {dtypes}: {type(exc).__name__}: {exc}")
-
-
-def _is_shape_problem(name: str, shapes: list[tuple[int, ...]], message: str) -> bool:
-    if name in _BROADCASTING and len(shapes) >= 2:
-        try:
-            np.broadcast_shapes(*shapes)
-        except ValueError:
-            return True
-        return False
-    if name == "matmul" and len(shapes) == 2:
-        a, b = shapes
-        if not a or not b:
-            return True
-        inner_a = a[-1]
-        inner_b = b[-2] if len(b) >= 2 else b[0]
-        return inner_a != inner_b or _batch_mismatch(a, b)
-    low = message.lower()
-    return any(word in low for word in _SHAPE_WORDS)
-
-
-def _batch_mismatch(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    try:
-        np.broadcast_shapes(a[:-2], b[:-2])
-    except ValueError:
-        return True
-    return False
 
 
 # --------------------------------------------------------------------- the generic path
@@ -589,9 +512,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     p = check_same_device(name, tensors)._p
     fn = p.ops.get(name)
     if fn is None:
-        from neurenix_core.tensor.transfer import run_fallback
-
-        out = run_fallback(name, p, args, kwargs, tensors)
+        out = _run_fallback(name, p, args, kwargs, tensors)
         return out if record is None else record(name, args, kwargs, out)
     nargs = tuple(_unwrap(a) for a in args)
     nkw = {k: _unwrap(v) for k, v in kwargs.items()}
@@ -600,9 +521,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     except NotImplementedError:
         # The op is in the table but the library lacks it for these arguments (array-api-compat
         # raises this, e.g. unique_all on torch): that is "not native", so the fallback policy decides.
-        from neurenix_core.tensor.transfer import run_fallback
-
-        out = run_fallback(name, p, args, kwargs, tensors)
+        out = _run_fallback(name, p, args, kwargs, tensors)
     except Exception as exc:
         raise_op_error(name, p, tensors, exc)
     return out if record is None else record(name, args, kwargs, out)
@@ -619,25 +538,103 @@ def _index_key(key: Any, p: Placement) -> Any:
     return key
 
 
-# --------------------------------------------------------------------- device resolution
-def placement_for(device: DeviceLike | None) -> Placement:
-    """Resolve ``device`` (or the default device) to its placement, starting the backend if needed."""
-    reg = _state.registry()
-    if device is None:
-        dev = _state.default_device()
-        auto = _state.is_auto()
-    else:
-        dev, auto = as_device(device), False
-    be = reg.backend_for(dev, auto=auto)
-    if auto and be.device_type != dev.type:  # the automatic choice moved after a failure
-        dev = reg.auto_default
-    return be.placement(dev.index)
+# --------------------------------------------------------------------- host fallbacks and assignment
+def _host(value: Any) -> Any:
+    """Operands with every Tensor replaced by a host copy (tuples and lists walked; named tuples kept)."""
+    if type(value) is Tensor:
+        return value._p.backend._to_host(value._data)
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_host(v) for v in value)
+    return value
 
 
-def default_backend(device: DeviceLike | None) -> tuple[Backend, Device, int]:
-    """Resolve ``device`` (or the default) to (backend, device, index) for creation functions."""
+def _host_key(key: Any) -> Any:
+    if type(key) is Tensor:
+        return key.numpy()
+    return tuple(_host_key(k) for k in key) if isinstance(key, tuple) else key
+
+
+def _run_fallback(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[Tensor]) -> Any:
+    """``name`` on the host CPU under the fallback policy; the result comes back on ``p``'s device."""
+    result, on_cpu = run_on_host(name, p, tuple(_host(a) for a in args), {k: _host(v) for k, v in kwargs.items()}, tensors)
+    return rewrap(result, p, tensors if on_cpu else ())
+
+
+def _setitem(t: Tensor, key: Any, value: Any) -> None:
+    p = t._p
+    if record is not None:  # autograd is recording: writing into a taped tensor is refused
+        autograd.check_inplace(t, value)
+    if type(value) is Tensor:
+        q = value._p
+        if q is not p and q.device != p.device:
+            raise mismatch("__setitem__", p.device, q.device)
+        value = value._data
+    elif isinstance(value, np.ndarray):
+        raise TypeError(f"__setitem__ on {p.device}: the value must be a Tensor on {p.device} or a Python scalar; convert with nx.asarray(value, device='{p.device}')")
+    t._data = set_native(t._data, p, key, value, [t])
+
+
+# --------------------------------------------------------------------- construction
+def asarray(obj: Any, /, *, dtype: Any = None, device: DeviceLike | None = None, copy: bool | None = None) -> Tensor:
+    """A tensor from Python data, a NumPy array, a Tensor, or anything with ``__dlpack__``.
+
+    ``copy=False`` shares memory (a NumPy array or DLPack producer on a host-memory device, or a
+    Tensor already on ``device`` with ``dtype``) or raises TransferError; it never copies silently.
+    The Tensor constructor itself (``nx.Tensor(data)``), hence defined beside the class.
+    """
+    if isinstance(obj, Tensor):
+        return _from_tensor(obj, dtype, device, copy)
+    if copy is False or (hasattr(obj, "__dlpack__") and not isinstance(obj, (np.ndarray, np.generic))):
+        if not hasattr(obj, "__dlpack__"):
+            raise TransferError(f"asarray(copy=False) needs a NumPy array, a Tensor or a DLPack producer to share memory with, got {type(obj).__name__}")
+        out = from_dlpack(obj, device=device, copy=copy)
+        return out if dtype is None else _from_tensor(out, dtype, None, copy)
     p = placement_for(device)
-    return p.backend, p.device, p.index
+    return adopt(host_to_native(host_default(np.asarray(obj), dtype, obj), p), p)
+
+
+def _from_tensor(obj: Tensor, dtype: Any, device: DeviceLike | None, copy: bool | None) -> Tensor:
+    moved = device is not None and as_device(device) != obj.device
+    if moved and copy is False:
+        raise TransferError(f"asarray(copy=False) cannot share memory between {obj.device} and {device}; use .to({str(device)!r})")
+    out = obj.to(device) if moved else obj  # type: ignore[arg-type]
+    if dtype is not None and as_dtype(dtype) != out.dtype:
+        if copy is False:
+            raise TransferError(f"asarray(copy=False) cannot change dtype {out.dtype} to {as_dtype(dtype)} without a copy")
+        check_dtype(out._p, as_dtype(dtype))
+        return cast(out, as_dtype(dtype))
+    if copy and out is obj:
+        return obj.to(obj.device)
+    return out
+
+
+def cast(x: Tensor, dt: np.dtype[Any], copy: bool = True) -> Tensor:
+    """``x`` cast to the neurenix dtype ``dt``, which its device supports (callers check), on its device."""
+    p = x._p
+    # The backend's own dtype object when it casts natively; the neurenix dtype for a host fallback.
+    target = p.backend._native_dtype(dt) if "astype" in p.ops else dt
+    return _call("astype", (x, target), {"copy": copy})  # type: ignore[no-any-return]
+
+
+def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | None = None) -> Tensor:
+    """A tensor from any ``__dlpack__`` producer.
+
+    Zero copy onto host-memory backends (cpu, npu, edgetpu, ort) and onto backends whose library
+    imports DLPack natively; otherwise, unless ``copy=False``, through a host copy.
+    """
+    if not hasattr(x, "__dlpack__"):
+        raise TransferError(f"from_dlpack needs an object with __dlpack__, got {type(x).__name__}")
+    p = placement_for(device)
+    if isinstance(x, Tensor):
+        if x.device == p.device and copy is not True:
+            return adopt(x._data, p, (x,))  # same device: a view sharing x's buffer
+        x = x._data
+    native = transfer.import_dlpack(x, p, copy)
+    if native is None:
+        if copy is False:
+            raise TransferError(f"from_dlpack(copy=False): backend {p.backend.name} cannot share memory with {type(x).__name__}; allow a copy")
+        native = transfer.host_from_dlpack(x, p)
+    return adopt(native, p)
 
 
 # --------------------------------------------------------------------- autograd hook

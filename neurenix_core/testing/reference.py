@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-import neurenix_core as nx
 from neurenix_core.device import Device
 from neurenix_core.tensor.dtypes import as_dtype
+from neurenix_core.tensor.placement import default_backend
+from neurenix_core.tensor.tensor import Tensor, asarray
 
 __all__ = ["TOLERANCES", "tolerance", "assert_close", "on_device", "require_dtype", "rounded", "declared"]
 
@@ -32,7 +33,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 
 def declared(device: Device) -> dict[str, Any]:
     """The ``extra`` mapping of the device's backend capabilities (empty if none)."""
-    manifest = nx.backend(device).manifest
+    manifest = default_backend(device)[0].manifest
     return dict(manifest.capabilities.extra) if manifest is not None else {}
 
 
@@ -51,7 +52,7 @@ def require_dtype(device: Device, dtype: Any) -> Any:
     import pytest
 
     dt = as_dtype(dtype)
-    if not nx.backend(device).supports_dtype(dt):
+    if not default_backend(device)[0].supports_dtype(dt):
         pytest.skip(f"{device} does not declare dtype {dt} (Capabilities.dtypes / runtime)")
     return dt
 
@@ -67,7 +68,7 @@ def rounded(values: np.ndarray, dtype: Any) -> np.ndarray:
 
 def on_device(values: Any, dtype: Any, device: Device) -> Any:
     """A tensor of ``values`` cast to ``dtype`` on ``device`` (checked to really be there)."""
-    t = nx.asarray(np.asarray(values).astype(as_dtype(dtype)), device=device)
+    t = asarray(np.asarray(values).astype(as_dtype(dtype)), device=device)
     assert t.device == device, f"asarray(device={device}) produced a tensor on {t.device}"
     return t
 
@@ -77,7 +78,7 @@ def assert_close(actual: Any, expected: Any, device: Device, dtype: Any = None, 
 
     ``scale`` widens atol for ops whose absolute error grows with the inputs' magnitude.
     """
-    assert isinstance(actual, nx.Tensor), f"expected a neurenix Tensor, got {type(actual).__name__}"
+    assert isinstance(actual, Tensor), f"expected a neurenix Tensor, got {type(actual).__name__}"
     assert actual.device == device, f"result is on {actual.device}, not on the device under test {device}"
     expected = np.asarray(expected)
     got = actual.numpy()

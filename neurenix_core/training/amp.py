@@ -24,7 +24,7 @@ from neurenix_core.autograd.grad import no_grad
 from neurenix_core.errors import ConfigurationError, UnsupportedDTypeError
 from neurenix_core.tensor import ops as xp
 from neurenix_core.tensor.dtypes import as_dtype
-from neurenix_core.tensor.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor, placement_for
 
 __all__ = ["autocast", "GradScaler", "low_precision", "cast", "at_least_fp32"]
 
@@ -46,8 +46,6 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
             raise ConfigurationError(f"autocast: precision must be 'fp16' or 'bf16', got {precision!r}")
         self.dtype = as_dtype(name) if enabled else None
         if device is not None and self.dtype is not None:
-            from neurenix_core.tensor.tensor import placement_for
-
             p = placement_for(device)
             if not p.backend.supports_dtype(self.dtype):
                 raise UnsupportedDTypeError(f"autocast({precision!r}): {p.device} (backend {p.backend.name}) does not support {name}; use the other precision or fp32")

@@ -11,7 +11,8 @@ import neurenix_core as nx
 from neurenix_core.errors import CompilationError
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.reference import run_graph
-from neurenix_cuda_tc.lowering import compile_graph, lower_graph
+from neurenix_cuda_tc.compiled import compile_graph
+from neurenix_cuda_tc.lowering import lower_graph
 
 RNG = np.random.default_rng(7)
 

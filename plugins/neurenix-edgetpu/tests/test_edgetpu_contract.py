@@ -28,7 +28,7 @@ def test_nx_compile_int8_on_edgetpu_matches_core_integer_reference(edgetpu):
 
 # Reviewed known failures, each caused outside this plugin (reported to the core's owners):
 #  - bfloat16 matmul: NumPy + ml_dtypes return float32; the cpu backend fails the same tests.
-#  - 0-d results of host fallbacks come back with shape (1,): neurenix_core/transfer.py
+#  - 0-d results of host fallbacks come back with shape (1,): neurenix_core/tensor/transfer.py
 #    _to_device passes them through np.ascontiguousarray, which returns at least 1-D.
 KNOWN_FAILURES = {
     "bfloat16 matmul (core/NumPy)": lambda t: "test_matmul" in t and "bfloat16" in t,

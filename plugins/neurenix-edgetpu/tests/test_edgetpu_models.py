@@ -17,7 +17,7 @@ from neurenix_core.errors import BackendUnavailableError, FallbackError, ModelFo
 from neurenix_core.graph.ir import CompileOptions
 
 from neurenix_edgetpu.lowering import lower
-from neurenix_edgetpu.model import compile_graph, load_model
+from neurenix_edgetpu.compiled import compile_graph, load_model
 from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
 
 
@@ -183,7 +183,7 @@ def test_several_emulated_devices_get_their_own_interpreters():
         import numpy as np, neurenix_core as nx
         from edgetpu_helpers import mlp_graph
         from neurenix_core.graph.ir import CompileOptions
-        from neurenix_edgetpu.model import compile_graph
+        from neurenix_edgetpu.compiled import compile_graph
         print('DEVICES', [str(d) for d in nx.devices('edgetpu')])
         be = nx.backend('edgetpu:1')
         g = mlp_graph()

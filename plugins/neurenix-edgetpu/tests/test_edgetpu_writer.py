@@ -14,7 +14,7 @@ from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedOpera
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 
 from neurenix_edgetpu.lowering import lower
-from neurenix_edgetpu.model import compile_graph
+from neurenix_edgetpu.compiled import compile_graph
 
 DEV = Device("edgetpu", 0)
 

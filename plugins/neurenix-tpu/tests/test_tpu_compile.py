@@ -13,7 +13,7 @@ from neurenix_core.errors import CompilationError, OutOfMemoryError
 from neurenix_core.graph.ir import CompileOptions, Graph
 
 from neurenix_tpu.compiled import RECOMPILE_WARN_AFTER, RecompilationWarning, bucket_for
-from neurenix_tpu.lowering import compile_graph
+from neurenix_tpu.compiled import compile_graph
 
 
 def _compile(tpu: Any, graph: Graph, index: int = 0, precision: str | None = "fp32", **extra: Any) -> Any:

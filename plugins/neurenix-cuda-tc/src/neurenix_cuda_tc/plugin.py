@@ -66,6 +66,6 @@ def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
 
 @hookimpl
 def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
-    from neurenix_cuda_tc.lowering import compile_graph
+    from neurenix_cuda_tc.compiled import compile_graph
 
     return compile_graph(backend, graph, options)

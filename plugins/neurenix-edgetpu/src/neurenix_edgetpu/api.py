@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from neurenix_core.tensor.tensor import Tensor
 
     from neurenix_edgetpu.backend import LiteRTBackend
-    from neurenix_edgetpu.model import EdgeTPUModel
+    from neurenix_edgetpu.compiled import EdgeTPUModel
 
 __all__ = ["EdgeTPUBackend", "is_edgetpu_available", "list_edge_tpus", "PRECISIONS"]
 
@@ -78,7 +78,7 @@ class EdgeTPUBackend(DeviceBackend):
         int8 (the only precision the Edge TPU executes) needs ``calibration``: batches of
         representative inputs; the core computes the quantization plan from them.
         """
-        from neurenix_edgetpu.model import compile_graph
+        from neurenix_edgetpu.compiled import compile_graph
 
         precision = precision if quantize else "fp32"
         if precision not in PRECISIONS:
@@ -101,6 +101,6 @@ class EdgeTPUBackend(DeviceBackend):
 
     def load_model(self, path: str | Path | bytes, *, num_threads: int | None = None) -> EdgeTPUModel:
         """Load an existing .tflite (edgetpu_compiler output needs a real Coral device)."""
-        from neurenix_edgetpu.model import load_model
+        from neurenix_edgetpu.compiled import load_model
 
         return load_model(path, self.backend, index=self.device.index, num_threads=num_threads)

@@ -99,6 +99,6 @@ def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
 
 @hookimpl
 def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
-    from neurenix_edgetpu.model import compile_graph
+    from neurenix_edgetpu.compiled import compile_graph
 
     return compile_graph(backend, graph, options)

@@ -74,7 +74,7 @@ class TPUBackend(DeviceBackend):
         """
         from neurenix_core.graph.ir import CompileOptions
 
-        from neurenix_tpu.lowering import compile_graph
+        from neurenix_tpu.compiled import compile_graph
 
         extra = {"batch_buckets": tuple(batch_buckets), "data_parallel": data_parallel}
         options = CompileOptions(device=Device(DeviceType.TPU, index), precision=precision, extra=extra)

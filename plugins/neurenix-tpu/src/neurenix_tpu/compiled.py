@@ -29,7 +29,7 @@ from neurenix_tpu.lowering import Lowered, lower_graph, resolve_mode
 if TYPE_CHECKING:
     from neurenix_tpu.backend import JaxTPUBackend
 
-__all__ = ["RecompilationWarning", "Program", "TPUCompiledModel", "build", "bucket_for", "RECOMPILE_WARN_AFTER"]
+__all__ = ["RecompilationWarning", "Program", "TPUCompiledModel", "compile_graph", "bucket_for", "RECOMPILE_WARN_AFTER"]
 
 #: Distinct input shapes after which an unbucketed program warns that it keeps recompiling.
 RECOMPILE_WARN_AFTER: Final = 4
@@ -201,7 +201,8 @@ def _summary(backend: JaxTPUBackend, program: Program, default: bool) -> str:
     return ", ".join(parts)
 
 
-def build(backend: JaxTPUBackend, graph: Graph, options: Any) -> TPUCompiledModel:
+def compile_graph(backend: JaxTPUBackend, graph: Graph, options: Any) -> TPUCompiledModel:
+    """The ``neurenix_compile`` hook body: lower (cached per structure), then compile for the shape."""
     index, precision, buckets, parallel_opt = _options(options)
     plan = getattr(options, "quantization", None)
     mode, default = resolve_mode(precision, plan)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -21,10 +21,7 @@ from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 from neurenix_tpu import kernels
 
-if TYPE_CHECKING:
-    from neurenix_core.plugins.backend import Backend, CompiledModel
-
-__all__ = ["Mode", "MODES", "resolve_mode", "Lowered", "lower_graph", "compile_graph", "LOWERINGS"]
+__all__ = ["Mode", "MODES", "resolve_mode", "Lowered", "lower_graph", "LOWERINGS"]
 
 Array = Any
 
@@ -292,10 +289,3 @@ def lower_graph(graph: Graph, precision: str | None, plan: QuantizationPlan | No
     params = {n.name: _layout_params(n, mode, weights.get(n.name)) for n in nodes if n.params}
     has_conv = any(n.op in ("conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d") for n in nodes)
     return Lowered(fn, params, mode, len(nodes), has_conv)
-
-
-def compile_graph(backend: Backend, graph: Graph, options: Any) -> CompiledModel:
-    """The ``neurenix_compile`` hook body: lower (cached per structure), then compile for the shape."""
-    from neurenix_tpu.compiled import build
-
-    return build(backend, graph, options)

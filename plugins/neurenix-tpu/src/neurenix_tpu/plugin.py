@@ -63,6 +63,6 @@ def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
 
 @hookimpl
 def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledModel | None:
-    from neurenix_tpu.lowering import compile_graph
+    from neurenix_tpu.compiled import compile_graph
 
     return compile_graph(backend, graph, options)
