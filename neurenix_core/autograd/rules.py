@@ -289,7 +289,7 @@ def _cumsum(node: Node, g: Tensor) -> Grads:
     axis = arg(node, 1, "axis")
     axis = 0 if axis is None else int(axis) % x.ndim
     if arg(node, 3, "include_initial", False):
-        g = g[(slice(None),) * axis + (slice(1, None),)]
+        g = g[(slice(None),) * axis + (slice(1, None), ...)]
     return [xp.flip(xp.cumulative_sum(xp.flip(g, axis=axis), axis=axis), axis=axis)]
 
 
@@ -392,7 +392,7 @@ def _concat(node: Node, g: Tensor) -> Grads:
             start += t.size
         else:
             ax = int(axis) % t.ndim
-            grads[(0, j)] = g[(slice(None),) * ax + (slice(start, start + t.shape[ax]),)]
+            grads[(0, j)] = g[(slice(None),) * ax + (slice(start, start + t.shape[ax]), ...)]
             start += t.shape[ax]
     return per_tensor(node, grads)
 
@@ -401,7 +401,7 @@ def _concat(node: Node, g: Tensor) -> Grads:
 def _stack(node: Node, g: Tensor) -> Grads:
     arrays = node.args[0]
     ax = int(arg(node, 1, "axis", 0)) % g.ndim
-    return per_tensor(node, {(0, j): g[(slice(None),) * ax + (j,)] for j in range(len(arrays))})
+    return per_tensor(node, {(0, j): g[(slice(None),) * ax + (j, ...)] for j in range(len(arrays))})
 
 
 @rule("tile")
@@ -451,6 +451,11 @@ def _basic(key: Any) -> bool:
 def _getitem(node: Node, g: Tensor) -> Grads:
     x, key = node.args[0], node.args[1]
     if _basic(key) or (type(key) is Tensor and key.dtype == np.bool_):
+        if isinstance(key, tuple) and any(k is None for k in key):
+            # New axes are not assignable (the standard allows None in reads only): drop them from
+            # the key and the matching length-1 axes from g.
+            key = tuple(k for k in key if k is not None)
+            g = xp.reshape(g, np.broadcast_to(np.empty((), dtype=np.bool_), x.shape)[key].shape)
         dx = zeros(g, x.shape)
         dx[key] = g  # Tensor.__setitem__ turns index tensors into the backend's own
         return [dx]
@@ -485,7 +490,7 @@ def _pad_hw(t: Tensor, top: int, bottom: int, left: int, right: int) -> Tensor:
     """Zero padding on the last two axes (a negative amount crops)."""
     n, c, h, w = t.shape
     if top < 0 or bottom < 0:
-        t = t[:, :, max(-top, 0) : h - max(-bottom, 0)]
+        t = t[:, :, max(-top, 0) : h - max(-bottom, 0), :]
         top, bottom = max(top, 0), max(bottom, 0)
     if left < 0 or right < 0:
         t = t[:, :, :, max(-left, 0) : w - max(-right, 0)]
@@ -504,7 +509,7 @@ def _dilate(t: Tensor, stride: tuple[int, int]) -> Tensor:
     n, c, h, w = t.shape
     sh, sw = stride
     if sh > 1:
-        t = xp.reshape(xp.stack([t] + [zeros(t)] * (sh - 1), axis=3), (n, c, h * sh, w))[:, :, : (h - 1) * sh + 1]
+        t = xp.reshape(xp.stack([t] + [zeros(t)] * (sh - 1), axis=3), (n, c, h * sh, w))[:, :, : (h - 1) * sh + 1, :]
     h = t.shape[2]
     if sw > 1:
         t = xp.reshape(xp.stack([t] + [zeros(t)] * (sw - 1), axis=4), (n, c, h, w * sw))[:, :, :, : (w - 1) * sw + 1]
@@ -558,8 +563,8 @@ def _conv_weight_grad(g: Tensor, x: Tensor, w: Tensor, stride: Any, padding: Any
     og = o // groups
     parts = []
     for k in range(groups):
-        xs = xpad[:, k * cg : (k + 1) * cg] if groups > 1 else xpad
-        gs = g[:, k * og : (k + 1) * og] if groups > 1 else g
+        xs = xpad[:, k * cg : (k + 1) * cg, :, :] if groups > 1 else xpad
+        gs = g[:, k * og : (k + 1) * og, :, :] if groups > 1 else g
         dw = _call("nn.conv2d", (xp.permute_dims(xs, (1, 0, 2, 3)), xp.permute_dims(gs, (1, 0, 2, 3)), None, dilation, (0, 0), stride, 1))
         parts.append(xp.permute_dims(dw[:, :, :kh, :kw], (1, 0, 2, 3)))
     return parts[0] if groups == 1 else xp.concat(parts, axis=0)

@@ -169,9 +169,9 @@ def multi_head_attention(
         raise ShapeError(f"multi_head_attention: embed_dim {e} is not divisible by num_heads {num_heads}")
     d = e // num_heads
     bq, bk, bv = (None, None, None) if in_proj_bias is None else (in_proj_bias[:e], in_proj_bias[e : 2 * e], in_proj_bias[2 * e :])
-    q = _heads(linear(query, in_proj_weight[:e], bq), num_heads, d)
-    k = _heads(linear(key, in_proj_weight[e : 2 * e], bk), num_heads, d)
-    v = _heads(linear(value, in_proj_weight[2 * e :], bv), num_heads, d)
+    q = _heads(linear(query, in_proj_weight[:e, ...], bq), num_heads, d)
+    k = _heads(linear(key, in_proj_weight[e : 2 * e, ...], bk), num_heads, d)
+    v = _heads(linear(value, in_proj_weight[2 * e :, ...], bv), num_heads, d)
     scores = _call("matmul", (q, _call("matrix_transpose", (k,)))) * (1.0 / math.sqrt(d))
     ctx = _call("matmul", amp.cast(softmax(scores, -1), v))  # (N, H, L, D)
     ctx = _call("reshape", (_call("permute_dims", (ctx, (0, 2, 1, 3))), (n, length, e)))
