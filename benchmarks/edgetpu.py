@@ -1,104 +1,118 @@
-"""Edge TPU backend overhead: a compiled model through neurenix vs the same .tflite on the bare
-LiteRT interpreter, in the same run; and int8 vs float32 latency.
+"""Edge TPU plugin (LiteRT): nx.compile'd models against the same .tflite on a bare LiteRT
+interpreter, in the same run, fp32 and int8, batch 1 and 32, 1 and 2 threads.
 
-Each row pins LiteRT to 1 and to 2 threads. neurenix's time includes what the user gets on top of
-the bare interpreter: layout change (NCHW -> NHWC), quantization of the float input,
-dequantization of the output and the interpreter lock. The bare loop feeds pre-quantized NHWC
-input. Both use the same kernels ("optimized": TFLite's optimized integer kernels; "xnnpack" for
-float32). Without a Coral device this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
+neurenix is called the way a user calls it: ``compiled(x)`` on an edgetpu tensor, returning an
+edgetpu tensor. The bare loop is LiteRT's own API on the same model bytes: ``set_tensor``,
+``invoke``, ``get_tensor`` on an interpreter created with the same thread count and kernels.
+The written models take float32 NCHW input and quantize/transpose inside the model, so both
+sides feed the same array. Each side's configuration is read back (thread count, kernels, which
+ops the XNNPACK delegate took) and a row whose sides differ is refused. Without a Coral device
+this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
 
-    python benchmarks/edgetpu.py [--quick] [--json out.json]
+    python benchmarks/edgetpu.py [--quick] [--threads 1 2] [--batches 1 32] [--models mlp cnn] [--json out.json]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import time
+from typing import Any
 
 os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
 
 import numpy as np  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph.ir import CompileOptions, Graph  # noqa: E402
-from neurenix_core.graph.quantization import calibrate  # noqa: E402
-from neurenix_edgetpu.compiled import compile_graph  # noqa: E402
+from neurenix_core.cli import benchkit  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "neurenix-edgetpu", "tests"))
-from edgetpu_helpers import cnn_graph, mlp_graph  # noqa: E402
+MODELS = ("mlp", "cnn", "cnn-s2")
 
 
-def _time(fn, repeat: int) -> float:
-    """Median seconds per call over ``repeat`` calls (after warm-up)."""
-    for _ in range(max(3, repeat // 10)):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
+def build(name: str) -> tuple[Any, tuple[int, ...]]:
+    """The benchmark models in neurenix's own nn: an MLP, the NPU seed document's CNN and a CNN
+    with a stride-2 stem (the usual mobile design: fewer pixels, more channels per conv)."""
+    from neurenix_core import nn
+
+    nn.manual_seed(0)
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)), (16,)
+    if name == "cnn-s2":
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(), nn.Conv2d(64, 64, 3, 1, 1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+        ), (3, 32, 32)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(), nn.Flatten(), nn.Linear(64 * 8 * 8, 10),
+    ), (3, 32, 32)
 
 
-def _bare(model, x_native: np.ndarray, threads: int, kernels: str):
+def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
+    """LiteRT's own API on the same model bytes, and its configuration read back."""
+    from neurenix_edgetpu.runtime import KERNELS, delegation
+
     litert = model.backend.litert
-    kinds = {"optimized": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "xnnpack": litert.OpResolverType.BUILTIN}
-    it = litert.Interpreter(model_content=model.tflite_bytes, num_threads=threads, experimental_op_resolver_type=kinds[kernels])
+    kernels = model.config["kernels"]
+    it = litert.Interpreter(model_content=model.tflite_bytes, num_threads=threads,
+                            experimental_op_resolver_type=getattr(litert.OpResolverType, KERNELS[kernels]))
     it.allocate_tensors()
     i, o = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+    ops = delegation(it)
+    config = {"runtime": f"LiteRT {model.backend.version}", "threads": threads, "kernels": kernels,
+              "delegated_ops": f"{sum(1 for _, d in ops if d)}/{len(ops)}",
+              "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-"}
 
-    def run() -> np.ndarray:
-        it.set_tensor(i, x_native)
+    def run(x: np.ndarray) -> np.ndarray:
+        it.set_tensor(i, x)
         it.invoke()
         return it.get_tensor(o)
 
-    return run
+    return run, config
 
 
-def bench(name: str, graph: Graph, shape: tuple[int, ...], repeat: int) -> list[dict[str, object]]:
-    be = nx.backend("edgetpu:0")
+def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, progress: Any = None) -> list[dict[str, Any]]:
+    module, feat = build(name)
     rng = np.random.default_rng(0)
-    x = rng.normal(size=shape).astype(np.float32)
-    plan = calibrate(graph, [rng.normal(size=shape).astype(np.float32) for _ in range(8)], progress=False)
+    calibration = [rng.standard_normal((8, *feat)).astype(np.float32) for _ in range(4)]
     rows = []
-    for threads in (1, 2):
-        times = {}
-        for precision, kernels in (("int8", "optimized"), ("fp32", "xnnpack")):
-            options = CompileOptions(device=nx.Device("edgetpu:0"), precision=precision, quantization=plan if precision == "int8" else None,
-                                     extra={"num_threads": threads, "kernels": kernels})
-            model = compile_graph(be, graph, options)
-            native = model._in(model.inputs[0], x)  # what the bare interpreter is fed: NHWC, quantized
-            bare = _bare(model, native, threads, kernels)
-            np.testing.assert_array_equal(bare(), model.runner.invoke(native)[0])  # same model, same numbers
-            t_nx, t_bare = _time(lambda: model(x), repeat), _time(bare, repeat)
-            times[precision] = t_nx
-            rows.append({"model": name, "precision": precision, "threads": threads, "neurenix_us": t_nx * 1e6,
-                         "bare_us": t_bare * 1e6, "overhead_ratio": t_nx / t_bare})
-        rows.append({"model": name, "precision": "int8/fp32", "threads": threads, "latency_ratio": times["int8"] / times["fp32"]})
+    for threads in threads_list:
+        for batch in batches:
+            x = rng.standard_normal((batch, *feat)).astype(np.float32)
+            xt = nx.asarray(x, device="edgetpu:0")
+            times: dict[str, float] = {}
+            for precision in ("fp32", "int8"):
+                kw: dict[str, Any] = {"precision": precision, "num_threads": threads}
+                if precision == "int8":
+                    kw["calibration"] = calibration
+                compiled = nx.compile(module, device="edgetpu:0", progress=False, **kw)
+                y = compiled(xt)
+                model = compiled.native(x.shape)
+                run, native_config = bare(model, threads)
+                np.testing.assert_array_equal(run(x), y.numpy())  # same model, same numbers
+                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": lambda r=run: r(x)}, rounds=rounds)
+                times[precision] = t["neurenix"]
+                rows.append(benchkit.row("edgetpu", name, precision, batch, threads, t["neurenix"], t["native"],
+                                         model.config, native_config))
+            rows[-1]["int8_speedup"] = times["fp32"] / times["int8"]
+            rows[-2]["int8_speedup"] = None
+            if progress is not None:
+                progress()
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few repetitions (smoke test)")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    repeat = 30 if args.quick else 500
-    print(f"device: {nx.backend('edgetpu:0').device_info(0)['name']}; repeat={repeat} (median)")
-    rows = bench("mlp 16-32-10", mlp_graph(), (1, 16), repeat) + bench("cnn 3x16x16", cnn_graph(), (1, 3, 16, 16), repeat)
-    print(f"{'model':<14}{'precision':<11}{'threads':>8}{'neurenix us':>13}{'bare us':>10}{'ratio':>8}")
-    for r in rows:
-        if "latency_ratio" in r:
-            print(f"{r['model']:<14}{r['precision']:<11}{r['threads']:>8}{'':>13}{'':>10}{r['latency_ratio']:>8.2f}")
-        else:
-            print(f"{r['model']:<14}{r['precision']:<11}{r['threads']:>8}{r['neurenix_us']:>13.1f}{r['bare_us']:>10.1f}{r['overhead_ratio']:>8.3f}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+def main(argv: list[str] | None = None) -> int:
+    args = benchkit.parser(__doc__, models=MODELS).parse_args(argv)
+    from rich.progress import Progress
+
+    rows: list[dict[str, Any]] = []
+    with Progress(transient=True) as bar:
+        task = bar.add_task("edgetpu", total=len(args.models) * len(args.threads) * len(args.batches))
+        for name in args.models:
+            rows += bench(name, args.batches, args.threads, 3 if args.quick else 40, lambda: bar.advance(task))
+    device = nx.backend("edgetpu:0").device_info(0)["name"]
+    benchkit.report("edgetpu", rows, args, [("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,30 +1,27 @@
-"""NPU (OpenVINO) backend: a compiled CNN through neurenix vs the same model through OpenVINO's own
-API, vs PyTorch eager, and int8 vs fp32, all measured in one run.
-
-Rows: threads 1 and 2 (INFERENCE_NUM_THREADS / torch.set_num_threads), batch 1 and 32.
-Ratios (goals from issue 5):
-
-* overhead  = neurenix / bare OpenVINO, same ov.Model, same properties    (goal <= 1.05)
-* vs_torch  = PyTorch eager fp32 / neurenix fp32                          (goal >= 2)
-* int8_gain = neurenix fp32 / neurenix int8                               (goal >= 2 at batch 32)
+"""NPU plugin (OpenVINO): nx.compile'd CNNs against the same OpenVINO model compiled and run
+through OpenVINO's own API, fp32 and int8, batch 1 and 32, 1 and 2 threads; PyTorch eager
+for reference.
 
 neurenix is called the way a user calls it: ``compiled(x)`` on an npu tensor, returning an npu
-tensor (the core's shape check, the plugin's input check, one infer request, the wrap). The bare
-loop is OpenVINO's fastest synchronous form (shared input tensor, ``infer()``, output copy) on an
-infer request of the same compiled model. Timings are the best of
-interleaved rounds (the machine is shared), never asserted. Without an Intel NPU this measures
-OpenVINO's CPU device (NEURENIX_EMULATE=npu).
+tensor. The native side is what an OpenVINO user writes: ``ov.Core().compile_model(model,
+"CPU", {INFERENCE_NUM_THREADS, INFERENCE_PRECISION_HINT, PERFORMANCE_HINT})`` on the very
+``ov.Model`` neurenix lowered (FakeQuantize included for int8), then a reused infer request with
+a shared input tensor. Both compiled models' configurations are read back with
+``compiled.get_property`` (threads, streams, precision, hints, pinning, core type, integer
+layers) and a row whose two sides differ is refused.
 
-    python benchmarks/openvino.py [--quick] [--json out.json]
+PyTorch runs in its own timing phase: its OpenMP workers keep spinning after a call, and
+interleaved with OpenVINO they slowed whichever contender ran next (at 2 threads on 2 CPUs the
+neurenix side always ran right after PyTorch: that, not a wrapper cost, was the 1.4-1.6x).
+Without an Intel NPU this measures OpenVINO's CPU device (NEURENIX_EMULATE=npu).
+
+    python benchmarks/openvino.py [--quick] [--threads 1 2] [--batches 1 32] [--models cnn cnn-s2] [--json out.json]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,142 +34,105 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE
 import numpy as np  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph.ir import CompileOptions, Graph  # noqa: E402
-from neurenix_npu_openvino.compiled import compile_graph  # noqa: E402
+from neurenix_core.cli import benchkit  # noqa: E402
+
+MODELS = ("cnn", "cnn-s2")
 
 
-def seed_cnn(torch: Any) -> Any:
-    """The CNN of the NPU seed document (with the Flatten it needs), as a PyTorch module."""
+def torch_model(torch: Any, name: str) -> Any:
+    """The NPU seed document's CNN, and a stride-2-stem variant, as PyTorch modules."""
     torch.manual_seed(0)
     nn = torch.nn
+    if name == "cnn":
+        return nn.Sequential(
+            nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(), nn.Flatten(), nn.Linear(64 * 8 * 8, 10),
+        ).eval()
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(), nn.Flatten(), nn.Linear(64 * 8 * 8, 10),
+        nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(), nn.Conv2d(64, 64, 3, 1, 1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
     ).eval()
 
 
-def _best_interleaved(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int) -> dict[str, float]:
-    """Seconds per call of each fn: the best round of ``rounds``. The fns take turns so load
-    spikes hit them alike, and the best round is the one least disturbed by the other jobs on a
-    shared machine (contention only ever adds time)."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for key, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(per_round):
-                fn()
-            samples[key].append((time.perf_counter() - t0) / per_round)
-    return {k: float(np.min(v)) for k, v in samples.items()}
-
-
-def _bare(model: Any, x: np.ndarray) -> Callable[[], Any]:
-    """OpenVINO's fastest synchronous form: a shared input tensor, infer(), a copied output
-    (request.infer([x]) adds a Python dispatcher that costs more than neurenix's whole wrapper)."""
+def native(ov_model: Any, precision: str, threads: int, x: np.ndarray) -> tuple[Callable[[], Any], dict[str, str]]:
+    """OpenVINO's own API on the same ov.Model: what its user would write."""
     import openvino as ov
 
-    request = model.compiled.create_infer_request()
+    from neurenix_npu_openvino.compiled import runtime_config
+
+    compiled = ov.Core().compile_model(ov_model, "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+    })
+    request = compiled.create_infer_request()
 
     def run() -> np.ndarray:
         request.set_input_tensor(0, ov.Tensor(x, shared_memory=True))
         request.infer()
         return request.get_output_tensor(0).data.copy()
 
-    return run
+    return run, runtime_config(compiled)
 
 
-def bench(graph: Graph, torch_model: Any, batches: tuple[int, ...], threads_list: tuple[int, ...], rounds: int, progress: Any) -> list[dict[str, Any]]:
+def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, progress: Any = None) -> list[dict[str, Any]]:
     import torch
 
     from neurenix_core.graph.quantization import calibrate, fold_batch_norm
+    from neurenix_core.nn import from_torch
+    from neurenix_npu_openvino.lowering import lower_graph
 
-    be = nx.backend("npu:0")
+    tm = torch_model(torch, name)
+    graph = fold_batch_norm(from_torch(tm).to_graph((1, 3, 32, 32)))
     rng = np.random.default_rng(0)
-    folded = fold_batch_norm(graph)
-    plan = calibrate(folded, [rng.standard_normal((8, 3, 32, 32)).astype(np.float32) for _ in range(4)], progress=False)
+    calibration = [rng.standard_normal((8, 3, 32, 32)).astype(np.float32) for _ in range(4)]
+    plan = calibrate(graph, calibration, progress=False)
     rows = []
     for threads in threads_list:
         torch.set_num_threads(threads)
         for batch in batches:
             x = rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)
             xt, x_torch = nx.asarray(x, device="npu:0"), torch.from_numpy(x)
-            fns: dict[str, Callable[[], Any]] = {}
-            models = {}
+            times = {}
             for precision in ("fp32", "int8"):
-                core = nx.compile(folded, device="npu:0", quantize=plan if precision == "int8" else None,
-                                  precision=None if precision == "int8" else "fp32", threads=threads)
-                core(xt)  # compiles for this shape
-                models[precision] = compile_graph(be, folded.with_input_shapes(x.shape), CompileOptions(
-                    device="npu:0", precision=precision, quantization=plan if precision == "int8" else None,
-                    extra={"threads": threads}))  # the same cached OpenVINO model the core runs
-                fns[f"nx_{precision}"] = (lambda c=core: c(xt))
-            fns["ov_fp32"] = _bare(models["fp32"], x)
-            fns["ov_int8"] = _bare(models["int8"], x)
+                quant = plan if precision == "int8" else None
+                compiled = nx.compile(graph, device="npu:0", precision=precision, quantize=quant, threads=threads)
+                y = compiled(xt)
+                if precision == "fp32":
+                    y_fp32 = y.numpy()
+                model = compiled.native(x.shape)
+                run, native_config = native(lower_graph(graph.with_input_shapes(x.shape), quant, device="npu:0"), precision, threads, x)
+                np.testing.assert_allclose(run(), y.numpy(), rtol=1e-5, atol=1e-5)  # same model, same numbers
+                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": run}, rounds=rounds)
+                times[precision] = t["neurenix"]
+                rows.append(benchkit.row("openvino", name, precision, batch, threads, t["neurenix"], t["native"], model.config, native_config))
 
             def torch_run() -> Any:
                 with torch.inference_mode():
-                    return torch_model(x_torch)
+                    return tm(x_torch)
 
-            fns["torch_fp32"] = torch_run
-            np.testing.assert_allclose(fns["nx_fp32"]().numpy(), torch_run().numpy(), rtol=1e-3, atol=1e-4)
-            per_round = max(1, int(0.02 / max(1e-5, _one(fns["nx_fp32"]))))
-            t = _best_interleaved(fns, rounds, per_round)
-            rows.append({
-                "threads": threads, "batch": batch,
-                **{f"{k}_us": v * 1e6 for k, v in t.items()},
-                "overhead_fp32": t["nx_fp32"] / t["ov_fp32"],
-                "overhead_int8": t["nx_int8"] / t["ov_int8"],
-                "vs_torch": t["torch_fp32"] / t["nx_fp32"],
-                "int8_gain": t["nx_fp32"] / t["nx_int8"],
-            })
-            progress()
+            np.testing.assert_allclose(torch_run().numpy(), y_fp32, rtol=1e-3, atol=1e-4)  # the lowered graph is the torch model
+            t_torch = benchkit.interleaved({"torch": torch_run}, rounds=max(3, rounds // 3))["torch"]
+            for r in rows[-2:]:
+                r["torch_fp32_us"] = t_torch * 1e6
+            rows[-1]["int8_speedup"] = times["fp32"] / times["int8"]
+            rows[-2]["int8_speedup"] = None
+            if progress is not None:
+                progress()
     return rows
 
 
-def _one(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| threads | batch | neurenix fp32 µs | OpenVINO fp32 µs | overhead fp32 | neurenix int8 µs | OpenVINO int8 µs "
-            "| overhead int8 | PyTorch fp32 µs | PyTorch / neurenix | int8 speed-up |")
-    lines = [head, "|" + "---|" * 11]
-    for r in rows:
-        lines.append(
-            f"| {r['threads']} | {r['batch']} | {r['nx_fp32_us']:.0f} | {r['ov_fp32_us']:.0f} | {r['overhead_fp32']:.3f} | "
-            f"{r['nx_int8_us']:.0f} | {r['ov_int8_us']:.0f} | {r['overhead_int8']:.3f} | {r['torch_fp32_us']:.0f} | "
-            f"{r['vs_torch']:.2f}x | {r['int8_gain']:.2f}x |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few rounds (a smoke run, not a measurement)")
-    parser.add_argument("--json", help="also write the rows to this file")
-    args = parser.parse_args(argv)
-    import torch
+    args = benchkit.parser(__doc__, models=MODELS).parse_args(argv)
     from rich.progress import Progress
 
-    from neurenix_core.nn import from_torch
-
-    torch_model = seed_cnn(torch)
-    graph = from_torch(torch_model).to_graph((1, 3, 32, 32))
-    batches, threads = (1, 32), (1, 2)
     be = nx.backend("npu:0")
-    print(f"device: npu:0 = OpenVINO {be.ov_device} ({be.full_device_name()}), emulated={be.emulated}, "
-          f"OpenVINO {be.ov.get_version()}, torch {torch.__version__}")
+    rows: list[dict[str, Any]] = []
     with Progress(transient=True) as bar:
-        task = bar.add_task("benchmarking", total=len(batches) * len(threads))
-        rows = bench(graph, torch_model, batches, threads, 3 if args.quick else 15, lambda: bar.advance(task))
-    print(table(rows))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=2)
+        task = bar.add_task("openvino", total=len(args.models) * len(args.threads) * len(args.batches))
+        for name in args.models:
+            rows += bench(name, args.batches, args.threads, 3 if args.quick else 40, lambda: bar.advance(task))
+    device = f"npu:0 = OpenVINO {be.ov_device} ({be.full_device_name()}), emulated={be.emulated}, OpenVINO {be.ov.get_version()}"
+    benchkit.report("openvino", rows, args, [("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f"),
+                                             ("torch_fp32_us", "PyTorch eager fp32 µs", ".0f")], device=device)
     return 0
 
 

@@ -1,7 +1,11 @@
 """neurenix-tpu: a compiled model through neurenix against the same jitted function in plain JAX,
 and eager (layer by layer) against compiled, in the same run on the same device.
 
-    python benchmarks/tpu.py [--quick] [--threads 1 2] [--models mlp cnn] [--json out.json]
+    python benchmarks/tpu.py [--quick] [--threads 1 2] [--batches 1 32] [--models mlp cnn] [--json out.json]
+
+Both sides' configurations are read back from the XLA programs themselves (platform, device,
+the dot/convolution precision and result types in the lowered StableHLO, the XLA thread flags);
+a row whose two sides differ is refused (neurenix_core.cli.benchkit).
 
 Each thread count runs in a fresh process pinned to that many CPUs (sched_setaffinity) with XLA's
 CPU thread pool sized to match, since XLA reads its flags once at start. Without a Cloud TPU it
@@ -28,7 +32,6 @@ from collections.abc import Callable
 from typing import Any
 
 MODELS = ("mlp", "cnn")
-BATCHES = (1, 32)
 
 
 # ------------------------------------------------------------------ child: one thread setting
@@ -89,6 +92,22 @@ def _plain_jax(graph: Any, precision: str) -> tuple[Callable[..., Any], Any]:
     return jax.jit(fn), jax.device_put(params, dev)
 
 
+def _jax_config(jitted: Callable[..., Any], params: Any, x: Any) -> dict[str, Any]:
+    """What XLA runs for this program, read back from it: platform and device of the inputs,
+    the dot/convolution precisions and element types in the lowered StableHLO, and the XLA
+    thread flags of this process."""
+    import re
+
+    import jax
+
+    text = jitted.lower(params, x).as_text()
+    precisions = sorted(set(re.findall(r"precision = \[(\w+), \w+\]", text))) or ["DEFAULT"]
+    types = sorted(set(re.findall(r"stablehlo\.(?:dot_general|convolution)[^\n]*-> tensor<[^>]*?x?(f32|bf16|f16|i8|i32)>", text)))
+    dev = next(iter(x.devices()))
+    return {"jax": jax.__version__, "platform": dev.platform, "device": str(dev), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "matmul_precision": ",".join(precisions), "matmul_result_types": ",".join(types) or "-"}
+
+
 def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float]:
     """Median per-call time of each contender, timing single calls in strict alternation.
 
@@ -136,11 +155,13 @@ def _compile(nx: Any, model: Any, shape: tuple[int, ...], precision: str) -> tup
     return compiled, "nx.compile"
 
 
-def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
+def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> list[dict[str, Any]]:
     import numpy as np
 
     import neurenix_core as nx
     from neurenix_core import nn
+
+    from neurenix_core.cli import benchkit
 
     budget_s = 0.05 if quick else 3.0
     rows = []
@@ -149,7 +170,7 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
             continue
         model.to("tpu:0")
         for precision in ("fp32", "bf16"):
-            for batch in BATCHES:
+            for batch in batches:
                 shape = (batch, *feat)
                 x = nx.asarray(np.random.default_rng(0).standard_normal(shape).astype(np.float32), device="tpu:0")
                 compiled, path = _compile(nx, model, shape, precision)
@@ -169,16 +190,16 @@ def child(quick: bool, threads: int, models: list[str]) -> list[dict[str, Any]]:
                     contenders["eager"] = lambda: model(x)
                 t = _best(contenders, budget_s)
                 check = np.abs(np.asarray(_native(compiled(x)), np.float64) - np.asarray(plain(params, xn), np.float64)).max()
-                rows.append({
-                    "model": name, "precision": precision, "batch": batch, "threads": threads, "path": path,
-                    "neurenix_us": t["neurenix"] * 1e6, "jax_us": t["jax"] * 1e6,
-                    "overhead": t["neurenix"] / t["jax"],
-                    "plugin_us": t["plugin"] * 1e6, "plugin_overhead": t["plugin"] / t["jax"],
-                    "eager_us": t["eager"] * 1e6 if "eager" in t else None,
-                    "eager_vs_compiled": t["eager"] / t["neurenix"] if "eager" in t else None,
-                    "max_abs_diff": float(check),
-                    "emulated": bool(nx.backend("tpu:0").emulated),
-                })
+                prog = plugin.program
+                nx_config = _jax_config(prog.jitted, prog.params, xn)
+                native_config = _jax_config(plain, params, xn)
+                rows.append(benchkit.row(
+                    "tpu", name, precision, batch, threads, t["neurenix"], t["jax"], nx_config, native_config, path=path,
+                    plugin_us=t["plugin"] * 1e6, plugin_overhead=t["plugin"] / t["jax"],
+                    eager_us=t["eager"] * 1e6 if "eager" in t else None,
+                    eager_vs_compiled=t["eager"] / t["neurenix"] if "eager" in t else None,
+                    max_abs_diff=float(check), emulated=bool(nx.backend("tpu:0").emulated),
+                ))
     return rows
 
 
@@ -187,59 +208,40 @@ def _native(out: Any) -> Any:
 
 
 # ------------------------------------------------------------------ parent
-def run_threads(threads: int, quick: bool, models: list[str]) -> list[dict[str, Any]]:
+def run_threads(threads: int, quick: bool, models: list[str], batches: list[int]) -> list[dict[str, Any]]:
     env = dict(os.environ)
     env.setdefault("NEURENIX_EMULATE", "tpu")
     env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     # XLA sizes its CPU pool from these flags at start-up: one process per thread setting.
     env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
     env["OMP_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, __file__, "--child", str(threads), "--models", *models] + (["--quick"] if quick else [])
+    cmd = [sys.executable, __file__, "--child", str(threads), "--models", *models, "--batches", *map(str, batches)] + (["--quick"] if quick else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child ({threads} thread(s)) failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| model | precision | batch | threads | neurenix µs | plugin µs | plain JAX µs | neurenix/JAX | plugin/JAX | eager µs | eager/compiled | max abs diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        eager = f"{r['eager_us']:.1f}" if r["eager_us"] is not None else "-"
-        ratio = f"{r['eager_vs_compiled']:.2f}x" if r["eager_vs_compiled"] is not None else "-"
-        lines.append(
-            f"| {r['model']} | {r['precision']} | {r['batch']} | {r['threads']} | {r['neurenix_us']:.1f} | {r['plugin_us']:.1f} | "
-            f"{r['jax_us']:.1f} | {r['overhead']:.3f} | {r['plugin_overhead']:.3f} | {eager} | {ratio} | {r['max_abs_diff']:.1e} |"
-        )
-    return "\n".join(lines)
+def main(argv: list[str] | None = None) -> int:
+    from neurenix_core.cli import benchkit
 
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--json", help="write the rows here")
+    parser = benchkit.parser(__doc__.split("\n\n")[0], models=MODELS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child is not None:
         if hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))[: args.child]
             os.sched_setaffinity(0, cpus)
-        print(json.dumps(child(args.quick, args.child, args.models)))
+        print(json.dumps(child(args.quick, args.child, args.models, args.batches)))
         return 0
     rows: list[dict[str, Any]] = []
-    from tqdm import tqdm
+    from rich.progress import track
 
-    for threads in tqdm(args.threads, desc="thread settings", unit="run", file=sys.stderr):
-        rows += run_threads(threads, args.quick, args.models)
-    print(f"path: {rows[0]['path']}; emulated: {rows[0]['emulated']} (JAX CPU platform)" if rows else "no rows")
-    print(table(rows))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
+    for threads in track(args.threads, description="tpu (one process per thread setting)", transient=True):
+        rows += run_threads(threads, args.quick, args.models, args.batches)
+    benchkit.report("tpu", rows, args, [("plugin_us", "plugin µs", ".1f"), ("plugin_overhead", "plugin / JAX", ".3f"),
+                                        ("eager_vs_compiled", "eager / compiled", ".2f"), ("max_abs_diff", "max abs diff", ".1e")],
+                    path=rows[0]["path"] if rows else None)
     return 0
 
 

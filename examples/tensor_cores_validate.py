@@ -11,6 +11,8 @@ os.environ.setdefault("NEURENIX_EMULATE", "cuda")
 
 import torch  # noqa: E402
 
+from neurenix_core.testing.reference import TOLERANCES  # noqa: E402
+
 from neurenix_cuda_tc.api import align_model, validate_model  # noqa: E402
 from neurenix_cuda_tc.models import optimized_cnn, unoptimized_cnn  # noqa: E402
 
@@ -25,9 +27,15 @@ def main() -> None:
     print("align_model:", *done, sep="\n  - ")
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        diff = (padded(x) - model(x)).abs().max().item()
-    print(f"max |padded - original| = {diff:.2e}")
-    assert diff <= 1e-6
+        got, want = padded(x), model(x)
+    # Zero padding changes no value, but the padded convolutions may take another CPU kernel
+    # (summation order, FMA), so "unchanged" means within float32 rounding: the core's table.
+    rtol, atol = TOLERANCES["float32"]
+    diff = (got - want).abs().max().item()
+    same = torch.allclose(got, want, rtol=rtol, atol=atol)
+    print(f"max |padded - original| = {diff:.2e} (max |original| = {want.abs().max().item():.2e})")
+    print(f"unchanged within float32 tolerance (rtol={rtol:g}, atol={atol:g}): {same}")
+    assert same
 
 
 if __name__ == "__main__":

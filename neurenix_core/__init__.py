@@ -7,6 +7,7 @@ device, without importing any framework: backends start on first use.
 
 from __future__ import annotations
 
+import sys as _sys
 from typing import Any
 
 from neurenix_core import aliases as _aliases
@@ -54,6 +55,7 @@ newaxis = None
 
 # Discovery runs at import: cheap by contract (manifests and probes only, no frameworks).
 _state.initialize()
+_aliases.protect(_sys.modules[__name__])  # nx.backend stays the function when neurenix_core.backend (0.1) loads
 
 
 def backends() -> list[Any]:

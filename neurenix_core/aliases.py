@@ -75,6 +75,26 @@ class _MovedFinder:
         return ModuleSpec(fullname, _MovedLoader(new))
 
 
+class _Package(ModuleType):
+    """``neurenix_core`` itself, keeping its functions when an old path of the same name loads.
+
+    Python binds every submodule it loads on its package: ``import neurenix_core.backend`` (the 0.1
+    path of ``plugins.backend``) would replace the function ``nx.backend`` with that module.
+    """
+
+    _functions: tuple[str, ...] = ("backend",)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in self._functions and isinstance(value, ModuleType) and callable(self.__dict__.get(name)):
+            return
+        super().__setattr__(name, value)
+
+
+def protect(package: ModuleType) -> None:
+    """Make ``package`` keep its public functions whose names are also old module paths."""
+    package.__class__ = _Package
+
+
 def install() -> None:
     """Put the finder on ``sys.meta_path`` once (``nx.rediscover`` and reloads call it again)."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):

@@ -8,6 +8,12 @@ NEURENIX_STRICT                   "1": any plugin failure at discovery raises St
 NEURENIX_PROBE_TIMEOUT            seconds a probe may take (default 2)
 NEURENIX_NATIVE_PROBE_TIMEOUT     seconds a native probe subprocess may take (default 10: driver init is slow)
 NEURENIX_FALLBACK                 error | warn | allow (default warn)
+NEURENIX_BACKEND_TIMEOUT          seconds a backend factory may take on first use (default 120: importing a framework is slow)
+NEURENIX_STATE_DIR                where the crash journal and quarantine list live
+                                  (default $XDG_STATE_HOME/neurenix, else ~/.local/state/neurenix)
+
+Read once, before any plugin is imported (``state.initialize``): a plugin that changes these
+variables at import does not change this process's configuration (discovery records such changes).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ _FALSE: Final = {"", "0", "false", "no", "off"}
 class Config:
     """The parsed NEURENIX_* variables (a plain slotted class: built at every import)."""
 
-    __slots__ = ("device", "allow", "deny", "autoload", "emulate", "strict", "probe_timeout", "native_probe_timeout", "fallback")
+    __slots__ = ("device", "allow", "deny", "autoload", "emulate", "strict", "probe_timeout", "native_probe_timeout", "backend_timeout", "fallback", "state_dir")
 
     def __init__(
         self,
@@ -43,6 +49,8 @@ class Config:
         probe_timeout: float,
         native_probe_timeout: float,
         fallback: str,
+        backend_timeout: float = 120.0,
+        state_dir: str | None = None,
     ) -> None:
         self.device = device
         self.allow = allow
@@ -53,6 +61,8 @@ class Config:
         self.probe_timeout = probe_timeout
         self.native_probe_timeout = native_probe_timeout
         self.fallback = fallback
+        self.backend_timeout = backend_timeout
+        self.state_dir = state_dir
 
     def is_denied(self, name: str, builtin: bool) -> str | None:
         """Why plugin ``name`` must not be imported, or None when it may be."""
@@ -117,4 +127,15 @@ def read_config(env: Mapping[str, str] | None = None) -> Config:
         probe_timeout=timeout,
         native_probe_timeout=native_timeout,
         fallback=fallback,
+        backend_timeout=_seconds(env, "NEURENIX_BACKEND_TIMEOUT", 120.0),
+        state_dir=_state_dir(env),
     )
+
+
+def _state_dir(env: Mapping[str, str]) -> str | None:
+    """The per-user state folder (the path only: nothing is created unless a journal is needed)."""
+    explicit = env.get("NEURENIX_STATE_DIR", "").strip()
+    if explicit:
+        return explicit
+    base = env.get("XDG_STATE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "neurenix") if os.path.isabs(base) else None

@@ -82,7 +82,7 @@ CALLS = []
 
 class AcmeBackend(ArrayNamespaceBackend):
     def __init__(self):
-        super().__init__(np, device_type="acme", device_count=1, emulated=True)
+        super().__init__(np, device_type="acme", device_count=2, emulated=True)
     def _native_device(self, index):
         return "cpu"
     def _from_host(self, array, index):
@@ -103,7 +103,7 @@ def neurenix_manifest():
 
 @hookimpl
 def neurenix_probe(context):
-    return ProbeResult.emulating(1)
+    return ProbeResult.emulating(2)
 
 @hookimpl
 def neurenix_backend(manifest, probe):
@@ -132,8 +132,10 @@ def test_plugin_compile_hook_per_shape_and_fallback(plugin_site, run_neurenix) -
         y = c(x); c(x); c(np.ones((5, 4), np.float32))
         ok = bool(np.allclose(y.numpy(), model.to("cpu")(nx.asarray(x, device="cpu")).numpy(), atol=1e-5))
         res = {"device": str(y.device), "calls": [list(s) for s, _ in plugin.CALLS], "ok": ok, "summary": c.summary}
+        host = c(nx.asarray(x, device="cpu"))  # host memory is copied in by the call
+        res["host_ok"] = bool(host.device == nx.Device("acme:0") and np.array_equal(host.numpy(), y.numpy()))
         try:
-            c(nx.asarray(x, device="cpu"))
+            c(nx.asarray(x, device="acme:1"))  # another accelerator is never moved silently
         except nx.DeviceMismatchError as e:
             res["mismatch"] = str(e)
         g = nx.compile(nn.Sequential(nn.Linear(4, 4), nn.GELU()).to("acme:0"), device="acme:0")
@@ -154,6 +156,6 @@ def test_plugin_compile_hook_per_shape_and_fallback(plugin_site, run_neurenix) -
     assert out["device"] == "acme:0" and out["ok"]
     assert out["calls"] == [[3, 4], [5, 4]]  # compiled once per input shape
     assert "acme program for (3, 4)" in out["summary"]
-    assert "x.to('acme:0')" in out["mismatch"]
+    assert out["host_ok"] and "acme:1" in out["mismatch"] and "x.to('acme:0')" in out["mismatch"]
     assert "'1' (gelu)" in out["error"] and "fallback policy is 'error'" in out["error"]
     assert out["fallback_shape"] == [3, 4] and out["warned"] >= 1

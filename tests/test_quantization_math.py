@@ -11,7 +11,7 @@ import pytest
 from neurenix_core import nn
 from neurenix_core.graph import quantization as Q
 from neurenix_core.errors import QuantizationError
-from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, TensorSpec
 from neurenix_core.graph.reference import run_graph, run_quantized
 
 RNG = np.random.default_rng(0)
@@ -121,7 +121,7 @@ def test_integer_average_pool_rounds_half_away_from_zero() -> None:
     node = Node("p", "avg_pool2d", ("input",), "p", {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0), "count_include_pad": True})
     graph = Graph((TensorSpec("input", (1, 1, 2, 4)),), (node,), ("p",))
     qp = Q.activation_params(-10.0, 10.0)
-    plan = Q.QuantizationPlan(8, {"input": qp, "p": qp}, {})
+    plan = QuantizationPlan(8, {"input": qp, "p": qp}, {})
     x = Q.dequantize(np.array([[[[1, 2, -1, -2], [0, 3, 0, -3]]]], np.int8), qp)
     out = run_quantized(graph, plan, x, dequantize=False)
     # sums 6 -> 6/4 = 1.5 -> 2 ; -6 -> -1.5 -> -2 (TFLite: (acc +/- count/2) / count, truncating)

@@ -36,6 +36,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """A table of every discovered backend; ``--json`` for the stable schema."""
     from neurenix_core.plugins.report import doctor_data
 
+    if args.retry is not None:
+        failed = _retry(args.retry)
+        if failed is not None:
+            return failed
     data = doctor_data()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -45,19 +49,56 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     table = Table(title=f"neurenix backends (API {data['api_version']})", show_lines=False)
     for col in ("plugin", "distribution", "version", "status", "devices", "reason", "install"):
         table.add_column(col, overflow="fold")
+    from rich.markup import escape
+
     for b in data["backends"]:
         status = b["status"] + (" (failed at " + b["failure"]["phase"] + ")" if b["failure"] else "")
+        status += f", {len(b['warnings'])} warning(s)" if b["warnings"] else ""
+        # Cells hold plugin text (already free of control characters, see plugins/sanitize.py);
+        # escaping keeps a reason such as "[link=...]" from being read as rich markup.
         table.add_row(
-            b["name"], b["distribution"] or "-", b["version"] or "-",
-            f"[{_STYLE[b['status']]}]{status}[/]", str(b["device_count"]), b["reason"], b["install_hint"],
+            escape(b["name"]), escape(b["distribution"] or "-"), escape(b["version"] or "-"),
+            f"[{_STYLE[b['status']]}]{escape(status)}[/]", str(b["device_count"]), escape(b["reason"]), escape(b["install_hint"]),
         )
     console = _console()
     console.print(table)
     default = data["default_device"] or f"unavailable ({data['default_device_error']})"
-    console.print(f"default device: [bold]{default}[/] ({data['selection']} selection)")
+    console.print(f"default device: [bold]{escape(default)}[/] ({data['selection']} selection)")
+    for b in data["backends"]:
+        for warning in b["warnings"]:
+            console.print(f"[yellow]warning[/]: plugin {escape(b['name'])} ({escape(b['distribution'] or '-')}) {escape(warning)}")
     for note in data["notes"]:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     return 1 if data["failures"] and args.strict else 0
+
+
+def _retry(name: str) -> int | None:
+    """Lift ``name``'s quarantine and try it again, first in a child interpreter.
+
+    The plugin killed a process before; if it still does, it kills the child, whose journal puts
+    it back in quarantine, and this command lives to say so. Returns an exit status when there
+    is nothing to retry, else None (the doctor report follows, from a fresh discovery).
+    """
+    import signal
+    import subprocess
+
+    from neurenix_core.config import read_config
+    from neurenix_core.plugins import state
+    from neurenix_core.plugins.journal import lift, read_quarantine
+
+    state_dir = read_config().state_dir
+    entry = lift(state_dir, name)
+    if entry is None:
+        held = ", ".join(sorted(read_quarantine(state_dir))) or "none"
+        print(f"neurenix: plugin {name!r} is not quarantined (quarantined: {held}; state folder {state_dir})", file=sys.stderr)
+        return 2
+    print(f"neurenix: retrying {name} ({entry.distribution} {entry.version}) in a fresh interpreter...", file=sys.stderr)
+    proc = subprocess.run([sys.executable, "-c", "import neurenix_core"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        how = f"{signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        print(f"neurenix: {name} still kills the process ({how}); it is quarantined again", file=sys.stderr)
+    state.initialize()  # this process's registry was built while the plugin was quarantined
+    return None
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -87,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="show every discovered backend and why it is (not) usable")
     doctor.add_argument("--json", action="store_true", help="print the neurenix.doctor/1 JSON document")
     doctor.add_argument("--strict", action="store_true", help="exit 1 when any plugin failed")
+    doctor.add_argument(
+        "--retry", metavar="NAME", help="lift the quarantine of a plugin that killed a process, try it in a fresh interpreter, then report"
+    )
     doctor.set_defaults(func=cmd_doctor)
     devices = sub.add_parser("devices", help="list available devices")
     devices.add_argument("--json", action="store_true")

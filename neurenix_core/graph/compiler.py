@@ -18,9 +18,11 @@ import numpy as np
 from neurenix_core.tensor import fallback
 from neurenix_core.device import Device, DeviceLike
 from neurenix_core.errors import (
-    CompilationError, DeviceMismatchError, QuantizationError, ShapeError, UnsupportedOperationError,
+    CompilationError, QuantizationError, ShapeError, UnsupportedOperationError,
 )
+from neurenix_core.graph.inputs import check_outputs, deliver_tensors, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["compile", "Compiled", "PRECISIONS"]
@@ -41,14 +43,16 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     *,
     calibration_method: str = "minmax",
     progress: bool = True,
+    outputs: str = "device",
     **extra: Any,
 ) -> Compiled:
     """Compile ``model`` (a ``neurenix_core.nn`` Module or a Graph) for ``device``.
 
     ``precision``: one of PRECISIONS or None (the backend's default, stated in ``.summary``).
     ``quantize``: True / "int8" / "int16" (static: needs ``calibration`` batches), "dynamic"
-    (int8 Linear weights), or a ready ``QuantizationPlan``. ``extra`` goes to the backend
-    (``CompileOptions.extra``), e.g. ``optimize_for="performance"``.
+    (int8 Linear weights), or a ready ``QuantizationPlan``. ``outputs``: "device" (Tensors on
+    ``device``) or "host" (NumPy arrays); inputs follow ``neurenix_core.graph.inputs``.
+    ``extra`` goes to the backend (``CompileOptions.extra``), e.g. ``optimize_for="performance"``.
     """
     from neurenix_core.plugins.state import registry
     from neurenix_core.tensor.placement import default_backend
@@ -57,7 +61,7 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     record = registry().plugin_for(dev)
     graph = _graph_of(model)
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
-    return Compiled(graph, dev, backend, record, precision, plan, dict(extra))
+    return Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
 
 
 def _graph_of(model: Any) -> Graph:
@@ -105,15 +109,19 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
 
 
 class Compiled:
-    """A compiled model: call it with Tensors on its device or NumPy arrays (placed there).
+    """A compiled model: call it with Tensors on its device or host data (copied in; see
+    ``neurenix_core.graph.inputs``); results are Tensors on its device, or NumPy arrays when
+    compiled with ``outputs="host"``.
 
     Introspection: ``.device``, ``.precision``, ``.summary`` (what the backend did),
-    ``.compiled_shapes`` (input shapes compiled so far), ``.graph``, ``.plan``.
+    ``.compiled_shapes`` (input shapes compiled so far), ``.graph``, ``.plan``, ``.native(shapes)``
+    (the plugin's compiled model, e.g. to read its runtime configuration back).
     """
 
     def __init__(self, graph: Graph, device: Device, backend: Any, record: Any, precision: str | None,
-                 plan: QuantizationPlan | None, extra: Mapping[str, Any]) -> None:
+                 plan: QuantizationPlan | None, extra: Mapping[str, Any], *, outputs: str = "device") -> None:
         self.graph = graph
+        self.outputs = outputs
         self.device = device
         self.precision = precision
         self.plan = plan
@@ -122,6 +130,9 @@ class Compiled:
         self._record = record
         self._runners: dict[tuple[tuple[int, ...], ...], Runner] = {}
         self._summaries: dict[tuple[tuple[int, ...], ...], str] = {}
+        self._natives: dict[tuple[tuple[int, ...], ...], Any] = {}
+        # One-input models compiled by a plugin: (placement, input shape, run) of the first shape.
+        self._fast: tuple[Any, tuple[int, ...], Callable[[Any], Any]] | None = None
         self._eager: Any = None
 
     # ------------------------------------------------------------------ introspection
@@ -138,11 +149,30 @@ class Compiled:
     def __repr__(self) -> str:
         return f"Compiled(device='{self.device}', precision={self.precision!r}, shapes={self.compiled_shapes})"
 
+    def native(self, *shapes: tuple[int, ...]) -> Any:
+        """The plugin's compiled model for these input shapes (the only one when none are given);
+        None where the model runs eagerly or on the core's integer kernels."""
+        key = tuple(tuple(int(d) for d in s) for s in shapes) if shapes else None
+        if key is None:
+            if len(self._runners) != 1:
+                raise ShapeError(f"compiled model on {self.device} has {len(self._runners)} compiled shape(s); pass the input shapes")
+            key = next(iter(self._runners))
+        if key not in self._runners:
+            raise ShapeError(f"compiled model on {self.device} was not compiled for {list(key)}; call it once with inputs of that shape")
+        return self._natives.get(key)
+
     # ------------------------------------------------------------------ calling
     def __call__(self, *inputs: Any) -> Any:
         # The hot path of every compiled-model call: inputs become backend-native arrays directly
         # (no Tensor, registry or dtype-table round trip), and the runner for their shapes is one
         # dict lookup. Benchmarks compare this against the bare runtime, so it stays lean.
+        fast = self._fast
+        if fast is not None and len(inputs) == 1:
+            # A Tensor already on the model's device (same placement object) with the compiled
+            # shape goes straight to the plugin's model: no list, shape tuple or runner lookup.
+            x = inputs[0]
+            if type(x) is Tensor and x._p is fast[0] and self._backend._shape_of(x._data) == fast[1]:
+                return fast[2](x._data)
         if len(inputs) != len(self.graph.inputs):
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
         natives = [self._native(x, i) for i, x in enumerate(inputs)]
@@ -152,24 +182,34 @@ class Compiled:
         if runner is None:
             runner = self._build(shapes)
             self._runners[shapes] = runner
+            self._set_fast(shapes)
         outs = runner(*natives)
+        if self.outputs != "device":
+            outs = deliver_tensors(outs, self.outputs)
         return outs[0] if len(outs) == 1 else outs
 
+    def _set_fast(self, shapes: tuple[tuple[int, ...], ...]) -> None:
+        native = self._natives.get(shapes)
+        if self._fast is not None or native is None or len(shapes) != 1 or self.outputs != "device":
+            return
+        from neurenix_core.tensor.tensor import wrap
+
+        be, dev = self._backend, self.device
+        index = dev.index
+        call = native._run if isinstance(native, CompiledModel) else native  # natives in: the hook's contract
+
+        def run(x: Any) -> Any:
+            out = call(x)
+            if type(out) is tuple or type(out) is list:
+                outs = tuple(o if isinstance(o, Tensor) else wrap(o, be, dev, index) for o in out)
+                return outs[0] if len(outs) == 1 else outs
+            return out if isinstance(out, Tensor) else wrap(out, be, dev, index)
+
+        self._fast = (be.placement(index), shapes[0], run)
+
     def _native(self, x: Any, i: int) -> Any:
-        """Input ``i`` as a native array on the model's device (a host copy for NumPy input)."""
-        if type(x) is Tensor or isinstance(x, Tensor):
-            if x._device is not self.device and x._device != self.device:
-                raise DeviceMismatchError(
-                    f"input {i} is on {x.device} but the model is compiled for {self.device}; "
-                    f"move it explicitly with x.to('{self.device}') (neurenix never moves data silently)"
-                )
-            return x._data
-        arr = np.asarray(x)
-        if arr.dtype.kind not in "fiu":
-            raise CompilationError(f"input {i} has dtype {arr.dtype}; the compiled model takes real numbers")
-        if arr.dtype != np.float32:
-            arr = arr.astype(np.float32)
-        return self._backend._from_host(np.ascontiguousarray(arr), self.device.index)
+        """Input ``i`` as a native array on the model's device: the one rule of graph.inputs."""
+        return to_device_input(x, i, self.device, self._backend)
 
     def _tensors(self, natives: tuple[Any, ...]) -> tuple[Tensor, ...]:
         from neurenix_core.tensor.tensor import wrap
@@ -202,6 +242,7 @@ class Compiled:
             except UnsupportedOperationError as exc:
                 return self._fallback(exc)
             if native is not None:
+                self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = native
                 return self._native_runner(native), str(getattr(native, "summary", "") or f"compiled by plugin {rec.name}")
         return self._local_runner()
 
@@ -223,8 +264,12 @@ class Compiled:
 
         be, dev = self._backend, self.device
 
+        # The plugin's _run takes native arrays (the hook's contract); a runtime model's own
+        # __call__ is for users calling it directly (graph.inputs.call_runtime).
+        direct = isinstance(native, CompiledModel)
+
         def run(*natives: Any) -> tuple[Tensor, ...]:
-            out = native(*natives)
+            out = native._run(*natives) if direct else native(*natives)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             return tuple(o if isinstance(o, Tensor) else wrap(o, be, dev, dev.index) for o in outs)
 

@@ -31,6 +31,8 @@ class BackendInfo:
     install_hint: str
     failure: Failure | None
     capabilities: dict[str, Any] | None
+    #: What the plugin did that works but deserves attention (it changed os.environ / sys.path).
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -47,4 +49,5 @@ class BackendInfo:
             "install_hint": self.install_hint,
             "failure": None if self.failure is None else {"phase": self.failure.phase, "cause": self.failure.cause},
             "capabilities": self.capabilities,
+            "warnings": list(self.warnings),
         }

@@ -99,7 +99,11 @@ def neurenix_probe(context: ProbeContext) -> ProbeResult:
     can tell more; the core then runs :func:`neurenix_native_probe` in a subprocess.
 
     Implement: look at ``/dev`` nodes, ``/sys``, driver files, ``ctypes.util.find_library`` and
-    ``importlib.util.find_spec``. No framework imports, no subprocesses, no network.
+    ``importlib.util.find_spec``. No framework imports, no subprocesses, no network. Never load
+    driver code here: a probe that kills the process (``os._exit``, a segfault) does so once, and
+    the plugin is then quarantined until ``neurenix doctor --retry NAME`` (docs/plugins.md). The
+    ``reason`` is cut to 500 printable characters; changes to ``os.environ`` / ``sys.path`` made
+    here are reported as warnings in ``neurenix doctor``.
     """
 
 
@@ -126,7 +130,10 @@ def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> Backend:
     """Create the plugin's backend; this is where the framework is imported.
 
     Called by: the core, the first time a tensor, model or op uses one of the plugin's devices
-    (never at import). Called at most once per process; the result is cached.
+    (never at import), in a worker thread while the caller waits at most
+    ``NEURENIX_BACKEND_TIMEOUT`` seconds (default 120); an overrun is a
+    ``BackendUnavailableError`` naming the plugin, and the abandoned call is never repeated in
+    that process. Called at most once per process; the result is cached.
 
     Return: an instance of a :class:`~neurenix_core.plugins.backend.Backend` subclass serving
     ``manifest.device_types`` with ``probe.device_count`` devices; ``probe.emulated`` says

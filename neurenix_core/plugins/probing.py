@@ -16,14 +16,19 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
+from neurenix_core.plugins.sanitize import describe
 
-__all__ = ["ProbeFailure", "run_all_bounded", "run_native_probe"]
+__all__ = ["ProbeFailure", "ProbeTimeout", "run_all_bounded", "run_native_probe"]
 
 _MARK: Final = "NEURENIX-NATIVE-PROBE:"
 
 
 class ProbeFailure(Exception):
     """A probe overran its deadline, raised, crashed or answered garbage; ``str()`` is the cause."""
+
+
+class ProbeTimeout(ProbeFailure):
+    """The probe overran its deadline and was abandoned, still running in a daemon thread."""
 
 
 class _Batch:
@@ -76,7 +81,7 @@ def run_all_bounded(calls: list[Callable[[], Any]], timeout: float) -> list[Any]
                     continue
                 left = batch.started + timeout - time.monotonic() if batch.current == index else timeout
                 if left <= 0:
-                    results[index] = ProbeFailure(
+                    results[index] = ProbeTimeout(
                         f"probe did not return within {timeout:g}s (NEURENIX_PROBE_TIMEOUT) and was abandoned"
                     )
                     index += 1
@@ -86,7 +91,7 @@ def run_all_bounded(calls: list[Callable[[], Any]], timeout: float) -> list[Any]
 
 
 def _failure(exc: BaseException) -> ProbeFailure:
-    failure = ProbeFailure(f"probe raised {type(exc).__name__}: {exc}")
+    failure = ProbeFailure(f"probe raised {describe(exc)}")
     failure.__cause__ = exc
     return failure
 
@@ -116,5 +121,8 @@ def run_native_probe(module: str, context: ProbeContext) -> ProbeResult:
         raise ProbeFailure(f"native probe exited with status {proc.returncode}: {tail}")
     for line in proc.stdout.splitlines():
         if line.startswith(_MARK):
-            return ProbeResult.from_dict(json.loads(line[len(_MARK):]))
+            try:
+                return ProbeResult.from_dict(json.loads(line[len(_MARK):]))
+            except (ValueError, TypeError, AttributeError) as exc:  # the child's stdout is the plugin's too
+                raise ProbeFailure(f"native probe printed a malformed result: {describe(exc)}") from None
     raise ProbeFailure("native probe printed no result")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import enum
 
+from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean
+
 __all__ = ["Status", "Failure"]
 
 
@@ -25,8 +27,9 @@ class Failure:
     __slots__ = ("phase", "cause")
 
     def __init__(self, phase: str, cause: str) -> None:
-        self.phase = phase
-        self.cause = cause
+        # A cause usually quotes a plugin's exception text: bounded and printable (sanitize.py).
+        self.phase = clean(phase, NAME_LIMIT)
+        self.cause = clean(cause, CAUSE_LIMIT)
 
     def __repr__(self) -> str:
         return f"Failure(phase={self.phase!r}, cause={self.cause!r})"

@@ -1,8 +1,12 @@
 """Discovery, isolation, ranking and selection of backend plugins.
 
-entry points -> import -> register (pluggy validates signatures) -> manifest -> api check ->
-probe (bounded) -> ranking. Every step is wrapped: a failing plugin becomes a record with its
-phase and cause, never an exception out of ``import neurenix_core`` (unless strict mode).
+entry points -> reserved names -> quarantine -> import -> register (pluggy validates
+signatures) -> manifest -> api check -> probe (bounded) -> ranking. Every step is wrapped: a
+failing plugin becomes a record with its phase and cause, never an exception out of
+``import neurenix_core`` (unless strict mode). Third-party code that kills the process instead of
+raising is caught by the crash journal (journal.py) on the next import; text a plugin hands over is
+cleaned by sanitize.py; changes to os.environ / sys.path are recorded by envwatch.py; backend
+factories run under a deadline (factory.py).
 """
 
 from __future__ import annotations
@@ -35,8 +39,12 @@ from neurenix_core.plugins.manifest import (
     api_compatible,
     validate_manifest,
 )
+from neurenix_core.plugins import envwatch
+from neurenix_core.plugins.journal import Journal, lift, open_journal, quarantine_cause, read_quarantine
+from neurenix_core.plugins.names import is_own, squatting
 from neurenix_core.plugins.records import Failure, Status
-from neurenix_core.plugins.probing import ProbeFailure, run_all_bounded, run_native_probe
+from neurenix_core.plugins.probing import ProbeFailure, ProbeTimeout, run_all_bounded, run_native_probe
+from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean, clean_manifest, clean_probe, describe
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend
@@ -64,20 +72,34 @@ class PluginRecord:
     A plain slotted class rather than a dataclass: it is built at every ``import neurenix_core``.
     """
 
-    __slots__ = ("name", "module_name", "distribution", "version", "builtin", "module", "manifest", "probe", "failure", "denied", "backend", "lock")
+    __slots__ = (
+        "name", "module_name", "distribution", "version", "builtin", "trusted", "squatter", "module", "manifest",
+        "probe", "failure", "denied", "backend", "stuck", "warnings", "lock",
+    )
 
-    def __init__(self, name: str, module_name: str, distribution: str | None, version: str | None, builtin: bool) -> None:
+    def __init__(
+        self, name: str, module_name: str, distribution: str | None, version: str | None, builtin: bool, trusted: bool = False
+    ) -> None:
         self.name = name
         self.module_name = module_name
         self.distribution = distribution
         self.version = version
         self.builtin = builtin
+        #: One of this repository's own plugins exactly as shipped (names.RESERVED): reviewed here,
+        #: so its code is not journaled (a typical install then writes no file at import).
+        self.trusted = trusted
+        #: Claimed a reserved name that belongs to another distribution.
+        self.squatter = False
         self.module: ModuleType | None = None
         self.manifest: Manifest | None = None
         self.probe: ProbeResult | None = None
         self.failure: Failure | None = None
         self.denied: str | None = None
         self.backend: Backend | None = None
+        #: Why the factory was abandoned (still running in its thread): never start a second one.
+        self.stuck: str | None = None
+        #: Things the plugin did that work but deserve the user's attention (environment changes).
+        self.warnings: list[str] = []
         self.lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -128,53 +150,120 @@ class Registry:
         self._pm.add_hookspecs(hookspecs)
         self._ranked: list[PluginRecord] = []
         self._auto_default: Device | None = None
+        self._journal: Journal | None = None
+        self._env: envwatch.Snapshot = ({}, [])
 
     # ------------------------------------------------------------------ discovery
     def discover(self, eps: Iterable[EntryPoint] | None = None) -> None:
         eps = list(entry_points(ENTRY_POINT_GROUP) if eps is None else eps)
-        seen: set[str] = set()
-        for ep in eps:
-            record = self._record_for(ep)
-            if record.name in seen:
-                record.failure = Failure("import", f"another installed distribution already provides plugin {record.name!r}")
-                self.records.append(record)
-                continue
-            seen.add(record.name)
-            self.records.append(record)
-            record.denied = self.config.is_denied(record.name, record.builtin)
-            if record.denied is None:
-                self._load(record, ep)
-        if not any(r.builtin and r.name == "cpu" for r in self.records):
-            self._register_builtin_cpu()
-        self._probe_all([r for r in self.records if r.manifest is not None and r.failure is None and r.denied is None])
+        to_load = self._admit(eps)
+        self._journal = self._open_journal([r for r, _ in to_load if not r.trusted])
+        try:
+            self._env = envwatch.snapshot()
+            for record, ep in to_load:
+                if record.failure is None:
+                    self._load(record, ep)
+            if not any(r.builtin and r.name == "cpu" for r in self.records):
+                self._register_builtin_cpu()
+            self._probe_all([r for r in self.records if r.manifest is not None and r.failure is None and r.denied is None])
+        finally:
+            if self._journal is not None:
+                self._journal.finish()
         self._check_emulate_tokens()
         self._rank()
         if self.config.strict:
             self._raise_if_failed()
 
+    def _admit(self, eps: list[EntryPoint]) -> list[tuple[PluginRecord, EntryPoint]]:
+        """A record per entry point; squatters and duplicates fail here, denied ones are marked."""
+        seen: set[str] = set()
+        to_load: list[tuple[PluginRecord, EntryPoint]] = []
+        for ep in eps:
+            record = self._record_for(ep)
+            self.records.append(record)
+            clash = squatting(ep.name, ep.dist_name, ep.value)
+            if clash is not None:
+                record.squatter = True
+                self._fail(record, "register", clash)
+                continue
+            if record.name in seen:
+                self._fail(record, "import", f"another installed distribution already provides plugin {record.name!r}")
+                continue
+            seen.add(record.name)
+            record.denied = self.config.is_denied(record.name, record.builtin)
+            if record.denied is None:
+                to_load.append((record, ep))
+        return to_load
+
+    def _open_journal(self, untrusted: list[PluginRecord]) -> Journal | None:
+        """Quarantine plugins that killed an earlier process; journal the rest while they run.
+
+        Nothing happens (no file is read or written) when every plugin is this repository's own.
+        """
+        if not untrusted:
+            return None
+        quarantined = read_quarantine(self.config.state_dir)
+        for record in untrusted:
+            entry = quarantined.get(record.name)
+            if entry is None:
+                continue
+            if entry.matches(record.distribution, record.version):
+                self._fail(record, entry.phase, quarantine_cause(entry))
+            else:  # another version is installed now: it gets its chance, and the list stays short
+                lift(self.config.state_dir, record.name)
+        if all(r.failure is not None for r in untrusted):
+            return None
+        journal = open_journal(self.config.state_dir)
+        if isinstance(journal, str):
+            self.notes.append(journal)
+            return None
+        return journal
+
     def _record_for(self, ep: EntryPoint) -> PluginRecord:
+        # Names, distributions and versions come from files a package installed: cleaned here,
+        # once, so that the doctor table and error messages never carry escapes or megabytes.
+        own = is_own(ep.name, ep.dist_name, ep.value)
         return PluginRecord(
-            name=ep.name,
-            module_name=ep.value,
-            distribution=ep.dist_name,
-            version=ep.dist_version,
-            builtin=ep.name == "cpu" and ep.dist_name == BUILTIN_DISTRIBUTION,
+            name=clean(ep.name, NAME_LIMIT),
+            module_name=clean(ep.value, NAME_LIMIT),
+            distribution=None if ep.dist_name is None else clean(ep.dist_name, NAME_LIMIT),
+            version=None if ep.dist_version is None else clean(ep.dist_version, NAME_LIMIT),
+            builtin=own and ep.name == "cpu",
+            trusted=own,
         )
 
     def _register_builtin_cpu(self) -> None:
         # A source checkout that was never pip-installed has no entry points; the host backend is
         # part of the core and must exist, so it is registered directly and the fact is noted.
         ep = EntryPoint("cpu", BUILTIN_CPU_MODULE, ENTRY_POINT_GROUP, BUILTIN_DISTRIBUTION, None)
-        record = PluginRecord(name="cpu", module_name=BUILTIN_CPU_MODULE, distribution=BUILTIN_DISTRIBUTION, version=None, builtin=True)
+        record = PluginRecord(name="cpu", module_name=BUILTIN_CPU_MODULE, distribution=BUILTIN_DISTRIBUTION, version=None, builtin=True, trusted=True)
         self.records.append(record)
-        self.notes.append("the built-in cpu backend was registered directly: neurenix-core's entry points are not installed (pip install -e .)")
+        if any(r.squatter and r.name == "cpu" for r in self.records):
+            self.notes.append("the built-in cpu backend was registered directly: the 'cpu' entry point found on sys.path belongs to another package")
+        else:
+            self.notes.append("the built-in cpu backend was registered directly: neurenix-core's entry points are not installed (pip install -e .)")
         self._load(record, ep)
 
     def _load(self, record: PluginRecord, ep: EntryPoint) -> None:
-        steps = (self._import, self._register, self._read_manifest, self._check_api)
-        for step in steps:
-            if not step(record, ep):
-                return
+        journal = None if record.trusted else self._journal
+        steps = (("import", self._import), ("register", self._register), ("manifest", self._read_manifest), ("api", self._check_api))
+        try:
+            for phase, step in steps:
+                if journal is not None:
+                    journal.enter(record.name, record.distribution, record.version, phase)
+                if not step(record, ep):
+                    return
+        finally:
+            if journal is not None:
+                journal.leave(record.name)
+            self._watch(record, "import")
+
+    def _watch(self, record: PluginRecord, phase: str) -> None:
+        """Record changes to os.environ / sys.path made while ``record``'s code ran."""
+        after = envwatch.snapshot()
+        for change in envwatch.changes(self._env, after):
+            record.warnings.append(clean(f"{change} during {phase}"))
+        self._env = after
 
     def _fail(self, record: PluginRecord, phase: str, cause: str) -> bool:
         record.failure = Failure(phase, cause)
@@ -186,7 +275,7 @@ class Registry:
         except BaseException as exc:  # noqa: BLE001 - a plugin's import must not break ours
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            return self._fail(record, "import", f"importing {record.module_name} raised {type(exc).__name__}: {exc}")
+            return self._fail(record, "import", f"importing {record.module_name} raised {describe(exc)}")
         if not isinstance(loaded, ModuleType):
             return self._fail(record, "import", f"entry point {ep.value!r} must name a module of hook functions")
         record.module = loaded
@@ -196,8 +285,8 @@ class Registry:
         assert record.module is not None
         try:
             self._pm.register(_hook_namespace(record.module), name=record.name)
-        except (pluggy.PluginValidationError, ValueError) as exc:
-            return self._fail(record, "register", str(exc))
+        except Exception as exc:  # noqa: BLE001 - PluginValidationError, or a hostile attribute lookup
+            return self._fail(record, "register", clean(exc, CAUSE_LIMIT))
         missing = [h for h in _REQUIRED_HOOKS if self._impl(record, h) is None]
         if missing:
             self._pm.unregister(name=record.name)
@@ -207,11 +296,13 @@ class Registry:
     def _read_manifest(self, record: PluginRecord, ep: EntryPoint) -> bool:
         try:
             raw = self.call(record, "neurenix_manifest")
-            record.manifest = validate_manifest(raw)
+            record.manifest = clean_manifest(validate_manifest(raw))
         except ValueError as exc:
-            return self._fail(record, "manifest", f"malformed manifest: {exc}")
-        except Exception as exc:  # noqa: BLE001 - recorded, plugin skipped
-            return self._fail(record, "manifest", f"neurenix_manifest raised {type(exc).__name__}: {exc}")
+            return self._fail(record, "manifest", f"malformed manifest: {clean(exc, CAUSE_LIMIT)}")
+        except BaseException as exc:  # noqa: BLE001 - recorded, plugin skipped (sys.exit() included)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return self._fail(record, "manifest", f"neurenix_manifest raised {describe(exc)}")
         if record.manifest.name != record.name:
             return self._fail(record, "manifest", f"manifest name {record.manifest.name!r} differs from entry point name {record.name!r}")
         for device_type in record.manifest.device_types:
@@ -238,10 +329,12 @@ class Registry:
     def _probe_all(self, records: list[PluginRecord]) -> None:
         """Probe every plugin, each bounded by NEURENIX_PROBE_TIMEOUT, in one worker thread."""
         contexts = [self._context(r) for r in records]
-        calls = [functools.partial(self.call, r, "neurenix_probe", context=c) for r, c in zip(records, contexts)]
+        calls = [self._guarded(r, functools.partial(self.call, r, "neurenix_probe", context=c)) for r, c in zip(records, contexts)]
         outcomes = run_all_bounded(calls, self.config.probe_timeout)
         for record, ctx, outcome in zip(records, contexts, outcomes):
             try:
+                if isinstance(outcome, ProbeTimeout) and self._journal is not None and not record.trusted:
+                    self._journal.abandon(record.name)
                 if isinstance(outcome, ProbeFailure):
                     raise outcome
                 result = self._check_probe(outcome)
@@ -251,6 +344,25 @@ class Registry:
                 self._fail(record, "probe", str(exc))
                 continue
             record.probe = result
+
+    def _guarded(self, record: PluginRecord, call: functools.partial[Any]) -> functools.partial[Any]:
+        """``call`` journaled (third-party plugins) and watched for environment changes.
+
+        Runs in the probe worker thread, one probe after another, so each change is attributed to
+        the plugin whose probe made it.
+        """
+        journal = None if record.trusted else self._journal
+        return functools.partial(self._run_guarded, record, call, journal)
+
+    def _run_guarded(self, record: PluginRecord, call: functools.partial[Any], journal: Journal | None) -> Any:
+        if journal is not None:
+            journal.enter(record.name, record.distribution, record.version, "probe")
+        try:
+            return call()
+        finally:
+            if journal is not None:
+                journal.leave(record.name)
+            self._watch(record, "probe")
 
     def _native(self, record: PluginRecord, ctx: ProbeContext) -> ProbeResult:
         assert record.manifest is not None
@@ -268,7 +380,7 @@ class Registry:
             raise ProbeFailure(f"probe returned device_count={count!r}; expected an int >= 0")
         if result.available and count == 0:
             raise ProbeFailure("probe said available but reported 0 devices")
-        return result
+        return clean_probe(result)
 
     def _check_emulate_tokens(self) -> None:
         tokens = {r.manifest.emulation for r in self.records if r.manifest is not None and r.manifest.emulation}
@@ -328,7 +440,8 @@ class Registry:
 
     # ------------------------------------------------------------------ devices
     def record_named(self, name: str) -> PluginRecord | None:
-        return next((r for r in self.records if r.name == name), None)
+        """The plugin ``name`` (never a squatter that claimed a reserved name)."""
+        return next((r for r in self.records if r.name == name and not r.squatter), None)
 
     def _serving(self, device_type: str) -> list[PluginRecord]:
         return [r for r in self.records if r.manifest is not None and device_type in r.manifest.device_types]
@@ -397,28 +510,50 @@ class Registry:
         if record.backend is not None:
             return record.backend
         with record.lock:
+            if record.stuck is not None:  # its factory is still running in an abandoned thread
+                raise BackendUnavailableError(record.stuck)
             if record.backend is None:
                 record.backend = self._create(record)
         return record.backend
 
     def _create(self, record: PluginRecord) -> Backend:
+        # Both loaded on the first backend start, not at import (import-time budget, issue 2).
         from neurenix_core.plugins.backend import Backend
+        from neurenix_core.plugins.factory import FactoryTimeout, run_with_deadline
 
         assert record.manifest is not None and record.probe is not None
+        manifest, probe = record.manifest, record.probe
         try:
-            backend = self.call(record, "neurenix_backend", manifest=record.manifest, probe=record.probe)
+            backend = run_with_deadline(
+                functools.partial(self.call, record, "neurenix_backend", manifest=manifest, probe=probe),
+                name=record.name,
+                package=record.module_name.split(".")[0],
+                timeout=self.config.backend_timeout,
+            )
+        except FactoryTimeout as exc:
+            record.stuck = (
+                f"plugin {record.name} ({record.distribution}) did not start its backend within "
+                f"{self.config.backend_timeout:g}s (NEURENIX_BACKEND_TIMEOUT); it was {exc.doing}. "
+                f"The factory was left running in a background thread and is not started again in this process. "
+                f"If it is only slow, raise NEURENIX_BACKEND_TIMEOUT; otherwise deny it with NEURENIX_BACKENDS=-{record.name}"
+            )
+            record.failure = Failure("backend", record.stuck)
+            raise BackendUnavailableError(record.stuck) from None
         except BackendUnavailableError as exc:
-            record.failure = Failure("backend", str(exc))
+            record.failure = Failure("backend", clean(exc))
             raise
-        except Exception as exc:
-            record.failure = Failure("backend", f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # sys.exit() in a factory must not end the user's program
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            record.failure = Failure("backend", describe(exc))
             raise BackendUnavailableError(
-                f"plugin {record.name} ({record.distribution}) could not start its backend: {type(exc).__name__}: {exc}. "
-                f"Check the runtime it needs ({record.manifest.install_hint or 'see the plugin README'}) or deny it with NEURENIX_BACKENDS=-{record.name}"
+                f"plugin {record.name} ({record.distribution}) could not start its backend: {describe(exc)}. "
+                f"Check the runtime it needs ({manifest.install_hint or 'see the plugin README'}) or deny it with NEURENIX_BACKENDS=-{record.name}"
             ) from exc
         if not isinstance(backend, Backend):
-            record.failure = Failure("backend", f"neurenix_backend returned {type(backend).__name__}, not a Backend")
-            raise BackendUnavailableError(f"plugin {record.name} returned {type(backend).__name__} from neurenix_backend, not a neurenix_core.Backend")
+            kind = clean(type(backend).__name__, NAME_LIMIT)
+            record.failure = Failure("backend", f"neurenix_backend returned {kind}, not a Backend")
+            raise BackendUnavailableError(f"plugin {record.name} returned {kind} from neurenix_backend, not a neurenix_core.Backend")
         backend._attach(record.name, record.manifest, record.probe)
         return backend
 
@@ -470,6 +605,7 @@ class Registry:
             install_hint=(m.install_hint if m else "") or "",
             failure=r.failure,
             capabilities=m.capabilities.as_dict() if m else None,
+            warnings=tuple(r.warnings),
         )
 
     def _status(self, r: PluginRecord, default: Device | None) -> Status:

@@ -57,7 +57,10 @@ def doctor_data() -> dict[str, Any]:
 def _env() -> dict[str, str | None]:
     import os
 
-    keys = ("NEURENIX_DEVICE", "NEURENIX_BACKENDS", "NEURENIX_DISABLE_PLUGIN_AUTOLOAD", "NEURENIX_EMULATE", "NEURENIX_STRICT", "NEURENIX_FALLBACK", "NEURENIX_PROBE_TIMEOUT")
+    keys = (
+        "NEURENIX_DEVICE", "NEURENIX_BACKENDS", "NEURENIX_DISABLE_PLUGIN_AUTOLOAD", "NEURENIX_EMULATE", "NEURENIX_STRICT",
+        "NEURENIX_FALLBACK", "NEURENIX_PROBE_TIMEOUT", "NEURENIX_BACKEND_TIMEOUT", "NEURENIX_STATE_DIR",
+    )
     return {k: os.environ.get(k) for k in keys}
 
 
@@ -73,5 +76,6 @@ def explain_text() -> str:
     for b in data["backends"]:
         emu = " (emulated)" if b["emulated"] else ""
         lines.append(f"  {b['name']:<16} {b['status']:<11}{emu} devices={b['device_count']} band={b['band']} - {b['reason']}")
+        lines += [f"  {'':<16} warning: {w}" for w in b["warnings"]]
     lines += [f"note: {n}" for n in data["notes"]]
     return "\n".join(lines)

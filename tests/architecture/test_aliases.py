@@ -50,3 +50,11 @@ def test_importing_the_package_loads_no_alias_and_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[] []"
+
+
+def test_importing_the_old_backend_module_keeps_the_backend_function() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        sys.modules.pop("neurenix_core.backend", None)
+        importlib.import_module("neurenix_core.backend")
+    assert callable(nx.backend) and nx.backend("cpu:0").name == "cpu"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.testing.reference import TOLERANCES
 from neurenix_cuda_tc.alignment import align_model, validate_model
 from neurenix_cuda_tc.capability import UnknownPrecisionError
 from neurenix_cuda_tc.models import nx_cnn, optimized_cnn, unoptimized_cnn
@@ -100,7 +101,8 @@ def test_padded_models_give_identical_outputs(make: Any, shape: tuple[int, ...])
     assert done, "something must have been padded"
     x = torch.randn(shape)
     with torch.no_grad():
-        np.testing.assert_allclose(padded.eval()(x).numpy(), model(x).numpy(), rtol=0, atol=1e-6)
+        # Equal within float32 rounding: padded layers may take another CPU kernel (see the table).
+        np.testing.assert_allclose(padded.eval()(x).numpy(), model(x).numpy(), *TOLERANCES["float32"])
     # The user's model is untouched.
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 

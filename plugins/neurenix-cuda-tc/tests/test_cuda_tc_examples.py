@@ -10,13 +10,19 @@ from typing import Any
 
 import pytest
 
+from neurenix_core.testing.reference import TOLERANCES
+
 REPO = Path(__file__).resolve().parents[3]
+_RTOL, _ATOL = TOLERANCES["float32"]
+# Padding may route the convolutions through another CPU kernel: equal within float32 rounding,
+# not bit for bit (2.98e-08 on AMD EPYC, 0 on Intel Xeon with AMX).
+_UNCHANGED = f"unchanged within float32 tolerance (rtol={_RTOL:g}, atol={_ATOL:g}): True"
 
 
 @pytest.mark.parametrize(
     ("script", "expect"),
     [
-        ("tensor_cores_validate.py", "max |padded - original| = 0.00e+00"),
+        ("tensor_cores_validate.py", _UNCHANGED),
         ("tensor_cores_train_amp.py", "loss "),
         ("tensor_cores_optimize.py", "restored switches"),
     ],

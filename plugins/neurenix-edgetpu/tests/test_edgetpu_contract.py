@@ -15,7 +15,9 @@ def test_nx_compile_int8_on_edgetpu_matches_core_integer_reference(edgetpu):
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10))
     rng = np.random.default_rng(0)
     batches = [rng.normal(size=(1, 16)).astype(np.float32) for _ in range(16)]
-    compiled = compiler.compile(model, device="edgetpu:0", precision="int8", calibration=batches, progress=False)
+    # TFLite's reference kernels: bit-exact with the core's integer reference (the default
+    # XNNPACK kernels may round a step differently; test_edgetpu_writer checks them).
+    compiled = compiler.compile(model, device="edgetpu:0", precision="int8", calibration=batches, progress=False, kernels="reference")
     x = nx.asarray(batches[3], device="edgetpu:0")
     y = compiled(x)
     assert y.device == nx.Device("edgetpu", 0)
@@ -66,3 +68,39 @@ def test_int8_softmax_uses_tflite_fixed_output_parameters(edgetpu):
     assert float(out.scale[0]) == 1 / 256 and int(out.zero_point[0]) == -128
     steps = [np.abs(compiled(nx.asarray(b, device="edgetpu:0")).numpy() - run_quantized(graph, plan, b)).max() * 256 for b in batches]
     assert max(steps) <= 1.0
+
+
+def test_compiled_fast_path_matches_the_general_path_and_exposes_the_plugin_model(edgetpu):
+    """A Tensor of the compiled shape on the model's device goes straight to the plugin's model;
+    NumPy input, another shape or another device take the general path with its checks."""
+    import pytest
+
+    import neurenix_core as nx
+    from neurenix_core import nn
+    from neurenix_core.errors import DeviceMismatchError, ShapeError
+    from neurenix_edgetpu.compiled import EdgeTPUModel
+
+    nn.manual_seed(2)
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+    compiled = nx.compile(model, device="edgetpu:0", precision="fp32", num_threads=1)
+    x = np.random.default_rng(0).normal(size=(2, 16)).astype(np.float32)
+    with pytest.raises(ShapeError, match="not compiled"):
+        compiled.native((2, 16))
+    general = compiled(x).numpy()  # NumPy input: the general path compiles (2, 16)
+    fast = compiled(nx.asarray(x, device="edgetpu:0"))
+    assert fast.device == nx.Device("edgetpu", 0)
+    np.testing.assert_array_equal(fast.numpy(), general)
+    native = compiled.native((2, 16))
+    assert isinstance(native, EdgeTPUModel) and native.config["threads"] == 1
+    np.testing.assert_array_equal(native(x), general)
+    other = compiled(nx.asarray(x[:1], device="edgetpu:0"))  # a second shape still compiles
+    np.testing.assert_allclose(other.numpy(), general[:1], rtol=1e-6)
+    host = compiled(nx.asarray(x, device="cpu"))  # host memory: copied in by the general path
+    assert host.device == nx.Device("edgetpu", 0)
+    np.testing.assert_array_equal(host.numpy(), general)
+    from neurenix_core.testing.compiled import other_accelerator
+
+    another = other_accelerator("edgetpu:0")
+    if another is not None:  # CI emulates several; a tensor on another accelerator is refused
+        with pytest.raises(DeviceMismatchError, match=str(another)):
+            compiled(nx.asarray(x, device=another))

@@ -53,11 +53,15 @@ class ORTRuntime:
     def get_device_info(self, index: int = 0) -> dict[str, Any]:
         return dict(self.initialize_backend().device_info(index))
 
-    def optimize_model(self, model: Any, example_input: Any = None, *, precision: str | None = None, quantize: str | None = None, calibration: Any = None) -> Any:
-        """``nx.compile`` of ``model`` on this device; with ``example_input`` it is compiled now."""
+    def optimize_model(self, model: Any, example_input: Any = None, *, precision: str | None = None, quantize: str | None = None,
+                       calibration: Any = None, outputs: str = "device") -> Any:
+        """``nx.compile`` of ``model`` on this device; with ``example_input`` it is compiled now.
+
+        Host inputs (NumPy, cpu tensors) are copied in by each call; results are ort tensors, or
+        NumPy arrays with ``outputs="host"`` (``neurenix_core.graph.inputs``)."""
         import neurenix_core as nx
 
-        compiled = nx.compile(model, device=self.device, precision=precision, quantize=quantize, calibration=calibration)
+        compiled = nx.compile(model, device=self.device, precision=precision, quantize=quantize, calibration=calibration, outputs=outputs)
         if example_input is not None:
             compiled(example_input)
         return compiled

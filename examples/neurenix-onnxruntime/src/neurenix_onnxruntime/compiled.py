@@ -22,7 +22,7 @@ from neurenix_onnxruntime.backend import ORTBackend, ensure_provider
 from neurenix_onnxruntime.eager import OPSET, REJECTED_BY_ORT
 from neurenix_onnxruntime.lowering import Lowered, lower
 
-__all__ = ["ORTCompiledModel", "compile_graph", "session_for"]
+__all__ = ["ORTCompiledModel", "compile_graph", "session_for", "session_config"]
 
 _CACHE: dict[tuple[Any, ...], ORTCompiledModel] = {}
 _CACHE_SIZE = 32
@@ -38,6 +38,7 @@ class ORTCompiledModel(CompiledModel):
         self._feed_names = lowered.input_names
         self._out_names = lowered.output_names
         self._single = len(self._out_names) == 1
+        self._feed0 = self._feed_names[0] if len(self._feed_names) == 1 else None
         ran = session.get_providers()[0]
         self.summary = (
             f"ONNX Runtime {ort.__version__} {ran}, {lowered.precision}, {lowered.layers} layers -> "
@@ -51,7 +52,15 @@ class ORTCompiledModel(CompiledModel):
         """The ``onnx.ModelProto`` this model runs (save it with ``onnx.save`` to inspect it)."""
         return self.lowered.model
 
+    @property
+    def config(self) -> dict[str, Any]:
+        """The session's effective configuration, read back from ONNX Runtime."""
+        return session_config(self.session)
+
     def _run(self, *inputs: Any) -> Any:
+        if self._feed0 is not None and len(inputs) == 1 and inputs[0].dtype == np.float32:
+            outs = self.session.run(self._out_names, {self._feed0: inputs[0]})
+            return outs[0] if self._single else tuple(outs)
         for x in inputs:
             if x.dtype != np.float32:
                 raise UnsupportedDTypeError(
@@ -59,6 +68,26 @@ class ORTCompiledModel(CompiledModel):
                 )
         outs = self.session.run(self._out_names, dict(zip(self._feed_names, inputs)))
         return outs[0] if self._single else tuple(outs)
+
+
+def session_config(session: Any) -> dict[str, Any]:
+    """Providers and the options that decide speed, as the session reports them."""
+    opts = session.get_session_options()
+    return {
+        "onnxruntime": ort.__version__, "providers": ",".join(session.get_providers()),
+        "intra_op_threads": opts.intra_op_num_threads, "inter_op_threads": opts.inter_op_num_threads,
+        "graph_optimization_level": str(opts.graph_optimization_level).rsplit(".", 1)[-1],
+        "execution_mode": str(opts.execution_mode).rsplit(".", 1)[-1],
+        "intra_op_allow_spinning": _config_entry(opts, "session.intra_op.allow_spinning"),
+    }
+
+
+def _config_entry(opts: Any, key: str) -> str:
+    # ORT raises for an entry nobody set; unset means its default (worker threads spin between runs).
+    try:
+        return str(opts.get_session_config_entry(key))
+    except RuntimeError:
+        return "default"
 
 
 def session_for(model: Any, backend: ORTBackend, providers: list[str], threads: int) -> Any:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import BackendUnavailableError, NeurenixError
+from neurenix_core.graph.inputs import check_outputs
 
 from neurenix_cuda_tc.alignment import Finding, align_model, validate_model
 from neurenix_cuda_tc.amp import MixedPrecision
@@ -138,13 +139,20 @@ class TensorCoresBackend:
 
     # ------------------------------------------------------------------ models
     def optimize_model(self, model: Any, precision: str | None = None, *, channels_last: bool = True,
-                       compile: bool | str = False, cuda_graphs: bool = False, align: bool = False) -> torch.nn.Module:  # noqa: A002
+                       compile: bool | str = False, cuda_graphs: bool = False, align: bool = False,  # noqa: A002
+                       outputs: str = "device") -> torch.nn.Module:
         """An optimised PyTorch module for ``model`` (a neurenix_core.nn model, a Graph or a
         torch.nn.Module); ``.report`` lists every change. ``align=True`` first zero-pads
-        misaligned layers (outputs unchanged, growth capped at 1.2x)."""
+        misaligned layers (outputs unchanged, growth capped at 1.2x).
+
+        Torch tensors in give torch tensors out; neurenix Tensors on this device and host data
+        (NumPy, cpu tensors: copied in) give Tensors on this device, or NumPy arrays with
+        ``outputs="host"`` (``neurenix_core.graph.inputs``)."""
+
         from neurenix_cuda_tc.convert import to_torch_module
         from neurenix_cuda_tc.optimize import optimize_module
 
+        check_outputs(outputs, self.device)
         mode = check_precision(precision or self.precision, self.compute_capability, str(self.device))
         module = to_torch_module(model)
         notes: list[str] = []
@@ -155,6 +163,7 @@ class TensorCoresBackend:
             module, precision=mode, device=self.backend._native_device(self.device.index), switches=self.backend.switches,
             tf32_ok="tf32" in tensor_core_precisions(self.compute_capability), emulated=self.emulated,
             channels_last=channels_last, compile=compile, cuda_graphs=cuda_graphs,
+            target=self.device, backend=self.backend, outputs=outputs,
         )
         out.report.changes[:0] = notes
         return out

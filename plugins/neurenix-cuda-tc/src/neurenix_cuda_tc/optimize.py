@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from neurenix_core.device import Device
 from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph.inputs import deliver, to_device_inputs
 
 from neurenix_cuda_tc.switches import SwitchState
 
@@ -89,8 +91,16 @@ def optimize_module(
     channels_last: bool = True,
     compile: bool | str = False,  # noqa: A002 - mirrors torch.compile
     cuda_graphs: bool = False,
+    target: Device | None = None,
+    backend: Any = None,
+    outputs: str = "device",
 ) -> torch.nn.Module:
-    """Optimise ``module`` in place for ``precision`` and wrap it in a TensorCoreModel."""
+    """Optimise ``module`` in place for ``precision`` and wrap it in a TensorCoreModel.
+
+    ``target``/``backend``: the neurenix device the model runs on and its backend, for inputs
+    that are not torch tensors (``neurenix_core.graph.inputs``); ``outputs`` says where their
+    results go ("device" or "host").
+    """
     import torch
 
     report = OptimizationReport(precision=precision, device=str(device), emulated=emulated)
@@ -114,7 +124,8 @@ def optimize_module(
             )
         runner = _CudaGraphRunner(runner)
         report.changes.append("CUDA graph capture per input shape (replayed for fixed shapes)")
-    return tensor_core_model_class()(module, runner, dtype=dtype, precision=precision, channels_last=uses_cl, report=report)
+    return tensor_core_model_class()(module, runner, dtype=dtype, precision=precision, channels_last=uses_cl, report=report,
+                                     target=target, backend=backend, outputs=outputs)
 
 
 class _CudaGraphRunner:
@@ -157,14 +168,18 @@ def tensor_core_model_class() -> type:
     import torch
 
     class TensorCoreModel(torch.nn.Module):
-        """An optimised model: torch tensors or neurenix Tensors in, same kind out.
+        """An optimised model. Torch tensors in, torch tensors out (a torch module like any other);
+        anything else follows the compiled-model input rule (``neurenix_core.graph.inputs``):
+        cuda tensors of its device are used, host data (NumPy, cpu tensors) is copied in, tensors
+        on other accelerators are refused, and results are neurenix Tensors on its device (NumPy
+        with ``outputs="host"``).
 
         ``report`` lists the changes; ``parameters()`` are the optimised module's (train it with
         :class:`~neurenix_cuda_tc.amp.MixedPrecision`).
         """
 
         def __init__(self, inner: torch.nn.Module, runner: Any, *, dtype: torch.dtype, precision: str, channels_last: bool,
-                     report: OptimizationReport) -> None:
+                     report: OptimizationReport, target: Device | None = None, backend: Any = None, outputs: str = "device") -> None:
             super().__init__()
             self.inner = inner
             self._runner = runner
@@ -172,6 +187,9 @@ def tensor_core_model_class() -> type:
             self.precision = precision
             self.channels_last = channels_last
             self.report = report
+            self.target = target
+            self._nx_backend = backend
+            self.outputs = outputs
 
         def _prepare(self, x: torch.Tensor) -> torch.Tensor:
             device = next(self.inner.parameters()).device
@@ -184,35 +202,30 @@ def tensor_core_model_class() -> type:
             return x
 
         def forward(self, *inputs: Any) -> Any:
-            from neurenix_core.tensor.tensor import Tensor
+            if all(isinstance(x, torch.Tensor) for x in inputs):
+                return self._execute([self._prepare(x) for x in inputs])
+            if self.target is None:
+                raise UnsupportedOperationError(
+                    "this Tensor Core model was built without a neurenix device; call it with torch tensors, "
+                    "or build it with TensorCoresBackend().optimize_model(...)"
+                )
+            natives = to_device_inputs(inputs, self.target, self._nx_backend)
+            out = self._execute([self._prepare(x) for x in natives])
+            return deliver(_results(out), self.target, self._nx_backend, self.outputs)
 
-            nx_in = next((x for x in inputs if isinstance(x, Tensor)), None)
-            xs = [self._prepare(_native(x) if isinstance(x, Tensor) else x) for x in inputs]
+        def _execute(self, xs: list[torch.Tensor]) -> Any:
             if self.precision == "mixed":
                 with torch.autocast(device_type=xs[0].device.type, dtype=torch.float16):
-                    out = self._runner(*xs)
-            else:
-                out = self._runner(*xs)
-            return out if nx_in is None else _wrap_like(out, nx_in)
+                    return self._runner(*xs)
+            return self._runner(*xs)
 
     _CLASS.append(TensorCoreModel)
     return TensorCoreModel
 
 
-def _native(t: Any) -> Any:
-    """The torch tensor behind a neurenix Tensor; a tensor on another device is refused, not moved."""
-    if t.device.type != "cuda":
-        from neurenix_core.errors import DeviceMismatchError
-
-        raise DeviceMismatchError(f"the Tensor Core model runs on cuda devices but the input is on {t.device}; move it first with x.to('cuda:0')")
-    return t.native
-
-
-def _wrap_like(out: Any, like: Any) -> Any:
-    from neurenix_core.tensor.tensor import wrap
-
-    if isinstance(out, tuple):
-        return tuple(_wrap_like(o, like) for o in out)
+def _results(out: Any) -> Any:
     # torch's graph stays attached when torch recorded one: loss.backward() on a neurenix loss of
     # this output then runs torch's backward into the module's parameters (mixed-precision training).
-    return wrap(out if out.requires_grad else out.detach(), like._backend, like.device, like._index)
+    if isinstance(out, (tuple, list)):
+        return tuple(_results(o) for o in out)
+    return out if out.requires_grad else out.detach()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from neurenix_core.errors import QuantizationError, ShapeError
+from neurenix_core.graph.inputs import check_outputs
 from neurenix_core.graph.ir import CompileOptions, Graph
 from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
@@ -72,13 +73,18 @@ class EdgeTPUBackend(DeviceBackend):
         calibration: Iterable[Any] | None = None,
         input_shape: tuple[int, ...] | None = None,
         num_threads: int | None = None,
+        outputs: str = "device",
     ) -> EdgeTPUModel:
         """Compile ``model`` (an nx.nn Module or a Graph) into a TFLite model for this device.
 
         int8 (the only precision the Edge TPU executes) needs ``calibration``: batches of
-        representative inputs; the core computes the quantization plan from them.
+        representative inputs; the core computes the quantization plan from them. The model
+        takes NumPy arrays (NumPy out, as LiteRT) or any other input under the compiled-model
+        rule (cpu tensors copied in; edgetpu tensors, or NumPy with ``outputs="host"``, out).
         """
         from neurenix_edgetpu.compiled import compile_graph
+
+        check_outputs(outputs, self.device)
 
         precision = precision if quantize else "fp32"
         if precision not in PRECISIONS:
@@ -97,10 +103,13 @@ class EdgeTPUBackend(DeviceBackend):
 
             plan = calibrate(graph, batches)
         options = CompileOptions(device=self.device, precision=precision, quantization=plan, extra={"num_threads": num_threads})
-        return compile_graph(self.backend, graph, options)
+        compiled = compile_graph(self.backend, graph, options)
+        compiled.result = outputs
+        return compiled
 
-    def load_model(self, path: str | Path | bytes, *, num_threads: int | None = None) -> EdgeTPUModel:
-        """Load an existing .tflite (edgetpu_compiler output needs a real Coral device)."""
+    def load_model(self, path: str | Path | bytes, *, num_threads: int | None = None, outputs: str = "device") -> EdgeTPUModel:
+        """Load an existing .tflite (edgetpu_compiler output needs a real Coral device); inputs
+        and ``outputs`` as for :meth:`optimize_model`."""
         from neurenix_edgetpu.compiled import load_model
 
-        return load_model(path, self.backend, index=self.device.index, num_threads=num_threads)
+        return load_model(path, self.backend, index=self.device.index, num_threads=num_threads, result=outputs)

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 from neurenix_core.plugins.backend import Backend
 from neurenix_core.tensor.dtypes import DTYPES
-from neurenix_core.errors import BackendUnavailableError, UnsupportedDTypeError
+from neurenix_core.errors import BackendUnavailableError, ConfigurationError, UnsupportedDTypeError
 from neurenix_core.plugins.manifest import ProbeResult
 
 from neurenix_edgetpu import probe as probe_mod
-from neurenix_edgetpu.runtime import Runner, load_litert
+from neurenix_edgetpu.runtime import KERNELS, Runner, load_litert
 from neurenix_edgetpu.verify import EDGETPU_CUSTOM_OP, ModelInfo
 
 __all__ = ["LiteRTBackend"]
@@ -61,10 +61,10 @@ class LiteRTBackend(Backend):
     def interpreter(self, data: bytes, index: int, info: ModelInfo, *, source: str, num_threads: int | None = None, kernels: str | None = None) -> Runner:
         """A ready interpreter for ``data`` on device ``index`` (with the Edge TPU delegate on hardware).
 
-        ``kernels`` picks LiteRT's CPU kernels in emulation: "reference" (TFLite's reference
-        integer kernels, bit-exact with the core's integer reference; the default for int8
-        models), "optimized" (TFLite's optimized kernels, which may round one step differently)
-        or "xnnpack" (the default delegate; the default for float models).
+        ``kernels`` picks LiteRT's CPU kernels in emulation: "xnnpack" (the default: LiteRT's
+        default XNNPACK delegate, float32 and signed int8 QS8 kernels), "optimized" (TFLite's
+        own optimized kernels, no delegate) or "reference" (TFLite's reference kernels: slow,
+        and bit-exact with the core's integer reference ``run_quantized``; tests use them).
         """
         if info.compiled_for_edgetpu and self.emulated:
             raise BackendUnavailableError(
@@ -73,19 +73,29 @@ class LiteRTBackend(Backend):
                 "Load the uncompiled .tflite in emulation, or run on a Coral device with libedgetpu1-std installed."
             )
         kwargs: dict[str, Any] = {"model_content": data, "num_threads": num_threads}
+        config: dict[str, Any] = {"runtime": f"LiteRT {self.version}", "threads": num_threads if num_threads is not None else "default"}
         if self.emulated:
-            chosen = kernels or ("reference" if any(t.dtype == np.int8 for t in info.inputs) else "xnnpack")
+            chosen = kernels or "xnnpack"
             kwargs["experimental_op_resolver_type"] = self._resolver(chosen)
+            config["kernels"] = chosen
         else:
             kwargs["experimental_delegates"] = [self._delegate(index)]
-        return Runner(self.litert.Interpreter(**kwargs), source)
+            config["kernels"] = f"edgetpu delegate ({self.library or probe_mod.LIBRARY})"
+        return Runner(self.litert.Interpreter(**kwargs), source, config)
+
+    @property
+    def version(self) -> str:
+        from importlib import metadata
+
+        try:
+            return metadata.version("ai-edge-litert")
+        except metadata.PackageNotFoundError:
+            return getattr(self.litert, "__version__", "unknown")
 
     def _resolver(self, kernels: str) -> Any:
-        kinds = self.litert.OpResolverType
-        table = {"reference": kinds.BUILTIN_REF, "optimized": kinds.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "xnnpack": kinds.BUILTIN}
-        if kernels not in table:
-            raise ValueError(f"edgetpu: kernels must be one of {sorted(table)}, got {kernels!r}")
-        return table[kernels]
+        if kernels not in KERNELS:
+            raise ConfigurationError(f"edgetpu: kernels must be one of {', '.join(KERNELS)}, got {kernels!r} (compile option extra={{'kernels': ...}})")
+        return getattr(self.litert.OpResolverType, KERNELS[kernels])
 
     def _delegate(self, index: int) -> Any:
         with self._lock:

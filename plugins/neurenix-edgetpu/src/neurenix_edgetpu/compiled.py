@@ -1,4 +1,9 @@
-"""Compiled models: a written or loaded .tflite run by LiteRT, with quantize/layout at the edges.
+"""Compiled models: a written or loaded .tflite run by LiteRT.
+
+Models written here take and return float32 NCHW arrays and quantize/transpose inside the model,
+so a call is a shape check, ``set_tensor``, ``invoke`` and ``get_tensor`` (the one allocation is
+the result). Models with int8 or NHWC edges (``io="int8"``, or loaded .tflite files) quantize
+and transpose on the host in one vectorised step per edge.
 
 ``compile_graph`` is what the ``neurenix_compile`` hook calls; ``load_model`` turns any existing
 .tflite file (compiled for the Edge TPU or not) into the same kind of object.
@@ -15,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from neurenix_core.device import Device
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import ModelFormatError, ShapeError
+from neurenix_core.graph.inputs import call_runtime, check_outputs
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 
 from neurenix_edgetpu import quantize as qz
@@ -52,12 +59,20 @@ _QUANTIZERS: dict[tuple[Any, str], qz.EdgeQuantizer] = {}
 
 
 class EdgeTPUModel(CompiledModel):
-    """A .tflite model on one edgetpu device; call it with NumPy arrays (or through nx.compile)."""
+    """A .tflite model on one edgetpu device.
+
+    Called directly: NumPy arrays in, NumPy arrays out, as LiteRT does; any other input follows
+    the compiled-model rule (``neurenix_core.graph.inputs``: host data such as cpu tensors is
+    copied in, edgetpu tensors are used, other accelerators are refused) and gives edgetpu
+    tensors, or NumPy arrays when ``result="host"``. Through ``nx.compile`` the core feeds ``_run``.
+    """
 
     def __init__(self, backend: LiteRTBackend, data: bytes, info: ModelInfo, inputs: Sequence[Edge], outputs: Sequence[Edge],
                  *, index: int, source: str, num_threads: int | None = None, report: CompilerReport | None = None,
-                 kernels: str | None = None) -> None:
+                 kernels: str | None = None, result: str = "device") -> None:
         self.backend = backend
+        self.device = Device("edgetpu", index)
+        self.result = check_outputs(result, self.device)
         self.tflite_bytes = data
         self.info = info
         self.inputs = tuple(inputs)
@@ -66,6 +81,9 @@ class EdgeTPUModel(CompiledModel):
         self.source = source
         self.compiler_report = report
         self.runner = backend.interpreter(data, index, info, source=source, num_threads=num_threads, kernels=kernels)
+        # Edges with nothing for the host to do: the call passes the array straight to LiteRT.
+        self._plain = len(self.inputs) == 1 and len(self.outputs) == 1 and _plain(self.inputs[0]) and _plain(self.outputs[0])
+        self._shape0 = self.inputs[0].shape if self.inputs else ()
         self.summary = self._summary()
 
     @property
@@ -78,14 +96,21 @@ class EdgeTPUModel(CompiledModel):
 
     def _summary(self) -> str:
         ops = Counter(self.info.ops)
-        kinds = "int8" if any(e.dtype == np.int8 for e in self.inputs) else str(self.inputs[0].dtype) if self.inputs else "?"
+        kinds = "int8" if "QUANTIZE" in ops or any(e.dtype == np.int8 for e in self.inputs) else str(self.inputs[0].dtype) if self.inputs else "?"
         where = (
             f"edgetpu:{self.index} emulated on the host CPU by LiteRT (no Edge TPU delegate)"
             if self.emulated else f"edgetpu:{self.index} ({self.backend.device_names[self.index]}) through {self.backend.library}"
         )
         ops_text = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items()))
         mapped = f"; edgetpu_compiler mapped {self.compiler_report.mapped}/{self.compiler_report.total} ops" if self.compiler_report else ""
-        return f"LiteRT {kinds} TFLite model {self.source}: {len(self.info.ops)} ops ({ops_text}) on {where}{mapped}"
+        cfg = self.runner.config
+        kernels = f"; kernels {cfg['kernels']}, delegate took {cfg['delegated_ops']} ops (LiteRT kernels: {cfg['cpu_kernel_ops']})"
+        return f"LiteRT {kinds} TFLite model {self.source}: {len(self.info.ops)} ops ({ops_text}) on {where}{mapped}{kernels}"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The effective configuration: runtime, threads, kernels, ops the delegate runs."""
+        return dict(self.runner.config)
 
     def save(self, path: str | Path) -> Path:
         """Write the .tflite file (feed it to edgetpu_compiler or another LiteRT runtime)."""
@@ -93,7 +118,17 @@ class EdgeTPUModel(CompiledModel):
         target.write_bytes(self.tflite_bytes)
         return target
 
+    def __call__(self, *inputs: Any) -> Any:
+        return call_runtime(self._run, inputs, self.device, self.backend, self.result)
+
     def _run(self, *inputs: Any) -> Any:
+        if self._plain and len(inputs) == 1:
+            x = inputs[0]
+            # The batch-1 hot path: LiteRT copies the array in and the result out; set_tensor
+            # itself rejects a wrong dtype, so only the shape (our error message) is checked here.
+            if type(x) is np.ndarray and x.shape == self._shape0 and x.dtype == np.float32:
+                return self.runner.invoke1(x)
+            return self.runner.invoke1(self._in(self.inputs[0], x))
         if len(inputs) != len(self.inputs):
             raise ShapeError(f"{self.source} on edgetpu:{self.index} takes {len(self.inputs)} input(s), got {len(inputs)}")
         if len(inputs) == 1:  # the batch-1 hot path: no list building
@@ -123,6 +158,10 @@ class EdgeTPUModel(CompiledModel):
         return np.ascontiguousarray(y.transpose(0, 3, 1, 2)) if edge.nhwc else y
 
 
+def _plain(edge: Edge) -> bool:
+    return not edge.nhwc and edge.quant is None and edge.dtype == np.float32
+
+
 # ---------------------------------------------------------------------- whole-model compile
 _cache: dict[tuple[Any, ...], tuple[bytes, ModelInfo, tuple[Edge, ...], tuple[Edge, ...], CompilerReport | None]] = {}
 _cache_lock = threading.Lock()
@@ -134,11 +173,12 @@ def compile_graph(backend: LiteRTBackend, graph: Graph, options: CompileOptions)
     precision = options.precision or ("int8" if plan is not None else "fp32")
     index = int(getattr(options.device, "index", 0))
     extra = dict(options.extra)
-    key = (graph.fingerprint(), precision, _plan_key(plan))
+    io = extra.get("io", "float")
+    key = (graph.fingerprint(), precision, _plan_key(plan), io)
     with _cache_lock:
         entry = _cache.get(key)
     if entry is None:
-        lowered = lower(graph, precision, plan)
+        lowered = lower(graph, precision, plan, io=io)
         report = run_edgetpu_compiler(lowered.data) if precision == "int8" else None
         data = report.compiled if report is not None and report.compiled is not None and not backend.emulated else lowered.data
         info = inspect_model(data, source="the written model")
@@ -166,7 +206,7 @@ def _plan_key(plan: QuantizationPlan | None) -> str | None:
 
 # ---------------------------------------------------------------------- existing .tflite files
 def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int = 0, num_threads: int | None = None,
-               kernels: str | None = None) -> EdgeTPUModel:
+               kernels: str | None = None, result: str = "device") -> EdgeTPUModel:
     """Load an existing .tflite (edgetpu_compiler output or not); edges quantize/dequantize automatically."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, name = bytes(source), "<tflite bytes>"
@@ -180,4 +220,4 @@ def load_model(source: str | Path | bytes, backend: LiteRTBackend, *, index: int
     info = inspect_model(data, source=name)
     ins = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.inputs)
     outs = tuple(Edge(t.name, t.shape, False, t.dtype, t.quant if t.dtype in (np.int8, np.uint8) else None) for t in info.outputs)
-    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=num_threads, kernels=kernels)
+    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=num_threads, kernels=kernels, result=result)

@@ -1,12 +1,21 @@
 """Core ``Graph`` -> TFLite flatbuffer (float32, or full-integer int8 from a QuantizationPlan).
 
-Images are NCHW in the core and NHWC inside the model: the compiled model transposes at its edges
-(on the host, where it costs a copy the Edge TPU would otherwise spend a TRANSPOSE op on), and a
-Flatten feeding Linear layers permutes their weight columns instead of transposing activations.
-ReLU is fused into the producing CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED / ADD / MUL as the
-TFLite converter does. The int8 output respects the Edge TPU compiler's constraints: int8 in and
-out, symmetric per-channel int8 weights, int32 bias, static shapes, ops at the versions the
-converter emits, pass-through ops (pool, reshape) keeping their input's quantization.
+Images are NCHW in the core and NHWC inside the model. With ``io="float"`` (the default) the
+model's inputs and outputs are exactly what the user passes and gets back: float32, NCHW. The
+edges live in the model: QUANTIZE (float32 -> int8) then TRANSPOSE to NHWC at each input,
+TRANSPOSE back and DEQUANTIZE at each output, so LiteRT does them in C++ (inside the XNNPACK
+delegate on the CPU) and the Python wrapper does no arithmetic. ``io="int8"`` writes the
+model the Edge TPU compiler likes best (int8 NHWC inputs and outputs, nothing but integer
+ops); its edges then run on the host in one vectorised step per edge.
+
+A Flatten feeding Linear layers permutes their weight columns instead of transposing
+activations. ReLU is fused into the producing CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED /
+ADD / MUL as the TFLite converter does. The int8 body respects the Edge TPU compiler's
+constraints and reaches XNNPACK's signed 8-bit (QS8) kernels on the CPU: int8 activations with
+per-tensor parameters, symmetric per-channel int8 weights (zero point 0, ``quantized_dimension``
+set), int32 bias with scale ``input_scale * weight_scale[c]``, static shapes, ops at the
+versions the converter emits, pass-through ops (pool, reshape) keeping their input's
+quantization.
 """
 
 from __future__ import annotations
@@ -26,13 +35,17 @@ from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
 
-__all__ = ["IOSpec", "Lowered", "lower", "PRECISIONS"]
+__all__ = ["IOSpec", "Lowered", "lower", "PRECISIONS", "IO_KINDS"]
 
 OP: Final = tflite.BuiltinOperator
 ACT: Final = tflite.ActivationFunctionType
 PAD_SAME: Final = tflite.Padding.SAME
 PAD_VALID: Final = tflite.Padding.VALID
 PRECISIONS: Final = ("fp32", "int8")
+#: "float": float32 NCHW model I/O, quantize/layout ops inside the model; "int8": int8 NHWC I/O.
+IO_KINDS: Final = ("float", "int8")
+_TO_NHWC: Final = (0, 2, 3, 1)
+_TO_NCHW: Final = (0, 3, 1, 2)
 #: TFLite requires these output parameters for int8 SOFTMAX (the range [0, 1) over 256 steps).
 _FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul"})
 # Versions the TFLite converter writes for int8 kernels; the Edge TPU compiler checks them.
@@ -40,6 +53,8 @@ _INT8_VERSION: Final = {
     OP.FULLY_CONNECTED: 4, OP.CONV_2D: 3, OP.DEPTHWISE_CONV_2D: 3, OP.ADD: 2, OP.MUL: 2,
     OP.MAX_POOL_2D: 2, OP.AVERAGE_POOL_2D: 2, OP.RESHAPE: 1, OP.SOFTMAX: 2, OP.MEAN: 2,
     OP.CONCATENATION: 2, OP.RELU: 2, OP.RELU6: 2, OP.PAD: 2, OP.TRANSPOSE: 2,
+    # float32 -> int8 QUANTIZE is version 2 (int8 output), int8 -> float32 DEQUANTIZE version 2.
+    OP.QUANTIZE: 2, OP.DEQUANTIZE: 2,
 }
 
 
@@ -64,6 +79,7 @@ class Lowered:
     outputs: tuple[IOSpec, ...]
     precision: str
     op_counts: Mapping[str, int]
+    io: str = "float"
 
 
 @dataclass(slots=True)
@@ -78,6 +94,7 @@ class _Lowerer:
     graph: Graph
     precision: str
     plan: QuantizationPlan | None
+    io: str = "float"
     m: ModelBuilder = field(default_factory=lambda: ModelBuilder(description="neurenix edgetpu writer"))
     values: dict[str, _Value] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
@@ -88,10 +105,14 @@ class _Lowerer:
     def int8(self) -> bool:
         return self.precision == "int8"
 
+    @property
+    def float_io(self) -> bool:
+        return self.io == "float"
+
     # ------------------------------------------------------------------ driver
     def run(self) -> Lowered:
         self._plan_fusion()
-        ins = [self._input(spec.name, spec.shape) for spec in self.graph.inputs]
+        ins = [self._input(spec.name, tuple(spec.shape)) for spec in self.graph.inputs]
         for node in self.graph.nodes:
             if node.name in self.skipped:
                 continue
@@ -104,7 +125,7 @@ class _Lowerer:
             handler(node)
         outs = [self._output(name) for name in self.graph.outputs]
         data = self.m.finish([s.index for s in ins], [s.index for s in outs])
-        return Lowered(data, tuple(ins), tuple(outs), self.precision, dict(self.counts))
+        return Lowered(data, tuple(ins), tuple(outs), self.precision, dict(self.counts), self.io)
 
     def _plan_fusion(self) -> None:
         uses = Counter(i for n in self.graph.nodes for i in n.inputs) + Counter(self.graph.outputs)
@@ -124,11 +145,23 @@ class _Lowerer:
                 "Compile with concrete input shapes (nx.compile calls the model once per shape)."
             )
         nhwc = len(shape) == 4
-        stored = _to_nhwc(shape) if nhwc else tuple(shape)
-        quant = self._act(name) if self.int8 else None
-        index = self.m.tensor(name, stored, np.int8 if self.int8 else np.float32, quant=quant)
+        if not self.float_io:
+            # int8 NHWC model input: the host quantizes and transposes (model.Edge).
+            stored = _to_nhwc(shape) if nhwc else shape
+            index = self.m.tensor(name, stored, np.int8 if self.int8 else np.float32, quant=self._act(name) if self.int8 else None)
+            self.values[name] = _Value(index, nhwc)
+            return self._spec(name, index, shape, nhwc)
+        outer = self.m.tensor(name, shape, np.float32)
+        index = outer
+        if self.int8:
+            index = self.m.tensor(f"{name}/int8", shape, np.int8, quant=self._act(name))
+            self._emit(OP.QUANTIZE, [outer], [index])
+        if nhwc:  # after QUANTIZE: the int8 transpose moves a quarter of the bytes
+            inner = self._new(f"{name}/nhwc", _to_nhwc(shape), like=index)
+            self._emit(OP.TRANSPOSE, [index, self.m.constant(f"{name}/perm", np.array(_TO_NHWC, np.int32))], [inner])
+            index = inner
         self.values[name] = _Value(index, nhwc)
-        return self._spec(name, index, tuple(shape), nhwc)
+        return self._spec(name, outer, shape, False)
 
     def _output(self, name: str) -> IOSpec:
         v = self.values[name]
@@ -136,12 +169,26 @@ class _Lowerer:
             v = self._restore_chw(name, v)
         stored = self.m.shape_of(v.index)
         shape = _to_nchw(stored) if v.nhwc else stored
-        return self._spec(name, v.index, shape, v.nhwc)
+        if not self.float_io:
+            return self._spec(name, v.index, shape, v.nhwc)
+        index = v.index
+        if v.nhwc:
+            out = self._new(f"{name}/nchw", shape, like=index)
+            self._emit(OP.TRANSPOSE, [index, self.m.constant(f"{name}/perm_out", np.array(_TO_NCHW, np.int32))], [out])
+            index = out
+        if self.int8:
+            out = self.m.tensor(f"{name}/float", shape, np.float32)
+            self._emit(OP.DEQUANTIZE, [index], [out])
+            index = out
+        if index != v.index:  # the signature names the tensor the user receives after the graph's value
+            self.m.tensors[v.index].name, self.m.tensors[index].name = f"{name}/body", name
+        return self._spec(name, index, shape, False)
 
     def _spec(self, name: str, index: int, shape: tuple[int, ...], nhwc: bool) -> IOSpec:
         q = self.m.quant_of(index)
         quant = None if q is None else (float(q.scale[0]), int(q.zero_point[0]))
-        return IOSpec(name, index, shape, nhwc, np.dtype(np.int8 if self.int8 else np.float32), quant)
+        dtype = np.dtype(np.int8) if q is not None else np.dtype(np.float32)
+        return IOSpec(name, index, shape, nhwc, dtype, quant)
 
     # ------------------------------------------------------------------ helpers
     def _act(self, name: str) -> TensorQuant:
@@ -429,15 +476,21 @@ _HANDLED: Final = frozenset(n[4:] for n in dir(_Lowerer) if n.startswith("_op_")
 _OP_NAMES: Final = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 
 
-def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None) -> Lowered:
-    """Write ``graph`` as a TFLite model; int8 needs the core's ``QuantizationPlan``."""
+def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None, *, io: str = "float") -> Lowered:
+    """Write ``graph`` as a TFLite model; int8 needs the core's ``QuantizationPlan``.
+
+    ``io="float"``: float32 NCHW inputs/outputs with QUANTIZE/TRANSPOSE/DEQUANTIZE in the model;
+    ``io="int8"``: int8 (or float32 for fp32) NHWC inputs/outputs, edges done by the host.
+    """
+    if io not in IO_KINDS:
+        raise CompilationError(f"edgetpu: io must be one of {', '.join(IO_KINDS)}, got {io!r}")
     if precision not in PRECISIONS:
         raise CompilationError(f"edgetpu compiles precision 'int8' (Edge TPU) or 'fp32' (LiteRT CPU), not {precision!r}")
     if precision == "int8" and plan is None:
         raise QuantizationError("precision='int8' on edgetpu needs calibration: pass calibration=... to nx.compile")
     if precision == "int8" and plan is not None and (plan.bits != 8 or plan.dynamic):
         raise QuantizationError(f"the Edge TPU runs static full-integer int8 models; got a {plan.bits}-bit plan (dynamic={plan.dynamic})")
-    return _Lowerer(graph, precision, plan).run()
+    return _Lowerer(graph, precision, plan, io).run()
 
 
 def _per_tensor(params: QuantParams) -> TensorQuant:

@@ -12,7 +12,10 @@ from typing import Any
 import numpy as np
 from neurenix_core.errors import BackendUnavailableError, CompilationError
 
-__all__ = ["load_litert", "Runner"]
+__all__ = ["load_litert", "Runner", "delegation", "KERNELS"]
+
+#: neurenix's names for LiteRT's CPU kernel sets (``OpResolverType`` members).
+KERNELS = {"xnnpack": "BUILTIN", "optimized": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
 
 
 def load_litert() -> ModuleType:
@@ -32,17 +35,43 @@ def load_litert() -> ModuleType:
         return interpreter
 
 
+def delegation(interpreter: Any) -> tuple[tuple[str, bool], ...]:
+    """Each op of the loaded model and whether a delegate runs it (XNNPACK on the CPU, the Edge TPU).
+
+    LiteRT appends one DELEGATE node per delegated partition; the ops it replaced are those
+    between the partition's outputs and its inputs. An op left out ran on LiteRT's own kernels
+    (for example int8 AVERAGE_POOL_2D, which XNNPACK has no QS8 kernel for).
+    """
+    details = interpreter._get_ops_details()  # the only per-node view LiteRT's Python API has
+    ops = [d for d in details if d["op_name"] != "DELEGATE"]
+    producer = {int(t): i for i, d in enumerate(ops) for t in d["outputs"]}
+    taken: set[int] = set()
+    for node in (d for d in details if d["op_name"] == "DELEGATE"):
+        boundary = {int(t) for t in node["inputs"]}
+        stack = [int(t) for t in node["outputs"]]
+        while stack:
+            t = stack.pop()
+            i = producer.get(t)
+            if i is None or i in taken or t in boundary:
+                continue
+            taken.add(i)
+            stack.extend(int(x) for x in ops[i]["inputs"] if x >= 0)
+    return tuple((d["op_name"], i in taken) for i, d in enumerate(ops))
+
+
 class Runner:
     """One LiteRT interpreter with a lock: ``invoke`` is safe to call from several threads.
 
     A TFLite interpreter owns its input/output buffers, so set_tensor + invoke + get_tensor must
     not interleave between threads; one lock per interpreter (per model and device) keeps
-    different devices and models running in parallel.
+    different devices and models running in parallel. ``config`` is the configuration it runs
+    with, as LiteRT reports it (kernels, which ops the delegate took) plus the thread count
+    it was created with (LiteRT has no getter for it).
     """
 
-    __slots__ = ("interpreter", "_lock", "_inputs", "_outputs", "input_details", "output_details")
+    __slots__ = ("interpreter", "_lock", "_inputs", "_outputs", "_in0", "_out0", "input_details", "output_details", "config")
 
-    def __init__(self, interpreter: Any, source: str) -> None:
+    def __init__(self, interpreter: Any, source: str, config: dict[str, Any] | None = None) -> None:
         try:
             interpreter.allocate_tensors()
         except RuntimeError as exc:
@@ -53,6 +82,19 @@ class Runner:
         self.output_details = interpreter.get_output_details()
         self._inputs = [d["index"] for d in self.input_details]
         self._outputs = [d["index"] for d in self.output_details]
+        self._in0, self._out0 = self._inputs[0], self._outputs[0]
+        self.config = dict(config or {})
+        ops = delegation(interpreter)
+        self.config["delegated_ops"] = f"{sum(1 for _, d in ops if d)}/{len(ops)}"
+        self.config["cpu_kernel_ops"] = ",".join(sorted({name for name, d in ops if not d})) or "-"
+
+    def invoke1(self, array: np.ndarray) -> np.ndarray:
+        """One input, one output: the hot path of a compiled model (no lists)."""
+        it = self.interpreter
+        with self._lock:
+            it.set_tensor(self._in0, array)
+            it.invoke()
+            return it.get_tensor(self._out0)
 
     def invoke(self, *arrays: np.ndarray) -> list[np.ndarray]:
         it = self.interpreter

@@ -17,10 +17,10 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from neurenix_core.device import Device
-from neurenix_core.errors import CompilationError, DeviceMismatchError, NeurenixWarning, QuantizationError
+from neurenix_core.errors import CompilationError, NeurenixWarning, QuantizationError
+from neurenix_core.graph.inputs import check_outputs, deliver, to_device_input, to_device_inputs
 from neurenix_core.graph.ir import CompileOptions
 from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
@@ -77,6 +77,7 @@ class NPUBackend(DeviceBackend):
         calibration: Iterable[Any] | None = None,
         example_input: Any = None,
         threads: int | None = None,
+        outputs: str = "device",
     ) -> NPUModel:
         """Compile ``model`` for the NPU.
 
@@ -86,11 +87,15 @@ class NPUBackend(DeviceBackend):
         when ``precision="int16"``) with parameters from the core's calibration on
         ``calibration`` batches; without calibration data it means dynamic int8 (Linear weights
         in int8, activations quantized at run time), with a warning saying so.
+
+        The model takes host inputs (NumPy, cpu tensors: copied in) and npu tensors; results
+        are npu tensors, or NumPy arrays with ``outputs="host"`` (``neurenix_core.graph.inputs``).
         """
         precision = _resolve_precision(quantize, precision, self.device)
+        check_outputs(outputs, self.device)
         if optimize_for not in OPTIMIZE_FOR:
             raise CompilationError(f"{self.device}: optimize_for={optimize_for!r} is not one of {', '.join(OPTIMIZE_FOR)}")
-        extra: dict[str, Any] = {"optimize_for": optimize_for}
+        extra: dict[str, Any] = {"optimize_for": optimize_for, "outputs": outputs}
         if threads is not None:
             extra["threads"] = int(threads)
         if _is_torch_module(model):
@@ -127,7 +132,7 @@ class NPUBackend(DeviceBackend):
             )
         ov_model = convert_torch(module, example_input, self.device)
         compiled = compile_openvino_model(self.backend, ov_model, precision=precision, optimize_for=extra["optimize_for"], threads=extra.get("threads"))
-        return NPUModel(self, native=compiled)
+        return NPUModel(self, native=compiled, outputs=extra["outputs"])
 
     # ------------------------------------------------------------------ memory
     def set_memory_limit(self, nbytes: int | None) -> None:
@@ -143,17 +148,19 @@ class NPUBackend(DeviceBackend):
 
 
 class NPUModel:
-    """A model compiled for the NPU: call it with arrays or npu tensors; returns npu tensors.
+    """A model compiled for the NPU: call it with host data (NumPy, cpu tensors) or npu tensors;
+    returns npu tensors (NumPy arrays when compiled with ``outputs="host"``).
 
     ``core`` is the core's ``nx.compile`` result (neurenix models and graphs), ``native`` an
     OpenVINO model compiled directly (PyTorch modules). ``openvino(*shapes)`` gives the
     compiled OpenVINO model for those input shapes (runtime precisions, async batches).
     """
 
-    def __init__(self, owner: NPUBackend, *, core: Any = None, native: OpenVINOCompiledModel | None = None) -> None:
+    def __init__(self, owner: NPUBackend, *, core: Any = None, native: OpenVINOCompiledModel | None = None, outputs: str = "device") -> None:
         self.owner = owner
         self.core = core
         self.native = native
+        self.outputs = core.outputs if core is not None else outputs
 
     @property
     def summary(self) -> str:
@@ -166,14 +173,9 @@ class NPUModel:
     def __call__(self, *inputs: Any) -> Any:
         if self.core is not None:
             return self.core(*inputs)
-        from neurenix_core.tensor.tensor import wrap
-
         assert self.native is not None
-        out = self.native(*(self._host(x) for x in inputs))
         be, dev = self.owner.backend, self.owner.device
-        if isinstance(out, tuple):
-            return tuple(wrap(o, be, dev, dev.index) for o in out)
-        return wrap(out, be, dev, dev.index)
+        return deliver(self.native(*to_device_inputs(inputs, dev, be)), dev, be, self.outputs)
 
     def openvino(self, *shapes: tuple[int, ...]) -> OpenVINOCompiledModel:
         """The compiled OpenVINO model for ``shapes`` (from the backend's cache when compiled)."""
@@ -188,21 +190,11 @@ class NPUModel:
 
     def run_batches(self, batches: Sequence[Any], jobs: int | None = None) -> list[Any]:
         """Throughput path: many inputs through an AsyncInferQueue; NumPy results in order."""
-        hosts = [self._host(b) for b in batches]
+        be, dev = self.owner.backend, self.owner.device
+        hosts = [to_device_input(b, i, dev, be) for i, b in enumerate(batches)]
         if not hosts:
             return []
         return self.openvino(hosts[0].shape).run_batches(hosts, jobs)
-
-    def _host(self, x: Any) -> np.ndarray:
-        import neurenix_core as nx
-
-        if isinstance(x, nx.Tensor):
-            if x.device != self.owner.device:
-                raise DeviceMismatchError(
-                    f"the model is compiled for {self.owner.device} but its input is on {x.device}; move it with x.to('{self.owner.device}')"
-                )
-            return x.native
-        return np.asarray(x, np.float32) if np.asarray(x).dtype.kind in "iu" else np.asarray(x)
 
 
 def _resolve_precision(quantize: bool | str | None, precision: str | None, device: Device) -> str | None:

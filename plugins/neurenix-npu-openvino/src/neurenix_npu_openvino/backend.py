@@ -19,6 +19,7 @@ from neurenix_core.plugins.backend import Backend
 from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_core.errors import BackendUnavailableError, CompilationError, UnsupportedDTypeError, UnsupportedOperationError
 from neurenix_npu_openvino.config import check_precision, performance_properties, precision_hint
+from neurenix_npu_openvino.telemetry import keep_telemetry_out
 
 __all__ = ["NPUOpenVINOBackend"]
 
@@ -34,6 +35,7 @@ class NPUOpenVINOBackend(Backend):
 
     def __init__(self, *, device_count: int = 1, emulated: bool = False, threads: int | None = None) -> None:
         super().__init__(device_type="npu", device_count=device_count, emulated=emulated)
+        keep_telemetry_out()  # before the first import: OpenVINO's telemetry forks (see telemetry.py)
         import openvino as ov
 
         from neurenix_npu_openvino.eager import EagerKernels

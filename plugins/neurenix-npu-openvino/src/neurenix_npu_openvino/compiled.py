@@ -21,11 +21,31 @@ from neurenix_npu_openvino.quantize import check_plan
 if TYPE_CHECKING:
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
 
-__all__ = ["OpenVINOCompiledModel", "compile_graph", "compile_openvino_model", "resolve_precision", "plan_fingerprint"]
+__all__ = ["OpenVINOCompiledModel", "compile_graph", "compile_openvino_model", "resolve_precision", "plan_fingerprint", "runtime_config",
+           "CONFIG_PROPERTIES"]
 
 #: Layer types whose runtime precision tells whether quantization reached the kernels.
 COMPUTE_LAYERS = frozenset({"Convolution", "GroupConvolution", "FullyConnected", "MatMul", "Deconvolution"})
 _INTEGER_PRECISIONS = frozenset({"u8", "i8", "u16", "i16", "u4", "i4"})
+#: Compiled-model properties that decide speed; benchmarks compare them between two models.
+CONFIG_PROPERTIES = ("INFERENCE_NUM_THREADS", "NUM_STREAMS", "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT", "EXECUTION_MODE_HINT",
+                     "ENABLE_CPU_PINNING", "SCHEDULING_CORE_TYPE", "ENABLE_HYPER_THREADING", "OPTIMAL_NUMBER_OF_INFER_REQUESTS")
+
+
+def runtime_config(compiled: Any) -> dict[str, str]:
+    """The effective configuration of an ``openvino.CompiledModel``, read back with get_property,
+    plus how many conv/FC layers run in integer precision. Properties a device does not report
+    are left out."""
+    supported = set(compiled.get_property("SUPPORTED_PROPERTIES"))
+    out = {name: str(compiled.get_property(name)) for name in CONFIG_PROPERTIES if name in supported}
+    try:
+        layers = [(rt["layerType"].astype(str), rt["runtimePrecision"].astype(str))
+                  for rt in (op.get_rt_info() for op in compiled.get_runtime_model().get_ordered_ops())]
+    except RuntimeError:  # devices without a runtime graph (the NPU compiler)
+        return out
+    compute = [p for kind, p in layers if kind in COMPUTE_LAYERS]
+    out["integer_layers"] = f"{sum(1 for p in compute if p.lower() in _INTEGER_PRECISIONS)}/{len(compute)}"
+    return out
 
 
 class OpenVINOCompiledModel(CompiledModel):
@@ -42,6 +62,7 @@ class OpenVINOCompiledModel(CompiledModel):
         self._tensor = backend.ov.Tensor
         self._lock = threading.Lock()
         self._outputs = len(compiled.outputs)
+        self._single = self.input_specs[0] if len(self.input_specs) == 1 and self._outputs == 1 else None
         where = f"OpenVINO {backend.ov_device}" + (" (emulating npu: NEURENIX_EMULATE=npu)" if backend.emulated else "")
         self.summary = (
             f"{where}, precision {precision} (INFERENCE_PRECISION_HINT={precision_hint(precision)}), "
@@ -55,6 +76,11 @@ class OpenVINOCompiledModel(CompiledModel):
     @property
     def emulated(self) -> bool:
         return self.backend.emulated
+
+    @property
+    def config(self) -> dict[str, str]:
+        """The effective configuration OpenVINO reports for this compiled model."""
+        return runtime_config(self.compiled)
 
     # ------------------------------------------------------------------ running
     def _check(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -76,6 +102,17 @@ class OpenVINOCompiledModel(CompiledModel):
         return arrays
 
     def _run(self, *inputs: Any) -> Any:
+        single = self._single
+        if single is not None and len(inputs) == 1:
+            x = inputs[0]
+            # The common call: one contiguous array of the compiled shape and dtype, wrapped
+            # without a copy (shared_memory) and one output copied out of the request.
+            if type(x) is np.ndarray and x.shape == single[1] and x.dtype == single[2] and x.flags.c_contiguous:
+                request = self._request
+                with self._lock:
+                    request.set_input_tensor(0, self._tensor(x, shared_memory=True))
+                    request.infer()
+                    return request.get_output_tensor(0).data.copy()
         arrays = self._check(inputs)
         with self._lock:
             outs = infer_shared(self._request, self._tensor, arrays, self._outputs)

@@ -14,6 +14,7 @@ import numpy as np
 
 from neurenix_core.device import Device
 from neurenix_core.errors import BackendUnavailableError, ShapeError, UnsupportedOperationError
+from neurenix_npu_openvino.telemetry import keep_telemetry_out
 
 __all__ = ["convert_torch"]
 
@@ -26,6 +27,7 @@ def convert_torch(module: Any, example_input: Any, device: Device) -> Any:
         raise BackendUnavailableError(f"{device}: converting a PyTorch module needs torch: pip install 'neurenix-npu-openvino[torch]'")
     if example_input is None:
         raise ShapeError(f"{device}: a PyTorch module needs example_input (a tensor of the real input shape) to be compiled with static shapes")
+    keep_telemetry_out()  # this may be the process's first OpenVINO import (see telemetry.py)
     import openvino as ov
     import torch
 

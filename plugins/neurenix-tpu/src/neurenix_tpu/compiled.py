@@ -20,8 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from neurenix_core.device import Device
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import CompilationError, NeurenixWarning
+from neurenix_core.graph.inputs import call_runtime
 from neurenix_core.graph.ir import Graph
 
 from neurenix_tpu.lowering import Lowered, lower_graph, resolve_mode
@@ -122,7 +124,12 @@ def _pad(x: Any, size: int) -> Any:
 
 
 class TPUCompiledModel(CompiledModel):
-    """The model for one input shape; ``_run`` takes and returns JAX arrays on ``tpu:index``."""
+    """The model for one input shape; ``_run`` takes and returns JAX arrays on ``tpu:index``.
+
+    Called directly (``TPUBackend().compile_graph(...)``): JAX arrays in, JAX arrays out, as
+    ``jax.jit`` does; anything else follows the compiled-model rule
+    (``neurenix_core.graph.inputs``) and gives tpu tensors.
+    """
 
     def __init__(self, program: Program, input_shapes: tuple[tuple[int, ...], ...], summary: str, precision: str) -> None:
         self.program = program
@@ -138,6 +145,10 @@ class TPUCompiledModel(CompiledModel):
     @property
     def compiles(self) -> int:
         return self.program.compiles
+
+    def __call__(self, *inputs: Any) -> Any:
+        p = self.program
+        return call_runtime(self._run, inputs, Device("tpu", p.index), p.backend)
 
     def _run(self, *inputs: Any) -> Any:
         p = self.program

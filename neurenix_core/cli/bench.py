@@ -1,0 +1,153 @@
+"""``neurenix bench``: the benchmark set for the installed plugins, one JSON file and one chart.
+
+Each plugin's benchmark (``benchmarks/<name>.py`` in a source checkout) runs in its own process
+(runtimes read their thread settings once at start) with the same options; every one of them
+reports rows through ``neurenix_core.cli.benchkit``: neurenix and the native runtime on the
+same model, both configurations read back, rows with differing configurations refused. This
+command shows a progress bar, merges the rows into ``<out>/bench.json`` and draws
+``<out>/bench.png``: neurenix vs native time per model, precision, batch and thread count.
+matplotlib comes with the ``bench`` extra (``pip install neurenix-core[bench]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from neurenix_core.cli import benchkit
+from neurenix_core.errors import ConfigurationError
+
+__all__ = ["register", "run", "chart", "BENCHMARKS"]
+
+#: Plugin entry point name -> benchmark script (in the benchmarks folder of a checkout).
+BENCHMARKS: Final[Mapping[str, str]] = {
+    "edgetpu": "edgetpu.py",
+    "npu-openvino": "openvino.py",
+    "tpu": "tpu.py",
+    "onnxruntime": "onnxruntime.py",
+}
+
+
+def register(sub: Any) -> None:
+    """The ``neurenix.cli`` entry point: adds ``bench`` to the ``neurenix`` command."""
+    p = sub.add_parser("bench", help="benchmark neurenix against each installed plugin's native runtime (JSON + PNG chart)")
+    p.add_argument("--quick", action="store_true", help="few repetitions: checks everything runs, numbers are rough")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--models", nargs="+", help="only these models (names as the benchmark scripts know them)")
+    p.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="only these plugins' benchmarks")
+    p.add_argument("--out", default="neurenix-bench", help="folder for bench.json, bench.png and each benchmark's log")
+    p.add_argument("--benchmarks", help="folder holding the benchmark scripts (default: benchmarks/ of this checkout)")
+    p.set_defaults(func=cmd_bench)
+
+
+def installed_plugins() -> list[str]:
+    """Entry point names in ``neurenix.backends`` (read from metadata; nothing is imported)."""
+    from importlib import metadata
+
+    return sorted({ep.name for ep in metadata.entry_points(group="neurenix.backends")})
+
+
+def _benchmarks_dir(given: str | None) -> Path:
+    folder = Path(given) if given else Path(__file__).resolve().parents[2] / "benchmarks"
+    if not (folder / "edgetpu.py").is_file():
+        raise ConfigurationError(
+            f"neurenix bench: no benchmark scripts in {folder}; they ship with the source checkout "
+            "(git clone ...), point --benchmarks at its benchmarks/ folder"
+        )
+    return folder
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    folder = _benchmarks_dir(args.benchmarks)
+    have = installed_plugins()
+    chosen = [name for name in (args.only or sorted(BENCHMARKS)) if name in BENCHMARKS]
+    missing = [name for name in chosen if name not in have]
+    if args.only and missing:
+        raise ConfigurationError(f"neurenix bench: plugin(s) {', '.join(missing)} not installed; install them or drop them from --only")
+    todo = [name for name in chosen if name in have]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = run(folder, todo, args, out)
+    print(f"wrote {out / 'bench.json'} and {out / 'bench.png'} ({len(result['rows'])} rows)")
+    for name, failure in result["failures"].items():
+        print(f"benchmark {name} failed: {failure}", file=sys.stderr)
+    return 1 if result["failures"] else 0
+
+
+def _command(folder: Path, name: str, args: argparse.Namespace, json_path: Path) -> list[str]:
+    cmd = [sys.executable, str(folder / BENCHMARKS[name]), "--json", str(json_path),
+           "--threads", *map(str, args.threads), "--batches", *map(str, args.batches)]
+    if args.quick:
+        cmd.append("--quick")
+    if args.models:
+        cmd += ["--models", *args.models]
+    return cmd
+
+
+def run(folder: Path, names: Sequence[str], args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Run each benchmark with a progress bar; merge their rows; write bench.json and bench.png."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    rows: list[dict[str, Any]] = []
+    failures: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="neurenix-bench-") as tmp, Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+    ) as bar:
+        task = bar.add_task("benchmarks", total=len(names))
+        for name in names:
+            bar.update(task, description=f"benchmark {name}")
+            json_path = Path(tmp, f"{name}.json")
+            proc = subprocess.run(_command(folder, name, args, json_path), capture_output=True, text=True, env=dict(os.environ))
+            (out / f"{name}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+            if proc.returncode != 0 or not json_path.is_file():
+                failures[name] = f"exit {proc.returncode}; last output: {(proc.stderr or proc.stdout).strip()[-800:]}"
+            else:
+                rows += json.loads(json_path.read_text(encoding="utf-8"))["rows"]
+            bar.advance(task)
+    result = {"machine": benchkit.machine(), "quick": bool(args.quick), "threads": args.threads, "batches": args.batches,
+              "benchmarks": list(names), "failures": failures, "rows": rows}
+    (out / "bench.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    chart(rows, out / "bench.png", title=f"neurenix vs native runtime on {result['machine']['cpu']}")
+    return result
+
+
+def chart(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str = "neurenix vs native") -> Path:
+    """Grouped bars, one panel per benchmark: neurenix and native µs per model/precision/batch/threads,
+    with the ratio above each pair ("refused" where the configurations differed)."""
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ConfigurationError("neurenix bench draws its chart with matplotlib: pip install 'neurenix-core[bench]'") from exc
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["benchmark"] for r in rows)) or ["(no rows)"]
+    fig, axes = plt.subplots(len(names), 1, figsize=(max(8.0, 0.55 * max((sum(r["benchmark"] == n for r in rows) for n in names), default=1) + 3), 3.2 * len(names)),
+                             squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        sub = [r for r in rows if r["benchmark"] == name]
+        labels = [f"{r['model']} {r['precision']}\nb{r['batch']} t{r['threads']}" for r in sub]
+        xs = range(len(sub))
+        ax.bar([x - 0.2 for x in xs], [r["neurenix_us"] for r in sub], width=0.4, label="neurenix")
+        ax.bar([x + 0.2 for x in xs], [r["native_us"] for r in sub], width=0.4, label="native runtime")
+        for x, r in zip(xs, sub):
+            text = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "refused"
+            ax.annotate(text, (x, max(r["neurenix_us"], r["native_us"])), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(list(xs), labels, fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("µs per call")
+        ax.set_title(name, fontsize=10)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

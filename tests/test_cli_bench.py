@@ -1,0 +1,69 @@
+"""``neurenix bench`` and the shared benchmark kit: rows, refusal, JSON and the PNG chart.
+No timing is asserted (the machine may be shared); only what the files say."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from neurenix_core.cli import benchkit
+
+
+def test_rows_with_different_configurations_are_refused() -> None:
+    same = benchkit.row("x", "m", "fp32", 1, 2, 2e-6, 1e-6, {"threads": 2, "precision": "f32"}, {"threads": 2, "precision": "f32"})
+    assert same["ratio"] == pytest.approx(2.0) and same["refused"] is None
+    differ = benchkit.row("x", "m", "fp32", 1, 2, 2e-6, 1e-6, {"threads": 2, "precision": "f32"}, {"threads": 1, "hint": "LATENCY"})
+    assert differ["ratio"] is None
+    assert "threads: 2 != 1" in differ["refused"] and "hint: <absent> != LATENCY" in differ["refused"]
+    text = benchkit.table([same, differ])
+    assert "2.000" in text and "REFUSED" in text
+    assert "REFUSED m fp32 b1 t2: hint" in benchkit.config_lines([same, differ])
+
+
+def test_interleaved_times_every_contender() -> None:
+    calls = {"a": 0, "b": 0}
+
+    def bump(k: str) -> None:
+        calls[k] += 1
+
+    t = benchkit.interleaved({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=4, budget_s=0.0001)
+    assert set(t) == {"a", "b"} and all(v > 0 for v in t.values())
+    assert calls["a"] >= 4 + 3 and calls["b"] >= 4 + 3  # warm-up plus one batch per round at least
+
+
+def test_neurenix_bench_writes_json_and_a_png_chart(tmp_path: Path) -> None:
+    pytest.importorskip("neurenix_edgetpu", reason="neurenix-edgetpu is not installed (pip install -e plugins/neurenix-edgetpu)")
+    pytest.importorskip("matplotlib", reason="neurenix bench needs the bench extra (pip install 'neurenix-core[bench]')")
+    from neurenix_core.cli.main import main
+
+    rc = main(["bench", "--quick", "--only", "edgetpu", "--threads", "1", "--batches", "1", "--models", "mlp", "--out", str(tmp_path)])
+    assert rc == 0, (tmp_path / "edgetpu.log").read_text()
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["benchmarks"] == ["edgetpu"] and data["failures"] == {} and data["machine"]["cpu"]
+    rows = data["rows"]
+    assert {(r["benchmark"], r["model"], r["precision"], r["batch"], r["threads"]) for r in rows} == {
+        ("edgetpu", "mlp", "fp32", 1, 1), ("edgetpu", "mlp", "int8", 1, 1)}
+    for r in rows:
+        assert set(benchkit.ROW_KEYS) <= set(r)
+        assert r["neurenix_config"] == r["native_config"] and r["ratio"] == pytest.approx(r["neurenix_us"] / r["native_us"])
+    png = tmp_path / "bench.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    image = matplotlib.image.imread(png)
+    assert image.ndim == 3 and image.shape[0] >= 100 and image.shape[1] >= 300
+    assert float(image[..., :3].std()) > 0.01  # bars and text, not a blank canvas
+
+
+def test_neurenix_bench_rejects_a_plugin_that_is_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from neurenix_core.cli import bench
+    from neurenix_core.errors import ConfigurationError
+
+    monkeypatch.setattr(bench, "installed_plugins", lambda: ["cpu"])
+    import argparse
+
+    args = argparse.Namespace(benchmarks=None, only=["edgetpu"], out=str(tmp_path), quick=True, threads=[1], batches=[1], models=None)
+    with pytest.raises(ConfigurationError, match="edgetpu not installed"):
+        bench.cmd_bench(args)
