@@ -155,6 +155,26 @@ class Backend:
             return None
         return np.from_dlpack(producer, copy=copy)
 
+    #: Whether models on this backend can be trained (False for inference-only devices: the
+    #: tape and nx.compile_step refuse them with the remedy).
+    trains: bool = True
+
+    def _compile_train_step(self, loss_fn: Any, model: Any, optimizer: Any) -> Any:
+        """A training step lowered through this backend's framework (its own autodiff), or None:
+        the core then runs the neurenix tape. See neurenix_core/training/step.py."""
+        return None
+
+    def _native_backward(self, native: Any, gradient: Any) -> bool:
+        """Run the framework's own backward from ``native`` if its autograd recorded it (True),
+        else False. ``Tensor.backward()`` asks this for results with no neurenix tape."""
+        return False
+
+    def _index_of_native(self, native: Any) -> int | None:
+        """The device index of a framework array this backend owns (a torch.Tensor for the cuda
+        backend), or None when it is not this backend's. Optimizers use it to bind a framework
+        module's parameters; backends whose arrays can be told apart override it."""
+        return None
+
     # ---------------------------------------------------------------- public
     def device_count(self) -> int:
         return self._device_count

@@ -7,6 +7,7 @@ tests/contract/conftest.py over one device of each usable backend.
 
 from __future__ import annotations
 
+from neurenix_core.testing.suite.test_autograd import *  # noqa: F403
 from neurenix_core.testing.suite.test_creation import *  # noqa: F403
 from neurenix_core.testing.suite.test_dtypes import *  # noqa: F403
 from neurenix_core.testing.suite.test_elementwise import *  # noqa: F403
