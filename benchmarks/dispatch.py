@@ -4,10 +4,14 @@ PyTorch CPU eager, measured in the same run, pinned to 1 and to 2 threads.
     .venv/bin/python benchmarks/dispatch.py            # full run (a few seconds per row)
     .venv/bin/python benchmarks/dispatch.py --quick    # smoke run (used by tests)
     .venv/bin/python benchmarks/dispatch.py --json out.json
+    .venv/bin/python benchmarks/dispatch.py --threads 1   # one thread count only
 
 Each thread count runs in its own interpreter because BLAS thread pools are fixed at import.
 The table reports microseconds per call (best of N repeats) and the ratios / the time nx adds
 over NumPy; the goal is <= 0.5 µs added per call, i.e. well under PyTorch's eager overhead.
+The ``exp`` and ``sum`` rows time the generic path (``_call``, keyword arguments): the functions
+with the standard's signatures from neurenix_core/tensor/signatures.py; ``sum`` has no operator
+form, so its "nx op" column is nan.
 No timing is asserted anywhere: the numbers are for people.
 """
 
@@ -22,7 +26,7 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-CASES = [("add", 4), ("add", 64), ("matmul", 4), ("matmul", 64)]
+CASES = [("add", 4), ("add", 64), ("matmul", 4), ("matmul", 64), ("exp", 4), ("sum", 4)]
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -54,16 +58,12 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
         b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
         ta, tb = nx.asarray(a, device="cpu"), nx.asarray(b, device="cpu")
         pa, pb = torch.from_numpy(a.copy()), torch.from_numpy(b.copy())
-        np_fn, nx_fn = getattr(np, op), getattr(nx, op)
-        fns: dict[str, Callable[[], Any]] = {
-            "numpy": lambda: np_fn(a, b),
-            "nx": lambda: nx_fn(ta, tb),
-            "nx_operator": (lambda: ta + tb) if op == "add" else (lambda: ta @ tb),
-            "torch": (lambda: pa + pb) if op == "add" else (lambda: pa @ pb),
-        }
+        fns, check = _contenders(op, a, b, ta, tb, pa, pb)
         number = 2_000 if quick else (50_000 if n == 4 else 5_000)
         t = _interleaved(fns, number, 2 if quick else 7)
-        np.testing.assert_allclose(nx_fn(ta, tb).numpy(), np_fn(a, b), rtol=1e-5, atol=1e-4)
+        if "nx_operator" not in fns:
+            t["nx_operator"] = float("nan")
+        check()
         rows.append({
             "op": op, "size": f"{n}x{n}", "threads": threads,
             "numpy_us": t["numpy"], "nx_us": t["nx"], "nx_operator_us": t["nx_operator"], "torch_us": t["torch"],
@@ -71,6 +71,42 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
             "nx_ratio": t["nx"] / t["numpy"], "torch_ratio": t["torch"] / t["numpy"],
         })
     return rows
+
+
+def _contenders(
+    op: str, a: Any, b: Any, ta: Any, tb: Any, pa: Any, pb: Any
+) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
+    """The timed callables for one case, and a check that nx and NumPy agree."""
+    import numpy as np
+    import torch
+
+    import neurenix_core as nx
+
+    if op == "exp":
+        fns: dict[str, Callable[[], Any]] = {
+            "numpy": lambda: np.exp(a), "nx": lambda: nx.exp(ta), "torch": lambda: torch.exp(pa),
+        }
+        got, want = (lambda: nx.exp(ta)), (lambda: np.exp(a))
+    elif op == "sum":
+        fns = {
+            "numpy": lambda: np.sum(a, axis=0), "nx": lambda: nx.sum(ta, axis=0),
+            "torch": lambda: torch.sum(pa, dim=0),
+        }
+        got, want = (lambda: nx.sum(ta, axis=0)), (lambda: np.sum(a, axis=0))
+    else:
+        np_fn, nx_fn = getattr(np, op), getattr(nx, op)
+        fns = {
+            "numpy": lambda: np_fn(a, b),
+            "nx": lambda: nx_fn(ta, tb),
+            "nx_operator": (lambda: ta + tb) if op == "add" else (lambda: ta @ tb),
+            "torch": (lambda: pa + pb) if op == "add" else (lambda: pa @ pb),
+        }
+        got, want = (lambda: nx_fn(ta, tb)), (lambda: np_fn(a, b))
+
+    def check() -> None:
+        np.testing.assert_allclose(got().numpy(), want(), rtol=1e-5, atol=1e-4)
+
+    return fns, check
 
 
 def _child(threads: int, quick: bool) -> list[dict[str, Any]]:
@@ -97,18 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="few iterations: checks that the benchmark runs")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--threads", type=int, choices=(1, 2), help="run one thread count only (default: 1 and 2)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.child, args.quick)))
         return 0
     rows: list[dict[str, Any]] = []
+    counts = (args.threads,) if args.threads else (1, 2)
     try:
         from tqdm import tqdm
 
-        progress: Any = tqdm((1, 2), desc="thread counts", file=sys.stderr)
+        progress: Any = tqdm(counts, desc="thread counts", file=sys.stderr)
     except ImportError:
-        progress = (1, 2)
+        progress = counts
     for threads in progress:
         rows.extend(_child(threads, args.quick))
     print(table(rows))

@@ -16,12 +16,12 @@ from neurenix_core import __version__  # noqa: F401
 
 from neurenix import device, nn  # noqa: E402 - the seed modules (device is callable: nx.device("cpu"))
 
-__all__ = [*_core_all, "compile", "nn", "hardware", "device"]
+__all__ = [*_core_all, "compile", "nn", "optim", "hardware", "device"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "hardware":
+    if name in ("hardware", "optim"):
         import importlib
 
-        return importlib.import_module("neurenix.hardware")
+        return importlib.import_module(f"neurenix.{name}")
     return getattr(_core, name)  # compile, linalg, quantization, graph ... (lazily loaded by the core)

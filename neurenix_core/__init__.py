@@ -41,6 +41,8 @@ from neurenix_core.plugins.records import Status
 import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
 from neurenix_core.tensor.tensor import Tensor
 from neurenix_core.tensor.tensor import from_dlpack
+from neurenix_core.autograd.grad import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
+from neurenix_core.training.amp import GradScaler, autocast
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"
@@ -113,7 +115,9 @@ def __array_namespace_info__() -> Any:
 #: ``nx.linalg``, ``nx.nn`` ...: submodules with heavier imports, loaded on first attribute access.
 _LAZY_MODULES = {
     "linalg": "neurenix_core.tensor.linalg",
+    "fft": "neurenix_core.tensor.fft",
     "nn": "neurenix_core.nn",
+    "optim": "neurenix_core.optim",
     "quantization": "neurenix_core.graph.quantization",
     "testing": "neurenix_core.testing",
     "graph": "neurenix_core.graph",
@@ -136,6 +140,10 @@ def __getattr__(name: str) -> Any:
         from neurenix_core.plugins.backend_info import BackendInfo
 
         return BackendInfo
+    if name == "compile_step":
+        from neurenix_core.training.step import compile_step
+
+        return compile_step
     if name == "compile":
         from neurenix_core.graph.compiler import compile as compile_
 
@@ -154,5 +162,6 @@ __all__ = [
     "ones_like", "empty_like", "full_like", "from_numpy", "bool", "int8", "int16", "int32",
     "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
     "complex64", "complex128", "isdtype", "result_type", "can_cast", "finfo", "iinfo",
-    "e", "inf", "nan", "pi", "newaxis", *_errors_all, *_ops_all,
+    "e", "inf", "nan", "pi", "newaxis", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "grad", "value_and_grad", "autocast", "GradScaler", "compile_step", *_errors_all, *_ops_all,
 ]

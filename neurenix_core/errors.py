@@ -19,6 +19,7 @@ __all__ = [
     "DeviceMismatchError",
     "UnsupportedDTypeError",
     "UnsupportedOperationError",
+    "NotDifferentiableError",
     "ShapeError",
     "OperationError",
     "OutOfMemoryError",
@@ -78,6 +79,10 @@ class UnsupportedDTypeError(NeurenixError, TypeError):
 
 class UnsupportedOperationError(NeurenixError):
     """An operation or layer cannot run on, or be lowered to, the device asked for."""
+
+
+class NotDifferentiableError(UnsupportedOperationError):
+    """backward() reached an op that has no gradient rule (or arguments its rule cannot differentiate)."""
 
 
 class ShapeError(NeurenixError, ValueError):

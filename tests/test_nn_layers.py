@@ -221,11 +221,12 @@ def test_from_torch_names_unsupported_layer() -> None:
         nn.from_torch(torch.nn.MaxPool2d(2, ceil_mode=True))
 
 
-def test_module_to_moves_parameters_and_rejects_training() -> None:
+def test_module_to_moves_parameters_that_keep_requiring_grad() -> None:
     model = _mlp().to("cpu:0")
-    assert all(p.device == nx.Device("cpu", 0) for p in model.parameters())
-    with pytest.raises(UnsupportedOperationError, match="inference only"):
-        model.train()
+    assert all(p.device == nx.Device("cpu", 0) and p.requires_grad and p.is_leaf for p in model.parameters())
+    assert not model.training
+    assert model.train() is model and all(m.training for m in model.modules())
+    assert not model.eval().training
 
 
 def test_import_pulls_no_framework(run_neurenix) -> None:

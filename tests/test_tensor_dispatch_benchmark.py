@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every case of the benchmark: the binary hot path and the generic path (a unary op, a reduction).
+CASES = [("add", "4x4"), ("add", "64x64"), ("matmul", "4x4"), ("matmul", "64x64"), ("exp", "4x4"), ("sum", "4x4")]
 
 
 def test_dispatch_benchmark_quick(tmp_path: Path) -> None:
@@ -19,7 +21,7 @@ def test_dispatch_benchmark_quick(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())
     assert {(r["op"], r["size"], r["threads"]) for r in rows} == {
-        (op, size, t) for op in ("add", "matmul") for size in ("4x4", "64x64") for t in (1, 2)
+        (op, size, t) for op, size in CASES for t in (1, 2)
     }
     for r in rows:
         assert r["numpy_us"] > 0 and r["nx_us"] > 0 and r["torch_us"] > 0

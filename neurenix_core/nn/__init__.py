@@ -1,6 +1,7 @@
 """Portable models: layers, Module/Sequential, functional forms, PyTorch import, safe weights.
 
-NCHW by default; memory format is a backend concern. Inference only. Every layer runs through
+NCHW by default; memory format is a backend concern. Trainable (parameters require grad,
+``train()``/``eval()``, losses; optimizers in neurenix_core.optim). Every layer runs through
 the ``nn.*`` extension ops of its tensors' backend; ``nx.compile`` lowers a whole model.
 """
 
@@ -14,6 +15,7 @@ from neurenix_core.nn.layers import (
     MaxPool2d, MultiheadAttention, ReLU, Sigmoid, Softmax, Tanh,
 )
 from neurenix_core.nn.graph_module import GraphModule
+from neurenix_core.nn.losses import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from neurenix_core.nn.module import Module, ModuleList, Sequential
 from neurenix_core.nn.serialization import load_state, save_state
 
@@ -21,7 +23,7 @@ __all__ = [
     "Module", "Sequential", "ModuleList", "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax",
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "BatchNorm2d", "LayerNorm", "Dropout", "Identity",
     "MultiheadAttention", "functional", "init", "from_torch", "from_onnx", "GraphModule", "save", "load", "save_state", "load_state",
-    "manual_seed",
+    "manual_seed", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
 ]
 
 manual_seed = init.manual_seed

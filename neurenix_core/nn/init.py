@@ -6,7 +6,7 @@ import numpy as np
 
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["manual_seed", "uniform", "constant"]
+__all__ = ["manual_seed", "uniform", "constant", "generator"]
 
 _rng = np.random.default_rng()
 
@@ -15,6 +15,11 @@ def manual_seed(seed: int) -> None:
     """Make layer initialisation reproducible."""
     global _rng
     _rng = np.random.default_rng(seed)
+
+
+def generator() -> np.random.Generator:
+    """The seeded generator behind initialisation and dropout masks (``manual_seed`` resets it)."""
+    return _rng
 
 
 def uniform(shape: tuple[int, ...], bound: float) -> Tensor:

@@ -11,8 +11,11 @@ import numpy as np
 from neurenix_core.errors import ShapeError
 from neurenix_core.nn import functional as F
 from neurenix_core.nn import init
+from neurenix_core.autograd.grad import no_grad
 from neurenix_core.nn.module import Module
+from neurenix_core.tensor import ops
 from neurenix_core.tensor.tensor import Tensor
+from neurenix_core.training import amp
 
 __all__ = [
     "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "MaxPool2d", "AvgPool2d",
@@ -203,13 +206,17 @@ class Flatten(Module):
 
 
 class BatchNorm2d(Module):
-    """Inference batch normalisation with running statistics (buffers ``running_mean``/``running_var``)."""
+    """Batch normalisation over NCHW channels (buffers ``running_mean``/``running_var``).
+
+    In eval mode (the default) it normalises with the running statistics; in train mode with
+    the batch's own (biased) statistics, which it folds into the running ones with ``momentum``
+    (the unbiased variance, as PyTorch does)."""
 
     graph_op = "batch_norm2d"
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True) -> None:
         super().__init__()
-        self.num_features, self.eps = int(num_features), float(eps)
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
         c = self.num_features
         self.register_parameter("weight", init.constant((c,), 1.0) if affine else None)
         self.register_parameter("bias", init.constant((c,), 0.0) if affine else None)
@@ -219,7 +226,20 @@ class BatchNorm2d(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
             raise ShapeError(f"BatchNorm2d expects a 4-D NCHW input, got shape {x.shape}")
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
+        if not self.training:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
+        x = amp.at_least_fp32(x)  # batch statistics in fp32 under autocast
+        mean = ops.mean(x, axis=(0, 2, 3))
+        var = ops.var(x, axis=(0, 2, 3))
+        # The batch statistics are on the tape: batch_norm's rule differentiates through them.
+        y = F.batch_norm(x, mean, var, self.weight, self.bias, self.eps)
+        n = x.shape[0] * x.shape[2] * x.shape[3]
+        m = self.momentum
+        with no_grad():
+            unbiased = var.detach() * (n / max(n - 1, 1))
+            self.running_mean = self.running_mean * (1.0 - m) + ops.astype(mean.detach(), self.running_mean.dtype) * m
+            self.running_var = self.running_var * (1.0 - m) + ops.astype(unbiased, self.running_var.dtype) * m
+        return y
 
     def _graph_attrs(self) -> dict[str, Any]:
         return {"num_features": self.num_features, "eps": self.eps}
@@ -251,7 +271,7 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
-    """The identity at inference; kept so models and state dicts match their PyTorch source."""
+    """Zeroes elements with probability ``p`` in train mode; the identity in eval mode."""
 
     graph_op = "dropout"
 
@@ -262,7 +282,7 @@ class Dropout(Module):
         self.p = float(p)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p)
+        return F.dropout(x, self.p, self.training)
 
     def _graph_attrs(self) -> dict[str, Any]:
         return {"p": self.p}

@@ -1,8 +1,9 @@
 """Module and Sequential: parameters as Tensors on one device, state dicts, graph walking.
 
-Inference only: parameters are plain Tensors (no autograd), ``train(True)`` is refused.
-Parameters are created on the default device, like any tensor; ``model.to(device)`` moves them
-all (really copying, through the backends) and returns the model.
+Parameters are Tensors that require grad (neurenix_core/autograd records what they feed);
+``train()`` / ``eval()`` switch Dropout and BatchNorm between their training and inference
+behaviour. Parameters are created on the default device, like any tensor; ``model.to(device)``
+moves them all (really copying, through the backends) and returns the model.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Module:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_training", False)  # built for inference; train() switches
 
     # ------------------------------------------------------------------ attributes
     def __setattr__(self, name: str, value: Any) -> None:
@@ -48,7 +50,7 @@ class Module:
         if isinstance(value, Module):
             self._modules[name] = value
         elif isinstance(value, Tensor):
-            self._parameters[name] = value
+            self._parameters[name] = _trainable(value)
         else:
             object.__setattr__(self, name, value)
 
@@ -63,7 +65,7 @@ class Module:
 
     def register_parameter(self, name: str, value: Tensor | None) -> None:
         self.__dict__.pop(name, None)
-        self._parameters[name] = value
+        self._parameters[name] = None if value is None else _trainable(value)
 
     def register_buffer(self, name: str, value: Tensor | None) -> None:
         self.__dict__.pop(name, None)
@@ -198,7 +200,7 @@ class Module:
         for mod, attr, old, arr in staged:
             new = asarray(arr.astype(old.dtype, copy=False), device=old.device)
             store = mod._parameters if attr in mod._parameters else mod._buffers
-            store[attr] = new
+            store[attr] = new.requires_grad_(True) if store is mod._parameters and old.requires_grad else new
 
     def save(self, path: Any) -> None:
         """Save the weights to ``.npz`` or ``.safetensors`` (atomic: a temp file, then rename)."""
@@ -226,29 +228,44 @@ class Module:
     def to(self, device: DeviceLike) -> Module:
         """Move every parameter and buffer to ``device`` (a real copy); returns this model."""
         dev = as_device(device)
-        moved = [(mod, attr, t.to(dev)) for _, mod, attr, t in self._slots()]
-        for mod, attr, t in moved:
+        moved = [(mod, attr, t.to(dev), t.requires_grad) for _, mod, attr, t in self._slots()]
+        for mod, attr, t, grad in moved:
             store = mod._parameters if attr in mod._parameters else mod._buffers
-            store[attr] = t
+            # The copy is a new leaf: a parameter keeps requiring grad on its new device.
+            store[attr] = t.requires_grad_(True) if grad and t._p.backend.trains else t
         return self
 
     def cpu(self) -> Module:
         return self.to("cpu:0")
 
-    def eval(self) -> Module:
+    def train(self, mode: bool = True) -> Module:
+        """Training behaviour for this module and its children (Dropout drops, BatchNorm uses and
+        updates batch statistics); returns the model."""
+        for m in self.modules():
+            object.__setattr__(m, "_training", bool(mode))
         return self
 
-    def train(self, mode: bool = True) -> Module:
-        if mode:
-            raise UnsupportedOperationError(
-                f"{type(self).__name__}.train(): neurenix.nn runs inference only (BatchNorm uses running statistics, "
-                "Dropout is the identity). Train in PyTorch and import with nx.nn.from_torch(model)"
-            )
-        return self
+    def eval(self) -> Module:
+        """Inference behaviour (the default): Dropout is the identity, BatchNorm uses running statistics."""
+        return self.train(False)
 
     @property
     def training(self) -> bool:
-        return False
+        return bool(self.__dict__.get("_training", False))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients accumulated in every parameter."""
+        from neurenix_core.tensor.creation import zeros_like
+
+        for p in self.parameters():
+            if p.grad is not None:
+                p.grad = None if set_to_none else zeros_like(p.grad)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Freeze (False) or unfreeze every parameter; returns the model."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
 
     def extra_repr(self) -> str:
         return ""
@@ -257,6 +274,14 @@ class Module:
         lines = [f"({name}): {repr(m)}".replace("\n", "\n  ") for name, m in self._modules.items()]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _trainable(t: Tensor) -> Tensor:
+    # A parameter is a leaf that requires grad (PyTorch's nn.Parameter); integer tensors and
+    # tensors on inference-only devices (npu, edgetpu) cannot.
+    if t.is_leaf and not t.requires_grad and (t.dtype.kind == "f" or t.dtype.name == "bfloat16") and t._p.backend.trains:
+        t.requires_grad_(True)
+    return t
 
 
 class Sequential(Module):

@@ -24,7 +24,10 @@ from neurenix_core.plugins.memory import DeviceMemory, MemoryTracker
 if TYPE_CHECKING:
     from neurenix_core.plugins.manifest import Manifest, ProbeResult
 
-__all__ = ["Backend", "ArrayNamespaceBackend", "CompiledModel", "Placement", "ARRAY_API_FUNCTIONS"]
+__all__ = [
+    "Backend", "ArrayNamespaceBackend", "CompiledModel", "Placement", "ARRAY_API_FUNCTIONS",
+    "LINALG_FUNCTIONS", "FFT_FUNCTIONS",
+]
 
 
 class Placement:
@@ -152,6 +155,26 @@ class Backend:
             return None
         return np.from_dlpack(producer, copy=copy)
 
+    #: Whether models on this backend can be trained (False for inference-only devices: the
+    #: tape and nx.compile_step refuse them with the remedy).
+    trains: bool = True
+
+    def _compile_train_step(self, loss_fn: Any, model: Any, optimizer: Any) -> Any:
+        """A training step lowered through this backend's framework (its own autodiff), or None:
+        the core then runs the neurenix tape. See neurenix_core/training/step.py."""
+        return None
+
+    def _native_backward(self, native: Any, gradient: Any) -> bool:
+        """Run the framework's own backward from ``native`` if its autograd recorded it (True),
+        else False. ``Tensor.backward()`` asks this for results with no neurenix tape."""
+        return False
+
+    def _index_of_native(self, native: Any) -> int | None:
+        """The device index of a framework array this backend owns (a torch.Tensor for the cuda
+        backend), or None when it is not this backend's. Optimizers use it to bind a framework
+        module's parameters; backends whose arrays can be told apart override it."""
+        return None
+
     # ---------------------------------------------------------------- public
     def device_count(self) -> int:
         return self._device_count
@@ -251,6 +274,13 @@ LINALG_FUNCTIONS: tuple[str, ...] = (
     "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
 )
 
+#: The array API ``fft`` extension; op table names are ``fft.<name>``. ``fftfreq`` and ``rfftfreq``
+#: are creation functions (called with ``device=`` and the backend's native dtype and device).
+FFT_FUNCTIONS: tuple[str, ...] = (
+    "fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
+    "fftfreq", "rfftfreq", "fftshift", "ifftshift",
+)
+
 
 def _numpy_matmul(x1: Any, x2: Any, /) -> Any:
     """np.matmul, except that bfloat16 operands give a bfloat16 result.
@@ -268,8 +298,8 @@ class ArrayNamespaceBackend(Backend):
     """A backend built from any array-API namespace ``xp`` in a few lines.
 
     Subclasses give ``_native_device`` (and ``_dtype_of`` when the library's dtypes are not
-    NumPy's); the op table is every standard function ``xp`` has, plus ``linalg.*`` where
-    ``xp.linalg`` exists.
+    NumPy's); the op table is every standard function ``xp`` has, plus ``linalg.*`` and ``fft.*``
+    where ``xp.linalg`` and ``xp.fft`` exist.
     """
 
     #: Array-API names this backend must not take from ``xp`` even if present (known wrong).
@@ -296,10 +326,11 @@ class ArrayNamespaceBackend(Backend):
 
     def _op_table(self, xp: Any) -> Mapping[str, Callable[..., Any]]:
         table = {n: getattr(xp, n) for n in ARRAY_API_FUNCTIONS if hasattr(xp, n) and n not in self.excluded_ops}
-        linalg = getattr(xp, "linalg", None)
-        if linalg is not None:
-            table.update({f"linalg.{n}": getattr(linalg, n) for n in LINALG_FUNCTIONS if hasattr(linalg, n)})
-        return table
+        for extension, names in (("linalg", LINALG_FUNCTIONS), ("fft", FFT_FUNCTIONS)):
+            module = getattr(xp, extension, None)
+            if module is not None:
+                table.update({f"{extension}.{n}": getattr(module, n) for n in names if hasattr(module, n)})
+        return {n: fn for n, fn in table.items() if n not in self.excluded_ops}
 
     def _from_host(self, array: np.ndarray, index: int) -> Any:
         # copy=True: many libraries (array-api-strict, NumPy) would otherwise alias the caller's

@@ -5,6 +5,7 @@ Backends translate them to their own dtype objects in ``Backend._native_dtype``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from neurenix_core.errors import UnsupportedDTypeError
 __all__ = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128", "bfloat16", "as_dtype", "isdtype",
-    "result_type", "can_cast", "finfo", "iinfo", "DTYPES", "DTYPE_NAMES", "dtype_table", "contiguous",
+    "result_type", "can_cast", "finfo", "iinfo", "FInfo", "IInfo", "DTYPES", "DTYPE_NAMES", "dtype_table", "contiguous",
 ]
 
 bool = np.dtype("bool")  # noqa: A001 - array API name
@@ -133,14 +134,59 @@ def can_cast(from_: Any, to: Any, /) -> bool:
     return np.can_cast(_dtype_of(from_), as_dtype(to))
 
 
-def finfo(type: Any, /) -> Any:  # noqa: A002
-    import ml_dtypes
+@dataclass(frozen=True, slots=True)
+class FInfo:
+    """``finfo``'s answer: Python floats and ints (the standard's types), ``dtype`` a neurenix dtype."""
 
-    return ml_dtypes.finfo(_dtype_of(type))
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: np.dtype[Any]
 
 
-def iinfo(type: Any, /) -> Any:  # noqa: A002
-    return np.iinfo(_dtype_of(type))
+@dataclass(frozen=True, slots=True)
+class IInfo:
+    """``iinfo``'s answer: Python ints, ``dtype`` a neurenix dtype."""
+
+    bits: int
+    max: int
+    min: int
+    dtype: np.dtype[Any]
+
+
+def _info_dtype(type: Any, function: str) -> np.dtype[Any]:  # noqa: A002
+    try:
+        return as_dtype(_dtype_of(type))
+    except UnsupportedDTypeError as exc:
+        raise UnsupportedDTypeError(f"{function}: {exc}") from None
+
+
+def finfo(type: Any, /) -> FInfo:  # noqa: A002
+    """Machine limits of a floating-point dtype (or a tensor's); a complex dtype describes its
+    real component, so ``finfo(complex64).dtype`` is ``float32``."""
+    dt = _info_dtype(type, "finfo")
+    if dt.kind == "c":
+        dt = float32 if dt == complex64 else float64
+    elif not isdtype(dt, "real floating"):
+        raise UnsupportedDTypeError(f"finfo: {dt} is not a floating-point dtype; use iinfo for integer dtypes")
+    import ml_dtypes  # np.finfo does not know bfloat16
+
+    fi = ml_dtypes.finfo(dt)
+    return FInfo(
+        bits=int(fi.bits), eps=float(fi.eps), max=float(fi.max), min=float(fi.min),
+        smallest_normal=float(fi.smallest_normal), dtype=dt,
+    )
+
+
+def iinfo(type: Any, /) -> IInfo:  # noqa: A002
+    """Machine limits of an integer dtype (or a tensor's)."""
+    dt = _info_dtype(type, "iinfo")
+    if dt.kind not in "iu":
+        raise UnsupportedDTypeError(f"iinfo: {dt} is not an integer dtype; use finfo for floating-point dtypes")
+    ii = np.iinfo(dt)
+    return IInfo(bits=int(ii.bits), max=int(ii.max), min=int(ii.min), dtype=dt)
 
 
 def contiguous(array: Any) -> np.ndarray:

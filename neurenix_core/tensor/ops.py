@@ -1,8 +1,9 @@
 """The array-API operations, each dispatched to the backend of its tensor arguments.
 
-Functions are generated from the standard's name lists: one generic dispatcher per signature
-shape, so every backend gets the same checks and the same error formats. The binary elementwise
-functions share the operators' flat hot path (tensor.py).
+Functions are generated from the standard's signature table (signatures.py): each has the
+standard's parameters and hands them to one generic dispatcher (``_call``), so every backend gets
+the same checks and the same error formats. The binary elementwise functions share the
+operators' flat hot path (tensor.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.tensor.signatures import make_function, takes
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call, cast
 
 __all__: list[str] = []
@@ -27,29 +29,36 @@ _SPECIAL = {
 }
 
 
-def _make_binary(name: str) -> Callable[..., Tensor]:
-    return BINARY_FUNCTIONS[name]
+def make_dispatched(qualname: str) -> Callable[..., Any]:
+    """The namespace function ``qualname`` (``"sum"``, ``"linalg.qr"``, ``"fft.rfft"``): the
+    standard's signature, dispatched by ``_call`` to the backend of its tensor arguments."""
+    doc = f"Array API ``{qualname}``, run by the backend of the argument tensors (others under the fallback policy)."
+    extension = qualname.split(".")[0] if "." in qualname else None
+    module = f"neurenix_core.tensor.{extension}" if extension else __name__
+    return make_function(qualname, _call_with_dtype if takes(qualname, "dtype") else _call, doc, module)
 
 
-def _make_generic(name: str) -> Callable[..., Any]:
-    def op(*args: Any, **kwargs: Any) -> Any:
-        return _call(name, args, kwargs)
-
-    return op
-
-
-def _export(name: str, fn: Callable[..., Any], qualname: str | None = None) -> None:
-    fn.__name__ = name.rsplit(".", 1)[-1]
-    fn.__qualname__ = fn.__name__
-    fn.__doc__ = f"Array API ``{qualname or name}``, run by the backend of the argument tensors."
-    globals()[fn.__name__] = fn
-    __all__.append(fn.__name__)
+def _call_with_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """``_call`` for ops with a ``dtype=`` keyword (sum, prod, cumulative_*, linalg.trace): the
+    backend's native op gets its own dtype object (torch needs a torch.dtype), a host fallback
+    gets the neurenix dtype. The generated function passes ``dtype`` only when it is given."""
+    if kwargs and "dtype" in kwargs and type(args[0]) is Tensor:
+        dt = as_dtype(kwargs["dtype"])
+        be = args[0]._p.backend
+        kwargs["dtype"] = be._native_dtype(dt) if name in be.ops else dt
+    return _call(name, args, kwargs)
 
 
 for _name in ARRAY_API_FUNCTIONS:
     if _name in _SPECIAL:
         continue
-    _export(_name, _make_binary(_name) if _name in BINARY_FUNCTIONS else _make_generic(_name))
+    # The binary functions are the operators' flat hot path; their signature is already (x1, x2, /).
+    _fn = BINARY_FUNCTIONS[_name] if _name in BINARY_FUNCTIONS else make_dispatched(_name)
+    if _name in BINARY_FUNCTIONS:
+        _fn.__doc__ = f"Array API ``{_name}``, run by the backend of the argument tensors."
+        _fn.__module__ = __name__  # exported from here (pickle looks the name up in __module__)
+    globals()[_name] = _fn
+    __all__.append(_name)
 
 
 def _sequence(name: str, arrays: Any) -> tuple[Any, ...]:
@@ -106,11 +115,3 @@ def _supported(be: Any) -> list[str]:
 
 for _name in ("concat", "stack", "meshgrid", "broadcast_arrays", "astype"):
     __all__.append(_name)
-
-
-def make_linalg(name: str) -> Callable[..., Any]:
-    fn = _make_generic(f"linalg.{name}")
-    fn.__name__ = name
-    fn.__qualname__ = name
-    fn.__doc__ = f"Array API ``linalg.{name}``, run by the backend of the argument tensors."
-    return fn

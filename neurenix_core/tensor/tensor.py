@@ -43,7 +43,8 @@ class Tensor:
     """An array on a device. ``nx.Tensor(data, dtype=None, device=None)`` is ``nx.asarray``."""
 
     # _base: the tensor owning the buffer when this one is a view (keeps it alive, charged once).
-    __slots__ = ("_data", "_p", "_nbytes", "_base", "__weakref__")
+    # _ag: autograd state (neurenix_core/autograd/tape.py): a Leaf or a Node; unset = no grad.
+    __slots__ = ("_data", "_p", "_nbytes", "_base", "_ag", "__weakref__")
 
     _data: Any
     _p: Placement
@@ -210,6 +211,41 @@ class Tensor:
     # Hashing by identity would make tensors usable as dict keys with surprising equality.
     __hash__ = None  # type: ignore[assignment]
 
+    # ----------------------------------------------------------------- autograd
+    # The engine lives in neurenix_core/autograd and installs itself as ``autograd`` below.
+    @property
+    def requires_grad(self) -> bool:
+        return autograd.requires_grad(self)  # type: ignore[no-any-return]
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        autograd.set_requires_grad(self, value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        autograd.set_requires_grad(self, requires_grad)
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient accumulated by ``backward()`` (leaf tensors that require grad)."""
+        return autograd.grad_of(self)  # type: ignore[no-any-return]
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        autograd.set_grad(self, value)
+
+    @property
+    def is_leaf(self) -> bool:
+        return autograd.is_leaf(self)  # type: ignore[no-any-return]
+
+    def backward(self, gradient: Tensor | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+        autograd.backward(self, gradient)
+
+    def detach(self) -> Tensor:
+        """The same data without gradient history (a view: no copy, no memory charged)."""
+        return autograd.detach(self)  # type: ignore[no-any-return]
+
     # ----------------------------------------------------------------- indexing
     def __getitem__(self, key: Any) -> Tensor:
         p = self._p
@@ -222,8 +258,10 @@ class Tensor:
         except Exception as exc:
             # Some runtimes cannot index every way the standard allows (torch: negative steps).
             # If the host can, that is an op the device does not run natively: fallback policy.
-            return adopt(getitem_on_host(self._data, p, _host_key(key), [self], exc), p)
-        return adopt(result, p, (self,))
+            out = adopt(getitem_on_host(self._data, p, _host_key(key), [self], exc), p)
+        else:
+            out = adopt(result, p, (self,))
+        return out if record is None else record("__getitem__", (self, key), None, out)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         _setitem(self, _index_key(key, self._p), value)
@@ -296,6 +334,8 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
         t._data = r
         t._p = p
         t._nbytes = n
+        if record is not None:  # autograd hook: see "autograd" at the end of this module
+            return record(name, (x1, x2), None, t)
         return t
 
     if reflected:
@@ -472,18 +512,19 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     p = check_same_device(name, tensors)._p
     fn = p.ops.get(name)
     if fn is None:
-        return _run_fallback(name, p, args, kwargs, tensors)
+        out = _run_fallback(name, p, args, kwargs, tensors)
+        return out if record is None else record(name, args, kwargs, out)
     nargs = tuple(_unwrap(a) for a in args)
     nkw = {k: _unwrap(v) for k, v in kwargs.items()}
     try:
-        result = fn(*nargs, **nkw)
+        out = rewrap(fn(*nargs, **nkw), p, tensors)
     except NotImplementedError:
         # The op is in the table but the library lacks it for these arguments (array-api-compat
         # raises this, e.g. unique_all on torch): that is "not native", so the fallback policy decides.
-        return _run_fallback(name, p, args, kwargs, tensors)
+        out = _run_fallback(name, p, args, kwargs, tensors)
     except Exception as exc:
         raise_op_error(name, p, tensors, exc)
-    return rewrap(result, p, tensors)
+    return out if record is None else record(name, args, kwargs, out)
 
 
 def _index_key(key: Any, p: Placement) -> Any:
@@ -521,6 +562,8 @@ def _run_fallback(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[s
 
 def _setitem(t: Tensor, key: Any, value: Any) -> None:
     p = t._p
+    if record is not None:  # autograd is recording: writing into a taped tensor is refused
+        autograd.check_inplace(t, value)
     if type(value) is Tensor:
         q = value._p
         if q is not p and q.device != p.device:
@@ -592,3 +635,15 @@ def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | Non
             raise TransferError(f"from_dlpack(copy=False): backend {p.backend.name} cannot share memory with {type(x).__name__}; allow a copy")
         native = transfer.host_from_dlpack(x, p)
     return adopt(native, p)
+
+
+# --------------------------------------------------------------------- autograd hook
+# Reverse-mode autograd (neurenix_core/autograd) records the ops above on a tape. It installs
+# itself here when it is imported; this module never imports it (no cycle):
+#
+# ``record(op, args, kwargs, result) -> result`` is set only while grad mode is on *and* some
+# tensor requires grad (autograd/tape.py keeps the count). Otherwise it is None, and an op pays
+# one global load and compare for it (benchmarks/dispatch.py measures the hot path).
+record: Callable[[str, tuple[Any, ...], dict[str, Any] | None, Any], Any] | None = None
+#: The engine behind Tensor.requires_grad / .grad / .backward() / .detach() (autograd/engine.py).
+autograd: Any = None

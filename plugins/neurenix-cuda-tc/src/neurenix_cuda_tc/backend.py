@@ -59,6 +59,13 @@ def nn_ops() -> dict[str, Callable[..., Any]]:
     import torch.nn.functional as F  # noqa: N812
 
     def batch_norm(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, eps: float) -> Any:
+        if running_mean.requires_grad or running_var.requires_grad:
+            # Batch statistics tracked by torch's autograd (nx.compile_step on a model in train
+            # mode): F.batch_norm refuses gradients through its statistics, so spell it out.
+            shape = (1, -1) + (1,) * (x.ndim - 2)
+            y = (x - running_mean.reshape(shape)) * torch.rsqrt(running_var.reshape(shape) + eps)
+            y = y if weight is None else y * weight.reshape(shape)
+            return y if bias is None else y + bias.reshape(shape)
         return F.batch_norm(x, running_mean, running_var, weight, bias, training=False, eps=eps)
 
     def avg_pool2d(x: Any, kernel_size: Any, stride: Any, padding: Any, count_include_pad: bool = True) -> Any:
@@ -114,6 +121,30 @@ class CudaBackend(ArrayNamespaceBackend):
     # ---------------------------------------------------------------- private surface
     def _native_device(self, index: int) -> Any:
         return self.torch.device("cpu") if self.emulated else self.torch.device("cuda", index)
+
+    def _compile_train_step(self, loss_fn: Any, model: Any, optimizer: Any) -> Any:
+        """nx.compile_step on cuda: PyTorch's autograd differentiates the model's forward and loss."""
+        from neurenix_cuda_tc.training import TorchTrainStep
+
+        return TorchTrainStep(loss_fn, model, optimizer)
+
+    def _native_backward(self, native: Any, gradient: Any) -> bool:
+        """Results of a torch module that torch's autograd recorded (optimize_model's modules)
+        are differentiated by torch: grads land in the module's parameters' ``.grad``."""
+        if not (isinstance(native, self.torch.Tensor) and native.requires_grad):
+            return False
+        native.backward(gradient)
+        return True
+
+    def _index_of_native(self, native: Any) -> int | None:
+        """cuda:i for a torch tensor on that GPU (on the host CPU when emulated): lets neurenix
+        optimizers update a torch module's parameters in place (TensorCoresBackend.optimize_model)."""
+        if not isinstance(native, self.torch.Tensor):
+            return None
+        dev = native.device
+        if self.emulated:
+            return 0 if dev.type == "cpu" else None
+        return dev.index or 0 if dev.type == "cuda" else None
 
     def _from_host(self, array: np.ndarray, index: int) -> Any:
         torch = self.torch

@@ -211,7 +211,7 @@ def tensor_core_model_class() -> type:
                 )
             natives = to_device_inputs(inputs, self.target, self._nx_backend)
             out = self._execute([self._prepare(x) for x in natives])
-            return deliver(_detached(out), self.target, self._nx_backend, self.outputs)
+            return deliver(_results(out), self.target, self._nx_backend, self.outputs)
 
         def _execute(self, xs: list[torch.Tensor]) -> Any:
             if self.precision == "mixed":
@@ -223,5 +223,9 @@ def tensor_core_model_class() -> type:
     return TensorCoreModel
 
 
-def _detached(out: Any) -> Any:
-    return tuple(_detached(o) for o in out) if isinstance(out, (tuple, list)) else out.detach()
+def _results(out: Any) -> Any:
+    # torch's graph stays attached when torch recorded one: loss.backward() on a neurenix loss of
+    # this output then runs torch's backward into the module's parameters (mixed-precision training).
+    if isinstance(out, (tuple, list)):
+        return tuple(_results(o) for o in out)
+    return out if out.requires_grad else out.detach()

@@ -26,6 +26,8 @@ __all__ = ["LiteRTBackend"]
 class LiteRTBackend(Backend):
     """Serves ``edgetpu:0..n-1``: real Coral devices through libedgetpu, or LiteRT's CPU interpreter."""
 
+    trains = False  # an inference runtime: requires_grad and nx.compile_step refuse, naming the remedy
+
     def __init__(self, probe: ProbeResult) -> None:
         super().__init__(device_type="edgetpu", device_count=probe.device_count, emulated=probe.emulated)
         self.litert = load_litert()

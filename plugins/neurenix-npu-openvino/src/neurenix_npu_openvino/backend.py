@@ -31,6 +31,8 @@ _MODEL_CACHE_SIZE: Final = 64
 class NPUOpenVINOBackend(Backend):
     """Intel NPU through OpenVINO. ``emulated=True`` runs the same code on OpenVINO's CPU device."""
 
+    trains = False  # an inference runtime: requires_grad and nx.compile_step refuse, naming the remedy
+
     def __init__(self, *, device_count: int = 1, emulated: bool = False, threads: int | None = None) -> None:
         super().__init__(device_type="npu", device_count=device_count, emulated=emulated)
         keep_telemetry_out()  # before the first import: OpenVINO's telemetry forks (see telemetry.py)

@@ -115,6 +115,12 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         self.compile_cache: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
         self._adopt_runtime_limits()
 
+    def _compile_train_step(self, loss_fn: Any, model: Any, optimizer: Any) -> Any:
+        """nx.compile_step on tpu: jax.value_and_grad + jax.jit of the model's forward and loss."""
+        from neurenix_tpu.training import JaxTrainStep
+
+        return JaxTrainStep(self.jax, loss_fn, model, optimizer)
+
     def _adopt_runtime_limits(self) -> None:
         # On a TPU, PJRT's bytes_limit already reflects XLA_PYTHON_CLIENT_MEM_FRACTION /
         # PREALLOCATE: enforcing it in the core turns XLA's RESOURCE_EXHAUSTED into our clear

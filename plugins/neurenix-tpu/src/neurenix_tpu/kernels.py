@@ -116,26 +116,33 @@ def batch_norm(x: Array, mean: Array, var: Array, weight: Array | None, bias: Ar
     """Inference batch norm over channel ``axis``; statistics in f32 even for bf16 activations."""
     shape = [1] * x.ndim
     shape[axis] = -1
-    scale = lax.rsqrt(var.astype(jnp.float32) + eps)
+    acc = _accumulator(x)
+    scale = lax.rsqrt(var.astype(acc) + eps)
     if weight is not None:
-        scale = scale * weight.astype(jnp.float32)
-    shift = -mean.astype(jnp.float32) * scale
+        scale = scale * weight.astype(acc)
+    shift = -mean.astype(acc) * scale
     if bias is not None:
-        shift = shift + bias.astype(jnp.float32)
-    return (x.astype(jnp.float32) * scale.reshape(shape) + shift.reshape(shape)).astype(x.dtype)
+        shift = shift + bias.astype(acc)
+    return (x.astype(acc) * scale.reshape(shape) + shift.reshape(shape)).astype(x.dtype)
+
+
+def _accumulator(x: Array) -> Any:
+    # Low-precision activations are normalised in f32; float64 stays float64 (gradient checks).
+    return jnp.promote_types(x.dtype, jnp.float32)
 
 
 def layer_norm(x: Array, normalized_shape: Any, weight: Array | None, bias: Array | None, eps: float) -> Array:
     dims = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     axes = tuple(range(x.ndim - len(dims), x.ndim))
-    xf = x.astype(jnp.float32)
+    acc = _accumulator(x)
+    xf = x.astype(acc)
     mean = xf.mean(axis=axes, keepdims=True)
     var = ((xf - mean) ** 2).mean(axis=axes, keepdims=True)
     y = (xf - mean) * lax.rsqrt(var + eps)
     if weight is not None:
-        y = y * weight.astype(jnp.float32)
+        y = y * weight.astype(acc)
     if bias is not None:
-        y = y + bias.astype(jnp.float32)
+        y = y + bias.astype(acc)
     return y.astype(x.dtype)
 
 
@@ -145,7 +152,7 @@ def gelu(x: Array, approximate: str | bool = "none") -> Array:
 
 
 def softmax(x: Array, axis: int = -1) -> Array:
-    return jax.nn.softmax(x.astype(jnp.float32), axis=axis).astype(x.dtype)
+    return jax.nn.softmax(x.astype(_accumulator(x)), axis=axis).astype(x.dtype)
 
 
 def attention(
@@ -167,7 +174,7 @@ def attention(
         return t.reshape(n, t.shape[1], num_heads, hd).transpose(0, 2, 1, 3)
 
     scores = jnp.einsum("nhqd,nhkd->nhqk", heads(q), heads(k), precision=precision, preferred_element_type=acc)
-    weights = jax.nn.softmax(scores.astype(jnp.float32) / math.sqrt(hd), axis=-1).astype(q.dtype)
+    weights = jax.nn.softmax(scores.astype(_accumulator(scores)) / math.sqrt(hd), axis=-1).astype(q.dtype)
     ctx = jnp.einsum("nhqk,nhkd->nhqd", weights, heads(v), precision=precision, preferred_element_type=acc).astype(q.dtype)
     out = linear(ctx.transpose(0, 2, 1, 3).reshape(n, lq, e), out_w, out_b, precision, acc)
     return out if batch_first else jnp.swapaxes(out, 0, 1)

@@ -1,0 +1,1 @@
+"""Reverse-mode automatic differentiation on the core's own ops (tape.py, rules.py, engine.py, grad.py)."""

@@ -1,0 +1,1 @@
+"""Training helpers beyond the tape: mixed precision (amp.py) and compiled training steps (step.py)."""
