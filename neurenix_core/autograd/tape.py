@@ -17,7 +17,7 @@ import numpy as np
 from neurenix_core.autograd.rules import RULES
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.tensor import tensor as _tensor
-from neurenix_core.tensor.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor, collect_tensors
 
 __all__ = ["Leaf", "Node", "record", "set_requires_grad", "requires_grad", "is_enabled", "set_enabled", "leaf_of"]
 
@@ -132,14 +132,6 @@ def set_requires_grad(t: Tensor, value: bool) -> None:
 _FLOAT_KINDS: Final = frozenset("fc")
 
 
-def _collect(value: Any, out: list[Tensor]) -> None:
-    if type(value) is Tensor:
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _collect(v, out)
-
-
 def is_floating(dt: np.dtype[Any]) -> bool:
     # bfloat16 is an ml_dtypes type of kind 'V': recognised by name (ml_dtypes is not imported).
     return dt.kind in _FLOAT_KINDS or dt.name == "bfloat16"
@@ -152,9 +144,9 @@ def _differentiable(t: Any) -> bool:
 def record(op: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any) -> Any:
     """tensor.py's hook: attach a Node to ``out`` when an argument requires grad."""
     inputs: list[Tensor] = []
-    _collect(args, inputs)
+    collect_tensors(args, inputs)
     if kwargs:
-        _collect(tuple(kwargs.values()), inputs)
+        collect_tensors(tuple(kwargs.values()), inputs)
     parents: list[Any] = []
     tracked = False
     for t in inputs:

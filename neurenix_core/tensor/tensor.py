@@ -473,12 +473,13 @@ def check_same_device(op: str, tensors: list[Tensor]) -> Tensor:
 
 
 # --------------------------------------------------------------------- the generic path
-def _collect(value: Any, out: list[Tensor]) -> None:
+def collect_tensors(value: Any, out: list[Tensor]) -> None:
+    """Append every Tensor in ``value`` (walking lists and tuples) to ``out``: the operands of an op."""
     if type(value) is Tensor:
         out.append(value)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _collect(v, out)
+            collect_tensors(v, out)
 
 
 def _unwrap(value: Any) -> Any:
@@ -505,8 +506,8 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     """Generic dispatch: find the tensors, check one device, run natively or fall back."""
     kwargs = kwargs or {}
     tensors: list[Tensor] = []
-    _collect(args, tensors)
-    _collect(tuple(kwargs.values()), tensors)
+    collect_tensors(args, tensors)
+    collect_tensors(tuple(kwargs.values()), tensors)
     if not tensors:
         raise TypeError(f"{name}: expected at least one neurenix Tensor argument; create one with nx.asarray(...)")
     p = check_same_device(name, tensors)._p
