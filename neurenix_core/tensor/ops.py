@@ -2,8 +2,10 @@
 
 Functions are generated from the standard's signature table (signatures.py): each has the
 standard's parameters and hands them to one generic dispatcher (``_call``), so every backend gets
-the same checks and the same error formats. The binary elementwise functions share the
-operators' flat hot path (tensor.py).
+the same checks and the same error formats. The main namespace's are written out once by
+scripts/gen_ops.py (``_generated_ops.py``: plain compiled code at import, no ``exec``); ``linalg``
+and ``fft`` make theirs on first use (``make_dispatched``). The binary elementwise functions share
+the operators' flat hot path (tensor.py).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.tensor.signatures import make_function, takes
-from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call, cast
+from neurenix_core.tensor import _generated_ops
+from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call, _call_with_dtype, cast
 
 __all__: list[str] = []
 
@@ -32,31 +34,25 @@ _SPECIAL = {
 def make_dispatched(qualname: str) -> Callable[..., Any]:
     """The namespace function ``qualname`` (``"sum"``, ``"linalg.qr"``, ``"fft.rfft"``): the
     standard's signature, dispatched by ``_call`` to the backend of its tensor arguments."""
-    doc = f"Array API ``{qualname}``, run by the backend of the argument tensors (others under the fallback policy)."
+    # The table and its generator load with nx.linalg / nx.fft, not at import.
+    from neurenix_core.tensor.signatures import GENERATED_DOC, make_function, takes
+
+    doc = GENERATED_DOC.format(qualname)
     extension = qualname.split(".")[0] if "." in qualname else None
     module = f"neurenix_core.tensor.{extension}" if extension else __name__
     return make_function(qualname, _call_with_dtype if takes(qualname, "dtype") else _call, doc, module)
-
-
-def _call_with_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
-    """``_call`` for ops with a ``dtype=`` keyword (sum, prod, cumulative_*, linalg.trace): the
-    backend's native op gets its own dtype object (torch needs a torch.dtype), a host fallback
-    gets the neurenix dtype. The generated function passes ``dtype`` only when it is given."""
-    if kwargs and "dtype" in kwargs and type(args[0]) is Tensor:
-        dt = as_dtype(kwargs["dtype"])
-        be = args[0]._p.backend
-        kwargs["dtype"] = be._native_dtype(dt) if name in be.ops else dt
-    return _call(name, args, kwargs)
 
 
 for _name in ARRAY_API_FUNCTIONS:
     if _name in _SPECIAL:
         continue
     # The binary functions are the operators' flat hot path; their signature is already (x1, x2, /).
-    _fn = BINARY_FUNCTIONS[_name] if _name in BINARY_FUNCTIONS else make_dispatched(_name)
     if _name in BINARY_FUNCTIONS:
+        _fn = BINARY_FUNCTIONS[_name]
         _fn.__doc__ = f"Array API ``{_name}``, run by the backend of the argument tensors."
-        _fn.__module__ = __name__  # exported from here (pickle looks the name up in __module__)
+    else:
+        _fn = getattr(_generated_ops, _name)
+    _fn.__module__ = __name__  # exported from here (pickle looks the name up in __module__)
     globals()[_name] = _fn
     __all__.append(_name)
 

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SIGNATURES", "HANDWRITTEN", "make_function", "parameters", "takes"]
+__all__ = ["SIGNATURES", "HANDWRITTEN", "GENERATED_OPS", "GENERATED_DOC", "make_function", "function_source", "default_bindings", "parameters", "takes"]
 
 _UNARY = "x, /"
 _BINARY = "x1, x2, /"
@@ -168,10 +168,17 @@ HANDWRITTEN: frozenset[str] = frozenset({
     "fft.fftfreq", "fft.rfftfreq",
 })
 
+#: The main namespace's generated functions, in table order: written into
+#: ``neurenix_core/tensor/_generated_ops.py`` by ``scripts/gen_ops.py`` (a test checks it is current).
+GENERATED_OPS: tuple[str, ...] = tuple(q for q in SIGNATURES if "." not in q and q not in HANDWRITTEN)
+#: The docstring of a generated function (``{}`` is its qualified name).
+GENERATED_DOC = "Array API ``{}``, run by the backend of the argument tensors (others under the fallback policy)."
 
-# Generated code names a parameter's default object ``_default_<name>``; None/True/False are
-# compared as constants instead (no global lookup on the call path).
-_DEFAULT_NAME = "_default_{}"
+
+# Generated code names a parameter's default object ``_default_<param>`` (``make_function``, one
+# namespace per function) or ``_<fn>_<param>`` (the generated module, one namespace for all);
+# None/True/False are compared as constants instead (no global lookup on the call path).
+_DEFAULT_NAME = "_default_{param}"
 _SINGLETONS = ("None", "True", "False")
 
 
@@ -212,41 +219,84 @@ def takes(qualname: str, parameter: str) -> bool:
     return any(name == parameter for name, _, _ in _parse(qualname))
 
 
+def function_source(qualname: str, dispatch: str, default_name: str = _DEFAULT_NAME, doc: str | None = None) -> str:
+    """The source of ``qualname``'s function: the standard's signature, and a body that calls
+    ``dispatch(qualname, positional_args[, keyword_args])``.
+
+    Parameters without a default are passed positionally; one with a default is passed by
+    keyword only when the caller gave another object than the default (see the module docstring).
+    A non-singleton default is compared by identity with the global ``default_name`` (formatted
+    with ``fn`` and ``param``), which the caller binds to the function's own default object.
+    """
+    params = _parse(qualname)
+    name = qualname.rsplit(".", 1)[-1]
+    positional = [n for n, _, default in params if default is None]
+    differs = {
+        n: f"{n} is not {default if default in _SINGLETONS else default_name.format(fn=name, param=n)}"
+        for n, _, default in params if default is not None
+    }
+    args = "(" + "".join(f"{n}, " for n in positional) + ")"
+    body = [f"    return {dispatch}({qualname!r}, {args})"]
+    if differs:
+        # The common call leaves every keyword at its default: no dictionary to build.
+        body = [
+            f"    if not ({' or '.join(differs.values())}):",
+            f"        return {dispatch}({qualname!r}, {args})",
+            "    kw = {}",
+            *(f"    if {test}: kw[{n!r}] = {n}" for n, test in differs.items()),
+            f"    return {dispatch}({qualname!r}, {args}, kw)",
+        ]
+    if doc is not None:
+        body.insert(0, f"    {_docstring(doc)}")
+    return f"def {name}({SIGNATURES[qualname]}):\n" + "\n".join(body) + "\n"
+
+
+def default_bindings(qualname: str, default_name: str = _DEFAULT_NAME) -> list[tuple[str, str]]:
+    """``(global name, expression)`` per non-singleton default of ``qualname``'s function: the
+    expression reads the default object back from the function (``__defaults__`` /
+    ``__kwdefaults__``), so the identity test in its body compares with that very object."""
+    name = qualname.rsplit(".", 1)[-1]
+    return [
+        (default_name.format(fn=name, param=n), f"{name}.__kwdefaults__[{n!r}]" if index is None else f"{name}.__defaults__[{index}]")
+        for n, index in _compared_defaults(qualname)
+    ]
+
+
+def _compared_defaults(qualname: str) -> list[tuple[str, int | None]]:
+    """``(parameter, index in __defaults__ or None for keyword-only)`` per non-singleton default."""
+    out: list[tuple[str, int | None]] = []
+    index = 0
+    for n, keyword_only, default in _parse(qualname):
+        if default is None:
+            continue
+        if default not in _SINGLETONS:
+            out.append((n, None if keyword_only else index))
+        index += 0 if keyword_only else 1
+    return out
+
+
+def _docstring(doc: str) -> str:
+    if '"""' in doc or "\\" in doc:
+        raise ValueError(f"docstring {doc!r} cannot be written as plain triple-quoted source")
+    return f'"""{doc}"""'
+
+
 def make_function(qualname: str, dispatch: Callable[..., Any], doc: str, module: str | None = None) -> Callable[..., Any]:
     """A function with ``qualname``'s standard signature whose body is
     ``dispatch(qualname, positional_args, keyword_args)``, attributed to ``module`` (where it is
     exported, so ``pickle`` and ``help()`` find it).
 
-    Parameters without a default are passed positionally; one with a default is passed by
-    keyword only when the caller gave another object than the default (see the module docstring).
+    Made at run time (``linalg``, ``fft`` and tests); the main namespace's functions are the same
+    source, written once into ``_generated_ops.py`` by ``scripts/gen_ops.py``.
     """
-    params = _parse(qualname)
     name = qualname.rsplit(".", 1)[-1]
     env: dict[str, Any] = {"_dispatch": dispatch, "__name__": module}
-    positional = [n for n, _, default in params if default is None]
-    differs = {
-        n: f"{n} is not {default if default in _SINGLETONS else _DEFAULT_NAME.format(n)}"
-        for n, _, default in params if default is not None
-    }
-    args = "(" + "".join(f"{n}, " for n in positional) + ")"
-    body = [f"    return _dispatch({qualname!r}, {args})"]
-    if differs:
-        # The common call leaves every keyword at its default: no dictionary to build.
-        body = [
-            f"    if not ({' or '.join(differs.values())}):",
-            f"        return _dispatch({qualname!r}, {args})",
-            "    kw = {}",
-            *(f"    if {test}: kw[{n!r}] = {n}" for n, test in differs.items()),
-            f"    return _dispatch({qualname!r}, {args}, kw)",
-        ]
-    source = f"def {name}({SIGNATURES[qualname]}):\n" + "\n".join(body) + "\n"
+    source = function_source(qualname, "_dispatch")
     exec(compile(source, f"<array API {qualname}>", "exec"), env)  # noqa: S102 - static table text
     fn: Callable[..., Any] = env[name]
     # The checks compare with the function's own default objects: a second parse of the table
     # would make equal but distinct float constants, and ``is`` against a literal is a warning.
-    defaulted_positional = [n for n, keyword_only, default in params if default is not None and not keyword_only]
-    env.update({_DEFAULT_NAME.format(n): v for n, v in zip(defaulted_positional, fn.__defaults__ or ())})
-    env.update({_DEFAULT_NAME.format(n): v for n, v in (fn.__kwdefaults__ or {}).items()})
+    for n, index in _compared_defaults(qualname):
+        env[_DEFAULT_NAME.format(fn=name, param=n)] = fn.__kwdefaults__[n] if index is None else fn.__defaults__[index]  # type: ignore[index]
     fn.__doc__ = doc
     return fn
-

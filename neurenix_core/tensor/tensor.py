@@ -528,6 +528,17 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     return out if record is None else record(name, args, kwargs, out)
 
 
+
+def _call_with_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """``_call`` for ops with a ``dtype=`` keyword (sum, prod, cumulative_*, linalg.trace): the
+    backend's native op gets its own dtype object (torch needs a torch.dtype), a host fallback
+    gets the neurenix dtype. The generated function passes ``dtype`` only when it is given."""
+    if kwargs and "dtype" in kwargs and type(args[0]) is Tensor:
+        dt = as_dtype(kwargs["dtype"])
+        be = args[0]._p.backend
+        kwargs["dtype"] = be._native_dtype(dt) if name in be.ops else dt
+    return _call(name, args, kwargs)
+
 def _index_key(key: Any, p: Placement) -> Any:
     if type(key) is Tensor:
         q = key._p

@@ -1,0 +1,78 @@
+"""neurenix_core/tensor/_generated_ops.py is current, and its functions are the namespace's.
+
+The module is written by scripts/gen_ops.py from the signature table, so that import loads
+compiled code instead of running ``exec`` ~80 times; these tests keep it from drifting.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+from neurenix_core.tensor import _generated_ops, ops
+from neurenix_core.tensor.signatures import GENERATED_OPS, parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_ops", ROOT / "scripts" / "gen_ops.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_module_is_current() -> None:
+    text = (ROOT / "neurenix_core" / "tensor" / "_generated_ops.py").read_text()
+    assert _generator().render() == text, "neurenix_core/tensor/_generated_ops.py is stale: run python scripts/gen_ops.py"
+
+
+def test_the_namespace_exports_the_generated_functions() -> None:
+    assert list(_generated_ops.__all__) == list(GENERATED_OPS)
+    for name in GENERATED_OPS:
+        fn = getattr(nx, name)
+        assert fn is getattr(_generated_ops, name) is getattr(ops, name), name
+        assert fn.__module__ == "neurenix_core.tensor.ops", name  # pickled by reference from there
+        assert pickle.loads(pickle.dumps(fn)) is fn
+        assert inspect.signature(fn) == parameters(name), name
+        assert name in (fn.__doc__ or "")
+
+
+def test_generated_functions_pass_only_keywords_that_differ_from_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def record(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> None:
+        calls.append((name, args, kwargs or {}))
+
+    monkeypatch.setattr(_generated_ops, "_call", record)
+    monkeypatch.setattr(_generated_ops, "_call_with_dtype", record)
+    nx.std("x")
+    # The defaults themselves (the very objects) given explicitly: nothing is passed on.
+    nx.std("x", axis=None, correction=nx.std.__kwdefaults__["correction"], keepdims=False)
+    nx.std("x", correction=1.0)
+    nx.sort("x", axis=-1, descending=False, stable=True)
+    nx.sort("x", axis=0)
+    nx.clip("x", None, 2.0)
+    nx.sum("x", dtype="float64")
+    nx.roll("x", 1, axis=1)
+    assert calls == [
+        ("std", ("x",), {}), ("std", ("x",), {}), ("std", ("x",), {"correction": 1.0}),
+        ("sort", ("x",), {}), ("sort", ("x",), {"axis": 0}), ("clip", ("x",), {"max": 2.0}),
+        ("sum", ("x",), {"dtype": "float64"}), ("roll", ("x", 1), {"axis": 1}),
+    ]
+
+
+def test_generated_functions_run_on_the_default_device() -> None:
+    a = np.array([[3.0, 1.0, 2.0], [6.0, 5.0, 4.0]], dtype=np.float32)
+    x = nx.asarray(a)
+    np.testing.assert_allclose(nx.std(x, correction=1.0).numpy(), np.std(a, ddof=1), rtol=1e-6)
+    np.testing.assert_allclose(nx.sum(x, axis=1, dtype=nx.float64).numpy(), a.sum(axis=1))
+    np.testing.assert_array_equal(nx.sort(x, axis=1, descending=True).numpy(), -np.sort(-a, axis=1))
