@@ -41,8 +41,9 @@ from neurenix_core.plugins.records import Status
 import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
 from neurenix_core.tensor.tensor import Tensor
 from neurenix_core.tensor.tensor import from_dlpack
-from neurenix_core.autograd.grad import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
-from neurenix_core.training.amp import GradScaler, autocast
+from neurenix_core.autograd import on_demand as _autograd_on_demand
+
+_autograd_on_demand.install()  # the engine loads when a tensor first asks for it (autograd/on_demand.py)
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"
@@ -124,12 +125,26 @@ _LAZY_MODULES = {
 }
 
 
+#: ``nx.grad``, ``nx.no_grad``, ``nx.autocast`` ...: functions of modules the basic tensor path does
+#: not need (autograd, mixed precision), imported on first attribute access (name -> module).
+_LAZY_ATTRIBUTES = {
+    **dict.fromkeys(
+        ("grad", "value_and_grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"), "neurenix_core.autograd.grad"
+    ),
+    **dict.fromkeys(("autocast", "GradScaler"), "neurenix_core.training.amp"),
+}
+
+
 def __getattr__(name: str) -> Any:
     # Submodules with heavier imports load on first use only.
     import importlib
 
     if name in _LAZY_MODULES:
         return importlib.import_module(_LAZY_MODULES[name])
+    if name in _LAZY_ATTRIBUTES:
+        value = getattr(importlib.import_module(_LAZY_ATTRIBUTES[name]), name)
+        globals()[name] = value  # later reads (``with nx.no_grad():`` in a loop) skip this function
+        return value
     if f"neurenix_core.{name}" in _aliases.MOVED:  # ``nx.fallback`` ...: a 0.1 submodule, moved in 0.2
         return importlib.import_module(f"neurenix_core.{name}")
     if name == "bfloat16":  # loads ml_dtypes on first use (see neurenix_core.tensor.dtypes)

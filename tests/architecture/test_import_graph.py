@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "neurenix_core"
+#: The lazy tables of the package ``__init__``: attribute name -> module imported on first access.
+_LAZY_TABLES = ("_LAZY_MODULES", "_LAZY_ATTRIBUTES")
 
 
 def module_files(root: Path = PACKAGE) -> dict[str, Path]:
@@ -55,9 +57,10 @@ def _imported_names(module: str, is_package: bool, tree: ast.AST) -> Iterator[st
                 parts = parts[: len(parts) - (node.level - 1)]
                 base = ".".join(parts + ([node.module] if node.module else []))
             yield from (f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LAZY_MODULES" for t in node.targets):
-            # The package's lazy submodules are imports too, made on first attribute access.
-            yield from (v.value for v in getattr(node.value, "values", []) if isinstance(v, ast.Constant))
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in _LAZY_TABLES for t in node.targets):
+            # The package's lazy submodules and attributes are imports too, made on first attribute
+            # access (every string constant in the table's value is a module name).
+            yield from (v.value for v in ast.walk(node.value) if isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.startswith("neurenix_core"))
         stack.extend(ast.iter_child_nodes(node))
 
 
@@ -117,6 +120,7 @@ def test_the_graph_sees_function_level_and_lazy_imports() -> None:
     graph = import_graph()
     # Guards against a graph builder that misses the kinds of imports the rule is about.
     assert "neurenix_core.nn" in graph["neurenix_core"]  # the lazy table of __init__
+    assert "neurenix_core.autograd.grad" in graph["neurenix_core"]  # the lazy attribute table (nx.grad)
     assert "neurenix_core.graph.compiler" in graph["neurenix_core"]  # an import inside __getattr__
     assert len(graph) > 60
 
