@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 from typing import Any, final
 
 __all__ = ["EntryPoint", "entry_points"]
 
-_NORMALIZE = re.compile(r"[-_.]+")
 
 
 @final
@@ -49,12 +47,20 @@ def entry_points(group: str, path: list[str] | None = None) -> list[EntryPoint]:
     seen: set[str] = set()
     for entry in sys.path if path is None else path:
         for folder in _metadata_dirs(entry or "."):
-            key = _NORMALIZE.sub("_", os.path.basename(folder).rsplit(".", 1)[0].split("-")[0]).lower()
+            key = _normalize(os.path.basename(folder).rsplit(".", 1)[0].split("-")[0])
             if key in seen:
                 continue
             seen.add(key)
             found.extend(_read_group(folder, group))
     return found
+
+
+def _normalize(name: str) -> str:
+    """``re.sub(r"[-_.]+", "_", name).lower()`` (PEP 503 names), without compiling a regex at import."""
+    name = name.replace("-", "_").replace(".", "_")
+    while "__" in name:
+        name = name.replace("__", "_")
+    return name.lower()
 
 
 def _metadata_dirs(entry: str) -> list[str]:

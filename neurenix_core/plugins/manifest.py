@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, final
 
+from neurenix_core.device import valid_type_name
+
 __all__ = [
     "NEURENIX_API_VERSION",
     "PriorityBand",
@@ -276,8 +278,34 @@ class ProbeResult(_Record):
         return cls(**{name: data[name] for name in cls.field_names() if name in data})
 
 
-_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]*$")
-_CLAUSE: Final = re.compile(r"^(>=|<=|==|<|>)\s*(\d+)(?:\.(\d+))?$")
+# Plain strings, compiled (and cached by ``re``) only for text the set-based fast paths below do
+# not accept: compiling both at import cost ~0.2 ms, and every real manifest takes the fast path.
+_NAME: Final = r"^[a-z][a-z0-9_-]*$"
+_CLAUSE: Final = r"^(>=|<=|==|<|>)\s*(\d+)(?:\.(\d+))?$"
+_LOWER: Final = frozenset("abcdefghijklmnopqrstuvwxyz")
+_NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_DIGITS: Final = frozenset("0123456789")
+
+
+def _valid_name(name: str) -> bool:
+    """``re.match(_NAME, name)``; the set check accepts a subset of what the regex accepts."""
+    if name[:1] in _LOWER and _NAME_CHARS.issuperset(name):
+        return True
+    return re.match(_NAME, name) is not None
+
+
+def _clause(clause: str) -> tuple[str, int, int] | None:
+    """``(op, major, minor)`` of one range clause, as ``re.match(_CLAUSE, clause)`` reads it.
+
+    ``>=1.0`` / ``<2`` (no spaces, ASCII digits) are read without the regex; anything else goes to it.
+    """
+    op = clause[:2] if clause[:2] in (">=", "<=", "==") else clause[:1]
+    if op in (">=", "<=", "==", "<", ">"):
+        major, dot, minor = clause[len(op):].partition(".")
+        if major and _DIGITS.issuperset(major) and (not dot or (minor and _DIGITS.issuperset(minor))):
+            return op, int(major), int(minor or 0)
+    m = re.match(_CLAUSE, clause)
+    return None if m is None else (m.group(1), int(m.group(2)), int(m.group(3) or 0))
 
 
 def api_compatible(spec: str, version: tuple[int, int] = NEURENIX_API_VERSION) -> bool:
@@ -290,10 +318,10 @@ def api_compatible(spec: str, version: tuple[int, int] = NEURENIX_API_VERSION) -
         raise ValueError(f"empty api range {spec!r}")
     ok = True
     for clause in clauses:
-        m = _CLAUSE.match(clause)
-        if m is None:
+        parsed = _clause(clause)
+        if parsed is None:
             raise ValueError(f"malformed api range clause {clause!r} in {spec!r} (use e.g. '>=1.0,<2')")
-        op, major, minor = m.group(1), int(m.group(2)), int(m.group(3) or 0)
+        op, major, minor = parsed
         ok = ok and _compare(version, op, (major, minor))
     return ok
 
@@ -347,7 +375,7 @@ def _check_fields(m: Manifest) -> None:
         value = getattr(m, name)
         if not isinstance(value, str) or not value:
             raise ValueError(f"field {name!r} must be a non-empty string, got {value!r}")
-    if not _NAME.match(m.name):
+    if not _valid_name(m.name):
         raise ValueError(f"field 'name' {m.name!r} must be lower-case letters, digits, '-' or '_'")
     if not isinstance(m.band, PriorityBand):
         raise ValueError(f"field 'band' must be a PriorityBand, got {m.band!r}")
@@ -356,7 +384,7 @@ def _check_fields(m: Manifest) -> None:
     if not isinstance(m.device_types, tuple) or not m.device_types:
         raise ValueError("field 'device_types' must be a non-empty tuple of device type names")
     for t in m.device_types:
-        if not isinstance(t, str) or not re.match(r"^[a-z][a-z0-9_]*$", t):
+        if not isinstance(t, str) or not valid_type_name(t):
             raise ValueError(f"device type {t!r} must be lower-case letters, digits or '_'")
     if not isinstance(m.capabilities, Capabilities):
         raise ValueError("field 'capabilities' must be a Capabilities or a dict of its fields")

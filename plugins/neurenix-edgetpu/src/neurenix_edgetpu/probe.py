@@ -8,7 +8,6 @@ loads native code (libedgetpu.so.1 through ctypes); the core calls it through
 from __future__ import annotations
 
 import ctypes
-import glob
 import importlib.util
 import os
 from pathlib import Path
@@ -49,9 +48,19 @@ def _read(path: Path) -> str:
         return ""  # a USB device unplugged while we list /sys is simply not there
 
 
+def _entries(folder: str, prefix: str = "") -> list[str]:
+    """Sorted paths of the non-hidden entries of ``folder`` whose name starts with ``prefix``: what
+    ``glob.glob(folder + "/" + prefix + "*")`` returns, without importing glob at import time."""
+    try:
+        names = os.listdir(folder)
+    except OSError:  # no such folder (no /sys in some containers): nothing there
+        return []
+    return sorted(os.path.join(folder, n) for n in names if n.startswith(prefix) and not n.startswith("."))
+
+
 def _usb_devices(root: str = "/sys/bus/usb/devices") -> tuple[str, ...]:
     found = []
-    for entry in sorted(glob.glob(os.path.join(root, "*"))):
+    for entry in _entries(root):
         ids = (_read(Path(entry, "idVendor")), _read(Path(entry, "idProduct")))
         if ids in USB_IDS:
             found.append(os.path.basename(entry))
@@ -73,7 +82,7 @@ def find_libedgetpu() -> str | None:
 
 
 def scan() -> Scan:
-    return Scan(pci=tuple(sorted(glob.glob("/dev/apex_*"))), usb=_usb_devices(), library=find_libedgetpu())
+    return Scan(pci=tuple(_entries("/dev", "apex_")), usb=_usb_devices(), library=find_libedgetpu())
 
 
 def runtime_module() -> str | None:

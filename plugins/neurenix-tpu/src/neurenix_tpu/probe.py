@@ -6,7 +6,6 @@ environment variables. Importing JAX here would initialise PJRT (seconds, and it
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import os
 import re
@@ -29,7 +28,8 @@ CHIP_BY_PCI_ID: Final[Mapping[str, str]] = {
     "0x0062": "v5p",
     "0x006f": "v6e",
 }
-_FORCE_COUNT: Final = re.compile(r"--xla_force_host_platform_device_count=(\d+)")
+# A plain string: ``re`` compiles (and caches) it when emulation asks, not at every import.
+_FORCE_COUNT: Final = r"--xla_force_host_platform_device_count=(\d+)"
 
 
 # A NamedTuple, not a dataclass: this module is imported by `import neurenix_core`, and
@@ -51,6 +51,19 @@ class TPUPresence(NamedTuple):
     @property
     def has_nodes(self) -> bool:
         return bool(self.accel_nodes or self.vfio_nodes or self.pci_chips)
+
+
+_ASCII_DIGITS: Final = frozenset("0123456789")
+
+
+def _entries(folder: str, prefix: str = "") -> list[str]:
+    """Sorted paths of the non-hidden entries of ``folder`` whose name starts with ``prefix``: what
+    ``glob.glob(folder + "/" + prefix + "*")`` returns, without importing glob at import time."""
+    try:
+        names = os.listdir(folder)
+    except OSError:  # no such folder: no such device nodes
+        return []
+    return sorted(os.path.join(folder, n) for n in names if n.startswith(prefix) and not n.startswith("."))
 
 
 def _pci_chips(root: Path) -> tuple[str, ...]:
@@ -78,8 +91,8 @@ def scan(env: Mapping[str, str] | None = None, dev_root: str = "/dev", pci_root:
     """Look for TPU device nodes, Google PCI functions and libtpu (roots are parameters for tests)."""
     env = os.environ if env is None else env
     return TPUPresence(
-        accel_nodes=tuple(sorted(glob.glob(os.path.join(dev_root, "accel[0-9]*")))),
-        vfio_nodes=tuple(sorted(p for p in glob.glob(os.path.join(dev_root, "vfio", "*")) if os.path.basename(p).isdigit())),
+        accel_nodes=tuple(p for p in _entries(dev_root, "accel") if os.path.basename(p)[5:6] in _ASCII_DIGITS),
+        vfio_nodes=tuple(p for p in _entries(os.path.join(dev_root, "vfio")) if os.path.basename(p).isdigit()),
         pci_chips=_pci_chips(Path(pci_root)),
         libtpu=_libtpu(env),
     )
@@ -91,7 +104,7 @@ def emulated_device_count(env: Mapping[str, str] | None = None) -> int:
     The probe may not import JAX, so it reads the same flag JAX will read when it starts.
     """
     env = os.environ if env is None else env
-    found = _FORCE_COUNT.findall(env.get("XLA_FLAGS", ""))
+    found = re.findall(_FORCE_COUNT, env.get("XLA_FLAGS", ""))
     return max(1, int(found[-1])) if found else 1  # XLA takes the last occurrence
 
 
