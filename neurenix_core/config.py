@@ -9,7 +9,7 @@ NEURENIX_PROBE_TIMEOUT            seconds a probe may take (default 2)
 NEURENIX_NATIVE_PROBE_TIMEOUT     seconds a native probe subprocess may take (default 10: driver init is slow)
 NEURENIX_FALLBACK                 error | warn | allow (default warn)
 NEURENIX_BACKEND_TIMEOUT          seconds a backend factory may take on first use (default 120: importing a framework is slow)
-NEURENIX_STATE_DIR                where the crash journal and quarantine list live
+NEURENIX_STATE_DIR                where the crash journal, quarantine list and entry point cache live
                                   (default $XDG_STATE_HOME/neurenix, else ~/.local/state/neurenix)
 
 Read once, before any plugin is imported (``state.initialize``): a plugin that changes these

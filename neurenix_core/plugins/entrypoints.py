@@ -21,14 +21,18 @@ __all__ = ["EntryPoint", "entry_points"]
 class EntryPoint:
     """One ``name = module[:attr]`` line of a distribution's entry_points.txt."""
 
-    __slots__ = ("name", "value", "group", "dist_name", "dist_version")
+    __slots__ = ("name", "value", "group", "dist_name", "dist_version", "folder")
 
-    def __init__(self, name: str, value: str, group: str, dist_name: str | None, dist_version: str | None) -> None:
+    def __init__(
+        self, name: str, value: str, group: str, dist_name: str | None, dist_version: str | None, folder: str | None = None
+    ) -> None:
         self.name = name
         self.value = value
         self.group = group
         self.dist_name = dist_name
         self.dist_version = dist_version
+        #: The ``*.dist-info`` / ``*.egg-info`` folder it was read from (None when made in code).
+        self.folder = folder
 
     def load(self) -> Any:
         module_name, _, attr = self.value.partition(":")
@@ -85,7 +89,7 @@ def _read_group(folder: str, group: str) -> list[EntryPoint]:
     for line in lines:
         key, sep, value = line.partition("=")
         if sep:
-            out.append(EntryPoint(key.strip(), value.strip(), group, name, version))
+            out.append(EntryPoint(key.strip(), value.strip(), group, name, version, folder))
     return out
 
 

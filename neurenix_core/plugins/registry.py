@@ -24,7 +24,8 @@ import pluggy
 from neurenix_core.plugins import hookspecs
 from neurenix_core.config import Config
 from neurenix_core.device import Device, DeviceType
-from neurenix_core.plugins.entrypoints import EntryPoint, entry_points
+from neurenix_core.plugins.entrypoints import EntryPoint
+from neurenix_core.plugins.ep_cache import cached_entry_points
 from neurenix_core.errors import (
     BackendUnavailableError,
     DeviceNotFoundError,
@@ -155,7 +156,7 @@ class Registry:
 
     # ------------------------------------------------------------------ discovery
     def discover(self, eps: Iterable[EntryPoint] | None = None) -> None:
-        eps = list(entry_points(ENTRY_POINT_GROUP) if eps is None else eps)
+        eps = list(cached_entry_points(ENTRY_POINT_GROUP, self.config.state_dir) if eps is None else eps)
         to_load = self._admit(eps)
         self._journal = self._open_journal([r for r, _ in to_load if not r.trusted])
         try:
