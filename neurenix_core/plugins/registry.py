@@ -87,7 +87,7 @@ class PluginRecord:
         self.version = version
         self.builtin = builtin
         #: One of this repository's own plugins exactly as shipped (names.RESERVED): reviewed here,
-        #: so its code is not journaled (a typical install then writes no file at import).
+        #: so its code is not journaled (a typical install then writes no journal at import).
         self.trusted = trusted
         #: Claimed a reserved name that belongs to another distribution.
         self.squatter = False
