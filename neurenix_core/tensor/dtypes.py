@@ -5,11 +5,14 @@ Backends translate them to their own dtype objects in ``Backend._native_dtype``.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from neurenix_core.errors import UnsupportedDTypeError
+
+if TYPE_CHECKING:
+    from neurenix_core.tensor.dtype_info import FInfo, IInfo
 
 __all__ = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -88,6 +91,10 @@ def __getattr__(name: str) -> Any:
         return dtype_table()["bfloat16"]
     if name == "DTYPES":
         return dtype_table()
+    if name in ("FInfo", "IInfo"):  # the answer types of finfo/iinfo, defined on their first use
+        from neurenix_core.tensor import dtype_info
+
+        return getattr(dtype_info, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -133,28 +140,6 @@ def can_cast(from_: Any, to: Any, /) -> bool:
     return np.can_cast(_dtype_of(from_), as_dtype(to))
 
 
-# NamedTuples, not dataclasses: this module loads at every ``import neurenix_core`` and a dataclass
-# costs the dataclasses import plus code generation (about 1.5 ms together).
-class FInfo(NamedTuple):
-    """``finfo``'s answer: Python floats and ints (the standard's types), ``dtype`` a neurenix dtype."""
-
-    bits: int
-    eps: float
-    max: float
-    min: float
-    smallest_normal: float
-    dtype: np.dtype[Any]
-
-
-class IInfo(NamedTuple):
-    """``iinfo``'s answer: Python ints, ``dtype`` a neurenix dtype."""
-
-    bits: int
-    max: int
-    min: int
-    dtype: np.dtype[Any]
-
-
 def _info_dtype(type: Any, function: str) -> np.dtype[Any]:  # noqa: A002
     try:
         return as_dtype(_dtype_of(type))
@@ -172,6 +157,8 @@ def finfo(type: Any, /) -> FInfo:  # noqa: A002
         raise UnsupportedDTypeError(f"finfo: {dt} is not a floating-point dtype; use iinfo for integer dtypes")
     import ml_dtypes  # np.finfo does not know bfloat16
 
+    from neurenix_core.tensor.dtype_info import FInfo
+
     fi = ml_dtypes.finfo(dt)
     return FInfo(
         bits=int(fi.bits), eps=float(fi.eps), max=float(fi.max), min=float(fi.min),
@@ -184,6 +171,8 @@ def iinfo(type: Any, /) -> IInfo:  # noqa: A002
     dt = _info_dtype(type, "iinfo")
     if dt.kind not in "iu":
         raise UnsupportedDTypeError(f"iinfo: {dt} is not an integer dtype; use finfo for floating-point dtypes")
+    from neurenix_core.tensor.dtype_info import IInfo
+
     ii = np.iinfo(dt)
     return IInfo(bits=int(ii.bits), max=int(ii.max), min=int(ii.min), dtype=dt)
 
