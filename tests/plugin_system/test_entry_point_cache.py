@@ -108,6 +108,29 @@ def test_a_changed_sys_path_is_another_record(sites, monkeypatch: pytest.MonkeyP
     assert (state / ep_cache.CACHE_FILE).read_text().count("\nend\n") == 2
 
 
+def test_a_changing_folder_without_distributions_keeps_the_cache(sites, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The current folder of ``python -c`` changes all the time; only its distributions matter."""
+    first, second, state = sites
+    scanned = _cached(state)
+    (first / "notes.txt").write_text("a file, not a distribution")  # first's stamp changes now
+
+    def no_scan(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the distributions did not change: nothing should have been scanned")
+
+    monkeypatch.setattr(ep_cache, "entry_points", no_scan)
+    assert _cached(state) == scanned
+
+
+def test_a_reinstalled_distribution_of_the_same_name_is_seen(sites) -> None:
+    """Same folder name (same version), new folder: a reinstall that adds the entry point."""
+    first, second, state = sites
+    _cached(state)
+    info = next(second.glob("neurenix_zeta-*.dist-info"))
+    shutil.rmtree(info)
+    write_distribution(second, name="zeta", module="zeta_rebuilt", source="", version="2.0")
+    assert ("zeta", "zeta_rebuilt") in [e[:2] for e in _cached(state)]
+
+
 def test_recent_changes_are_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site, state = tmp_path / "site", tmp_path / "state"
     site.mkdir()
@@ -117,13 +140,16 @@ def test_recent_changes_are_not_cached(tmp_path: Path, monkeypatch: pytest.Monke
     assert not (state / ep_cache.CACHE_FILE).exists()
 
 
-@pytest.mark.parametrize("content", ["garbage\n", "neurenix-entry-points 1\npath\tonly-two-fields\nend\n", "\udcff"])
+@pytest.mark.parametrize(
+    "content",
+    ["garbage\n", f"{ep_cache._HEADER}\ngroup\tneurenix.backends\npath\tonly-two-fields\nend\n", f"{ep_cache._HEADER}\nend\n", "\udcff"],
+)
 def test_a_malformed_cache_is_ignored_and_replaced(sites, content: str) -> None:
     first, second, state = sites
     state.mkdir()
     (state / ep_cache.CACHE_FILE).write_text(content, errors="surrogateescape")
     assert _cached(state) == _view(entry_points(GROUP))
-    assert (state / ep_cache.CACHE_FILE).read_text().startswith("neurenix-entry-points 1\n")
+    assert (state / ep_cache.CACHE_FILE).read_text().startswith(ep_cache._HEADER + "\n")
 
 
 def test_an_unwritable_state_folder_still_answers(sites) -> None:
