@@ -143,8 +143,8 @@ def _global(name: str) -> Handler:
 def _arg(mode: str) -> Handler:
     def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
         axis = axis_of(int(a["axis"]), len(lw.shape(x[0])))
-        # stable=True: ties give the first index, as argmax/argmin in the opset (NumPy) do.
-        indices = lw.op.topk(x[0], lw.const(1, np.int64), axis, mode, "none", "i64", True).output(1)
+        # stable=True (which needs a sort mode): ties give the first index, as the opset's (NumPy's) argmax.
+        indices = lw.op.topk(x[0], lw.const(1, np.int64), axis, mode, "value", "i64", True).output(1)
         return indices if a["keepdims"] else lw.op.squeeze(indices, lw.axes([axis]))
 
     return lower

@@ -102,7 +102,8 @@ def _adaptive_avg_pool2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> An
 
 def _adaptive_max_pool2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     lw.expect_rank(node, x[0], 4, "an NCHW input")
-    return lw.op.adaptive_max_pool(x[0], lw.const(pair(a["output_size"]), np.int64)).output(0)
+    # i32 indices: OpenVINO's CPU plugin runs no i64 output through oneDNN (the indices are unused).
+    return lw.op.adaptive_max_pool(x[0], lw.const(pair(a["output_size"]), np.int64), "i32").output(0)
 
 
 def _batch_norm2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
