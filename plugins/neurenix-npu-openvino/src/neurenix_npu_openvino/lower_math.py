@@ -109,8 +109,13 @@ def _leaky_relu(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
 
 
 def _hardsigmoid(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
-    # HardSigmoid takes alpha and beta as scalar constants (shape ()).
-    return lw.op.hard_sigmoid(x[0], lw.scalar_like(x[0], float(a["alpha"])), lw.scalar_like(x[0], float(a["beta"])))
+    alpha, beta = float(a["alpha"]), float(a["beta"])
+    if abs(alpha - 1.0 / 6.0) < 1e-9 and beta == 0.5:
+        # PyTorch's hardsigmoid is OpenVINO's HSigmoid, which the CPU plugin fuses with its
+        # neighbours (HardSigmoid runs as a separate kernel with layout reorders around it).
+        return lw.op.hsigmoid(x[0])
+    scaled = lw.op.add(lw.op.multiply(x[0], lw.scalar_like(x[0], alpha)), lw.scalar_like(x[0], beta))
+    return lw.op.clamp(scaled, 0.0, 1.0)
 
 
 def _gelu(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
