@@ -258,3 +258,28 @@ def test_int8_layer_precisions_read_from_the_runtime_graph(npu: Any) -> None:
     x = calibration[0]
     want, got = np.asarray(run_graph(graph, *x)), model(*x)
     assert np.max(np.abs(got - want)) <= 0.05 * np.max(np.abs(want))
+
+
+@pytest.mark.parametrize("name", ["vit", "bert"])
+def test_transformers_run_whole_on_the_device(npu: Any, name: str) -> None:
+    torch = pytest.importorskip("torch")
+    import model_zoo as zoo
+
+    import neurenix_core as nx
+    from neurenix_core import nn
+
+    if name == "vit":
+        model = zoo.build("vit")
+        x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32))
+        imported, inputs = nn.from_torch(model, x), (x.numpy(),)
+    else:
+        pytest.importorskip("transformers")
+        model = zoo.tiny_bert()
+        ids, mask = torch.randint(0, 100, (2, 9)), torch.ones(2, 9, dtype=torch.int64)
+        imported, inputs = nn.from_torch(model, {"input_ids": ids, "attention_mask": mask}), (ids.numpy(), mask.numpy())
+    with nx.fallback_policy("error"):  # a CPU segment would raise
+        compiled = nx.compile(imported, device="npu:0", precision="fp32", progress=False)
+        compiled(*inputs)
+    placement = compiled.placement
+    assert not placement.partitioned and not placement.off_device, placement.line()
+    assert set(placement.nodes) == {"npu:0"} and placement.nodes["npu:0"] > 0  # constants are data, not counted
