@@ -80,7 +80,7 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
             assert zoo.max_rel_err(got, want) <= 1e-4 and zoo.max_rel_err(run(), want) <= 1e-4, "outputs differ from torch eager"
             placement = compiled.placement
             assert not placement.partitioned, placement.line()  # the whole model on the device, no CPU segment
-            t = benchkit.interleaved({"neurenix": lambda: compiled(xt), "native": run}, rounds=rounds)
+            t = benchkit.interleaved({"neurenix": lambda c=compiled, x=xt: c(x), "native": run}, rounds=rounds)
             rows.append(benchkit.row("npu_models", name, "fp32", batch, threads, t["neurenix"], t["native"],
                                      compiled.native(x.shape).config, native_config))
             if progress is not None:

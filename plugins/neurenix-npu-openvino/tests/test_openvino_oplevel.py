@@ -242,13 +242,13 @@ def test_int8_zoo_cnn_runs_every_conv_and_fc_in_int8(npu: Any) -> None:
 def test_int8_layer_precisions_read_from_the_runtime_graph(npu: Any) -> None:
     from neurenix_core.graph import quantization as Q
 
-    graph, inputs = _graph(
+    graph = _graph(
         [("conv2d", ["x0"], {"padding": (1, 1)}, _conv_w(8, 3, 3, 3)), ("relu", ["n0"], {}, {}),
          ("conv1d", ["x1"], {"padding": (1,)}, _conv_w(4, 3, 3)), ("flatten", ["n1"], {}, {}), ("flatten", ["n2"], {}, {}),
          ("concat", ["n3", "n4"], {"axis": 1}, {}), ("constant", [], {}, {"value": _f(8 * 36 + 4 * 6, 5) * np.float32(0.05)}),
          ("matmul", ["n5", "n6"], {}, {})],
         [_f(4, 3, 6, 6), _f(4, 3, 6)],
-    ), None
+    )
     calibration = [(_f(4, 3, 6, 6), _f(4, 3, 6)) for _ in range(3)]
     plan = Q.calibrate(graph, calibration, bits=8, progress=False)
     model = compile_graph(npu, graph, CompileOptions(device="npu:0", precision="int8", quantization=plan))

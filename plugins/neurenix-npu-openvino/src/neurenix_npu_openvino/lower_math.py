@@ -156,7 +156,7 @@ def _arg(mode: str) -> Handler:
 
 
 def _cast(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
-    if a["to"] == "bool" and not lw.specs[node.inputs[0]].dtype == "bool":
+    if a["to"] == "bool" and lw.specs[node.inputs[0]].dtype != "bool":
         # Convert to boolean is "not equal to zero" (NumPy's astype(bool)), stated explicitly.
         return lw.op.not_equal(x[0], lw.scalar_like(x[0], 0))
     return x[0]  # the driver converts to the opset's output dtype
