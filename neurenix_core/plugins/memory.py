@@ -15,8 +15,8 @@ whole dispatch budget. The slow paths below still take the lock.
 
 from __future__ import annotations
 
+import _thread
 import sys
-import threading
 from typing import NamedTuple, final
 
 from neurenix_core.errors import OutOfMemoryError
@@ -92,7 +92,7 @@ class MemoryTracker:
     def __init__(self, label: str, device_count: int) -> None:
         self._label = label
         self.devices = [DeviceMemory(f"{label}:{i}") for i in range(device_count)]
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # what threading.Lock() returns, without importing threading
 
     def _device(self, index: int) -> DeviceMemory:
         if not 0 <= index < len(self.devices):

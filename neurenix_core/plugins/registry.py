@@ -11,8 +11,8 @@ factories run under a deadline (factory.py).
 
 from __future__ import annotations
 
+import _thread
 import functools
-import threading
 import types
 import warnings
 from collections.abc import Iterable
@@ -41,7 +41,6 @@ from neurenix_core.plugins.manifest import (
     validate_manifest,
 )
 from neurenix_core.plugins import envwatch
-from neurenix_core.plugins.journal import Journal, lift, open_journal, quarantine_cause, read_quarantine
 from neurenix_core.plugins.names import is_own, squatting
 from neurenix_core.plugins.records import Failure, Status
 from neurenix_core.plugins.probing import ProbeFailure, ProbeTimeout, run_all_bounded, run_native_probe
@@ -49,6 +48,7 @@ from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean, clean
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend
+    from neurenix_core.plugins.journal import Journal
     from neurenix_core.plugins.backend_info import BackendInfo
 
 __all__ = ["ENTRY_POINT_GROUP", "Status", "Failure", "PluginRecord", "Registry"]
@@ -101,7 +101,7 @@ class PluginRecord:
         self.stuck: str | None = None
         #: Things the plugin did that work but deserve the user's attention (environment changes).
         self.warnings: list[str] = []
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()  # threading.Lock itself; threading is not imported at import
 
     def __repr__(self) -> str:
         return f"PluginRecord(name={self.name!r}, distribution={self.distribution!r}, failure={self.failure!r}, denied={self.denied!r})"
@@ -203,6 +203,9 @@ class Registry:
         """
         if not untrusted:
             return None
+        # Loaded only here: an install whose plugins are all this repository's never needs it.
+        from neurenix_core.plugins.journal import lift, open_journal, quarantine_cause, read_quarantine
+
         quarantined = read_quarantine(self.config.state_dir)
         for record in untrusted:
             entry = quarantined.get(record.name)

@@ -1,0 +1,53 @@
+"""What ``import neurenix_core`` must not load (issue 17, the import-time budget).
+
+Each of these was measured at ~0.2-3 ms of import and moved to first use; a fresh interpreter with
+this repository's plugins (no third-party plugin, so no crash journal) checks they stay out.
+Counting modules, not timing: no timed asserts in tests (benchmarks/import_time.py times).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+DEFERRED = (
+    "threading",  # the probe worker runs on _thread
+    "glob",  # the tpu and edgetpu probes list folders themselves
+    "dataclasses",
+    "neurenix_core.autograd.engine",  # loaded by the first autograd use (autograd/on_demand.py)
+    "neurenix_core.autograd.grad",
+    "neurenix_core.training.amp",
+    "neurenix_core.tensor.signatures",  # the generated ops need no table at import
+    "neurenix_core.tensor.dtype_info",  # finfo/iinfo answer types
+    "neurenix_core.plugins.journal",  # only with a third-party plugin
+    "fcntl",
+)
+
+
+def _loaded_after_import(env_extra: dict[str, str]) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
+    env.update(env_extra)
+    code = f"import sys, json, neurenix_core; print(json.dumps([m for m in {DEFERRED!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_leaves_deferred_modules_unloaded() -> None:
+    assert _loaded_after_import({"NEURENIX_BACKENDS": "-onnxruntime"}) == []
+
+
+def test_the_autograd_engine_loads_on_first_use() -> None:
+    code = (
+        "import sys, json, numpy as np, neurenix_core as nx\n"
+        "x = nx.asarray(np.ones(3, dtype=np.float32))\n"
+        "before = 'neurenix_core.autograd.engine' in sys.modules\n"
+        "leaf = x.is_leaf\n"
+        "x.requires_grad_()\n"
+        "nx.sum(x * x).backward()\n"
+        "print(json.dumps([before, leaf, x.grad.numpy().tolist(), 'neurenix_core.autograd.engine' in sys.modules]))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, [2.0, 2.0, 2.0], True]
