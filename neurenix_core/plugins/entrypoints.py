@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any, final
 
-__all__ = ["EntryPoint", "entry_points"]
+__all__ = ["EntryPoint", "Distribution", "entry_points", "folder_entry_points", "combine", "distribution_key"]
 
 
 
@@ -51,12 +52,44 @@ def entry_points(group: str, path: list[str] | None = None) -> list[EntryPoint]:
     seen: set[str] = set()
     for entry in sys.path if path is None else path:
         for folder in _metadata_dirs(entry or "."):
-            key = _normalize(os.path.basename(folder).rsplit(".", 1)[0].split("-")[0])
+            key = distribution_key(os.path.basename(folder))
             if key in seen:
                 continue
             seen.add(key)
             found.extend(_read_group(folder, group))
     return found
+
+
+#: One distribution of a folder: its folder name, its ``distribution_key`` and its entry points of a group.
+Distribution = tuple[str, str, list[EntryPoint]]
+
+
+def folder_entry_points(entry: str, group: str) -> list[Distribution]:
+    """Every distribution in one ``sys.path`` folder, in the order ``entry_points`` reads them
+    (``combine`` picks the winners across folders)."""
+    out: list[Distribution] = []
+    for folder in _metadata_dirs(entry or "."):
+        name = os.path.basename(folder)
+        out.append((name, distribution_key(name), _read_group(folder, group)))
+    return out
+
+
+def combine(folders: Iterable[list[Distribution]]) -> list[EntryPoint]:
+    """``entry_points`` from per-folder answers (``folder_entry_points``) in ``sys.path`` order:
+    the first distribution of a (normalized) name wins, whether or not it has the group."""
+    found: list[EntryPoint] = []
+    seen: set[str] = set()
+    for distributions in folders:
+        for _, key, eps in distributions:
+            if key not in seen:
+                seen.add(key)
+                found.extend(eps)
+    return found
+
+
+def distribution_key(folder_name: str) -> str:
+    """The normalized distribution name of a ``name-version.dist-info`` folder (first one wins)."""
+    return _normalize(folder_name.rsplit(".", 1)[0].split("-")[0])
 
 
 def _normalize(name: str) -> str:

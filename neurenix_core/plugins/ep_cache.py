@@ -1,27 +1,29 @@
-"""The entry point scan, remembered while nothing it read has changed.
+"""The entry point scan, remembered per ``sys.path`` folder while nothing it read has changed.
 
 Finding the ``neurenix.backends`` entry points means listing every folder on ``sys.path`` and
 opening the ``entry_points.txt`` of every distribution there (~80 files in a usual environment,
-about 1 ms of ``import neurenix_core``). The answer changes only when a distribution is installed,
-removed or upgraded, and installers do that by creating or removing a ``*.dist-info`` folder
-directly inside a ``sys.path`` folder, which changes that folder's modification time: the same
+about 1 ms of ``import neurenix_core``). A folder's answer changes only when a distribution in it
+is installed, removed or upgraded, and installers do that by creating or removing a
+``*.dist-info`` folder directly inside it, which changes the folder's modification time: the same
 signal Python's own import system trusts for its directory caches.
 
-So the cache file (``entry-points.cache`` in the state folder, beside the crash journal) keeps, per
-``sys.path`` (relative entries resolved against the current folder), the device, inode,
-modification time and size of every ``sys.path`` folder, of every distribution folder in it and of
-every ``entry_points.txt`` that contributed, and the entry points found. A lookup stats the
-``sys.path`` folders and the contributing files (~25 ``stat`` calls). A folder whose stamp changed
-(the current folder of ``python -c``, where files come and go) is listed again: when its
-distribution folders are still the same ones with the same stamps, the answer stands; any other
-difference means a fresh scan.
+So the cache file (``entry-points.cache`` in the state folder, beside the crash journal) keeps one
+record per ``sys.path`` folder: its device, inode, modification time and size, the name and stamp
+of every distribution folder in it, the stamp of every ``entry_points.txt`` that has the group,
+and those entry points. A lookup stats each ``sys.path`` folder and each contributing file (~25
+``stat`` calls); a folder whose stamp changed (the current folder of ``python -c``, where files
+come and go) is listed again, and when its distribution folders are the same ones with the same
+stamps its record stands. Only a folder whose distributions changed is scanned again; the winners
+across folders (first distribution of a name on ``sys.path``) are picked exactly as a full scan
+picks them (``entrypoints.combine``). Records are per folder, so a new working folder or virtual
+environment adds its own folders and reuses the rest.
 
-A stamp is only trusted when it is at least two seconds old, so that a change within one
-timestamp tick of the filesystem cannot hide behind an equal time: a recently changed ``sys.path``
-folder is recorded as "always list it", and a result that depends on a recently changed
-distribution is not cached at all. Limit: an ``entry_points.txt`` edited in place (no new file, no
-rename) in a distribution that had no ``neurenix.backends`` entry point is not seen until its
-folder changes; installers never edit in place, and deleting the cache file forces a scan.
+A stamp is only trusted when it is at least two seconds old, so that a change within one timestamp
+tick of the filesystem cannot hide behind an equal time: a recently changed folder is recorded as
+"always list it", and a folder with a recently changed distribution is not recorded. Limit: an
+``entry_points.txt`` edited in place (no new file, no rename) in a distribution that had no
+``neurenix.backends`` entry point is not seen until its folder changes; installers never edit in
+place, and deleting the cache file forces a scan.
 
 Text with tabs or newlines (paths, names) is never cached, and an unreadable, malformed or
 unwritable cache only means a scan: the cache saves time, it never decides what is installed. The
@@ -38,66 +40,66 @@ import sys
 import time
 from typing import Final
 
-from neurenix_core.plugins.entrypoints import EntryPoint, entry_points
+from neurenix_core.plugins.entrypoints import Distribution, EntryPoint, combine, distribution_key, folder_entry_points
 
 __all__ = ["CACHE_FILE", "cached_entry_points"]
 
 CACHE_FILE: Final = "entry-points.cache"
-_HEADER: Final = "neurenix-entry-points 2"
-#: Records kept (one per distinct sys.path: virtual environments, working folders).
-_RECORDS: Final = 8
+_HEADER: Final = "neurenix-entry-points 4"
+#: Folder records kept: this process's, then the most recently written others.
+_RECORDS: Final = 128
 #: Anything modified this recently is not trusted to show a later change in its timestamp.
 _SETTLE_NS: Final = 2_000_000_000
 _MISSING: Final = "-"
-_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
-
-
-def _uid() -> int:
-    return os.getuid() if hasattr(os, "getuid") else 0
-
-
 #: Recorded for a folder changed too recently to trust its stamp: its distributions are always listed.
 _RECENT: Final = "?"
 _METADATA: Final = (".dist-info", ".egg-info")
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+#: Tabs per line kind: a line with another count (a tab inside a field) is never written or read.
+_TABS: Final = {"folder": 3, "dist": 3, "file": 2, "ep": 5}
 
-#: One record: the group, per sys.path folder (folder, stamp, its distribution folders as
-#: ``name<TAB>stamp`` strings), the contributing entry_points.txt files with their stamps, and the
-#: entry point lines.
-_Folder = tuple[str, str, tuple[str, ...]]
-_Record = tuple[str, tuple[_Folder, ...], tuple[tuple[str, str], ...], tuple[str, ...]]
+#: What one folder's record says: its distributions in scan order (``entrypoints.Distribution``).
+_Answer = list[Distribution]
+
+
+class _Folder:
+    """One ``sys.path`` folder's record: kept as text and parsed only as far as a lookup needs."""
+
+    __slots__ = ("path", "group", "stamp", "lines")
+
+    def __init__(self, path: str, group: str, stamp: str, lines: list[str]) -> None:
+        self.path = path
+        self.group = group
+        self.stamp = stamp
+        self.lines = lines  # the dist, file and ep lines
+
+    def text(self) -> str:
+        return "\n".join((f"folder\t{self.path}\t{self.group}\t{self.stamp}", *self.lines, "end")) + "\n"
 
 
 def cached_entry_points(group: str, state_dir: str | None) -> list[EntryPoint]:
-    """``entry_points(group)`` for ``sys.path``, from the cache file when it is still valid."""
+    """``entry_points(group)`` for ``sys.path``, from the cache file where it is still valid."""
     if state_dir is None:
-        return entry_points(group)
+        return combine(folder_entry_points(entry, group) for entry in sys.path)
     path = os.path.join(state_dir, CACHE_FILE)
-    entries = [os.path.abspath(entry or ".") for entry in sys.path]
-    chunks = _read(path)
-    records: list[_Record] = []
-    for chunk in chunks:  # most recent first: usually the first one is this process's
-        record = _parse(chunk)
-        if record is None:
-            records = []  # not a file this version wrote: replace it all
-            break
-        if _valid(record, group, entries):
-            return [_entry_point(line, group) for line in record[3]]
-        records.append(record)
-    # Stamps first, then the scan: a distribution installed in between is then newer than its
-    # recorded folder stamp and is found by the next lookup (the other order could hide it).
-    settled = time.time_ns() - _SETTLE_NS
-    folders = [_folder(entry, settled) for entry in entries]
-    found = entry_points(group)
-    record = _record(group, folders, found, settled)
-    if record is not None:
-        mine = _identity(record)
-        _write(state_dir, path, [record, *(r for r in records if _identity(r) != mine)])
-    return found
-
-
-def _identity(record: _Record) -> tuple[str, tuple[str, ...]]:
-    """The group and the sys.path folders: one record each."""
-    return record[0], tuple(f[0] for f in record[1])
+    records = _read(path)
+    answers: list[_Answer] = []
+    mine: dict[str, _Folder] = {}
+    changed = False
+    for entry in sys.path:
+        folder = os.path.abspath(entry or ".")
+        record = records.get((folder, group))
+        answer = None if record is None else _answer(record, group)
+        if answer is None or record is None:
+            answer, record = _scan(folder, group)
+            changed = changed or record is not None  # a stale record left in the file fails its check again
+        answers.append(answer)
+        if record is not None:
+            mine[folder] = record
+    if changed:
+        others = [r for (folder, g), r in records.items() if (g != group or folder not in mine) and _well_formed(r)]
+        _write(state_dir, path, [*mine.values(), *others])
+    return combine(answers)
 
 
 def _stamp(path: str) -> tuple[str, int]:
@@ -109,147 +111,126 @@ def _stamp(path: str) -> tuple[str, int]:
     return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_size}", st.st_mtime_ns
 
 
-def _metadata_names(entry: str) -> list[str]:
+def _metadata_names(folder: str) -> list[str]:
     try:
-        return sorted(n for n in os.listdir(entry) if n.endswith(_METADATA))
+        return sorted(n for n in os.listdir(folder) if n.endswith(_METADATA))
     except OSError:  # a zip or a missing folder: no distribution folders
         return []
 
 
-def _distributions(entry: str) -> tuple[str, ...]:
-    """``name<TAB>stamp`` of every distribution folder in ``entry``."""
-    return tuple(f"{n}\t{_stamp(os.path.join(entry, n))[0]}" for n in _metadata_names(entry))
+def _answer(record: _Folder, group: str) -> _Answer | None:
+    """The record's answer when the folder still holds what it recorded, else None (also for a
+    line this version does not write: the unpacking below checks each line's field count)."""
+    dists = [line[5:] for line in record.lines if line.startswith("dist\t")]
+    if record.stamp == _RECENT or record.stamp != _stamp(record.path)[0]:
+        # The folder changed (or is too recent to tell): did its distributions?
+        if _listing(record.path) != dists:
+            return None
+    eps: dict[str, list[EntryPoint]] = {}
+    try:
+        for line in record.lines:
+            if line.startswith("file\t"):
+                _, name, stamp = line.split("\t")
+                if _stamp(os.path.join(record.path, name, "entry_points.txt"))[0] != stamp:
+                    return None
+            elif line.startswith("ep\t"):
+                _, name, ep_name, value, dist, version = line.split("\t")
+                eps.setdefault(name, []).append(EntryPoint(
+                    ep_name, value, group, None if dist == _MISSING else dist, None if version == _MISSING else version,
+                    os.path.join(record.path, name),
+                ))
+            elif not line.startswith("dist\t"):
+                return None
+        answer: _Answer = []
+        for d in dists:
+            name, key, _ = d.split("\t")
+            answer.append((name, key, eps.pop(name, [])))
+    except ValueError:  # a field count this version does not write
+        return None
+    return None if eps else answer  # an entry point of a distribution the record does not list
 
 
-def _folder(entry: str, settled: int) -> _Folder | None:
-    """What a record keeps of one sys.path folder; None when a distribution in it changed within
-    the last two seconds (such a scan is not cached)."""
-    stamp, mtime = _stamp(entry)
+def _listing(folder: str) -> list[str]:
+    """``name<TAB>key<TAB>stamp`` of every distribution folder in ``folder``, as records keep them."""
+    return [f"{n}\t{distribution_key(n)}\t{_stamp(os.path.join(folder, n))[0]}" for n in _metadata_names(folder)]
+
+
+def _scan(folder: str, group: str) -> tuple[_Answer, _Folder | None]:
+    """Scan one folder; its record too, unless something in it changed too recently to cache."""
+    # Stamps first, then the scan: a distribution installed in between is then newer than the
+    # recorded stamps and is found by the next lookup (the other order could hide it).
+    settled = time.time_ns() - _SETTLE_NS
+    stamp, mtime = _stamp(folder)
     dists = []
-    for name in _metadata_names(entry):
-        dstamp, dmtime = _stamp(os.path.join(entry, name))
-        if dmtime > settled:
-            return None
-        dists.append(f"{name}\t{dstamp}")
-    return entry, (_RECENT if mtime > settled else stamp), tuple(dists)
-
-
-def _valid(record: _Record, group: str, entries: list[str]) -> bool:
-    rgroup, folders, files, _ = record
-    if rgroup != group or len(folders) != len(entries):
-        return False
-    for (entry, stamp, dists), current in zip(folders, entries):
-        if entry != current:
-            return False
-        if stamp != _RECENT and stamp == _stamp(entry)[0]:
+    cacheable = True
+    for name in _metadata_names(folder):
+        dstamp, dmtime = _stamp(os.path.join(folder, name))
+        cacheable = cacheable and dmtime <= settled
+        dists.append(f"dist\t{name}\t{distribution_key(name)}\t{dstamp}")
+    answer = folder_entry_points(folder, group)
+    lines = list(dists)
+    for name, _, eps in answer:
+        if not eps:
             continue
-        if _distributions(entry) != dists:  # the folder changed: did its distributions?
-            return False
-    return all(_stamp(file)[0] == stamp for file, stamp in files)
+        fstamp, fmtime = _stamp(os.path.join(folder, name, "entry_points.txt"))
+        cacheable = cacheable and fmtime <= settled
+        lines.append(f"file\t{name}\t{fstamp}")
+        for ep in eps:
+            if _MISSING in (ep.dist_name, ep.dist_version):
+                cacheable = False  # would read back as "unknown"
+            dist = _MISSING if ep.dist_name is None else ep.dist_name
+            version = _MISSING if ep.dist_version is None else ep.dist_version
+            lines.append("\t".join(("ep", name, ep.name, ep.value, dist, version)))
+    record = _Folder(folder, group, _RECENT if mtime > settled else stamp, lines)
+    if not cacheable or not _well_formed(record):
+        return answer, None
+    return answer, record
 
 
-def _entry_point(line: str, group: str) -> EntryPoint:
-    _, name, value, dist, version, folder = line.split("\t")
-    return EntryPoint(name, value, group, None if dist == _MISSING else dist, None if version == _MISSING else version, folder)
+def _well_formed(record: _Folder) -> bool:
+    """False when a tab or newline inside a path or a name would make the record ambiguous (never
+    written), or a line is not one this version writes (never believed)."""
+    head = f"folder\t{record.path}\t{record.group}\t{record.stamp}"
+    return all(
+        "\n" not in line and "\r" not in line and line.count("\t") == _TABS.get(line.split("\t", 1)[0], -1)
+        for line in (head, *record.lines)
+    )
 
 
-def _record(group: str, folders: list[_Folder | None], found: list[EntryPoint], settled: int) -> _Record | None:
-    """The cache record of a fresh scan, or None when it must not be cached."""
-    if any(f is None for f in folders):
-        return None
-    files: list[tuple[str, str]] = []
-    eps: list[str] = []
-    for ep in found:
-        if ep.folder is None or _MISSING in (ep.dist_name, ep.dist_version):
-            return None  # made in code, or a name that would read back as "unknown"
-        file = os.path.join(ep.folder, "entry_points.txt")
-        stamp, mtime = _stamp(file)
-        if mtime > settled:
-            return None
-        files.append((file, stamp))
-        dist = _MISSING if ep.dist_name is None else ep.dist_name
-        version = _MISSING if ep.dist_version is None else ep.dist_version
-        eps.append("\t".join(("ep", ep.name, ep.value, dist, version, ep.folder)))
-    record: _Record = (group, tuple(f for f in folders if f is not None), tuple(files), tuple(eps))
-    lines = _lines(record)
-    if any("\n" in line or "\r" in line or line.count("\t") != _TABS[line.split("\t", 1)[0]] for line in lines):
-        return None  # a tab or newline inside a path or a name would make the file ambiguous
-    return record
-
-
-#: Tabs per line kind: a line with more (a tab inside a field) is never written or read.
-_TABS: Final = {"group": 1, "path": 2, "dist": 2, "file": 2, "ep": 5}
-
-
-def _lines(record: _Record) -> list[str]:
-    group, folders, files, eps = record
-    out = [f"group\t{group}"]
-    for entry, stamp, dists in folders:
-        out.append(f"path\t{entry}\t{stamp}")
-        out.extend(f"dist\t{d}" for d in dists)
-    out.extend(f"file\t{file}\t{stamp}" for file, stamp in files)
-    out.extend(eps)
-    return out
-
-
-def _parse(chunk: str) -> _Record | None:
-    """One record from its lines; None when any line is not what this version writes."""
-    lines = chunk.split("\n")
-    if not lines[0].startswith("group\t") or lines[0].count("\t") != 1:
-        return None
-    folders: list[_Folder] = []
-    dists: list[str] = []
-    files: list[tuple[str, str]] = []
-    eps: list[str] = []
-    for line in lines[1:]:
-        if line.startswith("dist\t") and folders and line.count("\t") == 2:
-            dists.append(line[5:])  # kept as text: compared only when its folder changed
-            continue
-        if folders and dists:
-            folders[-1] = (folders[-1][0], folders[-1][1], tuple(dists))
-            dists = []
-        kind, _, body = line.partition("\t")
-        if line.count("\t") != _TABS.get(kind, -1) or kind in ("group", "dist"):
-            return None
-        if kind == "path":
-            entry, stamp = body.split("\t")
-            folders.append((entry, stamp, ()))
-        elif kind == "file":
-            file, stamp = body.split("\t")
-            files.append((file, stamp))
-        else:
-            eps.append(line)
-    if folders and dists:
-        folders[-1] = (folders[-1][0], folders[-1][1], tuple(dists))
-    return lines[0][6:], tuple(folders), tuple(files), tuple(eps)
-
-
-def _read(path: str) -> list[str]:
-    """The records of the cache file, as text (parsed one by one, only as far as needed)."""
+def _read(path: str) -> dict[tuple[str, str], _Folder]:
+    """The records of the cache file by (folder, group); {} when it is missing or not believed."""
     # NEURENIX_STATE_DIR may name a shared folder: only a regular file of this user that nobody
     # else may write is believed (it names the modules this process will import).
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     except OSError:  # no cache yet, or a symlink: a scan answers
-        return []
+        return {}
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != _uid() or st.st_mode & 0o022:
-            return []
+            return {}
         with os.fdopen(os.dup(fd), encoding="utf-8") as fh:
             text = fh.read()
     except (OSError, UnicodeError):  # unreadable: a scan answers
-        return []
+        return {}
     finally:
         os.close(fd)
     head, _, body = text.partition("\n")
-    if head != _HEADER or (body and not body.endswith("end\n")):
-        return []
-    return [chunk for chunk in body.split("\nend\n") if chunk] if body else []
+    if head != _HEADER or (body and not body.endswith("\nend\n")):
+        return {}
+    records: dict[tuple[str, str], _Folder] = {}
+    for chunk in body[:-5].split("\nend\n") if body else ():
+        lines = chunk.split("\n")
+        head = lines[0].split("\t")
+        if len(head) != 4 or head[0] != "folder":
+            return {}  # not a file this version wrote: ignore it all
+        # The other lines are checked when the record is used or written back (_well_formed).
+        records.setdefault((head[1], head[2]), _Folder(head[1], head[2], head[3], lines[1:]))
+    return records
 
 
-def _write(state_dir: str, path: str, records: list[_Record]) -> None:
-    body = "".join("\n".join(_lines(record)) + "\nend\n" for record in records[:_RECORDS])
+def _write(state_dir: str, path: str, records: list[_Folder]) -> None:
+    body = "".join(record.text() for record in records[:_RECORDS])
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -266,3 +247,7 @@ def _write(state_dir: str, path: str, records: list[_Record]) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _uid() -> int:
+    return os.getuid() if hasattr(os, "getuid") else 0

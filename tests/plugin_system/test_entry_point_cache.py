@@ -64,7 +64,7 @@ def test_a_valid_cache_answers_without_reading_any_distribution(sites, monkeypat
     def no_scan(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache was valid: nothing should have been scanned")
 
-    monkeypatch.setattr(ep_cache, "entry_points", no_scan)
+    monkeypatch.setattr(ep_cache, "folder_entry_points", no_scan)
     assert _cached(state) == scanned
 
 
@@ -98,14 +98,26 @@ def test_an_edited_entry_points_file_is_seen(sites) -> None:
     assert ("acme", "acme_other") in [e[:2] for e in _cached(state)]
 
 
-def test_a_changed_sys_path_is_another_record(sites, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_sys_path_folder_is_scanned_alone(sites, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are per folder: a new working folder (or environment) reuses the others' records."""
     first, second, state = sites
     both = _cached(state)
-    monkeypatch.setattr(sys, "path", [str(second)])
-    assert [e[:2] for e in _cached(state)] == [("acme", "acme_shadowed"), ("zeta", "zeta_mod")]
-    monkeypatch.setattr(sys, "path", [str(first), str(second)])
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    scanned: list[str] = []
+    real = ep_cache.folder_entry_points
+
+    def spy(folder: str, group: str) -> list:
+        scanned.append(folder)
+        return real(folder, group)
+
+    monkeypatch.setattr(ep_cache, "folder_entry_points", spy)
+    monkeypatch.setattr(sys, "path", [str(workdir), str(first), str(second)])
     assert _cached(state) == both
-    assert (state / ep_cache.CACHE_FILE).read_text().count("\nend\n") == 2
+    assert scanned == [str(workdir)]
+    monkeypatch.setattr(sys, "path", [str(second)])  # another order: the winners change, nothing is scanned
+    assert [e[:2] for e in _cached(state)] == [("acme", "acme_shadowed"), ("zeta", "zeta_mod")]
+    assert scanned == [str(workdir)]
 
 
 def test_a_changing_folder_without_distributions_keeps_the_cache(sites, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,7 +129,7 @@ def test_a_changing_folder_without_distributions_keeps_the_cache(sites, monkeypa
     def no_scan(*args: object, **kwargs: object) -> None:
         raise AssertionError("the distributions did not change: nothing should have been scanned")
 
-    monkeypatch.setattr(ep_cache, "entry_points", no_scan)
+    monkeypatch.setattr(ep_cache, "folder_entry_points", no_scan)
     assert _cached(state) == scanned
 
 
@@ -137,12 +149,12 @@ def test_recent_changes_are_not_cached(tmp_path: Path, monkeypatch: pytest.Monke
     write_distribution(site, name="fresh", module="fresh_mod", source="")  # modified just now
     monkeypatch.setattr(sys, "path", [str(site)])
     assert [e[:2] for e in _cached(state)] == [("fresh", "fresh_mod")]
-    assert not (state / ep_cache.CACHE_FILE).exists()
+    assert not (state / ep_cache.CACHE_FILE).exists()  # nothing cacheable: nothing written
 
 
 @pytest.mark.parametrize(
     "content",
-    ["garbage\n", f"{ep_cache._HEADER}\ngroup\tneurenix.backends\npath\tonly-two-fields\nend\n", f"{ep_cache._HEADER}\nend\n", "\udcff"],
+    ["garbage\n", f"{ep_cache._HEADER}\nfolder\tonly-two-fields\nend\n", f"{ep_cache._HEADER}\nend\n", "\udcff"],
 )
 def test_a_malformed_cache_is_ignored_and_replaced(sites, content: str) -> None:
     first, second, state = sites
@@ -206,3 +218,12 @@ def test_a_symlinked_cache_is_not_believed(sites, tmp_path: Path) -> None:
     (state / ep_cache.CACHE_FILE).unlink()
     (state / ep_cache.CACHE_FILE).symlink_to(forged)
     assert ("acme", "acme_mod") in [e[:2] for e in _cached(state)]
+
+
+def test_this_environment_answers_like_a_scan(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    want = [(e.name, e.value, e.dist_name, e.dist_version) for e in entry_points(GROUP)]
+    for _ in range(2):  # the scan that writes the cache, then the cache
+        got = [(e.name, e.value, e.dist_name, e.dist_version) for e in ep_cache.cached_entry_points(GROUP, str(state))]
+        assert got == want
+    assert ("cpu", "neurenix_core.backends.cpu") in [w[:2] for w in want]
