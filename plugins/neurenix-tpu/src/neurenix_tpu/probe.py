@@ -10,7 +10,6 @@ import importlib.util
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Final, NamedTuple
 
 from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
@@ -66,13 +65,25 @@ def _entries(folder: str, prefix: str = "") -> list[str]:
     return sorted(os.path.join(folder, n) for n in names if n.startswith(prefix) and not n.startswith("."))
 
 
-def _pci_chips(root: Path) -> tuple[str, ...]:
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read().strip()
+
+
+def _pci_chips(root: str | os.PathLike[str]) -> tuple[str, ...]:
+    # os.listdir and open rather than pathlib's glob and read_text: a server has hundreds of PCI
+    # functions and this runs at every ``import neurenix_core``.
+    root = os.fspath(root)
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:  # no /sys in this container: no PCI functions to read
+        return ()
     chips: list[str] = []
-    for dev in sorted(root.glob("*")):
+    for name in names:
         try:
-            if (dev / "vendor").read_text().strip() != GOOGLE_PCI_VENDOR:
+            if _read(os.path.join(root, name, "vendor")) != GOOGLE_PCI_VENDOR:
                 continue
-            pci_id = (dev / "device").read_text().strip()
+            pci_id = _read(os.path.join(root, name, "device"))
         except OSError:
             continue  # a PCI function we may not read is not a TPU we could use either
         chips.append(CHIP_BY_PCI_ID.get(pci_id, f"unknown ({pci_id})"))
@@ -93,7 +104,7 @@ def scan(env: Mapping[str, str] | None = None, dev_root: str = "/dev", pci_root:
     return TPUPresence(
         accel_nodes=tuple(p for p in _entries(dev_root, "accel") if os.path.basename(p)[5:6] in _ASCII_DIGITS),
         vfio_nodes=tuple(p for p in _entries(os.path.join(dev_root, "vfio")) if os.path.basename(p).isdigit()),
-        pci_chips=_pci_chips(Path(pci_root)),
+        pci_chips=_pci_chips(pci_root),
         libtpu=_libtpu(env),
     )
 
