@@ -18,8 +18,6 @@ from typing import Any, Final
 
 from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
-from neurenix_cuda_tc.capability import architecture, has_tensor_cores, tensor_core_precisions
-
 __all__ = ["probe", "native_probe", "driver_files", "query_driver", "EMULATED_CC"]
 
 LIBCUDA: Final = "libcuda.so.1"
@@ -113,6 +111,9 @@ def native_probe(context: ProbeContext, library: str = LIBCUDA) -> ProbeResult:
         return ProbeResult.missing(f"the NVIDIA driver ({library}) could not list GPUs: {exc}; check `nvidia-smi` and the driver installation")
     if not devices:
         return ProbeResult.missing(f"the NVIDIA driver ({library}) reports no GPU; check `nvidia-smi`")
+    # Only the native probe's child process gets here: the capability tables load with it, not at import.
+    from neurenix_cuda_tc.capability import architecture, has_tensor_cores, tensor_core_precisions
+
     for d in devices:
         cc = tuple(d["compute_capability"])
         d["architecture"] = architecture(cc)  # type: ignore[arg-type]
