@@ -78,3 +78,22 @@ def test_imported_vit_default_precision_is_bf16(tpu: Any) -> None:
     assert got.dtype == np.float32 and "precision bf16" in compiled.summary
     err = zoo.max_rel_err(got, want)
     assert 1e-4 < err <= 5e-2, f"bf16 should be close to, but not float32-exact with, torch: {err:.2e}"
+
+
+@pytest.mark.parametrize("name", sorted(zoo.CNNS))
+def test_imported_cnn_int8_keeps_top1_and_int8_weights(tpu: Any, name: str) -> None:
+    """The whole opset is declared, so the core's plan covers the imported graph as it is (no
+    decomposition) and the program holds int8 conv weights; top-1 agrees with torch fp32."""
+    batch, rng = 200, np.random.default_rng(4)
+    model = zoo.build(name)
+    imported = nn.from_torch(model, torch.zeros(batch, 3, 16, 16))
+    calibration = [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    compiled = nx.compile(imported, device="tpu:0", quantize="int8", calibration=calibration, progress=False)
+    agree = []
+    for _ in range(2):
+        x = rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)
+        agree.append(np.mean(compiled(x).numpy().argmax(1) == model(torch.from_numpy(x)).detach().numpy().argmax(1)))
+    assert np.mean(agree) >= 0.99 and "precision int8" in compiled.summary
+    params = _native(compiled, (batch, 3, 16, 16)).program.params
+    convs = [n.name for n in compiled.graph.nodes if n.op == "conv2d"]
+    assert convs and all(str(params[c]["weight"].dtype) == "int8" for c in convs)
