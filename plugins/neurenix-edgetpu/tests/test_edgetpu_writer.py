@@ -191,6 +191,8 @@ def test_explicit_padding_becomes_pad_and_mean_pool(edgetpu):
 
 
 def test_layer_the_writer_cannot_express(edgetpu):
+    from neurenix_core.graph.quantization import calibrate
+
     rng = np.random.default_rng(0)
     graph = Graph(
         (TensorSpec("x", (1, 4)),),
@@ -207,9 +209,13 @@ def test_layer_the_writer_cannot_express(edgetpu):
     with pytest.raises(UnsupportedOperationError, match="groups=2"):
         lower(grouped, "fp32")
     sig = Graph((TensorSpec("x", (1, 4)),), (Node("s", "sigmoid", ("x",), "y"),), ("y",))
-    lower(sig, "fp32")  # float32 has LOGISTIC
+    lower(sig, "fp32")  # float32 and int8 have LOGISTIC
+    lower(sig, "int8", _calibrate(sig, [np.ones((1, 4), np.float32)]))
+    mm = Graph((TensorSpec("x", (1, 2, 4)), TensorSpec("y", (1, 4, 3))), (Node("m", "matmul", ("x", "y"), "z"),), ("z",))
+    lower(mm, "fp32")  # BATCH_MATMUL
+    plan = calibrate(mm, [(np.ones((1, 2, 4), np.float32), np.ones((1, 4, 3), np.float32))], progress=False)
     with pytest.raises(UnsupportedOperationError, match="precision='fp32'"):
-        lower(sig, "int8", _calibrate(sig, [np.ones((1, 4), np.float32)]))
+        lower(mm, "int8", plan)
 
 
 def test_dynamic_shapes_and_missing_calibration_are_refused(edgetpu):
