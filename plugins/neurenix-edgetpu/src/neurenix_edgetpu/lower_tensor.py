@@ -82,6 +82,15 @@ class TensorOps:
                    options_type=w.OPTIONS.ReshapeOptions, options=w.reshape_options(shape))
         self._set(node.output, out, False)
 
+    def _requantize(self, label: str, index: int, like: int) -> int:
+        """``index`` on tensor ``like``'s int8 parameters (one int8 -> int8 QUANTIZE where they differ)."""
+        have, want = self.m.quant_of(index), self.m.quant_of(like)
+        if have is None or want is None or (np.float32(have.scale[0]) == np.float32(want.scale[0]) and int(have.zero_point[0]) == int(want.zero_point[0])):
+            return index
+        out = self.m.tensor(label, self.m.shape_of(index), np.int8, quant=want)
+        self._emit(OP.QUANTIZE, [index], [out])
+        return out
+
     def _image(self, name: str) -> bool:
         v = self.values.get(name)
         return v is not None and v.nhwc and v.chw_order is None
@@ -118,6 +127,9 @@ class TensorOps:
         shape = list(self.m.shape_of(ins[0]))
         shape[stored_axis] = sum(self.m.shape_of(i)[stored_axis] for i in ins)
         out = self._new(node.output, tuple(shape))
+        if self.int8:
+            # int8 CONCATENATION needs every input on the output's grid: requantize the others.
+            ins = [self._requantize(f"{node.name}/in{k}", i, out) for k, i in enumerate(ins)]
         self._emit(OP.CONCATENATION, ins, [out], options_type=w.OPTIONS.ConcatenationOptions, options=w.concat_options(stored_axis))
         self._set(node.output, out, nhwc)
 
