@@ -168,6 +168,8 @@ INT8_CASES = {
     "pad": ([_n("pad", ("a",), pads=((0, 0), (0, 0), (1, 2), (2, 1)))], 0),
     "reduce_max": ([_n("reduce_max", ("a",), axes=(1,), keepdims=True)], 0),
     "softmax": ([_n("softmax", ("a",), axis=1)], 0),
+    "matmul": ([_n("transpose", ("a",), "t", perm=(0, 1, 3, 2)), _n("matmul", ("a", "t"))], 1),
+    "matmul_const": ([_const("w", RNG.normal(size=(8, 3)).astype(np.float32)), _n("matmul", ("a", "w"))], 1),
 }
 
 
@@ -203,7 +205,7 @@ def test_int8_mean_takes_the_plans_parameters_for_its_output(edgetpu):
     assert np.float32(q.Scale(0)) == np.float32(out.scale[0]) and q.ZeroPoint(0) == int(out.zero_point[0])
 
 
-def test_int8_matmul_and_attention_are_refused_by_name(edgetpu):
+def test_int8_attention_is_refused_by_name(edgetpu):
     from neurenix_core.errors import UnsupportedOperationError
 
     graph, inputs = _attention("none")

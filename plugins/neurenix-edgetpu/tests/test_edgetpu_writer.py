@@ -211,11 +211,12 @@ def test_layer_the_writer_cannot_express(edgetpu):
     sig = Graph((TensorSpec("x", (1, 4)),), (Node("s", "sigmoid", ("x",), "y"),), ("y",))
     lower(sig, "fp32")  # float32 and int8 have LOGISTIC
     lower(sig, "int8", _calibrate(sig, [np.ones((1, 4), np.float32)]))
-    mm = Graph((TensorSpec("x", (1, 2, 4)), TensorSpec("y", (1, 4, 3))), (Node("m", "matmul", ("x", "y"), "z"),), ("z",))
-    lower(mm, "fp32")  # BATCH_MATMUL
-    plan = calibrate(mm, [(np.ones((1, 2, 4), np.float32), np.ones((1, 4, 3), np.float32))], progress=False)
+    att = Graph((TensorSpec("q", (1, 2, 4)), TensorSpec("k", (1, 3, 4)), TensorSpec("v", (1, 3, 4))),
+                (Node("a", "scaled_dot_product_attention", ("q", "k", "v"), "z"),), ("z",))
+    lower(att, "fp32")  # BATCH_MATMUL, SOFTMAX
+    ones = tuple(np.ones(s.shape, np.float32) for s in att.inputs)
     with pytest.raises(UnsupportedOperationError, match="precision='fp32'"):
-        lower(mm, "int8", plan)
+        lower(att, "int8", calibrate(att, [ones], progress=False))
 
 
 def test_dynamic_shapes_and_missing_calibration_are_refused(edgetpu):

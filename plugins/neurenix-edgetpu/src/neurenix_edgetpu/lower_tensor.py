@@ -13,11 +13,12 @@ layout (an NHWC image is transposed back once, ``_core``) except where the op ma
 | gather | GATHER (int32 constant indices, or int32/int64 runtime indices) |
 | reduce_mean, reduce_sum, reduce_max, reduce_min | MEAN, SUM, REDUCE_MAX, REDUCE_MIN |
 | pad (constant mode) | PAD (zero) or PADV2 |
-| matmul | FULLY_CONNECTED against a constant 2-D right side, else BATCH_MATMUL (fp32) |
+| matmul | FULLY_CONNECTED against a constant 2-D right side (fp32), else BATCH_MATMUL |
 | scaled_dot_product_attention | BATCH_MATMUL, MUL (scale), SELECT_V2 / ADD (mask), SOFTMAX, BATCH_MATMUL (fp32) |
 
 int8 keeps the input's parameters through the data-movement ops (TFLite requires it), takes the
-plan's for reductions and concat; matmul and attention are float32 only.
+plan's for reductions, concat and matmul; attention is float32 only (its intermediate scores
+and probabilities have no parameters in the plan).
 """
 
 from __future__ import annotations
@@ -259,19 +260,20 @@ class TensorOps:
 
     # ------------------------------------------------------------------ matmul and attention
     def _op_matmul(self, node: Node) -> None:
-        self._float_only(node)
         a, b = node.inputs
         sa, sb = self.specs[a].shape, self.specs[b].shape
         if len(sa) < 2 or len(sb) < 2:
             raise UnsupportedOperationError(f"layer {node.name!r} (matmul {sa} @ {sb}): the writer multiplies operands of rank >= 2 only")
         x = self._core(a)
-        if b in self.consts and b not in self.values and len(sb) == 2:
+        if b in self.consts and b not in self.values and len(sb) == 2 and not self.int8:
             # A constant right side is a weight: FULLY_CONNECTED (what the Edge TPU maps), no bias.
             weight = self.m.constant(f"{node.name}/weight", np.ascontiguousarray(np.asarray(self.consts[b], np.float32).T))
             out = self._new(node.output, self.specs[node.output].shape)
             self._emit(OP.FULLY_CONNECTED, [x, weight, -1], [out], options_type=w.OPTIONS.FullyConnectedOptions,
                        options=w.fc_options(0, len(sa) > 2))
         else:
+            # int8: per-tensor int8 operands with the plan's parameters (a constant side too: the
+            # plan has none of the per-channel weight kind for it), int32 accumulation, requantized.
             out = self._new(node.output, self.specs[node.output].shape)
             self._emit(OP.BATCH_MATMUL, [x, self._core(b)], [out], options_type=w.OPTIONS.BatchMatMulOptions,
                        options=w.batch_matmul_options())
