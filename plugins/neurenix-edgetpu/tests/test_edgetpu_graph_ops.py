@@ -236,3 +236,23 @@ def test_undeclared_op_runs_on_cpu_and_the_report_names_it(edgetpu):
     assert "2 nodes on cpu:0" in line and "exp (" in line and "div (" in line
     assert placement.nodes["edgetpu:0"] == 2  # both convolutions stay on the device
     assert sum(1 for s in placement.segments if s.on_device) == 2
+
+
+def test_int8_pool_output_with_its_own_plan_parameters_is_requantized(edgetpu):
+    """TFLite's int8 pooling keeps its input's parameters; a plan that gives the pooled value its
+    own (a calibration that observes pool outputs) gets one int8 -> int8 QUANTIZE after the pool."""
+    import dataclasses
+
+    from neurenix_core.graph.ir import QuantParams
+
+    graph = _image(_n("avg_pool2d", ("a",), kernel_size=(2, 2), stride=(2, 2)))
+    rng = np.random.default_rng(9)
+    batches = [rng.normal(size=X).astype(np.float32) for _ in range(3)]
+    plan = calibrate(graph, batches, progress=False)
+    own = QuantParams(np.asarray(plan.activations["y"].scale, np.float32) * 0.5, np.asarray(plan.activations["y"].zero_point), 8)
+    tied, untied = lower(graph, "int8", plan), lower(graph, "int8", dataclasses.replace(plan, activations={**plan.activations, "y": own}))
+    assert untied.op_counts["QUANTIZE"] == tied.op_counts["QUANTIZE"] + 1
+    model = _compile(edgetpu, graph, "int8", dataclasses.replace(plan, activations={**plan.activations, "y": own}), kernels="reference")
+    step = float(own.scale[0])
+    for x in batches:  # the finer output grid: within the input grid's rounding of the fp32 result
+        np.testing.assert_allclose(model(x), reference.run_graph(graph, x), rtol=0, atol=float(plan.activations["a"].scale[0]) + step)

@@ -337,17 +337,22 @@ class _Lowerer(TensorOps):
         return self.m.constant(name, qz.quantize(arr, float(quant.scale[0]), 0), quant=quant)
 
     def _requantize_output(self, name: str, v: _Value) -> _Value:
-        """A graph output whose op fixes its int8 parameters (LOGISTIC, TANH) gets the plan's
-        with one int8 -> int8 QUANTIZE, so every output follows the plan."""
-        q = self.m.quant_of(v.index)
+        """A graph output whose op fixes its int8 parameters (LOGISTIC, TANH) gets the plan's,
+        so every output follows the plan."""
+        return _Value(self._follow_plan(name, v.index), v.nhwc)
+
+    def _follow_plan(self, name: str, index: int) -> int:
+        """``index`` on the plan's int8 parameters for value ``name``: one int8 -> int8 QUANTIZE
+        where an op had to keep or fix other ones (TFLite requires them for pooling, LOGISTIC, ...)."""
+        q = self.m.quant_of(index)
         if not self.int8 or q is None or self.plan is None or name not in self.plan.activations:
-            return v
+            return index
         want = _per_tensor(self.plan.activations[name])
         if np.float32(want.scale[0]) == np.float32(q.scale[0]) and int(want.zero_point[0]) == int(q.zero_point[0]):
-            return v
-        out = self.m.tensor(f"{name}/requant", self.m.shape_of(v.index), np.int8, quant=want)
-        self._emit(OP.QUANTIZE, [v.index], [out])
-        return _Value(out, v.nhwc)
+            return index
+        out = self.m.tensor(f"{name}/requant", self.m.shape_of(index), np.int8, quant=want)
+        self._emit(OP.QUANTIZE, [index], [out])
+        return out
 
     def _weights(self, node: Node, weight: np.ndarray, in_index: int, axis: int) -> tuple[int, int | None]:
         """Constant weight (transposed to TFLite layout by the caller) and bias tensors."""
@@ -438,10 +443,11 @@ class _Lowerer(TensorOps):
         v = self._get(node)
         n, h, wd, c = self.m.shape_of(v.index)
         shape = (n, _out_size(h, kernel[0], stride[0], 1, padding), _out_size(wd, kernel[1], stride[1], 1, padding), c)
-        # TFLite int8 pooling requires identical input and output quantization.
+        # TFLite int8 pooling requires identical input and output quantization; where the plan
+        # gives the output its own parameters, one requantization follows.
         out = self._new(node.output, shape, like=v.index)
         self._emit(opcode, [v.index], [out], options_type=w.OPTIONS.Pool2DOptions, options=w.pool_options(kernel, stride, padding))
-        self.values[node.output] = _Value(out, True)
+        self.values[node.output] = _Value(self._follow_plan(node.output, out), True)
 
     def _pool_padding(self, node: Node, allow_same: bool) -> tuple[int, tuple[int, int], tuple[int, int]]:
         v = self._get(node)
