@@ -51,6 +51,12 @@ FP32_IMAGE_CASES = {
     "add_image_const": ([_const("k", RNG.normal(size=(6, 1, 1)).astype(np.float32)), _n("add", ("a", "k"))], "ADD"),
     "sub_image_image": ([_n("relu", ("a",), "r"), _n("sub", ("a", "r"))], "SUB"),
     "mul_scalar": ([_const("k", np.float32(0.5)), _n("mul", ("a", "k"))], "MUL"),
+    "maximum_image_image": ([_n("relu", ("a",), "r"), _n("sigmoid", ("a",), "s"), _n("maximum", ("r", "s"))], "MAXIMUM"),
+    "minimum_const": ([_const("k", RNG.normal(size=(8,)).astype(np.float32)), _n("minimum", ("a", "k"))], "MINIMUM"),
+    "clip_relu6": ([_n("mul", ("a", "a"), "sq"), _n("clip", ("sq",), min=0.0, max=6.0)], "RELU6"),
+    "clip_n1_1": ([_n("clip", ("a",), min=-1.0, max=1.0)], "RELU_N1_TO_1"),
+    "clip_any": ([_n("clip", ("a",), min=-0.3, max=0.7)], "MINIMUM"),
+    "clip_low": ([_n("clip", ("a",), min=0.2)], "MAXIMUM"),
     "sigmoid": ([_n("sigmoid", ("a",))], "LOGISTIC"),
     "tanh": ([_n("tanh", ("a",))], "TANH"),
     "hardswish": ([_n("hardswish", ("a",))], "HARD_SWISH"),
@@ -151,6 +157,9 @@ def test_int64_token_ids_gather_an_embedding(edgetpu):
 INT8_CASES = {
     # op the quantized CNNs use -> (nodes after the conv, largest difference in output steps)
     "hardswish": ([_n("hardswish", ("a",))], 1),
+    "relu6": ([_n("clip", ("a",), min=0.0, max=6.0)], 1),
+    "clip": ([_n("clip", ("a",), min=-0.3, max=0.7)], 1),
+    "maximum": ([_n("relu", ("a",), "r"), _n("sigmoid", ("a",), "s"), _n("maximum", ("r", "s"))], 1),
     "hardsigmoid": ([_n("hardsigmoid", ("a",))], 1),
     "silu": ([_n("silu", ("a",))], 1),
     "sigmoid": ([_n("sigmoid", ("a",))], 1),

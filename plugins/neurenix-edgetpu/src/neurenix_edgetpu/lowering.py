@@ -61,7 +61,7 @@ _INT8_VERSION: Final = {
     OP.MAX_POOL_2D: 2, OP.AVERAGE_POOL_2D: 2, OP.RESHAPE: 1, OP.SOFTMAX: 2, OP.MEAN: 2,
     OP.CONCATENATION: 2, OP.RELU: 2, OP.RELU6: 2, OP.PAD: 2, OP.TRANSPOSE: 2, OP.SUB: 2, OP.LOGISTIC: 2,
     OP.TANH: 2, OP.STRIDED_SLICE: 2, OP.GATHER: 2, OP.RSQRT: 2, OP.SUM: 2, OP.REDUCE_MAX: 2, OP.REDUCE_MIN: 2,
-    OP.PADV2: 2, OP.GELU: 2, OP.BATCH_MATMUL: 2,
+    OP.PADV2: 2, OP.GELU: 2, OP.BATCH_MATMUL: 2, OP.MAXIMUM: 2, OP.MINIMUM: 2, OP.RELU_N1_TO_1: 2,
     # float32 -> int8 QUANTIZE is version 2 (int8 output), int8 -> float32 DEQUANTIZE version 2.
     OP.QUANTIZE: 2, OP.DEQUANTIZE: 2,
 }
@@ -336,6 +336,14 @@ class _Lowerer(TensorOps):
         quant = _symmetric(arr)
         return self.m.constant(name, qz.quantize(arr, float(quant.scale[0]), 0), quant=quant)
 
+    def _scalar_like(self, name: str, value: float, like: int) -> int:
+        """A scalar of tensor ``like``'s dtype and int8 parameters (clipped to its range)."""
+        t = self.m.tensors[like]
+        if t.quant is None:
+            return self.m.constant(name, np.array([value], t.dtype))
+        q = qz.quantize(np.array([value]), float(t.quant.scale[0]), int(t.quant.zero_point[0]))
+        return self.m.constant(name, q, quant=t.quant)
+
     def _requantize_output(self, name: str, v: _Value) -> _Value:
         """A graph output whose op fixes its int8 parameters (LOGISTIC, TANH) gets the plan's,
         so every output follows the plan."""
@@ -535,7 +543,7 @@ class _Lowerer(TensorOps):
         self._emit(OP.SOFTMAX, [v.index], [out], options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
         self.values[node.output] = _Value(out, v.nhwc)
 
-    def _binary(self, node: Node, opcode: int, options_type: int, options: Any) -> None:
+    def _binary(self, node: Node, opcode: int, options_type: int = 0, options: Any = None, *, same_scale: bool = False) -> None:
         """Elementwise with broadcasting. Images stay NHWC when every other operand is an image or
         a constant (the constant is laid out NHWC at write time); otherwise all go to the core's layout."""
         names = node.inputs
@@ -550,8 +558,35 @@ class _Lowerer(TensorOps):
         shape = tuple(int(d) for d in np.broadcast_shapes(*(self.m.shape_of(i) for i in ins)))
         out_name = self._out_name(node)
         out = self._new(out_name, shape)
-        self._emit(opcode, ins, [out], options_type=options_type, options=options(self._fused_act(node)))
+        if same_scale and self.int8:
+            # int8 MAXIMUM/MINIMUM compare raw integers: every operand on the output's grid.
+            ins = [self._requantize(f"{node.name}/in{k}", i, out) for k, i in enumerate(ins)]
+        self._emit(opcode, ins, [out], options_type=options_type, options=None if options is None else options(self._fused_act(node)))
         self.values[out_name] = _Value(out, nhwc)
+
+    def _op_maximum(self, node: Node) -> None:
+        self._binary(node, OP.MAXIMUM, same_scale=True)
+
+    def _op_minimum(self, node: Node) -> None:
+        self._binary(node, OP.MINIMUM, same_scale=True)
+
+    def _op_clip(self, node: Node) -> None:
+        lo, hi = node.attrs.get("min"), node.attrs.get("max")
+        # The fused-activation ranges TFLite has a builtin (and the Edge TPU an op) for.
+        builtin = {(0.0, None): OP.RELU, (0.0, 6.0): OP.RELU6, (-1.0, 1.0): OP.RELU_N1_TO_1}.get(
+            (None if lo is None else float(lo), None if hi is None else float(hi)))
+        if builtin is not None:
+            self._unary(node, builtin)
+            return
+        v = self._get(node)
+        index, shape = v.index, self.m.shape_of(v.index)
+        bounds = [(b, op, tag) for b, op, tag in ((lo, OP.MAXIMUM, "max"), (hi, OP.MINIMUM, "min")) if b is not None]
+        for k, (bound, opcode, tag) in enumerate(bounds):
+            # MAXIMUM/MINIMUM with a scalar on the input's own grid (int8: the same parameters in and out).
+            out = self._new(node.output if k == len(bounds) - 1 and not self.int8 else f"{node.name}/{tag}", shape, like=index)
+            self._emit(opcode, [index, self._scalar_like(f"{node.name}/{tag}_bound", float(bound), index)], [out])
+            index = out
+        self.values[node.output] = _Value(self._follow_plan(node.output, index), v.nhwc)
 
     def _op_add(self, node: Node) -> None:
         self._binary(node, OP.ADD, w.OPTIONS.AddOptions, w.add_options)

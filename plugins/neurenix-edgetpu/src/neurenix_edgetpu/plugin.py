@@ -27,8 +27,10 @@ NATIVE_OPS = (
 GRAPH_OPS = (
     # layers: CONV_2D / DEPTHWISE_CONV_2D, FULLY_CONNECTED, pools, MEAN
     "conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d", "dropout", "identity", "constant",
-    # elementwise and activations: ADD, SUB, MUL, RELU, LOGISTIC, TANH, HARD_SWISH, GELU, RSQRT, SOFTMAX
-    "add", "sub", "mul", "relu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "rsqrt", "softmax",
+    # elementwise and activations: ADD, SUB, MUL, RELU, LOGISTIC, TANH, HARD_SWISH, GELU, RSQRT, SOFTMAX,
+    # MAXIMUM, MINIMUM, RELU6 / RELU_N1_TO_1 (clip)
+    "add", "sub", "mul", "maximum", "minimum", "relu", "clip", "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu",
+    "rsqrt", "softmax",
     # reductions: MEAN, SUM, REDUCE_MAX, REDUCE_MIN
     "reduce_mean", "reduce_sum", "reduce_max", "reduce_min",
     # data movement: RESHAPE, TRANSPOSE, CONCATENATION, STRIDED_SLICE, GATHER, PAD
