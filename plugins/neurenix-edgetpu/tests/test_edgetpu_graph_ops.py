@@ -94,6 +94,14 @@ FP32_IMAGE_CASES = {
 }
 
 
+def test_the_manifest_declares_exactly_what_the_writer_lowers():
+    from neurenix_core.graph.opset import OPSET
+
+    from neurenix_edgetpu.lowering import _HANDLED
+
+    assert set(GRAPH_OPS) == _HANDLED and set(GRAPH_OPS) <= set(OPSET)
+
+
 @pytest.mark.parametrize("case", sorted(FP32_IMAGE_CASES))
 def test_fp32_op_matches_the_reference(edgetpu, case):
     nodes, builtin = FP32_IMAGE_CASES[case]

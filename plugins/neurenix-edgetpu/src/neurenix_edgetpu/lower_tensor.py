@@ -32,6 +32,8 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import Node
 
 from neurenix_edgetpu import tflite_writer as w
+from neurenix_edgetpu.lower_values import NHWC_AXIS as _NHWC_AXIS
+from neurenix_edgetpu.lower_values import STORED_ORDER as _STORED_ORDER
 
 if TYPE_CHECKING:
     from neurenix_edgetpu.tflite_writer import ModelBuilder
@@ -39,10 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["TensorOps"]
 
 OP: Final = tflite.BuiltinOperator
-#: Where each core (NCHW) axis of an image lives in the stored NHWC tensor.
-_NHWC_AXIS: Final = (0, 3, 1, 2)
-#: The core axes in the order an NHWC tensor stores them.
-_STORED_ORDER: Final = (0, 2, 3, 1)
 _REDUCERS: Final = {"reduce_mean": OP.MEAN, "reduce_sum": OP.SUM, "reduce_max": OP.REDUCE_MAX, "reduce_min": OP.REDUCE_MIN}
 
 

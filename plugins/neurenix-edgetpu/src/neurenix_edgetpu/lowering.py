@@ -16,6 +16,11 @@ per-tensor parameters, symmetric per-channel int8 weights (zero point 0, ``quant
 set), int32 bias with scale ``input_scale * weight_scale[c]``, static shapes, ops at the
 versions the converter emits, pass-through ops (pool, reshape) keeping their input's
 quantization.
+
+The handlers are split by concern: layers (conv, linear, pools, flatten, softmax, batch norm)
+here, elementwise ops and activations in ``lower_elementwise.py``, data movement, reductions,
+matmul and attention in ``lower_tensor.py``; ``lower_values.py`` holds the per-value layout
+record they share. The ops handled are exactly the manifest's ``graph_ops`` (``plugin.py``).
 """
 
 from __future__ import annotations
@@ -28,13 +33,19 @@ from typing import Any, Final
 import numpy as np
 import tflite
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan
 from neurenix_core.graph.quantization import softmax_output_params
 from neurenix_core.graph.shapes import ValueSpec, infer_values
 
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
+from neurenix_edgetpu.lower_elementwise import ElementwiseOps
 from neurenix_edgetpu.lower_tensor import TensorOps
+from neurenix_edgetpu.lower_values import TO_NCHW as _TO_NCHW
+from neurenix_edgetpu.lower_values import TO_NHWC as _TO_NHWC
+from neurenix_edgetpu.lower_values import Value as _Value
+from neurenix_edgetpu.lower_values import per_tensor as _per_tensor
+from neurenix_edgetpu.lower_values import symmetric as _symmetric
 from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
 
 __all__ = ["IOSpec", "Lowered", "lower", "PRECISIONS", "IO_KINDS"]
@@ -46,15 +57,11 @@ PAD_VALID: Final = tflite.Padding.VALID
 PRECISIONS: Final = ("fp32", "int8")
 #: "float": float32 NCHW model I/O, quantize/layout ops inside the model; "int8": int8 NHWC I/O.
 IO_KINDS: Final = ("float", "int8")
-_TO_NHWC: Final = (0, 2, 3, 1)
-_TO_NCHW: Final = (0, 3, 1, 2)
-#: TFLite requires these output parameters for int8 SOFTMAX (the range [0, 1) over 256 steps).
+#: Producers a following ReLU is fused into (as the TFLite converter does).
 _FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul", "sub"})
 #: Ops that read an image in the device's NHWC layout; a 4-D graph input they read is stored NHWC.
 _SPATIAL: Final = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d"})
-#: TFLite's fixed int8 output parameters of LOGISTIC and TANH (the kernels refuse others).
-_LOGISTIC_Q: Final = (1.0 / 256.0, -128)
-_TANH_Q: Final = (1.0 / 128.0, 0)
+
 # Versions the TFLite converter writes for int8 kernels; the Edge TPU compiler checks them.
 _INT8_VERSION: Final = {
     OP.FULLY_CONNECTED: 4, OP.CONV_2D: 3, OP.DEPTHWISE_CONV_2D: 3, OP.ADD: 2, OP.MUL: 2,
@@ -92,14 +99,7 @@ class Lowered:
 
 
 @dataclass(slots=True)
-class _Value:
-    index: int
-    nhwc: bool  # a 4-D image stored NHWC (its core shape is NCHW)
-    chw_order: tuple[int, int, int] | None = None  # flattened NHWC data whose core order is (C,H,W)
-
-
-@dataclass(slots=True)
-class _Lowerer(TensorOps):
+class _Lowerer(ElementwiseOps, TensorOps):
     graph: Graph
     precision: str
     plan: QuantizationPlan | None
@@ -543,126 +543,12 @@ class _Lowerer(TensorOps):
         self._emit(OP.SOFTMAX, [v.index], [out], options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
         self.values[node.output] = _Value(out, v.nhwc)
 
-    def _binary(self, node: Node, opcode: int, options_type: int = 0, options: Any = None, *, same_scale: bool = False) -> None:
-        """Elementwise with broadcasting. Images stay NHWC when every other operand is an image or
-        a constant (the constant is laid out NHWC at write time); otherwise all go to the core's layout."""
-        names = node.inputs
-        vals = [self.values.get(n) for n in names]
-        images = [v is not None and v.nhwc and v.chw_order is None for v in vals]
-        consts = [v is None and n in self.consts and np.ndim(self.consts[n]) <= 4 for n, v in zip(names, vals)]
-        nhwc = any(images) and all(i or c for i, c in zip(images, consts))
-        if nhwc:
-            ins = [v.index if img else self._const_tensor(n, nhwc=True) for n, v, img in zip(names, vals, images)]  # type: ignore[union-attr]
-        else:
-            ins = [self._core(n) for n in names]
-        shape = tuple(int(d) for d in np.broadcast_shapes(*(self.m.shape_of(i) for i in ins)))
-        out_name = self._out_name(node)
-        out = self._new(out_name, shape)
-        if same_scale and self.int8:
-            # int8 MAXIMUM/MINIMUM compare raw integers: every operand on the output's grid.
-            ins = [self._requantize(f"{node.name}/in{k}", i, out) for k, i in enumerate(ins)]
-        self._emit(opcode, ins, [out], options_type=options_type, options=None if options is None else options(self._fused_act(node)))
-        self.values[out_name] = _Value(out, nhwc)
-
-    def _op_maximum(self, node: Node) -> None:
-        self._binary(node, OP.MAXIMUM, same_scale=True)
-
-    def _op_minimum(self, node: Node) -> None:
-        self._binary(node, OP.MINIMUM, same_scale=True)
-
-    def _op_clip(self, node: Node) -> None:
-        lo, hi = node.attrs.get("min"), node.attrs.get("max")
-        # The fused-activation ranges TFLite has a builtin (and the Edge TPU an op) for.
-        builtin = {(0.0, None): OP.RELU, (0.0, 6.0): OP.RELU6, (-1.0, 1.0): OP.RELU_N1_TO_1}.get(
-            (None if lo is None else float(lo), None if hi is None else float(hi)))
-        if builtin is not None:
-            self._unary(node, builtin)
-            return
-        v = self._get(node)
-        index, shape = v.index, self.m.shape_of(v.index)
-        bounds = [(b, op, tag) for b, op, tag in ((lo, OP.MAXIMUM, "max"), (hi, OP.MINIMUM, "min")) if b is not None]
-        for k, (bound, opcode, tag) in enumerate(bounds):
-            # MAXIMUM/MINIMUM with a scalar on the input's own grid (int8: the same parameters in and out).
-            out = self._new(node.output if k == len(bounds) - 1 and not self.int8 else f"{node.name}/{tag}", shape, like=index)
-            self._emit(opcode, [index, self._scalar_like(f"{node.name}/{tag}_bound", float(bound), index)], [out])
-            index = out
-        self.values[node.output] = _Value(self._follow_plan(node.output, index), v.nhwc)
-
-    def _op_add(self, node: Node) -> None:
-        self._binary(node, OP.ADD, w.OPTIONS.AddOptions, w.add_options)
-
-    def _op_sub(self, node: Node) -> None:
-        self._binary(node, OP.SUB, w.OPTIONS.SubOptions, w.sub_options)
-
-    def _op_mul(self, node: Node) -> None:
-        self._binary(node, OP.MUL, w.OPTIONS.MulOptions, w.mul_options)
-
     def _float_only(self, node: Node) -> None:
         if self.int8:
             raise UnsupportedOperationError(
                 f"layer {node.name!r} ({node.op}) has no int8 form in the Edge TPU writer; "
                 "compile with precision='fp32' or replace the layer"
             )
-
-    def _unary(self, node: Node, opcode: int, *, quant: tuple[float, int] | None = None, options_type: int = 0,
-               options: Any = None) -> _Value:
-        """One-input elementwise op in the input's layout. ``quant``: the fixed int8 output
-        parameters TFLite requires for this op (else the plan's)."""
-        v = self._get(node)
-        fixed = TensorQuant.per_tensor(*quant) if self.int8 and quant is not None else None
-        out = self._new(node.output, self.m.shape_of(v.index), quant=fixed)
-        self._emit(opcode, [v.index], [out], options_type=options_type, options=options)
-        self.values[node.output] = _Value(out, v.nhwc)
-        return self.values[node.output]
-
-    def _op_sigmoid(self, node: Node) -> None:
-        self._unary(node, OP.LOGISTIC, quant=_LOGISTIC_Q)
-
-    def _op_tanh(self, node: Node) -> None:
-        self._unary(node, OP.TANH, quant=_TANH_Q)
-
-    def _op_hardswish(self, node: Node) -> None:
-        self._unary(node, OP.HARD_SWISH)
-
-    def _op_rsqrt(self, node: Node) -> None:
-        self._unary(node, OP.RSQRT)
-
-    def _op_gelu(self, node: Node) -> None:
-        approx = node.attrs.get("approximate", "none") == "tanh"
-        self._unary(node, OP.GELU, options_type=w.OPTIONS.GeluOptions, options=w.gelu_options(approx))
-
-    def _op_silu(self, node: Node) -> None:
-        # x * sigmoid(x): LOGISTIC then MUL (the Edge TPU maps both; there is no SILU builtin).
-        v = self._get(node)
-        shape = self.m.shape_of(v.index)
-        sig = self._new(f"{node.name}/sigmoid", shape, quant=TensorQuant.per_tensor(*_LOGISTIC_Q) if self.int8 else None,
-                        like=None if self.int8 else v.index)
-        self._emit(OP.LOGISTIC, [v.index], [sig])
-        out = self._new(node.output, shape)
-        self._emit(OP.MUL, [v.index, sig], [out], options_type=w.OPTIONS.MulOptions, options=w.mul_options(ACT.NONE))
-        self.values[node.output] = _Value(out, v.nhwc)
-
-    def _op_hardsigmoid(self, node: Node) -> None:
-        # clip(alpha x + beta, 0, 1) = relu6(x + beta/alpha) * (alpha) when alpha * 6 == 1 (PyTorch's
-        # and the ONNX importers' 1/6, 0.5): ADD with fused RELU6, then MUL. Both are Edge TPU ops.
-        alpha, beta = float(node.attrs.get("alpha", 1.0 / 6.0)), float(node.attrs.get("beta", 0.5))
-        if not np.isclose(alpha * 6.0, 1.0):
-            raise UnsupportedOperationError(f"layer {node.name!r} (hardsigmoid alpha={alpha}): the writer lowers alpha=1/6 only")
-        v = self._get(node)
-        shape = self.m.shape_of(v.index)
-        shifted_q = None
-        if self.int8:
-            # relu6(x + 3) spans [0, 6]: six times the output's range with the output's zero point,
-            # so the MUL by 1/6 maps it onto the plan's output grid.
-            out_q = self._act(node.output)
-            shifted_q = TensorQuant.per_tensor(float(out_q.scale[0]) * 6.0, int(out_q.zero_point[0]))
-        shifted = self._new(f"{node.name}/relu6", shape, quant=shifted_q, like=None if self.int8 else v.index)
-        self._emit(OP.ADD, [v.index, self._scalar(f"{node.name}/shift", beta / alpha)], [shifted],
-                   options_type=w.OPTIONS.AddOptions, options=w.add_options(ACT.RELU6))
-        out = self._new(node.output, shape)
-        self._emit(OP.MUL, [shifted, self._scalar(f"{node.name}/alpha", alpha)], [out],
-                   options_type=w.OPTIONS.MulOptions, options=w.mul_options(ACT.NONE))
-        self.values[node.output] = _Value(out, v.nhwc)
 
     def _op_batch_norm2d(self, node: Node) -> None:
         self._float_only(node)
@@ -699,14 +585,6 @@ def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None =
     if precision == "int8" and plan is not None and (plan.bits != 8 or plan.dynamic):
         raise QuantizationError(f"the Edge TPU runs static full-integer int8 models; got a {plan.bits}-bit plan (dynamic={plan.dynamic})")
     return _Lowerer(graph, precision, plan, io).run()
-
-
-def _per_tensor(params: QuantParams) -> TensorQuant:
-    return TensorQuant.per_tensor(float(np.asarray(params.scale).ravel()[0]), int(np.asarray(params.zero_point).ravel()[0]))
-
-
-def _symmetric(arr: np.ndarray) -> TensorQuant:
-    return TensorQuant.per_tensor(max(float(np.abs(arr).max()), 1e-8) / 127.0, 0)
 
 
 def _pair(v: Any) -> tuple[int, int]:
