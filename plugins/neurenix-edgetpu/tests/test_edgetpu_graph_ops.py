@@ -273,3 +273,18 @@ def test_int8_pool_output_with_its_own_plan_parameters_is_requantized(edgetpu):
     step = float(own.scale[0])
     for x in batches:  # the finer output grid: within the input grid's rounding of the fp32 result
         np.testing.assert_allclose(model(x), reference.run_graph(graph, x), rtol=0, atol=float(plan.activations["a"].scale[0]) + step)
+
+
+def test_a_segment_of_constants_alone_stays_on_the_cpu(edgetpu):
+    """A device constant between two CPU nodes forms a segment without inputs: the writer refuses
+    it (nothing to run) and the core keeps it on the CPU; the result is unchanged."""
+    import neurenix_core as nx
+
+    k = np.arange(4, dtype=np.float32)
+    graph = Graph((TensorSpec("x", (2, 4)),), (_n("exp", ("x",), "e"), _const("k", k), _n("log", ("e",), "l"), _n("add", ("l", "k"))), ("y",))
+    with nx.fallback_policy("allow"):
+        compiled = nx.compile(graph, device="edgetpu:0", precision="fp32", progress=False, outputs="host")
+        x = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+        np.testing.assert_allclose(compiled(x), reference.run_graph(graph, x), rtol=1e-6)
+    placement = compiled.placement
+    assert {o.op for o in placement.off_device} == {"exp", "log"} and placement.nodes["edgetpu:0"] == 1

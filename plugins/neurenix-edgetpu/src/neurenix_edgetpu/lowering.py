@@ -580,6 +580,9 @@ def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None =
         raise CompilationError(f"edgetpu: io must be one of {', '.join(IO_KINDS)}, got {io!r}")
     if precision not in PRECISIONS:
         raise CompilationError(f"edgetpu compiles precision 'int8' (Edge TPU) or 'fp32' (LiteRT CPU), not {precision!r}")
+    if not graph.inputs:
+        # A partition segment holding only constants: the core then keeps it on the CPU.
+        raise UnsupportedOperationError("edgetpu: a graph without inputs (constants only) has nothing to run on the device")
     if precision == "int8" and plan is None:
         raise QuantizationError("precision='int8' on edgetpu needs calibration: pass calibration=... to nx.compile")
     if precision == "int8" and plan is not None and (plan.bits != 8 or plan.dynamic):
