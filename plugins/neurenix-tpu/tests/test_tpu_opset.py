@@ -194,9 +194,10 @@ def test_int64_stays_int64(tpu: Any) -> None:
     assert got.dtype == np.int64 and got.tolist() == [2**40 + 4, -(2**35) + 1]
 
 
-def _nhwc_chain() -> tuple[Graph, np.ndarray]:
+def _nhwc_chain() -> tuple[Graph, list[np.ndarray]]:
     """conv -> ops that keep or map the NHWC layout (SE scale, keepdims reductions, softmax over
-    channels, channel concat, argmax, transpose) -> outputs compared in the logical NCHW layout."""
+    channels, channel concat, argmax, transpose, an NCHW operand, a reduction dropping the channel
+    axis) -> outputs compared in the logical NCHW layout."""
     conv = {"kernel_size": (3, 3), "stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1}
     nodes = (
         Node("conv", "conv2d", ("x",), "c", conv, {"weight": _f(6, 3, 3, 3, scale=0.3), "bias": _f(6)}),
@@ -213,16 +214,20 @@ def _nhwc_chain() -> tuple[Graph, np.ndarray]:
         Node("perm", "transpose", ("c2",), "t", {"perm": (0, 2, 3, 1)}),
         Node("mask", "greater", ("cs", "c2"), "k"),
         Node("pick", "where", ("k", "cs", "c2"), "w"),
+        Node("mix", "add", ("c2", "z"), "mz"),  # NHWC value + an NCHW graph input
+        Node("chan", "reduce_sum", ("mz",), "rs", {"axes": (1,), "keepdims": False}),
     )
-    graph = Graph((TensorSpec("x", (2, 3, 7, 6)),), nodes, ("sm", "am", "gm", "t", "w"))
-    return graph, _f(2, 3, 7, 6)
+    graph = Graph((TensorSpec("x", (2, 3, 7, 6)), TensorSpec("z", (2, 6, 7, 6))), nodes, ("sm", "am", "gm", "t", "w", "rs"))
+    return graph, [_f(2, 3, 7, 6), _f(2, 6, 7, 6)]
 
 
 def test_nhwc_layout_chain_matches_the_reference(tpu: Any) -> None:
-    graph, x = _nhwc_chain()
+    graph, xs = _nhwc_chain()
     model = _compile(tpu, graph)
-    for got, want in zip(_run(model, x), run_graph(graph, x)):
-        _check(got, want)
+    got = _run(model, *xs)
+    assert len(got) == 6
+    for g, want in zip(got, run_graph(graph, *xs)):
+        _check(g, want)
 
 
 def test_attention_bool_mask_keeps_true_and_float_mask_adds(tpu: Any) -> None:
