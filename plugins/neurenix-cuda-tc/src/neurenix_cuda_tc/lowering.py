@@ -242,7 +242,9 @@ def _steps(module: Any, graph: Graph, plan: QuantizationPlan | None) -> list[_St
         out = None if specs is None else specs[node.output].shape
         if node.op == "constant":
             value = np.asarray(node.params["value"])
-            tensor = torch.from_numpy(np.ascontiguousarray(value.astype(np.float32) if value.dtype.kind == "f" else value)).clone()
+            # float constants are float32 like the weights (Module.to(dtype) then converts them); np.array
+            # (not ascontiguousarray, which makes a 0-d scalar 1-d) keeps the shape.
+            tensor = torch.from_numpy(np.array(value.astype(np.float32) if value.dtype.kind == "f" else value, order="C", copy=True))
             module.register_buffer(f"const_{key}", tensor)
             steps.append(("constant", f"const_{key}", (), node.output, None))
             continue
