@@ -55,8 +55,11 @@ def _param(node: Node, key: str, shape: tuple[int, ...]) -> np.ndarray:
 def _linear(node: Node) -> torch.nn.Module:
     import torch
 
-    w = node.params["weight"]  # (out, in): the layer's sizes come from it (attributes may be None)
-    m = torch.nn.Linear(int(w.shape[1]), int(w.shape[0]), bias=node.params.get("bias") is not None)
+    a = opset.attrs_of("linear", node.attrs)
+    w = node.params["weight"]  # (out, in): the layer's sizes come from it (the attributes are optional)
+    out_f, in_f = (int(w.shape[0]) if a["out_features"] is None else int(a["out_features"]),
+                   int(w.shape[1]) if a["in_features"] is None else int(a["in_features"]))
+    m = torch.nn.Linear(in_f, out_f, bias=node.params.get("bias") is not None)
     with torch.no_grad():
         m.weight.copy_(_t(_param(node, "weight", (m.out_features, m.in_features))))
         if m.bias is not None:
