@@ -177,18 +177,21 @@ def build_layer(node: Node) -> torch.nn.Module | None:
         raise CompilationError(f"cuda-tc: node {node.name!r} ({node.op}) lacks attribute {exc.args[0]!r}") from exc
 
 
-def _attention_call(layer: torch.nn.Module, args: list[Any], static: tuple[tuple[int, ...], ...] | None) -> Any:
+def _attention_call(layer: torch.nn.Module, args: list[Any], static: tuple[Any, Any] | None) -> Any:
     """nn.MultiheadAttention with the opset's mask: a bool mask keeps True (PyTorch's layer masks
-    True out), broadcast to the scores (N, heads, L, S) and passed as (N * heads, L, S)."""
+    True out), broadcast to the scores (N, heads, L, S) and passed as (N * heads, L, S).
+    ``static``: the inputs' (shapes, dtypes) when the graph has them (fx then traces no size)."""
     import torch
 
     q, k, v = (args * 3)[:3] if len(args) == 1 else args[:3]
     if len(args) < 4:
         return layer(q, k, v, need_weights=False)[0]
     mask = args[3]
-    mask = torch.logical_not(mask) if mask.dtype == torch.bool else mask.to(q.dtype)
-    shape_q, shape_k = (static[0], static[1]) if static is not None else (tuple(q.shape), tuple(k.shape))
-    if len(static[3] if static is not None else mask.shape) != 2:
+    is_bool = static[1][3] == "bool" if static is not None else mask.dtype == torch.bool
+    mask = torch.logical_not(mask) if is_bool else mask.to(q.dtype)
+    shapes = static[0] if static is not None else None
+    shape_q, shape_k = (shapes[0], shapes[1]) if shapes is not None else (tuple(q.shape), tuple(k.shape))
+    if len(shapes[3] if shapes is not None else mask.shape) != 2:
         n, lq, ls = (shape_q[0], shape_q[1], shape_k[1]) if layer.batch_first else (shape_q[1], shape_q[0], shape_k[0])
         h = layer.num_heads
         mask = torch.reshape(torch.broadcast_to(mask, (n, h, lq, ls)), (n * h, lq, ls))
@@ -257,11 +260,13 @@ def _steps(module: Any, graph: Graph, plan: QuantizationPlan | None) -> list[_St
                 raise CompilationError(f"cuda-tc: two nodes map to the layer name {key!r}; rename node {node.name!r}")
             module.layers[key] = layer
             module.node_names[key] = node.name
-            steps.append(("attention" if node.op == "multihead_attention" else "layer", key, tuple(node.inputs), node.output, ins))
+            static = None if specs is None else (ins, tuple(specs[i].dtype for i in node.inputs))
+            steps.append(("attention" if node.op == "multihead_attention" else "layer", key, tuple(node.inputs), node.output, static))
             continue
         if node.op not in FUNCTIONS:
             raise UnsupportedOperationError(f"cuda-tc cannot lower node {node.name!r}: op {node.op!r} has no PyTorch lowering")
-        fn = function_for(node.op, opset.attrs_of(node.op, node.attrs), ins, out)
+        dts = None if specs is None else tuple(specs[i].dtype for i in node.inputs)
+        fn = function_for(node.op, opset.attrs_of(node.op, node.attrs), ins, out, dts)
         steps.append(("function", key, tuple(node.inputs), node.output, fn))
     return steps
 

@@ -28,6 +28,8 @@ Attrs = Mapping[str, Any]
 Shape = tuple[int, ...] | None
 #: The static shapes of a node's inputs (None when the graph has none).
 Ins = tuple[tuple[int, ...], ...] | None
+#: Their dtype names (None when unknown): dtype tests are decided here, not traced.
+Dts = tuple[str, ...] | None
 
 
 def torch_dtype_of(name: str) -> Any:
@@ -37,8 +39,12 @@ def torch_dtype_of(name: str) -> Any:
     return getattr(torch, name)
 
 
-def _binary(name: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def _binary(name: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch
 
         return getattr(torch, name)
@@ -46,11 +52,15 @@ def _binary(name: str) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _div(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _div(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
-    def div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if dts is not None:
         # ONNX Div: integers truncate toward zero; floats divide.
+        floats = any(_is_float(d) for d in dts)
+        return torch.div if floats else (lambda x, y: torch.div(x, y, rounding_mode="trunc"))
+
+    def div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if x.is_floating_point() or y.is_floating_point():
             return torch.div(x, y)
         return torch.div(x, y, rounding_mode="trunc")
@@ -58,8 +68,8 @@ def _div(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return div
 
 
-def _unary(name: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _unary(name: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch
 
         return getattr(torch, name)
@@ -67,11 +77,11 @@ def _unary(name: str) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _identity(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _identity(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     return lambda x: x
 
 
-def _clip(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _clip(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     lo, hi = a["min"], a["max"]
@@ -80,29 +90,29 @@ def _clip(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return lambda x: torch.clamp(x, lo, hi)
 
 
-def _leaky_relu(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _leaky_relu(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch.nn.functional as F  # noqa: N812
 
     alpha = float(a["alpha"])
     return lambda x: F.leaky_relu(x, alpha)
 
 
-def _hardsigmoid(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _hardsigmoid(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     alpha, beta = float(a["alpha"]), float(a["beta"])
     return lambda x: torch.clamp(x * alpha + beta, 0.0, 1.0)
 
 
-def _gelu(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _gelu(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch.nn.functional as F  # noqa: N812
 
     approximate = str(a["approximate"])
     return lambda x: F.gelu(x, approximate=approximate)
 
 
-def _activation(name: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _activation(name: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch.nn.functional as F  # noqa: N812
 
         return getattr(F, name)
@@ -110,8 +120,8 @@ def _activation(name: str) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _softmax(log: bool) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _softmax(log: bool) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch
 
         axis = int(a["axis"])
@@ -121,13 +131,13 @@ def _softmax(log: bool) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _matmul(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _matmul(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     return torch.matmul
 
 
-def _gemm(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _gemm(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     alpha, beta, ta, tb = float(a["alpha"]), float(a["beta"]), bool(a["trans_a"]), bool(a["trans_b"])
@@ -142,8 +152,8 @@ def _gemm(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return gemm
 
 
-def _pool(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _pool(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch.nn.functional as F  # noqa: N812
 
         k = tuple(int(v) for v in a["kernel_size"])
@@ -157,8 +167,8 @@ def _pool(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _adaptive(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _adaptive(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch.nn.functional as F  # noqa: N812
 
         size = tuple(int(v) for v in a["output_size"])
@@ -168,8 +178,8 @@ def _adaptive(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _global(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _global(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch
 
         fn = torch.mean if kind == "avg" else torch.amax
@@ -187,8 +197,8 @@ def _dims(axes: Sequence[int] | None, x: torch.Tensor) -> tuple[int, ...]:
     return tuple(range(x.dim())) if axes is None else tuple(int(v) for v in axes)
 
 
-def _reduce(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _reduce(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch
 
         keep = bool(a["keepdims"])
@@ -207,8 +217,8 @@ def _reduce(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _arg(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
-    def build(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _arg(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
+    def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch
 
         fn = torch.argmax if kind == "max" else torch.argmin
@@ -218,7 +228,7 @@ def _arg(kind: str) -> Callable[[Attrs, Ins, Shape], Fn]:
     return build
 
 
-def _reshape(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _reshape(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     if out is not None:
@@ -228,14 +238,14 @@ def _reshape(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return lambda x: torch.reshape(x, tuple(x.shape[i] if v == 0 else v for i, v in enumerate(shape)))
 
 
-def _flatten(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _flatten(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     start, end = int(a["start_dim"]), int(a["end_dim"])
     return lambda x: torch.flatten(x, start, end)
 
 
-def _transpose(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _transpose(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     perm = a["perm"] if a["perm"] is not None or ins is None else tuple(reversed(range(len(ins[0]))))
@@ -244,7 +254,7 @@ def _transpose(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return lambda x: torch.permute(x, tuple(int(v) for v in perm))
 
 
-def _squeeze(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _squeeze(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     if out is not None:
@@ -255,7 +265,7 @@ def _squeeze(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return lambda x: torch.squeeze(x, tuple(int(v) for v in axes))
 
 
-def _unsqueeze(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _unsqueeze(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     if out is not None:
@@ -271,7 +281,7 @@ def _unsqueeze(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return unsqueeze
 
 
-def _expand(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _expand(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     if out is not None:
@@ -280,14 +290,14 @@ def _expand(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return lambda x: torch.broadcast_to(x, torch.broadcast_shapes(x.shape, shape))
 
 
-def _concat(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _concat(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     axis = int(a["axis"])
     return lambda *xs: torch.cat(xs, axis)
 
 
-def _split(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _split(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     axis, sizes, index = int(a["axis"]), [int(v) for v in a["sizes"]], int(a["index"])
@@ -295,7 +305,7 @@ def _split(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return lambda x: torch.narrow(x, axis, start, sizes[index])
 
 
-def _slice(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _slice(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     starts, ends = [int(v) for v in a["starts"]], [int(v) for v in a["ends"]]
@@ -319,7 +329,7 @@ def _slice(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return slice_
 
 
-def _gather(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _gather(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     axis = int(a["axis"])
@@ -338,7 +348,7 @@ def _gather(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return gather
 
 
-def _where(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _where(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
     return torch.where
@@ -347,7 +357,7 @@ def _where(a: Attrs, ins: Ins, out: Shape) -> Fn:
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
 
 
-def _pad(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _pad(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch.nn.functional as F  # noqa: N812
 
     pads = [(int(lo), int(hi)) for lo, hi in a["pads"]]
@@ -362,13 +372,16 @@ def _pad(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return lambda x: F.pad(x, flat, mode=mode)
 
 
-def _cast(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _cast(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     to = str(a["to"])
     float_target = to.startswith(("float", "bfloat"))
     target = torch_dtype_of(to)
 
+    # float -> float keeps the model's working precision (the opset's rule): an fp16 model stays fp16.
+    if dts is not None:
+        return (lambda x: x) if float_target and _is_float(dts[0]) else (lambda x: x.to(target))
+
     def cast(x: torch.Tensor) -> torch.Tensor:
-        # float -> float keeps the model's working precision (the opset's rule): an fp16 model stays fp16.
         if float_target and x.is_floating_point():
             return x
         return x.to(target)
@@ -376,26 +389,31 @@ def _cast(a: Attrs, ins: Ins, out: Shape) -> Fn:
     return cast
 
 
-def _attention(a: Attrs, ins: Ins, out: Shape) -> Fn:
+def _attention(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
     import torch.nn.functional as F  # noqa: N812
 
     scale, causal = a["scale"], bool(a["is_causal"])
 
+    bool_mask = None if dts is None or len(dts) < 4 else dts[3] == "bool"
+    sizes = None if ins is None else (ins[0][-2], ins[1][-2])
+
     def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if mask is not None and mask.dtype != torch.bool:
+        is_bool = mask is not None and (bool_mask if bool_mask is not None else mask.dtype == torch.bool)
+        if mask is not None and not is_bool:
             mask = mask.to(q.dtype)  # a float mask is added to the scores, in their precision
         if causal and mask is not None:
             # F.scaled_dot_product_attention takes either a mask or is_causal: fold the triangle in.
-            tri = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-            mask = mask & tri if mask.dtype == torch.bool else mask.masked_fill(~tri, float("-inf"))
+            L, S = sizes if sizes is not None else (q.shape[-2], k.shape[-2])
+            tri = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
+            mask = mask & tri if is_bool else mask.masked_fill(~tri, float("-inf"))
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
 
     return sdpa
 
 
-FUNCTIONS: dict[str, Callable[[Attrs, Ins, Shape], Fn]] = {
+FUNCTIONS: dict[str, Callable[[Attrs, Ins, Shape, Dts], Fn]] = {
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _div, "pow": _binary("pow"),
     "maximum": _binary("maximum"), "minimum": _binary("minimum"),
     "equal": _binary("eq"), "not_equal": _binary("ne"), "less": _binary("lt"), "less_equal": _binary("le"),
@@ -418,12 +436,12 @@ FUNCTIONS: dict[str, Callable[[Attrs, Ins, Shape], Fn]] = {
 }
 
 
-def function_for(op: str, attrs: Attrs, in_shapes: Ins, out_shape: Shape) -> Fn:
+def function_for(op: str, attrs: Attrs, in_shapes: Ins, out_shape: Shape, in_dtypes: Dts = None) -> Fn:
     """The torch callable of one weightless node (``attrs`` completed with the opset's defaults;
     static input/output shapes when the graph has them, else None)."""
     build = FUNCTIONS.get(op)
     if build is None:
         raise UnsupportedOperationError(f"cuda-tc has no PyTorch lowering for op {op!r}; nx.compile places it on cpu:0")
-    return build(attrs, in_shapes, None if out_shape is None else tuple(int(d) for d in out_shape))
+    return build(attrs, in_shapes, None if out_shape is None else tuple(int(d) for d in out_shape), in_dtypes)
 
 
