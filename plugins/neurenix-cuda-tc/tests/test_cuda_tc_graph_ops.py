@@ -122,3 +122,37 @@ def test_align_model_traces_an_imported_two_input_model() -> None:
         got = padded(torch.from_numpy(ids), torch.from_numpy(mask))
     assert zoo.max_rel_err(got[0].numpy(), want.last_hidden_state.detach().numpy()) <= 1e-4
     assert zoo.max_rel_err(got[1].numpy(), want.pooler_output.detach().numpy()) <= 1e-4
+
+
+def test_fp32_turns_tf32_off_for_the_call_and_puts_the_flags_back() -> None:
+    from neurenix_cuda_tc.compiled import _tf32
+
+    flags = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = tuple(f.allow_tf32 for f in flags)
+    try:
+        for f in flags:
+            f.allow_tf32 = True  # what a user (or another library) may have switched on
+        with _tf32(False):
+            assert not any(f.allow_tf32 for f in flags)
+        assert all(f.allow_tf32 for f in flags)
+        with _tf32(True):
+            assert all(f.allow_tf32 for f in flags)
+    finally:
+        for f, v in zip(flags, saved):
+            f.allow_tf32 = v
+
+
+@pytest.mark.gpu
+def test_fp32_on_a_real_gpu_matches_torch_eager_with_tf32_switched_on_globally() -> None:
+    model = zoo.build("vit").cuda()
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32))
+    with torch.no_grad():
+        want = model.cpu()(x).numpy()  # the CPU's fp32 is the reference
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        compiled = nx.compile(nn.from_torch(model, x), device="cuda:0", precision="fp32")
+        got = compiled(x.numpy()).numpy()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    assert zoo.max_rel_err(got, want) <= 1e-4

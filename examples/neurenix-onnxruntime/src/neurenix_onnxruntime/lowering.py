@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from neurenix_core.errors import CompilationError, UnsupportedOperationError
+from neurenix_core.errors import CompilationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 from neurenix_onnxruntime.eager import OPSET
-from neurenix_onnxruntime.onnx_export import EXPORTED_OPS, GRAPH_OPS, Exporter
+from neurenix_onnxruntime.onnx_export import Exporter
 
 __all__ = ["PRECISIONS", "lower", "Lowered"]
 
@@ -90,7 +90,7 @@ class _QDQExporter(Exporter):
 
 
 # ----------------------------------------------------------------------------- driver
-def _check(graph: Graph, precision: str, plan: QuantizationPlan | None) -> None:
+def _check(precision: str, plan: QuantizationPlan | None) -> None:
     if precision not in PRECISIONS:
         raise CompilationError(
             f"ort (plugin onnxruntime) cannot compile precision {precision!r}: ONNX Runtime's providers here run "
@@ -101,17 +101,11 @@ def _check(graph: Graph, precision: str, plan: QuantizationPlan | None) -> None:
             "ort (plugin onnxruntime): precision 'int8' needs a static 8-bit QuantizationPlan from the core's calibration "
             "(nx.compile(..., quantize='int8', calibration=...)); dynamic plans are not lowered."
         )
-    for node in graph.nodes:
-        if node.op not in EXPORTED_OPS and node.op not in GRAPH_OPS:
-            raise UnsupportedOperationError(
-                f"layer {node.name} ({node.op}) has no ONNX lowering in the ort backend; run the model eagerly "
-                "(nx.compile falls back under the fallback policy) or on another device."
-            )
 
 
 def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None) -> Lowered:
     """Lower ``graph`` (static input shapes) to an ONNX model of opset ``OPSET`` (``onnx_export``)."""
-    _check(graph, precision, plan)
+    _check(precision, plan)
     if precision == "int8":
         assert plan is not None
         exporter: Exporter = _QDQExporter(graph, plan)

@@ -138,7 +138,12 @@ class Exporter:
                                                  to=helper.np_dtype_to_tensor_dtype(self.float_type))
             self.after(spec.name)
         for node in self.graph.nodes:
-            self.names[node.output] = EMIT[node.op](self, node, opset.attrs_of(node.op, node.attrs))
+            emit = EMIT.get(node.op)
+            if emit is None:  # an op added to the opset after this exporter was written
+                raise UnsupportedOperationError(
+                    f"layer {node.name} ({node.op}) has no ONNX export in neurenix-onnxruntime; run the model on another device"
+                )
+            self.names[node.output] = emit(self, node, opset.attrs_of(node.op, node.attrs))
             self.after(node.output)
         out_names = []
         for i, value in enumerate(self.graph.outputs):
