@@ -295,6 +295,8 @@ def graph_module_classes() -> tuple[type, type]:
             self.layers = torch.nn.ModuleDict()
             self.node_names: dict[str, str] = {}
             self._steps = _steps(self, graph, plan)
+            #: Every size and dtype test was decided at lowering (static input shapes): torch.fx traces it.
+            self.static = all(s.shape for s in graph.inputs)
             self._inputs = tuple(s.name for s in graph.inputs)
             self._outputs = tuple(graph.outputs)
             self._act = dict(plan.activations) if plan is not None and not plan.dynamic else {}
