@@ -95,8 +95,8 @@ CASES: list[Case] = [
     ("concat", "concat", [_f(2, 3), _f(2, 2), _f(2, 1)], {"axis": -1}, {}),
     ("split", "split", [_f(2, 7)], {"axis": 1, "sizes": (3, 4), "index": 1}, {}),
     ("slice", "slice", [_f(4, 6, 5)], {"starts": (1, -4), "ends": (2**62, 5), "axes": (0, 1), "steps": (2, 1)}, {}),
-    # Ends at 0, not "past the start": the reference resolves a negative-step slice to the start as empty.
     ("slice_negative_step", "slice", [_f(4, 6)], {"starts": (-1,), "ends": (0,), "axes": (1,), "steps": (-2,)}, {}),
+    ("slice_negative_step_to_start", "slice", [_f(4, 6)], {"starts": (-2,), "ends": (-(2**62),), "axes": (1,), "steps": (-1,)}, {}),
     ("gather", "gather", [_f(5, 3), _i(5, 2, 4)], {"axis": 0}, {}),
     ("gather_scalar_negative", "gather", [_f(2, 5, 3), np.asarray(-2, np.int64)], {"axis": 1}, {}),
     ("embedding", "embedding", [_i(10, 2, 5)], {}, {"weight": _f(10, 6)}),
