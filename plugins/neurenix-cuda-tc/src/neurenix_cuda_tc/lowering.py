@@ -251,6 +251,8 @@ def _steps(module: Any, graph: Graph, plan: QuantizationPlan | None) -> list[_St
             # float constants are float32 like the weights (Module.to(dtype) then converts them); np.array
             # (not ascontiguousarray, which makes a 0-d scalar 1-d) keeps the shape.
             tensor = torch.from_numpy(np.array(value.astype(np.float32) if value.dtype.kind == "f" else value, order="C", copy=True))
+            if hasattr(module, f"const_{key}"):
+                raise CompilationError(f"cuda-tc: two constants map to the buffer name const_{key}; rename node {node.name!r}")
             module.register_buffer(f"const_{key}", tensor)
             steps.append(("constant", f"const_{key}", (), node.output, None))
             continue
