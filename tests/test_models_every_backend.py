@@ -39,10 +39,6 @@ DEVICES = _devices()
 #: (test, model, device type) pairs that do not pass yet: strict xfail, so one that starts passing
 #: fails the suite until its entry is removed. Each entry is an open item of the plugin named.
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    **{("fp32", m, d): f"plugin for {d} does not lower attention/matmul yet" for m in ("vit", "bert")
-       for d in ("ort", "cuda", "tpu", "edgetpu")},
-    **{("int8", m, d): f"{d} does not lower every op of the quantized model; quantized models are not partitioned"
-       for m in ("mobilenetv3_block", "efficientnet_block") for d in ("edgetpu",)},
     ("int8", "resnet_block", "cpu"): "global average pool keeps its input's int8 scale: 98.7% top-1",
 }
 
