@@ -122,10 +122,10 @@ def _answer(record: _Folder, group: str) -> _Answer | None:
     """The record's answer when the folder still holds what it recorded, else None (also for a
     line this version does not write: the unpacking below checks each line's field count)."""
     dists = [line[5:] for line in record.lines if line.startswith("dist\t")]
-    if record.stamp == _RECENT or record.stamp != _stamp(record.path)[0]:
-        # The folder changed (or is too recent to tell): did its distributions?
-        if _listing(record.path) != dists:
-            return None
+    # A folder that changed (or is too recent to tell) still stands if its distributions did not.
+    changed = record.stamp == _RECENT or record.stamp != _stamp(record.path)[0]
+    if changed and _listing(record.path) != dists:
+        return None
     eps: dict[str, list[EntryPoint]] = {}
     try:
         for line in record.lines:
@@ -180,7 +180,7 @@ def _scan(folder: str, group: str) -> tuple[_Answer, _Folder | None]:
                 cacheable = False  # would read back as "unknown"
             dist = _MISSING if ep.dist_name is None else ep.dist_name
             version = _MISSING if ep.dist_version is None else ep.dist_version
-            lines.append("\t".join(("ep", name, ep.name, ep.value, dist, version)))
+            lines.append(f"ep\t{name}\t{ep.name}\t{ep.value}\t{dist}\t{version}")
     record = _Folder(folder, group, _RECENT if mtime > settled else stamp, lines)
     if not cacheable or not _well_formed(record):
         return answer, None

@@ -55,7 +55,7 @@ def _cached(state: Path) -> list[tuple]:
 
 
 def test_a_valid_cache_answers_without_reading_any_distribution(sites, monkeypatch: pytest.MonkeyPatch) -> None:
-    first, second, state = sites
+    _first, _second, state = sites
     scanned = _view(entry_points(GROUP))
     assert [e[:2] for e in scanned] == [("acme", "acme_mod"), ("zeta", "zeta_mod")]
     assert _cached(state) == scanned
@@ -69,7 +69,7 @@ def test_a_valid_cache_answers_without_reading_any_distribution(sites, monkeypat
 
 
 def test_an_installed_distribution_is_seen(sites) -> None:
-    first, second, state = sites
+    _first, second, state = sites
     _cached(state)
     write_distribution(second, name="newcomer", module="newcomer_mod", source="")
     assert ("newcomer", "newcomer_mod") in [e[:2] for e in _cached(state)]
@@ -77,21 +77,21 @@ def test_an_installed_distribution_is_seen(sites) -> None:
 
 
 def test_a_removed_distribution_is_seen(sites) -> None:
-    first, second, state = sites
+    _first, second, state = sites
     _cached(state)
     shutil.rmtree(next(second.glob("neurenix_zeta-*.dist-info")))
     assert [e[:2] for e in _cached(state)] == [("acme", "acme_mod")]
 
 
 def test_a_shadowing_distribution_removed_brings_back_the_next_one(sites) -> None:
-    first, second, state = sites
+    first, _second, state = sites
     _cached(state)
     shutil.rmtree(next(first.glob("neurenix_acme-*.dist-info")))
     assert [e[:2] for e in _cached(state)] == [("acme", "acme_shadowed"), ("zeta", "zeta_mod")]
 
 
 def test_an_edited_entry_points_file_is_seen(sites) -> None:
-    first, second, state = sites
+    first, _second, state = sites
     _cached(state)
     info = next(first.glob("neurenix_acme-*.dist-info"))
     (info / "entry_points.txt").write_text(f"[{GROUP}]\nacme = acme_other\n")  # in place: the folder is unchanged
@@ -122,7 +122,7 @@ def test_a_new_sys_path_folder_is_scanned_alone(sites, tmp_path: Path, monkeypat
 
 def test_a_changing_folder_without_distributions_keeps_the_cache(sites, monkeypatch: pytest.MonkeyPatch) -> None:
     """The current folder of ``python -c`` changes all the time; only its distributions matter."""
-    first, second, state = sites
+    first, _second, state = sites
     scanned = _cached(state)
     (first / "notes.txt").write_text("a file, not a distribution")  # first's stamp changes now
 
@@ -135,7 +135,7 @@ def test_a_changing_folder_without_distributions_keeps_the_cache(sites, monkeypa
 
 def test_a_reinstalled_distribution_of_the_same_name_is_seen(sites) -> None:
     """Same folder name (same version), new folder: a reinstall that adds the entry point."""
-    first, second, state = sites
+    _first, second, state = sites
     _cached(state)
     info = next(second.glob("neurenix_zeta-*.dist-info"))
     shutil.rmtree(info)
@@ -157,7 +157,7 @@ def test_recent_changes_are_not_cached(tmp_path: Path, monkeypatch: pytest.Monke
     ["garbage\n", f"{ep_cache._HEADER}\nfolder\tonly-two-fields\nend\n", f"{ep_cache._HEADER}\nend\n", "\udcff"],
 )
 def test_a_malformed_cache_is_ignored_and_replaced(sites, content: str) -> None:
-    first, second, state = sites
+    _first, _second, state = sites
     state.mkdir()
     (state / ep_cache.CACHE_FILE).write_text(content, errors="surrogateescape")
     assert _cached(state) == _view(entry_points(GROUP))
@@ -165,7 +165,7 @@ def test_a_malformed_cache_is_ignored_and_replaced(sites, content: str) -> None:
 
 
 def test_an_unwritable_state_folder_still_answers(sites) -> None:
-    first, second, state = sites
+    _first, _second, state = sites
     state.write_text("a file where the folder should be")
     assert _cached(state) == _view(entry_points(GROUP))
 
@@ -199,7 +199,7 @@ def _forged(state: Path, sites: tuple[Path, Path, Path]) -> str:
 
 
 def test_a_cache_others_may_write_is_not_believed(sites) -> None:
-    first, second, state = sites
+    _first, _second, state = sites
     forged = _forged(state, sites)
     path = state / ep_cache.CACHE_FILE
     path.write_text(forged)
@@ -211,7 +211,7 @@ def test_a_cache_others_may_write_is_not_believed(sites) -> None:
 
 
 def test_a_symlinked_cache_is_not_believed(sites, tmp_path: Path) -> None:
-    first, second, state = sites
+    _first, _second, state = sites
     forged = tmp_path / "elsewhere"
     forged.write_text(_forged(state, sites))
     forged.chmod(0o600)
