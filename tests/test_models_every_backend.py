@@ -43,7 +43,6 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
        for d in ("ort", "cuda", "tpu", "npu", "edgetpu")},
     **{("int8", m, d): f"{d} does not lower every op of the quantized model; quantized models are not partitioned"
        for m in ("mobilenetv3_block", "efficientnet_block") for d in ("npu", "edgetpu")},
-    ("int8", "resnet_block", "cpu"): "global average pool keeps its input's int8 scale: 98.7% top-1",
 }
 
 

@@ -4,7 +4,8 @@
 ``backends/cpu_nn.py``; every plugin's tests compare against it. With ``plan=`` it simulates a
 quantized model (fake quantization of weights and activations). ``run_quantized(graph, plan,
 *inputs)`` runs the integer arithmetic a TFLite int8 / 16x8 runtime performs, bit for bit, for
-linear, conv2d (fused ReLU), relu, pooling and reshapes; other ops run dequantize -> float64 ->
+linear, conv2d (fused ReLU), relu, pooling, spatial means (TFLite's MEAN, requantized to the
+output's own parameters) and reshapes; other ops run dequantize -> float64 ->
 quantize, as a runtime without an integer kernel for them would.
 """
 
@@ -158,6 +159,9 @@ def _int_node(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.nd
     xq = xs[0]
     if node.op in ("linear", "conv2d"):
         return _int_layer(node, xq, in_qp, out_qp, plan)
+    if Q.is_spatial_mean(node, xq.ndim):
+        out = Q.integer_mean(xq, in_qp, out_qp)
+        return out if node.attrs.get("keepdims", True) else out.reshape(out.shape[:2])
     if node.op == "relu":
         return _int_relu(xq, in_qp, out_qp)
     if node.op == "max_pool2d":
@@ -206,7 +210,8 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
         values[spec.name] = arr
     for node in graph.nodes:
         xs = [values[i] for i in node.inputs]
-        if node.op in Q.INTEGER_OPS and node.output in acts and all(i in quantized for i in node.inputs):
+        if node.output in acts and all(i in quantized for i in node.inputs) and (
+                node.op in Q.INTEGER_OPS or Q.is_spatial_mean(node, xs[0].ndim)):
             values[node.output] = _int_node(node, xs, plan)
             quantized.add(node.output)
             continue
