@@ -13,7 +13,7 @@ import numpy as np
 
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.qmath import int_range, activation_params, passes_through, softmax_output_params, weight_params
+from neurenix_core.graph.qmath import constant_weight_axis, int_range, activation_params, passes_through, softmax_output_params, weight_params
 from neurenix_core.graph.reference import run_graph
 
 __all__ = ["calibrate", "dynamic_plan", "plan_summary"]
@@ -120,7 +120,20 @@ def calibrate(
     acts = {name: activation_params(*obs.range(name, percentile), bits=bits) for name in obs.lo}
     _tie_parameters(graph, acts, shapes)
     weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op in ("linear", "conv2d")}
+    weights.update(_matmul_weights(graph))
     return QuantizationPlan(bits=bits, activations=acts, weights=weights, method=method, dynamic=False)
+
+
+def _matmul_weights(graph: Graph) -> dict[str, QuantParams]:
+    """Per-channel parameters for the constant right-hand side of matmul/gemm nodes (fully
+    connected layers as ONNX and torch.export write them), keyed by the node's name."""
+    producers = {n.output: n for n in graph.nodes}
+    out = {}
+    for n in graph.nodes:
+        axis = constant_weight_axis(n, producers)
+        if axis is not None:
+            out[n.name] = weight_params(np.asarray(producers[n.inputs[1]].params["value"]), axis)
+    return out
 
 
 def _tie_parameters(graph: Graph, acts: dict[str, QuantParams], shapes: dict[str, tuple[int, ...]]) -> None:

@@ -31,7 +31,7 @@ __all__ = [
     "quantize", "dequantize", "fake_quantize", "quantize_weight", "quantize_bias", "quantize_multiplier",
     "saturating_rounding_doubling_high_mul", "rounding_divide_by_pot", "multiply_by_quantized_multiplier",
     "multiply_by_quantized_multiplier_int64", "requantize", "check_plan", "describe", "PASS_THROUGH", "INTEGER_OPS",
-    "is_spatial_mean", "passes_through", "integer_mean",
+    "is_spatial_mean", "passes_through", "integer_mean", "constant_weight_axis", "matmul_bias",
 ]
 
 #: Ops whose output keeps the input's parameters (TFLite requires it for pooling and reshapes).
@@ -75,12 +75,52 @@ def activation_params(lo: float, hi: float, bits: int = 8) -> QuantParams:
     return QuantParams(np.array([scale], np.float32), np.array([zp], np.int64), 8, None, qmin, qmax)
 
 
-def weight_params(weight: np.ndarray) -> QuantParams:
-    """Symmetric per-output-channel int8 parameters (axis 0, range [-127, 127])."""
-    w = np.asarray(weight, np.float64).reshape(weight.shape[0], -1)
+def weight_params(weight: np.ndarray, axis: int = 0) -> QuantParams:
+    """Symmetric per-output-channel int8 parameters along ``axis`` (range [-127, 127]): axis 0 for
+    linear/conv weights, the output (last) axis of a matmul's constant right-hand side."""
+    w = np.asarray(weight, np.float64)
+    axis = axis % w.ndim
+    w = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     bound = np.abs(w).max(axis=1)
     scale = np.where(bound > 0, bound / 127.0, 1.0).astype(np.float32)
-    return QuantParams(scale, np.zeros(scale.shape, np.int64), 8, 0, -127, 127)
+    return QuantParams(scale, np.zeros(scale.shape, np.int64), 8, axis, -127, 127)
+
+
+def constant_weight_axis(node: Node, producers: Mapping[str, Node]) -> int | None:
+    """For a ``matmul``/``gemm`` whose right-hand side ``b`` (input 1) is a 2-D float ``constant``,
+    the output-channel axis of ``b`` as stored (1, or 0 for a gemm with ``trans_b``); else None.
+
+    Such a node is a fully connected layer: the plan holds per-channel int8 parameters for ``b``
+    under the node's name (``plan.weights[node.name]``, axis as returned). A gemm qualifies only
+    with ``alpha == beta == 1`` and ``c`` absent or a constant with one value per output channel
+    (the int32 bias); other gemms and batched constants run the float path."""
+    if node.op not in ("matmul", "gemm") or len(node.inputs) < 2:
+        return None
+    b = producers.get(node.inputs[1])
+    if b is None or b.op != "constant":
+        return None
+    value = np.asarray(b.params["value"])
+    if value.ndim != 2 or value.dtype.kind != "f":
+        return None
+    if node.op == "matmul":
+        return 1
+    a = node.attrs
+    if float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
+        return None
+    axis = 0 if a.get("trans_b") else 1
+    if len(node.inputs) > 2:
+        c = producers.get(node.inputs[2])
+        if c is None or c.op != "constant" or np.asarray(c.params["value"]).size not in (1, value.shape[axis]):
+            return None
+    return axis
+
+
+def matmul_bias(node: Node, producers: Mapping[str, Node], channels: int) -> np.ndarray | None:
+    """A qualifying gemm's ``c`` as a per-channel bias vector (None for matmul or no ``c``)."""
+    if node.op != "gemm" or len(node.inputs) < 3:
+        return None
+    c = np.asarray(producers[node.inputs[2]].params["value"], np.float64).ravel()
+    return np.broadcast_to(c, (channels,)).copy()
 
 
 def _channel_shape(qp: QuantParams, ndim: int) -> tuple[int, ...]:
@@ -287,7 +327,9 @@ def check_plan(graph: Graph, plan: QuantizationPlan) -> None:
         missing = [v for v in names if v not in plan.activations]
         if missing:
             raise QuantizationError(f"the quantization plan has no parameters for value(s) {missing[:5]}; calibrate this model again")
-    layers = [n.name for n in graph.nodes if n.op == "linear" or (n.op == "conv2d" and not plan.dynamic)]
+    producers = {n.output: n for n in graph.nodes}
+    layers = [n.name for n in graph.nodes if n.op == "linear" or (not plan.dynamic and (
+        n.op == "conv2d" or constant_weight_axis(n, producers) is not None))]
     missing = [n for n in layers if n not in plan.weights]
     if missing:
         raise QuantizationError(f"the quantization plan has no weight parameters for layer(s) {missing[:5]}; calibrate this model again")
