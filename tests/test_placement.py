@@ -191,3 +191,77 @@ def test_imported_vit_partitions_across_a_real_plugin_and_the_cpu(device: str, v
     # not during a later test that measures that device's memory.
     del compiled, y, p
     gc.collect()
+
+
+# The same kind of plugin for a quantized model: it lowers conv2d and linear only and runs the
+# (sub-)plan it is given with the core's integer reference, as the vendor template does.
+QPLUGIN = PLUGIN.replace('"convdev"', '"qdev"').replace("convdev", "qdev").replace('("conv2d", "matmul")', '("conv2d", "linear")').replace(
+    "from neurenix_core.graph.reference import run_graph", "from neurenix_core.graph.reference import run_graph, run_quantized").replace(
+    '''    def _run(self, *xs):
+        out = run_graph(self.graph, *xs, float_dtype=np.float32)''', '''    def _run(self, *xs):
+        out = run_quantized(self.graph, self.plan, *xs)
+        out = tuple(np.asarray(o, np.float32) for o in out) if isinstance(out, tuple) else np.asarray(out, np.float32)''').replace(
+    '''    SEGMENTS.append([n.op for n in graph.nodes])
+    return Program(graph)''', '''    plan = options.quantization
+    SEGMENTS.append({"ops": [n.op for n in graph.nodes], "inputs": [s.name for s in graph.inputs], "precision": options.precision,
+                     "acts": sorted(plan.activations), "weights": sorted(plan.weights)})
+    program = Program(graph)
+    program.plan = plan
+    return program''')
+
+QMODEL = """
+import json, warnings, numpy as np, neurenix_core as nx
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph, run_quantized
+import nx_plugin_qdev as plugin
+rng = np.random.default_rng(0)
+conv = {"in_channels": 3, "out_channels": 4, "kernel_size": (3, 3), "padding": (1, 1)}
+graph = Graph((TensorSpec("x", (8, 3, 6, 6)),), (
+    Node("conv", "conv2d", ("x",), "conv", conv, {"weight": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                                                   "bias": rng.standard_normal(4).astype(np.float32)}),
+    Node("act", "hardswish", ("conv",), "act"),
+    Node("flat", "flatten", ("act",), "flat", {"start_dim": 1}),
+    Node("head", "linear", ("flat",), "head", {}, {"weight": rng.standard_normal((5, 144)).astype(np.float32) * 0.1,
+                                                 "bias": rng.standard_normal(5).astype(np.float32)}),
+), ("head",))
+calib = [rng.standard_normal((8, 3, 6, 6)).astype(np.float32) for _ in range(6)]
+x = calib[2]
+"""
+
+
+def test_quantized_model_partitions_with_the_sub_plans_and_matches_the_integer_reference(plugin_site, run_neurenix) -> None:
+    site = plugin_site("qdev", QPLUGIN, module="nx_plugin_qdev")
+    out = run_neurenix(
+        QMODEL + """
+c = nx.compile(graph, device="qdev:0", quantize="int8", calibration=calib, progress=False)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = c(x).numpy()
+want = run_quantized(c.graph, c.plan, x)
+step = float(c.plan.activations["head"].scale[0])
+p = c.placement
+res = {"device": str(c.device), "steps": float(np.abs(y - want).max() / step), "float_err": float(np.abs(y - run_graph(graph, x)).max()),
+       "segments": plugin.SEGMENTS, "line": p.line(), "warnings": [str(w.message) for w in caught], "summary": c.summary,
+       "off": sorted(o.op for o in p.off_device), "nodes": p.nodes}
+with nx.fallback_policy("error"):
+    try:
+        nx.compile(graph, device="qdev:0", quantize="int8", calibration=calib, progress=False)(x)
+    except nx.CompilationError as e:
+        res["error"] = str(e)
+print(json.dumps(res))
+""",
+        site=site,
+        env={"NEURENIX_EMULATE": "qdev"},
+    )
+    assert out["steps"] <= 1.0  # the all-CPU integer reference, within one quantization step
+    assert 1e-4 < out["float_err"] < 0.5  # really quantized
+    segs = out["segments"]
+    assert [s["ops"] for s in segs] == [["conv2d"], ["linear"]] and all(s["precision"] == "int8" for s in segs)
+    # each device segment gets the plan of its own values only
+    assert segs[0]["acts"] == ["conv", "x"] and segs[0]["weights"] == ["conv"]
+    assert segs[1]["acts"] == ["flat", "head"] and segs[1]["weights"] == ["head"]
+    assert out["off"] == ["flatten", "hardswish"]  # a quantized model keeps its composites whole
+    assert out["nodes"] == {"qdev:0": 2, "cpu:0": 2}
+    assert out["warnings"] == [out["line"]] and "2 nodes on cpu:0" in out["line"]
+    assert "integer reference (int8" in out["summary"]
+    assert "node 'act' (op hardswish)" in out["error"] and "fallback policy is 'error'" in out["error"]

@@ -350,3 +350,17 @@ def test_int8_trained_cnn_accuracy_and_top1() -> None:
     for out in (run_graph(graph, test, plan=plan), run_quantized(graph, plan, test)):
         assert np.abs(out - ref).max() / scale < 0.02
         assert np.mean(out.argmax(1) == ref.argmax(1)) >= 0.99
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_sigmoid_and_tanh_take_tflite_fixed_output_parameters(bits: int) -> None:
+    graph = Graph((TensorSpec("input", (4, 6)),), (Node("s", "sigmoid", ("input",), "s"), Node("t", "tanh", ("input",), "t"),
+                                                   Node("a", "add", ("s", "t"), "a")), ("a",))
+    rng = np.random.default_rng(13)
+    plan = Q.calibrate(graph, [rng.standard_normal((4, 6)) for _ in range(3)], bits=bits, progress=False)
+    s, t = plan.activations["s"], plan.activations["t"]
+    if bits == 8:
+        assert (float(s.scale[0]), int(s.zero_point[0])) == (1 / 256, -128) and (float(t.scale[0]), int(t.zero_point[0])) == (1 / 128, 0)
+    else:
+        assert float(s.scale[0]) == float(t.scale[0]) == 1 / 32768 and int(s.zero_point[0]) == int(t.zero_point[0]) == 0
+    assert plan.activations["a"].scale[0] not in (s.scale[0], t.scale[0])  # the add's range is observed

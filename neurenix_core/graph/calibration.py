@@ -13,7 +13,7 @@ import numpy as np
 
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.qmath import constant_weight_axis, int_range, activation_params, passes_through, softmax_output_params, weight_params
+from neurenix_core.graph.qmath import constant_weight_axis, int_range, activation_params, fixed_output_params, passes_through, weight_params
 from neurenix_core.graph.reference import run_graph
 
 __all__ = ["calibrate", "dynamic_plan", "plan_summary"]
@@ -139,7 +139,8 @@ def _matmul_weights(graph: Graph) -> dict[str, QuantParams]:
 def _tie_parameters(graph: Graph, acts: dict[str, QuantParams], shapes: dict[str, tuple[int, ...]]) -> None:
     """Make the plan what integer kernels need: a linear/conv followed only by ReLU takes the
     ReLU's output parameters (the fused ReLU is the clamp at the zero point), and pass-through
-    ops (pooling, flatten, dropout) keep their input's parameters. A global average pool keeps
+    ops (pooling, flatten, dropout) keep their input's parameters, softmax/sigmoid/tanh take
+    TFLite's fixed output parameters (``qmath.fixed_output_params``). A global average pool keeps
     its own observed parameters: it is TFLite's MEAN, which requantizes (``qmath.integer_mean``)."""
     consumers: dict[str, list[Node]] = defaultdict(list)
     for n in graph.nodes:
@@ -154,8 +155,8 @@ def _tie_parameters(graph: Graph, acts: dict[str, QuantParams], shapes: dict[str
     for n in graph.nodes:
         if n.inputs and n.inputs[0] in acts and passes_through(n, shapes.get(n.inputs[0])):
             acts[n.output] = acts[n.inputs[0]]
-        elif n.op == "softmax" and n.output in acts:
-            acts[n.output] = softmax_output_params(acts[n.output].bits)
+        elif n.output in acts and (fixed := fixed_output_params(n.op, acts[n.output].bits)) is not None:
+            acts[n.output] = fixed  # softmax, sigmoid, tanh: TFLite's fixed output parameters
 
 
 def dynamic_plan(model: Any) -> QuantizationPlan:

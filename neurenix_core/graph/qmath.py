@@ -31,7 +31,7 @@ __all__ = [
     "quantize", "dequantize", "fake_quantize", "quantize_weight", "quantize_bias", "quantize_multiplier",
     "saturating_rounding_doubling_high_mul", "rounding_divide_by_pot", "multiply_by_quantized_multiplier",
     "multiply_by_quantized_multiplier_int64", "requantize", "check_plan", "describe", "PASS_THROUGH", "INTEGER_OPS",
-    "is_spatial_mean", "passes_through", "integer_mean", "constant_weight_axis", "matmul_bias",
+    "is_spatial_mean", "passes_through", "integer_mean", "constant_weight_axis", "restrict_plan", "fixed_output_params",
 ]
 
 #: Ops whose output keeps the input's parameters (TFLite requires it for pooling and reshapes).
@@ -113,14 +113,6 @@ def constant_weight_axis(node: Node, producers: Mapping[str, Node]) -> int | Non
         if c is None or c.op != "constant" or np.asarray(c.params["value"]).size not in (1, value.shape[axis]):
             return None
     return axis
-
-
-def matmul_bias(node: Node, producers: Mapping[str, Node], channels: int) -> np.ndarray | None:
-    """A qualifying gemm's ``c`` as a per-channel bias vector (None for matmul or no ``c``)."""
-    if node.op != "gemm" or len(node.inputs) < 3:
-        return None
-    c = np.asarray(producers[node.inputs[2]].params["value"], np.float64).ravel()
-    return np.broadcast_to(c, (channels,)).copy()
 
 
 def _channel_shape(qp: QuantParams, ndim: int) -> tuple[int, ...]:
@@ -316,6 +308,22 @@ def softmax_output_params(bits: int) -> QuantParams:
     return QuantParams(np.array([1.0 / 256.0], np.float32), np.array([-128], np.int64), 8, None, qmin, qmax)
 
 
+def fixed_output_params(op: str, bits: int) -> QuantParams | None:
+    """TFLite's fixed output parameters for ops with a known output range, or None.
+
+    softmax and sigmoid (LOGISTIC) map to [0, 1]: int8 scale 1/256, zero point -128; tanh to
+    [-1, 1]: int8 scale 1/128, zero point 0; int16 uses 1/32768 with zero point 0 for all three.
+    TFLite's kernels require these, so calibration writes them instead of observed ranges and a
+    TFLite-based backend lowers the plan as it is."""
+    if op not in ("softmax", "sigmoid", "tanh"):
+        return None
+    if op == "softmax" or op == "sigmoid":
+        return softmax_output_params(bits)
+    qmin, qmax = int_range(bits)
+    scale = 1.0 / 32768.0 if bits == 16 else 1.0 / 128.0
+    return QuantParams(np.array([scale], np.float32), np.zeros(1, np.int64), bits, None, qmin, qmax)
+
+
 def check_plan(graph: Graph, plan: QuantizationPlan) -> None:
     """Every value and quantized layer of ``graph`` has its parameters (a plan from another model fails here)."""
     # Values the integer kernels read or write need parameters; other values (constants,
@@ -333,6 +341,16 @@ def check_plan(graph: Graph, plan: QuantizationPlan) -> None:
     missing = [n for n in layers if n not in plan.weights]
     if missing:
         raise QuantizationError(f"the quantization plan has no weight parameters for layer(s) {missing[:5]}; calibrate this model again")
+
+
+def restrict_plan(plan: QuantizationPlan, sub: Graph) -> QuantizationPlan:
+    """The plan of a subgraph (a partition segment): the parameters of the values it reads or
+    writes and the weights of its nodes, unchanged, so each segment quantizes its inputs exactly
+    as the whole model's integer reference holds them."""
+    values = {s.name for s in sub.inputs} | {n.output for n in sub.nodes}
+    names = {n.name for n in sub.nodes}
+    return replace(plan, activations={k: v for k, v in plan.activations.items() if k in values},
+                   weights={k: v for k, v in plan.weights.items() if k in names})
 
 
 def describe(qp: QuantParams) -> Mapping[str, Any]:

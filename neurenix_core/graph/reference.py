@@ -111,7 +111,7 @@ def _int_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantPara
     if node.op == "linear":
         acc, axis = x @ wq.T + bias, xq.ndim - 1
     else:
-        a = node.attrs
+        a = opset.attrs_of(node.op, node.attrs)  # with the opset defaults
         # Zero padding of (x - zp) is TFLite's padding with the input zero point.
         acc = K.conv2d(x, wq, None, a["stride"], a["padding"], a["dilation"], a["groups"]) + bias.reshape(1, -1, 1, 1)
         axis = 1
@@ -122,8 +122,7 @@ def _int_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantPara
     return Q.requantize(acc, real, out_qp, axis, wide)
 
 
-def _int_matmul(node: Node, xs: list[np.ndarray], held: list[bool], plan: QuantizationPlan,
-                producers: Mapping[str, Node]) -> np.ndarray | None:
+def _int_matmul(node: Node, xs: list[np.ndarray], held: list[bool], plan: QuantizationPlan) -> np.ndarray | None:
     """matmul/gemm in integers, or None when it runs the float path.
 
     A constant right-hand side (``plan.weights[node.name]``) is a fully connected layer:
@@ -144,7 +143,8 @@ def _int_matmul(node: Node, xs: list[np.ndarray], held: list[bool], plan: Quanti
     if wqp is not None:
         wq = Q.quantize_weight(np.asarray(xs[1]), wqp).astype(np.int64)
         w = wq.T if wqp.axis == 0 else wq  # (K, N): output channels last
-        bias = Q.matmul_bias(node, producers, w.shape[1])
+        # a gemm's c (a constant: calibration checked it has one value per output channel)
+        bias = np.broadcast_to(np.asarray(xs[2], np.float64).ravel(), (w.shape[1],)) if len(xs) > 2 else None
         acc = a @ w + Q.quantize_bias(bias, in_qp, wqp, w.shape[1]).astype(np.int64)
         real = _s(in_qp) * np.asarray(wqp.scale, np.float32).astype(np.float64) / _s(out_qp)
         axis: int | None = acc.ndim - 1
@@ -168,7 +168,7 @@ def _int_relu(xq: np.ndarray, in_qp: QuantParams, out_qp: QuantParams) -> np.nda
 
 def _int_avg(node: Node, xq: np.ndarray, qp: QuantParams) -> np.ndarray:
     """TFLite's integer AveragePool: sum of raw values, divide rounding half away from zero."""
-    a = node.attrs
+    a = opset.attrs_of(node.op, node.attrs)  # with the opset defaults
     if node.op == "adaptive_avg_pool2d":
         h, w = xq.shape[2:]
         oh, ow = a["output_size"]
@@ -204,7 +204,7 @@ def _int_node(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.nd
     if node.op == "relu":
         return _int_relu(xq, in_qp, out_qp)
     if node.op == "max_pool2d":
-        a = node.attrs
+        a = opset.attrs_of(node.op, node.attrs)  # with the opset defaults
         return K.max_pool2d(xq, a["kernel_size"], a["stride"], a["padding"])
     if node.op in ("avg_pool2d", "adaptive_avg_pool2d"):
         return _int_avg(node, xq, in_qp)
@@ -247,11 +247,10 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
             arr = Q.quantize(arr, acts[spec.name])
             quantized.add(spec.name)
         values[spec.name] = arr
-    producers = {n.output: n for n in graph.nodes}
     for node in graph.nodes:
         xs = [values[i] for i in node.inputs]
         if node.op in ("matmul", "gemm") and node.output in acts:
-            out = _int_matmul(node, xs, [i in quantized for i in node.inputs], plan, producers)
+            out = _int_matmul(node, xs, [i in quantized for i in node.inputs], plan)
             if out is not None:
                 values[node.output] = out
                 quantized.add(node.output)
