@@ -37,6 +37,27 @@ def test_exported_architecture_matches_torch_on_cpu(name: str, tmp_path: Path) -
     assert got.shape == want.shape and zoo.max_rel_err(got, want) <= 1e-5
 
 
+def test_exported_hugging_face_bert_matches_torch_on_cpu(tmp_path: Path) -> None:
+    """A tiny BertModel with an attention mask (token ids and mask are int64 inputs), exported
+    with torch.onnx.export; both outputs (last_hidden_state, pooler_output) in ONNX's order."""
+    pytest.importorskip("transformers")
+    model = zoo.tiny_bert()
+    ids = RNG.integers(0, 100, (2, 9))
+    mask = np.ones((2, 9), np.int64)
+    mask[1, 6:] = 0  # padding: the mask really changes the result
+    kwargs = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    want = model(**kwargs)
+    path = tmp_path / "bert.onnx"
+    torch.onnx.export(model, (), str(path), kwargs=kwargs, input_names=["input_ids", "attention_mask"], dynamo=True, verbose=False)
+    imported = nn.from_onnx(path)
+    assert [(s.name, s.dtype) for s in imported.to_graph().inputs] == [("input_ids", "int64"), ("attention_mask", "int64")]
+    hidden, pooled = nx.compile(imported, device="cpu:0")(ids, mask)
+    assert zoo.max_rel_err(hidden.numpy(), want.last_hidden_state.detach().numpy()) <= 1e-5
+    assert zoo.max_rel_err(pooled.numpy(), want.pooler_output.detach().numpy()) <= 1e-5
+    unmasked = nx.compile(imported, device="cpu:0")(ids, np.ones_like(mask))[0].numpy()
+    assert np.abs(unmasked[1] - hidden.numpy()[1]).max() > 1e-3  # the mask is an input, not folded away
+
+
 def _model(nodes: list, inputs: list, outputs: list, inits: list, opset: int = 17) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "handmade", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

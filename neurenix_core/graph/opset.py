@@ -202,6 +202,7 @@ for _name, _fn in _COMPARE.items():
     _def(_name, "comparison", f"{_name}(a, b) -> bool, broadcasting", ("a", "b"), _compare,
          lambda a, x, p, fn=_fn: np.asarray(fn(x[0], x[1])))
 _def("logical_not", "comparison", "not a -> bool", ("x",), lambda a, s, d, p: (s[0], "bool"), lambda a, x, p: np.logical_not(x[0]))
+_def("isnan", "comparison", "x is NaN -> bool (ONNX IsNaN)", ("x",), lambda a, s, d, p: (s[0], "bool"), lambda a, x, p: np.isnan(x[0]))
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -632,6 +633,56 @@ def _gather_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
 
 _def("gather", "indexing", "take indices (int64) from data along axis (ONNX Gather)", ("data", "indices"), _gather_rule, _gather_ref,
      attrs={"axis": 0})
+
+
+def _index_dtype(d: str, op: str) -> None:
+    if d not in ("int32", "int64"):
+        raise ValueError(f"{op} indices must be int32/int64, got {d}")
+
+
+def _gather_elements_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _index_dtype(d[1], "gather_elements")
+    ax = _axis(a["axis"], len(s[0]))
+    if len(s[1]) != len(s[0]) or any(i > n for k, (i, n) in enumerate(zip(s[1], s[0])) if k != ax):
+        raise ValueError(f"gather_elements indices {s[1]} do not fit data {s[0]} outside axis {ax}")
+    return s[1], d[0]
+
+
+def _gather_elements_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    ax = _axis(a["axis"], x[0].ndim)
+    n = x[0].shape[ax]
+    idx = np.where(x[1] < 0, x[1] + n, x[1])
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"gather_elements index out of range for axis {ax} of size {n}")
+    data = x[0][tuple(slice(0, k) if i != ax else slice(None) for i, k in enumerate(idx.shape))]
+    return np.take_along_axis(data, idx, axis=ax)
+
+
+_def("gather_elements", "indexing", "data[..., indices[i, j, ...], ...] along axis, output shaped as indices (ONNX GatherElements, torch.gather)",
+     ("data", "indices"), _gather_elements_rule, _gather_elements_ref, attrs={"axis": 0})
+
+
+def _gather_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _index_dtype(d[1], "gather_nd")
+    if a["batch_dims"] != 0:
+        raise ValueError(f"gather_nd supports batch_dims=0, got {a['batch_dims']}")
+    k = s[1][-1] if s[1] else 0
+    if not s[1] or k > len(s[0]):
+        raise ValueError(f"gather_nd indices {s[1]} need a last axis of at most {len(s[0])} coordinates")
+    return s[1][:-1] + s[0][k:], d[0]
+
+
+def _gather_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    k = x[1].shape[-1]
+    dims = np.asarray(x[0].shape[:k], np.int64)
+    idx = np.where(x[1] < 0, x[1] + dims, x[1])
+    if idx.size and (np.any(idx < 0) or np.any(idx >= dims)):
+        raise ValueError(f"gather_nd index out of range for data of shape {x[0].shape}")
+    return np.ascontiguousarray(x[0][tuple(np.moveaxis(idx, -1, 0))])
+
+
+_def("gather_nd", "indexing", "data at the coordinates in indices' last axis (ONNX GatherND, batch_dims 0)",
+     ("data", "indices"), _gather_nd_rule, _gather_nd_ref, attrs={"batch_dims": 0})
 
 
 def _embedding_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:

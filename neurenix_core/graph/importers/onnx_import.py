@@ -299,6 +299,9 @@ HANDLERS: dict[str, Handler] = {
     "Concat": lambda b, n: b.emit(n.name, "concat", [v for v in n.inputs if v is not None], {"axis": int(n.attrs["axis"])}),
     "Split": _split, "Slice": _slice, "Pad": _pad,
     "Gather": lambda b, n: b.emit(n.name, "gather", n.inputs[:2], {"axis": int(n.attrs.get("axis", 0))}),  # type: ignore[arg-type]
+    "GatherElements": lambda b, n: b.emit(n.name, "gather_elements", n.inputs[:2], {"axis": int(n.attrs.get("axis", 0))}),  # type: ignore[arg-type]
+    "GatherND": lambda b, n: b.emit(n.name, "gather_nd", n.inputs[:2], {"batch_dims": int(n.attrs.get("batch_dims", 0))}),  # type: ignore[arg-type]
+    "IsNaN": _simple("isnan"),
     "Cast": _cast, "Shape": _shape, "ConstantOfShape": _constant_of_shape,
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
 }
