@@ -390,6 +390,52 @@ _def("conv2d", "convolution", "NCHW cross-correlation, weight (O, C/groups, kh, 
      params=("weight", "bias?"), flops=_conv_flops)
 
 
+def _conv_t_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    x, w = s[0], p["weight"].shape
+    if len(x) != 4 or len(w) != 4 or x[1] != w[0]:
+        raise ValueError(f"expects an N,C,H,W input with {w[0]} channels (weight (C, O/groups, kh, kw)), got shape {x}")
+    st, pad, out_pad, dil = a["stride"], a["padding"], a["output_padding"], a["dilation"]
+    if any(op >= max(sv, dv) for op, sv, dv in zip(out_pad, st, dil)):
+        raise ValueError(f"output_padding {tuple(out_pad)} must be smaller than the stride or the dilation")
+    size = tuple((x[2 + i] - 1) * st[i] - 2 * pad[i] + dil[i] * (w[2 + i] - 1) + out_pad[i] + 1 for i in range(2))
+    if min(size) < 1:
+        raise ValueError(f"padding {tuple(pad)} leaves no output from input {x[2:]}")
+    return (x[0], int(w[1]) * a["groups"]) + size, d[0]
+
+
+def _conv_t_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    """Scatter form: every input pixel adds its kernel-weighted patch at stride steps into the
+    full output, which is then cropped by ``padding`` (output_padding extends the far end)."""
+    xs, w = x[0], p["weight"].astype(x[0].dtype)
+    n, c, h, wd = xs.shape
+    g, (st, pad, out_pad, dil) = a["groups"], (a["stride"], a["padding"], a["output_padding"], a["dilation"])
+    cg, og, kh, kw = c // g, w.shape[1], w.shape[2], w.shape[3]
+    full = np.zeros((n, og * g, (h - 1) * st[0] + dil[0] * (kh - 1) + 1 + out_pad[0],
+                     (wd - 1) * st[1] + dil[1] * (kw - 1) + 1 + out_pad[1]), xs.dtype)
+    for k in range(g):
+        xg, wg = xs[:, k * cg:(k + 1) * cg], w[k * cg:(k + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                r, q = i * dil[0], j * dil[1]
+                full[:, k * og:(k + 1) * og, r:r + (h - 1) * st[0] + 1:st[0], q:q + (wd - 1) * st[1] + 1:st[1]] += np.einsum(
+                    "nchw,co->nohw", xg, wg[:, :, i, j])
+    oh = full.shape[2] - 2 * pad[0]
+    ow = full.shape[3] - 2 * pad[1]
+    out = full[:, :, pad[0]:pad[0] + oh, pad[1]:pad[1] + ow]
+    bias = p.get("bias")
+    if bias is not None:
+        out = out + bias.astype(xs.dtype).reshape(1, -1, 1, 1)
+    return np.ascontiguousarray(out)
+
+
+_def("conv_transpose2d", "convolution", "NCHW transposed convolution (the gradient of conv2d w.r.t. its input), weight "
+     "(C, O/groups, kh, kw) on the node; output size (H-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1",
+     ("x",), _conv_t_rule, _conv_t_ref,
+     attrs={"in_channels": None, "out_channels": None, "kernel_size": None, "stride": (1, 1), "padding": (0, 0),
+            "output_padding": (0, 0), "dilation": (1, 1), "groups": 1},
+     params=("weight", "bias?"), flops=lambda a, s, o, p: 2 * _numel(s[0]) * _numel(tuple(p["weight"].shape[1:])))
+
+
 def _conv1d_attrs2(a: Attrs) -> dict[str, Any]:
     return {"stride": (1, a["stride"][0]), "padding": (0, a["padding"][0]), "dilation": (1, a["dilation"][0]), "groups": a["groups"]}
 
