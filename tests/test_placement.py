@@ -203,6 +203,10 @@ QPLUGIN = PLUGIN.replace('"convdev"', '"qdev"').replace("convdev", "qdev").repla
         out = tuple(np.asarray(o, np.float32) for o in out) if isinstance(out, tuple) else np.asarray(out, np.float32)''').replace(
     '''    SEGMENTS.append([n.op for n in graph.nodes])
     return Program(graph)''', '''    plan = options.quantization
+    missing = [s.name for s in graph.inputs if s.name not in plan.activations]
+    if missing:  # as a TFLite writer: every input is quantized with the plan's parameters
+        from neurenix_core.errors import QuantizationError
+        raise QuantizationError(f"qdev: no activation parameters for input(s) {missing}")
     SEGMENTS.append({"ops": [n.op for n in graph.nodes], "inputs": [s.name for s in graph.inputs], "precision": options.precision,
                      "acts": sorted(plan.activations), "weights": sorted(plan.weights)})
     program = Program(graph)
@@ -265,3 +269,33 @@ print(json.dumps(res))
     assert out["warnings"] == [out["line"]] and "2 nodes on cpu:0" in out["line"]
     assert "integer reference (int8" in out["summary"]
     assert "node 'act' (op hardswish)" in out["error"] and "fallback policy is 'error'" in out["error"]
+
+
+def test_quantized_segment_the_plugin_cannot_quantize_runs_on_the_integer_reference(plugin_site, run_neurenix) -> None:
+    """A matmul whose constant weight reaches the device as an input (the device does not declare
+    `constant`) has no activation parameters there: the plugin refuses the segment, which then
+    runs on the CPU's integer reference and is reported."""
+    plugin = QPLUGIN.replace("qdev", "mdev").replace('("conv2d", "linear")', '("conv2d", "linear", "matmul")')
+    site = plugin_site("mdev", plugin, module="nx_plugin_mdev")
+    out = run_neurenix(
+        QMODEL.replace("nx_plugin_qdev", "nx_plugin_mdev") + """
+graph = Graph(graph.inputs, graph.nodes + (
+    Node("w", "constant", (), "w", {}, {"value": rng.standard_normal((5, 3)).astype(np.float32)}),
+    Node("mm", "matmul", ("head", "w"), "mm")), ("mm",))
+with nx.fallback_policy("allow"):
+    c = nx.compile(graph, device="mdev:0", quantize="int8", calibration=calib, progress=False)
+    y = c(x).numpy()
+want = run_quantized(c.graph, c.plan, x)
+p = c.placement
+print(json.dumps({"steps": float(np.abs(y - want).max() / float(c.plan.activations["mm"].scale[0])),
+                  "segments": [s["ops"] for s in plugin.SEGMENTS], "off": {o.node: o.reason for o in p.off_device},
+                  "weights": sorted(c.plan.weights)}))
+""",
+        site=site,
+        env={"NEURENIX_EMULATE": "mdev"},
+    )
+    assert out["steps"] <= 1.0
+    assert out["weights"] == ["conv", "head", "mm"]  # the matmul's constant weight is per-channel int8
+    assert out["segments"] == [["conv2d"]]  # the linear + matmul segment was refused whole
+    for node in ("head", "mm"):
+        assert "refused the segment" in out["off"][node] and "no activation parameters for input(s) ['w']" in out["off"][node]

@@ -246,11 +246,6 @@ class Compiled:
         if placement.partitioned:
             return self._partitioned(placement, compiles)
         if compiles:
-            if self.plan is not None and placement.graph is not graph:
-                raise CompilationError(
-                    f"{self.device} (plugin {rec.name}) needs composite ops decomposed, which a {self.precision} plan made for the "
-                    "original graph does not cover; compile in fp32, or quantize for a device that declares those ops"
-                )
             options = CompileOptions(device=self.device, precision=self.precision, quantization=self.plan, extra=self.extra)
             try:
                 native = reg.call(rec, "neurenix_compile", backend=self._backend, graph=placement.graph, options=options)
@@ -345,7 +340,10 @@ class Compiled:
                 try:
                     steps.append((True, seg, self._segment_fn(sub, compiles)))
                     continue
-                except UnsupportedOperationError as exc:
+                except (UnsupportedOperationError, QuantizationError) as exc:
+                    # A quantized segment may read a value without plan parameters (a constant
+                    # fed as an input where the device does not declare `constant`): the plugin
+                    # refuses it, and the segment runs on the integer reference, reported.
                     placement = moved_to_cpu(placement, seg, f"plugin {self._record.name} refused the segment: {exc}")
             steps.append((False, seg, self._host_fn(sub, placement.graph)))
         be, idx, outputs = self._backend, self.device.index, placement.graph.outputs

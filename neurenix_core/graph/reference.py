@@ -198,9 +198,8 @@ def _int_node(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.nd
     xq = xs[0]
     if node.op in ("linear", "conv2d"):
         return _int_layer(node, xq, in_qp, out_qp, plan)
-    if Q.is_spatial_mean(node, xq.ndim):
-        out = Q.integer_mean(xq, in_qp, out_qp)
-        return out if node.attrs.get("keepdims", True) else out.reshape(out.shape[:2])
+    if Q.is_spatial_mean(node, xq.ndim):  # 1x1 kept: global_avg_pool, adaptive (1, 1), reduce_mean keepdims
+        return Q.integer_mean(xq, in_qp, out_qp)
     if node.op == "relu":
         return _int_relu(xq, in_qp, out_qp)
     if node.op == "max_pool2d":
