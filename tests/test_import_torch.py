@@ -136,3 +136,16 @@ def test_conv_transpose_imports_and_matches_torch_on_cpu() -> None:
     got = nx.compile(imported, device="cpu:0")(x).numpy()
     assert got.shape == want.shape == (2, 4, 16, 32)
     assert zoo.max_rel_err(got, want) <= 1e-5
+
+
+def test_torch_gather_is_gather_elements() -> None:
+    class TopK(torch.nn.Module):
+        def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return torch.gather(x, 1, idx) * 2
+
+    x = torch.from_numpy(RNG.standard_normal((3, 5)).astype(np.float32))
+    idx = torch.from_numpy(RNG.integers(0, 5, (3, 2)))
+    imported = nn.from_torch(TopK(), (x, idx))
+    assert "gather_elements" in {n.op for n in imported.to_graph().nodes}
+    got = nx.compile(imported, device="cpu:0")(x.numpy(), idx.numpy()).numpy()
+    np.testing.assert_allclose(got, (torch.gather(x, 1, idx) * 2).numpy(), rtol=1e-6)

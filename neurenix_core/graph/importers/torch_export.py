@@ -412,6 +412,13 @@ def _index_select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return c.b.emit(c.name(n), "gather", [a[0], a[2]], {"axis": int(a[1])})
 
 
+def _gather(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """torch.gather(input, dim, index): ONNX GatherElements semantics."""
+    if k.get("sparse_grad"):
+        raise c.fail(n, "asks for sparse_grad, which inference does not use")
+    return c.b.emit(c.name(n), "gather_elements", [a[0], a[2]], {"axis": int(a[1])})
+
+
 def _pad(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], mode: str = "constant") -> Value:
     flat = [int(p) for p in a[1]]
     ndim = len(c.b.spec(a[0]).shape)
@@ -473,7 +480,7 @@ HANDLERS: dict[str, Handler] = {
     "unsqueeze": lambda c, n, a, k: c.b.emit(c.name(n), "unsqueeze", [a[0]], {"axes": (int(a[1]),)}),
     "squeeze": _squeeze, "select": _select, "slice": _slice, "cat": _cat, "concat": _cat, "stack": _stack,
     "split": _split, "split_with_sizes": _split, "unbind": _unbind,
-    "index": _index, "index_select": _index_select, "embedding": _embedding,
+    "index": _index, "index_select": _index_select, "gather": _gather, "embedding": _embedding,
     "constant_pad_nd": _pad, "pad": lambda c, n, a, k: _pad(c, n, a, k, "from_args"),
     "reflection_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "reflect"), "replication_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "edge"),
     "_to_copy": _cast, "to": _cast, "type_as": _cast,
