@@ -4,6 +4,10 @@
 * Activations: affine per-tensor int8 in [-128, 127] (zero point may be non-zero), or symmetric
   int16 (zero point 0) as TFLite's 16x8 mode, whose weights stay int8.
 * Bias: int32 (int64 in 16x8 mode) with scale ``input_scale * weight_scale[c]``.
+* matmul/gemm with a constant right-hand side: per-channel weights along its output axis as
+  stored (``constant_weight_axis``); a matmul of two activations is per tensor.
+* A spatial mean (global average pool) requantizes to its own parameters, as TFLite's MEAN
+  (``integer_mean``); pooling and reshapes otherwise keep their input's (``passes_through``).
 * Requantization: TFLite's ``QuantizeMultiplier`` and ``MultiplyByQuantizedMultiplier``
   (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT), so a backend that emits TFLite
   int8 kernels is bit-exact against :func:`neurenix_core.graph.reference.run_quantized`.
