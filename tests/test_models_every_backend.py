@@ -40,10 +40,7 @@ DEVICES = _devices()
 #: fails the suite until its entry is removed. Each entry is an open item of the plugin named.
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
     **{("fp32", m, d): f"plugin for {d} does not lower attention/matmul yet" for m in ("vit", "bert")
-       for d in ("ort", "cuda", "tpu", "npu", "edgetpu")},
-    # Quantized models are partitioned now (the core's integer reference runs the rest); the Edge
-    # TPU writer still refuses int8 sigmoid, so the squeeze-excite convolutions leave the device.
-    ("int8", "efficientnet_block", "edgetpu"): "edgetpu refuses int8 sigmoid (LOGISTIC): its segment's convolutions run on cpu:0",
+       for d in ("tpu",)},
 }
 
 

@@ -648,10 +648,21 @@ def _slices(a: Attrs, x: Shape) -> tuple[slice, ...]:
     axes = a["axes"] if a["axes"] is not None else tuple(range(len(a["starts"])))
     steps = a["steps"] if a["steps"] is not None else (1,) * len(axes)
     for ax, st, en, sp in zip(axes, a["starts"], a["ends"], steps):
-        n = x[_axis(ax, len(x))]
-        # Clamp as ONNX does (INT64_MAX ends mean "to the end").
-        out[_axis(ax, len(x))] = slice(*slice(int(max(min(st, n), -n - 1)), int(max(min(en, n), -n - 1)), int(sp)).indices(n))
+        out[_axis(ax, len(x))] = _onnx_slice(int(st), int(en), int(sp), x[_axis(ax, len(x))])
     return tuple(out)
+
+
+def _onnx_slice(start: int, end: int, step: int, n: int) -> slice:
+    """ONNX Slice bounds on an axis of length ``n`` as a Python slice. Not Python's own clamping:
+    with a negative step ONNX clamps ``end`` to -1 ("past the first element"), which a Python
+    slice would read as "the last element", so that end becomes None."""
+    start, end = start + n if start < 0 else start, end + n if end < 0 else end
+    if step > 0:
+        return slice(min(max(start, 0), n), min(max(end, 0), n), step)
+    start, end = min(max(start, -1), n - 1), min(max(end, -1), n - 1)
+    if start < 0:
+        return slice(0, 0, 1)
+    return slice(start, None if end < 0 else end, step)
 
 
 def _slice_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:

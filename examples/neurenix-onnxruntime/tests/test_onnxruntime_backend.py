@@ -86,12 +86,23 @@ def test_graph_onnxruntime_rejects_is_a_compilation_error_with_cause() -> None:
     from neurenix_onnxruntime.compiled import compile_graph
     from neurenix_onnxruntime.eager import REJECTED_BY_ORT
 
-    # A softmax over axis 7 of a 4-D input: ORT's shape inference refuses the node by name.
-    node = Node("head.softmax", "softmax", ("x",), "y", {"axis": 7})
-    graph = Graph((TensorSpec("x", (1, 3, 8, 8)),), (node,), ("y",))
-    with pytest.raises(nx.CompilationError, match=r"rejected the lowered model.*head\.softmax") as err:
+    # Neg of a bool value: the opset's shape rule lets it through, ONNX's type constraints do not,
+    # and ORT refuses the node by name when the session is created.
+    node = Node("head.neg", "neg", ("x",), "y")
+    graph = Graph((TensorSpec("x", (1, 3), "bool"),), (node,), ("y",))
+    with pytest.raises(nx.CompilationError, match=r"rejected the lowered model.*head\.neg") as err:
         compile_graph(nx.backend("ort:0"), graph, CompileOptions(device=nx.Device("ort:0")))
     assert isinstance(err.value.__cause__, REJECTED_BY_ORT)
+
+
+def test_graph_that_does_not_fit_its_shapes_is_refused_before_onnx() -> None:
+    from neurenix_onnxruntime.compiled import compile_graph
+
+    # A softmax over axis 7 of a 4-D input: the exporter's shape inference names the node.
+    node = Node("head.softmax", "softmax", ("x",), "y", {"axis": 7})
+    graph = Graph((TensorSpec("x", (1, 3, 8, 8)),), (node,), ("y",))
+    with pytest.raises(nx.ShapeError, match=r"head\.softmax.*axis 7"):
+        compile_graph(nx.backend("ort:0"), graph, CompileOptions(device=nx.Device("ort:0")))
 
 
 def test_requested_provider_missing_lists_those_present() -> None:

@@ -191,6 +191,8 @@ def test_explicit_padding_becomes_pad_and_mean_pool(edgetpu):
 
 
 def test_layer_the_writer_cannot_express(edgetpu):
+    from neurenix_core.graph.quantization import calibrate
+
     rng = np.random.default_rng(0)
     graph = Graph(
         (TensorSpec("x", (1, 4)),),
@@ -207,9 +209,14 @@ def test_layer_the_writer_cannot_express(edgetpu):
     with pytest.raises(UnsupportedOperationError, match="groups=2"):
         lower(grouped, "fp32")
     sig = Graph((TensorSpec("x", (1, 4)),), (Node("s", "sigmoid", ("x",), "y"),), ("y",))
-    lower(sig, "fp32")  # float32 has LOGISTIC
+    lower(sig, "fp32")  # float32 and int8 have LOGISTIC
+    lower(sig, "int8", _calibrate(sig, [np.ones((1, 4), np.float32)]))
+    att = Graph((TensorSpec("q", (1, 2, 4)), TensorSpec("k", (1, 3, 4)), TensorSpec("v", (1, 3, 4))),
+                (Node("a", "scaled_dot_product_attention", ("q", "k", "v"), "z"),), ("z",))
+    lower(att, "fp32")  # BATCH_MATMUL, SOFTMAX
+    ones = tuple(np.ones(s.shape, np.float32) for s in att.inputs)
     with pytest.raises(UnsupportedOperationError, match="precision='fp32'"):
-        lower(sig, "int8", _calibrate(sig, [np.ones((1, 4), np.float32)]))
+        lower(att, "int8", calibrate(att, [ones], progress=False))
 
 
 def test_dynamic_shapes_and_missing_calibration_are_refused(edgetpu):

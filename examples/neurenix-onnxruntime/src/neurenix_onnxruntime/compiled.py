@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from onnx import helper
 
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import CompilationError, UnsupportedDTypeError
@@ -36,12 +37,14 @@ class ORTCompiledModel(CompiledModel):
         self.session = session
         self.providers = providers
         self._feed_names = lowered.input_names
+        # Float inputs are float32 at the boundary; token ids (int64) and masks (bool) keep theirs.
+        self._feed_dtypes = [np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)) for i in lowered.model.graph.input]
         self._out_names = lowered.output_names
         self._single = len(self._out_names) == 1
         self._feed0 = self._feed_names[0] if len(self._feed_names) == 1 else None
         ran = session.get_providers()[0]
         self.summary = (
-            f"ONNX Runtime {ort.__version__} {ran}, {lowered.precision}, {lowered.layers} layers -> "
+            f"ONNX Runtime {ort.__version__} {ran}, {lowered.precision}, {lowered.layers} graph nodes -> "
             f"{len(lowered.model.graph.node)} ONNX nodes (opset {OPSET}), intra-op threads: {threads or 'onnxruntime default'}"
             + ("; float16 inside, float32 at the inputs/outputs" if lowered.precision == "fp16" else "")
             + ("; QDQ int8 model from the core's QuantizationPlan" if lowered.precision == "int8" else "")
@@ -58,13 +61,13 @@ class ORTCompiledModel(CompiledModel):
         return session_config(self.session)
 
     def _run(self, *inputs: Any) -> Any:
-        if self._feed0 is not None and len(inputs) == 1 and inputs[0].dtype == np.float32:
+        if self._feed0 is not None and len(inputs) == 1 and inputs[0].dtype == self._feed_dtypes[0]:
             outs = self.session.run(self._out_names, {self._feed0: inputs[0]})
             return outs[0] if self._single else tuple(outs)
-        for x in inputs:
-            if x.dtype != np.float32:
+        for name, x, want in zip(self._feed_names, inputs, self._feed_dtypes):
+            if x.dtype != want:
                 raise UnsupportedDTypeError(
-                    f"compiled model on ort expects float32 inputs, got {x.dtype}; cast with nx.astype(x, nx.float32) first"
+                    f"compiled model on ort expects input {name!r} as {want}, got {x.dtype}; cast it with nx.astype first"
                 )
         outs = self.session.run(self._out_names, dict(zip(self._feed_names, inputs)))
         return outs[0] if self._single else tuple(outs)

@@ -23,7 +23,7 @@ from neurenix_onnxruntime import __version__
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
 
-__all__ = ["NATIVE_OPS"]
+__all__ = ["NATIVE_OPS", "GRAPH_OPS", "GRAPH_DTYPES"]
 
 #: Ops the backend runs through ONNX Runtime sessions (everything else: fallback policy).
 NATIVE_OPS: tuple[str, ...] = (
@@ -36,6 +36,21 @@ NATIVE_OPS: tuple[str, ...] = (
     "nn.max_pool2d", "nn.avg_pool2d",
 )
 
+#: The op-level graph ops its ``neurenix_compile`` exports to ONNX (``onnx_export.GRAPH_OPS``: the
+#: whole opset; data here so the manifest loads without onnx; a test keeps the two equal).
+GRAPH_OPS: tuple[str, ...] = (
+    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast", "ceil",
+    "clip", "concat", "constant", "conv1d", "conv2d", "cos", "div", "dropout", "embedding", "equal", "erf", "exp", "expand",
+    "flatten", "floor", "gather", "gelu", "gemm", "global_avg_pool", "global_max_pool", "greater", "greater_equal",
+    "hardsigmoid", "hardswish", "identity", "layer_norm", "leaky_relu", "less", "less_equal", "linear", "log", "log_softmax",
+    "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d", "maximum", "minimum", "mul", "multihead_attention",
+    "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
+    "relu", "reshape", "rsqrt", "scaled_dot_product_attention", "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split",
+    "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze", "where",
+)
+#: Value dtypes of those graphs: float activations, int64 token ids / indices, bool masks.
+GRAPH_DTYPES: tuple[str, ...] = ("float32", "int64", "bool")
+
 
 @hookimpl
 def neurenix_manifest() -> Manifest:
@@ -43,7 +58,7 @@ def neurenix_manifest() -> Manifest:
         name="onnxruntime",
         distribution="neurenix-onnxruntime",
         version=__version__,
-        api=">=1.0,<2",
+        api=">=1.1,<2",
         device_types=("ort",),
         band=PriorityBand.CPU,
         priority=40,
@@ -52,6 +67,8 @@ def neurenix_manifest() -> Manifest:
             precisions=("fp32", "fp16", "int8"),
             native_ops=NATIVE_OPS,
             compiles_models=True,
+            graph_ops=GRAPH_OPS,
+            graph_dtypes=GRAPH_DTYPES,
             quantization=("int8",),
             dlpack=False,
             extra={"runtime": "ONNX Runtime", "devices": "one per execution provider present, best first"},

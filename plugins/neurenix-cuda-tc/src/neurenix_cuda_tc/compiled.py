@@ -3,6 +3,8 @@ device and run under one precision; ``compile_graph`` is the ``neurenix_compile`
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from neurenix_core.errors import CompilationError
@@ -31,33 +33,51 @@ class TorchCompiledModel(CompiledModel):
         self.precision = precision
         self.dtype = getattr(torch, _TORCH_DTYPES[precision])
         self.module = module.to(device=device, dtype=self.dtype).eval()
+        # A graph with static shapes traces into straight-line code (torch.fx): the node loop's
+        # dictionary traffic is gone (ViT block: about 1.5x faster per call on the CPU). Traced
+        # after .to(): the GraphModule shares the layers but copies buffer references.
+        self._runner = torch.fx.symbolic_trace(self.module) if getattr(self.module, "static", False) else self.module
         self.device = device
         self.emulated = emulated
         self._switches = switches
         where = "emulated on the host CPU (PyTorch CPU)" if emulated else f"on {device}"
-        self.summary = f"PyTorch {torch.__version__} torch.nn.Module, {precision} ({self.dtype}), {where}"
+        kind = "torch.fx GraphModule" if self._runner is not self.module else "torch.nn.Module"
+        self.summary = f"PyTorch {torch.__version__} {kind}, {precision} ({self.dtype}), {where}"
 
     def _run(self, *inputs: Any) -> Any:
         import torch
 
-        first = inputs[0]
-        xs = [x.to(device=self.device, dtype=self.dtype) for x in inputs]
+        # Float inputs run in the model's precision; integer token ids and bool masks keep their dtype.
+        xs = [x.to(device=self.device, dtype=self.dtype) if x.is_floating_point() else x.to(device=self.device) for x in inputs]
         with torch.inference_mode(), self._precision_context():
-            out = self.module(*xs)
-        back = (lambda t: t.to(first.dtype)) if first.is_floating_point() else (lambda t: t)
+            out = self._runner(*xs)
+        # Float results come back as float32 (the model boundary), whatever precision ran inside.
+        back = lambda t: t.to(torch.float32) if t.is_floating_point() else t  # noqa: E731
         return tuple(back(o) for o in out) if isinstance(out, tuple) else back(out)
 
     def _precision_context(self) -> Any:
-        import contextlib
-
         import torch
 
         if self.precision == "mixed":
             return torch.autocast(device_type=self.device.type, dtype=torch.float16)
         if self.device.type == "cuda":
-            # fp32 means fp32: cuDNN would otherwise use TF32 for convolutions by default.
-            return torch.backends.cudnn.flags(enabled=True, allow_tf32=self.precision == "tf32")
+            # fp32 means fp32: cuDNN would otherwise use TF32 for convolutions by default, and a
+            # user's torch.backends.cuda.matmul.allow_tf32 = True would reach the matmuls.
+            return _tf32(self.precision == "tf32")
         return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _tf32(allow: bool) -> Iterator[None]:
+    """TF32 on or off for matmuls and convolutions during one run; the global flags are put back."""
+    import torch
+
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def compile_graph(backend: Any, graph: Graph, options: Any) -> TorchCompiledModel:

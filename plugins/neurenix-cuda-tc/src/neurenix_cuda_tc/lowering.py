@@ -1,8 +1,12 @@
 """Core ``Graph`` -> ``torch.nn.Module`` (the ``neurenix_compile`` hook of the cuda backend).
 
-Each node becomes a real PyTorch layer (``nn.Linear``, ``nn.Conv2d``, ``nn.MultiheadAttention``
-...) holding the graph's weights, so every PyTorch tool applies to the result: dtype conversion,
-``channels_last``, ``torch.compile``, the Tensor Core validator and the padding pass. A
+The whole op-level opset is lowered (``LOWERED_OPS``). A node with weights becomes a real PyTorch
+layer (``nn.Linear``, ``nn.Conv2d``, ``nn.Conv1d``, ``nn.BatchNorm2d``, ``nn.LayerNorm``,
+``nn.MultiheadAttention``, ``nn.Embedding``) holding the graph's weights; a ``constant`` node
+becomes a buffer; every other op is a torch function (``torch_ops``; attention is
+``F.scaled_dot_product_attention``). So every PyTorch tool applies to the result, for imported
+models too: dtype conversion, ``channels_last``, ``torch.compile``, the Tensor Core validator and
+the padding pass (``torch.fx`` traces the forward: a fixed sequence of layer and function calls). A
 QuantizationPlan is lowered as fake quantization (weights rounded per channel once, activations
 per tensor at run time) with the plan's own parameters: the backend never recomputes them.
 """
@@ -16,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from neurenix_core.errors import CompilationError, ShapeError, UnsupportedOperationError
+from neurenix_core.graph import opset
+
+from neurenix_cuda_tc.torch_ops import FUNCTIONS, function_for
 
 
 if TYPE_CHECKING:
@@ -23,10 +30,7 @@ if TYPE_CHECKING:
 
     from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
-__all__ = ["lower_graph", "graph_module_classes", "module_key"]
-
-_ACTIVATIONS = {"relu": "ReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
-
+__all__ = ["lower_graph", "graph_module_classes", "module_key", "LOWERED_OPS"]
 
 def module_key(node_name: str) -> str:
     """A ModuleDict key for a node name (``features.3`` -> ``features_3``)."""
@@ -51,8 +55,11 @@ def _param(node: Node, key: str, shape: tuple[int, ...]) -> np.ndarray:
 def _linear(node: Node) -> torch.nn.Module:
     import torch
 
-    a = node.attrs
-    m = torch.nn.Linear(int(a["in_features"]), int(a["out_features"]), bias="bias" in node.params)
+    a = opset.attrs_of("linear", node.attrs)
+    w = node.params["weight"]  # (out, in): the layer's sizes come from it (the attributes are optional)
+    out_f, in_f = (int(w.shape[0]) if a["out_features"] is None else int(a["out_features"]),
+                   int(w.shape[1]) if a["in_features"] is None else int(a["in_features"]))
+    m = torch.nn.Linear(in_f, out_f, bias=node.params.get("bias") is not None)
     with torch.no_grad():
         m.weight.copy_(_t(_param(node, "weight", (m.out_features, m.in_features))))
         if m.bias is not None:
@@ -63,11 +70,12 @@ def _linear(node: Node) -> torch.nn.Module:
 def _conv2d(node: Node) -> torch.nn.Module:
     import torch
 
-    a = node.attrs
-    groups = int(a.get("groups", 1))
+    a = opset.attrs_of("conv2d", node.attrs)
+    w = node.params["weight"]
+    groups = int(a["groups"])
     m = torch.nn.Conv2d(
-        int(a["in_channels"]), int(a["out_channels"]), tuple(a["kernel_size"]), stride=tuple(a.get("stride", (1, 1))),
-        padding=tuple(a.get("padding", (0, 0))), dilation=tuple(a.get("dilation", (1, 1))), groups=groups, bias="bias" in node.params,
+        int(w.shape[1]) * groups, int(w.shape[0]), tuple(int(k) for k in w.shape[2:]), stride=tuple(a["stride"]),
+        padding=tuple(a["padding"]), dilation=tuple(a["dilation"]), groups=groups, bias=node.params.get("bias") is not None,
     )
     with torch.no_grad():
         m.weight.copy_(_t(_param(node, "weight", tuple(m.weight.shape))))
@@ -79,79 +87,115 @@ def _conv2d(node: Node) -> torch.nn.Module:
 def _batch_norm(node: Node) -> torch.nn.Module:
     import torch
 
-    n = int(node.attrs["num_features"])
-    m = torch.nn.BatchNorm2d(n, eps=float(node.attrs.get("eps", 1e-5)))
+    n = int(node.params["running_mean"].shape[0])
+    m = torch.nn.BatchNorm2d(n, eps=float(opset.attrs_of("batch_norm2d", node.attrs)["eps"]))
+    # weight/bias are optional in the opset: the identity affine stands in for a missing one.
+    defaults = {"weight": np.ones(n, np.float32), "bias": np.zeros(n, np.float32)}
     with torch.no_grad():
         for key in ("weight", "bias", "running_mean", "running_var"):
-            getattr(m, key).copy_(_t(_param(node, key, (n,))))
+            value = node.params.get(key)
+            getattr(m, key).copy_(_t(defaults[key] if value is None else _param(node, key, (n,))))
     return m.eval()
 
 
 def _layer_norm(node: Node) -> torch.nn.Module:
     import torch
 
-    shape = tuple(int(d) for d in node.attrs["normalized_shape"])
-    affine = "weight" in node.params
-    m = torch.nn.LayerNorm(shape, eps=float(node.attrs.get("eps", 1e-5)), elementwise_affine=affine, bias="bias" in node.params)
-    with torch.no_grad():
-        if affine:
-            m.weight.copy_(_t(_param(node, "weight", shape)))
-        if m.bias is not None:
-            m.bias.copy_(_t(_param(node, "bias", shape)))
+    a = opset.attrs_of("layer_norm", node.attrs)
+    shape = tuple(int(d) for d in a["normalized_shape"])
+    affine = node.params.get("weight") is not None or node.params.get("bias") is not None
+    m = torch.nn.LayerNorm(shape, eps=float(a["eps"]), elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            weight, bias = node.params.get("weight"), node.params.get("bias")
+            m.weight.copy_(_t(np.ones(shape, np.float32) if weight is None else _param(node, "weight", shape)))
+            m.bias.copy_(_t(np.zeros(shape, np.float32) if bias is None else _param(node, "bias", shape)))
     return m
 
 
 def _attention(node: Node) -> torch.nn.Module:
     import torch
 
-    e, h = int(node.attrs["embed_dim"]), int(node.attrs["num_heads"])
+    a = opset.attrs_of("multihead_attention", node.attrs)
+    e, h = int(node.params["out_proj_weight"].shape[0]), int(a["num_heads"])
     if e % h:
         raise CompilationError(f"cuda-tc: node {node.name!r}: embed_dim {e} is not divisible by num_heads {h}")
-    m = torch.nn.MultiheadAttention(e, h, batch_first=bool(node.attrs.get("batch_first", True)))
+    m = torch.nn.MultiheadAttention(e, h, batch_first=bool(a["batch_first"]))
+    zeros = {"in_proj_bias": np.zeros(3 * e, np.float32), "out_proj_bias": np.zeros(e, np.float32)}
+
+    def bias(key: str, shape: tuple[int, ...]) -> np.ndarray:
+        return zeros[key] if node.params.get(key) is None else _param(node, key, shape)
+
     with torch.no_grad():
         m.in_proj_weight.copy_(_t(_param(node, "in_proj_weight", (3 * e, e))))
-        m.in_proj_bias.copy_(_t(_param(node, "in_proj_bias", (3 * e,))))
+        m.in_proj_bias.copy_(_t(bias("in_proj_bias", (3 * e,))))
         m.out_proj.weight.copy_(_t(_param(node, "out_proj_weight", (e, e))))
-        m.out_proj.bias.copy_(_t(_param(node, "out_proj_bias", (e,))))
+        m.out_proj.bias.copy_(_t(bias("out_proj_bias", (e,))))
     return m.eval()
 
 
-def _simple(node: Node) -> torch.nn.Module:
+def _conv1d(node: Node) -> torch.nn.Module:
     import torch
 
-    a = node.attrs
-    if node.op in _ACTIVATIONS:
-        return getattr(torch.nn, _ACTIVATIONS[node.op])()
-    if node.op == "gelu":
-        return torch.nn.GELU(approximate=str(a.get("approximate", "none")))
-    if node.op == "softmax":
-        return torch.nn.Softmax(dim=int(a.get("axis", -1)))
-    if node.op == "max_pool2d":
-        return torch.nn.MaxPool2d(tuple(a["kernel_size"]), tuple(a.get("stride") or a["kernel_size"]), tuple(a.get("padding", (0, 0))))
-    if node.op == "avg_pool2d":
-        return torch.nn.AvgPool2d(tuple(a["kernel_size"]), tuple(a.get("stride") or a["kernel_size"]), tuple(a.get("padding", (0, 0))),
-                                  count_include_pad=bool(a.get("count_include_pad", True)))
-    if node.op == "adaptive_avg_pool2d":
-        return torch.nn.AdaptiveAvgPool2d(tuple(a["output_size"]))
-    if node.op == "flatten":
-        return torch.nn.Flatten(int(a.get("start_dim", 1)), int(a.get("end_dim", -1)))
-    if node.op == "dropout":
-        return torch.nn.Identity()  # inference: dropout is the identity
-    raise UnsupportedOperationError(f"cuda-tc cannot lower node {node.name!r}: op {node.op!r} has no PyTorch lowering")
+    a = opset.attrs_of("conv1d", node.attrs)
+    w = node.params["weight"]
+    groups = int(a["groups"])
+    m = torch.nn.Conv1d(int(w.shape[1]) * groups, int(w.shape[0]), int(w.shape[2]), stride=int(a["stride"][0]), padding=int(a["padding"][0]),
+                        dilation=int(a["dilation"][0]), groups=groups, bias="bias" in node.params)
+    with torch.no_grad():
+        m.weight.copy_(_t(_param(node, "weight", tuple(m.weight.shape))))
+        if m.bias is not None:
+            m.bias.copy_(_t(_param(node, "bias", (m.out_channels,))))
+    return m
 
 
-_BUILDERS = {"linear": _linear, "conv2d": _conv2d, "batch_norm2d": _batch_norm, "layer_norm": _layer_norm,
-             "multihead_attention": _attention}
+def _embedding(node: Node) -> torch.nn.Module:
+    import torch
+
+    w = np.asarray(node.params["weight"])
+    m = torch.nn.Embedding(int(w.shape[0]), int(w.shape[1]))
+    with torch.no_grad():
+        m.weight.copy_(_t(w))
+    return m
+
+
+_BUILDERS = {"linear": _linear, "conv2d": _conv2d, "conv1d": _conv1d, "batch_norm2d": _batch_norm, "layer_norm": _layer_norm,
+             "multihead_attention": _attention, "embedding": _embedding}
+
+#: Every op cuda-tc lowers: the layers above (weights as parameters and buffers) and the
+#: weightless functions of ``torch_ops``; ``constant`` nodes become buffers.
+LOWERED_OPS: frozenset[str] = frozenset(_BUILDERS) | frozenset(FUNCTIONS) | {"constant"}
 
 
 def build_layer(node: Node) -> torch.nn.Module | None:
-    """The PyTorch layer for one node (None for add/mul, which are functions)."""
-    if node.op in ("add", "mul"):
+    """The PyTorch layer for one node with weights (None for the weightless ops: torch functions)."""
+    if node.op not in _BUILDERS:
         return None
     try:
-        return _BUILDERS.get(node.op, _simple)(node)
+        return _BUILDERS[node.op](node)
     except KeyError as exc:
         raise CompilationError(f"cuda-tc: node {node.name!r} ({node.op}) lacks attribute {exc.args[0]!r}") from exc
+
+
+def _attention_call(layer: torch.nn.Module, args: list[Any], static: tuple[Any, Any] | None) -> Any:
+    """nn.MultiheadAttention with the opset's mask: a bool mask keeps True (PyTorch's layer masks
+    True out), broadcast to the scores (N, heads, L, S) and passed as (N * heads, L, S).
+    ``static``: the inputs' (shapes, dtypes) when the graph has them (fx then traces no size)."""
+    import torch
+
+    q, k, v = (args * 3)[:3] if len(args) == 1 else args[:3]
+    if len(args) < 4:
+        return layer(q, k, v, need_weights=False)[0]
+    mask = args[3]
+    is_bool = static[1][3] == "bool" if static is not None else mask.dtype == torch.bool
+    mask = torch.logical_not(mask) if is_bool else mask.to(q.dtype)
+    shapes = static[0] if static is not None else None
+    shape_q, shape_k = (shapes[0], shapes[1]) if shapes is not None else (tuple(q.shape), tuple(k.shape))
+    if len(shapes[3] if shapes is not None else mask.shape) != 2:
+        n, lq, ls = (shape_q[0], shape_q[1], shape_k[1]) if layer.batch_first else (shape_q[1], shape_q[0], shape_k[0])
+        h = layer.num_heads
+        mask = torch.reshape(torch.broadcast_to(mask, (n, h, lq, ls)), (n * h, lq, ls))
+    return layer(q, k, v, attn_mask=mask, need_weights=False)[0]
 
 
 def _fake_quant(x: torch.Tensor, q: QuantParams) -> torch.Tensor:
@@ -178,29 +222,83 @@ def _with_quantized_weights(node: Node, plan: QuantizationPlan | None) -> Node:
     return replace(node, params=params)
 
 
+_Step = tuple[str, str, tuple[str, ...], str, Any]
+
+
+def _static_specs(graph: Graph) -> dict[str, Any] | None:
+    """Every value's static shape and dtype, when the graph's inputs have shapes (imported models)."""
+    from neurenix_core.graph.shapes import infer_values
+
+    if not all(s.shape for s in graph.inputs):
+        return None  # a neurenix model lowered before its input shapes are known: sizes are read at run time
+    return infer_values(graph)
+
+
+def _steps(module: Any, graph: Graph, plan: QuantizationPlan | None) -> list[_Step]:
+    """(kind, key, inputs, output, callable) per node; layers land in ``module.layers``, constants
+    become buffers ``module.const_<key>`` (so .to(dtype) and channels_last reach them)."""
+    import torch
+
+    specs = _static_specs(graph)
+    steps: list[_Step] = []
+    for node in graph.nodes:
+        node = _with_quantized_weights(node, plan)
+        key = module_key(node.name)
+        ins = None if specs is None else tuple(specs[i].shape for i in node.inputs)
+        out = None if specs is None else specs[node.output].shape
+        if node.op == "constant":
+            value = np.asarray(node.params["value"])
+            # float constants are float32 like the weights (Module.to(dtype) then converts them); np.array
+            # (not ascontiguousarray, which makes a 0-d scalar 1-d) keeps the shape.
+            tensor = torch.from_numpy(np.array(value.astype(np.float32) if value.dtype.kind == "f" else value, order="C", copy=True))
+            if hasattr(module, f"const_{key}"):
+                raise CompilationError(f"cuda-tc: two constants map to the buffer name const_{key}; rename node {node.name!r}")
+            module.register_buffer(f"const_{key}", tensor)
+            steps.append(("constant", f"const_{key}", (), node.output, None))
+            continue
+        layer = build_layer(node)
+        if layer is not None:
+            if key in module.layers:
+                raise CompilationError(f"cuda-tc: two nodes map to the layer name {key!r}; rename node {node.name!r}")
+            module.layers[key] = layer
+            module.node_names[key] = node.name
+            static = None if specs is None else (ins, tuple(specs[i].dtype for i in node.inputs))
+            steps.append(("attention" if node.op == "multihead_attention" else "layer", key, tuple(node.inputs), node.output, static))
+            continue
+        if node.op not in FUNCTIONS:
+            raise UnsupportedOperationError(f"cuda-tc cannot lower node {node.name!r}: op {node.op!r} has no PyTorch lowering")
+        dts = None if specs is None else tuple(specs[i].dtype for i in node.inputs)
+        fn = function_for(node.op, opset.attrs_of(node.op, node.attrs), ins, out, dts)
+        steps.append(("function", key, tuple(node.inputs), node.output, fn))
+    return steps
+
+
+@functools.cache
+def _with_arity(base: type, n: int) -> type:
+    """A subclass whose ``forward`` names its ``n`` inputs, so torch.fx (align_model) can trace it."""
+    names = [f"input_{i}" for i in range(n)]
+    namespace: dict[str, Any] = {}
+    # fx reads the forward's signature for its placeholders: it must be real named parameters.
+    exec(f"def forward(self, {', '.join(names)}):\n    return self._forward(({', '.join(names)},))", namespace)  # noqa: S102
+    return type(f"{base.__name__}{n}", (base,), {"forward": namespace["forward"], "__module__": base.__module__})
+
+
 @functools.cache
 def graph_module_classes() -> tuple[type, type]:
     """The ``torch.nn.Module`` subclasses of lowered graphs (any inputs; one input) (defined on first use: torch loads lazily)."""
     import torch
 
     class _GraphModule(torch.nn.Module):
-        """Runs a core Graph's nodes in order; layers live in ``self.layers`` (keys from node names)."""
+        """Runs a core Graph's nodes in order: layers with weights live in ``self.layers`` (keys
+        from node names), constants are buffers, the other ops are torch functions."""
 
         def __init__(self, graph: Graph, plan: QuantizationPlan | None = None) -> None:
             super().__init__()
             self.layers = torch.nn.ModuleDict()
             self.node_names: dict[str, str] = {}
-            self._steps: list[tuple[str, str, tuple[str, ...], str]] = []
-            for node in graph.nodes:
-                node = _with_quantized_weights(node, plan)
-                layer = build_layer(node)
-                key = module_key(node.name)
-                if layer is not None:
-                    if key in self.layers:
-                        raise CompilationError(f"cuda-tc: two nodes map to the layer name {key!r}; rename node {node.name!r}")
-                    self.layers[key] = layer
-                    self.node_names[key] = node.name
-                self._steps.append((node.op, key, tuple(node.inputs), node.output))
+            self._steps = _steps(self, graph, plan)
+            #: Every size and dtype test was decided at lowering (static input shapes): torch.fx traces it.
+            self.static = all(s.shape for s in graph.inputs)
             self._inputs = tuple(s.name for s in graph.inputs)
             self._outputs = tuple(graph.outputs)
             self._act = dict(plan.activations) if plan is not None and not plan.dynamic else {}
@@ -216,15 +314,15 @@ def graph_module_classes() -> tuple[type, type]:
 
         def _forward(self, inputs: tuple[torch.Tensor, ...]) -> Any:
             values = {n: self._q(n, x) for n, x in zip(self._inputs, inputs)}
-            for op, key, ins, out in self._steps:
+            for kind, key, ins, out, extra in self._steps:
+                if kind == "constant":
+                    values[out] = getattr(self, key)
+                    continue
                 args = [values[i] for i in ins]
-                if op == "add":
-                    y = args[0] + args[1]
-                elif op == "mul":
-                    y = args[0] * args[1]
-                elif op == "multihead_attention":
-                    q, k, v = (args * 3)[:3] if len(args) == 1 else args
-                    y = self.layers[key](q, k, v, need_weights=False)[0]
+                if kind == "function":
+                    y = extra(*args)
+                elif kind == "attention":
+                    y = _attention_call(self.layers[key], args, extra)
                 else:
                     y = self.layers[key](*args)
                 values[out] = self._q(out, y)
@@ -241,6 +339,9 @@ def graph_module_classes() -> tuple[type, type]:
 
 
 def lower_graph(graph: Graph, plan: QuantizationPlan | None = None) -> torch.nn.Module:
-    """A ``torch.nn.Module`` (float32, eval mode, on the CPU) computing ``graph``."""
+    """A ``torch.nn.Module`` (float32, eval mode, on the CPU) computing ``graph``: every opset op
+    (``LOWERED_OPS``), weights as parameters, constants as buffers."""
     generic, single = graph_module_classes()
-    return (single if len(graph.inputs) == 1 else generic)(graph, plan).eval()
+    n = len(graph.inputs)
+    cls = single if n == 1 else _with_arity(generic, n) if n > 1 else generic
+    return cls(graph, plan).eval()

@@ -19,6 +19,23 @@ NATIVE_OPS = (
     "nn.sigmoid", "nn.tanh",
 )
 
+#: The op-level graph ops ``neurenix_compile`` lowers (``lowering.LOWERED_OPS``: the whole opset,
+#: composites included, so nx.compile hands the graph over undecomposed: attention stays one
+#: F.scaled_dot_product_attention, linear/conv stay nn.Linear/nn.Conv2d for optimize_model and
+#: align_model). Data here, not an import, so the manifest loads without torch; a test keeps it equal.
+GRAPH_OPS = (
+    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast", "ceil",
+    "clip", "concat", "constant", "conv1d", "conv2d", "cos", "div", "dropout", "embedding", "equal", "erf", "exp", "expand",
+    "flatten", "floor", "gather", "gelu", "gemm", "global_avg_pool", "global_max_pool", "greater", "greater_equal",
+    "hardsigmoid", "hardswish", "identity", "layer_norm", "leaky_relu", "less", "less_equal", "linear", "log", "log_softmax",
+    "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d", "maximum", "minimum", "mul", "multihead_attention",
+    "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
+    "relu", "reshape", "rsqrt", "scaled_dot_product_attention", "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split",
+    "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze", "where",
+)
+#: Value dtypes of those graphs: float activations, int64 token ids / indices, bool masks.
+GRAPH_DTYPES = ("float32", "int64", "bool")
+
 
 @hookimpl
 def neurenix_manifest() -> Manifest:
@@ -26,7 +43,7 @@ def neurenix_manifest() -> Manifest:
         name="cuda-tc",
         distribution="neurenix-cuda-tc",
         version=__version__,
-        api=">=1.0,<2",
+        api=">=1.1,<2",
         device_types=("cuda",),
         band=PriorityBand.ACCELERATOR,
         priority=60,
@@ -35,6 +52,8 @@ def neurenix_manifest() -> Manifest:
             precisions=("fp32", "tf32", "fp16", "bf16", "mixed"),
             native_ops=NATIVE_OPS,
             compiles_models=True,
+            graph_ops=GRAPH_OPS,
+            graph_dtypes=GRAPH_DTYPES,
             quantization=(),
             dlpack=True,
             extra={"tensor_cores": "compute capability >= 7.0", "runtime": "PyTorch"},

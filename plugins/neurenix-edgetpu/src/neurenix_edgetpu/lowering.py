@@ -16,6 +16,11 @@ per-tensor parameters, symmetric per-channel int8 weights (zero point 0, ``quant
 set), int32 bias with scale ``input_scale * weight_scale[c]``, static shapes, ops at the
 versions the converter emits, pass-through ops (pool, reshape) keeping their input's
 quantization.
+
+The handlers are split by concern: layers (conv, linear, pools, flatten, softmax, batch norm)
+here, elementwise ops and activations in ``lower_elementwise.py``, data movement, reductions,
+matmul and attention in ``lower_tensor.py``; ``lower_values.py`` holds the per-value layout
+record they share. The ops handled are exactly the manifest's ``graph_ops`` (``plugin.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +33,19 @@ from typing import Any, Final
 import numpy as np
 import tflite
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan
 from neurenix_core.graph.quantization import softmax_output_params
+from neurenix_core.graph.shapes import ValueSpec, infer_values
 
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
+from neurenix_edgetpu.lower_elementwise import ElementwiseOps
+from neurenix_edgetpu.lower_tensor import TensorOps
+from neurenix_edgetpu.lower_values import TO_NCHW as _TO_NCHW
+from neurenix_edgetpu.lower_values import TO_NHWC as _TO_NHWC
+from neurenix_edgetpu.lower_values import Value as _Value
+from neurenix_edgetpu.lower_values import per_tensor as _per_tensor
+from neurenix_edgetpu.lower_values import symmetric as _symmetric
 from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
 
 __all__ = ["IOSpec", "Lowered", "lower", "PRECISIONS", "IO_KINDS"]
@@ -44,15 +57,18 @@ PAD_VALID: Final = tflite.Padding.VALID
 PRECISIONS: Final = ("fp32", "int8")
 #: "float": float32 NCHW model I/O, quantize/layout ops inside the model; "int8": int8 NHWC I/O.
 IO_KINDS: Final = ("float", "int8")
-_TO_NHWC: Final = (0, 2, 3, 1)
-_TO_NCHW: Final = (0, 3, 1, 2)
-#: TFLite requires these output parameters for int8 SOFTMAX (the range [0, 1) over 256 steps).
-_FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul"})
+#: Producers a following ReLU is fused into (as the TFLite converter does).
+_FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul", "sub"})
+#: Ops that read an image in the device's NHWC layout; a 4-D graph input they read is stored NHWC.
+_SPATIAL: Final = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d"})
+
 # Versions the TFLite converter writes for int8 kernels; the Edge TPU compiler checks them.
 _INT8_VERSION: Final = {
     OP.FULLY_CONNECTED: 4, OP.CONV_2D: 3, OP.DEPTHWISE_CONV_2D: 3, OP.ADD: 2, OP.MUL: 2,
     OP.MAX_POOL_2D: 2, OP.AVERAGE_POOL_2D: 2, OP.RESHAPE: 1, OP.SOFTMAX: 2, OP.MEAN: 2,
-    OP.CONCATENATION: 2, OP.RELU: 2, OP.RELU6: 2, OP.PAD: 2, OP.TRANSPOSE: 2,
+    OP.CONCATENATION: 2, OP.RELU: 2, OP.RELU6: 2, OP.PAD: 2, OP.TRANSPOSE: 2, OP.SUB: 2, OP.LOGISTIC: 2,
+    OP.TANH: 2, OP.STRIDED_SLICE: 2, OP.GATHER: 2, OP.RSQRT: 2, OP.SUM: 2, OP.REDUCE_MAX: 2, OP.REDUCE_MIN: 2,
+    OP.PADV2: 2, OP.GELU: 2, OP.BATCH_MATMUL: 2, OP.MAXIMUM: 2, OP.MINIMUM: 2, OP.RELU_N1_TO_1: 2,
     # float32 -> int8 QUANTIZE is version 2 (int8 output), int8 -> float32 DEQUANTIZE version 2.
     OP.QUANTIZE: 2, OP.DEQUANTIZE: 2,
 }
@@ -83,14 +99,7 @@ class Lowered:
 
 
 @dataclass(slots=True)
-class _Value:
-    index: int
-    nhwc: bool  # a 4-D image stored NHWC (its core shape is NCHW)
-    chw_order: tuple[int, int, int] | None = None  # flattened NHWC data whose core order is (C,H,W)
-
-
-@dataclass(slots=True)
-class _Lowerer:
+class _Lowerer(ElementwiseOps, TensorOps):
     graph: Graph
     precision: str
     plan: QuantizationPlan | None
@@ -100,6 +109,11 @@ class _Lowerer:
     counts: Counter[str] = field(default_factory=Counter)
     fused: dict[str, Node] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)
+    specs: dict[str, ValueSpec] = field(default_factory=dict)
+    consts: dict[str, np.ndarray] = field(default_factory=dict)  # constant nodes, written where used
+    const_tensors: dict[tuple[str, bool], int] = field(default_factory=dict)
+    core_cache: dict[str, int] = field(default_factory=dict)  # NHWC values transposed back to NCHW
+    spatial: set[str] = field(default_factory=set)
 
     @property
     def int8(self) -> bool:
@@ -111,6 +125,11 @@ class _Lowerer:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Lowered:
+        try:
+            self.specs = infer_values(self.graph)
+        except ShapeError as exc:
+            raise ShapeError(f"edgetpu: the graph's shapes must be static and consistent to write a TFLite model: {exc}") from exc
+        self.spatial = {n.inputs[0] for n in self.graph.nodes if n.op in _SPATIAL}
         self._plan_fusion()
         ins = [self._input(spec.name, tuple(spec.shape)) for spec in self.graph.inputs]
         for node in self.graph.nodes:
@@ -144,7 +163,13 @@ class _Lowerer:
                 f"graph input {name!r} has shape {shape}: the Edge TPU needs static shapes. "
                 "Compile with concrete input shapes (nx.compile calls the model once per shape)."
             )
-        nhwc = len(shape) == 4
+        dtype = self.specs[name].dtype
+        if not dtype.startswith(("float", "bfloat")):
+            # Token ids, masks: stored as they are (no quantization, no layout change).
+            index = self.m.tensor(name, shape, np.dtype(dtype))
+            self.values[name] = _Value(index, False)
+            return self._spec(name, index, shape, False)
+        nhwc = len(shape) == 4 and name in self.spatial
         if not self.float_io:
             # int8 NHWC model input: the host quantizes and transposes (model.Edge).
             stored = _to_nhwc(shape) if nhwc else shape
@@ -164,9 +189,10 @@ class _Lowerer:
         return self._spec(name, outer, shape, False)
 
     def _output(self, name: str) -> IOSpec:
-        v = self.values[name]
+        v = self._value(name)
         if v.chw_order is not None:
             v = self._restore_chw(name, v)
+        v = self._requantize_output(name, v)
         stored = self.m.shape_of(v.index)
         shape = _to_nchw(stored) if v.nhwc else stored
         if not self.float_io:
@@ -176,7 +202,7 @@ class _Lowerer:
             out = self._new(f"{name}/nchw", shape, like=index)
             self._emit(OP.TRANSPOSE, [index, self.m.constant(f"{name}/perm_out", np.array(_TO_NCHW, np.int32))], [out])
             index = out
-        if self.int8:
+        if self.m.quant_of(index) is not None:
             out = self.m.tensor(f"{name}/float", shape, np.float32)
             self._emit(OP.DEQUANTIZE, [index], [out])
             index = out
@@ -187,7 +213,7 @@ class _Lowerer:
     def _spec(self, name: str, index: int, shape: tuple[int, ...], nhwc: bool) -> IOSpec:
         q = self.m.quant_of(index)
         quant = None if q is None else (float(q.scale[0]), int(q.zero_point[0]))
-        dtype = np.dtype(np.int8) if q is not None else np.dtype(np.float32)
+        dtype = np.dtype(np.int8) if q is not None else self.m.tensors[index].dtype
         return IOSpec(name, index, shape, nhwc, dtype, quant)
 
     # ------------------------------------------------------------------ helpers
@@ -204,12 +230,17 @@ class _Lowerer:
         return _per_tensor(params)
 
     def _new(self, value: str, shape: tuple[int, ...], *, quant: TensorQuant | None = None, like: int | None = None) -> int:
-        """A new activation tensor: ``quant`` given, or copied from tensor ``like``, or from the plan."""
+        """A new activation tensor: ``quant`` given, or dtype and quantization copied from tensor
+        ``like``, or the value's dtype with the plan's parameters."""
+        if like is not None:
+            t = self.m.tensors[like]
+            return self.m.tensor(value, shape, t.dtype, quant=t.quant if quant is None else quant)
+        spec = self.specs.get(value)
+        if spec is not None and not spec.dtype.startswith(("float", "bfloat")):
+            return self.m.tensor(value, shape, np.dtype(spec.dtype))  # integer/bool values are never quantized
         if not self.int8:
             return self.m.tensor(value, shape, np.float32)
-        if quant is None:
-            quant = self.m.quant_of(like) if like is not None else self._act(value)
-        return self.m.tensor(value, shape, np.int8, quant=quant)
+        return self.m.tensor(value, shape, np.int8, quant=quant if quant is not None else self._act(value))
 
     def _emit(self, opcode: int, ins: list[int], outs: list[int], **kw: Any) -> None:
         version = _INT8_VERSION.get(opcode, 1) if self.int8 else 1
@@ -217,7 +248,7 @@ class _Lowerer:
         self.counts[_OP_NAMES[opcode]] += 1
 
     def _get(self, node: Node, i: int = 0) -> _Value:
-        v = self.values[node.inputs[i]]
+        v = self._value(node.inputs[i])
         if v.chw_order is not None and node.op != "linear":
             v = self._restore_chw(node.inputs[i], v)
         return v
@@ -249,6 +280,88 @@ class _Lowerer:
     def _shape_const(self, name: str, shape: tuple[int, ...]) -> int:
         return self.m.constant(name, np.array(shape, np.int32))
 
+    def _set(self, name: str, index: int, nhwc: bool) -> None:
+        self.values[name] = _Value(index, nhwc)
+
+    def _value(self, name: str) -> _Value:
+        """The written tensor of a value; a constant node's value is written on first use."""
+        v = self.values.get(name)
+        if v is None:
+            if name not in self.consts:
+                raise CompilationError(f"edgetpu writer: value {name!r} is read before any node writes it")
+            v = self.values[name] = _Value(self._const_tensor(name, nhwc=False), False)
+        return v
+
+    def _core(self, name: str) -> int:
+        """The value in the core's layout (an NHWC image is transposed back to NCHW once)."""
+        v = self._value(name)
+        if v.chw_order is not None:
+            v = self._restore_chw(name, v)
+        if not v.nhwc:
+            return v.index
+        cached = self.core_cache.get(name)
+        if cached is None:
+            cached = self._new(f"{name}/nchw", _to_nchw(self.m.shape_of(v.index)), like=v.index)
+            self._emit(OP.TRANSPOSE, [v.index, self.m.constant(f"{name}/to_nchw", np.array(_TO_NCHW, np.int32))], [cached])
+            self.core_cache[name] = cached
+        return cached
+
+    def _const_tensor(self, name: str, *, nhwc: bool) -> int:
+        """A constant node's array as a constant tensor (NHWC: padded to 4-D and permuted).
+        int8: quantized with the plan's parameters for that value (symmetric from its range when
+        the plan has none); integer and bool constants are written as they are."""
+        key = (name, nhwc)
+        if key in self.const_tensors:
+            return self.const_tensors[key]
+        arr = np.asarray(self.consts[name])
+        if nhwc:
+            arr = arr.reshape((1,) * (4 - arr.ndim) + arr.shape).transpose(_TO_NHWC)
+        label = f"{name}/nhwc" if nhwc else name
+        if arr.dtype.kind != "f":
+            index = self.m.constant(label, np.ascontiguousarray(arr))
+        elif not self.int8:
+            index = self.m.constant(label, arr.astype(np.float32))
+        else:
+            params = self.plan.activations.get(name) if self.plan is not None else None
+            quant = _per_tensor(params) if params is not None else _symmetric(arr)
+            index = self.m.constant(label, qz.quantize(arr, float(quant.scale[0]), int(quant.zero_point[0])), quant=quant)
+        self.const_tensors[key] = index
+        return index
+
+    def _scalar(self, name: str, value: float) -> int:
+        """A float scalar operand (int8: symmetric, the value itself at 127)."""
+        arr = np.array([value], np.float32)
+        if not self.int8:
+            return self.m.constant(name, arr)
+        quant = _symmetric(arr)
+        return self.m.constant(name, qz.quantize(arr, float(quant.scale[0]), 0), quant=quant)
+
+    def _scalar_like(self, name: str, value: float, like: int) -> int:
+        """A scalar of tensor ``like``'s dtype and int8 parameters (clipped to its range)."""
+        t = self.m.tensors[like]
+        if t.quant is None:
+            return self.m.constant(name, np.array([value], t.dtype))
+        q = qz.quantize(np.array([value]), float(t.quant.scale[0]), int(t.quant.zero_point[0]))
+        return self.m.constant(name, q, quant=t.quant)
+
+    def _requantize_output(self, name: str, v: _Value) -> _Value:
+        """A graph output whose op fixes its int8 parameters (LOGISTIC, TANH) gets the plan's,
+        so every output follows the plan."""
+        return _Value(self._follow_plan(name, v.index), v.nhwc)
+
+    def _follow_plan(self, name: str, index: int) -> int:
+        """``index`` on the plan's int8 parameters for value ``name``: one int8 -> int8 QUANTIZE
+        where an op had to keep or fix other ones (TFLite requires them for pooling, LOGISTIC, ...)."""
+        q = self.m.quant_of(index)
+        if not self.int8 or q is None or self.plan is None or name not in self.plan.activations:
+            return index
+        want = _per_tensor(self.plan.activations[name])
+        if np.float32(want.scale[0]) == np.float32(q.scale[0]) and int(want.zero_point[0]) == int(q.zero_point[0]):
+            return index
+        out = self.m.tensor(f"{name}/requant", self.m.shape_of(index), np.int8, quant=want)
+        self._emit(OP.QUANTIZE, [index], [out])
+        return out
+
     def _weights(self, node: Node, weight: np.ndarray, in_index: int, axis: int) -> tuple[int, int | None]:
         """Constant weight (transposed to TFLite layout by the caller) and bias tensors."""
         bias = node.params.get("bias")
@@ -274,18 +387,19 @@ class _Lowerer:
     # ------------------------------------------------------------------ layers
     def _op_linear(self, node: Node) -> None:
         v = self._get(node)
+        if v.chw_order is None and v.nhwc:
+            v = _Value(self._core(node.inputs[0]), False)
         shape = self.m.shape_of(v.index)
-        if len(shape) != 2:
-            raise UnsupportedOperationError(f"layer {node.name!r} (linear): the writer takes 2-D (batch, features) input, got {shape}; add a Flatten")
         weight = np.asarray(node.params["weight"], np.float32)
         if v.chw_order is not None:
             c, h, wd = v.chw_order
             weight = weight.reshape(-1, c, h, wd).transpose(0, 2, 3, 1).reshape(weight.shape[0], -1)
         wi, bi = self._weights(node, weight, v.index, 0)
         out_name = self._out_name(node)
-        out = self._new(out_name, (shape[0], weight.shape[0]))
+        out = self._new(out_name, (*shape[:-1], weight.shape[0]))
+        # keep_num_dims: a (B, L, in) input (transformers) gives (B, L, out), one FULLY_CONNECTED.
         self._emit(OP.FULLY_CONNECTED, [v.index, wi, -1 if bi is None else bi], [out],
-                   options_type=w.OPTIONS.FullyConnectedOptions, options=w.fc_options(self._fused_act(node)))
+                   options_type=w.OPTIONS.FullyConnectedOptions, options=w.fc_options(self._fused_act(node), len(shape) > 2))
         self.values[out_name] = _Value(out, False)
 
     def _op_conv2d(self, node: Node) -> None:
@@ -337,10 +451,11 @@ class _Lowerer:
         v = self._get(node)
         n, h, wd, c = self.m.shape_of(v.index)
         shape = (n, _out_size(h, kernel[0], stride[0], 1, padding), _out_size(wd, kernel[1], stride[1], 1, padding), c)
-        # TFLite int8 pooling requires identical input and output quantization.
+        # TFLite int8 pooling requires identical input and output quantization; where the plan
+        # gives the output its own parameters, one requantization follows.
         out = self._new(node.output, shape, like=v.index)
         self._emit(opcode, [v.index], [out], options_type=w.OPTIONS.Pool2DOptions, options=w.pool_options(kernel, stride, padding))
-        self.values[node.output] = _Value(out, True)
+        self.values[node.output] = _Value(self._follow_plan(node.output, out), True)
 
     def _pool_padding(self, node: Node, allow_same: bool) -> tuple[int, tuple[int, int], tuple[int, int]]:
         v = self._get(node)
@@ -385,10 +500,11 @@ class _Lowerer:
     def _op_flatten(self, node: Node) -> None:
         v = self._get(node)
         shape = self.m.shape_of(v.index)
-        start = int(node.attrs.get("start_dim", 1))
-        end = int(node.attrs.get("end_dim", -1))
-        if start != 1 or end not in (-1, len(shape) - 1):
-            raise UnsupportedOperationError(f"layer {node.name!r} (flatten start_dim={start}, end_dim={end}): only flatten(1, -1) is expressible")
+        start = int(node.attrs.get("start_dim", 1)) % len(shape)
+        end = int(node.attrs.get("end_dim", -1)) % len(shape)
+        if start != 1 or end != len(shape) - 1:
+            self._reshape_to(node, self.specs[node.output].shape)  # any other span: RESHAPE in the core's layout
+            return
         flat = (shape[0], int(np.prod(shape[1:])))
         out = self._new(node.output, flat, like=v.index)
         self._emit(OP.RESHAPE, [v.index, self._shape_const(f"{node.name}/shape", flat)], [out],
@@ -399,7 +515,14 @@ class _Lowerer:
         self.values[node.output] = _Value(out, False, order)
 
     def _op_dropout(self, node: Node) -> None:
-        self.values[node.output] = self.values[node.inputs[0]]  # identity at inference
+        self._alias(node)  # identity at inference
+
+    def _op_identity(self, node: Node) -> None:
+        self._alias(node)
+
+    def _op_constant(self, node: Node) -> None:
+        # Written as a constant tensor where it is used, in the layout its consumer needs.
+        self.consts[node.output] = np.asarray(node.params["value"])
 
     def _op_relu(self, node: Node) -> None:
         v = self._get(node)
@@ -420,41 +543,12 @@ class _Lowerer:
         self._emit(OP.SOFTMAX, [v.index], [out], options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
         self.values[node.output] = _Value(out, v.nhwc)
 
-    def _binary(self, node: Node, opcode: int, options_type: int, options: Any) -> None:
-        a, b = self._get(node, 0), self._get(node, 1)
-        if a.nhwc != b.nhwc:
-            raise UnsupportedOperationError(f"layer {node.name!r} ({node.op}): both operands must be images or both flat")
-        shape = tuple(np.broadcast_shapes(self.m.shape_of(a.index), self.m.shape_of(b.index)))
-        out_name = self._out_name(node)
-        out = self._new(out_name, shape)
-        self._emit(opcode, [a.index, b.index], [out], options_type=options_type, options=options(self._fused_act(node)))
-        self.values[out_name] = _Value(out, a.nhwc)
-
-    def _op_add(self, node: Node) -> None:
-        self._binary(node, OP.ADD, w.OPTIONS.AddOptions, w.add_options)
-
-    def _op_mul(self, node: Node) -> None:
-        self._binary(node, OP.MUL, w.OPTIONS.MulOptions, w.mul_options)
-
     def _float_only(self, node: Node) -> None:
         if self.int8:
             raise UnsupportedOperationError(
-                f"layer {node.name!r} ({node.op}) has no int8 form the Edge TPU writer can express with the core's "
-                "calibration (TFLite fixes its output scale); compile with precision='fp32' or replace the layer"
+                f"layer {node.name!r} ({node.op}) has no int8 form in the Edge TPU writer; "
+                "compile with precision='fp32' or replace the layer"
             )
-
-    def _unary(self, node: Node, opcode: int) -> None:
-        self._float_only(node)
-        v = self._get(node)
-        out = self._new(node.output, self.m.shape_of(v.index))
-        self._emit(opcode, [v.index], [out])
-        self.values[node.output] = _Value(out, v.nhwc)
-
-    def _op_sigmoid(self, node: Node) -> None:
-        self._unary(node, OP.LOGISTIC)
-
-    def _op_tanh(self, node: Node) -> None:
-        self._unary(node, OP.TANH)
 
     def _op_batch_norm2d(self, node: Node) -> None:
         self._float_only(node)
@@ -486,15 +580,14 @@ def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None =
         raise CompilationError(f"edgetpu: io must be one of {', '.join(IO_KINDS)}, got {io!r}")
     if precision not in PRECISIONS:
         raise CompilationError(f"edgetpu compiles precision 'int8' (Edge TPU) or 'fp32' (LiteRT CPU), not {precision!r}")
+    if not graph.inputs:
+        # A partition segment holding only constants: the core then keeps it on the CPU.
+        raise UnsupportedOperationError("edgetpu: a graph without inputs (constants only) has nothing to run on the device")
     if precision == "int8" and plan is None:
         raise QuantizationError("precision='int8' on edgetpu needs calibration: pass calibration=... to nx.compile")
     if precision == "int8" and plan is not None and (plan.bits != 8 or plan.dynamic):
         raise QuantizationError(f"the Edge TPU runs static full-integer int8 models; got a {plan.bits}-bit plan (dynamic={plan.dynamic})")
     return _Lowerer(graph, precision, plan, io).run()
-
-
-def _per_tensor(params: QuantParams) -> TensorQuant:
-    return TensorQuant.per_tensor(float(np.asarray(params.scale).ravel()[0]), int(np.asarray(params.zero_point).ravel()[0]))
 
 
 def _pair(v: Any) -> tuple[int, int]:

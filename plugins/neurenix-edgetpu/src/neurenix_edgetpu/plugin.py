@@ -20,6 +20,27 @@ NATIVE_OPS = (
     "add", "subtract", "multiply", "maximum", "minimum", "divide", "matmul", "concat",
     "nn.linear", "nn.relu", "nn.softmax",
 )
+#: Op-level graph nodes the TFLite writer lowers (``lowering.py``, ``lower_tensor.py``). Only ops
+#: that become TFLite builtins are declared; the core decomposes composites not listed here
+#: (layer_norm, multihead_attention, global pools, embedding, conv1d) and places every other op
+#: (div, exp, erf, cast, comparisons, where, expand, ...) on cpu:0 and names it in the placement.
+GRAPH_OPS = (
+    # layers: CONV_2D / DEPTHWISE_CONV_2D, FULLY_CONNECTED, pools, MEAN
+    "conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d", "dropout", "identity", "constant",
+    # elementwise and activations: ADD, SUB, MUL, RELU, LOGISTIC, TANH, HARD_SWISH, GELU, RSQRT, SOFTMAX,
+    # MAXIMUM, MINIMUM, RELU6 / RELU_N1_TO_1 (clip)
+    "add", "sub", "mul", "maximum", "minimum", "relu", "clip", "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu",
+    "rsqrt", "softmax",
+    # reductions: MEAN, SUM, REDUCE_MAX, REDUCE_MIN
+    "reduce_mean", "reduce_sum", "reduce_max", "reduce_min",
+    # data movement: RESHAPE, TRANSPOSE, CONCATENATION, STRIDED_SLICE, GATHER, PAD
+    "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "concat", "slice", "split", "gather", "pad",
+    # matmul and attention: FULLY_CONNECTED / BATCH_MATMUL, SOFTMAX
+    "matmul", "scaled_dot_product_attention",
+)
+#: float32 activations (int8 inside the model from a QuantizationPlan); integer token ids and
+#: GATHER indices; bool attention masks (SELECT_V2).
+GRAPH_DTYPES = ("float32", "int32", "int64", "bool")
 _NO_HARDWARE = (
     "no Coral Edge TPU found: no /dev/apex_* node (PCIe/M.2: install the gasket-dkms driver) and no USB "
     "device 1a6e:089a or 18d1:9302 (plug in the USB Accelerator); to run the LiteRT stack on the host CPU "
@@ -44,6 +65,8 @@ def neurenix_manifest() -> Manifest:
             precisions=("int8", "fp32"),
             native_ops=NATIVE_OPS,
             compiles_models=True,
+            graph_ops=GRAPH_OPS,
+            graph_dtypes=GRAPH_DTYPES,
             quantization=("int8",),
             extra={"model_format": "tflite", "runtime": "LiteRT", "delegate": "libedgetpu.so.1"},
         ),

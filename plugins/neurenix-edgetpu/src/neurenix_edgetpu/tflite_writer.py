@@ -27,6 +27,7 @@ _TYPES: Final = {
     np.dtype(np.int32): tflite.TensorType.INT32,
     np.dtype(np.uint8): tflite.TensorType.UINT8,
     np.dtype(np.int64): tflite.TensorType.INT64,
+    np.dtype(np.bool_): tflite.TensorType.BOOL,
 }
 
 
@@ -316,8 +317,70 @@ def pool_options(kernel: tuple[int, int], stride: tuple[int, int], padding: int)
     return build
 
 
-def fc_options(act: int) -> Callable[[flatbuffers.Builder], int]:
-    return _activation_options(tflite.FullyConnectedOptionsStart, tflite.FullyConnectedOptionsAddFusedActivationFunction, tflite.FullyConnectedOptionsEnd, act)
+def fc_options(act: int, keep_num_dims: bool = False) -> Callable[[flatbuffers.Builder], int]:
+    def build(b: flatbuffers.Builder) -> int:
+        tflite.FullyConnectedOptionsStart(b)
+        tflite.FullyConnectedOptionsAddFusedActivationFunction(b, act)
+        # keep_num_dims: a (B, L, in) input gives (B, L, out) instead of a flattened (B*L, out).
+        tflite.FullyConnectedOptionsAddKeepNumDims(b, keep_num_dims)
+        return tflite.FullyConnectedOptionsEnd(b)
+
+    return build
+
+
+def sub_options(act: int) -> Callable[[flatbuffers.Builder], int]:
+    return _activation_options(tflite.SubOptionsStart, tflite.SubOptionsAddFusedActivationFunction, tflite.SubOptionsEnd, act)
+
+
+def div_options(act: int) -> Callable[[flatbuffers.Builder], int]:
+    return _activation_options(tflite.DivOptionsStart, tflite.DivOptionsAddFusedActivationFunction, tflite.DivOptionsEnd, act)
+
+
+def batch_matmul_options(adj_x: bool = False, adj_y: bool = False) -> Callable[[flatbuffers.Builder], int]:
+    def build(b: flatbuffers.Builder) -> int:
+        tflite.BatchMatMulOptionsStart(b)
+        tflite.BatchMatMulOptionsAddAdjX(b, adj_x)
+        tflite.BatchMatMulOptionsAddAdjY(b, adj_y)
+        return tflite.BatchMatMulOptionsEnd(b)
+
+    return build
+
+
+def gather_options(axis: int) -> Callable[[flatbuffers.Builder], int]:
+    def build(b: flatbuffers.Builder) -> int:
+        tflite.GatherOptionsStart(b)
+        tflite.GatherOptionsAddAxis(b, axis)
+        tflite.GatherOptionsAddBatchDims(b, 0)
+        return tflite.GatherOptionsEnd(b)
+
+    return build
+
+
+def strided_slice_options() -> Callable[[flatbuffers.Builder], int]:
+    # Begin/end/strides are explicit for every axis (no masks): what the Edge TPU compiler takes.
+    def build(b: flatbuffers.Builder) -> int:
+        tflite.StridedSliceOptionsStart(b)
+        return tflite.StridedSliceOptionsEnd(b)
+
+    return build
+
+
+def gelu_options(approximate: bool) -> Callable[[flatbuffers.Builder], int]:
+    def build(b: flatbuffers.Builder) -> int:
+        tflite.GeluOptionsStart(b)
+        tflite.GeluOptionsAddApproximate(b, approximate)
+        return tflite.GeluOptionsEnd(b)
+
+    return build
+
+
+def empty_options(start: Any, end: Any) -> Callable[[flatbuffers.Builder], int]:
+    """Options tables without fields (TransposeOptions, HardSwishOptions, ...): written for the converter's layout."""
+    def build(b: flatbuffers.Builder) -> int:
+        start(b)
+        return end(b)
+
+    return build
 
 
 def add_options(act: int) -> Callable[[flatbuffers.Builder], int]:

@@ -27,6 +27,21 @@ _NATIVE_OPS: Final = (
     "nn.max_pool2d", "nn.avg_pool2d", "nn.adaptive_avg_pool2d", "nn.batch_norm", "nn.layer_norm",
 )
 
+# The op-level opset ops lowering.HANDLERS lowers to opset16 (a test keeps the two equal): all
+# of neurenix_core.graph.opset, composites included, so the core decomposes and partitions nothing.
+_GRAPH_OPS: Final = (
+    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast", "ceil",
+    "clip", "concat", "constant", "conv1d", "conv2d", "cos", "div", "dropout", "embedding", "equal", "erf", "exp", "expand",
+    "flatten", "floor", "gather", "gelu", "gemm", "global_avg_pool", "global_max_pool", "greater", "greater_equal",
+    "hardsigmoid", "hardswish", "identity", "layer_norm", "leaky_relu", "less", "less_equal", "linear", "log", "log_softmax",
+    "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d", "maximum", "minimum", "mul", "multihead_attention",
+    "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
+    "relu", "reshape", "rsqrt", "scaled_dot_product_attention", "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split",
+    "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze", "where",
+)
+# Values a lowered graph carries: f32 compute, int64/int32 token ids and indices, bool masks.
+_GRAPH_DTYPES: Final = ("float32", "int64", "int32", "bool")
+
 _STORAGE_DTYPES: Final = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64",
@@ -49,6 +64,8 @@ def neurenix_manifest() -> Manifest:
             dtypes=_STORAGE_DTYPES,
             precisions=("fp32", "fp16", "int8"),
             native_ops=_NATIVE_OPS,
+            graph_ops=_GRAPH_OPS,
+            graph_dtypes=_GRAPH_DTYPES,
             compiles_models=True,
             quantization=("int8",),
             dlpack=False,

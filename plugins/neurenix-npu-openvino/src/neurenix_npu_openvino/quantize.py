@@ -15,7 +15,11 @@ import numpy as np
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import QuantParams, QuantizationPlan
 
-__all__ = ["fake_quantize", "check_plan", "weight_bounds", "activation_bounds"]
+__all__ = ["fake_quantize", "check_plan", "weight_bounds", "activation_bounds", "constant_weight_bounds", "QUANTIZED_OPS"]
+
+#: The layers whose weights get FakeQuantize (their inputs are activations the plan lists):
+#: OpenVINO's low-precision pass turns FakeQuantize -> Convolution / MatMul into int8 kernels.
+QUANTIZED_OPS = frozenset({"conv1d", "conv2d", "linear", "matmul", "gemm"})
 
 
 def activation_bounds(q: QuantParams) -> tuple[np.ndarray, np.ndarray, int]:
@@ -35,6 +39,21 @@ def weight_bounds(q: QuantParams, ndim: int) -> tuple[np.ndarray, np.ndarray, in
     low = (scale * (q.qmin - zp)).reshape(shape) if shape else (scale * (q.qmin - zp)).reshape(())
     high = (scale * (q.qmax - zp)).reshape(shape) if shape else (scale * (q.qmax - zp)).reshape(())
     return low.astype(np.float32), high.astype(np.float32), int(q.qmax - q.qmin + 1)
+
+
+def constant_weight_bounds(weight: np.ndarray, channel_axis: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Bounds for a weight the plan does not list (conv1d, a matmul's constant operand): the
+    core's symmetric per-channel int8 parameters (qmath.weight_params) along ``channel_axis``
+    (None: per tensor), shaped to broadcast against ``weight``."""
+    from neurenix_core.graph.qmath import weight_params
+
+    w = np.asarray(weight, np.float64)
+    if channel_axis is None:
+        q = weight_params(w.reshape(1, -1))
+        return weight_bounds(QuantParams(q.scale.reshape(()), q.zero_point.reshape(()), q.bits, None, q.qmin, q.qmax), w.ndim)
+    moved = np.moveaxis(w, channel_axis, 0)
+    low, high, levels = weight_bounds(weight_params(moved), w.ndim)
+    return np.moveaxis(low, 0, channel_axis), np.moveaxis(high, 0, channel_axis), levels
 
 
 def fake_quantize(opset: Any, node: Any, low: np.ndarray, high: np.ndarray, levels: int) -> Any:

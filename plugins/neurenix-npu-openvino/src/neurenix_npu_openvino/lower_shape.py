@@ -1,0 +1,128 @@
+"""Shape and indexing ops -> opset16: reshape, flatten, transpose, squeeze, unsqueeze, expand,
+concat, split, slice, gather, embedding, where and pad.
+
+Shapes are static, so reshape-like ops reshape to the output shape the opset infers (one rule,
+the core's) instead of re-deriving ONNX's 0 / -1 conventions here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from neurenix_core.graph.ir import Node
+from neurenix_npu_openvino.lower_types import Handler, axis_of
+
+if TYPE_CHECKING:
+    from neurenix_npu_openvino.lowering import Lowering
+
+__all__ = ["HANDLERS"]
+
+Attrs = Mapping[str, Any]
+
+
+def _reshape_to_spec(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    target = lw.spec_of(node).shape
+    if lw.shape(x[0]) == target:
+        return x[0]
+    return lw.op.reshape(x[0], lw.const(list(target), np.int64), False)
+
+
+def _transpose(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    ndim = len(lw.shape(x[0]))
+    perm = list(reversed(range(ndim))) if a["perm"] is None else [axis_of(int(v), ndim) for v in a["perm"]]
+    return lw.op.transpose(x[0], lw.const(perm, np.int64))
+
+
+def _expand(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    return lw.op.broadcast(x[0], lw.const(list(lw.spec_of(node).shape), np.int64))
+
+
+def _concat(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    dtype = lw.spec_of(node).dtype
+    return lw.op.concat([lw.to_dtype(v, dtype) for v in x], int(a["axis"]))
+
+
+def _slice_axis(lw: Lowering, value: Any, axis: int, start: int, stop: int, step: int = 1) -> Any:
+    return lw.op.slice(value, lw.axes([start]), lw.axes([stop]), lw.axes([step]), lw.axes([axis]))
+
+
+def _split(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    shape = lw.shape(x[0])
+    axis = axis_of(int(a["axis"]), len(shape))
+    sizes = [int(s) for s in a["sizes"]]
+    start = sum(sizes[: int(a["index"])])
+    return _slice_axis(lw, x[0], axis, start, start + sizes[int(a["index"])])
+
+
+def _slice(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    shape = lw.shape(x[0])
+    axes = a["axes"] if a["axes"] is not None else tuple(range(len(a["starts"])))
+    steps = a["steps"] if a["steps"] is not None else (1,) * len(axes)
+    starts, stops, steps_out, axes_out = [], [], [], []
+    for ax, st, en, sp in zip(axes, a["starts"], a["ends"], steps):
+        ax = axis_of(int(ax), len(shape))
+        n = shape[ax]
+        # Python's slice semantics (clamped, as ONNX clamps); a negative step that runs past
+        # index 0 stops "before the first element", which OpenVINO spells as -n - 1.
+        lo, hi, step = slice(int(max(min(st, n), -n - 1)), int(max(min(en, n), -n - 1)), int(sp)).indices(n)
+        if step < 0 and hi < 0:
+            hi = -n - 1
+        starts.append(lo), stops.append(hi), steps_out.append(step), axes_out.append(ax)
+    return lw.op.slice(x[0], lw.axes(starts), lw.axes(stops), lw.axes(steps_out), lw.axes(axes_out))
+
+
+def _gather(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    axis = axis_of(int(a["axis"]), len(lw.shape(x[0])))
+    return lw.op.gather(x[0], x[1], lw.const(axis, np.int64))
+
+
+def _embedding(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    return lw.op.gather(lw.const(node.params["weight"]), x[0], lw.const(0, np.int64))
+
+
+def _where(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    dtype = lw.spec_of(node).dtype
+    return lw.op.select(lw.to_dtype(x[0], "bool"), lw.to_dtype(x[1], dtype), lw.to_dtype(x[2], dtype))
+
+
+_PAD_MODES: Final = {"constant": "constant", "reflect": "reflect", "edge": "edge"}
+
+
+def _pad(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    pads = [(int(lo), int(hi)) for lo, hi in a["pads"]]
+    if a["mode"] == "wrap":
+        return _wrap(lw, x[0], pads)
+    begin, end = lw.axes([lo for lo, _ in pads]), lw.axes([hi for _, hi in pads])
+    if a["mode"] == "constant":
+        return lw.op.pad(x[0], begin, end, "constant", lw.scalar_like(x[0], a["value"]))
+    return lw.op.pad(x[0], begin, end, _PAD_MODES[a["mode"]])
+
+
+def _wrap(lw: Lowering, value: Any, pads: list[tuple[int, int]]) -> Any:
+    # OpenVINO's Pad has no wrap mode: gather the periodic indices along each padded axis.
+    shape = lw.shape(value)
+    for axis, (lo, hi) in enumerate(pads):
+        if lo or hi:
+            indices = np.arange(-lo, shape[axis] + hi) % shape[axis]
+            value = lw.op.gather(value, lw.const(indices, np.int64), lw.const(axis, np.int64))
+    return value
+
+
+HANDLERS: Final[dict[str, Handler]] = {
+    "reshape": _reshape_to_spec,
+    "flatten": _reshape_to_spec,
+    "squeeze": _reshape_to_spec,
+    "unsqueeze": _reshape_to_spec,
+    "transpose": _transpose,
+    "expand": _expand,
+    "concat": _concat,
+    "split": _split,
+    "slice": _slice,
+    "gather": _gather,
+    "embedding": _embedding,
+    "where": _where,
+    "pad": _pad,
+}
