@@ -39,8 +39,6 @@ DEVICES = _devices()
 #: (test, model, device type) pairs that do not pass yet: strict xfail, so one that starts passing
 #: fails the suite until its entry is removed. Each entry is an open item of the plugin named.
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    **{("fp32", m, d): f"plugin for {d} does not lower attention/matmul yet" for m in ("vit", "bert")
-       for d in ("tpu",)},
 }
 
 

@@ -50,3 +50,15 @@ def test_benchmark_quick(tmp_path: Path) -> None:
         assert r["max_abs_diff"] < 1e-5, "neurenix and the hand-written JAX model must compute the same thing"
         assert r["refused"] is None and r["neurenix_config"]["matmul_precision"] == ("HIGHEST" if r["precision"] == "fp32" else "DEFAULT")
     assert "plugin / JAX" in out
+
+
+def test_models_benchmark_quick(tmp_path: Path) -> None:
+    """Imported ResNet block vs its hand-written jax.jit: same configuration, same numbers."""
+    target = tmp_path / "tpu_models.json"
+    _run("benchmarks/tpu_models.py", "--quick", "--threads", "1", "--batches", "1", "--models", "resnet_block", "--json", str(target))
+    rows = json.loads(target.read_text())["rows"]
+    assert {r["precision"] for r in rows} == {"fp32", "bf16"} and all(r["model"] == "resnet_block" for r in rows)
+    for r in rows:
+        assert r["refused"] is None and r["ratio"] > 0 and r["emulated"] is True
+        assert r["max_abs_diff"] < (1e-5 if r["precision"] == "fp32" else 2e-2), "both sides must compute the same model"
+        assert r["rel_err_vs_torch"] < (1e-4 if r["precision"] == "fp32" else 5e-2)

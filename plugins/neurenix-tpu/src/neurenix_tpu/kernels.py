@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax import lax
 
 __all__ = [
-    "pair", "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm",
+    "pair", "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "batch_norm",
     "layer_norm", "gelu", "softmax", "attention", "EAGER_NN_OPS",
 ]
 
@@ -95,18 +95,26 @@ def _bins(size: int, out: int) -> list[tuple[int, int]]:
 
 
 def adaptive_avg_pool2d(x: Array, output_size: Any, *, nhwc: bool = False) -> Array:
+    return _adaptive(x, output_size, nhwc, jnp.mean)
+
+
+def adaptive_max_pool2d(x: Array, output_size: Any, *, nhwc: bool = False) -> Array:
+    return _adaptive(x, output_size, nhwc, jnp.max)
+
+
+def _adaptive(x: Array, output_size: Any, nhwc: bool, reduce: Any) -> Array:
     oh, ow = pair(output_size)
     h_ax, w_ax = (1, 2) if nhwc else (2, 3)
     h, w = x.shape[h_ax], x.shape[w_ax]
-    if h % oh == 0 and w % ow == 0:  # equal bins: one reshape-mean XLA fuses well
+    if h % oh == 0 and w % ow == 0:  # equal bins: one reshape-reduce XLA fuses well
         if nhwc:
             n, _, _, c = x.shape
-            return x.reshape(n, oh, h // oh, ow, w // ow, c).mean(axis=(2, 4))
+            return reduce(x.reshape(n, oh, h // oh, ow, w // ow, c), axis=(2, 4))
         n, c = x.shape[:2]
-        return x.reshape(n, c, oh, h // oh, ow, w // ow).mean(axis=(3, 5))
+        return reduce(x.reshape(n, c, oh, h // oh, ow, w // ow), axis=(3, 5))
     rows = []
     for h0, h1 in _bins(h, oh):
-        cols = [lax.slice_in_dim(lax.slice_in_dim(x, h0, h1, axis=h_ax), w0, w1, axis=w_ax).mean(axis=(h_ax, w_ax)) for w0, w1 in _bins(w, ow)]
+        cols = [reduce(lax.slice_in_dim(lax.slice_in_dim(x, h0, h1, axis=h_ax), w0, w1, axis=w_ax), axis=(h_ax, w_ax)) for w0, w1 in _bins(w, ow)]
         rows.append(jnp.stack(cols, axis=-1))
     out = jnp.stack(rows, axis=-2)  # (..., oh, ow) with the channel axis first
     return jnp.moveaxis(out, (-2, -1), (1, 2)) if nhwc else out

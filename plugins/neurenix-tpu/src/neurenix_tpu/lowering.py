@@ -1,207 +1,60 @@
 """Core Graph -> one pure JAX function ``fn(params, *inputs)`` that ``jax.jit`` fuses into one XLA program.
 
-Weights are laid out for the TPU once, on the host: convolutions run NHWC with HWIO kernels (the
-layout the MXU tiles natively; XLA then needs no per-call transposes between layers), and in the
-default ``bf16`` mode matmul/conv weights are stored as bfloat16 with float32 accumulation.
+The driver: it checks that every node has a handler in :mod:`neurenix_tpu.optable` (the whole
+opset), lays the weights out for the TPU once on the host, and builds the function that walks the
+graph while jit traces it. Convolutions run NHWC with HWIO kernels (the layout the MXU tiles
+natively; XLA then needs no per-call transposes between layers); in the default ``bf16`` mode
+matmul/conv weights and float constants are stored as bfloat16 with float32 accumulation.
 ``fp32`` keeps float32 everywhere and asks for ``Precision.HIGHEST`` (no silent bf16 passes).
+
+Integer values stay integers of their graph dtype: the backend enables ``jax_enable_x64`` when
+it starts, so int64 token ids and indices are int64 on the device, not silently int32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final
 
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from neurenix_core.errors import CompilationError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.shapes import infer_values
 
-from neurenix_tpu import kernels
+from neurenix_tpu.modes import MODES, QUANT_MODES, Mode, resolve_mode
+from neurenix_tpu.optable import LOWERINGS, Value, nchw
 
-__all__ = ["Mode", "MODES", "resolve_mode", "Lowered", "lower_graph", "LOWERINGS"]
+__all__ = ["Mode", "MODES", "QUANT_MODES", "resolve_mode", "Lowered", "lower_graph", "LOWERINGS"]
 
 Array = Any
 
+#: Constants up to this many elements are written into the program as literals, so XLA folds
+#: them (a scale, an epsilon, gather indices); larger ones are device-resident parameters.
+INLINE_CONSTANT_MAX: Final = 64
 
-@dataclass(frozen=True, slots=True)
-class Mode:
-    """A precision mode: activation/weight dtype, the MXU precision flag and the accumulation dtype."""
-
-    name: str
-    compute: Any
-    precision: Any
-    acc: Any
-    note: str
-
-
-MODES: Mapping[str, Mode] = {
-    "bf16": Mode("bf16", jnp.bfloat16, lax.Precision.DEFAULT, jnp.float32,
-                 "bfloat16 weights and activations, float32 accumulation"),
-    "fp32": Mode("fp32", jnp.float32, lax.Precision.HIGHEST, jnp.float32,
-                 "float32 weights and activations, Precision.HIGHEST"),
+# Parameters multiplied on the MXU (and embedding tables, whose rows are activations): stored in
+# the compute dtype. Everything else (biases, normalisation statistics) stays float32; the
+# handlers upcast where it matters.
+_MXU_PARAMS: Final = {
+    "linear": ("weight",), "conv2d": ("weight",), "conv1d": ("weight",), "embedding": ("weight",),
+    "multihead_attention": ("in_proj_weight", "out_proj_weight"),
 }
 
 
-# Quantized modes: weights live on the device as int8/int16 with per-channel float32 scales and
-# are dequantized inside the fused program; every activation the plan names is
-# quantize-dequantized (round half away from zero, clip) as the core's reference does. The
-# arithmetic between boundaries is float32: this reproduces integer numerics, it does not drive
-# the int8 MXU path.
-_QUANT_NOTE = "{bits}-bit weights (per-channel scales) and quantize-dequantize at every activation from the core's plan, float32 arithmetic"
-QUANT_MODES: Mapping[str, Mode] = {
-    f"int{b}": Mode(f"int{b}", jnp.float32, lax.Precision.HIGHEST, jnp.float32, _QUANT_NOTE.format(bits=b)) for b in (8, 16)
-}
-
-
-def resolve_mode(precision: str | None, plan: QuantizationPlan | None = None) -> tuple[Mode, bool]:
-    """The mode for ``precision`` and whether it was the default (None -> bf16, as on TPU)."""
-    if plan is not None:
-        return QUANT_MODES[f"int{plan.bits}"], False
-    if precision in QUANT_MODES:
-        raise CompilationError(
-            f"tpu (plugin neurenix-tpu): precision {precision!r} needs a quantization plan: "
-            f"nx.compile(model, device='tpu:0', quantize={precision!r}, calibration=[batches...])"
-        )
-    if precision is None:
-        return MODES["bf16"], True
-    mode = MODES.get(precision)
-    if mode is None:
-        raise CompilationError(
-            f"tpu (plugin neurenix-tpu): precision {precision!r} is not supported; TPUs compute in "
-            f"{' or '.join(repr(m) for m in MODES)} (pass precision='fp32' for float32 results), or int8/int16 with quantize="
-        )
-    return mode, False
-
-
-class Value(NamedTuple):
-    """A traced value and whether it is a 4-D tensor held as NHWC (its logical layout is NCHW)."""
-
-    array: Array
-    nhwc: bool = False
-
-
-def nhwc(v: Value) -> Array:
-    return v.array if v.nhwc or v.array.ndim != 4 else v.array.transpose(0, 2, 3, 1)
-
-
-def nchw(v: Value) -> Array:
-    return v.array.transpose(0, 3, 1, 2) if v.nhwc else v.array
-
-
-Lowering = Callable[[Node, Mapping[str, Array], Sequence[Value], Mode], Value]
-
-
-def _linear(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    return Value(kernels.linear(nchw(ins[0]), p["weight"], p.get("bias"), mode.precision, mode.acc))
-
-
-def _conv2d(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    a = node.attrs
-    y = kernels.conv2d(
-        nhwc(ins[0]), p["weight"], p.get("bias"), a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1),
-        int(a.get("groups", 1)), layout=kernels.NHWC, precision=mode.precision, acc=mode.acc,
-    )
-    return Value(y, True)
-
-
-def _pointwise(fn: Callable[[Array], Array]) -> Lowering:
-    def lower(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-        return Value(fn(ins[0].array), ins[0].nhwc)  # layout-agnostic: keep whatever layout came in
-
-    return lower
-
-
-def _gelu(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    return Value(kernels.gelu(ins[0].array, node.attrs.get("approximate", "none")), ins[0].nhwc)
-
-
-def _softmax(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    return Value(kernels.softmax(nchw(ins[0]), int(node.attrs.get("axis", -1))))
-
-
-def _max_pool(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    a = node.attrs
-    return Value(kernels.max_pool2d(nhwc(ins[0]), a["kernel_size"], a.get("stride"), a.get("padding", 0), nhwc=True), True)
-
-
-def _avg_pool(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    a = node.attrs
-    y = kernels.avg_pool2d(nhwc(ins[0]), a["kernel_size"], a.get("stride"), a.get("padding", 0), bool(a.get("count_include_pad", True)), nhwc=True)
-    return Value(y, True)
-
-
-def _adaptive(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    return Value(kernels.adaptive_avg_pool2d(nhwc(ins[0]), node.attrs["output_size"], nhwc=True), True)
-
-
-def _flatten(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    x = nchw(ins[0])  # flatten order is defined on the logical NCHW layout
-    start = int(node.attrs.get("start_dim", 1)) % x.ndim
-    end = int(node.attrs.get("end_dim", -1)) % x.ndim
-    return Value(x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1 :]))
-
-
-def _batch_norm(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    v = ins[0]
-    x, axis, flag = (nhwc(v), 3, True) if v.array.ndim == 4 else (v.array, 1, False)
-    y = kernels.batch_norm(x, p["running_mean"], p["running_var"], p.get("weight"), p.get("bias"), float(node.attrs.get("eps", 1e-5)), axis=axis)
-    return Value(y, flag)
-
-
-def _layer_norm(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    a = node.attrs
-    return Value(kernels.layer_norm(nchw(ins[0]), a["normalized_shape"], p.get("weight"), p.get("bias"), float(a.get("eps", 1e-5))))
-
-
-def _attention(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-    q, k, v = (nchw(ins[0]),) * 3 if len(ins) == 1 else tuple(nchw(i) for i in ins[:3])
-    a = node.attrs
-    y = kernels.attention(
-        q, k, v, p["in_proj_weight"], p.get("in_proj_bias"), p["out_proj_weight"], p.get("out_proj_bias"),
-        int(a["num_heads"]), bool(a.get("batch_first", False)), mode.precision, mode.acc,
-    )
-    return Value(y)
-
-
-def _binary(fn: Callable[[Array, Array], Array]) -> Lowering:
-    def lower(node: Node, p: Mapping[str, Array], ins: Sequence[Value], mode: Mode) -> Value:
-        a, b = ins
-        if a.nhwc and b.nhwc:
-            return Value(fn(a.array, b.array), True)
-        return Value(fn(nchw(a), nchw(b)))  # broadcasting is defined on the logical layout
-
-    return lower
-
-
-LOWERINGS: dict[str, Lowering] = {
-    "linear": _linear,
-    "conv2d": _conv2d,
-    "relu": _pointwise(lambda x: jnp.maximum(x, 0)),
-    "sigmoid": _pointwise(lambda x: kernels.jax.nn.sigmoid(x)),
-    "tanh": _pointwise(jnp.tanh),
-    "dropout": _pointwise(lambda x: x),  # identity at inference
-    "gelu": _gelu,
-    "softmax": _softmax,
-    "max_pool2d": _max_pool,
-    "avg_pool2d": _avg_pool,
-    "adaptive_avg_pool2d": _adaptive,
-    "flatten": _flatten,
-    "batch_norm2d": _batch_norm,
-    "layer_norm": _layer_norm,
-    "multihead_attention": _attention,
-    "add": _binary(jnp.add),
-    "mul": _binary(jnp.multiply),
-}
-
-# Parameters multiplied on the MXU: stored in the compute dtype. Everything else (biases,
-# normalisation statistics) stays float32; the kernels upcast where it matters.
-_MXU_PARAMS = {"weight", "in_proj_weight", "out_proj_weight"}
+def _constant_value(value: Any, mode: Mode) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind == "f":
+        return np.asarray(arr, dtype=np.float32).astype(mode.compute)  # floats flow in the compute dtype
+    return arr  # ints keep their width (x64 is on), bools stay bool
 
 
 def _layout_params(node: Node, mode: Mode, weight_qp: QuantParams | None = None) -> dict[str, np.ndarray]:
+    if node.op == "constant":
+        # np.asarray, not ascontiguousarray: the latter turns a 0-d constant (a gather index) into 1-d.
+        return {"value": np.asarray(_constant_value(node.params["value"], mode), order="C")}
     out: dict[str, np.ndarray] = {}
     for key, value in node.params.items():
         if value is None:  # an absent bias is absent, not NaN
@@ -214,9 +67,9 @@ def _layout_params(node: Node, mode: Mode, weight_qp: QuantParams | None = None)
             out["weight_scale"] = np.asarray(weight_qp.scale, np.float32).reshape(-1)
         if node.op == "conv2d" and key == "weight":
             arr = arr.transpose(2, 3, 1, 0)  # OIHW -> HWIO, the TPU convolution layout
-        if key in _MXU_PARAMS and node.op in ("linear", "conv2d", "multihead_attention") and weight_qp is None:
+        if key in _MXU_PARAMS.get(node.op, ()) and weight_qp is None:
             arr = arr.astype(mode.compute)
-        out[key] = np.ascontiguousarray(arr)
+        out[key] = np.asarray(arr, order="C")
     return out
 
 
@@ -264,28 +117,48 @@ def _run_node(node: Node, params: Mapping[str, Mapping[str, Array]], env: dict[s
         raise CompilationError(f"tpu (plugin neurenix-tpu): cannot lower layer {node.name!r} ({node.op}): {type(exc).__name__}: {exc}") from exc
 
 
+def _split_params(graph: Graph, mode: Mode, plan: QuantizationPlan | None) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
+    """(device-resident params, small constants inlined into the program), per node name."""
+    weights = {} if plan is None else dict(plan.weights)
+    params: dict[str, dict[str, np.ndarray]] = {}
+    inline: dict[str, dict[str, np.ndarray]] = {}
+    for n in graph.nodes:
+        if not n.params:
+            continue
+        laid = _layout_params(n, mode, weights.get(n.name))
+        small = n.op == "constant" and laid["value"].size <= INLINE_CONSTANT_MAX
+        (inline if small else params)[n.name] = laid
+    return params, inline
+
+
+def _output_dtypes(graph: Graph) -> tuple[Any, ...]:
+    specs = infer_values(graph)
+    return tuple(jnp.bool_ if specs[name].dtype == "bool" else jnp.dtype(specs[name].dtype) for name in graph.outputs)
+
+
 def lower_graph(graph: Graph, precision: str | None, plan: QuantizationPlan | None = None) -> Lowered:
     """Build the traced function once per graph structure; XLA compiles it per input shape."""
     _check_ops(graph)
     mode, _ = resolve_mode(precision, plan)
     nodes, inputs, outputs = graph.nodes, graph.inputs, graph.outputs
     acts = {} if plan is None or plan.dynamic else dict(plan.activations)
+    out_dtypes = _output_dtypes(graph)
+    params, inline = _split_params(graph, mode, plan)
 
     def quantized(name: str, v: Value) -> Value:
         qp = acts.get(name)
         return v if qp is None else Value(_fake_quantize(v.array, qp), v.nhwc)
 
-    def fn(params: Mapping[str, Mapping[str, Array]], *xs: Array) -> Any:
+    def fn(device_params: Mapping[str, Mapping[str, Array]], *xs: Array) -> Any:
+        merged = {**device_params, **inline}
         env: dict[str, Value] = {}
         for spec, x in zip(inputs, xs):
             env[spec.name] = quantized(spec.name, Value(x.astype(mode.compute) if jnp.issubdtype(x.dtype, jnp.floating) else x))
         for node in nodes:
-            env[node.output] = quantized(node.output, _run_node(node, params, env, mode))
-        # Results come back in the dtype the caller gave (float32 in -> float32 out).
-        outs = tuple(nchw(env[name]).astype(xs[0].dtype) for name in outputs)
+            env[node.output] = quantized(node.output, _run_node(node, merged, env, mode))
+        # Results come back in the graph's dtypes (float32 out, whatever the compute dtype).
+        outs = tuple(nchw(env[name]).astype(dt) for name, dt in zip(outputs, out_dtypes))
         return outs[0] if len(outs) == 1 else outs
 
-    weights = {} if plan is None else dict(plan.weights)
-    params = {n.name: _layout_params(n, mode, weights.get(n.name)) for n in nodes if n.params}
-    has_conv = any(n.op in ("conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d") for n in nodes)
+    has_conv = any(n.op in ("conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "batch_norm2d") for n in nodes)
     return Lowered(fn, params, mode, len(nodes), has_conv)

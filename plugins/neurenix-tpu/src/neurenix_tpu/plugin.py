@@ -21,6 +21,27 @@ if TYPE_CHECKING:
 #: int8/int16 need the core's quantization plan (quantize=..., calibration=...).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp32", "int8", "int16")
 
+#: The opset ops ``neurenix_compile`` lowers (``neurenix_tpu.optable.LOWERINGS``; a test keeps the
+#: two equal): the whole opset, so nx.compile hands imported models over without decomposing or
+#: partitioning. Spelled out here because importing the opset or JAX at plugin import is too heavy.
+GRAPH_OPS: tuple[str, ...] = (
+    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d",
+    "cast", "ceil", "clip", "concat", "constant", "conv1d", "conv2d", "conv_transpose2d", "cos", "div", "dropout",
+    "embedding", "equal", "erf", "exp", "expand", "flatten", "floor", "gather", "gather_elements", "gather_nd",
+    "gelu", "gemm", "global_avg_pool", "global_max_pool", "greater", "greater_equal", "hardsigmoid", "hardswish",
+    "identity", "isnan", "layer_norm", "leaky_relu", "less", "less_equal", "linear", "log", "log_softmax",
+    "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d", "maximum", "minimum", "mul",
+    "multihead_attention", "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max", "reduce_mean",
+    "reduce_min", "reduce_prod", "reduce_sum", "relu", "reshape", "rsqrt", "scaled_dot_product_attention",
+    "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split", "sqrt", "squeeze", "sub", "tanh", "transpose",
+    "unsqueeze", "where",
+)
+
+#: Value dtypes the compiled program takes: float32 activations (bf16 or fp32 inside, by
+#: precision), int32/int64 token ids and indices (int64 stays int64: the backend enables JAX's
+#: x64 mode), bool masks.
+GRAPH_DTYPES: tuple[str, ...] = ("bool", "float32", "int32", "int64")
+
 
 @hookimpl
 def neurenix_manifest() -> Manifest:
@@ -38,6 +59,8 @@ def neurenix_manifest() -> Manifest:
             precisions=PRECISIONS,
             native_ops=("*",),
             compiles_models=True,
+            graph_ops=GRAPH_OPS,
+            graph_dtypes=GRAPH_DTYPES,
             quantization=("int8", "int16"),
             dlpack=True,
             extra={"data_parallel": True, "batch_buckets": True, "runtime": "JAX/PJRT"},

@@ -1,0 +1,536 @@
+"""One JAX handler per opset op: ``LOWERINGS[op](node, params, inputs, mode) -> Value``.
+
+The handlers run while ``jax.jit`` traces the whole graph (``lowering.py`` drives them), so every
+op below becomes part of one XLA program. Semantics are the opset's (``neurenix_core/graph/opset.py``,
+whose NumPy ``ref`` is the ground truth the tests compare against); shapes come from the opset's
+own shape rules (``opset.infer``) so reshape-like ops cannot drift from the core.
+
+Layout: a 4-D value may be held NHWC (``Value.nhwc``) while its logical layout stays NCHW.
+Convolutions, pools and batch norm produce NHWC; elementwise ops, keepdims reductions, softmax,
+transpose and concat follow the layout they are given (mapping their axes); every other op asks
+for the logical layout with :func:`nchw`. That keeps chains of conv/bn/activation/SE blocks free of
+transposes, which XLA could not always remove on its own.
+
+Precision: floats flow in ``mode.compute`` (bfloat16 by default); dots and convolutions pass
+``mode.precision`` and accumulate in ``mode.acc``; softmax, normalisation and float reductions
+accumulate in float32 and hand back the activation dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from neurenix_core.graph import opset
+from neurenix_core.graph.ir import Node
+
+from neurenix_tpu import kernels
+from neurenix_tpu.modes import Mode
+
+__all__ = ["Value", "Lowering", "LOWERINGS", "nhwc", "nchw", "attention_core"]
+
+Array = Any
+Params = Mapping[str, Array]
+
+#: Logical NCHW axis -> physical axis of the NHWC array (and back).
+_TO_NHWC = (0, 3, 1, 2)
+_FROM_NHWC = (0, 2, 3, 1)
+
+
+class Value(NamedTuple):
+    """A traced value and whether it is a 4-D tensor held as NHWC (its logical layout is NCHW)."""
+
+    array: Array
+    nhwc: bool = False
+
+
+def nhwc(v: Value) -> Array:
+    return v.array if v.nhwc or v.array.ndim != 4 else v.array.transpose(_FROM_NHWC)
+
+
+def nchw(v: Value) -> Array:
+    return v.array.transpose(_TO_NHWC) if v.nhwc else v.array
+
+
+Lowering = Callable[[Node, Params, Sequence[Value], Mode], Value]
+
+
+def _attrs(node: Node) -> dict[str, Any]:
+    return opset.attrs_of(node.op, node.attrs)
+
+
+def _is_float(x: Array) -> bool:
+    return bool(jnp.issubdtype(x.dtype, jnp.floating))
+
+
+def _acc(x: Array) -> Any:
+    # Low-precision floats accumulate in float32 (float64 stays float64).
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
+def _phys_axis(axis: int, v: Value) -> int:
+    """The physical axis of logical ``axis`` of ``v``."""
+    ax = axis % v.array.ndim
+    return _TO_NHWC[ax] if v.nhwc else ax
+
+
+def _out_shape(node: Node, ins: Sequence[Array], p: Params) -> tuple[int, ...]:
+    """The opset's own shape rule on the (logical) traced shapes."""
+    shapes = [tuple(int(n) for n in x.shape) for x in ins]
+    return opset.infer(node.op, node.attrs, shapes, [_dtype_name(x) for x in ins], p)[0]
+
+
+def _dtype_name(x: Array) -> str:
+    return "bool" if x.dtype == jnp.bool_ else str(jnp.dtype(x.dtype))
+
+
+# ----------------------------------------------------------------------------- elementwise
+def _aligned(ins: Sequence[Value]) -> tuple[list[Array], bool]:
+    """Operands in one layout: NHWC when some operand is NHWC and all fit in four dimensions
+    (a (C, 1, 1) constant becomes (1, 1, 1, C)); else the logical layout."""
+    if any(v.nhwc for v in ins) and all(v.array.ndim <= 4 for v in ins):
+        out = []
+        for v in ins:
+            a = v.array
+            if not v.nhwc:
+                a = a.reshape((1,) * (4 - a.ndim) + a.shape).transpose(_FROM_NHWC)
+            out.append(a)
+        return out, True
+    return [nchw(v) for v in ins], False
+
+
+def _nary(fn: Callable[..., Array]) -> Lowering:
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        arrays, flag = _aligned(ins)
+        return Value(fn(*arrays), flag)
+
+    return lower
+
+
+def _div(a: Array, b: Array) -> Array:
+    if _is_float(a) or _is_float(b):
+        return jnp.divide(a, b)
+    t = jnp.result_type(a, b)
+    return lax.div(a.astype(t), b.astype(t))  # integer division truncates toward zero (ONNX)
+
+
+def _unary(fn: Callable[[Array], Array]) -> Lowering:
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        return Value(fn(ins[0].array), ins[0].nhwc)  # layout-agnostic: keep whatever layout came in
+
+    return lower
+
+
+def _unary_attrs(fn: Callable[[Array, dict[str, Any]], Array]) -> Lowering:
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        return Value(fn(ins[0].array, _attrs(node)), ins[0].nhwc)
+
+    return lower
+
+
+def _clip(x: Array, a: dict[str, Any]) -> Array:
+    lo, hi = a["min"], a["max"]
+    if lo is None and hi is None:
+        return x
+    return jnp.clip(x, lo, hi).astype(x.dtype)
+
+
+def _hardsigmoid(x: Array, a: dict[str, Any]) -> Array:
+    return jnp.clip(x * a["alpha"] + a["beta"], 0, 1).astype(x.dtype)
+
+
+def _hardswish(x: Array) -> Array:
+    return x * jnp.clip(x / 6.0 + 0.5, 0, 1)
+
+
+def _relu(x: Array) -> Array:
+    return jnp.maximum(x, jnp.zeros((), x.dtype))
+
+
+def _with_axis(fn: Callable[[Array, int], Array]) -> Lowering:
+    """softmax / log_softmax: same shape out, so the layout is kept and the axis mapped."""
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        v = ins[0]
+        x = v.array
+        return Value(fn(x.astype(_acc(x)), _phys_axis(int(_attrs(node)["axis"]), v)).astype(x.dtype), v.nhwc)
+
+    return lower
+
+
+# ----------------------------------------------------------------------------- linear algebra
+def _dot(fn: Callable[..., Array], a: Array, b: Array, mode: Mode) -> Array:
+    """A dot on the MXU: floats at the mode's precision with wide accumulation, back in the operand dtype."""
+    if _is_float(a) and _is_float(b):
+        t = jnp.result_type(a, b)
+        y = fn(a.astype(t), b.astype(t), precision=mode.precision, preferred_element_type=mode.acc)
+        return y.astype(t)
+    return fn(a, b)
+
+
+def _matmul(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    return Value(_dot(jnp.matmul, nchw(ins[0]), nchw(ins[1]), mode))
+
+
+def _gemm(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    x, y = nchw(ins[0]), nchw(ins[1])
+    out = _dot(jnp.matmul, x.T if a["trans_a"] else x, y.T if a["trans_b"] else y, mode)
+    if a["alpha"] != 1.0:
+        out = out * a["alpha"]
+    if len(ins) > 2:
+        c = nchw(ins[2])
+        out = out + (c * a["beta"] if a["beta"] != 1.0 else c)
+    return Value(out)
+
+
+def _linear(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    return Value(kernels.linear(nchw(ins[0]), p["weight"], p.get("bias"), mode.precision, mode.acc))
+
+
+# ----------------------------------------------------------------------------- convolution, pooling
+def _conv2d(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    y = kernels.conv2d(
+        nhwc(ins[0]), p["weight"], p.get("bias"), a["stride"], a["padding"], a["dilation"], int(a["groups"]),
+        layout=kernels.NHWC, precision=mode.precision, acc=mode.acc,
+    )
+    return Value(y, True)
+
+
+def _conv1d(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    x = nchw(ins[0])
+    w = p["weight"].astype(x.dtype)
+    pad = int(a["padding"][0])
+    y = lax.conv_general_dilated(
+        x, w, window_strides=(int(a["stride"][0]),), padding=((pad, pad),), rhs_dilation=(int(a["dilation"][0]),),
+        dimension_numbers=("NCH", "OIH", "NCH"), feature_group_count=int(a["groups"]),
+        precision=mode.precision, preferred_element_type=mode.acc,
+    )
+    if p.get("bias") is not None:
+        y = y + p["bias"].astype(y.dtype).reshape(1, -1, 1)
+    return Value(y.astype(x.dtype))
+
+
+def _conv_transpose2d(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    """The gradient-of-conv form: the input dilated by the stride, convolved with the spatially
+    flipped kernel (channels swapped per group), padded by dilation*(k-1) - padding (plus
+    output_padding at the far end)."""
+    a = _attrs(node)
+    x = nchw(ins[0])
+    g = int(a["groups"])
+    w = p["weight"].astype(x.dtype)  # (C, O/g, kh, kw)
+    c, og, kh, kw = w.shape
+    w = w.reshape(g, c // g, og, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * og, c // g, kh, kw)[:, :, ::-1, ::-1]
+    st, pad, out_pad, dil = a["stride"], a["padding"], a["output_padding"], a["dilation"]
+    edges = [(int(d) * (k - 1) - int(q), int(d) * (k - 1) - int(q) + int(o)) for d, k, q, o in zip(dil, (kh, kw), pad, out_pad)]
+    y = lax.conv_general_dilated(
+        x, w, window_strides=(1, 1), padding=edges, lhs_dilation=tuple(int(s) for s in st), rhs_dilation=tuple(int(d) for d in dil),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=g, precision=mode.precision, preferred_element_type=mode.acc,
+    )
+    if p.get("bias") is not None:
+        y = y + p["bias"].astype(y.dtype).reshape(1, -1, 1, 1)
+    return Value(y.astype(x.dtype))
+
+
+def _max_pool(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    return Value(kernels.max_pool2d(nhwc(ins[0]), a["kernel_size"], a["stride"], a["padding"], nhwc=True), True)
+
+
+def _avg_pool(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    y = kernels.avg_pool2d(nhwc(ins[0]), a["kernel_size"], a["stride"], a["padding"], bool(a["count_include_pad"]), nhwc=True)
+    return Value(y, True)
+
+
+def _adaptive(reduce: str) -> Lowering:
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        size = _attrs(node)["output_size"]
+        x = nhwc(ins[0])
+        if reduce == "mean":
+            return Value(kernels.adaptive_avg_pool2d(x, size, nhwc=True), True)
+        return Value(kernels.adaptive_max_pool2d(x, size, nhwc=True), True)
+
+    return lower
+
+
+def _global(reduce: Callable[..., Array]) -> Lowering:
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        v = ins[0]
+        axes = tuple(_phys_axis(i, v) for i in (2, 3))
+        x = v.array
+        return Value(reduce(x.astype(_acc(x)), axis=axes, keepdims=True).astype(x.dtype), v.nhwc)
+
+    return lower
+
+
+# ----------------------------------------------------------------------------- reductions
+_REDUCERS: dict[str, Callable[..., Array]] = {
+    "reduce_sum": jnp.sum, "reduce_mean": jnp.mean, "reduce_max": jnp.max, "reduce_min": jnp.min, "reduce_prod": jnp.prod,
+}
+
+
+def _reduce(op: str) -> Lowering:
+    fn = _REDUCERS[op]
+    widen = op in ("reduce_sum", "reduce_mean", "reduce_prod")
+
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        a = _attrs(node)
+        v = ins[0]
+        keep = bool(a["keepdims"])
+        src = v if keep else Value(nchw(v))  # without keepdims the result's layout is the logical one
+        n = src.array.ndim
+        axes = tuple(range(n)) if a["axes"] is None else tuple(_phys_axis(int(i), src) for i in a["axes"])
+        x = src.array
+        xw = x.astype(_acc(x)) if widen and _is_float(x) else x
+        # The opset keeps the input dtype (integer means truncate, as NumPy's astype does).
+        return Value(fn(xw, axis=axes, keepdims=keep).astype(x.dtype), src.nhwc)
+
+    return lower
+
+
+def _arg(fn: Callable[..., Array]) -> Lowering:
+    def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+        a = _attrs(node)
+        v = ins[0] if a["keepdims"] else Value(nchw(ins[0]))
+        return Value(fn(v.array, axis=_phys_axis(int(a["axis"]), v), keepdims=bool(a["keepdims"])).astype(jnp.int64), v.nhwc)
+
+    return lower
+
+
+# ----------------------------------------------------------------------------- shape manipulation
+def _reshaped(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    """reshape, flatten, squeeze, unsqueeze: the same elements in the shape the opset infers."""
+    x = nchw(ins[0])
+    return Value(x.reshape(_out_shape(node, [x], p)))
+
+
+def _expand(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    x = nchw(ins[0])
+    return Value(jnp.broadcast_to(x, _out_shape(node, [x], p)))
+
+
+def _transpose(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    v = ins[0]
+    n = v.array.ndim
+    perm = tuple(reversed(range(n))) if _attrs(node)["perm"] is None else tuple(int(i) % n for i in _attrs(node)["perm"])
+    if v.nhwc:  # compose with the NHWC -> NCHW permutation: one transpose instead of two
+        perm = tuple(_TO_NHWC[i] for i in perm)
+    return Value(v.array.transpose(perm))
+
+
+def _concat(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    axis = int(_attrs(node)["axis"])
+    if all(v.nhwc for v in ins):
+        return Value(jnp.concatenate([v.array for v in ins], axis=_phys_axis(axis, ins[0])), True)
+    xs = [nchw(v) for v in ins]
+    t = jnp.result_type(*xs)
+    return Value(jnp.concatenate([x.astype(t) for x in xs], axis=axis % xs[0].ndim))
+
+
+def _split(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    x = nchw(ins[0])
+    ax = int(a["axis"]) % x.ndim
+    sizes = [int(s) for s in a["sizes"]]
+    start = sum(sizes[: int(a["index"])])
+    return Value(lax.slice_in_dim(x, start, start + sizes[int(a["index"])], axis=ax))
+
+
+def _slice(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    x = nchw(ins[0])
+    index = [slice(None)] * x.ndim
+    axes = a["axes"] if a["axes"] is not None else tuple(range(len(a["starts"])))
+    steps = a["steps"] if a["steps"] is not None else (1,) * len(axes)
+    for ax, st, en, sp in zip(axes, a["starts"], a["ends"], steps):
+        # Python slices clamp out-of-range starts/ends exactly as ONNX Slice does.
+        index[int(ax) % x.ndim] = slice(int(st), int(en), int(sp))
+    return Value(x[tuple(index)])
+
+
+def _take(data: Array, idx: Array, axis: int) -> Array:
+    n = data.shape[axis]
+    idx = jnp.where(idx < 0, idx + n, idx)  # negative indices count from the end (ONNX)
+    # Out-of-range indices give NaN (floats) / the dtype's minimum (ints) instead of an error:
+    # a jitted program cannot raise on data.
+    return jnp.take(data, idx, axis=axis, mode="fill")
+
+
+def _gather(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    data = nchw(ins[0])
+    return Value(_take(data, nchw(ins[1]), int(_attrs(node)["axis"]) % data.ndim))
+
+
+def _gather_elements(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    data, idx = nchw(ins[0]), nchw(ins[1])
+    ax = int(_attrs(node)["axis"]) % data.ndim
+    idx = jnp.where(idx < 0, idx + data.shape[ax], idx)
+    # ONNX lets indices be shorter than data off the axis: those parts of data are not read.
+    data = data[tuple(slice(None) if i == ax else slice(0, n) for i, n in enumerate(idx.shape))]
+    return Value(jnp.take_along_axis(data, idx, axis=ax))
+
+
+def _gather_nd(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    data, idx = nchw(ins[0]), nchw(ins[1])
+    coords = tuple(jnp.where(idx[..., i] < 0, idx[..., i] + data.shape[i], idx[..., i]) for i in range(idx.shape[-1]))
+    return Value(data[coords])
+
+
+def _embedding(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    return Value(_take(p["weight"], nchw(ins[0]), 0))
+
+
+def _where(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    (cond, a, b), flag = _aligned(ins)
+    return Value(jnp.where(cond, a, b), flag)
+
+
+def _pad(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    x = nchw(ins[0])
+    pads = [(int(lo), int(hi)) for lo, hi in a["pads"]]
+    if a["mode"] == "constant":
+        return Value(jnp.pad(x, pads, mode="constant", constant_values=jnp.asarray(a["value"], x.dtype)))
+    return Value(jnp.pad(x, pads, mode=a["mode"]))
+
+
+def _cast(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    v = ins[0]
+    to = str(_attrs(node)["to"])
+    if to.startswith(("float", "bfloat")):
+        # Floats inside the program are the mode's compute dtype (the reference likewise keeps its
+        # working precision on float -> float casts); the result dtype follows at the outputs.
+        return Value(v.array if _is_float(v.array) else v.array.astype(mode.compute), v.nhwc)
+    return Value(v.array.astype(jnp.bool_ if to == "bool" else jnp.dtype(to)), v.nhwc)
+
+
+def _constant(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    return Value(jnp.asarray(p["value"]))
+
+
+# ----------------------------------------------------------------------------- normalisation
+def _batch_norm(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    v = ins[0]
+    x, axis, flag = (nhwc(v), 3, True) if v.array.ndim == 4 else (nchw(v), 1, False)
+    y = kernels.batch_norm(x, p["running_mean"], p["running_var"], p.get("weight"), p.get("bias"), float(_attrs(node)["eps"]), axis=axis)
+    return Value(y, flag)
+
+
+def _layer_norm(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    return Value(kernels.layer_norm(nchw(ins[0]), a["normalized_shape"], p.get("weight"), p.get("bias"), float(a["eps"])))
+
+
+# ----------------------------------------------------------------------------- attention
+def attention_core(q: Array, k: Array, v: Array, mask: Array | None, scale: float | None, causal: bool, mode: Mode) -> Array:
+    """softmax(q @ k^T * scale + mask) @ v with the opset's mask rule: a bool mask keeps True
+    (False -> -inf), any other mask is added. Scores and softmax in float32, both dots at the
+    mode's precision with float32 accumulation."""
+    s = (1.0 / math.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2).astype(q.dtype), precision=mode.precision, preferred_element_type=_acc(q)) * s
+    if causal:
+        L, S = q.shape[-2], k.shape[-2]
+        scores = jnp.where(jnp.tril(jnp.ones((L, S), jnp.bool_)), scores, -jnp.inf)
+    if mask is not None:
+        scores = jnp.where(mask, scores, -jnp.inf) if mask.dtype == jnp.bool_ else scores + mask.astype(scores.dtype)
+    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.matmul(weights, v, precision=mode.precision, preferred_element_type=_acc(v))
+    return out.astype(q.dtype)
+
+
+def _sdpa(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    q, k, v = (nchw(i) for i in ins[:3])
+    mask = nchw(ins[3]) if len(ins) > 3 else None
+    return Value(attention_core(q, k, v, mask, a["scale"], bool(a["is_causal"]), mode))
+
+
+def _mha(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    """nn.MultiheadAttention at inference: three projections, per-head attention, out projection."""
+    a = _attrs(node)
+    q_in, k_in, v_in = (nchw(i) for i in ins[:3])
+    if not a["batch_first"]:  # (L, N, E) -> (N, L, E)
+        q_in, k_in, v_in = (jnp.swapaxes(t, 0, 1) for t in (q_in, k_in, v_in))
+    w, b = p["in_proj_weight"], p.get("in_proj_bias")
+    e, h = int(p["out_proj_weight"].shape[0]), int(a["num_heads"])
+
+    def project(t: Array, j: int) -> Array:
+        y = kernels.linear(t, w[j * e : (j + 1) * e], None if b is None else b[j * e : (j + 1) * e], mode.precision, mode.acc)
+        return y.reshape(y.shape[0], y.shape[1], h, e // h).transpose(0, 2, 1, 3)
+
+    mask = nchw(ins[3]) if len(ins) > 3 else None
+    ctx = attention_core(project(q_in, 0), project(k_in, 1), project(v_in, 2), mask, None, False, mode)
+    merged = ctx.transpose(0, 2, 1, 3).reshape(q_in.shape[0], q_in.shape[1], e)
+    out = kernels.linear(merged, p["out_proj_weight"], p.get("out_proj_bias"), mode.precision, mode.acc)
+    return Value(out if a["batch_first"] else jnp.swapaxes(out, 0, 1))
+
+
+# ----------------------------------------------------------------------------- the table
+_BINARY: dict[str, Callable[[Array, Array], Array]] = {
+    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": _div, "pow": jnp.power,
+    "maximum": jnp.maximum, "minimum": jnp.minimum,
+    "equal": jnp.equal, "not_equal": jnp.not_equal, "less": jnp.less, "less_equal": jnp.less_equal,
+    "greater": jnp.greater, "greater_equal": jnp.greater_equal, "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
+}
+
+_UNARY: dict[str, Callable[[Array], Array]] = {
+    "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt, "reciprocal": jnp.reciprocal,
+    "sin": jnp.sin, "cos": jnp.cos, "erf": lax.erf, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid,
+    "floor": jnp.floor, "ceil": jnp.ceil, "neg": jnp.negative, "abs": jnp.abs, "sign": jnp.sign,
+    "relu": _relu, "identity": lambda x: x, "dropout": lambda x: x,  # dropout is the identity at inference
+    "logical_not": jnp.logical_not, "silu": jax.nn.silu, "hardswish": _hardswish, "isnan": jnp.isnan,
+}
+
+LOWERINGS: dict[str, Lowering] = {
+    **{name: _nary(fn) for name, fn in _BINARY.items()},
+    **{name: _unary(fn) for name, fn in _UNARY.items()},
+    "clip": _unary_attrs(_clip),
+    "leaky_relu": _unary_attrs(lambda x, a: jnp.where(x >= 0, x, x * a["alpha"]).astype(x.dtype)),
+    "hardsigmoid": _unary_attrs(_hardsigmoid),
+    "gelu": _unary_attrs(lambda x, a: kernels.gelu(x, a["approximate"])),
+    "softmax": _with_axis(lambda x, axis: jax.nn.softmax(x, axis=axis)),
+    "log_softmax": _with_axis(lambda x, axis: jax.nn.log_softmax(x, axis=axis)),
+    "matmul": _matmul,
+    "gemm": _gemm,
+    "linear": _linear,
+    "conv2d": _conv2d,
+    "conv1d": _conv1d,
+    "max_pool2d": _max_pool,
+    "avg_pool2d": _avg_pool,
+    "adaptive_avg_pool2d": _adaptive("mean"),
+    "adaptive_max_pool2d": _adaptive("max"),
+    "global_avg_pool": _global(jnp.mean),
+    "global_max_pool": _global(jnp.max),
+    **{name: _reduce(name) for name in _REDUCERS},
+    "argmax": _arg(jnp.argmax),
+    "argmin": _arg(jnp.argmin),
+    "reshape": _reshaped,
+    "flatten": _reshaped,
+    "squeeze": _reshaped,
+    "unsqueeze": _reshaped,
+    "expand": _expand,
+    "transpose": _transpose,
+    "concat": _concat,
+    "split": _split,
+    "slice": _slice,
+    "gather": _gather,
+    "gather_elements": _gather_elements,
+    "gather_nd": _gather_nd,
+    "conv_transpose2d": _conv_transpose2d,
+    "embedding": _embedding,
+    "where": _where,
+    "pad": _pad,
+    "cast": _cast,
+    "constant": _constant,
+    "batch_norm2d": _batch_norm,
+    "layer_norm": _layer_norm,
+    "scaled_dot_product_attention": _sdpa,
+    "multihead_attention": _mha,
+}
