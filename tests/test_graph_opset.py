@@ -107,7 +107,26 @@ PRIMITIVE_CASES: list[tuple[str, list[np.ndarray], dict[str, Any]]] = [
     ("concat", [RNG.standard_normal((2, 3)), RNG.standard_normal((2, 5))], {"axis": -1}),
     ("cast", [RNG.standard_normal((3,)) * 10], {"to": "int64"}),
     ("log_softmax", [RNG.standard_normal((3, 4))], {"axis": -1}),
+    ("gather_elements", [np.arange(12.0).reshape(3, 4), np.array([[0, 3], [-1, 1]])], {"axis": 1}),
+    ("gather_nd", [np.arange(24.0).reshape(2, 3, 4), np.array([[0, 1], [1, -1]])], {}),
+    ("isnan", [np.array([0.0, np.nan, 1.0])], {}),
 ]
+
+
+def test_gather_elements_and_gather_nd_follow_onnx() -> None:
+    data = np.arange(12.0).reshape(3, 4)
+    # torch.gather / ONNX GatherElements: out[i][j] = data[i][idx[i][j]] (axis 1), indices shorter than data on axis 0
+    got = opset.evaluate("gather_elements", {"axis": 1}, [data, np.array([[0, 3], [-1, 1]])], {})
+    np.testing.assert_array_equal(got, [[0.0, 3.0], [7.0, 5.0]])
+    got = opset.evaluate("gather_elements", {"axis": 0}, [data, np.array([[2, 0, 1, 0]])], {})
+    np.testing.assert_array_equal(got, [[8.0, 1.0, 6.0, 3.0]])
+    cube = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(opset.evaluate("gather_nd", {}, [cube, np.array([[0, 1], [1, -1]])], {}), [cube[0, 1], cube[1, 2]])
+    np.testing.assert_array_equal(opset.evaluate("gather_nd", {}, [cube, np.array([[1, 2, 3]])], {}), [23.0])
+    with pytest.raises(ValueError, match="out of range"):
+        opset.evaluate("gather_elements", {"axis": 1}, [data, np.array([[4]])], {})
+    with pytest.raises(ValueError, match="batch_dims=0"):
+        opset.infer("gather_nd", {"batch_dims": 1}, [(2, 3), (2, 1)], ["float32", "int64"], {})
 
 
 @pytest.mark.parametrize("op,xs,attrs", PRIMITIVE_CASES, ids=[c[0] for c in PRIMITIVE_CASES])

@@ -37,6 +37,27 @@ def test_exported_architecture_matches_torch_on_cpu(name: str, tmp_path: Path) -
     assert got.shape == want.shape and zoo.max_rel_err(got, want) <= 1e-5
 
 
+def test_exported_hugging_face_bert_matches_torch_on_cpu(tmp_path: Path) -> None:
+    """A tiny BertModel with an attention mask (token ids and mask are int64 inputs), exported
+    with torch.onnx.export; both outputs (last_hidden_state, pooler_output) in ONNX's order."""
+    pytest.importorskip("transformers")
+    model = zoo.tiny_bert()
+    ids = RNG.integers(0, 100, (2, 9))
+    mask = np.ones((2, 9), np.int64)
+    mask[1, 6:] = 0  # padding: the mask really changes the result
+    kwargs = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    want = model(**kwargs)
+    path = tmp_path / "bert.onnx"
+    torch.onnx.export(model, (), str(path), kwargs=kwargs, input_names=["input_ids", "attention_mask"], dynamo=True, verbose=False)
+    imported = nn.from_onnx(path)
+    assert [(s.name, s.dtype) for s in imported.to_graph().inputs] == [("input_ids", "int64"), ("attention_mask", "int64")]
+    hidden, pooled = nx.compile(imported, device="cpu:0")(ids, mask)
+    assert zoo.max_rel_err(hidden.numpy(), want.last_hidden_state.detach().numpy()) <= 1e-5
+    assert zoo.max_rel_err(pooled.numpy(), want.pooler_output.detach().numpy()) <= 1e-5
+    unmasked = nx.compile(imported, device="cpu:0")(ids, np.ones_like(mask))[0].numpy()
+    assert np.abs(unmasked[1] - hidden.numpy()[1]).max() > 1e-3  # the mask is an input, not folded away
+
+
 def _model(nodes: list, inputs: list, outputs: list, inits: list, opset: int = 17) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "handmade", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -80,3 +101,24 @@ def test_old_opset_and_symbolic_shapes_are_refused_with_the_remedy() -> None:
         nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], out, [], opset=11))
     with pytest.raises(UnsupportedOperationError, match="symbolic dimension 'batch'.*update_model_dims"):
         nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])], out, []))
+
+
+def test_conv_transpose_exported_and_handmade_with_asymmetric_pads(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
+                                torch.nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)).eval()
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = model(torch.from_numpy(x)).detach().numpy()
+    imported = nn.from_onnx(_export(model, torch.from_numpy(x), tmp_path / "up.onnx"))
+    assert "conv_transpose2d" in {n.op for n in imported.to_graph().nodes}
+    got = nx.compile(imported, device="cpu:0")(x).numpy()
+    assert got.shape == want.shape and zoo.max_rel_err(got, want) <= 1e-5
+    # ONNX pads (begin h, begin w, end h, end w) = (0, 1, 1, 0): the full output cropped unevenly
+    w = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[0, 1, 1, 0])
+    proto = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    xs = RNG.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    full = torch.nn.functional.conv_transpose2d(torch.from_numpy(xs), torch.from_numpy(w), stride=2).numpy()
+    got = nx.compile(nn.from_onnx(proto), device="cpu:0")(xs).numpy()
+    np.testing.assert_allclose(got, full[:, :, 0:full.shape[2] - 1, 1:], rtol=1e-5, atol=1e-6)

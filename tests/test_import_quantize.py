@@ -15,11 +15,10 @@ import model_zoo as zoo  # noqa: E402
 
 BATCH = 200
 
-# Top-1 agreement with torch fp32 over 1,000 inputs. The ResNet block's bar is lower: its
-# global average pool keeps its input's int8 parameters (TFLite requires it of pooling, and the
-# edgetpu plugin is bit-exact against that arithmetic), which costs a random-weight head with
-# tiny logit margins about 1% of its top-1 decisions.
-AGREEMENT = {"mobilenetv3_block": 0.99, "efficientnet_block": 0.99, "resnet_block": 0.98}
+# Top-1 agreement with torch fp32 over 1,000 inputs. The ResNet block's global average pool is
+# TFLite's MEAN with its own calibrated output parameters (qmath.integer_mean); keeping its
+# input's parameters instead, as pooling must, costs about 1% of its top-1 decisions.
+AGREEMENT = {"mobilenetv3_block": 0.99, "efficientnet_block": 0.99, "resnet_block": 0.99}
 
 
 @pytest.mark.parametrize("name", sorted(AGREEMENT))

@@ -110,3 +110,42 @@ def test_import_does_not_load_frameworks() -> None:
 
     code = "import neurenix_core, neurenix_core.nn, sys; print([m for m in ('torch', 'onnx', 'transformers') if m in sys.modules])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+class _UpBlock(torch.nn.Module):
+    """A decoder step: a strided conv down, then transposed convolutions back up (stride,
+    output_padding, groups, dilation, asymmetric padding of the ONNX form)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.refine = torch.nn.ConvTranspose2d(6, 4, (3, 2), stride=(1, 2), padding=(2, 0), dilation=(2, 1), bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.refine(torch.relu(self.up(torch.relu(self.down(x)))))
+
+
+def test_conv_transpose_imports_and_matches_torch_on_cpu() -> None:
+    torch.manual_seed(0)
+    model = _UpBlock().eval()
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = model(torch.from_numpy(x)).detach().numpy()
+    imported = nn.from_torch(model, torch.from_numpy(x))
+    assert [n.op for n in imported.to_graph().nodes].count("conv_transpose2d") == 2
+    got = nx.compile(imported, device="cpu:0")(x).numpy()
+    assert got.shape == want.shape == (2, 4, 16, 32)
+    assert zoo.max_rel_err(got, want) <= 1e-5
+
+
+def test_torch_gather_is_gather_elements() -> None:
+    class TopK(torch.nn.Module):
+        def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return torch.gather(x, 1, idx) * 2
+
+    x = torch.from_numpy(RNG.standard_normal((3, 5)).astype(np.float32))
+    idx = torch.from_numpy(RNG.integers(0, 5, (3, 2)))
+    imported = nn.from_torch(TopK(), (x, idx))
+    assert "gather_elements" in {n.op for n in imported.to_graph().nodes}
+    got = nx.compile(imported, device="cpu:0")(x.numpy(), idx.numpy()).numpy()
+    np.testing.assert_allclose(got, (torch.gather(x, 1, idx) * 2).numpy(), rtol=1e-6)

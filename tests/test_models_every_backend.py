@@ -39,7 +39,6 @@ DEVICES = _devices()
 #: (test, model, device type) pairs that do not pass yet: strict xfail, so one that starts passing
 #: fails the suite until its entry is removed. Each entry is an open item of the plugin named.
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    ("int8", "resnet_block", "cpu"): "global average pool keeps its input's int8 scale: 98.7% top-1",
 }
 
 

@@ -193,3 +193,111 @@ def test_imported_vit_runs_whole_on_a_plugin_that_declares_the_opset(device: str
 # real plugin is left to partition the ViT: partitioning across a plugin and the CPU is covered by
 # test_two_device_partitions_report_and_reference (a plugin declaring conv2d and matmul) and by
 # plugins/neurenix-edgetpu/tests/test_edgetpu_graph_ops.py (ops Coral's compiler refuses).
+
+
+# The same kind of plugin for a quantized model: it lowers conv2d and linear only and runs the
+# (sub-)plan it is given with the core's integer reference, as the vendor template does.
+QPLUGIN = PLUGIN.replace('"convdev"', '"qdev"').replace("convdev", "qdev").replace('("conv2d", "matmul")', '("conv2d", "linear")').replace(
+    "from neurenix_core.graph.reference import run_graph", "from neurenix_core.graph.reference import run_graph, run_quantized").replace(
+    '''    def _run(self, *xs):
+        out = run_graph(self.graph, *xs, float_dtype=np.float32)''', '''    def _run(self, *xs):
+        out = run_quantized(self.graph, self.plan, *xs)
+        out = tuple(np.asarray(o, np.float32) for o in out) if isinstance(out, tuple) else np.asarray(out, np.float32)''').replace(
+    '''    SEGMENTS.append([n.op for n in graph.nodes])
+    return Program(graph)''', '''    plan = options.quantization
+    missing = [s.name for s in graph.inputs if s.name not in plan.activations]
+    if missing:  # as a TFLite writer: every input is quantized with the plan's parameters
+        from neurenix_core.errors import QuantizationError
+        raise QuantizationError(f"qdev: no activation parameters for input(s) {missing}")
+    SEGMENTS.append({"ops": [n.op for n in graph.nodes], "inputs": [s.name for s in graph.inputs], "precision": options.precision,
+                     "acts": sorted(plan.activations), "weights": sorted(plan.weights)})
+    program = Program(graph)
+    program.plan = plan
+    return program''')
+
+QMODEL = """
+import json, warnings, numpy as np, neurenix_core as nx
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph, run_quantized
+import nx_plugin_qdev as plugin
+rng = np.random.default_rng(0)
+conv = {"in_channels": 3, "out_channels": 4, "kernel_size": (3, 3), "padding": (1, 1)}
+graph = Graph((TensorSpec("x", (8, 3, 6, 6)),), (
+    Node("conv", "conv2d", ("x",), "conv", conv, {"weight": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                                                   "bias": rng.standard_normal(4).astype(np.float32)}),
+    Node("act", "hardswish", ("conv",), "act"),
+    Node("flat", "flatten", ("act",), "flat", {"start_dim": 1}),
+    Node("head", "linear", ("flat",), "head", {}, {"weight": rng.standard_normal((5, 144)).astype(np.float32) * 0.1,
+                                                 "bias": rng.standard_normal(5).astype(np.float32)}),
+), ("head",))
+calib = [rng.standard_normal((8, 3, 6, 6)).astype(np.float32) for _ in range(6)]
+x = calib[2]
+"""
+
+
+def test_quantized_model_partitions_with_the_sub_plans_and_matches_the_integer_reference(plugin_site, run_neurenix) -> None:
+    site = plugin_site("qdev", QPLUGIN, module="nx_plugin_qdev")
+    out = run_neurenix(
+        QMODEL + """
+c = nx.compile(graph, device="qdev:0", quantize="int8", calibration=calib, progress=False)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = c(x).numpy()
+want = run_quantized(c.graph, c.plan, x)
+step = float(c.plan.activations["head"].scale[0])
+p = c.placement
+res = {"device": str(c.device), "steps": float(np.abs(y - want).max() / step), "float_err": float(np.abs(y - run_graph(graph, x)).max()),
+       "segments": plugin.SEGMENTS, "line": p.line(), "warnings": [str(w.message) for w in caught], "summary": c.summary,
+       "off": sorted(o.op for o in p.off_device), "nodes": p.nodes}
+with nx.fallback_policy("error"):
+    try:
+        nx.compile(graph, device="qdev:0", quantize="int8", calibration=calib, progress=False)(x)
+    except nx.CompilationError as e:
+        res["error"] = str(e)
+print(json.dumps(res))
+""",
+        site=site,
+        env={"NEURENIX_EMULATE": "qdev"},
+    )
+    assert out["steps"] <= 1.0  # the all-CPU integer reference, within one quantization step
+    assert 1e-4 < out["float_err"] < 0.5  # really quantized
+    segs = out["segments"]
+    assert [s["ops"] for s in segs] == [["conv2d"], ["linear"]] and all(s["precision"] == "int8" for s in segs)
+    # each device segment gets the plan of its own values only
+    assert segs[0]["acts"] == ["conv", "x"] and segs[0]["weights"] == ["conv"]
+    assert segs[1]["acts"] == ["flat", "head"] and segs[1]["weights"] == ["head"]
+    assert out["off"] == ["flatten", "hardswish"]  # a quantized model keeps its composites whole
+    assert out["nodes"] == {"qdev:0": 2, "cpu:0": 2}
+    assert out["warnings"] == [out["line"]] and "2 nodes on cpu:0" in out["line"]
+    assert "integer reference (int8" in out["summary"]
+    assert "node 'act' (op hardswish)" in out["error"] and "fallback policy is 'error'" in out["error"]
+
+
+def test_quantized_segment_the_plugin_cannot_quantize_runs_on_the_integer_reference(plugin_site, run_neurenix) -> None:
+    """A matmul whose constant weight reaches the device as an input (the device does not declare
+    `constant`) has no activation parameters there: the plugin refuses the segment, which then
+    runs on the CPU's integer reference and is reported."""
+    plugin = QPLUGIN.replace("qdev", "mdev").replace('("conv2d", "linear")', '("conv2d", "linear", "matmul")')
+    site = plugin_site("mdev", plugin, module="nx_plugin_mdev")
+    out = run_neurenix(
+        QMODEL.replace("nx_plugin_qdev", "nx_plugin_mdev") + """
+graph = Graph(graph.inputs, graph.nodes + (
+    Node("w", "constant", (), "w", {}, {"value": rng.standard_normal((5, 3)).astype(np.float32)}),
+    Node("mm", "matmul", ("head", "w"), "mm")), ("mm",))
+with nx.fallback_policy("allow"):
+    c = nx.compile(graph, device="mdev:0", quantize="int8", calibration=calib, progress=False)
+    y = c(x).numpy()
+want = run_quantized(c.graph, c.plan, x)
+p = c.placement
+print(json.dumps({"steps": float(np.abs(y - want).max() / float(c.plan.activations["mm"].scale[0])),
+                  "segments": [s["ops"] for s in plugin.SEGMENTS], "off": {o.node: o.reason for o in p.off_device},
+                  "weights": sorted(c.plan.weights)}))
+""",
+        site=site,
+        env={"NEURENIX_EMULATE": "mdev"},
+    )
+    assert out["steps"] <= 1.0
+    assert out["weights"] == ["conv", "head", "mm"]  # the matmul's constant weight is per-channel int8
+    assert out["segments"] == [["conv2d"]]  # the linear + matmul segment was refused whole
+    for node in ("head", "mm"):
+        assert "refused the segment" in out["off"][node] and "no activation parameters for input(s) ['w']" in out["off"][node]

@@ -13,7 +13,7 @@ import numpy as np
 
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.qmath import PASS_THROUGH, int_range, activation_params, softmax_output_params, weight_params
+from neurenix_core.graph.qmath import constant_weight_axis, int_range, activation_params, fixed_output_params, passes_through, weight_params
 from neurenix_core.graph.reference import run_graph
 
 __all__ = ["calibrate", "dynamic_plan", "plan_summary"]
@@ -104,9 +104,11 @@ def calibrate(
     obs = _Observer(method)
     constants = {n.output for n in graph.nodes if n.op == "constant"}
     batches = 0
+    shapes: dict[str, tuple[int, ...]] = {}
     for i, batch in enumerate(_progress(data, progress)):
         inputs = _as_inputs(batch, len(graph.inputs), i)
         values = run_graph(graph, *inputs, return_values=True)
+        shapes = {name: np.shape(value) for name, value in values.items()}
         for name, value in values.items():
             # Activations are the float values computed from the inputs; constants stay float
             # (they feed float ops), integer and bool values (ids, masks) are not quantized.
@@ -116,15 +118,30 @@ def calibrate(
     if batches == 0:
         raise QuantizationError("calibration data is empty: pass at least one representative input batch")
     acts = {name: activation_params(*obs.range(name, percentile), bits=bits) for name in obs.lo}
-    _tie_parameters(graph, acts)
+    _tie_parameters(graph, acts, shapes)
     weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op in ("linear", "conv2d")}
+    weights.update(_matmul_weights(graph))
     return QuantizationPlan(bits=bits, activations=acts, weights=weights, method=method, dynamic=False)
 
 
-def _tie_parameters(graph: Graph, acts: dict[str, QuantParams]) -> None:
+def _matmul_weights(graph: Graph) -> dict[str, QuantParams]:
+    """Per-channel parameters for the constant right-hand side of matmul/gemm nodes (fully
+    connected layers as ONNX and torch.export write them), keyed by the node's name."""
+    producers = {n.output: n for n in graph.nodes}
+    out = {}
+    for n in graph.nodes:
+        axis = constant_weight_axis(n, producers)
+        if axis is not None:
+            out[n.name] = weight_params(np.asarray(producers[n.inputs[1]].params["value"]), axis)
+    return out
+
+
+def _tie_parameters(graph: Graph, acts: dict[str, QuantParams], shapes: dict[str, tuple[int, ...]]) -> None:
     """Make the plan what integer kernels need: a linear/conv followed only by ReLU takes the
     ReLU's output parameters (the fused ReLU is the clamp at the zero point), and pass-through
-    ops (pooling, flatten, dropout) keep their input's parameters."""
+    ops (pooling, flatten, dropout) keep their input's parameters, softmax/sigmoid/tanh take
+    TFLite's fixed output parameters (``qmath.fixed_output_params``). A global average pool keeps
+    its own observed parameters: it is TFLite's MEAN, which requantizes (``qmath.integer_mean``)."""
     consumers: dict[str, list[Node]] = defaultdict(list)
     for n in graph.nodes:
         for i in n.inputs:
@@ -136,10 +153,10 @@ def _tie_parameters(graph: Graph, acts: dict[str, QuantParams]) -> None:
             if src is not None and src.op in ("linear", "conv2d") and len(consumers[src.output]) == 1 and src.output not in graph.outputs:
                 acts[src.output] = acts[n.output]
     for n in graph.nodes:
-        if n.op in PASS_THROUGH and n.inputs[0] in acts:
+        if n.inputs and n.inputs[0] in acts and passes_through(n, shapes.get(n.inputs[0])):
             acts[n.output] = acts[n.inputs[0]]
-        elif n.op == "softmax" and n.output in acts:
-            acts[n.output] = softmax_output_params(acts[n.output].bits)
+        elif n.output in acts and (fixed := fixed_output_params(n.op, acts[n.output].bits)) is not None:
+            acts[n.output] = fixed  # softmax, sigmoid, tanh: TFLite's fixed output parameters
 
 
 def dynamic_plan(model: Any) -> QuantizationPlan:

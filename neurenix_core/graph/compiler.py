@@ -246,11 +246,6 @@ class Compiled:
         if placement.partitioned:
             return self._partitioned(placement, compiles)
         if compiles:
-            if self.plan is not None and placement.graph is not graph:
-                raise CompilationError(
-                    f"{self.device} (plugin {rec.name}) needs composite ops decomposed, which a {self.precision} plan made for the "
-                    "original graph does not cover; compile in fp32, or quantize for a device that declares those ops"
-                )
             options = CompileOptions(device=self.device, precision=self.precision, quantization=self.plan, extra=self.extra)
             try:
                 native = reg.call(rec, "neurenix_compile", backend=self._backend, graph=placement.graph, options=options)
@@ -275,7 +270,8 @@ class Compiled:
             dtypes = set(caps.graph_dtypes)
         else:
             declared, dtypes = set(EAGER_OPS), {"float32"}
-        return place(graph, declared, dtypes, str(self.device), self._record.name)
+        # A quantized model keeps its composites whole: its plan names the calibrated graph's values.
+        return place(graph, declared, dtypes, str(self.device), self._record.name, decompose=self.plan is None)
 
     @property
     def placement(self) -> Any:
@@ -292,9 +288,9 @@ class Compiled:
     def _partitioned(self, placement: Any, compiles: bool) -> tuple[Runner, str]:
         where = f"{self.device} (plugin {self._record.name})"
         off = ", ".join(f"node {o.node!r} (op {o.op}): {o.reason}" for o in placement.off_device)
-        if self.plan is not None:
-            raise CompilationError(f"{where} cannot run the whole {self.precision} model, and quantized models are not partitioned: {off}. "
-                                   f"Compile for 'cpu' (every op) or in fp32")
+        if self.plan is not None and not compiles:
+            raise CompilationError(f"{where} does not compile models, so no part of the {self.precision} model can run on it ({off}); "
+                                   "compile for 'cpu' (NumPy integer kernels) or a device whose plugin compiles models")
         if fallback.get_fallback_policy() == "error":
             raise CompilationError(
                 f"{where} cannot run {len(placement.off_device)} node(s) of the model: {off}. The fallback policy is 'error'; "
@@ -306,14 +302,19 @@ class Compiled:
             # The one default-visible line (policy 'allow' keeps it in compiled.placement only).
             warnings.warn(placement.line(), fallback.FallbackWarning, stacklevel=5)
         segs = sum(1 for s in placement.segments if s.on_device)
-        return runner, f"partitioned: {placement.line()} ({segs} device segment(s), the rest on the CPU backend in fp32)"
+        rest = "in fp32" if self.plan is None else f"on the integer reference ({self.precision}; boundary values cross dequantized)"
+        return runner, f"partitioned: {placement.line()} ({segs} device segment(s), the rest on the CPU backend {rest})"
 
     def _segment_fn(self, sub: Graph, compiles: bool) -> Callable[..., tuple[Any, ...]]:
-        """A device segment as natives -> natives: the plugin's compiled form, else eager ops."""
+        """A device segment as natives -> natives: the plugin's compiled form, else eager ops. A
+        quantized model's segment is compiled with the plan restricted to its values: it takes
+        and returns float (dequantized) values, quantizing them with the whole plan's parameters."""
+        from neurenix_core.graph.qmath import restrict_plan
         from neurenix_core.plugins.state import registry
 
         if compiles:
-            options = CompileOptions(device=self.device, precision=self.precision, quantization=None, extra=self.extra)
+            sub_plan = None if self.plan is None else restrict_plan(self.plan, sub)
+            options = CompileOptions(device=self.device, precision=self.precision, quantization=sub_plan, extra=self.extra)
             native = registry().call(self._record, "neurenix_compile", backend=self._backend, graph=sub, options=options)
             if native is not None:
                 def run_native(*args: Any) -> tuple[Any, ...]:
@@ -329,7 +330,6 @@ class Compiled:
 
     def _partition_runner(self, placement: Any, compiles: bool) -> tuple[Runner, Any]:
         from neurenix_core.graph.placement import moved_to_cpu
-        from neurenix_core.graph.reference import run_graph
         from neurenix_core.graph.shapes import infer_values
 
         specs = infer_values(placement.graph)
@@ -340,9 +340,12 @@ class Compiled:
                 try:
                     steps.append((True, seg, self._segment_fn(sub, compiles)))
                     continue
-                except UnsupportedOperationError as exc:
+                except (UnsupportedOperationError, QuantizationError) as exc:
+                    # A quantized segment may read a value without plan parameters (a constant
+                    # fed as an input where the device does not declare `constant`): the plugin
+                    # refuses it, and the segment runs on the integer reference, reported.
                     placement = moved_to_cpu(placement, seg, f"plugin {self._record.name} refused the segment: {exc}")
-            steps.append((False, seg, lambda *hosts, g=sub: run_graph(g, *hosts, float_dtype=np.float32)))
+            steps.append((False, seg, self._host_fn(sub, placement.graph)))
         be, idx, outputs = self._backend, self.device.index, placement.graph.outputs
         names = [s.name for s in placement.graph.inputs]
 
@@ -369,6 +372,32 @@ class Compiled:
             return self._tensors(tuple(on_device(o) for o in outputs))
 
         return run, placement
+
+    def _host_fn(self, sub: Graph, whole: Graph) -> Callable[..., Any]:
+        """A CPU segment as host arrays -> host arrays: the float32 interpreter, or for a quantized
+        model the integer reference on the segment with the restricted plan. Its float inputs
+        arrive dequantized, ``(q - zp) * scale``, and are quantized again with the same
+        parameters, which gives back ``q`` exactly; its outputs leave dequantized (float32)."""
+        from neurenix_core.graph.reference import run_graph, run_quantized
+
+        if self.plan is None:
+            return lambda *hosts: run_graph(sub, *hosts, float_dtype=np.float32)
+        from neurenix_core.graph.qmath import restrict_plan
+
+        # Constants the segment reads are data: they go into its graph rather than arrive as
+        # (unquantized) inputs, so the segment's graph checks against its plan like any other.
+        consts = {n.output: n for n in whole.nodes if n.op == "constant"}
+        keep = [k for k, spec in enumerate(sub.inputs) if spec.name not in consts]
+        inline = tuple(consts[spec.name] for spec in sub.inputs if spec.name in consts)
+        graph = Graph(tuple(sub.inputs[k] for k in keep), inline + sub.nodes, sub.outputs)
+        plan = restrict_plan(self.plan, graph)
+
+        def run(*hosts: Any) -> tuple[Any, ...]:
+            out = run_quantized(graph, plan, *(hosts[k] for k in keep))
+            outs = out if isinstance(out, tuple) else (out,)
+            return tuple(o.astype(np.float32) if np.asarray(o).dtype.kind == "f" else o for o in outs)
+
+        return run
 
     def _fallback(self, exc: UnsupportedOperationError) -> tuple[Runner, str]:
         where = f"{self.device} (plugin {self._record.name})"

@@ -202,6 +202,7 @@ for _name, _fn in _COMPARE.items():
     _def(_name, "comparison", f"{_name}(a, b) -> bool, broadcasting", ("a", "b"), _compare,
          lambda a, x, p, fn=_fn: np.asarray(fn(x[0], x[1])))
 _def("logical_not", "comparison", "not a -> bool", ("x",), lambda a, s, d, p: (s[0], "bool"), lambda a, x, p: np.logical_not(x[0]))
+_def("isnan", "comparison", "x is NaN -> bool (ONNX IsNaN)", ("x",), lambda a, s, d, p: (s[0], "bool"), lambda a, x, p: np.isnan(x[0]))
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -387,6 +388,52 @@ _CONV_ATTRS = {"in_channels": None, "out_channels": None, "kernel_size": None, "
 _def("conv2d", "convolution", "NCHW cross-correlation, weight (O, C/groups, kh, kw) on the node; symmetric zero padding "
      "(other padding modes: a pad node before it)", ("x",), _conv_rule, _conv2d_ref, attrs=_CONV_ATTRS,
      params=("weight", "bias?"), flops=_conv_flops)
+
+
+def _conv_t_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    x, w = s[0], p["weight"].shape
+    if len(x) != 4 or len(w) != 4 or x[1] != w[0]:
+        raise ValueError(f"expects an N,C,H,W input with {w[0]} channels (weight (C, O/groups, kh, kw)), got shape {x}")
+    st, pad, out_pad, dil = a["stride"], a["padding"], a["output_padding"], a["dilation"]
+    if any(op >= max(sv, dv) for op, sv, dv in zip(out_pad, st, dil)):
+        raise ValueError(f"output_padding {tuple(out_pad)} must be smaller than the stride or the dilation")
+    size = tuple((x[2 + i] - 1) * st[i] - 2 * pad[i] + dil[i] * (w[2 + i] - 1) + out_pad[i] + 1 for i in range(2))
+    if min(size) < 1:
+        raise ValueError(f"padding {tuple(pad)} leaves no output from input {x[2:]}")
+    return (x[0], int(w[1]) * a["groups"]) + size, d[0]
+
+
+def _conv_t_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    """Scatter form: every input pixel adds its kernel-weighted patch at stride steps into the
+    full output, which is then cropped by ``padding`` (output_padding extends the far end)."""
+    xs, w = x[0], p["weight"].astype(x[0].dtype)
+    n, c, h, wd = xs.shape
+    g, (st, pad, out_pad, dil) = a["groups"], (a["stride"], a["padding"], a["output_padding"], a["dilation"])
+    cg, og, kh, kw = c // g, w.shape[1], w.shape[2], w.shape[3]
+    full = np.zeros((n, og * g, (h - 1) * st[0] + dil[0] * (kh - 1) + 1 + out_pad[0],
+                     (wd - 1) * st[1] + dil[1] * (kw - 1) + 1 + out_pad[1]), xs.dtype)
+    for k in range(g):
+        xg, wg = xs[:, k * cg:(k + 1) * cg], w[k * cg:(k + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                r, q = i * dil[0], j * dil[1]
+                full[:, k * og:(k + 1) * og, r:r + (h - 1) * st[0] + 1:st[0], q:q + (wd - 1) * st[1] + 1:st[1]] += np.einsum(
+                    "nchw,co->nohw", xg, wg[:, :, i, j])
+    oh = full.shape[2] - 2 * pad[0]
+    ow = full.shape[3] - 2 * pad[1]
+    out = full[:, :, pad[0]:pad[0] + oh, pad[1]:pad[1] + ow]
+    bias = p.get("bias")
+    if bias is not None:
+        out = out + bias.astype(xs.dtype).reshape(1, -1, 1, 1)
+    return np.ascontiguousarray(out)
+
+
+_def("conv_transpose2d", "convolution", "NCHW transposed convolution (the gradient of conv2d w.r.t. its input), weight "
+     "(C, O/groups, kh, kw) on the node; output size (H-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1",
+     ("x",), _conv_t_rule, _conv_t_ref,
+     attrs={"in_channels": None, "out_channels": None, "kernel_size": None, "stride": (1, 1), "padding": (0, 0),
+            "output_padding": (0, 0), "dilation": (1, 1), "groups": 1},
+     params=("weight", "bias?"), flops=lambda a, s, o, p: 2 * _numel(s[0]) * _numel(tuple(p["weight"].shape[1:])))
 
 
 def _conv1d_attrs2(a: Attrs) -> dict[str, Any]:
@@ -643,6 +690,56 @@ def _gather_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
 
 _def("gather", "indexing", "take indices (int64) from data along axis (ONNX Gather)", ("data", "indices"), _gather_rule, _gather_ref,
      attrs={"axis": 0})
+
+
+def _index_dtype(d: str, op: str) -> None:
+    if d not in ("int32", "int64"):
+        raise ValueError(f"{op} indices must be int32/int64, got {d}")
+
+
+def _gather_elements_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _index_dtype(d[1], "gather_elements")
+    ax = _axis(a["axis"], len(s[0]))
+    if len(s[1]) != len(s[0]) or any(i > n for k, (i, n) in enumerate(zip(s[1], s[0])) if k != ax):
+        raise ValueError(f"gather_elements indices {s[1]} do not fit data {s[0]} outside axis {ax}")
+    return s[1], d[0]
+
+
+def _gather_elements_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    ax = _axis(a["axis"], x[0].ndim)
+    n = x[0].shape[ax]
+    idx = np.where(x[1] < 0, x[1] + n, x[1])
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"gather_elements index out of range for axis {ax} of size {n}")
+    data = x[0][tuple(slice(0, k) if i != ax else slice(None) for i, k in enumerate(idx.shape))]
+    return np.take_along_axis(data, idx, axis=ax)
+
+
+_def("gather_elements", "indexing", "data[..., indices[i, j, ...], ...] along axis, output shaped as indices (ONNX GatherElements, torch.gather)",
+     ("data", "indices"), _gather_elements_rule, _gather_elements_ref, attrs={"axis": 0})
+
+
+def _gather_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _index_dtype(d[1], "gather_nd")
+    if a["batch_dims"] != 0:
+        raise ValueError(f"gather_nd supports batch_dims=0, got {a['batch_dims']}")
+    k = s[1][-1] if s[1] else 0
+    if not s[1] or k > len(s[0]):
+        raise ValueError(f"gather_nd indices {s[1]} need a last axis of at most {len(s[0])} coordinates")
+    return s[1][:-1] + s[0][k:], d[0]
+
+
+def _gather_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    k = x[1].shape[-1]
+    dims = np.asarray(x[0].shape[:k], np.int64)
+    idx = np.where(x[1] < 0, x[1] + dims, x[1])
+    if idx.size and (np.any(idx < 0) or np.any(idx >= dims)):
+        raise ValueError(f"gather_nd index out of range for data of shape {x[0].shape}")
+    return np.ascontiguousarray(x[0][tuple(np.moveaxis(idx, -1, 0))])
+
+
+_def("gather_nd", "indexing", "data at the coordinates in indices' last axis (ONNX GatherND, batch_dims 0)",
+     ("data", "indices"), _gather_nd_rule, _gather_nd_ref, attrs={"batch_dims": 0})
 
 
 def _embedding_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:

@@ -143,9 +143,14 @@ def _segments(nodes: list[Node], on: list[bool], graph: Graph, host_consts: set[
     return tuple(out)
 
 
-def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], device: str, plugin: str) -> Placement:
-    """Decompose what ``declared`` lacks, assign every node, cut segments and count the work."""
-    legal = legalize(graph, keep=lambda n: n.op in declared)
+def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], device: str, plugin: str, *,
+          decompose: bool = True) -> Placement:
+    """Decompose what ``declared`` lacks, assign every node, cut segments and count the work.
+
+    ``decompose=False`` keeps composites whole (an undeclared one runs on the CPU): a quantized
+    model's plan names the values of the graph it was calibrated on, and a decomposition would
+    create values the plan has no parameters for."""
+    legal = legalize(graph, keep=lambda n: n.op in declared) if decompose else graph
     specs = infer_values(legal)
     consts_on_device = "constant" in declared
     nodes = list(legal.nodes)

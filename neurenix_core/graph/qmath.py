@@ -4,6 +4,10 @@
 * Activations: affine per-tensor int8 in [-128, 127] (zero point may be non-zero), or symmetric
   int16 (zero point 0) as TFLite's 16x8 mode, whose weights stay int8.
 * Bias: int32 (int64 in 16x8 mode) with scale ``input_scale * weight_scale[c]``.
+* matmul/gemm with a constant right-hand side: per-channel weights along its output axis as
+  stored (``constant_weight_axis``); a matmul of two activations is per tensor.
+* A spatial mean (global average pool) requantizes to its own parameters, as TFLite's MEAN
+  (``integer_mean``); pooling and reshapes otherwise keep their input's (``passes_through``).
 * Requantization: TFLite's ``QuantizeMultiplier`` and ``MultiplyByQuantizedMultiplier``
   (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT), so a backend that emits TFLite
   int8 kernels is bit-exact against :func:`neurenix_core.graph.reference.run_quantized`.
@@ -31,9 +35,12 @@ __all__ = [
     "quantize", "dequantize", "fake_quantize", "quantize_weight", "quantize_bias", "quantize_multiplier",
     "saturating_rounding_doubling_high_mul", "rounding_divide_by_pot", "multiply_by_quantized_multiplier",
     "multiply_by_quantized_multiplier_int64", "requantize", "check_plan", "describe", "PASS_THROUGH", "INTEGER_OPS",
+    "is_spatial_mean", "passes_through", "integer_mean", "constant_weight_axis", "restrict_plan", "fixed_output_params",
 ]
 
 #: Ops whose output keeps the input's parameters (TFLite requires it for pooling and reshapes).
+#: A global average pool is the exception (:func:`passes_through`): it is TFLite's MEAN, which
+#: requantizes to its output's own parameters.
 PASS_THROUGH = frozenset({"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "flatten", "dropout"})
 #: Ops the integer reference runs in integer arithmetic; the others run dequantize -> float -> quantize.
 INTEGER_OPS = frozenset({"linear", "conv2d", "relu"}) | PASS_THROUGH
@@ -72,12 +79,44 @@ def activation_params(lo: float, hi: float, bits: int = 8) -> QuantParams:
     return QuantParams(np.array([scale], np.float32), np.array([zp], np.int64), 8, None, qmin, qmax)
 
 
-def weight_params(weight: np.ndarray) -> QuantParams:
-    """Symmetric per-output-channel int8 parameters (axis 0, range [-127, 127])."""
-    w = np.asarray(weight, np.float64).reshape(weight.shape[0], -1)
+def weight_params(weight: np.ndarray, axis: int = 0) -> QuantParams:
+    """Symmetric per-output-channel int8 parameters along ``axis`` (range [-127, 127]): axis 0 for
+    linear/conv weights, the output (last) axis of a matmul's constant right-hand side."""
+    w = np.asarray(weight, np.float64)
+    axis = axis % w.ndim
+    w = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     bound = np.abs(w).max(axis=1)
     scale = np.where(bound > 0, bound / 127.0, 1.0).astype(np.float32)
-    return QuantParams(scale, np.zeros(scale.shape, np.int64), 8, 0, -127, 127)
+    return QuantParams(scale, np.zeros(scale.shape, np.int64), 8, axis, -127, 127)
+
+
+def constant_weight_axis(node: Node, producers: Mapping[str, Node]) -> int | None:
+    """For a ``matmul``/``gemm`` whose right-hand side ``b`` (input 1) is a 2-D float ``constant``,
+    the output-channel axis of ``b`` as stored (1, or 0 for a gemm with ``trans_b``); else None.
+
+    Such a node is a fully connected layer: the plan holds per-channel int8 parameters for ``b``
+    under the node's name (``plan.weights[node.name]``, axis as returned). A gemm qualifies only
+    with ``alpha == beta == 1`` and ``c`` absent or a constant with one value per output channel
+    (the int32 bias); other gemms and batched constants run the float path."""
+    if node.op not in ("matmul", "gemm") or len(node.inputs) < 2:
+        return None
+    b = producers.get(node.inputs[1])
+    if b is None or b.op != "constant":
+        return None
+    value = np.asarray(b.params["value"])
+    if value.ndim != 2 or value.dtype.kind != "f":
+        return None
+    if node.op == "matmul":
+        return 1
+    a = node.attrs
+    if float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
+        return None
+    axis = 0 if a.get("trans_b") else 1
+    if len(node.inputs) > 2:
+        c = producers.get(node.inputs[2])
+        if c is None or c.op != "constant" or np.asarray(c.params["value"]).size not in (1, value.shape[axis]):
+            return None
+    return axis
 
 
 def _channel_shape(qp: QuantParams, ndim: int) -> tuple[int, ...]:
@@ -189,6 +228,52 @@ def requantize(acc: np.ndarray, real_multiplier: np.ndarray, out_qp: QuantParams
     return np.clip(out, out_qp.qmin, out_qp.qmax).astype(out_qp.dtype)
 
 
+def is_spatial_mean(node: Node, ndim: int | None = None) -> bool:
+    """The node is a mean over H and W of a 4-D image, kept as 1x1: ``global_avg_pool``,
+    ``adaptive_avg_pool2d`` to (1, 1), or ``reduce_mean`` over axes (2, 3) with keepdims.
+
+    These are TFLite's MEAN over NHWC axes (1, 2) with keep_dims, whose int8/int16 kernel
+    requantizes to the output's parameters; a mean keeps far less range than its input, so the
+    output's own (calibrated) scale is worth about 1% top-1 on a ResNet block."""
+    if node.op == "global_avg_pool":
+        return ndim in (None, 4)
+    if node.op == "adaptive_avg_pool2d":
+        return tuple(node.attrs["output_size"]) == (1, 1)
+    if node.op == "reduce_mean" and bool(node.attrs.get("keepdims", True)) and ndim in (None, 4):
+        axes = node.attrs.get("axes")
+        return axes is not None and sorted(int(a) % 4 for a in axes) == [2, 3]
+    return False
+
+
+def passes_through(node: Node, in_shape: Sequence[int] | None) -> bool:
+    """The node's output takes its input's parameters: pooling and reshapes, except a spatial
+    mean over more than one element (a 1x1 input makes the mean an identity, which a backend
+    may alias to its input)."""
+    if node.op not in PASS_THROUGH:
+        return False
+    if is_spatial_mean(node):
+        return in_shape is not None and len(in_shape) == 4 and tuple(in_shape[2:]) == (1, 1)
+    return True
+
+
+def integer_mean(xq: np.ndarray, in_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
+    """TFLite's integer MEAN over H and W (LiteRT's reference kernel), NCHW in and 1x1 out.
+
+    ``acc = sum(x - zp_in)`` in int32. ``(M, e) = QuantizeMultiplier(s_in / s_out)``; the count
+    ``n`` is folded into the multiplier: ``k = min(floor(log2 n), 32, 31 + e)``,
+    ``M' = (M << k) // n``; then ``MultiplyByQuantizedMultiplier(acc, M', e - k) + zp_out``,
+    clamped. int16 takes the same int32 path. (Checked element for element against LiteRT's
+    reference MEAN; dividing after the multiply instead differs by one step now and then.)"""
+    n = int(xq.shape[2] * xq.shape[3])
+    acc = (xq.astype(np.int64) - int(np.asarray(in_qp.zero_point).ravel()[0])).sum(axis=(2, 3), keepdims=True)
+    real = np.float64(np.asarray(in_qp.scale, np.float32).ravel()[0]) / np.float64(np.asarray(out_qp.scale, np.float32).ravel()[0])
+    mult, shift = quantize_multiplier(real)
+    m, e = int(mult[0]), int(shift[0])
+    k = min(n.bit_length() - 1, 32, 31 + e)
+    out = multiply_by_quantized_multiplier(acc, np.int64((m << k) // n), np.int64(e - k)) + int(np.asarray(out_qp.zero_point).ravel()[0])
+    return np.clip(out, out_qp.qmin, out_qp.qmax).astype(out_qp.dtype)
+
+
 # ----------------------------------------------------------------------------- graph transforms
 def fold_batch_norm(graph: Graph) -> Graph:
     """Fold each ``batch_norm2d`` that directly follows a ``conv2d`` (its only consumer) into the
@@ -227,6 +312,22 @@ def softmax_output_params(bits: int) -> QuantParams:
     return QuantParams(np.array([1.0 / 256.0], np.float32), np.array([-128], np.int64), 8, None, qmin, qmax)
 
 
+def fixed_output_params(op: str, bits: int) -> QuantParams | None:
+    """TFLite's fixed output parameters for ops with a known output range, or None.
+
+    softmax and sigmoid (LOGISTIC) map to [0, 1]: int8 scale 1/256, zero point -128; tanh to
+    [-1, 1]: int8 scale 1/128, zero point 0; int16 uses 1/32768 with zero point 0 for all three.
+    TFLite's kernels require these, so calibration writes them instead of observed ranges and a
+    TFLite-based backend lowers the plan as it is."""
+    if op not in ("softmax", "sigmoid", "tanh"):
+        return None
+    if op == "softmax" or op == "sigmoid":
+        return softmax_output_params(bits)
+    qmin, qmax = int_range(bits)
+    scale = 1.0 / 32768.0 if bits == 16 else 1.0 / 128.0
+    return QuantParams(np.array([scale], np.float32), np.zeros(1, np.int64), bits, None, qmin, qmax)
+
+
 def check_plan(graph: Graph, plan: QuantizationPlan) -> None:
     """Every value and quantized layer of ``graph`` has its parameters (a plan from another model fails here)."""
     # Values the integer kernels read or write need parameters; other values (constants,
@@ -238,10 +339,22 @@ def check_plan(graph: Graph, plan: QuantizationPlan) -> None:
         missing = [v for v in names if v not in plan.activations]
         if missing:
             raise QuantizationError(f"the quantization plan has no parameters for value(s) {missing[:5]}; calibrate this model again")
-    layers = [n.name for n in graph.nodes if n.op == "linear" or (n.op == "conv2d" and not plan.dynamic)]
+    producers = {n.output: n for n in graph.nodes}
+    layers = [n.name for n in graph.nodes if n.op == "linear" or (not plan.dynamic and (
+        n.op == "conv2d" or constant_weight_axis(n, producers) is not None))]
     missing = [n for n in layers if n not in plan.weights]
     if missing:
         raise QuantizationError(f"the quantization plan has no weight parameters for layer(s) {missing[:5]}; calibrate this model again")
+
+
+def restrict_plan(plan: QuantizationPlan, sub: Graph) -> QuantizationPlan:
+    """The plan of a subgraph (a partition segment): the parameters of the values it reads or
+    writes and the weights of its nodes, unchanged, so each segment quantizes its inputs exactly
+    as the whole model's integer reference holds them."""
+    values = {s.name for s in sub.inputs} | {n.output for n in sub.nodes}
+    names = {n.name for n in sub.nodes}
+    return replace(plan, activations={k: v for k, v in plan.activations.items() if k in values},
+                   weights={k: v for k, v in plan.weights.items() if k in names})
 
 
 def describe(qp: QuantParams) -> Mapping[str, Any]:

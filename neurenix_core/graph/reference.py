@@ -4,7 +4,8 @@
 ``backends/cpu_nn.py``; every plugin's tests compare against it. With ``plan=`` it simulates a
 quantized model (fake quantization of weights and activations). ``run_quantized(graph, plan,
 *inputs)`` runs the integer arithmetic a TFLite int8 / 16x8 runtime performs, bit for bit, for
-linear, conv2d (fused ReLU), relu, pooling and reshapes; other ops run dequantize -> float64 ->
+linear, conv2d (fused ReLU), relu, pooling, spatial means (TFLite's MEAN, requantized to the
+output's own parameters) and reshapes; other ops run dequantize -> float64 ->
 quantize, as a runtime without an integer kernel for them would.
 """
 
@@ -54,7 +55,7 @@ def _check_inputs(graph: Graph, inputs: tuple[Any, ...]) -> None:
 
 def _fq_params(node: Node, plan: QuantizationPlan) -> Mapping[str, np.ndarray] | None:
     qp = plan.weights.get(node.name)
-    if qp is None:
+    if qp is None or "weight" not in node.params:  # matmul/gemm: the weight is input 1 (run_graph)
         return None
     return dict(node.params) | {"weight": Q.fake_quantize(np.asarray(node.params["weight"]), qp)}
 
@@ -79,7 +80,10 @@ def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, 
         arr = _input_array(x, spec.dtype, float_dtype)
         values[spec.name] = Q.fake_quantize(arr, plan.activations[spec.name]) if quantized and spec.name in plan.activations else arr  # type: ignore[union-attr]
     for node in graph.nodes:
-        out = eval_node(node, [values[i] for i in node.inputs], None if plan is None else _fq_params(node, plan), float_dtype=float_dtype)
+        xs = [values[i] for i in node.inputs]
+        if quantized and node.op in ("matmul", "gemm") and node.name in plan.weights:  # type: ignore[union-attr]
+            xs[1] = Q.fake_quantize(xs[1], plan.weights[node.name])  # type: ignore[union-attr]
+        out = eval_node(node, xs, None if plan is None else _fq_params(node, plan), float_dtype=float_dtype)
         if quantized and node.output in plan.activations:  # type: ignore[union-attr]
             out = Q.fake_quantize(out, plan.activations[node.output])  # type: ignore[union-attr]
         values[node.output] = out
@@ -107,7 +111,7 @@ def _int_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantPara
     if node.op == "linear":
         acc, axis = x @ wq.T + bias, xq.ndim - 1
     else:
-        a = node.attrs
+        a = opset.attrs_of(node.op, node.attrs)  # with the opset defaults
         # Zero padding of (x - zp) is TFLite's padding with the input zero point.
         acc = K.conv2d(x, wq, None, a["stride"], a["padding"], a["dilation"], a["groups"]) + bias.reshape(1, -1, 1, 1)
         axis = 1
@@ -115,6 +119,42 @@ def _int_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantPara
     if not wide and (acc.min() < np.iinfo(np.int32).min or acc.max() > np.iinfo(np.int32).max):
         raise OverflowError(f"layer {node.name!r}: int32 accumulator overflow")
     real = _s(in_qp) * np.asarray(wqp.scale, np.float32).astype(np.float64) / _s(out_qp)
+    return Q.requantize(acc, real, out_qp, axis, wide)
+
+
+def _int_matmul(node: Node, xs: list[np.ndarray], held: list[bool], plan: QuantizationPlan) -> np.ndarray | None:
+    """matmul/gemm in integers, or None when it runs the float path.
+
+    A constant right-hand side (``plan.weights[node.name]``) is a fully connected layer:
+    ``(x - zp) @ w_q + bias_q`` in int32 (int64 for 16x8), requantized per output channel with
+    ``s_x * s_w[c] / s_out`` (TFLite FULLY_CONNECTED). Two activations (attention's q @ k^T and
+    p @ v) multiply per tensor: ``(a - zp_a) @ (b - zp_b)`` requantized with ``s_a * s_b / s_out``
+    (TFLite BATCH_MATMUL)."""
+    acts = plan.activations
+    out_qp = acts[node.output]
+    wqp = plan.weights.get(node.name)
+    trans_a = node.op == "gemm" and bool(node.attrs.get("trans_a"))
+    if not held[0] or (wqp is None and not (node.op == "matmul" and held[1])):
+        return None
+    in_qp = acts[node.inputs[0]]
+    a = xs[0].astype(np.int64) - _zp(in_qp)
+    a = a.T if trans_a else a
+    wide = in_qp.bits == 16
+    if wqp is not None:
+        wq = Q.quantize_weight(np.asarray(xs[1]), wqp).astype(np.int64)
+        w = wq.T if wqp.axis == 0 else wq  # (K, N): output channels last
+        # a gemm's c (a constant: calibration checked it has one value per output channel)
+        bias = np.broadcast_to(np.asarray(xs[2], np.float64).ravel(), (w.shape[1],)) if len(xs) > 2 else None
+        acc = a @ w + Q.quantize_bias(bias, in_qp, wqp, w.shape[1]).astype(np.int64)
+        real = _s(in_qp) * np.asarray(wqp.scale, np.float32).astype(np.float64) / _s(out_qp)
+        axis: int | None = acc.ndim - 1
+    else:
+        b_qp = acts[node.inputs[1]]
+        acc = np.matmul(a, xs[1].astype(np.int64) - _zp(b_qp))
+        real = np.array([_s(in_qp) * _s(b_qp) / _s(out_qp)])
+        axis, wide = None, wide or b_qp.bits == 16
+    if not wide and (acc.min() < np.iinfo(np.int32).min or acc.max() > np.iinfo(np.int32).max):
+        raise OverflowError(f"layer {node.name!r}: int32 accumulator overflow")
     return Q.requantize(acc, real, out_qp, axis, wide)
 
 
@@ -128,7 +168,7 @@ def _int_relu(xq: np.ndarray, in_qp: QuantParams, out_qp: QuantParams) -> np.nda
 
 def _int_avg(node: Node, xq: np.ndarray, qp: QuantParams) -> np.ndarray:
     """TFLite's integer AveragePool: sum of raw values, divide rounding half away from zero."""
-    a = node.attrs
+    a = opset.attrs_of(node.op, node.attrs)  # with the opset defaults
     if node.op == "adaptive_avg_pool2d":
         h, w = xq.shape[2:]
         oh, ow = a["output_size"]
@@ -158,10 +198,12 @@ def _int_node(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.nd
     xq = xs[0]
     if node.op in ("linear", "conv2d"):
         return _int_layer(node, xq, in_qp, out_qp, plan)
+    if Q.is_spatial_mean(node, xq.ndim):  # 1x1 kept: global_avg_pool, adaptive (1, 1), reduce_mean keepdims
+        return Q.integer_mean(xq, in_qp, out_qp)
     if node.op == "relu":
         return _int_relu(xq, in_qp, out_qp)
     if node.op == "max_pool2d":
-        a = node.attrs
+        a = opset.attrs_of(node.op, node.attrs)  # with the opset defaults
         return K.max_pool2d(xq, a["kernel_size"], a["stride"], a["padding"])
     if node.op in ("avg_pool2d", "adaptive_avg_pool2d"):
         return _int_avg(node, xq, in_qp)
@@ -206,7 +248,14 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
         values[spec.name] = arr
     for node in graph.nodes:
         xs = [values[i] for i in node.inputs]
-        if node.op in Q.INTEGER_OPS and node.output in acts and all(i in quantized for i in node.inputs):
+        if node.op in ("matmul", "gemm") and node.output in acts:
+            out = _int_matmul(node, xs, [i in quantized for i in node.inputs], plan)
+            if out is not None:
+                values[node.output] = out
+                quantized.add(node.output)
+                continue
+        if node.output in acts and all(i in quantized for i in node.inputs) and (
+                node.op in Q.INTEGER_OPS or Q.is_spatial_mean(node, xs[0].ndim)):
             values[node.output] = _int_node(node, xs, plan)
             quantized.add(node.output)
             continue

@@ -120,6 +120,11 @@ CASES: list[Case] = [
      {"in_proj_weight": _f(24, 8) * 0.3, "in_proj_bias": _f(24), "out_proj_weight": _f(8, 8) * 0.3, "out_proj_bias": _f(8)}),
     ("multihead_attention_mask", "multihead_attention", [_f(3, 2, 8), _f(5, 2, 8), _f(5, 2, 8), _SDPA_KEEP[:, :, :, :]],
      {"num_heads": 2}, {"in_proj_weight": _f(24, 8) * 0.3, "out_proj_weight": _f(8, 8) * 0.3}),
+    ("gather_elements", "gather_elements", [_f(3, 4), _i(4, 3, 2) - 2], {"axis": 1}, {}),
+    ("gather_nd", "gather_nd", [_f(3, 4, 2), _i(3, 5, 2)], {}, {}),
+    ("isnan", "isnan", [np.where(_b(2, 4), np.nan, _f(2, 4)).astype(np.float32)], {}, {}),
+    ("conv_transpose2d", "conv_transpose2d", [_f(2, 4, 5, 5)],
+     {"stride": (2, 1), "padding": (1, 0), "output_padding": (1, 0), "dilation": (1, 2), "groups": 2}, {"weight": _f(4, 3, 3, 3), "bias": _f(6)}),
 ]
 
 

@@ -124,6 +124,28 @@ def _conv(b: GraphBuilder, n: _Node) -> Value:
     return b.emit(n.name, "conv2d" if nd == 2 else "conv1d", [x], attrs, {"weight": w, "bias": bias})  # type: ignore[list-item]
 
 
+def _conv_transpose(b: GraphBuilder, n: _Node) -> Value:
+    w = _const(b, n, 1, "weight")
+    bias = _const(b, n, 2, "bias")
+    assert w is not None
+    if w.ndim != 4:
+        raise _fail(b, n, f"is a {w.ndim - 2}-D transposed convolution; the opset has conv_transpose2d")
+    a = n.attrs
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or "output_shape" in a:
+        raise _fail(b, n, "sets auto_pad SAME or output_shape; export with explicit pads and output_padding")
+    pads = [int(p) for p in a.get("pads", (0, 0, 0, 0))] if a.get("auto_pad", "NOTSET") == "NOTSET" else [0, 0, 0, 0]
+    group = int(a.get("group", 1))
+    attrs = {"stride": tuple(a.get("strides", (1, 1))), "padding": (pads[0], pads[1]), "output_padding": tuple(a.get("output_padding", (0, 0))),
+             "dilation": tuple(a.get("dilations", (1, 1))), "groups": group, "in_channels": int(w.shape[0]),
+             "out_channels": int(w.shape[1]) * group, "kernel_size": tuple(int(k) for k in w.shape[2:])}
+    if pads[:2] == pads[2:]:
+        return b.emit(n.name, "conv_transpose2d", [n.inputs[0]], attrs, {"weight": w, "bias": bias})  # type: ignore[list-item]
+    # Asymmetric pads crop the full output unevenly: no padding, then a slice.
+    full = b.emit(n.name + ".full", "conv_transpose2d", [n.inputs[0]], attrs | {"padding": (0, 0)}, {"weight": w, "bias": bias})  # type: ignore[list-item]
+    h, wd = b.spec(full).shape[2:]
+    return b.emit(n.name, "slice", [full], {"starts": (pads[0], pads[1]), "ends": (h - pads[2], wd - pads[3]), "axes": (2, 3)})
+
+
 def _pool(op: str) -> Handler:
     def run(b: GraphBuilder, n: _Node) -> Value:
         a = n.attrs
@@ -286,7 +308,7 @@ HANDLERS: dict[str, Handler] = {
     "Clip": _clip,
     "Softmax": lambda b, n: b.emit(n.name, "softmax", [n.inputs[0]], {"axis": int(n.attrs.get("axis", -1))}),  # type: ignore[list-item]
     "LogSoftmax": lambda b, n: b.emit(n.name, "log_softmax", [n.inputs[0]], {"axis": int(n.attrs.get("axis", -1))}),  # type: ignore[list-item]
-    "MatMul": _simple("matmul"), "Gemm": _gemm, "Conv": _conv,
+    "MatMul": _simple("matmul"), "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
     "GlobalAveragePool": _simple("global_avg_pool"), "GlobalMaxPool": _simple("global_max_pool"),
     "ReduceMean": _reduce("reduce_mean"), "ReduceSum": _reduce("reduce_sum"), "ReduceMax": _reduce("reduce_max"),
@@ -299,6 +321,9 @@ HANDLERS: dict[str, Handler] = {
     "Concat": lambda b, n: b.emit(n.name, "concat", [v for v in n.inputs if v is not None], {"axis": int(n.attrs["axis"])}),
     "Split": _split, "Slice": _slice, "Pad": _pad,
     "Gather": lambda b, n: b.emit(n.name, "gather", n.inputs[:2], {"axis": int(n.attrs.get("axis", 0))}),  # type: ignore[arg-type]
+    "GatherElements": lambda b, n: b.emit(n.name, "gather_elements", n.inputs[:2], {"axis": int(n.attrs.get("axis", 0))}),  # type: ignore[arg-type]
+    "GatherND": lambda b, n: b.emit(n.name, "gather_nd", n.inputs[:2], {"batch_dims": int(n.attrs.get("batch_dims", 0))}),  # type: ignore[arg-type]
+    "IsNaN": _simple("isnan"),
     "Cast": _cast, "Shape": _shape, "ConstantOfShape": _constant_of_shape,
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
 }

@@ -139,9 +139,30 @@ def _conv(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], nd: int) -> Value:
     return c.b.emit(c.name(n), "conv2d" if nd == 2 else "conv1d", [x], attrs, params)
 
 
+def _conv_transpose(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """aten.conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)."""
+    x, w = a[0], a[1]
+    bias = a[2] if len(a) > 2 else None
+    if not isinstance(w, Const) or (bias is not None and not isinstance(bias, Const)):
+        raise c.fail(n, "has a weight computed at run time; convolution weights must be parameters or constants")
+    if w.array.ndim != 4:
+        raise c.fail(n, f"is a {w.array.ndim - 2}-D transposed convolution; the opset has conv_transpose2d")
+
+    def pair(i: int, default: int) -> tuple[int, int]:
+        v = a[i] if len(a) > i and a[i] is not None else default
+        v = tuple(int(j) for j in v) if isinstance(v, (list, tuple)) else (int(v),)
+        return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+    groups = int(a[6]) if len(a) > 6 else 1
+    attrs = {"stride": pair(3, 1), "padding": pair(4, 0), "output_padding": pair(5, 0), "dilation": pair(7, 1), "groups": groups,
+             "in_channels": int(w.array.shape[0]), "out_channels": int(w.array.shape[1]) * groups,
+             "kernel_size": tuple(int(d) for d in w.array.shape[2:])}
+    return c.b.emit(c.name(n), "conv_transpose2d", [x], attrs, {"weight": w.array, "bias": None if bias is None else bias.array})
+
+
 def _convolution(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    if a[6]:
-        raise c.fail(n, "is a transposed convolution, which the opset does not have yet")
+    if a[6]:  # aten.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+        return _conv_transpose(c, n, [a[0], a[1], a[2], a[3], a[4], a[7], a[8], a[5]], k)
     nd = a[1].array.ndim - 2 if isinstance(a[1], Const) else 2
     if nd not in (1, 2):
         raise c.fail(n, f"is a {nd}-D convolution; the opset has conv1d and conv2d")
@@ -391,6 +412,13 @@ def _index_select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return c.b.emit(c.name(n), "gather", [a[0], a[2]], {"axis": int(a[1])})
 
 
+def _gather(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """torch.gather(input, dim, index): ONNX GatherElements semantics."""
+    if k.get("sparse_grad"):
+        raise c.fail(n, "asks for sparse_grad, which inference does not use")
+    return c.b.emit(c.name(n), "gather_elements", [a[0], a[2]], {"axis": int(a[1])})
+
+
 def _pad(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], mode: str = "constant") -> Value:
     flat = [int(p) for p in a[1]]
     ndim = len(c.b.spec(a[0]).shape)
@@ -435,7 +463,7 @@ HANDLERS: dict[str, Handler] = {
     # linear algebra
     "linear": _linear, "matmul": _binary("matmul"), "mm": _binary("matmul"), "bmm": _binary("matmul"), "addmm": _addmm,
     "conv2d": lambda c, n, a, k: _conv(c, n, a, k, 2), "conv1d": lambda c, n, a, k: _conv(c, n, a, k, 1),
-    "convolution": _convolution,
+    "convolution": _convolution, "conv_transpose2d": _conv_transpose,
     "scaled_dot_product_attention": _sdpa,
     # normalisation and pooling
     "_native_batch_norm_legit_no_training": _bn_legit, "batch_norm": _bn, "layer_norm": _layer_norm,
@@ -452,7 +480,7 @@ HANDLERS: dict[str, Handler] = {
     "unsqueeze": lambda c, n, a, k: c.b.emit(c.name(n), "unsqueeze", [a[0]], {"axes": (int(a[1]),)}),
     "squeeze": _squeeze, "select": _select, "slice": _slice, "cat": _cat, "concat": _cat, "stack": _stack,
     "split": _split, "split_with_sizes": _split, "unbind": _unbind,
-    "index": _index, "index_select": _index_select, "embedding": _embedding,
+    "index": _index, "index_select": _index_select, "gather": _gather, "embedding": _embedding,
     "constant_pad_nd": _pad, "pad": lambda c, n, a, k: _pad(c, n, a, k, "from_args"),
     "reflection_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "reflect"), "replication_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "edge"),
     "_to_copy": _cast, "to": _cast, "type_as": _cast,

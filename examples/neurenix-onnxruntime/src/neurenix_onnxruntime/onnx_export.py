@@ -263,6 +263,17 @@ def _conv(e: Exporter, n: Node, a: dict[str, Any]) -> str:
                  dilations=[int(d) for d in a["dilation"]], group=int(a["groups"]))
 
 
+def _conv_transpose(e: Exporter, n: Node, a: dict[str, Any]) -> str:
+    pads = [int(p) for p in a["padding"]]
+    args = [e.read(n.inputs[0]), e.weight(n, "weight", n.params["weight"])]
+    b = e.bias(n)
+    if b is not None:
+        args.append(b)
+    kernel = [int(k) for k in np.shape(n.params["weight"])[2:]]
+    return e.add("ConvTranspose", args, n.name, kernel_shape=kernel, strides=[int(s) for s in a["stride"]], pads=pads + pads,
+                 output_padding=[int(p) for p in a["output_padding"]], dilations=[int(d) for d in a["dilation"]], group=int(a["groups"]))
+
+
 def _pool(e: Exporter, n: Node, a: dict[str, Any]) -> str:
     k = [int(v) for v in a["kernel_size"]]
     s = [int(v) for v in a["stride"]] if a["stride"] is not None else k
@@ -363,6 +374,18 @@ def _gather(e: Exporter, n: Node, a: dict[str, Any]) -> str:
     return e.add("Gather", [e.read(n.inputs[0]), e.read(n.inputs[1])], n.name, axis=int(a["axis"]))
 
 
+def _gather_elements(e: Exporter, n: Node, a: dict[str, Any]) -> str:
+    return e.add("GatherElements", [e.read(n.inputs[0]), e.read(n.inputs[1])], n.name, axis=int(a["axis"]))
+
+
+def _gather_nd(e: Exporter, n: Node, a: dict[str, Any]) -> str:
+    return e.add("GatherND", [e.read(n.inputs[0]), e.read(n.inputs[1])], n.name, batch_dims=int(a["batch_dims"]))
+
+
+def _isnan(e: Exporter, n: Node, a: dict[str, Any]) -> str:
+    return e.add("IsNaN", [e.read(n.inputs[0])], n.name)
+
+
 def _embedding(e: Exporter, n: Node, a: dict[str, Any]) -> str:
     return e.add("Gather", [e.weight(n, "weight", n.params["weight"]), e.read(n.inputs[0])], n.name, axis=0)
 
@@ -445,7 +468,8 @@ EMIT: dict[str, Emit] = {
     "reshape": _to_shape, "flatten": _to_shape, "squeeze": _to_shape, "unsqueeze": _to_shape, "transpose": _transpose,
     "expand": _expand, "concat": _concat, "split": _split, "slice": _slice, "gather": _gather, "embedding": _embedding,
     "where": _where, "pad": _pad, "cast": _cast, "constant": _constant, "batch_norm2d": _batch_norm, "layer_norm": _layer_norm,
-    "scaled_dot_product_attention": _attention,
+    "scaled_dot_product_attention": _attention, "conv_transpose2d": _conv_transpose, "gather_elements": _gather_elements,
+    "gather_nd": _gather_nd, "isnan": _isnan,
 }
 
 #: Ops written as ONNX nodes directly; the other composites (multihead_attention) are decomposed first.

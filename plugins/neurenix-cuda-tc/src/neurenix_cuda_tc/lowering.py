@@ -84,6 +84,24 @@ def _conv2d(node: Node) -> torch.nn.Module:
     return m
 
 
+def _conv_transpose2d(node: Node) -> torch.nn.Module:
+    import torch
+
+    a = opset.attrs_of("conv_transpose2d", node.attrs)
+    w = node.params["weight"]  # (C, O/groups, kh, kw): torch's layout too
+    groups = int(a["groups"])
+    m = torch.nn.ConvTranspose2d(
+        int(w.shape[0]), int(w.shape[1]) * groups, tuple(int(k) for k in w.shape[2:]), stride=tuple(a["stride"]),
+        padding=tuple(a["padding"]), output_padding=tuple(a["output_padding"]), groups=groups,
+        bias=node.params.get("bias") is not None, dilation=tuple(a["dilation"]),
+    )
+    with torch.no_grad():
+        m.weight.copy_(_t(_param(node, "weight", tuple(m.weight.shape))))
+        if m.bias is not None:
+            m.bias.copy_(_t(_param(node, "bias", (m.out_channels,))))
+    return m
+
+
 def _batch_norm(node: Node) -> torch.nn.Module:
     import torch
 
@@ -159,7 +177,7 @@ def _embedding(node: Node) -> torch.nn.Module:
     return m
 
 
-_BUILDERS = {"linear": _linear, "conv2d": _conv2d, "conv1d": _conv1d, "batch_norm2d": _batch_norm, "layer_norm": _layer_norm,
+_BUILDERS = {"linear": _linear, "conv2d": _conv2d, "conv1d": _conv1d, "conv_transpose2d": _conv_transpose2d, "batch_norm2d": _batch_norm, "layer_norm": _layer_norm,
              "multihead_attention": _attention, "embedding": _embedding}
 
 #: Every op cuda-tc lowers: the layers above (weights as parameters and buffers) and the

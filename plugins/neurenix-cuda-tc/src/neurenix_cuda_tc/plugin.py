@@ -24,14 +24,15 @@ NATIVE_OPS = (
 #: F.scaled_dot_product_attention, linear/conv stay nn.Linear/nn.Conv2d for optimize_model and
 #: align_model). Data here, not an import, so the manifest loads without torch; a test keeps it equal.
 GRAPH_OPS = (
-    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast", "ceil",
-    "clip", "concat", "constant", "conv1d", "conv2d", "cos", "div", "dropout", "embedding", "equal", "erf", "exp", "expand",
-    "flatten", "floor", "gather", "gelu", "gemm", "global_avg_pool", "global_max_pool", "greater", "greater_equal",
-    "hardsigmoid", "hardswish", "identity", "layer_norm", "leaky_relu", "less", "less_equal", "linear", "log", "log_softmax",
-    "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d", "maximum", "minimum", "mul", "multihead_attention",
-    "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
-    "relu", "reshape", "rsqrt", "scaled_dot_product_attention", "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split",
-    "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze", "where",
+    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast",
+    "ceil", "clip", "concat", "constant", "conv1d", "conv2d", "conv_transpose2d", "cos", "div", "dropout", "embedding", "equal",
+    "erf", "exp", "expand", "flatten", "floor", "gather", "gather_elements", "gather_nd", "gelu", "gemm", "global_avg_pool",
+    "global_max_pool", "greater", "greater_equal", "hardsigmoid", "hardswish", "identity", "isnan", "layer_norm", "leaky_relu",
+    "less", "less_equal", "linear", "log", "log_softmax", "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d",
+    "maximum", "minimum", "mul", "multihead_attention", "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max",
+    "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu", "reshape", "rsqrt", "scaled_dot_product_attention",
+    "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split", "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze",
+    "where",
 )
 #: Value dtypes of those graphs: float activations, int64 token ids / indices, bool masks.
 GRAPH_DTYPES = ("float32", "int64", "bool")

@@ -348,6 +348,33 @@ def _gather(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     return gather
 
 
+def _gather_elements(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
+    import torch
+
+    axis = int(a["axis"])
+
+    def gather_elements(data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        # ONNX GatherElements is torch.gather once negative indices count from the end.
+        ax = axis % _rank(ins, data)
+        n = ins[0][ax] if ins is not None else data.shape[ax]
+        return torch.gather(data, ax, torch.where(indices < 0, indices + n, indices))
+
+    return gather_elements
+
+
+def _gather_nd(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
+    import torch
+
+    def gather_nd(data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        # batch_dims 0: the last axis of indices holds k coordinates into data's first k axes.
+        k = ins[1][-1] if ins is not None else indices.shape[-1]
+        sizes = ins[0][:k] if ins is not None else tuple(data.shape[:k])
+        coords = tuple(torch.where(indices[..., i] < 0, indices[..., i] + sizes[i], indices[..., i]) for i in range(k))
+        return data[coords]
+
+    return gather_nd
+
+
 def _where(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
 
@@ -433,6 +460,7 @@ FUNCTIONS: dict[str, Callable[[Attrs, Ins, Shape, Dts], Fn]] = {
     "reshape": _reshape, "flatten": _flatten, "transpose": _transpose, "squeeze": _squeeze, "unsqueeze": _unsqueeze,
     "expand": _expand, "concat": _concat, "split": _split, "slice": _slice, "gather": _gather, "where": _where,
     "pad": _pad, "cast": _cast, "scaled_dot_product_attention": _attention,
+    "gather_elements": _gather_elements, "gather_nd": _gather_nd, "isnan": _unary("isnan"),
 }
 
 

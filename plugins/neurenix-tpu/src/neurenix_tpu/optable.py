@@ -217,6 +217,27 @@ def _conv1d(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
     return Value(y.astype(x.dtype))
 
 
+def _conv_transpose2d(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    """The gradient-of-conv form: the input dilated by the stride, convolved with the spatially
+    flipped kernel (channels swapped per group), padded by dilation*(k-1) - padding (plus
+    output_padding at the far end)."""
+    a = _attrs(node)
+    x = nchw(ins[0])
+    g = int(a["groups"])
+    w = p["weight"].astype(x.dtype)  # (C, O/g, kh, kw)
+    c, og, kh, kw = w.shape
+    w = w.reshape(g, c // g, og, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * og, c // g, kh, kw)[:, :, ::-1, ::-1]
+    st, pad, out_pad, dil = a["stride"], a["padding"], a["output_padding"], a["dilation"]
+    edges = [(int(d) * (k - 1) - int(q), int(d) * (k - 1) - int(q) + int(o)) for d, k, q, o in zip(dil, (kh, kw), pad, out_pad)]
+    y = lax.conv_general_dilated(
+        x, w, window_strides=(1, 1), padding=edges, lhs_dilation=tuple(int(s) for s in st), rhs_dilation=tuple(int(d) for d in dil),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=g, precision=mode.precision, preferred_element_type=mode.acc,
+    )
+    if p.get("bias") is not None:
+        y = y + p["bias"].astype(y.dtype).reshape(1, -1, 1, 1)
+    return Value(y.astype(x.dtype))
+
+
 def _max_pool(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
     a = _attrs(node)
     return Value(kernels.max_pool2d(nhwc(ins[0]), a["kernel_size"], a["stride"], a["padding"], nhwc=True), True)
@@ -347,6 +368,21 @@ def _gather(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
     return Value(_take(data, nchw(ins[1]), int(_attrs(node)["axis"]) % data.ndim))
 
 
+def _gather_elements(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    data, idx = nchw(ins[0]), nchw(ins[1])
+    ax = int(_attrs(node)["axis"]) % data.ndim
+    idx = jnp.where(idx < 0, idx + data.shape[ax], idx)
+    # ONNX lets indices be shorter than data off the axis: those parts of data are not read.
+    data = data[tuple(slice(None) if i == ax else slice(0, n) for i, n in enumerate(idx.shape))]
+    return Value(jnp.take_along_axis(data, idx, axis=ax))
+
+
+def _gather_nd(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    data, idx = nchw(ins[0]), nchw(ins[1])
+    coords = tuple(jnp.where(idx[..., i] < 0, idx[..., i] + data.shape[i], idx[..., i]) for i in range(idx.shape[-1]))
+    return Value(data[coords])
+
+
 def _embedding(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
     return Value(_take(p["weight"], nchw(ins[0]), 0))
 
@@ -449,7 +485,7 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "sin": jnp.sin, "cos": jnp.cos, "erf": lax.erf, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid,
     "floor": jnp.floor, "ceil": jnp.ceil, "neg": jnp.negative, "abs": jnp.abs, "sign": jnp.sign,
     "relu": _relu, "identity": lambda x: x, "dropout": lambda x: x,  # dropout is the identity at inference
-    "logical_not": jnp.logical_not, "silu": jax.nn.silu, "hardswish": _hardswish,
+    "logical_not": jnp.logical_not, "silu": jax.nn.silu, "hardswish": _hardswish, "isnan": jnp.isnan,
 }
 
 LOWERINGS: dict[str, Lowering] = {
@@ -485,6 +521,9 @@ LOWERINGS: dict[str, Lowering] = {
     "split": _split,
     "slice": _slice,
     "gather": _gather,
+    "gather_elements": _gather_elements,
+    "gather_nd": _gather_nd,
+    "conv_transpose2d": _conv_transpose2d,
     "embedding": _embedding,
     "where": _where,
     "pad": _pad,
