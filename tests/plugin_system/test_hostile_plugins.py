@@ -154,14 +154,15 @@ def test_a_live_process_mid_probe_is_not_mistaken_for_a_crash(plugin_site, state
     assert _row(_check(site, state), "acme")["status"] == "selected"
 
 
-def test_no_file_is_written_when_every_plugin_is_our_own(plugin_site, state, tmp_path):
+def test_no_journal_is_written_when_every_plugin_is_our_own(plugin_site, state, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     _check(empty, state, NEURENIX_BACKENDS="-onnxruntime")  # first-party plugins only (and ort denied)
-    assert not state.exists()
+    # Only the entry point cache (plugins/ep_cache.py); first-party plugins are not journaled.
+    assert sorted(p.name for p in state.iterdir()) == ["entry-points.cache"]
     site = plugin_site("acme", healthy_source())
     _check(site, state)
-    assert state.is_dir() and not list(state.iterdir())  # the journal was written and removed
+    assert sorted(p.name for p in state.iterdir()) == ["entry-points.cache"]  # the journal was written and removed
 
 
 # ---------------------------------------------------------------------- reserved names
