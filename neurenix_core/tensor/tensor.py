@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # mismatch, raise_op_error, default_backend and placement_for live in op_errors.py and placement.py;
 # they stay importable from here, where plugins found them in 0.1.
 __all__ = [
-    "Tensor", "asarray", "from_dlpack", "wrap", "adopt", "check_same_device", "mismatch", "raise_op_error",
+    "Tensor", "asarray", "from_dlpack", "wrap", "wrap_on", "wrapping", "adopt", "check_same_device", "mismatch", "raise_op_error",
     "default_backend", "placement_for",
 ]
 
@@ -452,13 +452,59 @@ def wrap(native: Any, backend: Backend, device: Device, index: int) -> Tensor:
 
     For plugin and core code that produced ``native`` itself (compiled model outputs, transfers).
     """
-    p = backend.placement(index)
+    return wrap_on(native, backend.placement(index))
+
+
+def wrap_on(native: Any, p: Placement) -> Tensor:
+    """``wrap`` on a placement already resolved (the compiled-call path resolves it once)."""
     if type(native) is not p.array_type:
-        native = backend._coerce(native)
+        native = p.backend._coerce(native)
     # Freshly produced: owns its buffer, so no view bookkeeping (adopt's memory-root walk).
-    n = backend._nbytes_of(native)
+    n = native.nbytes if p.native_nbytes else p.backend._nbytes_of(native)
     p.mem.charge(n)
-    return _make(native, p, n, None, charged=True)
+    t = _new(Tensor)
+    t._data = native
+    t._p = p
+    t._nbytes = n
+    t._base = None
+    return t
+
+
+def wrapping(call: Callable[[Any], Any], p: Placement) -> Callable[[Any], Any]:
+    """``call`` (one native array in) with its results wrapped as Tensors on ``p``.
+
+    The per-call path of a compiled model (benchmarks compare it with the bare runtime): the
+    placement, memory counters and size rule are bound once here, and the common result, one
+    array of the backend's type, is wrapped inline with ``DeviceMemory.charge`` written out
+    (as in the binary operators; keep the copies in step). Tuples and lists of results, and
+    results that are already Tensors, take ``wrap_on``.
+    """
+    array_type, mem, backend = p.array_type, p.mem, p.backend
+    nbytes_of = None if p.native_nbytes else backend._nbytes_of
+
+    def run(x: Any) -> Any:
+        out = call(x)
+        if type(out) is array_type:
+            n = out.nbytes if nbytes_of is None else nbytes_of(out)
+            used = mem.in_use + n
+            if used > mem.limit:
+                raise mem.refuse(n)
+            mem.in_use = used
+            mem.count += 1
+            if used > mem.peak:
+                mem.peak = used
+            t = _new(Tensor)
+            t._data = out
+            t._p = p
+            t._nbytes = n
+            t._base = None
+            return t
+        if isinstance(out, (tuple, list)):
+            outs = tuple(o if isinstance(o, Tensor) else wrap_on(o, p) for o in out)
+            return outs[0] if len(outs) == 1 else outs
+        return out if isinstance(out, Tensor) else wrap_on(out, p)
+
+    return run
 
 
 # --------------------------------------------------------------------- device checks and errors
