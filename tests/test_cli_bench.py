@@ -67,3 +67,26 @@ def test_neurenix_bench_rejects_a_plugin_that_is_not_installed(tmp_path: Path, m
     args = argparse.Namespace(benchmarks=None, only=["edgetpu"], out=str(tmp_path), quick=True, threads=[1], batches=[1], models=None)
     with pytest.raises(ConfigurationError, match="edgetpu not installed"):
         bench.cmd_bench(args)
+
+
+def test_neurenix_bench_runs_every_script_of_a_plugin_and_filters_models_per_script(tmp_path: Path) -> None:
+    """npu and tpu each have the seed-model benchmark and the model-zoo one; ``--models`` goes to
+    the scripts that know the names (read from their MODELS literal, nothing imported)."""
+    import argparse
+
+    from neurenix_core.cli import bench
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    assert bench.BENCHMARKS["npu-openvino"] == ("openvino.py", "npu_models.py")
+    assert bench.BENCHMARKS["tpu"] == ("tpu.py", "tpu_models.py")
+    assert bench.BENCHMARKS["cuda-tc"] == ("tensor_cores.py",)
+    for scripts in bench.BENCHMARKS.values():
+        assert all((folder / s).is_file() for s in scripts)
+    assert bench.script_models(folder / "npu_models.py") == ("resnet_block", "mobilenetv3_block")
+    assert "tc-bf16" in (bench.script_models(folder / "tensor_cores.py") or ())
+    args = argparse.Namespace(threads=[1], batches=[1], quick=True, models=["resnet_block", "mlp"])
+    zoo = bench._command(folder, "tpu_models.py", args, tmp_path / "t.json")
+    assert zoo is not None and zoo[zoo.index("--models") + 1:] == ["resnet_block"]
+    seed = bench._command(folder, "tpu.py", args, tmp_path / "t.json")
+    assert seed is not None and seed[seed.index("--models") + 1:] == ["mlp"]
+    assert bench._command(folder, "openvino.py", args, tmp_path / "t.json") is None  # neither name is an openvino.py model

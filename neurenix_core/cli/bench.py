@@ -12,6 +12,7 @@ matplotlib comes with the ``bench`` extra (``pip install neurenix-core[bench]``)
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import subprocess
@@ -26,12 +27,14 @@ from neurenix_core.errors import ConfigurationError
 
 __all__ = ["register", "run", "chart", "BENCHMARKS"]
 
-#: Plugin entry point name -> benchmark script (in the benchmarks folder of a checkout).
-BENCHMARKS: Final[Mapping[str, str]] = {
-    "edgetpu": "edgetpu.py",
-    "npu-openvino": "openvino.py",
-    "tpu": "tpu.py",
-    "onnxruntime": "onnxruntime.py",
+#: Plugin entry point name -> its benchmark scripts (in the benchmarks folder of a checkout):
+#: the seed models, then the model zoo's ResNet/MobileNet blocks where the plugin has them.
+BENCHMARKS: Final[Mapping[str, tuple[str, ...]]] = {
+    "cuda-tc": ("tensor_cores.py",),
+    "edgetpu": ("edgetpu.py",),
+    "npu-openvino": ("openvino.py", "npu_models.py"),
+    "tpu": ("tpu.py", "tpu_models.py"),
+    "onnxruntime": ("onnxruntime.py",),
 }
 
 
@@ -72,7 +75,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     missing = [name for name in chosen if name not in have]
     if args.only and missing:
         raise ConfigurationError(f"neurenix bench: plugin(s) {', '.join(missing)} not installed; install them or drop them from --only")
-    todo = [name for name in chosen if name in have]
+    todo = [script for name in chosen if name in have for script in BENCHMARKS[name]]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = run(folder, todo, args, out)
@@ -82,30 +85,54 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if result["failures"] else 0
 
 
-def _command(folder: Path, name: str, args: argparse.Namespace, json_path: Path) -> list[str]:
-    cmd = [sys.executable, str(folder / BENCHMARKS[name]), "--json", str(json_path),
+def script_models(script: Path) -> tuple[str, ...] | None:
+    """The script's top-level ``MODELS`` tuple, read without importing it (None: it names none)."""
+    for node in ast.parse(script.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MODELS" for t in node.targets):
+            try:
+                return tuple(ast.literal_eval(node.value))
+            except ValueError:
+                return None
+    return None
+
+
+def _command(folder: Path, script: str, args: argparse.Namespace, json_path: Path) -> list[str] | None:
+    """The script's command line; None when ``--models`` names none of its models."""
+    cmd = [sys.executable, str(folder / script), "--json", str(json_path),
            "--threads", *map(str, args.threads), "--batches", *map(str, args.batches)]
     if args.quick:
         cmd.append("--quick")
     if args.models:
-        cmd += ["--models", *args.models]
+        known = script_models(folder / script)
+        if known is not None:
+            mine = [m for m in args.models if m in known]
+            if not mine:
+                return None
+            cmd += ["--models", *mine]
     return cmd
 
 
-def run(folder: Path, names: Sequence[str], args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """Run each benchmark with a progress bar; merge their rows; write bench.json and bench.png."""
+def run(folder: Path, scripts: Sequence[str], args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Run each benchmark script with a progress bar; merge their rows; write bench.json and bench.png."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     rows: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
+    names: list[str] = []  # the scripts that ran (``--models`` may leave some with nothing to do)
     with tempfile.TemporaryDirectory(prefix="neurenix-bench-") as tmp, Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
     ) as bar:
-        task = bar.add_task("benchmarks", total=len(names))
-        for name in names:
+        task = bar.add_task("benchmarks", total=len(scripts))
+        for script in scripts:
+            name = Path(script).stem
             bar.update(task, description=f"benchmark {name}")
             json_path = Path(tmp, f"{name}.json")
-            proc = subprocess.run(_command(folder, name, args, json_path), capture_output=True, text=True, env=dict(os.environ))
+            cmd = _command(folder, script, args, json_path)
+            if cmd is None:
+                bar.advance(task)
+                continue
+            names.append(name)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
             (out / f"{name}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
             if proc.returncode != 0 or not json_path.is_file():
                 failures[name] = f"exit {proc.returncode}; last output: {(proc.stderr or proc.stdout).strip()[-800:]}"
