@@ -65,7 +65,6 @@ def torch_config(module: Any, *, autocast: bool) -> dict[str, Any]:
 def native_model(precision: str, optimized: bool, device: Any, state: dict[str, Any]) -> tuple[Any, Any]:
     """The same configuration by hand in raw PyTorch (the guide's recipe)."""
     import torch
-
     from neurenix_cuda_tc.alignment import align_model
     from neurenix_cuda_tc.models import unoptimized_cnn
 
@@ -83,7 +82,6 @@ def native_model(precision: str, optimized: bool, device: Any, state: dict[str, 
 def bench_config(tc: Any, name: str, batch: int, threads: int, size: int, rounds: int) -> dict[str, Any]:
     import numpy as np
     import torch
-
     from neurenix_cuda_tc.models import unoptimized_cnn
 
     precision, optimized = CONFIGS[name]
@@ -148,7 +146,6 @@ def bench_matmul(tc: Any, n: int, threads: int, rounds: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-
     from neurenix_cuda_tc.api import TensorCoresBackend
 
     args = benchkit.parser(__doc__, models=MODELS).parse_args(argv)
