@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     tc.initialize()
     gpu = not tc.emulated
     size = 64 if gpu else (16 if args.quick else 32)
-    rounds = 3 if args.quick else 15
+    rounds = 3 if args.quick else 40
     n = 8192 if gpu and not args.quick else (256 if args.quick else 1024)
     rows: list[dict[str, Any]] = []
     for threads in args.threads:

@@ -41,9 +41,15 @@ def test_benchmark_quick_mode(tmp_path: Path) -> None:
                           env={**__import__("os").environ, "NEURENIX_EMULATE": "cuda"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
-    run = data["runs"][0]
-    assert run["threads"] == 1 and data["emulated"] is True
-    names = [c["config"] for c in run["configs"]]
-    assert "baseline fp32" in names and "TC optimized bf16" in names
-    assert all(c["latency_ms"] > 0 and c["ratio_vs_native"] > 0 for c in run["configs"])
-    assert run["matmul_bf16"]["rate_ratio"] > 0
+    # The shared benchmark schema (neurenix_core.cli.benchkit): one row per model, precision,
+    # batch and thread count, both sides' configurations read back and compared.
+    rows = data["rows"]
+    assert data["benchmark"] == "tensor_cores" and data["machine"]["cpu"]
+    models = {r["model"] for r in rows}
+    assert {"baseline-fp32", "tc-bf16"} <= models and any(m.startswith("matmul-bf16") for m in models)
+    for r in rows:
+        assert r["threads"] == 1 and r["neurenix_us"] > 0 and r["native_us"] > 0
+        assert r["refused"] is None and r["neurenix_config"] == r["native_config"], r["refused"]
+        assert r["neurenix_config"]["intra_op_threads"] == 1
+    bf16 = next(r for r in rows if r["model"] == "tc-bf16")
+    assert bf16["neurenix_config"]["param_dtype"] == "torch.bfloat16" and bf16["neurenix_config"]["weights_channels_last"] is True

@@ -55,3 +55,25 @@ def test_optimize_model_host_outputs(tc: Any, another: nx.Device) -> None:
     out = fast(nx.asarray(_x(), device="cpu"))
     assert type(out) is np.ndarray and out.shape == (2, 3)
     check_input_rule(fast, _x(), CUDA, expect_device=False)
+
+
+def test_optimize_model_on_a_device_tensor_and_after_moving_the_model(tc: Any) -> None:
+    """A cuda Tensor goes through the model's one-input path (device resolved once): the result
+    is a cuda Tensor equal to torch's own call; ``.to(dtype)`` on the model is seen by the next
+    call (the cached parameter device is forgotten, the input follows the weights)."""
+    import torch
+
+    fast = tc.optimize_model(_mlp(), precision="fp32", channels_last=False)
+    x = nx.asarray(_x(), device="cuda:0")
+    out = fast(x)
+    assert isinstance(out, nx.Tensor) and out.device == CUDA
+    with torch.no_grad():
+        expect = fast.inner(torch.from_numpy(_x()).to(next(fast.inner.parameters()).device)).cpu().numpy()
+    np.testing.assert_allclose(out.numpy(), expect, rtol=1e-6, atol=1e-6)
+    assert fast._param_device is not None  # read once, on the first call
+    fast.to(torch.float64)
+    assert fast._param_device is None  # .to() goes through _apply: read again on the next call
+    fast.dtype = torch.float64
+    again = fast(x)
+    assert again.dtype == np.float64 and again.device == CUDA
+    np.testing.assert_allclose(again.numpy(), expect, rtol=1e-5, atol=1e-5)
