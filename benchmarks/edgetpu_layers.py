@@ -1,0 +1,58 @@
+"""Edge TPU plugin (LiteRT on the CPU): why int8 is not always faster than fp32.
+
+Times single convolutions, each written by the plugin as an fp32 model (NCHW float input, two
+TRANSPOSEs around the CONV_2D) and as a full-int8 model with ``io="int8"`` (int8 NHWC input, the
+CONV_2D alone: no QUANTIZE/TRANSPOSE edges), with ``interpreter.invoke()`` only, batch 1, one
+thread, XNNPACK kernels, best of 15 rounds. It shows the per-layer cost of XNNPACK's QS8
+convolution against its fp32 one (docs/edgetpu.md, Benchmark). Not a neurenix-vs-native
+comparison (both columns are LiteRT), so not part of ``neurenix bench``.
+
+    python benchmarks/edgetpu_layers.py
+"""
+
+from __future__ import annotations
+
+import os
+import timeit
+
+os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
+
+import numpy as np  # noqa: E402
+
+import neurenix_core as nx  # noqa: E402
+
+#: (in channels, out channels, kernel, stride, input H = W)
+LAYERS = ((3, 16, 3, 1, 32), (3, 64, 3, 1, 32), (64, 64, 3, 1, 16), (16, 16, 1, 1, 32), (64, 64, 1, 1, 32), (3, 16, 3, 1, 64))
+
+
+def invoke_us(model_bytes: bytes, litert: object) -> float:
+    it = litert.Interpreter(model_content=model_bytes, num_threads=1)  # type: ignore[attr-defined]
+    it.allocate_tensors()
+    return min(timeit.repeat(it.invoke, number=100, repeat=15)) / 100 * 1e6
+
+
+def main() -> int:
+    from neurenix_core import nn
+
+    nn.manual_seed(0)
+    rng = np.random.default_rng(0)
+    litert = nx.backend("edgetpu:0").litert
+    print("| conv (batch 1) | output pixels | fp32 µs | int8 µs | int8 ns per output pixel |")
+    print("|---|---|---|---|---|")
+    for cin, cout, k, stride, hw in LAYERS:
+        model = nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2), nn.ReLU())
+        x = rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
+        xt = nx.asarray(x, device="edgetpu:0")
+        times = {}
+        for name, kw in (("fp32", {"precision": "fp32"}), ("int8", {"quantize": "int8", "calibration": [x], "io": "int8"})):
+            compiled = nx.compile(model, device="edgetpu:0", num_threads=1, progress=False, **kw)
+            compiled(xt)
+            times[name] = invoke_us(compiled.native(x.shape).tflite_bytes, litert)
+        pixels = (hw // stride) ** 2
+        print(f"| {cin}->{cout}, {k}x{k}, stride {stride}, {hw}x{hw} | {pixels} | {times['fp32']:.1f} | {times['int8']:.1f} | "
+              f"{times['int8'] / pixels * 1e3:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
