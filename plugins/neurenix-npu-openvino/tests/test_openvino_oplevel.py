@@ -129,6 +129,16 @@ def _cases() -> dict[str, Callable[[], tuple[Graph, list[np.ndarray]]]]:
     c["slice-default-axes"] = lambda: _one("slice", _f(5, 6), attrs={"starts": (-3,), "ends": (5,)})
     c["gather"] = lambda: _one("gather", _f(4, 5, 3), np.array([[0, -1], [2, 4]], np.int64), attrs={"axis": 1})
     c["gather-scalar"] = lambda: _one("gather", _f(4, 5), np.array(2, np.int64), attrs={"axis": 0})
+    c["gather_elements"] = lambda: _one("gather_elements", _f(3, 4, 2), _i(3, 4, 2, high=3), attrs={"axis": 1})
+    c["gather_elements-cropped-int32"] = lambda: _one("gather_elements", _f(5, 6), _i(3, 4, high=6).astype(np.int32), attrs={"axis": -1})
+    c["gather_nd"] = lambda: _one("gather_nd", _f(3, 4, 2), _i(5, 2, high=3))
+    c["gather_nd-full-coordinates"] = lambda: _one("gather_nd", _f(3, 4), np.array([[[0, -1]], [[2, 1]]], np.int64))
+    c["isnan"] = lambda: _one("isnan", np.array([[np.nan, 1.0, -np.inf], [0.0, np.nan, np.inf]], np.float32))
+    c["conv_transpose2d"] = lambda: _one("conv_transpose2d", _f(2, 4, 5, 6), attrs={"stride": (2, 2), "padding": (1, 0), "output_padding": (1, 1)},
+                                         params={"weight": _f(4, 3, 3, 2), "bias": _f(3)})
+    c["conv_transpose2d-grouped-dilated"] = lambda: _one(
+        "conv_transpose2d", _f(2, 4, 5, 5), attrs={"stride": (2, 1), "padding": (1, 0), "output_padding": (1, 0), "dilation": (1, 2), "groups": 2},
+        params={"weight": _f(4, 3, 3, 3)})
     c["embedding"] = lambda: _one("embedding", np.array([[0, 3, 9], [1, 1, 2]], np.int64), params={"weight": _f(10, 6)})
     c["where"] = lambda: _one("where", _b(3, 4), _f(3, 4), _f(4))
     c["pad"] = lambda: _one("pad", _f(2, 3, 4), attrs={"pads": ((0, 0), (1, 2), (2, 1)), "value": 0.5})
@@ -160,6 +170,19 @@ def _cases() -> dict[str, Callable[[], tuple[Graph, list[np.ndarray]]]]:
 
 
 CASES = _cases()
+
+
+def _shared_cases() -> dict[str, Callable[[], tuple[Graph, list[np.ndarray]]]]:
+    # The shared table's case for each op added to the opset after this file's own cases were
+    # written (tests/support/opset_cases.py), so the plugin runs exactly what other plugins run.
+    from opset_cases import CASES as SHARED
+    from opset_cases import case_graph
+
+    wanted = {"gather_elements", "gather_nd", "isnan", "conv_transpose2d"}
+    return {f"shared-{c[0]}": (lambda c=c: case_graph(c)) for c in SHARED if c[1] in wanted}
+
+
+CASES |= _shared_cases()
 
 
 def test_manifest_declares_exactly_what_is_lowered() -> None:
