@@ -83,6 +83,13 @@ FP32_IMAGE_CASES = {
     "split": ([_n("split", ("a",), axis=2, sizes=(3, 5), index=1)], "STRIDED_SLICE"),
     "gather_scalar": ([_const("i", np.array(-2)), _n("gather", ("a", "i"), axis=1)], "GATHER"),
     "gather_vector": ([_const("i", np.array([[0, 5], [3, 3]])), _n("gather", ("a", "i"), axis=3)], "GATHER"),
+    "gather_nd_const": ([_const("i", np.array([[1, -1], [0, 5], [-2, 3]])), _n("gather_nd", ("a", "i"))], "GATHER_ND"),
+    "conv_transpose": ([Node("ct", "conv_transpose2d", ("a",), "y", {"stride": (2, 2), "padding": (1, 0), "output_padding": (1, 1)},
+                             {"weight": RNG.normal(0, 0.3, (6, 4, 3, 2)).astype(np.float32), "bias": RNG.normal(size=4).astype(np.float32)})],
+                       "TRANSPOSE_CONV"),
+    "conv_transpose_grouped_dilated": ([Node("ct", "conv_transpose2d", ("a",), "y", {"stride": (1, 2), "padding": (2, 1), "dilation": (2, 1),
+                                                                                  "output_padding": (0, 1), "groups": 3},
+                                             {"weight": RNG.normal(0, 0.3, (6, 2, 3, 3)).astype(np.float32)})], "CONCATENATION"),
     "pad_zero": ([_n("pad", ("a",), pads=((0, 0), (1, 0), (2, 1), (0, 3)))], "PAD"),
     "pad_value": ([_n("pad", ("a",), pads=((0, 0), (0, 0), (1, 1), (1, 1)), value=-1.5)], "PADV2"),
     "linear_3d": ([_n("flatten", ("a",), "f", start_dim=2, end_dim=-1),
@@ -149,6 +156,37 @@ def test_fp32_attention_is_batch_matmul_and_softmax(edgetpu, mask):
     assert ("SELECT_V2" in ops) == (mask in ("bool", "causal"))
     want = reference.run_graph(graph, *inputs)
     np.testing.assert_allclose(model(*inputs), want, rtol=0, atol=FP32_RTOL * np.abs(want).max())
+
+
+@pytest.mark.parametrize("op", ["gather_nd", "conv_transpose2d"])
+def test_fp32_shared_opset_case(edgetpu, op):
+    """The shared per-op case (tests/support/opset_cases.py) of the ops added to the opset later:
+    graph inputs straight into the op (runtime gather_nd coordinates, grouped dilated kernel)."""
+    from opset_cases import CASES, case_graph
+
+    graph, inputs = case_graph(next(c for c in CASES if c[1] == op))
+    model = _compile(edgetpu, graph)
+    assert {"gather_nd": "GATHER_ND", "conv_transpose2d": "TRANSPOSE_CONV"}[op] in model.info.ops, model.info.ops
+    want = reference.run_graph(graph, *inputs)
+    np.testing.assert_allclose(model(*inputs), want, rtol=0, atol=FP32_RTOL * np.abs(want).max())
+
+
+def test_gather_nd_runtime_coordinates_count_negatives_from_the_end(edgetpu):
+    data = RNG.normal(size=(3, 4, 2)).astype(np.float32)
+    graph = Graph((TensorSpec("d", data.shape), TensorSpec("i", (2, 2), "int64")), (Node("g", "gather_nd", ("d", "i"), "y", {}),), ("y",))
+    model = _compile(edgetpu, graph)
+    idx = np.array([[-1, -4], [2, 3]], np.int64)
+    np.testing.assert_array_equal(model(data, idx), reference.run_graph(graph, data, idx).astype(np.float32))
+
+
+def test_int8_transposed_convolution_is_refused_by_name(edgetpu):
+    from neurenix_core.errors import UnsupportedOperationError
+
+    nodes, _ = FP32_IMAGE_CASES["conv_transpose"]
+    graph = _image(*nodes)
+    plan = calibrate(graph, [RNG.normal(size=X).astype(np.float32)], progress=False)
+    with pytest.raises(UnsupportedOperationError, match="'ct' \\(conv_transpose2d\\).*precision='fp32'"):
+        lower(graph, "int8", plan)
 
 
 def test_int64_token_ids_gather_an_embedding(edgetpu):

@@ -11,6 +11,7 @@ layout (an NHWC image is transposed back once, ``_core``) except where the op ma
 | concat | CONCATENATION |
 | slice, split | STRIDED_SLICE (explicit begin/end/strides, positive steps) |
 | gather | GATHER (int32 constant indices, or int32/int64 runtime indices) |
+| gather_nd | GATHER_ND (constant indices normalised when written, runtime ones through FLOOR_MOD) |
 | reduce_mean, reduce_sum, reduce_max, reduce_min | MEAN, SUM, REDUCE_MAX, REDUCE_MIN |
 | pad (constant mode) | PAD (zero) or PADV2 |
 | matmul | FULLY_CONNECTED against a constant 2-D right side (fp32), else BATCH_MATMUL |
@@ -223,6 +224,28 @@ class TensorOps:
             out = self._new(node.output, want, like=x)
             self._emit(OP.RESHAPE, [picked, self._shape_const(f"{node.name}/shape", want)], [out],
                        options_type=w.OPTIONS.ReshapeOptions, options=w.reshape_options(want))
+        self._set(node.output, out, False)
+
+    def _op_gather_nd(self, node: Node) -> None:
+        data, idx = node.inputs
+        shape = self.specs[data].shape
+        x = self._core(data)
+        k = self.specs[idx].shape[-1]
+        dims = np.asarray(shape[:k], np.int64)
+        if idx in self.consts and idx not in self.values:
+            # TFLite's GATHER_ND takes no negative coordinates: normalise them at write time.
+            raw = np.asarray(self.consts[idx]).astype(np.int64)
+            indices = self.m.constant(f"{node.name}/indices", np.where(raw < 0, raw + dims, raw).astype(np.int32))
+        else:
+            # Runtime coordinates in [-n, n): FLOOR_MOD by each axis' size counts negatives from the end.
+            indices = self._core(idx)
+            t = self.m.tensors[indices]
+            wrapped = self.m.tensor(f"{node.name}/indices", self.m.shape_of(indices), t.dtype)
+            self._emit(OP.FLOOR_MOD, [indices, self.m.constant(f"{node.name}/sizes", dims.astype(t.dtype))], [wrapped])
+            indices = wrapped
+        out = self._new(node.output, self.specs[node.output].shape, like=x)
+        self._emit(OP.GATHER_ND, [x, indices], [out], options_type=w.OPTIONS.GatherNdOptions,
+                   options=w.empty_options(tflite.GatherNdOptionsStart, tflite.GatherNdOptionsEnd))
         self._set(node.output, out, False)
 
     # ------------------------------------------------------------------ reductions
