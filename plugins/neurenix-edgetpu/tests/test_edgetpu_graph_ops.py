@@ -242,6 +242,36 @@ def test_int8_op_against_the_integer_reference(edgetpu, case):
     assert worst <= steps + 1e-3, f"{case}: {worst:.2f} output steps from the integer reference"
 
 
+@pytest.mark.parametrize("rank", [2, 3])
+def test_int8_matmul_with_a_constant_is_fully_connected_with_the_plans_per_channel_weights(edgetpu, rank):
+    """A matmul against a 2-D float constant is a linear layer: the core's plan holds per-channel
+    int8 weights for it (axis 1 of the stored (K, N) constant) and run_quantized multiplies it as
+    FULLY_CONNECTED. Columns of very different magnitudes make per-tensor weights miss by many steps."""
+    import tflite
+
+    rng = np.random.default_rng(3)
+    w8 = (rng.normal(size=(12, 5)) * np.array([0.01, 0.1, 1.0, 5.0, 0.3])).astype(np.float32)
+    shape = (4, 12) if rank == 2 else (2, 3, 12)
+    graph = Graph((TensorSpec("x", shape),), (_const("w", w8), _n("matmul", ("x", "w"))), ("y",))
+    batches = [rng.normal(size=shape).astype(np.float32) for _ in range(4)]
+    plan = calibrate(graph, batches, progress=False)
+    wq = plan.weights["matmul_y"]
+    assert wq.axis == 1 and np.asarray(wq.scale).shape == (5,)
+    written = lower(graph, "int8", plan)
+    assert written.op_counts.get("FULLY_CONNECTED") == 1 and "BATCH_MATMUL" not in written.op_counts, written.op_counts
+    m = tflite.Model.GetRootAsModel(written.data, 0)
+    sg = m.Subgraphs(0)
+    fc = next(sg.Operators(i) for i in range(sg.OperatorsLength())
+              if m.OperatorCodes(sg.Operators(i).OpcodeIndex()).BuiltinCode() == tflite.BuiltinOperator.FULLY_CONNECTED)
+    q = sg.Tensors(fc.Inputs(1)).Quantization()
+    assert q.QuantizedDimension() == 0 and q.ScaleLength() == 5
+    np.testing.assert_array_equal(np.float32([q.Scale(i) for i in range(5)]), np.asarray(wq.scale, np.float32))
+    model = _compile(edgetpu, graph, "int8", plan, kernels="reference")
+    step = float(plan.activations["y"].scale[0])
+    worst = max(np.abs(model(x) - reference.run_quantized(graph, plan, x)).max() for x in batches) / step
+    assert worst <= 1 + 1e-3, f"{worst:.2f} output steps from the integer reference"
+
+
 def test_int8_mean_takes_the_plans_parameters_for_its_output(edgetpu):
     """A global average pool's output has its own observed range; the MEAN tensor is written
     with the plan's parameters for that value, not its input's."""

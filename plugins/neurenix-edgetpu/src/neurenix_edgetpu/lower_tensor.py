@@ -14,11 +14,11 @@ layout (an NHWC image is transposed back once, ``_core``) except where the op ma
 | gather_nd | GATHER_ND (constant indices normalised when written, runtime ones through FLOOR_MOD) |
 | reduce_mean, reduce_sum, reduce_max, reduce_min | MEAN, SUM, REDUCE_MAX, REDUCE_MIN |
 | pad (constant mode) | PAD (zero) or PADV2 |
-| matmul | FULLY_CONNECTED against a constant 2-D right side (fp32), else BATCH_MATMUL |
+| matmul | FULLY_CONNECTED against a constant 2-D right side (int8: the plan's per-channel weights), else BATCH_MATMUL |
 | scaled_dot_product_attention | BATCH_MATMUL, MUL (scale), SELECT_V2 / ADD (mask), SOFTMAX, BATCH_MATMUL (fp32) |
 
 int8 keeps the input's parameters through the data-movement ops (TFLite requires it), takes the
-plan's for reductions, concat and matmul; attention is float32 only (its intermediate scores
+plan's for reductions, concat and matmul (per-channel weights for a constant right side); attention is float32 only (its intermediate scores
 and probabilities have no parameters in the plan).
 """
 
@@ -53,6 +53,7 @@ class TensorOps:
     if TYPE_CHECKING:
         m: ModelBuilder
         int8: bool
+        plan: Any
         values: dict[str, Any]
         consts: dict[str, np.ndarray]
         specs: dict[str, Any]
@@ -65,6 +66,7 @@ class TensorOps:
         def _scalar(self, name: str, value: float) -> int: ...
         def _shape_const(self, name: str, shape: tuple[int, ...]) -> int: ...
         def _float_only(self, node: Node) -> None: ...
+        def _weights(self, node: Node, weight: np.ndarray, in_index: int, axis: int) -> tuple[int, int | None]: ...
         def _set(self, name: str, index: int, nhwc: bool) -> None: ...
 
     # ------------------------------------------------------------------ helpers
@@ -286,15 +288,20 @@ class TensorOps:
         if len(sa) < 2 or len(sb) < 2:
             raise UnsupportedOperationError(f"layer {node.name!r} (matmul {sa} @ {sb}): the writer multiplies operands of rank >= 2 only")
         x = self._core(a)
-        if b in self.consts and b not in self.values and len(sb) == 2 and not self.int8:
+        weight_const = b in self.consts and b not in self.values and len(sb) == 2
+        if weight_const and (not self.int8 or node.name in self.plan.weights):  # type: ignore[union-attr]
             # A constant right side is a weight: FULLY_CONNECTED (what the Edge TPU maps), no bias.
-            weight = self.m.constant(f"{node.name}/weight", np.ascontiguousarray(np.asarray(self.consts[b], np.float32).T))
+            # int8: the plan's symmetric per-output-channel weights (axis 1 of the stored (K, N)
+            # constant, axis 0 of TFLite's (N, K)), int32 zero bias, per-channel requantization:
+            # the core's run_quantized arithmetic for a matmul with a constant right-hand side.
+            wi, bi = self._weights(node, np.ascontiguousarray(np.asarray(self.consts[b], np.float32).T), x, 0)
             out = self._new(node.output, self.specs[node.output].shape)
-            self._emit(OP.FULLY_CONNECTED, [x, weight, -1], [out], options_type=w.OPTIONS.FullyConnectedOptions,
+            self._emit(OP.FULLY_CONNECTED, [x, wi, -1 if bi is None else bi], [out], options_type=w.OPTIONS.FullyConnectedOptions,
                        options=w.fc_options(0, len(sa) > 2))
         else:
-            # int8: per-tensor int8 operands with the plan's parameters (a constant side too: the
-            # plan has none of the per-channel weight kind for it), int32 accumulation, requantized.
+            # Two activations (attention's q @ k^T, p @ v), or an int8 constant the plan holds no
+            # weight parameters for: per-tensor int8 operands with the plan's parameters, int32
+            # accumulation, requantized (TFLite BATCH_MATMUL, run_quantized's activation path).
             out = self._new(node.output, self.specs[node.output].shape)
             self._emit(OP.BATCH_MATMUL, [x, self._core(b)], [out], options_type=w.OPTIONS.BatchMatMulOptions,
                        options=w.batch_matmul_options())
