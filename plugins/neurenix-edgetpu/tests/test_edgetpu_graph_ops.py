@@ -290,13 +290,21 @@ def test_int8_mean_takes_the_plans_parameters_for_its_output(edgetpu):
     assert np.float32(q.Scale(0)) == np.float32(out.scale[0]) and q.ZeroPoint(0) == int(out.zero_point[0])
 
 
-def test_int8_attention_is_refused_by_name(edgetpu):
-    from neurenix_core.errors import UnsupportedOperationError
-
-    graph, inputs = _attention("none")
-    plan = calibrate(graph, [inputs], progress=False)
-    with pytest.raises(UnsupportedOperationError, match="'att' \\(scaled_dot_product_attention\\).*precision='fp32'"):
-        lower(graph, "int8", plan)
+@pytest.mark.parametrize("mask", ["none", "bool", "float", "causal"])
+def test_int8_attention_is_float_between_dequantize_and_quantize(edgetpu, mask):
+    """The plan has no parameters for the scores and probabilities inside an attention node, and
+    the core's integer reference runs it in float between a dequantize and a quantize: the int8
+    model does the same (DEQUANTIZE, float BATCH_MATMUL/SOFTMAX, QUANTIZE) within one output step."""
+    graph, inputs = _attention(mask)
+    rng = np.random.default_rng(6)
+    batches = [inputs] + [tuple(rng.normal(size=a.shape).astype(np.float32) if a.dtype == np.float32 else a for a in inputs) for _ in range(2)]
+    plan = calibrate(graph, batches, progress=False)
+    model = _compile(edgetpu, graph, "int8", plan, kernels="reference")
+    ops = model.info.ops
+    assert ops.count("BATCH_MATMUL") == 2 and "SOFTMAX" in ops and "DEQUANTIZE" in ops
+    step = float(plan.activations["y"].scale[0])
+    worst = max(np.abs(model(*b) - reference.run_quantized(graph, plan, *b)).max() for b in batches) / step
+    assert worst <= 1 + 1e-3, f"{worst:.2f} output steps from the integer reference"
 
 
 # ---------------------------------------------------------------------- partitioning
