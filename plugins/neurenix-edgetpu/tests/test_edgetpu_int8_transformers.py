@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-import model_zoo as zoo  # noqa: E402
+import model_zoo as zoo
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
 
 HEAVY = frozenset({"conv2d", "linear", "matmul", "gemm", "scaled_dot_product_attention", "multihead_attention"})
 
