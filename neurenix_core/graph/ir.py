@@ -81,6 +81,9 @@ class Graph:
     inputs: tuple[TensorSpec, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[str, ...]
+    #: (input, axis, largest size) of dynamic axes with a cap (an ``arange`` over the batch
+    #: imported as a slice of a constant of that length); checked by ``with_input_shapes``
+    limits: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def dynamic(self) -> bool:
@@ -97,6 +100,12 @@ class Graph:
         if not self.dynamic:
             return replace(self, inputs=inputs)
         dims = {(i, a): d for i, shp in enumerate(concrete) for a, d in enumerate(shp)}
+        for i, a, most in self.limits:
+            if dims.get((i, a), 0) > most:
+                from neurenix_core.errors import ShapeError
+
+                raise ShapeError(f"input {self.inputs[i].name!r} axis {a} is {dims[(i, a)]}; this imported model runs up to {most} there "
+                                 "(a size-dependent range was imported with that cap); import it with an example that large or larger")
         nodes = tuple(replace(n, attrs=resolve(dict(n.attrs), dims)) if is_symbolic(n.attrs) else n for n in self.nodes)
         return replace(self, inputs=inputs, nodes=nodes)
 

@@ -67,6 +67,13 @@ def _input_array(x: Any, dtype: str, float_dtype: Any) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+def _specialized(graph: Graph, inputs: tuple[Any, ...]) -> Graph:
+    """A graph with dynamic input axes at these inputs' shapes (its SymDim attributes resolved)."""
+    if not graph.dynamic:
+        return graph
+    return graph.with_input_shapes(*(tuple(np.shape(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)) for x in inputs))
+
+
 def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, return_values: bool = False,
               float_dtype: Any = np.float64) -> Any:
     """Evaluate ``graph`` with the opset's semantics, floats in ``float_dtype`` (float64: the
@@ -74,6 +81,7 @@ def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, 
     outputs), or every value by name with ``return_values=True``. With ``plan`` (static), weights
     and activations are fake-quantized as an integer runtime would represent them."""
     _check_inputs(graph, inputs)
+    graph = _specialized(graph, inputs)
     values: dict[str, np.ndarray] = {}
     quantized = plan is not None and not plan.dynamic
     for spec, x in zip(graph.inputs, inputs):
@@ -234,6 +242,7 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
     everything else in float64.
     """
     _check_inputs(graph, inputs)
+    graph = _specialized(graph, inputs)
     Q.check_plan(graph, plan)
     if plan.dynamic:
         return _run_dynamic(graph, plan, inputs, return_values)

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, final
 
-__all__ = ["SymDim", "Bindings", "resolve", "is_symbolic", "variable", "NotSymbolicError"]
+import numpy as np
+
+__all__ = ["SymDim", "Bindings", "resolve", "is_symbolic", "variable", "NotSymbolicError", "ARANGE_CAP"]
+
+#: The largest size of an unbounded dynamic axis (the batch) that a range over it allows: the
+#: importers build such a range as a slice of a constant this long (Graph.limits).
+ARANGE_CAP = 4096
 
 #: (input index, axis) -> size
 Bindings = Mapping[tuple[int, int], int]
@@ -55,6 +61,36 @@ class SymDim:
 
     def __repr__(self) -> str:
         return f"SymDim({self.expr!r})"
+
+    # Integer arithmetic, so that shape computations in an imported graph (ONNX Shape -> Gather
+    # -> Mul -> Concat chains, held in NumPy object arrays) stay symbolic. Sizes are
+    # non-negative, so ONNX's truncating integer Div is floor division here.
+    def _op(self, other: Any, op: str, reverse: bool = False) -> SymDim | int:
+        if isinstance(other, np.integer):
+            other = int(other)
+        if not isinstance(other, (int, SymDim)) or isinstance(other, bool):
+            return NotImplemented  # type: ignore[return-value]
+        if op == "*" and other == 1 or op in ("+", "-") and other == 0 and not reverse:
+            return self
+        a, b = (_text(other), self.expr) if reverse else (self.expr, _text(other))
+        return SymDim(f"({a} {op} {b})")
+
+    def __add__(self, o: Any) -> Any: return self._op(o, "+")
+    def __radd__(self, o: Any) -> Any: return self._op(o, "+", True)
+    def __sub__(self, o: Any) -> Any: return self._op(o, "-")
+    def __rsub__(self, o: Any) -> Any: return self._op(o, "-", True)
+    def __mul__(self, o: Any) -> Any: return self._op(o, "*")
+    def __rmul__(self, o: Any) -> Any: return self._op(o, "*", True)
+    def __floordiv__(self, o: Any) -> Any: return self._op(o, "//")
+    def __rfloordiv__(self, o: Any) -> Any: return self._op(o, "//", True)
+    def __truediv__(self, o: Any) -> Any: return self._op(o, "//")
+    def __rtruediv__(self, o: Any) -> Any: return self._op(o, "//", True)
+    def __mod__(self, o: Any) -> Any: return self._op(o, "%")
+    def __neg__(self) -> SymDim: return SymDim(f"(-{self.expr})")
+
+
+def _text(v: int | SymDim) -> str:
+    return v.expr if isinstance(v, SymDim) else str(int(v))
 
 
 @lru_cache(maxsize=4096)

@@ -51,6 +51,8 @@ class GraphBuilder:
         self._used: set[str] = set()
         #: the example's size of every input axis: what SymDims evaluate to while importing
         self.bindings: dict[tuple[int, int], int] = {}
+        #: caps on dynamic axes (Graph.limits)
+        self.limits: dict[tuple[int, int], int] = {}
 
     # ------------------------------------------------------------------ names and values
     def unique(self, name: str) -> str:
@@ -145,4 +147,5 @@ class GraphBuilder:
             if name in names or any(s.name == name for s in self.inputs):
                 name = self.emit(f"output_{i}", "identity", [name])  # type: ignore[assignment]
             names.append(name)
-        return Graph(tuple(self.inputs), tuple(self.nodes), tuple(names))
+        limits = tuple((i, a, most) for (i, a), most in sorted(self.limits.items()))
+        return Graph(tuple(self.inputs), tuple(self.nodes), tuple(names), limits)

@@ -36,7 +36,7 @@ import numpy as np
 from neurenix_core.errors import FallbackError, NeurenixWarning, UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.ir import Graph
-from neurenix_core.graph.symbolic import NotSymbolicError, SymDim, is_symbolic, variable
+from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
 __all__ = ["import_module", "HANDLERS"]
 
@@ -358,10 +358,19 @@ def _arange(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
         raise NotSymbolicError(f"node {c.name(n)!r}: arange({start}, {end}, {step}) with a symbolic start or step")
     bound = _upper_bound(c, end)
     if bound is None:
-        raise NotSymbolicError(f"node {c.name(n)!r}: arange up to {end.expr}, which has no upper bound")
+        if len(end.variables) != 1 or _upper_bound_var(c, end) is None:
+            raise NotSymbolicError(f"node {c.name(n)!r}: arange up to {end.expr}, which is not one input dimension")
+        # An unbounded axis (the batch): cap it, and say so at run time past the cap.
+        bound = max(ARANGE_CAP, c.b.example(end))
+        (key,) = end.variables
+        c.b.limits[key] = min(c.b.limits.get(key, bound), bound)
     dtype = c.meta(n)[1]
     full = Const(np.arange(start, max(bound, start), step, dtype=np.dtype(dtype)))
     return c.b.emit(c.name(n), "slice", [full], {"starts": (0,), "ends": (SymDim(f"({end.expr}) - {start}"),), "axes": (0,), "steps": (1,)})
+
+
+def _upper_bound_var(c: _Ctx, d: SymDim) -> str | None:
+    return next((sym for sym, var in c.symbols.items() if d.expr == var), None)
 
 
 def _upper_bound(c: _Ctx, d: SymDim) -> int | None:
@@ -503,8 +512,10 @@ def _index(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     lead = 0
     while lead < len(indices) and indices[lead] is not None:
         lead += 1
-    if lead == 0 or any(i is not None for i in indices[lead:]) or not all(isinstance(i, Const) for i in indices[:lead]):
-        raise c.fail(n, "indexes with tensors computed at run time or not on the leading axes")
+    if lead == 0 or any(i is not None for i in indices[lead:]):
+        raise c.fail(n, "indexes with tensors not on the leading axes")
+    if not all(isinstance(i, Const) for i in indices[:lead]):
+        return _index_nd(c, n, x, indices[:lead])
     sym = c.sym_shape(n.args[0])
     if is_symbolic(sym[:lead]):
         raise NotSymbolicError(f"node {c.name(n)!r} indexes dynamic leading axes with constant indices")
@@ -515,6 +526,24 @@ def _index(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     flat = np.ravel_multi_index(np.broadcast_arrays(*arrays), shape[:lead]).astype(np.int64)
     merged = c.b.emit(c.name(n) + ".merge", "reshape", [x], {"shape": (-1,) + tuple(sym[lead:])}) if lead > 1 else x
     return c.b.emit(c.name(n), "gather", [merged, Const(flat)], {"axis": 0})
+
+
+def _index_nd(c: _Ctx, n: Any, x: Value, indices: list[Value]) -> Value:
+    """x[i0, i1, ...] with index tensors computed at run time (the attention-mask lookups of
+    Hugging Face models): the indices broadcast to one shape and stacked on a last axis, then
+    gather_nd (non-negative indices, as arange-built ones are)."""
+    lead = len(indices)
+    out_shape = c.sym_shape(n)
+    rank = len(out_shape) - (len(c.b.spec(x).shape) - lead)
+    common = out_shape[:rank]
+    parts = []
+    for i, idx in enumerate(indices):
+        idx = c.b.cast_to(f"{c.name(n)}.i{i}", idx, "int64")
+        if tuple(c.b.spec(idx).shape) != tuple(c.b.example(common)) or is_symbolic(common):
+            idx = c.b.emit(f"{c.name(n)}.i{i}.expand", "expand", [idx], {"shape": common})
+        parts.append(c.b.emit(f"{c.name(n)}.i{i}.unsqueeze", "unsqueeze", [idx], {"axes": (-1,)}))
+    stacked = parts[0] if lead == 1 else c.b.emit(f"{c.name(n)}.indices", "concat", parts, {"axis": -1})
+    return c.b.emit(c.name(n), "gather_nd", [x, stacked], {"batch_dims": 0})
 
 
 def _index_select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -782,9 +811,14 @@ def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     try:
         return _import(torch, module, ep)
     except NotSymbolicError as exc:
-        graph = import_module(module, args, kwargs, static=True)
-        _static_fallback(module, str(exc))
-        return graph
+        why = str(exc)
+    except UnsupportedOperationError as exc:
+        # Dynamic export can route a model through ops the static one folds away; if the
+        # static import works, the user still gets a model (and is told), else its error.
+        why = f"the dynamic graph has an unsupported part ({exc})"
+    graph = import_module(module, args, kwargs, static=True)
+    _static_fallback(module, why)
+    return graph
 
 
 def _input_symbols(c: _Ctx, ep: Any, inputs: list[Any]) -> None:
