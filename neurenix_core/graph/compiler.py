@@ -147,7 +147,8 @@ class Compiled:
     @property
     def summary(self) -> str:
         if not self._summaries:
-            return f"{self.device}: not compiled yet (compiles on the first call per input shape), {len(self.graph.nodes)} layers"
+            dynamic = f", dynamic input shapes {[s.display_shape for s in self.graph.inputs]}" if self.graph.dynamic else ""
+            return f"{self.device}: not compiled yet (compiles on the first call per input shape), {len(self.graph.nodes)} layers{dynamic}"
         return "; ".join(f"{shapes}: {text}" for shapes, text in self._summaries.items())
 
     def __repr__(self) -> str:
@@ -225,8 +226,8 @@ class Compiled:
     def _build(self, shapes: tuple[tuple[int, ...], ...]) -> Runner:
         from neurenix_core.graph.shapes import infer_shapes
 
-        graph = self.graph.with_input_shapes(*shapes)
         try:
+            graph = self.graph.with_input_shapes(*shapes)
             infer_shapes(graph)
         except ShapeError as exc:
             expected = [s.shape for s in self.graph.inputs if s.shape]

@@ -107,13 +107,15 @@ class Graph:
                 raise ShapeError(f"input {self.inputs[i].name!r} axis {a} is {dims[(i, a)]}; this imported model runs up to {most} there "
                                  "(a size-dependent range was imported with that cap); import it with an example that large or larger")
         nodes = tuple(replace(n, attrs=resolve(dict(n.attrs), dims)) if is_symbolic(n.attrs) else n for n in self.nodes)
-        return replace(self, inputs=inputs, nodes=nodes)
+        from neurenix_core.graph.specialize import fold_size_constants  # sizes known: fold what they made
+
+        return fold_size_constants(replace(self, inputs=inputs, nodes=nodes, limits=()))
 
     def fingerprint(self) -> str:
         """A stable hash of structure, attributes and weights: the key of compiled-model caches."""
         h = hashlib.sha256()
         for spec in self.inputs:
-            h.update(repr((spec.name, spec.shape, spec.dtype) + ((spec.dynamic,) if spec.dynamic else ())).encode())
+            h.update(repr((spec.name, spec.display_shape, spec.dtype)).encode())  # a dynamic axis: any example size
         for node in self.nodes:
             h.update(repr((node.name, node.op, node.inputs, node.output, sorted(node.attrs.items()))).encode())
             for key in sorted(node.params):
@@ -121,6 +123,8 @@ class Graph:
                 h.update(key.encode() + str(arr.dtype).encode() + repr(arr.shape).encode())
                 h.update(arr.tobytes())
         h.update(repr(self.outputs).encode())
+        if self.limits:
+            h.update(repr(self.limits).encode())
         return h.hexdigest()[:24]
 
     def node(self, name: str) -> Node:

@@ -83,7 +83,8 @@ class GraphModule(Module):
         super().load_state_dict(state, strict)
 
     def extra_repr(self) -> str:
-        return f"{self._source}, {len(self._graph.nodes)} nodes, inputs={list(self.input_names)}, outputs={len(self.output_names)}"
+        inputs = ", ".join(f"{s.name}{s.display_shape}" for s in self._graph.inputs)  # None marks a dynamic axis
+        return f"{self._source}, {len(self._graph.nodes)} nodes, inputs=[{inputs}], outputs={len(self.output_names)}"
 
     def __repr__(self) -> str:
         return f"GraphModule({self.extra_repr()})"
