@@ -225,9 +225,12 @@ class Compiled:
 
     def _build(self, shapes: tuple[tuple[int, ...], ...]) -> Runner:
         from neurenix_core.graph.shapes import infer_shapes
+        from neurenix_core.graph.specialize import fold_size_constants
 
         try:
             graph = self.graph.with_input_shapes(*shapes)
+            if self.graph.dynamic:  # sizes known: fold what they built, as a static import would have
+                graph = fold_size_constants(graph)
             infer_shapes(graph)
         except ShapeError as exc:
             expected = [s.shape for s in self.graph.inputs if s.shape]

@@ -92,7 +92,8 @@ class Graph:
 
     def with_input_shapes(self, *shapes: tuple[int, ...]) -> Graph:
         """The same graph for concrete input shapes (backends compile static shapes): every
-        SymDim attribute is replaced by its value for these shapes, so the result is static."""
+        SymDim attribute is replaced by its value for these shapes, so the result is static
+        (``nx.compile`` then folds the constants those sizes built: graph.specialize)."""
         if len(shapes) != len(self.inputs):
             raise ValueError(f"graph has {len(self.inputs)} input(s), got {len(shapes)} shape(s)")
         concrete = [tuple(int(d) for d in shp) for shp in shapes]
@@ -107,9 +108,7 @@ class Graph:
                 raise ShapeError(f"input {self.inputs[i].name!r} axis {a} is {dims[(i, a)]}; this imported model runs up to {most} there "
                                  "(a size-dependent range was imported with that cap); import it with an example that large or larger")
         nodes = tuple(replace(n, attrs=resolve(dict(n.attrs), dims)) if is_symbolic(n.attrs) else n for n in self.nodes)
-        from neurenix_core.graph.specialize import fold_size_constants  # sizes known: fold what they made
-
-        return fold_size_constants(replace(self, inputs=inputs, nodes=nodes, limits=()))
+        return replace(self, inputs=inputs, nodes=nodes, limits=())
 
     def fingerprint(self) -> str:
         """A stable hash of structure, attributes and weights: the key of compiled-model caches."""
