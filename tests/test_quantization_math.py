@@ -15,6 +15,13 @@ from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, TensorSpec
 from neurenix_core.graph.reference import run_graph, run_quantized
 
 RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rng() -> None:
+    """Each test draws from its own seeded generator: results do not depend on test order (xdist)."""
+    global RNG
+    RNG = np.random.default_rng(0)
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 
