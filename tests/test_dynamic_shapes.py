@@ -208,3 +208,28 @@ def test_onnx_bert_with_dynamic_batch_runs_at_other_batches(tmp_path: Path) -> N
         imported = nn.from_onnx(path)
     assert [s.display_shape for s in imported.to_graph().inputs] == [(None, 9), (None, 9)]
     _check_bert(model, nx.compile(imported, device="cpu:0"), ((3, 9), (1, 9)), FP32_CPU)
+
+
+def test_range_over_the_batch_is_capped_and_says_so() -> None:
+    from neurenix_core.graph.symbolic import ARANGE_CAP
+
+    _, imported = _bert()  # its attention mask indexes arange(batch): a constant range, capped
+    graph = imported.to_graph()
+    assert (0, 0, ARANGE_CAP) in graph.limits  # the batch axis (input_ids axis 0) sizes that range
+    graph.with_input_shapes((ARANGE_CAP, 9), (ARANGE_CAP, 9))
+    with pytest.raises(ShapeError, match=f"'input_ids' axis 0 is {ARANGE_CAP + 1}.*up to {ARANGE_CAP}"):
+        graph.with_input_shapes((ARANGE_CAP + 1, 9), (ARANGE_CAP + 1, 9))
+
+
+def test_symdim_expressions_are_evaluated_without_eval() -> None:
+    d = SymDim("(4 * d0_0) + (d1_1 // 2)")
+    assert d.evaluate({(0, 0): 3, (1, 1): 9}) == 16
+    assert (d * 2 + 1).evaluate({(0, 0): 1, (1, 1): 2}) == 11
+    assert (2 - SymDim("17*d0_0 + 1")).evaluate({(0, 0): 1}) == -16  # precedence kept
+    assert (-SymDim("d0_0 - 3")).evaluate({(0, 0): 1}) == 2
+    assert d.variables == frozenset({(0, 0), (1, 1)})
+    from neurenix_core.graph.symbolic import NotSymbolicError
+
+    for bad in ("__import__('os')", "d0_0.real", "1.5 * d0_0", "x + 1"):
+        with pytest.raises(NotSymbolicError):
+            SymDim(bad)

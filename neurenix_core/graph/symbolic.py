@@ -73,7 +73,7 @@ class SymDim:
         if op == "*" and other == 1 or op in ("+", "-") and other == 0 and not reverse:
             return self
         a, b = (_text(other), self.expr) if reverse else (self.expr, _text(other))
-        return SymDim(f"({a} {op} {b})")
+        return SymDim(f"(({a}) {op} ({b}))")  # operands parenthesized: an expr may be "17*d0_0 + 1"
 
     def __add__(self, o: Any) -> Any: return self._op(o, "+")
     def __radd__(self, o: Any) -> Any: return self._op(o, "+", True)
@@ -86,7 +86,7 @@ class SymDim:
     def __truediv__(self, o: Any) -> Any: return self._op(o, "//")
     def __rtruediv__(self, o: Any) -> Any: return self._op(o, "//", True)
     def __mod__(self, o: Any) -> Any: return self._op(o, "%")
-    def __neg__(self) -> SymDim: return SymDim(f"(-{self.expr})")
+    def __neg__(self) -> SymDim: return SymDim(f"(-({self.expr}))")
 
 
 def _text(v: int | SymDim) -> str:
