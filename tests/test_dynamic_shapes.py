@@ -115,9 +115,9 @@ def test_sequence_past_max_positions_is_a_shape_error() -> None:
         nx.compile(imported, device="cpu:0")(ids, np.ones_like(ids))
 
 
-@pytest.mark.parametrize("device", ["npu:0"])
+@pytest.mark.parametrize("device", ["npu:0", "tpu:0"])
 def test_dynamic_models_reach_a_compiling_plugin(device: str) -> None:
-    pytest.importorskip("openvino")
+    pytest.importorskip({"npu:0": "openvino", "tpu:0": "jax"}[device])
     vit, vit_imp = _vit()
     _check_vit(vit, nx.compile(vit_imp, device=device, precision="fp32"), (1, 4), FP32_PLUGIN)
     bert, bert_imp = _bert()

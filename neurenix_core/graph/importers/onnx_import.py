@@ -379,8 +379,8 @@ def _symbolic_fold(n: _Node) -> Value:
     """Shape arithmetic on object arrays holding SymDims, evaluated at import time."""
     xs = [None if v is None else np.asarray(v.array) for v in n.inputs]  # type: ignore[union-attr]
     op, a = n.op, n.attrs
-    if op in ("Add", "Sub", "Mul", "Div"):
-        fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.floor_divide}[op]
+    if op in ("Add", "Sub", "Mul", "Div", "Mod"):
+        fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.floor_divide, "Mod": np.mod}[op]
         out = fn(xs[0].astype(object), xs[1].astype(object))  # type: ignore[union-attr]
     elif op == "Gather":
         out = np.take(xs[0], xs[1].astype(np.int64), axis=int(a.get("axis", 0)))  # type: ignore[union-attr]
@@ -597,11 +597,12 @@ def _import(proto: Any, input_shapes: Any, static: bool) -> tuple[Graph, str]:
             continue
         n = _Node(node, i, [env[x] for x in node.input], {a.name: _attr(a) for a in node.attribute})
         handler = HANDLERS.get(node.op_type)
-        if handler is None:
-            raise _fail(b, n, "has no mapping to the neurenix opset")
         symbolic = any(_symbolic_const(v) for v in n.inputs)
-        if symbolic and all(v is None or isinstance(v, Const) for v in n.inputs) and node.op_type not in ("ConstantOfShape", "Expand", "Range"):
-            out = _symbolic_fold(n)
+        constant = all(v is None or isinstance(v, Const) for v in n.inputs)
+        if constant and (symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and node.op_type == "Mod"):
+            out = _symbolic_fold(n)  # shape arithmetic (Mod has no graph mapping, only this one)
+        elif handler is None:
+            raise _fail(b, n, "has no mapping to the neurenix opset")
         elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range"):
             raise NotSymbolicError(f"node {n.name!r} ({node.op_type}) mixes a symbolic size with run-time values")
         else:
