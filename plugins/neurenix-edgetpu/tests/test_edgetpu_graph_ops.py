@@ -83,6 +83,13 @@ FP32_IMAGE_CASES = {
     "split": ([_n("split", ("a",), axis=2, sizes=(3, 5), index=1)], "STRIDED_SLICE"),
     "gather_scalar": ([_const("i", np.array(-2)), _n("gather", ("a", "i"), axis=1)], "GATHER"),
     "gather_vector": ([_const("i", np.array([[0, 5], [3, 3]])), _n("gather", ("a", "i"), axis=3)], "GATHER"),
+    "gather_nd_const": ([_const("i", np.array([[1, -1], [0, 5], [-2, 3]])), _n("gather_nd", ("a", "i"))], "GATHER_ND"),
+    "conv_transpose": ([Node("ct", "conv_transpose2d", ("a",), "y", {"stride": (2, 2), "padding": (1, 0), "output_padding": (1, 1)},
+                             {"weight": RNG.normal(0, 0.3, (6, 4, 3, 2)).astype(np.float32), "bias": RNG.normal(size=4).astype(np.float32)})],
+                       "TRANSPOSE_CONV"),
+    "conv_transpose_grouped_dilated": ([Node("ct", "conv_transpose2d", ("a",), "y", {"stride": (1, 2), "padding": (2, 1), "dilation": (2, 1),
+                                                                                  "output_padding": (0, 1), "groups": 3},
+                                             {"weight": RNG.normal(0, 0.3, (6, 2, 3, 3)).astype(np.float32)})], "CONCATENATION"),
     "pad_zero": ([_n("pad", ("a",), pads=((0, 0), (1, 0), (2, 1), (0, 3)))], "PAD"),
     "pad_value": ([_n("pad", ("a",), pads=((0, 0), (0, 0), (1, 1), (1, 1)), value=-1.5)], "PADV2"),
     "linear_3d": ([_n("flatten", ("a",), "f", start_dim=2, end_dim=-1),
@@ -151,6 +158,37 @@ def test_fp32_attention_is_batch_matmul_and_softmax(edgetpu, mask):
     np.testing.assert_allclose(model(*inputs), want, rtol=0, atol=FP32_RTOL * np.abs(want).max())
 
 
+@pytest.mark.parametrize("op", ["gather_nd", "conv_transpose2d"])
+def test_fp32_shared_opset_case(edgetpu, op):
+    """The shared per-op case (tests/support/opset_cases.py) of the ops added to the opset later:
+    graph inputs straight into the op (runtime gather_nd coordinates, grouped dilated kernel)."""
+    from opset_cases import CASES, case_graph
+
+    graph, inputs = case_graph(next(c for c in CASES if c[1] == op))
+    model = _compile(edgetpu, graph)
+    assert {"gather_nd": "GATHER_ND", "conv_transpose2d": "TRANSPOSE_CONV"}[op] in model.info.ops, model.info.ops
+    want = reference.run_graph(graph, *inputs)
+    np.testing.assert_allclose(model(*inputs), want, rtol=0, atol=FP32_RTOL * np.abs(want).max())
+
+
+def test_gather_nd_runtime_coordinates_count_negatives_from_the_end(edgetpu):
+    data = RNG.normal(size=(3, 4, 2)).astype(np.float32)
+    graph = Graph((TensorSpec("d", data.shape), TensorSpec("i", (2, 2), "int64")), (Node("g", "gather_nd", ("d", "i"), "y", {}),), ("y",))
+    model = _compile(edgetpu, graph)
+    idx = np.array([[-1, -4], [2, 3]], np.int64)
+    np.testing.assert_array_equal(model(data, idx), reference.run_graph(graph, data, idx).astype(np.float32))
+
+
+def test_int8_transposed_convolution_is_refused_by_name(edgetpu):
+    from neurenix_core.errors import UnsupportedOperationError
+
+    nodes, _ = FP32_IMAGE_CASES["conv_transpose"]
+    graph = _image(*nodes)
+    plan = calibrate(graph, [RNG.normal(size=X).astype(np.float32)], progress=False)
+    with pytest.raises(UnsupportedOperationError, match="'ct' \\(conv_transpose2d\\).*precision='fp32'"):
+        lower(graph, "int8", plan)
+
+
 def test_int64_token_ids_gather_an_embedding(edgetpu):
     table = np.random.default_rng(2).normal(size=(20, 6)).astype(np.float32)
     graph = Graph((TensorSpec("ids", (2, 5), "int64"),),
@@ -204,6 +242,36 @@ def test_int8_op_against_the_integer_reference(edgetpu, case):
     assert worst <= steps + 1e-3, f"{case}: {worst:.2f} output steps from the integer reference"
 
 
+@pytest.mark.parametrize("rank", [2, 3])
+def test_int8_matmul_with_a_constant_is_fully_connected_with_the_plans_per_channel_weights(edgetpu, rank):
+    """A matmul against a 2-D float constant is a linear layer: the core's plan holds per-channel
+    int8 weights for it (axis 1 of the stored (K, N) constant) and run_quantized multiplies it as
+    FULLY_CONNECTED. Columns of very different magnitudes make per-tensor weights miss by many steps."""
+    import tflite
+
+    rng = np.random.default_rng(3)
+    w8 = (rng.normal(size=(12, 5)) * np.array([0.01, 0.1, 1.0, 5.0, 0.3])).astype(np.float32)
+    shape = (4, 12) if rank == 2 else (2, 3, 12)
+    graph = Graph((TensorSpec("x", shape),), (_const("w", w8), _n("matmul", ("x", "w"))), ("y",))
+    batches = [rng.normal(size=shape).astype(np.float32) for _ in range(4)]
+    plan = calibrate(graph, batches, progress=False)
+    wq = plan.weights["matmul_y"]
+    assert wq.axis == 1 and np.asarray(wq.scale).shape == (5,)
+    written = lower(graph, "int8", plan)
+    assert written.op_counts.get("FULLY_CONNECTED") == 1 and "BATCH_MATMUL" not in written.op_counts, written.op_counts
+    m = tflite.Model.GetRootAsModel(written.data, 0)
+    sg = m.Subgraphs(0)
+    fc = next(sg.Operators(i) for i in range(sg.OperatorsLength())
+              if m.OperatorCodes(sg.Operators(i).OpcodeIndex()).BuiltinCode() == tflite.BuiltinOperator.FULLY_CONNECTED)
+    q = sg.Tensors(fc.Inputs(1)).Quantization()
+    assert q.QuantizedDimension() == 0 and q.ScaleLength() == 5
+    np.testing.assert_array_equal(np.float32([q.Scale(i) for i in range(5)]), np.asarray(wq.scale, np.float32))
+    model = _compile(edgetpu, graph, "int8", plan, kernels="reference")
+    step = float(plan.activations["y"].scale[0])
+    worst = max(np.abs(model(x) - reference.run_quantized(graph, plan, x)).max() for x in batches) / step
+    assert worst <= 1 + 1e-3, f"{worst:.2f} output steps from the integer reference"
+
+
 def test_int8_mean_takes_the_plans_parameters_for_its_output(edgetpu):
     """A global average pool's output has its own observed range; the MEAN tensor is written
     with the plan's parameters for that value, not its input's."""
@@ -222,13 +290,21 @@ def test_int8_mean_takes_the_plans_parameters_for_its_output(edgetpu):
     assert np.float32(q.Scale(0)) == np.float32(out.scale[0]) and q.ZeroPoint(0) == int(out.zero_point[0])
 
 
-def test_int8_attention_is_refused_by_name(edgetpu):
-    from neurenix_core.errors import UnsupportedOperationError
-
-    graph, inputs = _attention("none")
-    plan = calibrate(graph, [inputs], progress=False)
-    with pytest.raises(UnsupportedOperationError, match="'att' \\(scaled_dot_product_attention\\).*precision='fp32'"):
-        lower(graph, "int8", plan)
+@pytest.mark.parametrize("mask", ["none", "bool", "float", "causal"])
+def test_int8_attention_is_float_between_dequantize_and_quantize(edgetpu, mask):
+    """The plan has no parameters for the scores and probabilities inside an attention node, and
+    the core's integer reference runs it in float between a dequantize and a quantize: the int8
+    model does the same (DEQUANTIZE, float BATCH_MATMUL/SOFTMAX, QUANTIZE) within one output step."""
+    graph, inputs = _attention(mask)
+    rng = np.random.default_rng(6)
+    batches = [inputs] + [tuple(rng.normal(size=a.shape).astype(np.float32) if a.dtype == np.float32 else a for a in inputs) for _ in range(2)]
+    plan = calibrate(graph, batches, progress=False)
+    model = _compile(edgetpu, graph, "int8", plan, kernels="reference")
+    ops = model.info.ops
+    assert ops.count("BATCH_MATMUL") == 2 and "SOFTMAX" in ops and "DEQUANTIZE" in ops
+    step = float(plan.activations["y"].scale[0])
+    worst = max(np.abs(model(*b) - reference.run_quantized(graph, plan, *b)).max() for b in batches) / step
+    assert worst <= 1 + 1e-3, f"{worst:.2f} output steps from the integer reference"
 
 
 # ---------------------------------------------------------------------- partitioning

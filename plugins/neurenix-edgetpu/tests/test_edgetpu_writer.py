@@ -215,8 +215,13 @@ def test_layer_the_writer_cannot_express(edgetpu):
                 (Node("a", "scaled_dot_product_attention", ("q", "k", "v"), "z"),), ("z",))
     lower(att, "fp32")  # BATCH_MATMUL, SOFTMAX
     ones = tuple(np.ones(s.shape, np.float32) for s in att.inputs)
-    with pytest.raises(UnsupportedOperationError, match="precision='fp32'"):
-        lower(att, "int8", calibrate(att, [ones], progress=False))
+    # int8 attention: float32 between DEQUANTIZE and QUANTIZE (test_edgetpu_graph_ops.py checks the numbers)
+    assert lower(att, "int8", calibrate(att, [ones], progress=False)).op_counts["DEQUANTIZE"] >= 3
+    bn = Graph((TensorSpec("x", (1, 2, 3, 3)),), (Node("b", "batch_norm2d", ("x",), "y", {"eps": 1e-5},
+               {"running_mean": np.zeros(2, np.float32), "running_var": np.ones(2, np.float32), "weight": np.ones(2, np.float32),
+                "bias": np.zeros(2, np.float32)}),), ("y",))
+    with pytest.raises(UnsupportedOperationError, match="'b' \\(batch_norm2d\\).*precision='fp32'"):
+        lower(bn, "int8", calibrate(bn, [np.ones((1, 2, 3, 3), np.float32)], progress=False))
 
 
 def test_dynamic_shapes_and_missing_calibration_are_refused(edgetpu):

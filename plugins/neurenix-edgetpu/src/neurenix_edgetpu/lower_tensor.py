@@ -11,14 +11,16 @@ layout (an NHWC image is transposed back once, ``_core``) except where the op ma
 | concat | CONCATENATION |
 | slice, split | STRIDED_SLICE (explicit begin/end/strides, positive steps) |
 | gather | GATHER (int32 constant indices, or int32/int64 runtime indices) |
+| gather_nd | GATHER_ND (constant indices normalised when written, runtime ones through FLOOR_MOD) |
 | reduce_mean, reduce_sum, reduce_max, reduce_min | MEAN, SUM, REDUCE_MAX, REDUCE_MIN |
 | pad (constant mode) | PAD (zero) or PADV2 |
-| matmul | FULLY_CONNECTED against a constant 2-D right side (fp32), else BATCH_MATMUL |
-| scaled_dot_product_attention | BATCH_MATMUL, MUL (scale), SELECT_V2 / ADD (mask), SOFTMAX, BATCH_MATMUL (fp32) |
+| matmul | FULLY_CONNECTED against a constant 2-D right side (int8: the plan's per-channel weights), else BATCH_MATMUL |
+| scaled_dot_product_attention | BATCH_MATMUL, MUL (scale), SELECT_V2 / ADD (mask), SOFTMAX, BATCH_MATMUL in float32 (int8: between DEQUANTIZE and QUANTIZE) |
 
 int8 keeps the input's parameters through the data-movement ops (TFLite requires it), takes the
-plan's for reductions, concat and matmul; attention is float32 only (its intermediate scores
-and probabilities have no parameters in the plan).
+plan's for reductions, concat and matmul (per-channel weights for a constant right side);
+attention computes in float32 in both (its intermediate scores and probabilities have no
+parameters in the plan), between DEQUANTIZE and QUANTIZE in an int8 model.
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ if TYPE_CHECKING:
 __all__ = ["TensorOps"]
 
 OP: Final = tflite.BuiltinOperator
+_OP_NAMES: Final = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 _REDUCERS: Final = {"reduce_mean": OP.MEAN, "reduce_sum": OP.SUM, "reduce_max": OP.REDUCE_MAX, "reduce_min": OP.REDUCE_MIN}
+
+
+def tflite_name(opcode: int) -> str:
+    return _OP_NAMES[opcode]
 
 
 class TensorOps:
@@ -52,7 +59,9 @@ class TensorOps:
     if TYPE_CHECKING:
         m: ModelBuilder
         int8: bool
+        plan: Any
         values: dict[str, Any]
+        counts: Any
         consts: dict[str, np.ndarray]
         specs: dict[str, Any]
 
@@ -64,6 +73,7 @@ class TensorOps:
         def _scalar(self, name: str, value: float) -> int: ...
         def _shape_const(self, name: str, shape: tuple[int, ...]) -> int: ...
         def _float_only(self, node: Node) -> None: ...
+        def _weights(self, node: Node, weight: np.ndarray, in_index: int, axis: int) -> tuple[int, int | None]: ...
         def _set(self, name: str, index: int, nhwc: bool) -> None: ...
 
     # ------------------------------------------------------------------ helpers
@@ -225,6 +235,28 @@ class TensorOps:
                        options_type=w.OPTIONS.ReshapeOptions, options=w.reshape_options(want))
         self._set(node.output, out, False)
 
+    def _op_gather_nd(self, node: Node) -> None:
+        data, idx = node.inputs
+        shape = self.specs[data].shape
+        x = self._core(data)
+        k = self.specs[idx].shape[-1]
+        dims = np.asarray(shape[:k], np.int64)
+        if idx in self.consts and idx not in self.values:
+            # TFLite's GATHER_ND takes no negative coordinates: normalise them at write time.
+            raw = np.asarray(self.consts[idx]).astype(np.int64)
+            indices = self.m.constant(f"{node.name}/indices", np.where(raw < 0, raw + dims, raw).astype(np.int32))
+        else:
+            # Runtime coordinates in [-n, n): FLOOR_MOD by each axis' size counts negatives from the end.
+            indices = self._core(idx)
+            t = self.m.tensors[indices]
+            wrapped = self.m.tensor(f"{node.name}/indices", self.m.shape_of(indices), t.dtype)
+            self._emit(OP.FLOOR_MOD, [indices, self.m.constant(f"{node.name}/sizes", dims.astype(t.dtype))], [wrapped])
+            indices = wrapped
+        out = self._new(node.output, self.specs[node.output].shape, like=x)
+        self._emit(OP.GATHER_ND, [x, indices], [out], options_type=w.OPTIONS.GatherNdOptions,
+                   options=w.empty_options(tflite.GatherNdOptionsStart, tflite.GatherNdOptionsEnd))
+        self._set(node.output, out, False)
+
     # ------------------------------------------------------------------ reductions
     def _reduce(self, node: Node) -> None:
         x = node.inputs[0]
@@ -263,54 +295,81 @@ class TensorOps:
         if len(sa) < 2 or len(sb) < 2:
             raise UnsupportedOperationError(f"layer {node.name!r} (matmul {sa} @ {sb}): the writer multiplies operands of rank >= 2 only")
         x = self._core(a)
-        if b in self.consts and b not in self.values and len(sb) == 2 and not self.int8:
+        weight_const = b in self.consts and b not in self.values and len(sb) == 2
+        if weight_const and (not self.int8 or node.name in self.plan.weights):  # type: ignore[union-attr]
             # A constant right side is a weight: FULLY_CONNECTED (what the Edge TPU maps), no bias.
-            weight = self.m.constant(f"{node.name}/weight", np.ascontiguousarray(np.asarray(self.consts[b], np.float32).T))
+            # int8: the plan's symmetric per-output-channel weights (axis 1 of the stored (K, N)
+            # constant, axis 0 of TFLite's (N, K)), int32 zero bias, per-channel requantization:
+            # the core's run_quantized arithmetic for a matmul with a constant right-hand side.
+            wi, bi = self._weights(node, np.ascontiguousarray(np.asarray(self.consts[b], np.float32).T), x, 0)
             out = self._new(node.output, self.specs[node.output].shape)
-            self._emit(OP.FULLY_CONNECTED, [x, weight, -1], [out], options_type=w.OPTIONS.FullyConnectedOptions,
+            self._emit(OP.FULLY_CONNECTED, [x, wi, -1 if bi is None else bi], [out], options_type=w.OPTIONS.FullyConnectedOptions,
                        options=w.fc_options(0, len(sa) > 2))
         else:
-            # int8: per-tensor int8 operands with the plan's parameters (a constant side too: the
-            # plan has none of the per-channel weight kind for it), int32 accumulation, requantized.
+            # Two activations (attention's q @ k^T, p @ v), or an int8 constant the plan holds no
+            # weight parameters for: per-tensor int8 operands with the plan's parameters, int32
+            # accumulation, requantized (TFLite BATCH_MATMUL, run_quantized's activation path).
             out = self._new(node.output, self.specs[node.output].shape)
             self._emit(OP.BATCH_MATMUL, [x, self._core(b)], [out], options_type=w.OPTIONS.BatchMatMulOptions,
                        options=w.batch_matmul_options())
         self._set(node.output, out, False)
 
     def _op_scaled_dot_product_attention(self, node: Node) -> None:
-        self._float_only(node)
-        q, k, v = (self._core(n) for n in node.inputs[:3])
+        """fp32: the attention below. int8: the same float32 ops between DEQUANTIZE of the int8
+        q, k, v (and float mask) and one QUANTIZE of the result with the plan's parameters: the
+        plan has no parameters for the scores and probabilities inside the node, and this is the
+        core's integer reference (run_quantized dequantizes, runs the float op, quantizes its
+        output). On a Coral device these float ops run in LiteRT on the host, like GELU."""
+        q, k, v = (self._dequantized(node, n) for n in node.inputs[:3])
         qs, ks = self.specs[node.inputs[0]].shape, self.specs[node.inputs[1]].shape
         scale = node.attrs.get("scale")
         scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
         score_shape = tuple(int(d) for d in np.broadcast_shapes(qs[:-2], ks[:-2])) + (qs[-2], ks[-2])
         scores = self._new(f"{node.name}/scores", score_shape, like=q)
-        self._emit(OP.BATCH_MATMUL, [q, k], [scores], options_type=w.OPTIONS.BatchMatMulOptions, options=w.batch_matmul_options(adj_y=True))
+        self._emit_float(OP.BATCH_MATMUL, [q, k], [scores], options_type=w.OPTIONS.BatchMatMulOptions, options=w.batch_matmul_options(adj_y=True))
         scaled = self._new(f"{node.name}/scaled", score_shape, like=q)
-        self._emit(OP.MUL, [scores, self._scalar(f"{node.name}/scale", scale)], [scaled],
-                   options_type=w.OPTIONS.MulOptions, options=w.mul_options(0))
+        self._emit_float(OP.MUL, [scores, self.m.constant(f"{node.name}/scale", np.array([scale], np.float32))], [scaled],
+                         options_type=w.OPTIONS.MulOptions, options=w.mul_options(0))
         if node.attrs.get("is_causal"):
             causal = self.m.constant(f"{node.name}/causal", np.tril(np.ones(score_shape[-2:], np.bool_)))
             scaled = self._masked(node, "causal", scaled, causal, score_shape)
         if len(node.inputs) > 3:
-            mask = self._core(node.inputs[3])
+            mask = self._dequantized(node, node.inputs[3])
             if self.m.tensors[mask].dtype == np.bool_:
                 scaled = self._masked(node, "mask", scaled, mask, score_shape)  # True keeps (PyTorch)
             else:
                 shape = tuple(int(d) for d in np.broadcast_shapes(score_shape, self.m.shape_of(mask)))
                 added = self._new(f"{node.name}/masked", shape, like=q)
-                self._emit(OP.ADD, [scaled, mask], [added], options_type=w.OPTIONS.AddOptions, options=w.add_options(0))
+                self._emit_float(OP.ADD, [scaled, mask], [added], options_type=w.OPTIONS.AddOptions, options=w.add_options(0))
                 scaled, score_shape = added, shape
         probs = self._new(f"{node.name}/probs", score_shape, like=q)
-        self._emit(OP.SOFTMAX, [scaled], [probs], options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
-        out = self._new(node.output, self.specs[node.output].shape)
-        self._emit(OP.BATCH_MATMUL, [probs, v], [out], options_type=w.OPTIONS.BatchMatMulOptions, options=w.batch_matmul_options())
+        self._emit_float(OP.SOFTMAX, [scaled], [probs], options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
+        out = self._new(node.output if not self.int8 else f"{node.name}/float", self.specs[node.output].shape, like=q)
+        self._emit_float(OP.BATCH_MATMUL, [probs, v], [out], options_type=w.OPTIONS.BatchMatMulOptions, options=w.batch_matmul_options())
+        if self.int8:
+            quantized = self._new(node.output, self.specs[node.output].shape)
+            self._emit(OP.QUANTIZE, [out], [quantized])
+            out = quantized
         self._set(node.output, out, False)
+
+    def _dequantized(self, node: Node, name: str) -> int:
+        """Value ``name`` in the core's layout as float32 (one DEQUANTIZE for an int8 tensor)."""
+        index = self._core(name)
+        if self.m.quant_of(index) is None:
+            return index
+        out = self.m.tensor(f"{node.name}/{name}/float", self.m.shape_of(index), np.float32)
+        self._emit(OP.DEQUANTIZE, [index], [out])
+        return out
+
+    def _emit_float(self, opcode: int, ins: list[int], outs: list[int], **kw: Any) -> None:
+        """A float32 op (version 1) also inside an int8 model."""
+        self.m.op(opcode, ins, outs, version=1, **kw)
+        self.counts[tflite_name(opcode)] += 1
 
     def _masked(self, node: Node, label: str, scores: int, mask: int, shape: tuple[int, ...]) -> int:
         """SELECT_V2(mask, scores, -inf): masked positions get zero weight in the SOFTMAX."""
         out_shape = tuple(int(d) for d in np.broadcast_shapes(shape, self.m.shape_of(mask)))
         out = self._new(f"{node.name}/{label}ed", out_shape, like=scores)
         ninf = self.m.constant(f"{node.name}/{label}_fill", np.array([-np.inf], np.float32))
-        self._emit(OP.SELECT_V2, [mask, scores, ninf], [out])
+        self._emit_float(OP.SELECT_V2, [mask, scores, ninf], [out])
         return out

@@ -60,7 +60,7 @@ IO_KINDS: Final = ("float", "int8")
 #: Producers a following ReLU is fused into (as the TFLite converter does).
 _FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul", "sub"})
 #: Ops that read an image in the device's NHWC layout; a 4-D graph input they read is stored NHWC.
-_SPATIAL: Final = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d"})
+_SPATIAL: Final = frozenset({"conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d"})
 
 # Versions the TFLite converter writes for int8 kernels; the Edge TPU compiler checks them.
 _INT8_VERSION: Final = {
@@ -68,7 +68,7 @@ _INT8_VERSION: Final = {
     OP.MAX_POOL_2D: 2, OP.AVERAGE_POOL_2D: 2, OP.RESHAPE: 1, OP.SOFTMAX: 2, OP.MEAN: 2,
     OP.CONCATENATION: 2, OP.RELU: 2, OP.RELU6: 2, OP.PAD: 2, OP.TRANSPOSE: 2, OP.SUB: 2, OP.LOGISTIC: 2,
     OP.TANH: 2, OP.STRIDED_SLICE: 2, OP.GATHER: 2, OP.RSQRT: 2, OP.SUM: 2, OP.REDUCE_MAX: 2, OP.REDUCE_MIN: 2,
-    OP.PADV2: 2, OP.GELU: 2, OP.BATCH_MATMUL: 2, OP.MAXIMUM: 2, OP.MINIMUM: 2, OP.RELU_N1_TO_1: 2,
+    OP.PADV2: 2, OP.GELU: 2, OP.GATHER_ND: 2, OP.BATCH_MATMUL: 2, OP.MAXIMUM: 2, OP.MINIMUM: 2, OP.RELU_N1_TO_1: 2,
     # float32 -> int8 QUANTIZE is version 2 (int8 output), int8 -> float32 DEQUANTIZE version 2.
     OP.QUANTIZE: 2, OP.DEQUANTIZE: 2,
 }
@@ -433,6 +433,64 @@ class _Lowerer(ElementwiseOps, TensorOps):
             )
         self.values[out_name] = _Value(out, True)
 
+    def _op_conv_transpose2d(self, node: Node) -> None:
+        """TRANSPOSE_CONV per group (STRIDED_SLICE of the input channels, CONCATENATION of the
+        outputs when groups > 1), fp32. TFLite's TRANSPOSE_CONV has no dilation and only SAME/VALID
+        padding: the kernel is dilated with zeros, the VALID output is written ``max(0,
+        output_padding - padding)`` rows/columns larger (those positions receive only the bias, as
+        in the core's definition) and STRIDED_SLICE crops ``padding`` from each side."""
+        self._float_only(node)  # the plan has no weight parameters for transposed convolutions
+        v = self._get(node)
+        if not v.nhwc:
+            raise UnsupportedOperationError(f"layer {node.name!r} (conv_transpose2d) needs a 4-D NCHW input")
+        from neurenix_core.graph.opset import attrs_of
+
+        a = attrs_of("conv_transpose2d", node.attrs)
+        weight = np.asarray(node.params["weight"], np.float32)
+        stride, dil = _pair(a["stride"]), _pair(a["dilation"])
+        pad, extra = _pair(a["padding"]), _pair(a["output_padding"])
+        groups = int(a["groups"])
+        n, h, wd, cin = self.m.shape_of(v.index)
+        kernel = _dilated(weight, dil)
+        kh, kw = kernel.shape[2:]
+        grow = (max(0, extra[0] - pad[0]), max(0, extra[1] - pad[1]))
+        full = (n, (h - 1) * stride[0] + kh + grow[0], (wd - 1) * stride[1] + kw + grow[1], kernel.shape[1] * groups)
+        bias = node.params.get("bias")
+        bias = np.zeros(full[3], np.float32) if bias is None else np.asarray(bias, np.float32)
+        step, per = cin // groups, kernel.shape[1]
+        parts = []
+        for g in range(groups):
+            x = v.index
+            if groups > 1:
+                x = self._new(f"{node.name}/in{g}", (n, h, wd, step), like=v.index)
+                self._emit(OP.STRIDED_SLICE, [v.index, self.m.constant(f"{node.name}/in{g}/begin", np.array([0, 0, 0, g * step], np.int32)),
+                                              self.m.constant(f"{node.name}/in{g}/end", np.array([n, h, wd, (g + 1) * step], np.int32)),
+                                              self.m.constant(f"{node.name}/in{g}/strides", np.ones(4, np.int32))], [x],
+                           options_type=w.OPTIONS.StridedSliceOptions, options=w.strided_slice_options())
+            part_shape = (*full[:3], per)
+            part = self._new(f"{node.name}/full{g}", part_shape)
+            # TFLite's filter is (out, kh, kw, in): the core's (in, out/groups, kh, kw) of this group.
+            wg = np.ascontiguousarray(kernel[g * step:(g + 1) * step].transpose(1, 2, 3, 0))
+            self._emit(OP.TRANSPOSE_CONV, [self._shape_const(f"{node.name}/shape{g}", part_shape),
+                                           self.m.constant(f"{node.name}/weight{g}", wg), x,
+                                           self.m.constant(f"{node.name}/bias{g}", bias[g * per:(g + 1) * per])], [part],
+                       options_type=w.OPTIONS.TransposeConvOptions, options=w.transpose_conv_options(stride, PAD_VALID))
+            parts.append(part)
+        whole = parts[0]
+        if groups > 1:
+            whole = self._new(f"{node.name}/full", full)
+            self._emit(OP.CONCATENATION, parts, [whole], options_type=w.OPTIONS.ConcatenationOptions, options=w.concat_options(3))
+        out_shape = self.specs[node.output].shape
+        oh, ow = out_shape[2], out_shape[3]
+        out = whole
+        if (oh, ow) != full[1:3]:
+            out = self._new(node.output, (n, oh, ow, full[3]))
+            self._emit(OP.STRIDED_SLICE, [whole, self.m.constant(f"{node.name}/begin", np.array([0, pad[0], pad[1], 0], np.int32)),
+                                          self.m.constant(f"{node.name}/end", np.array([n, pad[0] + oh, pad[1] + ow, full[3]], np.int32)),
+                                          self.m.constant(f"{node.name}/strides", np.ones(4, np.int32))], [out],
+                       options_type=w.OPTIONS.StridedSliceOptions, options=w.strided_slice_options())
+        self.values[node.output] = _Value(out, True)
+
     def _pad(self, node: Node, index: int, kernel: tuple[int, ...], stride: tuple[int, int], dil: tuple[int, int], pad: tuple[int, int]) -> tuple[int, int]:
         """(input tensor, TFLite padding): SAME/VALID when they match the layer, else an explicit PAD."""
         n, h, wd, c = self.m.shape_of(index)
@@ -594,6 +652,17 @@ def _pair(v: Any) -> tuple[int, int]:
     if isinstance(v, (tuple, list)):
         return int(v[0]), int(v[1])
     return int(v), int(v)
+
+
+def _dilated(weight: np.ndarray, dilation: tuple[int, int]) -> np.ndarray:
+    """A (C, O, kh, kw) kernel with ``dilation - 1`` zeros between taps: the same transposed
+    convolution for a runtime without dilation."""
+    if dilation == (1, 1):
+        return weight
+    c, o, kh, kw = weight.shape
+    out = np.zeros((c, o, (kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1), weight.dtype)
+    out[:, :, ::dilation[0], ::dilation[1]] = weight
+    return out
 
 
 def _to_nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -23,18 +23,19 @@ NATIVE_OPS = (
 #: Op-level graph nodes the TFLite writer lowers (``lowering.py``, ``lower_tensor.py``). Only ops
 #: that become TFLite builtins are declared; the core decomposes composites not listed here
 #: (layer_norm, multihead_attention, global pools, embedding, conv1d) and places every other op
-#: (div, exp, erf, cast, comparisons, where, expand, ...) on cpu:0 and names it in the placement.
+#: (div, exp, erf, cast, comparisons and isnan, where, expand, gather_elements: no TFLite builtin
+#: the Edge TPU maps) on cpu:0 and names it in the placement.
 GRAPH_OPS = (
-    # layers: CONV_2D / DEPTHWISE_CONV_2D, FULLY_CONNECTED, pools, MEAN
-    "conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d", "dropout", "identity", "constant",
+    # layers: CONV_2D / DEPTHWISE_CONV_2D, TRANSPOSE_CONV (fp32), FULLY_CONNECTED, pools, MEAN
+    "conv2d", "conv_transpose2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d", "dropout", "identity", "constant",
     # elementwise and activations: ADD, SUB, MUL, RELU, LOGISTIC, TANH, HARD_SWISH, GELU, RSQRT, SOFTMAX,
     # MAXIMUM, MINIMUM, RELU6 / RELU_N1_TO_1 (clip)
     "add", "sub", "mul", "maximum", "minimum", "relu", "clip", "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu",
     "rsqrt", "softmax",
     # reductions: MEAN, SUM, REDUCE_MAX, REDUCE_MIN
     "reduce_mean", "reduce_sum", "reduce_max", "reduce_min",
-    # data movement: RESHAPE, TRANSPOSE, CONCATENATION, STRIDED_SLICE, GATHER, PAD
-    "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "concat", "slice", "split", "gather", "pad",
+    # data movement: RESHAPE, TRANSPOSE, CONCATENATION, STRIDED_SLICE, GATHER, GATHER_ND, PAD
+    "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "concat", "slice", "split", "gather", "gather_nd", "pad",
     # matmul and attention: FULLY_CONNECTED / BATCH_MATMUL, SOFTMAX
     "matmul", "scaled_dot_product_attention",
 )

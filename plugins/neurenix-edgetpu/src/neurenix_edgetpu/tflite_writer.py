@@ -288,6 +288,17 @@ def conv_options(stride: tuple[int, int], dilation: tuple[int, int], padding: in
     return build
 
 
+def transpose_conv_options(stride: tuple[int, int], padding: int) -> Callable[[flatbuffers.Builder], int]:
+    def build(b: flatbuffers.Builder) -> int:
+        tflite.TransposeConvOptionsStart(b)
+        tflite.TransposeConvOptionsAddPadding(b, padding)
+        tflite.TransposeConvOptionsAddStrideH(b, stride[0])
+        tflite.TransposeConvOptionsAddStrideW(b, stride[1])
+        return tflite.TransposeConvOptionsEnd(b)
+
+    return build
+
+
 def depthwise_options(stride: tuple[int, int], dilation: tuple[int, int], padding: int, multiplier: int, act: int) -> Callable[[flatbuffers.Builder], int]:
     def build(b: flatbuffers.Builder) -> int:
         tflite.DepthwiseConv2DOptionsStart(b)

@@ -172,7 +172,7 @@ _COMPARE: Final = {"equal": "equal", "not_equal": "not_equal", "less": "less", "
                    "greater_equal": "greater_equal"}
 _UNARY: Final = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "erf": "erf", "tanh": "tanh",
                  "sigmoid": "sigmoid", "floor": "floor", "ceil": "ceiling", "neg": "negative", "abs": "abs", "sign": "sign",
-                 "silu": "swish", "hardswish": "hswish"}
+                 "silu": "swish", "hardswish": "hswish", "isnan": "is_nan"}
 
 HANDLERS: Final[dict[str, Handler]] = {
     **{op: _binary(ov) for op, ov in _BINARY.items()},

@@ -1,4 +1,5 @@
-"""Layer ops -> opset16: linear/matmul/gemm, conv1d/conv2d (groups, dilation, padding), pooling
+"""Layer ops -> opset16: linear/matmul/gemm, conv1d/conv2d (groups, dilation, padding),
+conv_transpose2d (ConvolutionBackpropData, grouped or not), pooling
 and normalisation.
 
 These are the layers a QuantizationPlan quantizes: the driver puts FakeQuantize on their
@@ -76,6 +77,23 @@ def _conv(nd: int) -> Handler:
     return lower
 
 
+def _conv_transpose2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    # The opset's weight is (C_in, C_out/groups, kh, kw): ConvolutionBackpropData's filter layout,
+    # and GroupConvolutionBackpropData's once split to (groups, C_in/groups, C_out/groups, kh, kw).
+    groups = int(a["groups"])
+    w_shape = np.shape(node.params["weight"])
+    lw.expect(node, x[0], 4, 1, int(w_shape[0]), f"NCHW input with {w_shape[0]} channels")
+    stride, pad, dil, extra = pair(a["stride"]), pair(a["padding"]), pair(a["dilation"]), pair(a["output_padding"])
+    w = lw.const(node.params["weight"])
+    if groups == 1:
+        out = lw.op.convolution_backprop_data(x[0], w, stride, None, pad, pad, dil, "explicit", extra)
+    else:
+        grouped = lw.op.reshape(w, lw.const([groups, w_shape[0] // groups, *w_shape[1:]], np.int64), False)
+        out = lw.op.group_convolution_backprop_data(x[0], grouped, stride, None, pad, pad, dil, "explicit", extra)
+    b = lw.bias(node)
+    return out if b is None else lw.op.add(out, lw.const(b.reshape(1, -1, 1, 1)))
+
+
 def _pool_args(a: Attrs) -> tuple[list[int], list[int], list[int]]:
     k = pair(a["kernel_size"])
     s = pair(a["stride"] if a["stride"] is not None else a["kernel_size"])
@@ -141,6 +159,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "gemm": _gemm,
     "conv1d": _conv(1),
     "conv2d": _conv(2),
+    "conv_transpose2d": _conv_transpose2d,
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
     "adaptive_avg_pool2d": _adaptive_avg_pool2d,

@@ -1,5 +1,5 @@
 """Shape and indexing ops -> opset16: reshape, flatten, transpose, squeeze, unsqueeze, expand,
-concat, split, slice, gather, embedding, where and pad.
+concat, split, slice, gather, gather_elements, gather_nd, embedding, where and pad.
 
 Shapes are static, so reshape-like ops reshape to the output shape the opset infers (one rule,
 the core's) instead of re-deriving ONNX's 0 / -1 conventions here.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from neurenix_core.graph.ir import Node
-from neurenix_npu_openvino.lower_types import Handler, axis_of
+from neurenix_npu_openvino.lower_types import Handler, axis_of, output
 
 if TYPE_CHECKING:
     from neurenix_npu_openvino.lowering import Lowering
@@ -79,6 +79,35 @@ def _gather(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.gather(x[0], x[1], lw.const(axis, np.int64))
 
 
+def _wrapped(lw: Lowering, indices: Any, sizes: Any) -> Any:
+    """Negative indices counted from the end (the opset's rule), made explicit: OpenVINO's
+    GatherElements / GatherND specs leave negative indices to the plugin."""
+    zero = lw.scalar_like(indices, 0)
+    return lw.op.select(lw.op.less(indices, zero), lw.op.add(indices, sizes), indices)
+
+
+def _gather_elements(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    shape, idx_shape = lw.shape(x[0]), lw.shape(x[1])
+    axis = axis_of(int(a["axis"]), len(shape))
+    data = x[0]
+    if any(i != n for k, (i, n) in enumerate(zip(idx_shape, shape)) if k != axis):
+        # torch.gather lets indices be smaller than data outside ``axis``; GatherElements wants
+        # equal sizes there, so crop data to the indices' extent first (what the reference does).
+        # StridedSlice, not Slice: OpenVINO 2026.4's CPU plugin drops a Slice feeding
+        # GatherElements during its transformations and then fails shape validation.
+        ends = [n if k == axis else i for k, (i, n) in enumerate(zip(idx_shape, shape))]
+        zeros = [0] * len(shape)
+        data = lw.op.strided_slice(data, lw.axes(zeros), lw.axes(ends), lw.axes([1] * len(shape)), zeros, zeros)
+    indices = _wrapped(lw, x[1], lw.scalar_like(x[1], shape[axis]))
+    return lw.op.gather_elements(data, indices, axis)
+
+
+def _gather_nd(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    k = lw.shape(x[1])[-1]
+    dims = np.asarray(lw.shape(x[0])[:k], output(x[1]).get_element_type().to_dtype())
+    return lw.op.gather_nd(x[0], _wrapped(lw, x[1], lw.op.constant(dims)), int(a["batch_dims"]))
+
+
 def _embedding(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.gather(lw.const(node.params["weight"]), x[0], lw.const(0, np.int64))
 
@@ -122,6 +151,8 @@ HANDLERS: Final[dict[str, Handler]] = {
     "split": _split,
     "slice": _slice,
     "gather": _gather,
+    "gather_elements": _gather_elements,
+    "gather_nd": _gather_nd,
     "embedding": _embedding,
     "where": _where,
     "pad": _pad,
