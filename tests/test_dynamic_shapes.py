@@ -84,24 +84,28 @@ def _check_bert(model: Any, compiled: Any, shapes: tuple[tuple[int, int], ...], 
 
 def test_vit_imported_at_batch_2_runs_at_other_batches_on_cpu() -> None:
     model, imported = _vit()
-    spec = imported.to_graph().inputs[0]
+    spec = imported.symbolic_graph().inputs[0]
     assert spec.dynamic == (0,) and spec.display_shape == (None, 3, 16, 16)
     assert "None, 3, 16, 16" in repr(spec)
     # The class-token expand is sized by the batch: a SymDim, not the example's 2.
-    expands = [n for n in imported.to_graph().nodes if n.op == "expand"]
+    expands = [n for n in imported.symbolic_graph().nodes if n.op == "expand"]
     assert expands and all(isinstance(n.attrs["shape"][0], SymDim) for n in expands)
     _check_vit(model, nx.compile(imported, device="cpu:0"), (5, 1, 3), FP32_CPU)
 
 
 def test_bert_imported_at_2x9_runs_at_other_batches_and_lengths_on_cpu() -> None:
     model, imported = _bert()
-    assert [s.display_shape for s in imported.to_graph().inputs] == [(None, None), (None, None)]
+    assert [s.display_shape for s in imported.symbolic_graph().inputs] == [(None, None), (None, None)]
     _check_bert(model, nx.compile(imported, device="cpu:0"), ((3, 12), (1, 5), (4, 64)), FP32_CPU)
 
 
 def test_specialization_is_static_for_backends() -> None:
     _, imported = _bert()
-    graph = imported.to_graph()
+    # to_graph() is static (the example's shapes), as plugins' own conversion APIs expect
+    example = imported.to_graph()
+    assert [s.shape for s in example.inputs] == [(2, 9), (2, 9)] and not example.dynamic
+    assert not any(is_symbolic(dict(n.attrs)) for n in example.nodes)
+    graph = imported.symbolic_graph()
     assert graph.dynamic and any(is_symbolic(dict(n.attrs)) for n in graph.nodes)
     shaped = graph.with_input_shapes((3, 12), (3, 12))
     assert not shaped.dynamic and not any(is_symbolic(dict(n.attrs)) for n in shaped.nodes)
@@ -136,14 +140,14 @@ def test_save_load_round_trip_keeps_dynamic_shapes(tmp_path: Path) -> None:
     other = zoo.build("vit", seed=1)  # different weights: the loaded ones must win
     restored = nn.from_torch(other, torch.zeros(3, 3, 16, 16))
     restored.load(path)
-    assert restored.to_graph().fingerprint() == imported.to_graph().fingerprint()
+    assert restored.symbolic_graph().fingerprint() == imported.symbolic_graph().fingerprint()
     _check_vit(model, nx.compile(restored, device="cpu:0"), (6, 2), FP32_CPU)
 
 
 def test_static_true_keeps_the_example_shapes() -> None:
     model = zoo.build("vit")
     imported = nn.from_torch(model, torch.zeros(2, 3, 16, 16), static=True)
-    assert imported.to_graph().inputs[0].dynamic == ()
+    assert imported.symbolic_graph().inputs[0].dynamic == ()
     compiled = nx.compile(imported, device="cpu:0")
     compiled(np.zeros((2, 3, 16, 16), np.float32))
     with pytest.raises(ShapeError, match="concat"):
@@ -156,7 +160,7 @@ def test_explicit_dynamic_shapes_choose_the_axes() -> None:
     ids = torch.zeros(2, 9, dtype=torch.long)
     batch_only = {"input_ids": {0: torch.export.Dim("batch")}}
     imported = nn.from_torch(model, {"input_ids": ids}, dynamic_shapes=batch_only)
-    assert imported.to_graph().inputs[0].display_shape == (None, 9)
+    assert imported.symbolic_graph().inputs[0].display_shape == (None, 9)
     out = nx.compile(imported, device="cpu:0")(np.ones((3, 9), np.int64))
     assert _np(out)[0].shape == (3, 9, 32)
     with pytest.raises(ShapeError):
@@ -174,7 +178,7 @@ def test_unsymbolic_size_falls_back_to_static_with_a_warning() -> None:
     x = torch.randn(3, 4)
     with pytest.warns(NeurenixWarning, match="static shapes"):
         imported = nn.from_torch(_DataDependentArange(), x)
-    assert imported.to_graph().inputs[0].dynamic == ()
+    assert imported.symbolic_graph().inputs[0].dynamic == ()
     got = _np(nx.compile(imported, device="cpu:0")(x.numpy()))[0]
     np.testing.assert_allclose(got, _DataDependentArange()(x).numpy(), rtol=1e-5, atol=1e-6)
     with nx.fallback_policy("error"), pytest.raises(FallbackError, match="static shapes"):
@@ -190,7 +194,7 @@ def test_onnx_vit_with_dynamic_batch_runs_at_other_batches(tmp_path: Path) -> No
     with warnings.catch_warnings():
         warnings.simplefilter("error", NeurenixWarning)
         imported = nn.from_onnx(path)
-    assert imported.to_graph().inputs[0].display_shape == (None, 3, 16, 16)
+    assert imported.symbolic_graph().inputs[0].display_shape == (None, 3, 16, 16)
     _check_vit(model, nx.compile(imported, device="cpu:0"), (2, 5, 1), FP32_CPU)
 
 
@@ -206,7 +210,7 @@ def test_onnx_bert_with_dynamic_batch_runs_at_other_batches(tmp_path: Path) -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error", NeurenixWarning)
         imported = nn.from_onnx(path)
-    assert [s.display_shape for s in imported.to_graph().inputs] == [(None, 9), (None, 9)]
+    assert [s.display_shape for s in imported.symbolic_graph().inputs] == [(None, 9), (None, 9)]
     _check_bert(model, nx.compile(imported, device="cpu:0"), ((3, 9), (1, 9)), FP32_CPU)
 
 
@@ -214,7 +218,7 @@ def test_range_over_the_batch_is_capped_and_says_so() -> None:
     from neurenix_core.graph.symbolic import ARANGE_CAP
 
     _, imported = _bert()  # its attention mask indexes arange(batch): a constant range, capped
-    graph = imported.to_graph()
+    graph = imported.symbolic_graph()
     assert (0, 0, ARANGE_CAP) in graph.limits  # the batch axis (input_ids axis 0) sizes that range
     graph.with_input_shapes((ARANGE_CAP, 9), (ARANGE_CAP, 9))
     with pytest.raises(ShapeError, match=f"'input_ids' axis 0 is {ARANGE_CAP + 1}.*up to {ARANGE_CAP}"):

@@ -101,7 +101,7 @@ def test_old_opset_is_refused_and_symbolic_dimensions_stay_dynamic() -> None:
         nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], out, [], opset=11))
     dynamic = _model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])], out, [])
     imported = nn.from_onnx(dynamic)
-    assert imported.to_graph().inputs[0].display_shape == (None, 2)
+    assert imported.symbolic_graph().inputs[0].display_shape == (None, 2)
     x = np.array([[-1.0, 2.0]] * 3, np.float32)
     np.testing.assert_array_equal(imported(x).numpy(), np.maximum(x, 0))
     with pytest.raises(UnsupportedOperationError, match="symbolic dimension 'batch'.*input_shapes"):

@@ -75,7 +75,8 @@ def _graph_of(model: Any) -> Graph:
             f"nx.compile expects a neurenix_core.nn Module or a Graph, got {type(model).__name__}; "
             "import a PyTorch model first with nx.nn.from_torch(model)"
         )
-    return model.to_graph()
+    symbolic = getattr(model, "symbolic_graph", None)  # an import with dynamic axes keeps them
+    return symbolic() if symbolic is not None else model.to_graph()
 
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,

@@ -6,8 +6,9 @@ to the sequence length, the index grids of an attention mask): those stay nodes.
 them, so a backend receives the same graph a static import would give it (the ops it declared,
 no index arithmetic that could push nodes off the device):
 
-- a node whose inputs are all integer or bool constants is evaluated (opset reference semantics)
-  and becomes a ``constant`` node; float computations are left to the backend;
+- a node whose inputs are all constants is evaluated (opset reference semantics) and becomes a
+  ``constant`` node when it is exact: integer/bool arithmetic, or data movement (shape and
+  indexing ops) of any dtype; float arithmetic is left to the backend;
 - ``gather_nd`` with constant indices becomes ``reshape`` + ``gather`` on flat indices (what
   the static importer emits for constant advanced indexing);
 - constants no node reads any more are dropped.
@@ -29,8 +30,10 @@ if TYPE_CHECKING:
 __all__ = ["fold_size_constants"]
 
 
-def _foldable(arrays: list[np.ndarray]) -> bool:
-    return all(a.dtype.kind in "iub" for a in arrays)
+def _foldable(op: str, arrays: list[np.ndarray]) -> bool:
+    """Integer/bool computations (sizes, indices, masks), and data movement of any constant
+    (an expand of the class token to the batch): exact, so folding changes no number."""
+    return all(a.dtype.kind in "iub" for a in arrays) or opset.OPSET[op].category in ("shape", "indexing")
 
 
 def fold_size_constants(graph: Graph) -> Graph:
@@ -46,7 +49,7 @@ def fold_size_constants(graph: Graph) -> Graph:
             nodes.append(n)
             continue
         ins = [consts.get(i) for i in n.inputs]
-        if n.inputs and all(a is not None for a in ins) and _foldable(ins) and not n.params:  # type: ignore[arg-type]
+        if n.inputs and all(a is not None for a in ins) and _foldable(n.op, ins) and not n.params:  # type: ignore[arg-type]
             try:
                 value = np.asarray(opset.evaluate(n.op, n.attrs, ins, {}))  # type: ignore[arg-type]
             except (ValueError, IndexError) as exc:  # the input shapes do not fit the model
