@@ -94,13 +94,20 @@ def test_unsupported_onnx_op_names_node_and_op() -> None:
         nn.from_onnx(model)
 
 
-def test_old_opset_and_symbolic_shapes_are_refused_with_the_remedy() -> None:
+def test_old_opset_is_refused_and_symbolic_dimensions_stay_dynamic() -> None:
     relu = [helper.make_node("Relu", ["x"], ["y"])]
     out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     with pytest.raises(ModelFormatError, match="opset 11.*convert_version"):
         nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], out, [], opset=11))
-    with pytest.raises(UnsupportedOperationError, match="symbolic dimension 'batch'.*update_model_dims"):
-        nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])], out, []))
+    dynamic = _model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])], out, [])
+    imported = nn.from_onnx(dynamic)
+    assert imported.symbolic_graph().inputs[0].display_shape == (None, 2)
+    x = np.array([[-1.0, 2.0]] * 3, np.float32)
+    np.testing.assert_array_equal(imported(x).numpy(), np.maximum(x, 0))
+    with pytest.raises(UnsupportedOperationError, match="symbolic dimension 'batch'.*input_shapes"):
+        nn.from_onnx(dynamic, static=True)
+    fixed = nn.from_onnx(dynamic, static=True, input_shapes=[(4, 2)])
+    assert fixed.to_graph().inputs[0].display_shape == (4, 2)
 
 
 def test_conv_transpose_exported_and_handmade_with_asymmetric_pads(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.qmath import constant_weight_axis, int_range, activation_params, fixed_output_params, passes_through, weight_params
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference import run_graph, specialized
 
 __all__ = ["calibrate", "dynamic_plan", "plan_summary"]
 
@@ -109,10 +109,13 @@ def calibrate(
         inputs = _as_inputs(batch, len(graph.inputs), i)
         values = run_graph(graph, *inputs, return_values=True)
         shapes = {name: np.shape(value) for name, value in values.items()}
+        # A dynamic graph at these shapes folds what the sizes built (the class token expanded
+        # to the batch): constants there too, as in the graph nx.compile lowers.
+        folded = {n.output for n in specialized(graph, inputs).nodes if n.op == "constant"} if graph.dynamic else set()
         for name, value in values.items():
             # Activations are the float values computed from the inputs; constants stay float
             # (they feed float ops), integer and bool values (ids, masks) are not quantized.
-            if name not in constants and np.asarray(value).dtype.kind == "f":
+            if name not in constants and name not in folded and np.asarray(value).dtype.kind == "f":
                 obs.observe(name, value, f"batch {i}")
         batches += 1
     if batches == 0:

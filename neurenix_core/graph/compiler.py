@@ -75,7 +75,8 @@ def _graph_of(model: Any) -> Graph:
             f"nx.compile expects a neurenix_core.nn Module or a Graph, got {type(model).__name__}; "
             "import a PyTorch model first with nx.nn.from_torch(model)"
         )
-    return model.to_graph()
+    symbolic = getattr(model, "symbolic_graph", None)  # an import with dynamic axes keeps them
+    return symbolic() if symbolic is not None else model.to_graph()
 
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,
@@ -148,7 +149,8 @@ class Compiled:
     @property
     def summary(self) -> str:
         if not self._summaries:
-            return f"{self.device}: not compiled yet (compiles on the first call per input shape), {len(self.graph.nodes)} layers"
+            dynamic = f", dynamic input shapes {[s.display_shape for s in self.graph.inputs]}" if self.graph.dynamic else ""
+            return f"{self.device}: not compiled yet (compiles on the first call per input shape), {len(self.graph.nodes)} layers{dynamic}"
         return "; ".join(f"{shapes}: {text}" for shapes, text in self._summaries.items())
 
     def __repr__(self) -> str:
@@ -227,9 +229,12 @@ class Compiled:
 
     def _build(self, shapes: tuple[tuple[int, ...], ...]) -> Runner:
         from neurenix_core.graph.shapes import infer_shapes
+        from neurenix_core.graph.specialize import fold_size_constants
 
-        graph = self.graph.with_input_shapes(*shapes)
         try:
+            graph = self.graph.with_input_shapes(*shapes)
+            if self.graph.dynamic:  # sizes known: fold what they built, as a static import would have
+                graph = fold_size_constants(graph)
             infer_shapes(graph)
         except ShapeError as exc:
             expected = [s.shape for s in self.graph.inputs if s.shape]
@@ -253,11 +258,11 @@ class Compiled:
             try:
                 native = reg.call(rec, "neurenix_compile", backend=self._backend, graph=placement.graph, options=options)
             except UnsupportedOperationError as exc:
-                return self._fallback(exc)
+                return self._fallback(exc, graph)
             if native is not None:
                 self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = native
                 return self._native_runner(native), str(getattr(native, "summary", "") or f"compiled by plugin {rec.name}")
-        return self._local_runner()
+        return self._local_runner(graph)
 
     def _place(self, graph: Graph, compiles: bool) -> Any:
         """Which nodes the device runs: declared ops and dtypes (capabilities as data)."""
@@ -402,7 +407,7 @@ class Compiled:
 
         return run
 
-    def _fallback(self, exc: UnsupportedOperationError) -> tuple[Runner, str]:
+    def _fallback(self, exc: UnsupportedOperationError, graph: Graph) -> tuple[Runner, str]:
         where = f"{self.device} (plugin {self._record.name})"
         if self.plan is not None or self.precision not in (None, "fp32"):
             raise CompilationError(f"{where} cannot lower the model at {self.precision}: {exc}; no eager equivalent exists") from exc
@@ -412,7 +417,7 @@ class Compiled:
                 "nx.fallback_policy('allow') or remove the layer"
             ) from exc
         fallback.record("nx.compile", self._record.name, str(self.device))
-        runner, _ = self._local_runner()
+        runner, _ = self._local_runner(graph)
         return runner, f"eager on {self.device} (the plugin could not lower the model: {exc})"
 
     def _native_runner(self, native: Any) -> Runner:
@@ -431,22 +436,28 @@ class Compiled:
 
         return run
 
-    def _local_runner(self) -> tuple[Runner, str]:
-        """No plugin compile: integer reference on the CPU for quantized models, else eager."""
+    def _local_runner(self, graph: Graph) -> tuple[Runner, str]:
+        """No plugin compile: integer reference on the CPU for quantized models, else eager.
+        ``graph`` is the model at this call's input shapes (its size attributes resolved)."""
         if self.plan is not None:
             if str(self.device.type) != "cpu":
                 raise UnsupportedOperationError(
                     f"{self.device} (plugin {self._record.name}) does not compile models, so it cannot run {self.precision} "
                     "quantized models; compile for 'cpu' (NumPy integer kernels) or a device whose plugin compiles models"
                 )
-            return self._integer_runner(), f"NumPy integer kernels on {self.device} ({self.precision}, TFLite arithmetic)"
+            return self._integer_runner(graph), f"NumPy integer kernels on {self.device} ({self.precision}, TFLite arithmetic)"
         if self.precision not in (None, "fp32"):
             raise UnsupportedOperationError(
                 f"{self.device} (plugin {self._record.name}) runs models eagerly in fp32 only; precision={self.precision!r} "
                 "needs a plugin that compiles models (or leave precision unset)"
             )
         if str(self.device.type) == "cpu":
-            return self._interpreter_runner(), f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(self.graph.nodes)} nodes"
+            return self._interpreter_runner(graph), f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(self.graph.nodes)} nodes"
+        if self.graph.dynamic:  # size attributes differ per input shape: one eager graph per shape
+            from neurenix_core.graph.executor import EagerGraph
+
+            shaped = EagerGraph(graph, self.device)
+            return (lambda *natives: shaped(*self._tensors(natives))), f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(graph.nodes)} layers"
         if self._eager is None:
             from neurenix_core.graph.executor import EagerGraph
 
@@ -454,12 +465,12 @@ class Compiled:
             self._eager = lambda *natives: eager(*self._tensors(natives))
         return self._eager, f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(self.graph.nodes)} layers"
 
-    def _interpreter_runner(self) -> Runner:
+    def _interpreter_runner(self, graph: Graph) -> Runner:
         """The CPU backend's whole-opset path: the reference semantics in float32 on host arrays."""
         from neurenix_core.graph.reference import run_graph
         from neurenix_core.tensor.creation import asarray
 
-        graph, dev, to_host = self.graph, self.device, self._backend._to_host
+        dev, to_host = self.device, self._backend._to_host
 
         def run(*natives: Any) -> tuple[Tensor, ...]:
             out = run_graph(graph, *(to_host(n) for n in natives), float_dtype=np.float32)
@@ -468,11 +479,11 @@ class Compiled:
 
         return run
 
-    def _integer_runner(self) -> Runner:
+    def _integer_runner(self, graph: Graph) -> Runner:
         from neurenix_core.tensor.creation import asarray
         from neurenix_core.graph.reference import run_quantized
 
-        graph, plan, dev = self.graph, self.plan, self.device
+        plan, dev = self.plan, self.device
         assert plan is not None
 
         to_host = self._backend._to_host

@@ -23,6 +23,7 @@ from typing import Any, Final, final
 import numpy as np
 
 from neurenix_core.graph.opset import LEGACY_OPS, OPSET
+from neurenix_core.graph.symbolic import is_symbolic, resolve
 
 __all__ = ["OPS", "TensorSpec", "Node", "Graph", "QuantParams", "QuantizationPlan", "CompileOptions"]
 
@@ -33,11 +34,25 @@ OPS: Final = LEGACY_OPS
 @final
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """A graph input: name, static shape (NCHW for images) and dtype name (``opset.DTYPES``)."""
+    """A graph input: name, shape (NCHW for images) and dtype name (``opset.DTYPES``).
+
+    ``dynamic`` lists the axes whose size may change from call to call (an imported model's
+    batch axis, a token sequence axis); ``shape`` then holds the example's sizes there, and node
+    attributes that depend on them are :class:`~neurenix_core.graph.symbolic.SymDim` values that
+    ``Graph.with_input_shapes`` resolves. ``display_shape`` shows dynamic axes as None.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str = "float32"
+    dynamic: tuple[int, ...] = ()
+
+    @property
+    def display_shape(self) -> tuple[int | None, ...]:
+        return tuple(None if i in self.dynamic else d for i, d in enumerate(self.shape))
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(name={self.name!r}, shape={self.display_shape}, dtype={self.dtype!r})"
 
 
 @final
@@ -66,18 +81,40 @@ class Graph:
     inputs: tuple[TensorSpec, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[str, ...]
+    #: (input, axis, largest size) of dynamic axes with a cap (an ``arange`` over the batch
+    #: imported as a slice of a constant of that length); checked by ``with_input_shapes``
+    limits: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether some input axis is dynamic (node attributes may hold SymDims)."""
+        return any(s.dynamic for s in self.inputs)
 
     def with_input_shapes(self, *shapes: tuple[int, ...]) -> Graph:
-        """The same graph for concrete input shapes (backends compile static shapes)."""
+        """The same graph for concrete input shapes (backends compile static shapes): every
+        SymDim attribute is replaced by its value for these shapes, so the result is static
+        (``nx.compile`` then folds the constants those sizes built: graph.specialize)."""
         if len(shapes) != len(self.inputs):
             raise ValueError(f"graph has {len(self.inputs)} input(s), got {len(shapes)} shape(s)")
-        return replace(self, inputs=tuple(replace(s, shape=tuple(int(d) for d in shp)) for s, shp in zip(self.inputs, shapes)))
+        concrete = [tuple(int(d) for d in shp) for shp in shapes]
+        inputs = tuple(replace(s, shape=shp, dynamic=()) for s, shp in zip(self.inputs, concrete))
+        if not self.dynamic:
+            return replace(self, inputs=inputs)
+        dims = {(i, a): d for i, shp in enumerate(concrete) for a, d in enumerate(shp)}
+        for i, a, most in self.limits:
+            if dims.get((i, a), 0) > most:
+                from neurenix_core.errors import ShapeError
+
+                raise ShapeError(f"input {self.inputs[i].name!r} axis {a} is {dims[(i, a)]}; this imported model runs up to {most} there "
+                                 "(a size-dependent range was imported with that cap); import it with an example that large or larger")
+        nodes = tuple(replace(n, attrs=resolve(dict(n.attrs), dims)) if is_symbolic(n.attrs) else n for n in self.nodes)
+        return replace(self, inputs=inputs, nodes=nodes, limits=())
 
     def fingerprint(self) -> str:
         """A stable hash of structure, attributes and weights: the key of compiled-model caches."""
         h = hashlib.sha256()
         for spec in self.inputs:
-            h.update(repr((spec.name, spec.shape, spec.dtype)).encode())
+            h.update(repr((spec.name, spec.display_shape, spec.dtype)).encode())  # a dynamic axis: any example size
         for node in self.nodes:
             h.update(repr((node.name, node.op, node.inputs, node.output, sorted(node.attrs.items()))).encode())
             for key in sorted(node.params):
@@ -85,6 +122,8 @@ class Graph:
                 h.update(key.encode() + str(arr.dtype).encode() + repr(arr.shape).encode())
                 h.update(arr.tobytes())
         h.update(repr(self.outputs).encode())
+        if self.limits:
+            h.update(repr(self.limits).encode())
         return h.hexdigest()[:24]
 
     def node(self, name: str) -> Node:

@@ -11,7 +11,7 @@ quantize, as a runtime without an integer kernel for them would.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
-__all__ = ["run_graph", "run_quantized", "eval_node"]
+__all__ = ["run_graph", "run_quantized", "eval_node", "specialized"]
 
 Arrays = list[np.ndarray]
 
@@ -67,6 +67,17 @@ def _input_array(x: Any, dtype: str, float_dtype: Any) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+def specialized(graph: Graph, inputs: Sequence[Any]) -> Graph:
+    """A graph with dynamic input axes at these inputs' shapes: SymDims resolved and the
+    constants they built folded (what nx.compile lowers; the same value names)."""
+    if not graph.dynamic:
+        return graph
+    from neurenix_core.graph.specialize import fold_size_constants  # what nx.compile runs: same value names
+
+    shapes = (tuple(np.shape(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)) for x in inputs)
+    return fold_size_constants(graph.with_input_shapes(*shapes))
+
+
 def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, return_values: bool = False,
               float_dtype: Any = np.float64) -> Any:
     """Evaluate ``graph`` with the opset's semantics, floats in ``float_dtype`` (float64: the
@@ -74,6 +85,7 @@ def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, 
     outputs), or every value by name with ``return_values=True``. With ``plan`` (static), weights
     and activations are fake-quantized as an integer runtime would represent them."""
     _check_inputs(graph, inputs)
+    graph = specialized(graph, inputs)
     values: dict[str, np.ndarray] = {}
     quantized = plan is not None and not plan.dynamic
     for spec, x in zip(graph.inputs, inputs):
@@ -234,6 +246,7 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
     everything else in float64.
     """
     _check_inputs(graph, inputs)
+    graph = specialized(graph, inputs)
     Q.check_plan(graph, plan)
     if plan.dynamic:
         return _run_dynamic(graph, plan, inputs, return_values)

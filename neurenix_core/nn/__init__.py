@@ -29,29 +29,36 @@ __all__ = [
 manual_seed = init.manual_seed
 
 
-def from_torch(module: Any, example_inputs: Any = None) -> Module:
+def from_torch(module: Any, example_inputs: Any = None, *, dynamic_shapes: Any = None, static: bool = False) -> Module:
     """A neurenix model equal to the PyTorch ``module`` (weights copied as NumPy float32).
 
     With ``example_inputs`` (a tensor, a tuple of positional inputs, or a dict of keyword inputs)
-    any ``forward`` is captured through ``torch.export`` into a :class:`GraphModule` whose shapes
-    are those of the examples. Without them, an ``nn.Sequential`` of known layers is rebuilt from
+    any ``forward`` is captured through ``torch.export`` into a :class:`GraphModule`. Axis 0 of
+    every input (and axis 1 of rank-2 integer inputs: token ids) is dynamic: the model runs at
+    any batch size and sequence length, not only the example's. ``dynamic_shapes`` (as
+    ``torch.export.export`` takes it) chooses the dynamic axes; ``static=True`` keeps the
+    example's shapes. Without examples, an ``nn.Sequential`` of known layers is rebuilt from
     neurenix layers (shape-generic). PyTorch is imported only here.
     """
     if example_inputs is None:
+        if dynamic_shapes is not None or static:
+            raise TypeError("from_torch: dynamic_shapes= and static= apply to example_inputs; pass example inputs")
         from neurenix_core.nn.torch_import import from_torch as convert
 
         return convert(module)
     from neurenix_core.nn.importing import from_torch_export
 
-    return from_torch_export(module, example_inputs)
+    return from_torch_export(module, example_inputs, dynamic_shapes=dynamic_shapes, static=static)
 
 
-def from_onnx(model: Any) -> Module:
+def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> Module:
     """A neurenix model from an ONNX file path, bytes or ``onnx.ModelProto`` (opset 13+);
-    the ``onnx`` package is imported only here."""
+    the ``onnx`` package is imported only here. Input dimensions with a ``dim_param`` (dynamic
+    axes of the export) stay dynamic; ``input_shapes`` (one per input) gives the sizes to build
+    with, and ``static=True`` fixes them there."""
     from neurenix_core.nn.importing import from_onnx as convert
 
-    return convert(model)
+    return convert(model, input_shapes=input_shapes, static=static)
 
 
 def save(model_or_state: Module | dict[str, Any], path: Any) -> None:

@@ -49,16 +49,30 @@ class GraphModule(Module):
     def input_count(self) -> int:
         return len(self._graph.inputs)
 
-    def to_graph(self, *shapes: tuple[int, ...] | None, inputs: int | None = None) -> Graph:
-        """The graph with the current weights (and ``shapes``, if given, as input shapes)."""
+    def symbolic_graph(self) -> Graph:
+        """The graph with the current weights, dynamic input axes kept (SymDim attributes):
+        what ``nx.compile`` specializes per input shape."""
         nodes = []
         for node in self._graph.nodes:
             params = {k: (self._parameters[f"{node.name}.{k}"].numpy() if f"{node.name}.{k}" in self._parameters else v)
                       for k, v in node.params.items()}
             nodes.append(Node(node.name, node.op, node.inputs, node.output, node.attrs, params))
-        graph = replace(self._graph, nodes=tuple(nodes))
+        return replace(self._graph, nodes=tuple(nodes))
+
+    def to_graph(self, *shapes: tuple[int, ...] | None, inputs: int | None = None) -> Graph:
+        """The graph with the current weights as a static graph: at ``shapes`` if given, else at
+        the import's example shapes (what a backend's own conversion APIs take; ``nx.compile``
+        uses :meth:`symbolic_graph` and specializes per call)."""
+        graph = self.symbolic_graph()
+        dynamic = graph.dynamic
         if shapes and all(s is not None for s in shapes):
             graph = graph.with_input_shapes(*shapes)  # type: ignore[arg-type]
+        elif dynamic:
+            graph = graph.with_input_shapes(*(s.shape for s in graph.inputs))
+        if dynamic:
+            from neurenix_core.graph.specialize import fold_size_constants
+
+            graph = fold_size_constants(graph)
         return graph
 
     def forward(self, *inputs: Any) -> Any:
@@ -67,7 +81,7 @@ class GraphModule(Module):
         key = str(self.device)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = compile_graph(self.to_graph(), device=self.device)
+            compiled = compile_graph(self.symbolic_graph(), device=self.device)
             self._compiled[key] = compiled
         return compiled(*inputs)
 
@@ -83,7 +97,8 @@ class GraphModule(Module):
         super().load_state_dict(state, strict)
 
     def extra_repr(self) -> str:
-        return f"{self._source}, {len(self._graph.nodes)} nodes, inputs={list(self.input_names)}, outputs={len(self.output_names)}"
+        inputs = ", ".join(f"{s.name}{s.display_shape}" for s in self._graph.inputs)  # None marks a dynamic axis
+        return f"{self._source}, {len(self._graph.nodes)} nodes, inputs=[{inputs}], outputs={len(self.output_names)}"
 
     def __repr__(self) -> str:
         return f"GraphModule({self.extra_repr()})"

@@ -27,7 +27,7 @@ def _torch_inputs(torch: Any, example: Any) -> tuple[tuple[Any, ...], dict[str, 
     return (one(example),), {}
 
 
-def from_torch_export(module: Any, example_inputs: Any) -> GraphModule:
+def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any = None, static: bool = False) -> GraphModule:
     try:
         import torch
     except ImportError as exc:
@@ -37,15 +37,15 @@ def from_torch_export(module: Any, example_inputs: Any) -> GraphModule:
     from neurenix_core.graph.importers.torch_export import import_module
 
     args, kwargs = _torch_inputs(torch, example_inputs)
-    return GraphModule(import_module(module, args, kwargs), f"from_torch({type(module).__name__})")
+    return GraphModule(import_module(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static), f"from_torch({type(module).__name__})")
 
 
-def from_onnx(model: Any) -> GraphModule:
+def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> GraphModule:
     try:
         import onnx  # noqa: F401
     except ImportError as exc:
         raise UnsupportedOperationError("from_onnx needs the onnx package: pip install onnx") from exc
     from neurenix_core.graph.importers.onnx_import import import_onnx
 
-    graph, name = import_onnx(model)
+    graph, name = import_onnx(model, input_shapes=input_shapes, static=static)
     return GraphModule(graph, f"from_onnx({name})")

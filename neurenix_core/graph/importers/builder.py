@@ -5,6 +5,10 @@ A value is either a graph value (a name, with its static shape and dtype) or a :
 ``emit`` folds an op whose inputs are all constants with the opset's reference semantics, so
 weight reshapes and mask arithmetic never reach the graph; a constant that feeds a real node
 becomes a ``constant`` node once.
+
+Attributes may hold :class:`~neurenix_core.graph.symbolic.SymDim` sizes (dynamic input axes):
+the builder infers shapes with the example's sizes (``bindings``) and keeps the symbolic
+attributes on the node; an op with a symbolic attribute is never folded.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.shapes import ValueSpec, node_spec
+from neurenix_core.graph.symbolic import SymDim, is_symbolic, resolve
 
 __all__ = ["Const", "GraphBuilder", "Value"]
 
@@ -44,6 +49,10 @@ class GraphBuilder:
         self.specs: dict[str, ValueSpec] = {}
         self._const_names: dict[int, tuple[np.ndarray, str]] = {}
         self._used: set[str] = set()
+        #: the example's size of every input axis: what SymDims evaluate to while importing
+        self.bindings: dict[tuple[int, int], int] = {}
+        #: caps on dynamic axes (Graph.limits)
+        self.limits: dict[tuple[int, int], int] = {}
 
     # ------------------------------------------------------------------ names and values
     def unique(self, name: str) -> str:
@@ -54,11 +63,18 @@ class GraphBuilder:
         self._used.add(name)
         return name
 
-    def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
+    def add_input(self, name: str, shape: Sequence[int], dtype: str, dynamic: Sequence[int] = ()) -> str:
+        """A graph input with the example's ``shape``; ``dynamic`` axes may change per call."""
         name = self.unique(name)
-        self.inputs.append(TensorSpec(name, tuple(int(d) for d in shape), dtype))
+        index = len(self.inputs)
+        self.inputs.append(TensorSpec(name, tuple(int(d) for d in shape), dtype, tuple(sorted(int(a) for a in dynamic))))
         self.specs[name] = ValueSpec(tuple(int(d) for d in shape), dtype)
+        self.bindings.update({(index, a): int(d) for a, d in enumerate(shape)})
         return name
+
+    def example(self, value: Any) -> Any:
+        """``value`` (an int, SymDim or container of them) at the example's sizes."""
+        return resolve(value, self.bindings)
 
     def spec(self, value: Value) -> ValueSpec:
         if isinstance(value, Const):
@@ -81,7 +97,8 @@ class GraphBuilder:
     def _append(self, name: str, op: str, inputs: Sequence[str], attrs: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         node = Node(self.unique(name), op, tuple(inputs), "", dict(attrs), {k: v for k, v in params.items() if v is not None})
         node = Node(node.name, node.op, node.inputs, node.name, node.attrs, node.params)
-        self.specs[node.name] = node_spec(node, [self.specs[i] for i in node.inputs])
+        concrete = Node(node.name, node.op, node.inputs, node.output, self.example(dict(attrs)), node.params) if is_symbolic(attrs) else node
+        self.specs[node.name] = node_spec(concrete, [self.specs[i] for i in node.inputs])
         self.nodes.append(node)
         return node.name
 
@@ -89,17 +106,24 @@ class GraphBuilder:
              params: Mapping[str, Any] | None = None) -> Value:
         """Append ``op`` (or fold it when every input is a constant); returns the output value."""
         attrs, params = dict(attrs or {}), dict(params or {})
-        if all(isinstance(v, Const) for v in inputs) and op != "constant":
+        if all(isinstance(v, Const) for v in inputs) and op != "constant" and not is_symbolic(attrs):
             arrays = [v.array for v in inputs]  # type: ignore[union-attr]
             return Const(opset.evaluate(op, attrs, arrays, {k: v for k, v in params.items() if v is not None}))
         names = [self.materialize(v, f"{name}.const") for v in inputs]
         return self._append(name, op, names, attrs, params)
 
-    def reshape(self, name: str, x: Value, target: Sequence[int]) -> Value:
+    def reshape(self, name: str, x: Value, target: Sequence[int | SymDim], source: Sequence[int | SymDim] | None = None) -> Value:
         """A reshape that merges the trailing axes is the first release's ``flatten`` (which
-        every plugin lowers); anything else is ``reshape``."""
-        shape, target = self.spec(x).shape, tuple(int(d) for d in target)
+        every plugin lowers); anything else is ``reshape``. With symbolic sizes, ``source`` is
+        the input's symbolic shape: flatten only where the kept axes are the same expressions."""
+        shape: Sequence[int | SymDim] = self.spec(x).shape if source is None else tuple(source)
+        target = tuple(d if isinstance(d, SymDim) else int(d) for d in target)
         start = len(target) - 1
+        if is_symbolic(target) or is_symbolic(shape):
+            merged = shape[start:] if 0 < start < len(shape) - 1 else ()
+            if merged and not is_symbolic(merged) and target[:start] == tuple(shape[:start]) and target[start] == int(np.prod(merged)):
+                return self.emit(name, "flatten", [x], {"start_dim": start, "end_dim": -1})
+            return self.emit(name, "reshape", [x], {"shape": target})
         if 0 < start < len(shape) - 1 and target[:start] == shape[:start] and target[start] == int(np.prod(shape[start:])):
             return self.emit(name, "flatten", [x], {"start_dim": start, "end_dim": -1})
         return self.emit(name, "reshape", [x], {"shape": target})
@@ -123,4 +147,5 @@ class GraphBuilder:
             if name in names or any(s.name == name for s in self.inputs):
                 name = self.emit(f"output_{i}", "identity", [name])  # type: ignore[assignment]
             names.append(name)
-        return Graph(tuple(self.inputs), tuple(self.nodes), tuple(names))
+        limits = tuple((i, a, most) for (i, a), most in sorted(self.limits.items()))
+        return Graph(tuple(self.inputs), tuple(self.nodes), tuple(names), limits)

@@ -4,8 +4,17 @@ Each ONNX node maps to one opset node, or a few (``Flatten`` -> ``reshape``; ``S
 ``split`` per output; asymmetric ``Conv`` pads -> ``pad`` + ``conv2d``). Initializers and
 ``Constant`` nodes are NumPy constants; operand tensors that ONNX passes as inputs but that must
 be static here (``Reshape``'s shape, ``Slice``'s starts, ``ReduceMean``'s axes in opset 18)
-must be constants, and ``Shape`` of a static value is folded. Graph inputs need static shapes:
-export with fixed sizes, or fix them with ``onnx.tools.update_model_dims``.
+must be constants, and ``Shape`` of a static value is folded.
+
+Dynamic axes: an input dimension with a ``dim_param`` (``torch.onnx.export(..., dynamic_shapes=
+...)`` or ``dynamic_axes=``) stays dynamic. The importer builds with an example size for it
+(``input_shapes=``, else 2) and keeps every size computed from it symbolic
+(:class:`~neurenix_core.graph.symbolic.SymDim`): ``Shape`` of a value gives its dimensions from
+the model's value_info (ONNX shape inference fills it where missing), and the Gather / Slice /
+Concat / Unsqueeze / arithmetic chains on them are folded symbolically into the ``Reshape``,
+``Expand``, ``Slice`` and ``ConstantOfShape`` they feed. Where a size has no symbolic form the
+model is imported with the example's static shapes, with a warning (an error under fallback
+policy 'error').
 
 Inputs and outputs keep the ONNX graph's order and names.
 """
@@ -13,15 +22,18 @@ Inputs and outputs keep the ONNX graph's order and names.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import re
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from neurenix_core.errors import ModelFormatError, UnsupportedOperationError
+from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixWarning, UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.ir import Graph
+from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
 __all__ = ["import_onnx", "HANDLERS"]
 
@@ -61,6 +73,15 @@ def _const(b: GraphBuilder, n: _Node, i: int, what: str) -> np.ndarray | None:
 
 def _ints(v: Any) -> tuple[int, ...]:
     return tuple(int(i) for i in np.asarray(v).ravel())
+
+
+def _dims(v: Any) -> tuple[int | SymDim, ...]:
+    """Like _ints, keeping symbolic sizes (object arrays from a symbolic Shape)."""
+    return tuple(i if isinstance(i, SymDim) else int(i) for i in np.asarray(v).ravel())
+
+
+def _symbolic_const(v: Value | None) -> bool:
+    return isinstance(v, Const) and v.array.dtype == object
 
 
 def _simple(op: str, **fixed: Any) -> Handler:
@@ -181,6 +202,10 @@ def _reduce(op: str) -> Handler:
 
 
 def _reshape(b: GraphBuilder, n: _Node) -> Value:
+    if _dynamic(b):
+        target = _dynamic_target(b, n)
+        if target is not None:
+            return b.emit(n.name, "reshape", [n.inputs[0]], {"shape": target})  # type: ignore[list-item]
     shape = _ints(_const(b, n, 1, "target shape"))
     if n.attrs.get("allowzero", 0) and 0 in shape:
         raise _fail(b, n, "uses allowzero=1 with a zero dimension")
@@ -221,11 +246,11 @@ def _split(b: GraphBuilder, n: _Node) -> list[Value]:
 
 
 def _slice(b: GraphBuilder, n: _Node) -> Value:
-    starts, ends = _ints(_const(b, n, 1, "starts")), _ints(_const(b, n, 2, "ends"))
+    starts, ends = _dims(_const(b, n, 1, "starts")), _dims(_const(b, n, 2, "ends"))
     axes = _const(b, n, 3, "axes")
     steps = _const(b, n, 4, "steps")
     big = 2**62
-    ends = tuple(max(min(e, big), -big) for e in ends)
+    ends = tuple(e if isinstance(e, SymDim) else max(min(e, big), -big) for e in ends)
     return b.emit(n.name, "slice", [n.inputs[0]], {"starts": starts, "ends": ends, "axes": None if axes is None else _ints(axes),  # type: ignore[list-item]
                                                    "steps": None if steps is None else _ints(steps)})
 
@@ -275,16 +300,108 @@ def _cast(b: GraphBuilder, n: _Node) -> Value:
 
 
 def _shape(b: GraphBuilder, n: _Node) -> Value:
-    shape = np.asarray(b.spec(n.inputs[0]).shape, np.int64)  # type: ignore[arg-type]
-    return Const(shape[n.attrs.get("start", 0) : n.attrs.get("end", None)])
+    x = n.inputs[0]
+    dims: Any = b.spec(x).shape  # type: ignore[arg-type]
+    if _dynamic(b) and not isinstance(x, Const):
+        sym = _sym_shapes(b).get(n.proto.input[0])
+        if sym is None or None in sym:
+            raise NotSymbolicError(f"node {n.name!r}: Shape of {n.proto.input[0]!r}, whose symbolic shape the model does not record")
+        dims = sym
+    lo, hi = n.attrs.get("start", 0), n.attrs.get("end", None)
+    if any(isinstance(d, SymDim) for d in dims):
+        arr = np.empty(len(dims), object)
+        arr[:] = list(dims)
+        return Const(arr[lo:hi])
+    return Const(np.asarray(dims, np.int64)[lo:hi])
 
 
 def _constant_of_shape(b: GraphBuilder, n: _Node) -> Value:
-    shape = _ints(_const(b, n, 0, "shape"))
     from onnx import numpy_helper
 
     value = numpy_helper.to_array(n.attrs["value"]) if "value" in n.attrs else np.zeros(1, np.float32)
+    if _symbolic_const(n.input(0)):
+        shape = _dims(n.input(0).array)  # type: ignore[union-attr]
+        return b.emit(n.name, "expand", [Const(np.full((1,) * len(shape), value.ravel()[0], dtype=value.dtype))], {"shape": shape})
+    shape = _ints(_const(b, n, 0, "shape"))
     return Const(np.full(shape, value.ravel()[0], dtype=value.dtype))
+
+
+def _range(b: GraphBuilder, n: _Node) -> Value:
+    """Range of constants (sizes a Shape chain folded) is a constant; a symbolic one has no
+    bound to slice a constant from, so the model is imported static (NotSymbolicError)."""
+    if any(_symbolic_const(v) for v in n.inputs):
+        return _symbolic_range(b, n)
+    start, limit, delta = (_const(b, n, i, w) for i, w in ((0, "start"), (1, "limit"), (2, "delta")))
+    return Const(np.arange(start.item(), limit.item(), delta.item(), dtype=np.asarray(start).dtype))  # type: ignore[union-attr]
+
+
+def _symbolic_range(b: GraphBuilder, n: _Node) -> Value:
+    """Range(start, d, 1) up to a dynamic input dimension ``d``: a slice of a constant range
+    capped at ARANGE_CAP (Graph.limits says so at run time past the cap)."""
+    start, limit, delta = (np.asarray(v.array).reshape(-1)[0] if isinstance(v, Const) else None for v in n.inputs[:3])
+    if not isinstance(limit, SymDim) or isinstance(start, SymDim) or isinstance(delta, SymDim) or int(delta) != 1 or len(limit.variables) != 1:  # type: ignore[arg-type]
+        raise NotSymbolicError(f"node {n.name!r}: Range({start}, {limit}, {delta}) over a dynamic size")
+    (key,) = limit.variables
+    if SymDim(variable(*key)) != limit:
+        raise NotSymbolicError(f"node {n.name!r}: Range up to {limit.expr}, which is not one input dimension")
+    cap = max(ARANGE_CAP, b.example(limit))
+    b.limits[key] = min(b.limits.get(key, cap), cap)
+    dtype = n.inputs[0].array.dtype if isinstance(n.inputs[0], Const) and n.inputs[0].array.dtype != object else np.int64  # type: ignore[union-attr]
+    full = Const(np.arange(int(start), cap, dtype=dtype))  # type: ignore[arg-type]
+    return b.emit(n.name, "slice", [full], {"starts": (0,), "ends": (limit - int(start),), "axes": (0,), "steps": (1,)})
+
+
+def _dynamic(b: GraphBuilder) -> bool:
+    return any(s.dynamic for s in b.inputs)
+
+
+def _sym_shapes(b: GraphBuilder) -> dict[str, tuple[int | SymDim | None, ...]]:
+    return getattr(b, "onnx_sym_shapes", {})
+
+
+def _dynamic_target(b: GraphBuilder, n: _Node) -> tuple[int | SymDim, ...] | None:
+    """A Reshape's target in a dynamic graph: the output's symbolic shape where the model
+    records it, else the target input with its -1 / 0 kept (resolved per input shape by the
+    reshape op itself); None when the target is a plain static shape of a static input."""
+    sym = _sym_shapes(b).get(n.proto.output[0])
+    if sym is not None and None not in sym:
+        return sym  # type: ignore[return-value]
+    shape = n.input(1)
+    if not isinstance(shape, Const):
+        raise _fail(b, n, "takes its target shape from a value computed at run time; it must be a constant (initializer)")
+    dims = _dims(shape.array)
+    if n.attrs.get("allowzero", 0) and 0 in dims:
+        raise _fail(b, n, "uses allowzero=1 with a zero dimension")
+    return dims
+
+
+def _symbolic_fold(n: _Node) -> Value:
+    """Shape arithmetic on object arrays holding SymDims, evaluated at import time."""
+    xs = [None if v is None else np.asarray(v.array) for v in n.inputs]  # type: ignore[union-attr]
+    op, a = n.op, n.attrs
+    if op in ("Add", "Sub", "Mul", "Div", "Mod"):
+        fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.floor_divide, "Mod": np.mod}[op]
+        out = fn(xs[0].astype(object), xs[1].astype(object))  # type: ignore[union-attr]
+    elif op == "Gather":
+        out = np.take(xs[0], xs[1].astype(np.int64), axis=int(a.get("axis", 0)))  # type: ignore[union-attr]
+    elif op == "Concat":
+        out = np.concatenate([x.astype(object) for x in xs if x is not None], axis=int(a.get("axis", 0)))
+    elif op == "Unsqueeze":
+        out = np.expand_dims(xs[0], tuple(_ints(xs[1]) if len(xs) > 1 else a["axes"]))  # type: ignore[arg-type]
+    elif op == "Squeeze":
+        out = np.squeeze(xs[0], tuple(_ints(xs[1])) if len(xs) > 1 and xs[1] is not None else None)  # type: ignore[arg-type]
+    elif op == "Slice":
+        axes = _ints(xs[3]) if len(xs) > 3 and xs[3] is not None else (0,)
+        steps = _ints(xs[4]) if len(xs) > 4 and xs[4] is not None else (1,)
+        if axes != (0,) or xs[0].ndim != 1:  # type: ignore[union-attr]
+            raise NotSymbolicError(f"node {n.name!r}: Slice of a symbolic shape on axis {axes}")
+        out = xs[0][int(_ints(xs[1])[0]) : int(min(_ints(xs[2])[0], 2**62)) : steps[0]]  # type: ignore[index]
+    elif op in ("Cast", "Identity", "Reshape") and (op != "Reshape" or xs[0].ndim == 1):  # type: ignore[union-attr]
+        out = xs[0].reshape(-1) if op == "Reshape" else xs[0]  # type: ignore[union-attr]
+    else:
+        raise NotSymbolicError(f"node {n.name!r} ({op}) computes with a symbolic size, which the importer cannot fold")
+    out = np.asarray(out, dtype=object)
+    return Const(out if any(isinstance(v, SymDim) for v in out.ravel()) else out.astype(np.int64))
 
 
 def _arg(op: str) -> Handler:
@@ -317,14 +434,14 @@ HANDLERS: dict[str, Handler] = {
     "Transpose": lambda b, n: b.emit(n.name, "transpose", [n.inputs[0]], {"perm": tuple(n.attrs["perm"]) if "perm" in n.attrs else None}),  # type: ignore[list-item]
     "Squeeze": lambda b, n: b.emit(n.name, "squeeze", [n.inputs[0]], {"axes": _axes_input(b, n)}),  # type: ignore[list-item]
     "Unsqueeze": lambda b, n: b.emit(n.name, "unsqueeze", [n.inputs[0]], {"axes": _axes_input(b, n)}),  # type: ignore[list-item]
-    "Expand": lambda b, n: b.emit(n.name, "expand", [n.inputs[0]], {"shape": _ints(_const(b, n, 1, "shape"))}),  # type: ignore[list-item]
+    "Expand": lambda b, n: b.emit(n.name, "expand", [n.inputs[0]], {"shape": _dims(_const(b, n, 1, "shape"))}),  # type: ignore[list-item]
     "Concat": lambda b, n: b.emit(n.name, "concat", [v for v in n.inputs if v is not None], {"axis": int(n.attrs["axis"])}),
     "Split": _split, "Slice": _slice, "Pad": _pad,
     "Gather": lambda b, n: b.emit(n.name, "gather", n.inputs[:2], {"axis": int(n.attrs.get("axis", 0))}),  # type: ignore[arg-type]
     "GatherElements": lambda b, n: b.emit(n.name, "gather_elements", n.inputs[:2], {"axis": int(n.attrs.get("axis", 0))}),  # type: ignore[arg-type]
     "GatherND": lambda b, n: b.emit(n.name, "gather_nd", n.inputs[:2], {"batch_dims": int(n.attrs.get("batch_dims", 0))}),  # type: ignore[arg-type]
     "IsNaN": _simple("isnan"),
-    "Cast": _cast, "Shape": _shape, "ConstantOfShape": _constant_of_shape,
+    "Cast": _cast, "Shape": _shape, "Range": _range, "ConstantOfShape": _constant_of_shape,
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
 }
 
@@ -365,26 +482,94 @@ def _load(model: Any) -> Any:
     return onnx.load(str(path))
 
 
-def _input_spec(b: GraphBuilder, value_info: Any) -> tuple[tuple[int, ...], str]:
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _input_spec(b: GraphBuilder, value_info: Any, params: dict[str, str], example: Any, static: bool) -> tuple[tuple[int, ...], str, list[int]]:
+    """An input's example shape, dtype and dynamic axes; a new dim_param gets a SymDim variable."""
     from onnx import helper
 
     t = value_info.type.tensor_type
-    dims = []
-    for d in t.shape.dim:
-        if not d.HasField("dim_value"):
-            raise UnsupportedOperationError(
-                f"{b.source}: input {value_info.name!r} has a symbolic dimension {d.dim_param!r}; neurenix graphs have static shapes. "
-                "Export with fixed sizes or fix them with onnx.tools.update_model_dims.update_inputs_outputs_dims"
-            )
-        dims.append(int(d.dim_value))
-    return tuple(dims), str(np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)))
+    dims, dynamic = [], []
+    for axis, d in enumerate(t.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+            continue
+        size = None if example is None else int(example[axis])
+        if size is None:
+            if static:
+                raise UnsupportedOperationError(
+                    f"{b.source}: input {value_info.name!r} has a symbolic dimension {d.dim_param!r} and static=True; "
+                    "give its size with input_shapes= (or drop static=True to keep it dynamic)")
+            size = 2  # any size builds the symbolic graph; 2 keeps size-1 broadcasting out of the way
+        dims.append(size)
+        if not static:
+            dynamic.append(axis)
+            if d.dim_param and d.dim_param not in params:
+                params[d.dim_param] = variable(len(b.inputs), axis)
+    return tuple(dims), str(np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))), dynamic
 
 
-def import_onnx(model: Any) -> tuple[Graph, str]:
-    """The Graph of an ONNX model (a path, bytes or ModelProto) and the model's name."""
+def _parse_dim(text: str, params: dict[str, str]) -> SymDim | None:
+    """A value_info dim_param ("batch", "17*batch") as a SymDim over the inputs; None if it is not one."""
+    names = set(_IDENT.findall(text))
+    if not names or not names <= params.keys():
+        return None
+    try:
+        return SymDim(_IDENT.sub(lambda m: params[m.group(0)], text))
+    except NotSymbolicError:
+        return None
+
+
+def _value_shapes(proto: Any, params: dict[str, str]) -> dict[str, tuple[int | SymDim | None, ...]]:
+    """Every value's symbolic shape the model records (ONNX shape inference first)."""
+    import onnx
+
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001 - inference is a help only; the exporter's own value_info stays
+        pass
+    out: dict[str, tuple[int | SymDim | None, ...]] = {}
+    for vi in list(proto.graph.value_info) + list(proto.graph.input) + list(proto.graph.output):
+        t = vi.type.tensor_type
+        if not t.HasField("shape"):
+            continue
+        out[vi.name] = tuple(int(d.dim_value) if d.HasField("dim_value") else (_parse_dim(d.dim_param, params) if d.dim_param else None)
+                             for d in t.shape.dim)
+    return out
+
+
+def import_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> tuple[Graph, str]:
+    """The Graph of an ONNX model (a path, bytes or ModelProto) and the model's name.
+
+    Inputs with ``dim_param`` dimensions are dynamic (``static=True``: fixed at ``input_shapes``);
+    ``input_shapes`` (one shape per input, in order) gives the example sizes to build with."""
+    proto = _load(model)
+    if static:
+        return _import(proto, input_shapes, True)
+    try:
+        return _import(proto, input_shapes, False)
+    except NotSymbolicError as exc:
+        from neurenix_core.tensor.fallback import get_fallback_policy
+
+        graph, name = _import(proto, input_shapes or _example_shapes(proto), True)
+        msg = (f"from_onnx({name}): imported with static input shapes {[s.shape for s in graph.inputs]} only, because {exc}; "
+               "pass input_shapes= for the shapes you run (or static=True to silence this)")
+        if get_fallback_policy() == "error":
+            raise FallbackError(msg) from exc
+        warnings.warn(msg, NeurenixWarning, stacklevel=3)
+        return graph, name
+
+
+def _example_shapes(proto: Any) -> list[tuple[int, ...]]:
+    inits = {i.name for i in proto.graph.initializer}
+    return [tuple(int(d.dim_value) if d.HasField("dim_value") else 2 for d in vi.type.tensor_type.shape.dim)
+            for vi in proto.graph.input if vi.name not in inits]
+
+
+def _import(proto: Any, input_shapes: Any, static: bool) -> tuple[Graph, str]:
     from onnx import numpy_helper
 
-    proto = _load(model)
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     name = proto.graph.name or "model"
     if opset < MIN_OPSET:
@@ -394,10 +579,16 @@ def import_onnx(model: Any) -> tuple[Graph, str]:
     env: dict[str, Any] = {"": None}
     for init in proto.graph.initializer:
         env[init.name] = Const(numpy_helper.to_array(init))
+    params: dict[str, str] = {}
+    k = 0
     for vi in proto.graph.input:
         if vi.name not in env:
-            shape, dtype = _input_spec(b, vi)
-            env[vi.name] = b.add_input(vi.name, shape, dtype)
+            example = None if input_shapes is None else input_shapes[k]
+            shape, dtype, dynamic = _input_spec(b, vi, params, example, static)
+            env[vi.name] = b.add_input(vi.name, shape, dtype, dynamic)
+            k += 1
+    if _dynamic(b):
+        b.onnx_sym_shapes = _value_shapes(proto, params)  # type: ignore[attr-defined]
     for i, node in enumerate(proto.graph.node):
         if node.domain not in ("", "ai.onnx"):
             raise b.unsupported(node.name or node.op_type, f"{node.domain}.{node.op_type}", "is from a custom domain", _REMEDY)
@@ -406,9 +597,16 @@ def import_onnx(model: Any) -> tuple[Graph, str]:
             continue
         n = _Node(node, i, [env[x] for x in node.input], {a.name: _attr(a) for a in node.attribute})
         handler = HANDLERS.get(node.op_type)
-        if handler is None:
+        symbolic = any(_symbolic_const(v) for v in n.inputs)
+        constant = all(v is None or isinstance(v, Const) for v in n.inputs)
+        if constant and (symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and node.op_type == "Mod"):
+            out = _symbolic_fold(n)  # shape arithmetic (Mod has no graph mapping, only this one)
+        elif handler is None:
             raise _fail(b, n, "has no mapping to the neurenix opset")
-        out = handler(b, n)
+        elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range"):
+            raise NotSymbolicError(f"node {n.name!r} ({node.op_type}) mixes a symbolic size with run-time values")
+        else:
+            out = handler(b, n)
         outs = out if isinstance(out, list) else [out]
         for o, v in zip(node.output, outs):
             env[o] = v

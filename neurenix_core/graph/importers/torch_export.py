@@ -5,8 +5,17 @@
 ``layer_norm`` and ``scaled_dot_product_attention`` kept), and maps each ATen op to the opset
 nearly one to one. Parameters, buffers and lifted constants become NumPy constants; any op whose
 inputs are all constants (``arange``, mask arithmetic on buffers, weight views) is evaluated by
-PyTorch at import time. Shapes are static: those of the example inputs (``view`` targets come
-from the exported shapes).
+PyTorch at import time.
+
+Shapes: by default axis 0 of every input (and axis 1 of rank-2 integer inputs: token ids) is
+exported as a dynamic dimension (``torch.export.Dim.AUTO``; PyTorch keeps an axis static where
+the model's code pins it). Every size PyTorch computes from those dimensions (``view`` and
+``expand`` targets, slice ends, ``arange`` lengths) is imported as a
+:class:`~neurenix_core.graph.symbolic.SymDim` over the input dimensions, resolved per input
+shape by ``Graph.with_input_shapes``. ``dynamic_shapes=`` (torch.export's own argument) overrides
+the default; ``static=True`` gives the example's shapes only. Where a size cannot be kept
+symbolic the model is imported again with static shapes, with a :class:`NeurenixWarning`
+naming the node (a ``FallbackError`` under ``nx.fallback_policy('error')``).
 
 Inputs are the example positional inputs in order, then the keyword inputs in the order given;
 outputs are the model's outputs flattened by ``torch.utils._pytree`` order: tuple/list items in
@@ -16,15 +25,18 @@ order, dict and ``ModelOutput`` entries in insertion order (``last_hidden_state`
 
 from __future__ import annotations
 
+import inspect
 import operator
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.errors import FallbackError, NeurenixWarning, UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.ir import Graph
+from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
 __all__ = ["import_module", "HANDLERS"]
 
@@ -40,13 +52,32 @@ class _Ctx:
         self.b = builder
         self.torch = torch
         self.env: dict[Any, Any] = {}
+        #: torch.export's size symbols (s0, s77...) -> the SymDim variable of the input axis they name
+        self.symbols: dict[str, str] = {}
+        #: the symbols' upper bounds (torch.export's range constraints; None = unbounded)
+        self.bounds: dict[str, int | None] = {}
 
     def name(self, fx_node: Any) -> str:
         return str(fx_node.name)
 
+    def dim(self, d: Any) -> int | SymDim:
+        """A size from PyTorch (int or SymInt) as an int or a SymDim over the input dimensions."""
+        if isinstance(d, SymDim):
+            return d
+        if not isinstance(d, self.torch.SymInt):
+            return int(d)
+        expr = d.node.expr
+        if expr.is_Integer:
+            return int(expr)
+        return SymDim(_sympy_to_expr(expr, self.symbols))
+
+    def sym_shape(self, fx_node: Any) -> tuple[int | SymDim, ...]:
+        return tuple(self.dim(d) for d in fx_node.meta["val"].shape)
+
     def meta(self, fx_node: Any) -> tuple[tuple[int, ...], str]:
+        """Shape at the example's sizes, and dtype."""
         val = fx_node.meta["val"]
-        return tuple(int(d) for d in val.shape), _dtype(val.dtype)
+        return tuple(int(self.b.example(d)) for d in self.sym_shape(fx_node)), _dtype(val.dtype)
 
     def tensor_value(self, v: Any, like: Value | None = None) -> Value:
         """A Python scalar as a constant of the dtype PyTorch would use next to ``like``."""
@@ -65,6 +96,36 @@ class _Ctx:
 
 def _dtype(torch_dtype: Any) -> str:
     return str(torch_dtype).replace("torch.", "")
+
+
+def _sympy_to_expr(expr: Any, symbols: dict[str, str]) -> str:
+    """A torch.export size expression (sympy) in SymDim's language; NotSymbolicError otherwise."""
+    import sympy
+    from torch.utils._sympy import functions as F
+
+    def go(e: Any) -> str:
+        if e.is_Integer:
+            return str(int(e))
+        if e.is_Symbol:
+            if str(e) not in symbols:
+                raise NotSymbolicError(f"size {e} is not an input dimension (a data-dependent size)")
+            return symbols[str(e)]
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(go(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            return "(" + " * ".join(go(a) for a in e.args) + ")"
+        if isinstance(e, (F.FloorDiv, F.CleanDiv)):
+            return f"({go(e.args[0])} // {go(e.args[1])})"
+        if isinstance(e, (F.Mod, F.PythonMod)):
+            return f"({go(e.args[0])} % {go(e.args[1])})"
+        if isinstance(e, (F.CeilDiv,)):
+            return f"(-((-{go(e.args[0])}) // {go(e.args[1])}))"
+        if isinstance(e, (F.Max, F.Min)):
+            name = "max" if isinstance(e, F.Max) else "min"
+            return f"{name}(" + ", ".join(go(a) for a in e.args) + ")"
+        raise NotSymbolicError(f"size expression {e} ({type(e).__name__}) has no symbolic form")
+
+    return go(expr)
 
 
 def _target_name(target: Any) -> str:
@@ -237,11 +298,19 @@ def _max_dim(op: str, arg: str) -> Handler:
 
 
 def _reshape(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    return c.b.reshape(c.name(n), a[0], c.meta(n)[0])
+    return c.b.reshape(c.name(n), a[0], c.sym_shape(n), c.sym_shape(n.args[0]))
 
 
 def _expand(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    return c.b.emit(c.name(n), "expand", [a[0]], {"shape": c.meta(n)[0]})
+    return c.b.emit(c.name(n), "expand", [a[0]], {"shape": c.sym_shape(n)})
+
+
+def _static_axis(c: _Ctx, n: Any, dim: int) -> int:
+    """The size of axis ``dim`` of the node's first input, which must not be dynamic."""
+    size = c.sym_shape(n.args[0])[dim]
+    if isinstance(size, SymDim):
+        raise NotSymbolicError(f"node {c.name(n)!r} cuts dynamic axis {dim} into a fixed number of parts")
+    return size
 
 
 def _permute(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -276,7 +345,53 @@ def _slice(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     start = a[2] if len(a) > 2 and a[2] is not None else 0
     end = a[3] if len(a) > 3 and a[3] is not None else _BIG
     step = int(a[4]) if len(a) > 4 else 1
-    return c.b.emit(c.name(n), "slice", [a[0]], {"starts": (int(start),), "ends": (min(int(end), _BIG),), "axes": (dim,), "steps": (step,)})
+    start, end = c.dim(start), c.dim(end)
+    end = min(end, _BIG) if isinstance(end, int) else end
+    return c.b.emit(c.name(n), "slice", [a[0]], {"starts": (start,), "ends": (end,), "axes": (dim,), "steps": (step,)})
+
+
+def _arange(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """arange with a symbolic length: a slice of the arange up to the length's upper bound (a
+    dynamic axis capped by the model, such as a sequence axis by max_position_embeddings)."""
+    start, end, step = (0, a[0], 1) if len(a) == 1 else (a[0], a[1], a[2] if len(a) > 2 else k.get("step", 1))
+    if not all(isinstance(v, int) for v in (start, step)) or step != 1 or not isinstance(end, SymDim):
+        raise NotSymbolicError(f"node {c.name(n)!r}: arange({start}, {end}, {step}) with a symbolic start or step")
+    bound = _upper_bound(c, end)
+    if bound is None:
+        if len(end.variables) != 1 or _upper_bound_var(c, end) is None:
+            raise NotSymbolicError(f"node {c.name(n)!r}: arange up to {end.expr}, which is not one input dimension")
+        # An unbounded axis (the batch): cap it, and say so at run time past the cap.
+        bound = max(ARANGE_CAP, c.b.example(end))
+        (key,) = end.variables
+        c.b.limits[key] = min(c.b.limits.get(key, bound), bound)
+    dtype = c.meta(n)[1]
+    full = Const(np.arange(start, max(bound, start), step, dtype=np.dtype(dtype)))
+    return c.b.emit(c.name(n), "slice", [full], {"starts": (0,), "ends": (SymDim(f"({end.expr}) - {start}"),), "axes": (0,), "steps": (1,)})
+
+
+def _upper_bound_var(c: _Ctx, d: SymDim) -> str | None:
+    return next((sym for sym, var in c.symbols.items() if d.expr == var), None)
+
+
+def _upper_bound(c: _Ctx, d: SymDim) -> int | None:
+    """The largest value of a SymDim that is one input dimension (its range constraint)."""
+    for sym, var in c.symbols.items():
+        if d.expr == var:
+            return c.bounds.get(sym)
+    return None
+
+
+def _full(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """full/ones/zeros/new_* with a symbolic size: a scalar constant expanded to the size."""
+    name = _packet_name(n.target)
+    value = {"ones": 1, "new_ones": 1, "zeros": 0, "new_zeros": 0}.get(name)
+    if value is None:
+        value = a[-1] if name in ("full", "new_full") else k.get("fill_value")
+    if not isinstance(value, (int, float, bool)):
+        raise NotSymbolicError(f"node {c.name(n)!r}: {name} with a fill value computed at run time")
+    shape, dtype = c.sym_shape(n), c.meta(n)[1]
+    scalar = Const(np.full((1,) * len(shape), value, dtype=np.dtype(dtype)))
+    return c.b.emit(c.name(n), "expand", [scalar], {"shape": shape})
 
 
 def _cat(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -297,7 +412,7 @@ def _split_parts(c: _Ctx, n: Any, x: Value, sizes: Sequence[int], dim: int) -> l
 
 def _split(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
     dim = int(a[2]) if len(a) > 2 else 0
-    total = c.b.spec(a[0]).shape[dim]
+    total = _static_axis(c, n, dim)
     size = a[1]
     sizes = list(size) if isinstance(size, (list, tuple)) else [min(int(size), total - i) for i in range(0, total, int(size))]
     return _split_parts(c, n, a[0], sizes, dim)
@@ -305,7 +420,7 @@ def _split(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
 
 def _unbind(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
     dim = int(a[1]) if len(a) > 1 else 0
-    parts = _split_parts(c, n, a[0], [1] * c.b.spec(a[0]).shape[dim], dim)
+    parts = _split_parts(c, n, a[0], [1] * _static_axis(c, n, dim), dim)
     return [c.b.emit(f"{c.name(n)}.{i}.squeeze", "squeeze", [p], {"axes": (dim,)}) for i, p in enumerate(parts)]
 
 
@@ -397,15 +512,38 @@ def _index(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     lead = 0
     while lead < len(indices) and indices[lead] is not None:
         lead += 1
-    if lead == 0 or any(i is not None for i in indices[lead:]) or not all(isinstance(i, Const) for i in indices[:lead]):
-        raise c.fail(n, "indexes with tensors computed at run time or not on the leading axes")
+    if lead == 0 or any(i is not None for i in indices[lead:]):
+        raise c.fail(n, "indexes with tensors not on the leading axes")
+    if not all(isinstance(i, Const) for i in indices[:lead]):
+        return _index_nd(c, n, x, indices[:lead])
+    sym = c.sym_shape(n.args[0])
+    if is_symbolic(sym[:lead]):
+        raise NotSymbolicError(f"node {c.name(n)!r} indexes dynamic leading axes with constant indices")
     shape = c.b.spec(x).shape
     arrays = [i.array.astype(np.int64) for i in indices[:lead]]
     arrays = [np.where(i < 0, i + shape[d], i) for d, i in enumerate(arrays)]
     # Advanced indexing on the leading axes = one gather on those axes merged (flat indices).
     flat = np.ravel_multi_index(np.broadcast_arrays(*arrays), shape[:lead]).astype(np.int64)
-    merged = c.b.emit(c.name(n) + ".merge", "reshape", [x], {"shape": (-1,) + tuple(shape[lead:])}) if lead > 1 else x
+    merged = c.b.emit(c.name(n) + ".merge", "reshape", [x], {"shape": (-1,) + tuple(sym[lead:])}) if lead > 1 else x
     return c.b.emit(c.name(n), "gather", [merged, Const(flat)], {"axis": 0})
+
+
+def _index_nd(c: _Ctx, n: Any, x: Value, indices: list[Value]) -> Value:
+    """x[i0, i1, ...] with index tensors computed at run time (the attention-mask lookups of
+    Hugging Face models): the indices broadcast to one shape and stacked on a last axis, then
+    gather_nd (non-negative indices, as arange-built ones are)."""
+    lead = len(indices)
+    out_shape = c.sym_shape(n)
+    rank = len(out_shape) - (len(c.b.spec(x).shape) - lead)
+    common = out_shape[:rank]
+    parts = []
+    for i, idx in enumerate(indices):
+        idx = c.b.cast_to(f"{c.name(n)}.i{i}", idx, "int64")
+        if tuple(c.b.spec(idx).shape) != tuple(c.b.example(common)) or is_symbolic(common):
+            idx = c.b.emit(f"{c.name(n)}.i{i}.expand", "expand", [idx], {"shape": common})
+        parts.append(c.b.emit(f"{c.name(n)}.i{i}.unsqueeze", "unsqueeze", [idx], {"axes": (-1,)}))
+    stacked = parts[0] if lead == 1 else c.b.emit(f"{c.name(n)}.indices", "concat", parts, {"axis": -1})
+    return c.b.emit(c.name(n), "gather_nd", [x, stacked], {"batch_dims": 0})
 
 
 def _index_select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -484,6 +622,7 @@ HANDLERS: dict[str, Handler] = {
     "constant_pad_nd": _pad, "pad": lambda c, n, a, k: _pad(c, n, a, k, "from_args"),
     "reflection_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "reflect"), "replication_pad2d": lambda c, n, a, k: _pad(c, n, a, k, "edge"),
     "_to_copy": _cast, "to": _cast, "type_as": _cast,
+    "arange": _arange, "full": _full, "ones": _full, "zeros": _full, "new_full": _full, "new_ones": _full, "new_zeros": _full,
     # no-ops at inference
     "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity, "lift_fresh_copy": _identity,
     "dropout": _identity, "feature_dropout": _identity,
@@ -556,10 +695,19 @@ def _call(c: _Ctx, n: Any) -> Any:
         return seq[int(n.args[1])]
     if name in _SKIP:
         return None
+    val = n.meta.get("val")
+    if isinstance(val, c.torch.SymInt):  # sym_size and size arithmetic: the size itself, symbolically
+        return c.dim(val)
+    if isinstance(val, (c.torch.SymBool, c.torch.SymFloat)):
+        return None  # only guards use these; a real op that reads one fails below on the None
     args = _resolve(c, list(n.args))
     kwargs = {k: _resolve(c, v) for k, v in n.kwargs.items()}
-    if not any(isinstance(v, str) for v in _flat_values([args, kwargs])):
-        return _fold(c, n, args, kwargs)
+    flat = _flat_values([args, kwargs])
+    if not any(isinstance(v, str) for v in flat):
+        if not any(isinstance(v, SymDim) for v in flat):
+            return _fold(c, n, args, kwargs)
+        if name not in HANDLERS:
+            raise NotSymbolicError(f"node {c.name(n)!r} ({name}) computes a constant from a dynamic size")
     handler = HANDLERS.get(name)
     if handler is None:
         raise c.fail(n, "has no mapping to the neurenix opset")
@@ -578,30 +726,126 @@ def _constants(ep: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Graph:
-    """The Graph of ``module`` called as ``module(*args, **kwargs)`` (example inputs)."""
+def _default_dynamic(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Axis 0 of every tensor input dynamic, and axis 1 of rank-2 integer inputs (token ids);
+    keyed by forward's parameter names, as torch.export takes it."""
+    auto = torch.export.Dim.AUTO
+
+    def spec(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            return None
+        axes = {0: auto}
+        if x.dim() == 2 and not x.dtype.is_floating_point and x.dtype != torch.bool:
+            axes[1] = auto
+        return axes
+
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None if kwargs else tuple(spec(x) for x in args)
+    out: dict[str, Any] = {}
+    for pname, value in bound.arguments.items():
+        kind = inspect.signature(module.forward).parameters[pname].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            out[pname] = tuple(spec(x) for x in value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            out[pname] = {k: spec(x) for k, x in value.items()}
+        else:
+            out[pname] = spec(value)
+    return out
+
+
+def _export(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any) -> Any:
+    ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)
+    return ep.run_decompositions({})
+
+
+def _refuse(module: Any, exc: Exception) -> UnsupportedOperationError:
+    # torch.export refuses data-dependent control flow and the like
+    return UnsupportedOperationError(
+        f"from_torch: torch.export could not capture {type(module).__name__}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+        "make forward traceable (no Python branching on tensor values) or export it to ONNX and use nx.nn.from_onnx"
+    )
+
+
+def _static_fallback(module: Any, why: str) -> None:
+    """Say (or refuse, under policy 'error') that the model keeps the example's shapes."""
+    from neurenix_core.tensor.fallback import get_fallback_policy
+
+    msg = (f"from_torch({type(module).__name__}): imported with the example's static shapes only, because {why}; "
+           "it runs at those input shapes (pass dynamic_shapes= to choose the dynamic axes, or static=True to silence this)")
+    if get_fallback_policy() == "error":
+        raise FallbackError(msg)
+    warnings.warn(msg, NeurenixWarning, stacklevel=4)
+
+
+def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, dynamic_shapes: Any = None,
+                  static: bool = False) -> Graph:
+    """The Graph of ``module`` called as ``module(*args, **kwargs)`` (example inputs).
+
+    Dynamic axes: ``dynamic_shapes`` as torch.export takes it, else the default (axis 0 of every
+    input, axis 1 of rank-2 integer inputs); ``static=True`` exports the example's shapes only.
+    """
     import torch
 
     if module.training:
         module = module.eval()  # inference graphs: dropout off, batch norm on running statistics
+    if static:
+        try:
+            return _import(torch, module, _export(torch, module, args, kwargs, None))
+        except UnsupportedOperationError:
+            raise
+        except Exception as exc:
+            raise _refuse(module, exc) from exc
+    explicit = dynamic_shapes is not None
+    spec = dynamic_shapes if explicit else _default_dynamic(torch, module, args, kwargs)
     try:
-        ep = torch.export.export(module, args, kwargs)
-        ep = ep.run_decompositions({})
-    except Exception as exc:  # torch.export refuses data-dependent control flow and the like
-        raise UnsupportedOperationError(
-            f"from_torch: torch.export could not capture {type(module).__name__}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
-            "make forward traceable (no Python branching on tensor values) or export it to ONNX and use nx.nn.from_onnx"
-        ) from exc
+        ep = _export(torch, module, args, kwargs, spec)
+    except Exception as exc:
+        if explicit:
+            raise _refuse(module, exc) from exc
+        why = f"torch.export refused dynamic axes ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        graph = import_module(module, args, kwargs, static=True)
+        _static_fallback(module, why)
+        return graph
+    try:
+        return _import(torch, module, ep)
+    except NotSymbolicError as exc:
+        why = str(exc)
+    except UnsupportedOperationError as exc:
+        # Dynamic export can route a model through ops the static one folds away; if the
+        # static import works, the user still gets a model (and is told), else its error.
+        why = f"the dynamic graph has an unsupported part ({exc})"
+    graph = import_module(module, args, kwargs, static=True)
+    _static_fallback(module, why)
+    return graph
+
+
+def _input_symbols(c: _Ctx, ep: Any, inputs: list[Any]) -> None:
+    """Map torch.export's size symbols to the input axes they first appear on, with bounds."""
+    for index, n in enumerate(inputs):
+        for axis, d in enumerate(n.meta["val"].shape):
+            if isinstance(d, c.torch.SymInt) and d.node.expr.is_Symbol and str(d.node.expr) not in c.symbols:
+                c.symbols[str(d.node.expr)] = variable(index, axis)
+    for sym, vr in ep.range_constraints.items():
+        upper = vr.upper
+        c.bounds[str(sym)] = int(upper) if getattr(upper, "is_Integer", False) or type(upper) is int else None
+
+
+def _import(torch: Any, module: Any, ep: Any) -> Graph:
     c = _Ctx(GraphBuilder(f"from_torch({type(module).__name__})"), torch)
     consts = _constants(ep)
     user_inputs = set(ep.graph_signature.user_inputs)
+    inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name not in consts and n.name in user_inputs]
+    _input_symbols(c, ep, inputs)
     for n in ep.graph.nodes:
         if n.op == "placeholder":
             if n.name in consts:
                 c.env[n] = Const(consts[n.name])
             elif n.name in user_inputs:
-                shape, dtype = c.meta(n)
-                c.env[n] = c.b.add_input(n.name, shape, dtype)
+                shape, dtype = _example_shape(n), _dtype(n.meta["val"].dtype)
+                dynamic = [a for a, d in enumerate(c.sym_shape(n)) if isinstance(d, SymDim)]
+                c.env[n] = c.b.add_input(n.name, shape, dtype, dynamic)
             else:
                 raise c.fail(n, "is an input torch.export lifted that neurenix cannot supply (a token or custom object)")
         elif n.op == "call_function":
@@ -612,3 +856,12 @@ def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is not a tensor")
             return c.b.graph(outs)
     raise UnsupportedOperationError(f"from_torch({type(module).__name__}): the exported program has no output")
+
+
+def _example_shape(n: Any) -> tuple[int, ...]:
+    """An input's example shape: a symbolic axis at the value PyTorch traced it with."""
+    out = []
+    for d in n.meta["val"].shape:
+        hint = d.node.hint if hasattr(d, "node") else d
+        out.append(int(hint))
+    return tuple(out)
