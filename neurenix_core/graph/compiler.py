@@ -417,6 +417,14 @@ class Compiled:
                 "nx.fallback_policy('allow') or remove the layer"
             ) from exc
         fallback.record("nx.compile", self._record.name, str(self.device))
+        # Eager execution covers the device's op table only (EAGER_OPS): the other nodes go to
+        # cpu:0 through the partitioned path, and the placement report names them.
+        placement = self._place(graph, compiles=False)
+        if placement.partitioned:
+            runner, placement = self._partition_runner(placement, False)
+            self._placements[tuple(s.shape for s in graph.inputs)] = placement
+            return runner, f"eager on {self.device} (the plugin could not lower the model: {exc}); {placement.line()}"
+        self._placements[tuple(s.shape for s in graph.inputs)] = placement
         runner, _ = self._local_runner(graph)
         return runner, f"eager on {self.device} (the plugin could not lower the model: {exc})"
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from neurenix_core.device import Device
-from neurenix_core.errors import NeurenixError, ShapeError
+from neurenix_core.errors import NeurenixError, ShapeError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node
 from neurenix_core.nn import functional as F
 from neurenix_core.tensor.tensor import Tensor
@@ -55,6 +55,13 @@ class EagerGraph:
     def __init__(self, graph: Graph, device: Device) -> None:
         from neurenix_core.tensor.creation import asarray
 
+        missing = [f"{n.name!r} ({n.op})" for n in graph.nodes if n.op not in _RUN]
+        if missing:
+            # Callers place such nodes on the CPU (graph.placement); reaching here is a refusal, not a crash.
+            raise UnsupportedOperationError(
+                f"{device}: node(s) {', '.join(missing)} have no eager form through the device's op table "
+                f"(eager ops: {', '.join(sorted(_RUN))}); compile for 'cpu' or a device whose plugin lowers them"
+            )
         self.graph = graph
         self.device = device
         self.params: dict[str, dict[str, Tensor]] = {
