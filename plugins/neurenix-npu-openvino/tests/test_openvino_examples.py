@@ -43,3 +43,26 @@ def test_benchmark_quick_mode_prints_the_table(kit: Any, tmp_path: Path) -> None
         assert r["refused"] is None and r["ratio"] > 0 and r["torch_fp32_us"] > 0
         assert r["neurenix_config"]["INFERENCE_NUM_THREADS"] == str(r["threads"])
         assert r["neurenix_config"]["integer_layers"].startswith("0/" if r["precision"] == "fp32" else "4/")
+
+
+@pytest.mark.slow
+def test_model_zoo_benchmark_quick_mode_has_fp32_and_int8_rows(kit: Any, tmp_path: Path) -> None:
+    """benchmarks/npu_models.py: fp32 against convert_model and int8 against the same FakeQuantize
+    graph through bare OpenVINO; every int8 conv/FC runs in integer precision on both sides."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(kit.repo / "benchmarks" / "npu_models.py"), "--quick", "--models", "resnet_block",
+                           "--threads", "1", "--batches", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env=_env(), cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "int8 speed-up, neurenix (fp32/int8)" in done.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["model"], r["precision"]) for r in rows] == [("resnet_block", "fp32"), ("resnet_block", "int8")]
+    for r in rows:  # both sides read back the same effective configuration
+        assert r["refused"] is None and r["ratio"] > 0
+        assert r["neurenix_config"]["integer_layers"] == r["native_config"]["integer_layers"] == ("0/4" if r["precision"] == "fp32" else "4/4")
+    int8 = rows[1]
+    assert int8["int8_speedup"] > 0 and int8["native_int8_speedup"] > 0 and 0 < int8["int8_err"] <= 0.05
