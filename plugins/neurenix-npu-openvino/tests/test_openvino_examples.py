@@ -56,7 +56,7 @@ def test_model_zoo_benchmark_quick_mode_has_fp32_and_int8_rows(kit: Any, tmp_pat
     out = tmp_path / "rows.json"
     done = subprocess.run([sys.executable, str(kit.repo / "benchmarks" / "npu_models.py"), "--quick", "--models", "resnet_block",
                            "--threads", "1", "--batches", "1", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, env=_env(), cwd=str(tmp_path))
+                          capture_output=True, text=True, timeout=600, env=_env(), cwd=str(tmp_path), check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "int8 speed-up, neurenix (fp32/int8)" in done.stdout
     rows = json.loads(out.read_text())["rows"]
