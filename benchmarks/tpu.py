@@ -211,14 +211,22 @@ def _native(out: Any) -> Any:
 
 
 # ------------------------------------------------------------------ parent
-def run_threads(threads: int, quick: bool, models: list[str], batches: list[int]) -> list[dict[str, Any]]:
+def pin_to(threads: int) -> None:
+    """The child process runs on its first ``threads`` CPUs (where the OS lets us pin)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
+
+
+def run_threads(threads: int, quick: bool, models: list[str], batches: list[int], script: str = __file__) -> list[dict[str, Any]]:
+    """Run ``script --child threads`` (this file, or another TPU benchmark with the same child
+    protocol) in a fresh process whose XLA thread pool is sized for ``threads``; its JSON rows."""
     env = dict(os.environ)
     env.setdefault("NEURENIX_EMULATE", "tpu")
     env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     # XLA sizes its CPU pool from these flags at start-up: one process per thread setting.
     env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
     env["OMP_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, __file__, "--child", str(threads), "--models", *models, "--batches", *map(str, batches)] + (["--quick"] if quick else [])
+    cmd = [sys.executable, script, "--child", str(threads), "--models", *models, "--batches", *map(str, batches)] + (["--quick"] if quick else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child ({threads} thread(s)) failed:\n{out.stderr[-4000:]}")
@@ -232,9 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        if hasattr(os, "sched_setaffinity"):
-            cpus = sorted(os.sched_getaffinity(0))[: args.child]
-            os.sched_setaffinity(0, cpus)
+        pin_to(args.child)
         print(json.dumps(child(args.quick, args.child, args.models, args.batches)))
         return 0
     rows: list[dict[str, Any]] = []

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -144,35 +142,22 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
     return rows
 
 
-# ------------------------------------------------------------------ parent
-def run_threads(threads: int, quick: bool, models: list[str], batches: list[int]) -> list[dict[str, Any]]:
-    env = dict(os.environ)
-    env.setdefault("NEURENIX_EMULATE", "tpu")
-    env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
-    # XLA sizes its CPU pool from these flags at start-up: one process per thread setting.
-    env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
-    env["OMP_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, __file__, "--child", str(threads), "--models", *models, "--batches", *map(str, batches)] + (["--quick"] if quick else [])
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"benchmark child ({threads} thread(s)) failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     from neurenix_core.cli import benchkit
 
     parser = benchkit.parser(__doc__.split("\n\n")[0], models=MODELS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from tpu import pin_to, run_threads  # the TPU benchmarks' shared process-per-thread-setting runner
+
     if args.child is not None:
-        if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.child])
+        pin_to(args.child)
         print(json.dumps(child(args.quick, args.child, args.models, args.batches)))
         return 0
     rows: list[dict[str, Any]] = []
     for threads in args.threads:
-        rows += run_threads(threads, args.quick, args.models, args.batches)
+        rows += run_threads(threads, args.quick, args.models, args.batches, script=__file__)
     benchkit.report("tpu-models", rows, args, [("plugin_overhead", "plugin / JAX", ".3f"), ("max_abs_diff", "max abs diff", ".1e"),
                                                ("rel_err_vs_torch", "rel err vs torch", ".1e")],
                     path=rows[0]["path"] if rows else None)
