@@ -252,26 +252,24 @@ def _linear(e: Exporter, n: Node, a: dict[str, Any]) -> str:
     return y if b is None else e.add("Add", [y, b], n.name)
 
 
-def _conv(e: Exporter, n: Node, a: dict[str, Any]) -> str:
+def _conv_node(e: Exporter, n: Node, a: dict[str, Any], op_type: str, **extra: Any) -> str:
+    """Conv / ConvTranspose: input, weight, optional bias, and the attributes both share."""
     pads = [int(p) for p in a["padding"]]
     args = [e.read(n.inputs[0]), e.weight(n, "weight", n.params["weight"])]
     b = e.bias(n)
     if b is not None:
         args.append(b)
     kernel = [int(k) for k in np.shape(n.params["weight"])[2:]]
-    return e.add("Conv", args, n.name, kernel_shape=kernel, strides=[int(s) for s in a["stride"]], pads=pads + pads,
-                 dilations=[int(d) for d in a["dilation"]], group=int(a["groups"]))
+    return e.add(op_type, args, n.name, kernel_shape=kernel, strides=[int(s) for s in a["stride"]], pads=pads + pads,
+                 dilations=[int(d) for d in a["dilation"]], group=int(a["groups"]), **extra)
+
+
+def _conv(e: Exporter, n: Node, a: dict[str, Any]) -> str:
+    return _conv_node(e, n, a, "Conv")
 
 
 def _conv_transpose(e: Exporter, n: Node, a: dict[str, Any]) -> str:
-    pads = [int(p) for p in a["padding"]]
-    args = [e.read(n.inputs[0]), e.weight(n, "weight", n.params["weight"])]
-    b = e.bias(n)
-    if b is not None:
-        args.append(b)
-    kernel = [int(k) for k in np.shape(n.params["weight"])[2:]]
-    return e.add("ConvTranspose", args, n.name, kernel_shape=kernel, strides=[int(s) for s in a["stride"]], pads=pads + pads,
-                 output_padding=[int(p) for p in a["output_padding"]], dilations=[int(d) for d in a["dilation"]], group=int(a["groups"]))
+    return _conv_node(e, n, a, "ConvTranspose", output_padding=[int(p) for p in a["output_padding"]])
 
 
 def _pool(e: Exporter, n: Node, a: dict[str, Any]) -> str:

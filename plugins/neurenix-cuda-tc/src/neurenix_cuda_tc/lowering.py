@@ -52,6 +52,18 @@ def _param(node: Node, key: str, shape: tuple[int, ...]) -> np.ndarray:
     return value
 
 
+def _loaded(m: torch.nn.Module, node: Node) -> torch.nn.Module:
+    """``m`` with the node's weight (and bias, when the layer has one) copied in, each checked
+    against the shape of the torch layer built for it."""
+    import torch
+
+    with torch.no_grad():
+        m.weight.copy_(_t(_param(node, "weight", tuple(m.weight.shape))))
+        if m.bias is not None:
+            m.bias.copy_(_t(_param(node, "bias", tuple(m.bias.shape))))
+    return m
+
+
 def _linear(node: Node) -> torch.nn.Module:
     import torch
 
@@ -60,11 +72,7 @@ def _linear(node: Node) -> torch.nn.Module:
     out_f, in_f = (int(w.shape[0]) if a["out_features"] is None else int(a["out_features"]),
                    int(w.shape[1]) if a["in_features"] is None else int(a["in_features"]))
     m = torch.nn.Linear(in_f, out_f, bias=node.params.get("bias") is not None)
-    with torch.no_grad():
-        m.weight.copy_(_t(_param(node, "weight", (m.out_features, m.in_features))))
-        if m.bias is not None:
-            m.bias.copy_(_t(_param(node, "bias", (m.out_features,))))
-    return m
+    return _loaded(m, node)
 
 
 def _conv2d(node: Node) -> torch.nn.Module:
@@ -77,11 +85,7 @@ def _conv2d(node: Node) -> torch.nn.Module:
         int(w.shape[1]) * groups, int(w.shape[0]), tuple(int(k) for k in w.shape[2:]), stride=tuple(a["stride"]),
         padding=tuple(a["padding"]), dilation=tuple(a["dilation"]), groups=groups, bias=node.params.get("bias") is not None,
     )
-    with torch.no_grad():
-        m.weight.copy_(_t(_param(node, "weight", tuple(m.weight.shape))))
-        if m.bias is not None:
-            m.bias.copy_(_t(_param(node, "bias", (m.out_channels,))))
-    return m
+    return _loaded(m, node)
 
 
 def _conv_transpose2d(node: Node) -> torch.nn.Module:
@@ -95,11 +99,7 @@ def _conv_transpose2d(node: Node) -> torch.nn.Module:
         padding=tuple(a["padding"]), output_padding=tuple(a["output_padding"]), groups=groups,
         bias=node.params.get("bias") is not None, dilation=tuple(a["dilation"]),
     )
-    with torch.no_grad():
-        m.weight.copy_(_t(_param(node, "weight", tuple(m.weight.shape))))
-        if m.bias is not None:
-            m.bias.copy_(_t(_param(node, "bias", (m.out_channels,))))
-    return m
+    return _loaded(m, node)
 
 
 def _batch_norm(node: Node) -> torch.nn.Module:
@@ -160,11 +160,7 @@ def _conv1d(node: Node) -> torch.nn.Module:
     groups = int(a["groups"])
     m = torch.nn.Conv1d(int(w.shape[1]) * groups, int(w.shape[0]), int(w.shape[2]), stride=int(a["stride"][0]), padding=int(a["padding"][0]),
                         dilation=int(a["dilation"][0]), groups=groups, bias="bias" in node.params)
-    with torch.no_grad():
-        m.weight.copy_(_t(_param(node, "weight", tuple(m.weight.shape))))
-        if m.bias is not None:
-            m.bias.copy_(_t(_param(node, "bias", (m.out_channels,))))
-    return m
+    return _loaded(m, node)
 
 
 def _embedding(node: Node) -> torch.nn.Module:
