@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+from typing import Any
 
 from neurenix_core.graph import opset
+
+from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _generator() -> object:
-    spec = importlib.util.spec_from_file_location("gen_opset_doc", ROOT / "scripts" / "gen_opset_doc.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _generator() -> Any:
+    return load_script("gen_opset_doc")
 
 
 def test_opset_table_in_models_md_is_current() -> None:

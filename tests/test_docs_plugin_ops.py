@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from neurenix_core.graph import opset
 from neurenix_core.graph.coverage import coverage, markdown
 
+from repo_scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _generator() -> object:
-    spec = importlib.util.spec_from_file_location("gen_plugin_ops_doc", ROOT / "scripts" / "gen_plugin_ops_doc.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _generator() -> Any:
+    return load_script("gen_plugin_ops_doc")
 
 
 GEN = _generator()

@@ -6,7 +6,6 @@ compiled code instead of running ``exec`` ~80 times; these tests keep it from dr
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import pickle
 from pathlib import Path
@@ -19,15 +18,13 @@ import neurenix_core as nx
 from neurenix_core.tensor import _generated_ops, ops
 from neurenix_core.tensor.signatures import GENERATED_OPS, parameters
 
+from repo_scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_ops", ROOT / "scripts" / "gen_ops.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gen_ops")
 
 
 def test_generated_module_is_current() -> None:
