@@ -194,7 +194,7 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
                     t["eager"] = _best({"eager": lambda: model(x)}, budget_s / 3)["eager"]
                 check = np.abs(np.asarray(_native(compiled(x)), np.float64) - np.asarray(plain(params, xn), np.float64)).max()
                 prog = plugin.program
-                nx_config = _jax_config(prog.jitted, prog.params, xn)
+                nx_config = _jax_config(prog.jitted, prog.leaves, xn)
                 native_config = _jax_config(plain, params, xn)
                 rows.append(benchkit.row(
                     "tpu", name, precision, batch, threads, t["neurenix"], t["jax"], nx_config, native_config, path=path,

@@ -135,7 +135,7 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
                 prog = native.program
                 rows.append(benchkit.row(
                     "tpu-models", name, precision, batch, threads, t["neurenix"], t["jax"],
-                    _jax_config(prog.jitted, prog.params, xn), _jax_config(plain, params, xn),
+                    _jax_config(prog.jitted, prog.leaves, xn), _jax_config(plain, params, xn),
                     path="nn.from_torch -> nx.compile", plugin_us=t["plugin"] * 1e6, plugin_overhead=t["plugin"] / t["jax"],
                     max_abs_diff=diff, rel_err_vs_torch=torch_err, emulated=bool(nx.backend("tpu:0").emulated),
                 ))

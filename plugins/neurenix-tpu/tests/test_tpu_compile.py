@@ -103,7 +103,7 @@ def test_data_parallel_equals_single_device(four_devices: Any, graphs: Any) -> N
     sharded = _run(sharded_model, x)
     np.testing.assert_allclose(sharded, single, rtol=1e-6, atol=1e-6)
     # The executable really spans the four devices.
-    spans = sharded_model.program.jitted(sharded_model.program.params, *[
+    spans = sharded_model.program.jitted(sharded_model.program.leaves, *[
         __import__("jax").device_put(np.zeros((8, 3, 10, 10), np.float32), sharded_model.program.batch_sharding)
     ])
     assert len(spans.sharding.device_set) == 4

@@ -47,7 +47,7 @@ def test_imported_cnn_data_parallel_over_four_devices(four_devices: Any, name: s
     assert program.parallel == 4 and sharded.placement.off_device == ()
     # The program really runs split: the batch goes in over the four devices and so does the result.
     assert len(program.batch_sharding.device_set) == 4
-    raw = program.jitted(program.params, jax.device_put(x, program.batch_sharding))
+    raw = program.jitted(program.leaves, jax.device_put(x, program.batch_sharding))
     assert len(raw.sharding.device_set) == 4 and raw.addressable_shards[0].data.shape[0] == 2
 
 

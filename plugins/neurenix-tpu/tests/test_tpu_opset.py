@@ -267,7 +267,7 @@ def test_bf16_default_vs_fp32_highest(tpu: Any) -> None:
 
     def hlo(model: Any) -> str:
         natives = [nx.asarray(x, device="tpu:0").native for x in xs]
-        return str(model.program.jitted.lower(model.program.params, *natives).as_text())
+        return str(model.program.jitted.lower(model.program.leaves, *natives).as_text())
 
     text32, text16 = hlo(fp32), hlo(bf16)
     # fp32: every dot asks for HIGHEST on float32 operands; bf16: bfloat16 operands, default precision.

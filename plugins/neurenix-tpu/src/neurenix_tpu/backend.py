@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import weakref
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -180,10 +181,16 @@ class JaxTPUBackend(ArrayNamespaceBackend):
     def _to_host(self, native: Any) -> np.ndarray:
         return np.array(native, copy=True)
 
+    # ``jax.Array.shape`` and ``.dtype`` are Python properties that read ``.aval`` (a C++
+    # attribute); the core asks for both on every op result and compiled call, so read the aval
+    # directly. Right after an XLA call the caches are cold and each Python frame on this path
+    # costs several times its warm price (docs/tpu.md, benchmark section).
+    _shape_of = staticmethod(attrgetter("aval.shape"))  # C-level: no Python frame per call
+
     def _nbytes_of(self, native: Any) -> int:
-        # jax.Array.nbytes is a Python property costing ~7 µs; the core asks on every result, so
-        # this is on the hot path of each op and compiled call (shape and dtype cost ~1 µs).
-        return math.prod(native.shape) * native.dtype.itemsize
+        # jax.Array.nbytes is a Python property costing ~7 µs; the core asks on every result.
+        aval = native.aval
+        return math.prod(aval.shape) * aval.dtype.itemsize
 
     def _memory_root(self, native: Any) -> Any:
         # JAX arrays are immutable and never views of one another: each owns its buffer.

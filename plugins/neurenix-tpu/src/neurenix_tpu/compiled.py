@@ -4,6 +4,11 @@ once per input shape (or per batch bucket), optionally data parallel over every 
 A :class:`Program` owns the device-resident weights and the ``jax.jit`` function; the core asks
 for a :class:`TPUCompiledModel` per input shape and they all share the program, so the XLA
 executable cache (``Program.compiles``) counts real compilations.
+
+The jitted function takes the weights as one flat tuple (``Program.leaves``), not the per-layer
+dict the lowering builds: jit flattens its arguments on every call, and a tuple of arrays is the
+cheapest pytree to flatten (a dict of dicts sorts its keys each time). ``Program.params`` keeps the
+same device arrays by layer name for inspection.
 """
 
 from __future__ import annotations
@@ -77,15 +82,19 @@ class Program:
         nbytes = _param_bytes(lowered.params)
         for i in self.indices:  # refuse before allocating, like any tensor creation
             backend.memory.check(i, nbytes)
+        host_leaves, treedef = jax.tree_util.tree_flatten(lowered.params)
+        fn = _on_leaves(lowered.fn, treedef)
         if parallel > 1:
             mesh = Mesh(np.array([backend._native_device(i) for i in self.indices]), ("data",))
             replicated, self.batch_sharding = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
-            self.params = jax.device_put(lowered.params, replicated)
-            self.jitted = jax.jit(lowered.fn, in_shardings=None, out_shardings=self.batch_sharding)
+            self.leaves: tuple[Any, ...] = tuple(jax.device_put(host_leaves, replicated))
+            self.jitted = jax.jit(fn, in_shardings=None, out_shardings=self.batch_sharding)
         else:
             self.batch_sharding = None
-            self.params = jax.device_put(lowered.params, self.device)
-            self.jitted = jax.jit(lowered.fn)
+            self.leaves = tuple(jax.device_put(host_leaves, self.device))
+            self.jitted = jax.jit(fn)
+        # The same device arrays by layer name (``params["0"]["weight"]``): for inspection only.
+        self.params: dict[str, dict[str, Any]] = jax.tree_util.tree_unflatten(treedef, self.leaves)
         for i in self.indices:
             backend.memory.charge(i, nbytes)
         weakref.finalize(self, _release, backend.memory, self.indices, nbytes)
@@ -111,6 +120,16 @@ class Program:
 
     def padded_batch(self, batch: int) -> int:
         return bucket_for(batch, self.buckets, self.parallel)
+
+
+def _on_leaves(fn: Any, treedef: Any) -> Any:
+    """``fn(params, *xs)`` as a function of the flat weight tuple: the dict is rebuilt while jit
+    traces, so the XLA program is the same and only the per-call argument flattening shrinks."""
+
+    def program(leaves: tuple[Any, ...], *xs: Any) -> Any:
+        return fn(jax.tree_util.tree_unflatten(treedef, leaves), *xs)
+
+    return program
 
 
 def _release(memory: Any, indices: tuple[int, ...], nbytes: int) -> None:
@@ -140,7 +159,7 @@ class TPUCompiledModel(CompiledModel):
         self.padded = program.padded_batch(self.batch) if input_shapes and input_shapes[0] else self.batch
         if program.parallel == 1 and self.padded == self.batch:
             # The common case goes straight into jit's C++ dispatch: no Python between the core and XLA.
-            self._run = partial(program.jitted, program.params)  # type: ignore[method-assign]
+            self._run = partial(program.jitted, program.leaves)  # type: ignore[method-assign]
         self._device = Device("tpu", program.index)
         self._array_type = program.backend.placement(program.index).array_type
 
@@ -159,7 +178,7 @@ class TPUCompiledModel(CompiledModel):
         xs = [_pad(x, self.padded) for x in inputs] if self.padded != self.batch else list(inputs)
         if p.batch_sharding is not None:
             xs = [jax.device_put(x, p.batch_sharding) for x in xs]  # scatter the batch over the cores
-        out = p.jitted(p.params, *xs)
+        out = p.jitted(p.leaves, *xs)
         return self._finish(out)
 
     def _finish(self, out: Any) -> Any:
