@@ -165,9 +165,6 @@ class CudaBackend(ArrayNamespaceBackend):
     def _dtype_of(self, native: Any) -> np.dtype[Any]:
         return numpy_dtype(native.dtype)
 
-    def _nbytes_of(self, native: Any) -> int:
-        return int(native.numel() * native.element_size())
-
     def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
         return torch_dtype(dtype)
 

@@ -216,13 +216,20 @@ def tensor_core_model_class() -> type:
             return x
 
         def forward(self, *inputs: Any) -> Any:
+            if len(inputs) == 1:
+                x = inputs[0]
+                placement = self._placement
+                # The common call, first and with nothing else on its way: one Tensor of this
+                # device in, one Tensor out. It runs right after the previous call's kernels have
+                # flushed the CPU caches, where each Python step costs several times its warm
+                # price (docs/tensor-cores.md, benchmark section).
+                if type(x) is Tensor and x._p is placement and self.outputs == "device":
+                    out = self._execute1(self._prepare(x._data))
+                    return wrap_on(out, placement) if type(out) is torch.Tensor else deliver(_results(out), self.target, self._nx_backend, self.outputs)
+                if isinstance(x, torch.Tensor):
+                    return self._execute1(self._prepare(x))
             if all(isinstance(x, torch.Tensor) for x in inputs):
                 return self._execute([self._prepare(x) for x in inputs])
-            if len(inputs) == 1 and type(inputs[0]) is Tensor and inputs[0]._p is self._placement and self.outputs == "device":
-                out = _results(self._execute([self._prepare(inputs[0]._data)]))
-                if isinstance(out, tuple):
-                    return deliver(out, self.target, self._nx_backend, self.outputs)
-                return wrap_on(out, self._placement)
             if self.target is None:
                 raise UnsupportedOperationError(
                     "this Tensor Core model was built without a neurenix device; call it with torch tensors, "
@@ -231,6 +238,12 @@ def tensor_core_model_class() -> type:
             natives = to_device_inputs(inputs, self.target, self._nx_backend)
             out = self._execute([self._prepare(x) for x in natives])
             return deliver(_results(out), self.target, self._nx_backend, self.outputs)
+
+        def _execute1(self, x: torch.Tensor) -> Any:
+            if self.precision == "mixed":
+                with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+                    return self._runner(x)
+            return self._runner(x)
 
         def _execute(self, xs: list[torch.Tensor]) -> Any:
             if self.precision == "mixed":
@@ -245,6 +258,7 @@ def tensor_core_model_class() -> type:
 def _results(out: Any) -> Any:
     # torch's graph stays attached when torch recorded one: loss.backward() on a neurenix loss of
     # this output then runs torch's backward into the module's parameters (mixed-precision training).
+    # A result without a graph is returned as it is (detaching it would only allocate an alias).
     if isinstance(out, (tuple, list)):
         return tuple(_results(o) for o in out)
-    return out if out.requires_grad else out.detach()
+    return out
