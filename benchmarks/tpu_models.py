@@ -14,8 +14,9 @@ back from the XLA programs; a row whose two sides differ is refused (``neurenix_
 
 Each thread count runs in a fresh process pinned to that many CPUs with XLA's CPU thread pool
 sized to match. Without a Cloud TPU it runs emulated (JAX's CPU platform), so the ratio measures
-what neurenix's lowering and call path cost around XLA. Timing: single calls alternate strictly,
-median per call (``benchmarks/tpu.py``'s ``_best``). Ratio = time(neurenix) / time(plain JAX);
+what neurenix's lowering and call path cost around XLA. Timing: the contenders take short turns
+of consecutive calls, median per call of those that follow a call of the same contender
+(``benchmarks/tpu.py``'s ``_best``). Ratio = time(neurenix) / time(plain JAX);
 the goal is <= 1.05 in every row.
 """
 
