@@ -169,8 +169,13 @@ class TPUCompiledModel(CompiledModel):
 
     def __call__(self, *inputs: Any) -> Any:
         native = self._array_type
-        if inputs and all(type(a) is native for a in inputs):
-            return self._run(*inputs)  # jax.Arrays in, jax.Arrays out, as jax.jit does (call_runtime's first rule, inlined)
+        # jax.Arrays in, jax.Arrays out, as jax.jit does (call_runtime's first rule, inlined; one
+        # input, the common case, without a generator).
+        if len(inputs) == 1:
+            if type(inputs[0]) is native:
+                return self._run(inputs[0])
+        elif inputs and all(type(a) is native for a in inputs):
+            return self._run(*inputs)
         return call_runtime(self._run, inputs, self._device, self.program.backend)
 
     def _run(self, *inputs: Any) -> Any:
