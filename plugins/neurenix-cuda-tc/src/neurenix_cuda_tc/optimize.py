@@ -195,18 +195,33 @@ def tensor_core_model_class() -> type:
             # The parameters' device, read on the first call and forgotten by ``_apply`` (what
             # .to(), .cuda(), .half() ... go through): next(parameters()) costs ~3 µs per call.
             self._param_device: torch.device | None = None
+            # Whether the parameters are on ``target``'s device (then a Tensor of ``target`` needs
+            # only the cast); None until read, with ``_param_device``.
+            self._on_target: bool | None = None
             # A neurenix Tensor already on ``target`` skips the input rule's checks (its placement
             # is the same object); the result is wrapped with the placement resolved once.
             self._placement = None if target is None or backend is None else backend.placement(target.index)
 
         def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            self._param_device = None
+            self._param_device = self._on_target = None
             return super()._apply(fn, *args, **kwargs)
+
+        def _prepare_own(self, x: torch.Tensor) -> torch.Tensor:
+            """``_prepare`` for the data of a Tensor of ``target``: what a torch user writes,
+            ``x.to(dtype)`` (+ channels_last), when the parameters are on that device too."""
+            if not self._on_target:
+                return self._prepare(x)
+            if x.is_floating_point():
+                x = x.to(self.dtype)
+            if self.channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return x
 
         def _prepare(self, x: torch.Tensor) -> torch.Tensor:
             device = self._param_device
             if device is None:
                 device = self._param_device = next(self.inner.parameters()).device
+                self._on_target = self.target is not None and device == self._nx_backend._native_device(self.target.index)
             if x.is_floating_point():
                 x = x.to(device=device, dtype=self.dtype)
             else:
@@ -224,7 +239,7 @@ def tensor_core_model_class() -> type:
                 # flushed the CPU caches, where each Python step costs several times its warm
                 # price (docs/tensor-cores.md, benchmark section).
                 if type(x) is Tensor and x._p is placement and self.outputs == "device":
-                    out = self._execute1(self._prepare(x._data))
+                    out = self._execute1(self._prepare_own(x._data))
                     return wrap_on(out, placement) if type(out) is torch.Tensor else deliver(_results(out), self.target, self._nx_backend, self.outputs)
                 if isinstance(x, torch.Tensor):
                     return self._execute1(self._prepare(x))
