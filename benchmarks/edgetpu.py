@@ -9,7 +9,11 @@ sides feed the same array. Each side's configuration is read back (thread count,
 ops the XNNPACK delegate took) and a row whose sides differ is refused. Without a Coral device
 this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
 
-    python benchmarks/edgetpu.py [--quick] [--threads 1 2] [--batches 1 32] [--models mlp cnn] [--json out.json]
+    python benchmarks/edgetpu.py [--quick] [--threads 1 2] [--batches 1 32] [--models mlp cnn] [--json out.json] [--no-amx]
+
+``--no-amx`` withholds Intel AMX from the benchmark process (``benchmarks/no_amx.py``), so an AMX
+host measures the AVX512-VNNI int8 kernels that CPUs without AMX run; the ``x86_amx`` entry of
+the read-back configuration says which ran.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def build(name: str) -> tuple[Any, tuple[int, ...]]:
 
 def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     """LiteRT's own API on the same model bytes, and its configuration read back."""
+    from neurenix_edgetpu.amx import amx_state
     from neurenix_edgetpu.runtime import KERNELS, delegation
 
     litert = model.backend.litert
@@ -60,7 +65,7 @@ def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     ops = delegation(it)
     config = {"runtime": f"LiteRT {model.backend.version}", "threads": threads, "kernels": kernels,
               "delegated_ops": f"{sum(1 for _, d in ops if d)}/{len(ops)}",
-              "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-"}
+              "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-", "x86_amx": amx_state()}
 
     def run(x: np.ndarray) -> np.ndarray:
         it.set_tensor(i, x)
@@ -101,7 +106,13 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = benchkit.parser(__doc__, models=MODELS).parse_args(argv)
+    p = benchkit.parser(__doc__, models=MODELS)
+    p.add_argument("--no-amx", action="store_true", help="withhold Intel AMX from this process (XNNPACK then runs its AVX512-VNNI int8 kernels)")
+    args = p.parse_args(argv)
+    if args.no_amx:
+        from no_amx import withhold  # beside this file; before LiteRT creates an interpreter
+
+        withhold()
     from rich.progress import Progress
 
     rows: list[dict[str, Any]] = []

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from neurenix_core.errors import BackendUnavailableError, CompilationError, ShapeError
 
+from neurenix_edgetpu.amx import amx_state
+
 __all__ = ["load_litert", "Runner", "delegation", "KERNELS"]
 
 #: neurenix's names for LiteRT's CPU kernel sets (``OpResolverType`` members).
@@ -97,6 +99,7 @@ class Runner:
         ops = delegation(interpreter)
         self.config["delegated_ops"] = f"{sum(1 for _, d in ops if d)}/{len(ops)}"
         self.config["cpu_kernel_ops"] = ",".join(sorted({name for name, d in ops if not d})) or "-"
+        self.config["x86_amx"] = amx_state()  # after allocate_tensors: XNNPACK has asked for AMX by now
         #: One input, one output: the hot path of a compiled model (no lists).
         self.invoke1 = self._invoke1_direct if _has_direct_calls(interpreter) else self._invoke1_public
         #: What ``invoke1`` does with an array LiteRT's set_tensor refuses (wrong dtype or shape):
