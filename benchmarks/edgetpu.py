@@ -5,7 +5,10 @@ neurenix is called the way a user calls it: ``compiled(x)`` on an edgetpu tensor
 edgetpu tensor. The bare loop is LiteRT's own API on the same model bytes: ``set_tensor``,
 ``invoke``, ``get_tensor`` on an interpreter created with the same thread count and kernels.
 The written models take float32 NCHW input and quantize/transpose inside the model, so both
-sides feed the same array. Each side's configuration is read back (thread count, kernels, which
+sides feed the same array. A second bare interpreter of the same bytes runs in the same rounds as
+a control: "control / native" is what the machine alone makes of two identical interpreters (on
+2 shared vCPUs, two thread pools of 2 threads can differ by well over 5%), so a ratio is read
+against it. Each side's configuration is read back (thread count, kernels, which
 ops the XNNPACK delegate took) and a row whose sides differ is refused. Without a Coral device
 this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
 
@@ -93,11 +96,13 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
                 y = compiled(xt)
                 model = compiled.native(x.shape)
                 run, native_config = bare(model, threads)
+                control, _ = bare(model, threads)  # a second bare interpreter: the machine's own spread
                 np.testing.assert_array_equal(run(x), y.numpy())  # same model, same numbers
-                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": lambda r=run: r(x)}, rounds=rounds)
+                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": lambda r=run: r(x),
+                                          "control": lambda r=control: r(x)}, rounds=rounds)
                 times[precision] = t["neurenix"]
                 rows.append(benchkit.row("edgetpu", name, precision, batch, threads, t["neurenix"], t["native"],
-                                         model.config, native_config))
+                                         model.config, native_config, control_ratio=t["control"] / t["native"]))
             rows[-1]["int8_speedup"] = times["fp32"] / times["int8"]
             rows[-2]["int8_speedup"] = None
             if progress is not None:
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.models:
             rows += bench(name, args.batches, args.threads, 3 if args.quick else 40, lambda: bar.advance(task))
     device = nx.backend("edgetpu:0").device_info(0)["name"]
-    benchkit.report("edgetpu", rows, args, [("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)
+    benchkit.report("edgetpu", rows, args, [("control_ratio", "control / native", ".3f"),
+                                             ("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)
     return 0
 
 
