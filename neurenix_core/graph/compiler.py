@@ -294,15 +294,20 @@ class Compiled:
         from neurenix_core.graph.placement import place
 
         caps = self._record.manifest.capabilities
+        plugin = self._record.name
+        missing = f"op not declared by plugin {plugin}"
         if str(self.device.type) == "cpu":
             declared, dtypes = set(opset.OPSET), set(opset.DTYPES)
         elif compiles:
             declared = set(caps.graph_ops) if caps.graph_ops is not None else set(opset.LEGACY_OPS)
             dtypes = set(caps.graph_dtypes)
         else:
+            # Op by op (a plugin that does not compile, or the eager fallback after its compiler
+            # refused the model): what is missing is an eager form, not a declaration.
             declared, dtypes = set(EAGER_OPS), {"float32"}
+            missing = f"op has no eager form on {self.device} (plugin {plugin} runs this model op by op)"
         # A quantized model keeps its composites whole: its plan names the calibrated graph's values.
-        return place(graph, declared, dtypes, str(self.device), self._record.name, decompose=self.plan is None)
+        return place(graph, declared, dtypes, str(self.device), plugin, decompose=self.plan is None, missing=missing)
 
     @property
     def placement(self) -> Any:
