@@ -5,11 +5,18 @@ neurenix is called the way a user calls it: ``compiled(x)`` on an edgetpu tensor
 edgetpu tensor. The bare loop is LiteRT's own API on the same model bytes: ``set_tensor``,
 ``invoke``, ``get_tensor`` on an interpreter created with the same thread count and kernels.
 The written models take float32 NCHW input and quantize/transpose inside the model, so both
-sides feed the same array. Each side's configuration is read back (thread count, kernels, which
+sides feed the same array. A second bare interpreter of the same bytes runs in the same rounds as
+a control: "control / native" is what the machine alone makes of two identical interpreters (on
+2 shared vCPUs, two thread pools of 2 threads can differ by well over 5%), so a ratio is read
+against it. Each side's configuration is read back (thread count, kernels, which
 ops the XNNPACK delegate took) and a row whose sides differ is refused. Without a Coral device
 this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
 
-    python benchmarks/edgetpu.py [--quick] [--threads 1 2] [--batches 1 32] [--models mlp cnn] [--json out.json]
+    python benchmarks/edgetpu.py [--quick] [--threads 1 2] [--batches 1 32] [--models mlp cnn] [--json out.json] [--no-amx]
+
+``--no-amx`` withholds Intel AMX from the benchmark process (``benchmarks/no_amx.py``), so an AMX
+host measures the AVX512-VNNI int8 kernels that CPUs without AMX run; the ``x86_amx`` entry of
+the read-back configuration says which ran.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ def build(name: str) -> tuple[Any, tuple[int, ...]]:
 
 def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     """LiteRT's own API on the same model bytes, and its configuration read back."""
+    from neurenix_edgetpu.amx import amx_state
     from neurenix_edgetpu.runtime import KERNELS, delegation
 
     litert = model.backend.litert
@@ -60,7 +68,7 @@ def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     ops = delegation(it)
     config = {"runtime": f"LiteRT {model.backend.version}", "threads": threads, "kernels": kernels,
               "delegated_ops": f"{sum(1 for _, d in ops if d)}/{len(ops)}",
-              "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-"}
+              "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-", "x86_amx": amx_state()}
 
     def run(x: np.ndarray) -> np.ndarray:
         it.set_tensor(i, x)
@@ -88,11 +96,13 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
                 y = compiled(xt)
                 model = compiled.native(x.shape)
                 run, native_config = bare(model, threads)
+                control, _ = bare(model, threads)  # a second bare interpreter: the machine's own spread
                 np.testing.assert_array_equal(run(x), y.numpy())  # same model, same numbers
-                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": lambda r=run: r(x)}, rounds=rounds)
+                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": lambda r=run: r(x),
+                                          "control": lambda r=control: r(x)}, rounds=rounds)
                 times[precision] = t["neurenix"]
                 rows.append(benchkit.row("edgetpu", name, precision, batch, threads, t["neurenix"], t["native"],
-                                         model.config, native_config))
+                                         model.config, native_config, control_ratio=t["control"] / t["native"]))
             rows[-1]["int8_speedup"] = times["fp32"] / times["int8"]
             rows[-2]["int8_speedup"] = None
             if progress is not None:
@@ -101,7 +111,13 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = benchkit.parser(__doc__, models=MODELS).parse_args(argv)
+    p = benchkit.parser(__doc__, models=MODELS)
+    p.add_argument("--no-amx", action="store_true", help="withhold Intel AMX from this process (XNNPACK then runs its AVX512-VNNI int8 kernels)")
+    args = p.parse_args(argv)
+    if args.no_amx:
+        from no_amx import withhold  # beside this file; before LiteRT creates an interpreter
+
+        withhold()
     from rich.progress import Progress
 
     rows: list[dict[str, Any]] = []
@@ -110,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.models:
             rows += bench(name, args.batches, args.threads, 3 if args.quick else 40, lambda: bar.advance(task))
     device = nx.backend("edgetpu:0").device_info(0)["name"]
-    benchkit.report("edgetpu", rows, args, [("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)
+    benchkit.report("edgetpu", rows, args, [("control_ratio", "control / native", ".3f"),
+                                             ("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)
     return 0
 
 

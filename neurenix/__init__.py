@@ -10,18 +10,34 @@ from __future__ import annotations
 from typing import Any
 
 import neurenix_core as _core
-from neurenix_core import *  # noqa: F403
 from neurenix_core import __all__ as _core_all
 from neurenix_core import __version__  # noqa: F401
 
-from neurenix import device, nn  # noqa: E402 - the seed modules (device is callable: nx.device("cpu"))
+from neurenix import device  # noqa: E402 - the seed module (callable: nx.device("cpu"))
+
+# The core's names that are already loaded, copied once; the rest (the core's lazy names, and the
+# seed modules nn, optim and hardware) load on first use, as they do on neurenix_core, so
+# ``import neurenix`` costs what ``import neurenix_core`` does (``from neurenix_core import *``
+# would load every lazy name, nn with its graph tracer included).
+globals().update({name: value for name, value in vars(_core).items() if name in _core_all and name != "device"})
 
 __all__ = [*_core_all, "compile", "nn", "optim", "hardware", "device"]
 
+_SEED_MODULES = ("nn", "optim", "hardware")
+
 
 def __getattr__(name: str) -> Any:
-    if name in ("hardware", "optim"):
+    if name in _SEED_MODULES:
         import importlib
 
-        return importlib.import_module(f"neurenix.{name}")
-    return getattr(_core, name)  # compile, linalg, quantization, graph ... (lazily loaded by the core)
+        module = importlib.import_module(f"neurenix.{name}")
+        globals()[name] = module
+        return module
+    value = getattr(_core, name)  # compile, linalg, quantization, graph ... (lazily loaded by the core)
+    if name in _core_all:
+        globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -35,6 +35,8 @@ def test_refused_model_runs_partitioned_under_allow() -> None:
     np.testing.assert_allclose(got, run_graph(GRAPH, x), rtol=1e-6, atol=1e-6)
     assert "could not lower the model" in compiled.summary and "reflect" in compiled.summary
     assert [(o.node, o.op) for o in compiled.placement.off_device] == [("p", "pad")]
+    # The plugin declares pad; what sent it to cpu:0 is that eager execution has no pad.
+    assert compiled.placement.off_device[0].reason == "op has no eager form on edgetpu:0 (plugin edgetpu runs this model op by op)"
 
 
 def test_refused_model_raises_under_error() -> None:

@@ -1,5 +1,6 @@
-"""The compiled-model call path (``Compiled.__call__``'s one-input fast path and
-``tensor.wrapping``): same results, same memory accounting and same errors as the general path.
+"""The compiled-model call path (``Compiled.__call__``'s one-input fast path, which wraps the
+result inline, and ``tensor.wrap_results``): same results, same memory accounting and same errors
+as the general path.
 No timing is asserted; benchmarks/*.py measure the cost."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.tensor.tensor import Tensor, wrapping
+from neurenix_core.tensor.tensor import Tensor, wrap_results
 
 
 @pytest.fixture
@@ -27,39 +28,17 @@ def _in_use() -> int:
     return nx.memory_stats("cpu").in_use
 
 
-def test_wrapping_charges_and_releases_exactly_what_wrap_does(cpu: Any) -> None:
-    out = np.arange(12, dtype=np.float32).reshape(3, 4)
-    run = wrapping(lambda x: out * x, cpu)
-    before = _in_use()
-    t = run(np.float32(2.0))
-    assert type(t) is Tensor and t.device == nx.Device("cpu", 0) and t._base is None
-    np.testing.assert_array_equal(t.numpy(), out * 2)
-    assert _in_use() == before + out.nbytes
-    del t
-    assert _in_use() == before
-
-
-def test_wrapping_tuples_tensors_and_non_array_results(cpu: Any) -> None:
+def test_wrap_results_tuples_tensors_and_non_array_results(cpu: Any) -> None:
     a, b = np.ones(3, np.float32), np.zeros(2, np.float32)
-    pair = wrapping(lambda x: (a, b), cpu)(None)
+    pair = wrap_results((a, b), cpu)
     assert isinstance(pair, tuple) and [type(p) for p in pair] == [Tensor, Tensor]
     np.testing.assert_array_equal(pair[1].numpy(), b)
-    one = wrapping(lambda x: [a], cpu)(None)
+    one = wrap_results([a], cpu)
     assert type(one) is Tensor  # a one-element list unpacks, as the general runner's results do
     ready = nx.asarray(a, device="cpu")
-    assert wrapping(lambda x: ready, cpu)(None) is ready  # a Tensor result is passed through
-    scalar = wrapping(lambda x: np.float32(3.5), cpu)(None)  # a NumPy scalar is coerced to a 0-d array
+    assert wrap_results(ready, cpu) is ready  # a Tensor result is passed through
+    scalar = wrap_results(np.float32(3.5), cpu)  # a NumPy scalar is coerced to a 0-d array
     assert type(scalar) is Tensor and type(scalar._data) is np.ndarray and scalar.shape == () and float(scalar.numpy()) == 3.5
-
-
-def test_wrapping_refuses_past_the_memory_limit_before_making_the_tensor(cpu: Any) -> None:
-    big = np.ones(1000, np.float32)
-    now = _in_use()
-    nx.set_memory_limit("cpu", now + 100)
-    with pytest.raises(nx.OutOfMemoryError) as info:
-        wrapping(lambda x: big, cpu)(None)
-    assert info.value.requested == big.nbytes and info.value.in_use == now
-    assert _in_use() == now
 
 
 def _npu_or_skip() -> None:
@@ -88,3 +67,44 @@ def test_compiled_fast_path_matches_the_general_path_and_falls_back_on_other_sha
     np.testing.assert_allclose(other.numpy(), model(nx.asarray(x2)).numpy(), rtol=1e-5, atol=1e-5)
     with pytest.raises(nx.ShapeError, match="takes 1 input"):
         compiled(t, t)
+
+
+def _fast_npu_model() -> tuple[Any, Tensor]:
+    from neurenix_core import nn
+
+    nn.manual_seed(1)
+    compiled = nx.compile(nn.Sequential(nn.Linear(8, 64)), device="npu:0", precision="fp32")
+    t = nx.asarray(np.ones((4, 8), np.float32), device="npu:0")
+    compiled(t)  # compiles (4, 8) and sets the fast path
+    assert compiled._fast is not None
+    return compiled, t
+
+
+def _npu_in_use() -> int:
+    gc.collect()
+    return nx.memory_stats("npu:0").in_use
+
+
+def test_compiled_fast_path_charges_and_releases_exactly_the_result() -> None:
+    _npu_or_skip()
+    compiled, t = _fast_npu_model()
+    before = _npu_in_use()
+    out = compiled(t)
+    assert type(out) is Tensor and out._base is None and out.shape == (4, 64)
+    assert _npu_in_use() == before + out.numpy().nbytes
+    del out
+    assert _npu_in_use() == before
+
+
+def test_compiled_fast_path_refuses_past_the_memory_limit_before_making_the_tensor() -> None:
+    _npu_or_skip()
+    compiled, t = _fast_npu_model()
+    now = _npu_in_use()
+    nx.set_memory_limit("npu:0", now + 100)  # the (4, 64) float32 result needs 1024 bytes
+    try:
+        with pytest.raises(nx.OutOfMemoryError) as info:
+            compiled(t)
+        assert info.value.requested == 4 * 64 * 4 and info.value.in_use == now
+        assert _npu_in_use() == now
+    finally:
+        nx.set_memory_limit("npu:0", None)

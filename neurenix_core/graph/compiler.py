@@ -24,7 +24,7 @@ from neurenix_core.errors import (
 from neurenix_core.graph.inputs import check_outputs, deliver_tensors, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.plugins.backend import CompiledModel
-from neurenix_core.tensor.tensor import Tensor
+from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
 
 __all__ = ["compile", "Compiled", "PRECISIONS"]
 
@@ -133,9 +133,11 @@ class Compiled:
         self._runners: dict[tuple[tuple[int, ...], ...], Runner] = {}
         self._summaries: dict[tuple[tuple[int, ...], ...], str] = {}
         self._natives: dict[tuple[tuple[int, ...], ...], Any] = {}
-        # One-input models compiled by a plugin: (placement, shape reader, input shape, run) of the
-        # first shape compiled.
-        self._fast: tuple[Any, Callable[[Any], Any], tuple[int, ...], Callable[[Any], Any]] | None = None
+        # One-input models compiled by a plugin, for the first shape compiled: (placement, shape
+        # reader or None, input shape, the plugin's entry, array type, memory counters, size
+        # reader or None), all resolved once (``_set_fast``).
+        self._fast: tuple[Any, Callable[[Any], Any] | None, tuple[int, ...], Callable[[Any], Any], type, Any,
+                          Callable[[Any], int] | None] | None = None
         self._eager: Any = None
         self._placements: dict[tuple[tuple[int, ...], ...], Any] = {}
         # Float inputs run as float32; integer inputs (token ids) keep their declared dtype.
@@ -177,13 +179,33 @@ class Compiled:
             fast = self._fast
             # A Tensor already on the model's device (same placement object) with the compiled
             # shape goes straight to the plugin's model: no list, shape tuple or runner lookup.
-            # fast[1] reads the native shape attribute when the backend's ``_shape_of`` is the
-            # default ``tuple(native.shape)``; a shape that only differs in type misses here and
-            # takes the general path below, which decides the same way.
+            # ``shape_of`` is None when the backend's ``_shape_of`` is the default
+            # ``tuple(native.shape)``: the native attribute is compared, and a shape that only
+            # differs in type misses here and takes the general path below, which decides the same.
             if fast is not None:
                 x = inputs[0]
-                if type(x) is Tensor and x._p is fast[0] and fast[1](x._data) == fast[2]:
-                    return fast[3](x._data)
+                p, shape_of, shape, call, array_type, mem, nbytes_of = fast
+                if type(x) is Tensor and x._p is p and (x._data.shape if shape_of is None else shape_of(x._data)) == shape:
+                    out = call(x._data)
+                    if type(out) is not array_type:
+                        return wrap_results(out, p)
+                    # The result wrapped here rather than in a helper: one Python call less per
+                    # call. DeviceMemory.charge written out, as in the binary operators (keep the
+                    # copies in step).
+                    n = out.nbytes if nbytes_of is None else nbytes_of(out)
+                    used = mem.in_use + n
+                    if used > mem.limit:
+                        raise mem.refuse(n)
+                    mem.in_use = used
+                    mem.count += 1
+                    if used > mem.peak:
+                        mem.peak = used
+                    t = _new(Tensor)
+                    t._data = out
+                    t._p = p
+                    t._nbytes = n
+                    t._base = None
+                    return t
         if len(inputs) != len(self.graph.inputs):
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
         natives = [self._native(x, i) for i, x in enumerate(inputs)]
@@ -201,20 +223,21 @@ class Compiled:
 
     def _set_fast(self, shapes: tuple[tuple[int, ...], ...]) -> None:
         """Prebuild the one-input call for the first compiled shape: placement, shape reader and
-        the plugin's entry point resolved once, results wrapped by ``tensor.wrapping``."""
+        the plugin's entry point resolved once (``__call__`` wraps the result)."""
         native = self._natives.get(shapes)
         if self._fast is not None or native is None or len(shapes) != 1 or self.outputs != "device":
             return
-        from operator import attrgetter
-
         from neurenix_core.plugins.backend import Backend
-        from neurenix_core.tensor.tensor import wrapping
 
         be = self._backend
         p = be.placement(self.device.index)
-        call = native._run if isinstance(native, CompiledModel) else native  # natives in: the hook's contract
-        shape_of = attrgetter("shape") if type(be)._shape_of is Backend._shape_of else be._shape_of
-        self._fast = (p, shape_of, shapes[0], wrapping(call, p))
+        call = native
+        if isinstance(native, CompiledModel):  # natives in: the hook's contract
+            # The plugin's entry for exactly this array type and shape (checked below), else _run.
+            call = native.fast_entry(shapes[0]) or native._run
+        shape_of = None if type(be)._shape_of is Backend._shape_of else be._shape_of
+        nbytes_of = None if p.native_nbytes else be._nbytes_of
+        self._fast = (p, shape_of, shapes[0], call, p.array_type, p.mem, nbytes_of)
 
     def _native(self, x: Any, i: int) -> Any:
         """Input ``i`` as a native array on the model's device: the one rule of graph.inputs
@@ -271,15 +294,20 @@ class Compiled:
         from neurenix_core.graph.placement import place
 
         caps = self._record.manifest.capabilities
+        plugin = self._record.name
+        missing = f"op not declared by plugin {plugin}"
         if str(self.device.type) == "cpu":
             declared, dtypes = set(opset.OPSET), set(opset.DTYPES)
         elif compiles:
             declared = set(caps.graph_ops) if caps.graph_ops is not None else set(opset.LEGACY_OPS)
             dtypes = set(caps.graph_dtypes)
         else:
+            # Op by op (a plugin that does not compile, or the eager fallback after its compiler
+            # refused the model): what is missing is an eager form, not a declaration.
             declared, dtypes = set(EAGER_OPS), {"float32"}
+            missing = f"op has no eager form on {self.device} (plugin {plugin} runs this model op by op)"
         # A quantized model keeps its composites whole: its plan names the calibrated graph's values.
-        return place(graph, declared, dtypes, str(self.device), self._record.name, decompose=self.plan is None)
+        return place(graph, declared, dtypes, str(self.device), plugin, decompose=self.plan is None, missing=missing)
 
     @property
     def placement(self) -> Any:

@@ -111,10 +111,12 @@ def node_flops(node: Node, specs: Mapping[str, ValueSpec]) -> int:
     return int(d.flops(attrs, [specs[i].shape for i in node.inputs], specs[node.output].shape, node.params))
 
 
-def _reason(node: Node, specs: Mapping[str, ValueSpec], declared: Collection[str], dtypes: Collection[str], plugin: str) -> str | None:
-    """Why the device cannot run ``node`` (None: it can)."""
+def _reason(node: Node, specs: Mapping[str, ValueSpec], declared: Collection[str], dtypes: Collection[str], plugin: str,
+            missing: str | None = None) -> str | None:
+    """Why the device cannot run ``node`` (None: it can); ``missing`` says why for an op outside
+    ``declared`` (default: the plugin does not declare it)."""
     if node.op not in declared:
-        return f"op not declared by plugin {plugin}"
+        return missing or f"op not declared by plugin {plugin}"
     for value in (*node.inputs, node.output):
         dtype = specs[value].dtype
         if dtype not in dtypes:
@@ -144,12 +146,13 @@ def _segments(nodes: list[Node], on: list[bool], graph: Graph, host_consts: set[
 
 
 def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], device: str, plugin: str, *,
-          decompose: bool = True) -> Placement:
+          decompose: bool = True, missing: str | None = None) -> Placement:
     """Decompose what ``declared`` lacks, assign every node, cut segments and count the work.
 
     ``decompose=False`` keeps composites whole (an undeclared one runs on the CPU): a quantized
     model's plan names the values of the graph it was calibrated on, and a decomposition would
-    create values the plan has no parameters for."""
+    create values the plan has no parameters for. ``missing`` is the reason reported for an op
+    outside ``declared`` (default "op not declared by plugin ...")."""
     legal = legalize(graph, keep=lambda n: n.op in declared) if decompose else graph
     specs = infer_values(legal)
     consts_on_device = "constant" in declared
@@ -160,7 +163,7 @@ def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], devi
     flops: Counter[str] = Counter()
     host_consts: set[str] = set()
     consumers_on: dict[str, list[bool]] = {}
-    reasons = {n.name: _reason(n, specs, declared, dtypes, plugin) for n in nodes if n.op != "constant"}
+    reasons = {n.name: _reason(n, specs, declared, dtypes, plugin, missing) for n in nodes if n.op != "constant"}
     for n in nodes:
         for i in n.inputs:
             consumers_on.setdefault(i, []).append(n.op != "constant" and reasons[n.name] is None)

@@ -7,8 +7,6 @@ over the destination only when complete, so an interrupted save never leaves hal
 from __future__ import annotations
 
 import os
-import tempfile
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,8 @@ def save_state(state: Mapping[str, np.ndarray], path: str | os.PathLike[str]) ->
     for k, v in arrays.items():
         if v.dtype == object:
             raise ModelFormatError(f"{target}: {k} has dtype object, which no safe format can store")
+    import tempfile  # with shutil and the compressors, ~3 ms: on first save, not at import
+
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
@@ -55,6 +55,8 @@ def save_state(state: Mapping[str, np.ndarray], path: str | os.PathLike[str]) ->
 
 def load_state(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Read a weights file written by :func:`save_state` (or PyTorch's safetensors export)."""
+    import zipfile  # np.load of an .npz raises its BadZipFile (loaded by then); ~1 ms at import
+
     source = Path(path)
     fmt = _format(source)
     if not source.is_file():

@@ -241,6 +241,15 @@ class CompiledModel:
     def _run(self, *inputs: Any) -> Any:
         raise NotImplementedError("need _run")
 
+    def fast_entry(self, shape: tuple[int, ...]) -> Callable[[Any], Any] | None:
+        """Optional: a one-input call for arrays the core has already checked.
+
+        ``nx.compile``'s per-call path calls it with one array of the backend's array type whose
+        shape is exactly ``shape`` (the core checked both), so it may skip those checks; any other
+        mismatch (a dtype) must still raise a ``NeurenixError``. None (the default) means ``_run``.
+        """
+        return None
+
 
 # Function names of the array API standard (2024.12) that a namespace maps one to one.
 ARRAY_API_FUNCTIONS: tuple[str, ...] = (

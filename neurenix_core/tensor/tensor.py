@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # mismatch, raise_op_error, default_backend and placement_for live in op_errors.py and placement.py;
 # they stay importable from here, where plugins found them in 0.1.
 __all__ = [
-    "Tensor", "asarray", "from_dlpack", "wrap", "wrap_on", "wrapping", "adopt", "check_same_device", "mismatch", "raise_op_error",
+    "Tensor", "asarray", "from_dlpack", "wrap", "wrap_on", "wrap_results", "adopt", "check_same_device", "mismatch", "raise_op_error",
     "default_backend", "placement_for",
 ]
 
@@ -470,41 +470,15 @@ def wrap_on(native: Any, p: Placement) -> Tensor:
     return t
 
 
-def wrapping(call: Callable[[Any], Any], p: Placement) -> Callable[[Any], Any]:
-    """``call`` (one native array in) with its results wrapped as Tensors on ``p``.
-
-    The per-call path of a compiled model (benchmarks compare it with the bare runtime): the
-    placement, memory counters and size rule are bound once here, and the common result, one
-    array of the backend's type, is wrapped inline with ``DeviceMemory.charge`` written out
-    (as in the binary operators; keep the copies in step). Tuples and lists of results, and
-    results that are already Tensors, take ``wrap_on``.
-    """
-    array_type, mem, backend = p.array_type, p.mem, p.backend
-    nbytes_of = None if p.native_nbytes else backend._nbytes_of
-
-    def run(x: Any) -> Any:
-        out = call(x)
-        if type(out) is array_type:
-            n = out.nbytes if nbytes_of is None else nbytes_of(out)
-            used = mem.in_use + n
-            if used > mem.limit:
-                raise mem.refuse(n)
-            mem.in_use = used
-            mem.count += 1
-            if used > mem.peak:
-                mem.peak = used
-            t = _new(Tensor)
-            t._data = out
-            t._p = p
-            t._nbytes = n
-            t._base = None
-            return t
-        if isinstance(out, (tuple, list)):
-            outs = tuple(o if isinstance(o, Tensor) else wrap_on(o, p) for o in out)
-            return outs[0] if len(outs) == 1 else outs
-        return out if isinstance(out, Tensor) else wrap_on(out, p)
-
-    return run
+def wrap_results(out: Any, p: Placement) -> Any:
+    """A compiled call's results other than one array of the backend's type (tuples and lists of
+    results, results that are already Tensors, arrays to coerce) as Tensors on ``p``. The one
+    array case is wrapped inline by ``Compiled.__call__``, with ``DeviceMemory.charge`` written
+    out as in the binary operators (keep the copies in step)."""
+    if isinstance(out, (tuple, list)):
+        outs = tuple(o if isinstance(o, Tensor) else wrap_on(o, p) for o in out)
+        return outs[0] if len(outs) == 1 else outs
+    return out if isinstance(out, Tensor) else wrap_on(out, p)
 
 
 # --------------------------------------------------------------------- device checks and errors

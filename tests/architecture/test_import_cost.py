@@ -51,3 +51,20 @@ def test_the_autograd_engine_loads_on_first_use() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, [2.0, 2.0, 2.0], True]
+
+
+def test_the_seed_facade_costs_what_the_core_costs() -> None:
+    """``import neurenix as nx`` (the seeds' spelling) loads no more than ``import neurenix_core``:
+    nn (with the graph tracer), the graph IR and the optimizers load on first use."""
+    code = (
+        "import sys, json, neurenix_core\n"
+        "core = set(sys.modules)\n"
+        "import neurenix as nx\n"
+        "extra = sorted(m for m in set(sys.modules) - core if not m.startswith('neurenix.') and m != 'neurenix')\n"
+        "layer = nx.nn.Linear(2, 3)\n"
+        "print(json.dumps([extra, type(layer).__module__, 'neurenix_core.nn' in sys.modules, nx.device is sys.modules['neurenix.device'],"
+        " sorted({'nn', 'optim', 'hardware', 'compile', 'Tensor'} - set(dir(nx)))]))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[], "neurenix_core.nn.layers", True, True, []]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -32,11 +35,35 @@ def test_benchmark_quick(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "edgetpu.py"), "--quick", "--batches", "1", "--models", "mlp", "cnn", "--json", str(report)],
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    import json
-
     rows = json.loads(report.read_text())["rows"]
     assert {(r["model"], r["precision"], r["threads"]) for r in rows} == {(m, p, t) for m in ("mlp", "cnn") for p in ("fp32", "int8") for t in (1, 2)}
     for r in rows:  # same configuration on both sides, read back from LiteRT: compared, never refused
         assert r["refused"] is None and abs(r["ratio"] - r["neurenix_us"] / r["native_us"]) < 1e-9 * r["ratio"]
         assert r["neurenix_config"]["threads"] == r["threads"] and r["neurenix_config"]["kernels"] == "xnnpack"
+        assert r["neurenix_config"]["x86_amx"] in ("granted", "not granted", "absent", "unknown")
     assert "configurations (read back from the runtimes)" in proc.stdout
+
+
+def _cpu_has_amx_int8() -> bool:
+    from neurenix_edgetpu.amx import _cpu_has_amx_int8 as has
+
+    return has()
+
+
+def test_benchmark_no_amx_withholds_amx_from_xnnpack(tmp_path):
+    """``--no-amx``: the read-back says AMX was not granted (where the CPU has it), so the int8 rows
+    measure XNNPACK's AVX512-VNNI kernels; without the option an AMX host reports it granted."""
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        pytest.skip("AMX and seccomp: x86-64 Linux only")
+    states = {}
+    for flag in ([], ["--no-amx"]):
+        report = tmp_path / f"bench{len(flag)}.json"
+        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "edgetpu.py"), "--quick", "--batches", "1", "--threads", "1",
+                               "--models", "mlp", "--json", str(report), *flag], env=_env(), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        rows = json.loads(report.read_text())["rows"]
+        states[bool(flag)] = {r["native_config"]["x86_amx"] for r in rows} | {r["neurenix_config"]["x86_amx"] for r in rows}
+    if _cpu_has_amx_int8():
+        assert states == {False: {"granted"}, True: {"not granted"}}
+    else:
+        assert states == {False: {"absent"}, True: {"absent"}}

@@ -56,3 +56,24 @@ def test_loaded_model_host_outputs(edgetpu: Any, another: nx.Device) -> None:
     out = model(nx.asarray(_x(), device="cpu"))
     assert type(out) is np.ndarray and out.shape == (1, 3)
     check_input_rule(model, _x(), EDGE, expect_device=False)
+
+
+def test_compiled_fast_path_converts_other_float_dtypes(edgetpu: Any) -> None:
+    """nx.compile's per-call path hands the array straight to LiteRT (``fast_entry``); an edgetpu
+    tensor of the compiled shape but another float dtype must still run as float32, as the
+    checked path does, not fail inside LiteRT."""
+    compiled = nx.compile(_mlp(), device="edgetpu:0", precision="fp32", progress=False)
+    x = _x()
+    expected = compiled(nx.asarray(x, device="edgetpu:0")).numpy()  # compiles; sets the fast path
+    assert compiled.native(x.shape).fast_entry(x.shape) is not None, "plain float32 edges: the core calls LiteRT directly"
+    wide = nx.asarray(x.astype(np.float64), device="edgetpu:0")
+    assert wide.dtype == np.float64
+    np.testing.assert_array_equal(compiled(wide).numpy(), expected)
+
+
+def test_runner_refuses_what_litert_refuses(edgetpu: Any) -> None:
+    model = EdgeTPUBackend().optimize_model(_mlp(), quantize=False, precision="fp32", input_shape=(1, 6))
+    runner = type(model.runner)(model.backend.litert.Interpreter(model_content=model.tflite_bytes), "the test model")
+    with pytest.raises(nx.ShapeError, match=r"the test model: LiteRT refused the input .*float32 array of shape \(1, 6\)"):
+        runner.invoke1(np.zeros((1, 6), np.int32))
+    np.testing.assert_array_equal(runner.invoke1(_x()), model(_x()))

@@ -6,11 +6,14 @@ Imported only by the backend factory (never at ``import neurenix_core``): it imp
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import numpy as np
-from neurenix_core.errors import BackendUnavailableError, CompilationError
+from neurenix_core.errors import BackendUnavailableError, CompilationError, ShapeError
+
+from neurenix_edgetpu.amx import amx_state
 
 __all__ = ["load_litert", "Runner", "delegation", "KERNELS"]
 
@@ -59,6 +62,13 @@ def delegation(interpreter: Any) -> tuple[tuple[str, bool], ...]:
     return tuple((d["op_name"], i in taken) for i, d in enumerate(ops))
 
 
+def _has_direct_calls(interpreter: Any) -> bool:
+    """Whether the interpreter exposes the bindings its public methods forward to (LiteRT and
+    tflite_runtime both keep them as ``_interpreter``; another build may not)."""
+    binding = getattr(interpreter, "_interpreter", None)
+    return all(callable(getattr(binding, name, None)) for name in ("SetTensor", "Invoke", "GetTensor"))
+
+
 class Runner:
     """One LiteRT interpreter with a lock: ``invoke`` is safe to call from several threads.
 
@@ -69,9 +79,11 @@ class Runner:
     it was created with (LiteRT has no getter for it).
     """
 
-    __slots__ = ("interpreter", "_lock", "_inputs", "_outputs", "_in0", "_out0", "input_details", "output_details", "config")
+    __slots__ = ("interpreter", "_lock", "_inputs", "_outputs", "_in0", "_out0", "input_details", "output_details", "config",
+                 "invoke1", "reject", "_where")
 
     def __init__(self, interpreter: Any, source: str, config: dict[str, Any] | None = None) -> None:
+        self._where = source
         try:
             interpreter.allocate_tensors()
         except RuntimeError as exc:
@@ -87,14 +99,44 @@ class Runner:
         ops = delegation(interpreter)
         self.config["delegated_ops"] = f"{sum(1 for _, d in ops if d)}/{len(ops)}"
         self.config["cpu_kernel_ops"] = ",".join(sorted({name for name, d in ops if not d})) or "-"
+        self.config["x86_amx"] = amx_state()  # after allocate_tensors: XNNPACK has asked for AMX by now
+        #: One input, one output: the hot path of a compiled model (no lists).
+        self.invoke1 = self._invoke1_direct if _has_direct_calls(interpreter) else self._invoke1_public
+        #: What ``invoke1`` does with an array LiteRT's set_tensor refuses (wrong dtype or shape):
+        #: raise, unless the owner converts (``EdgeTPUModel`` sends it through its checked path).
+        self.reject: Callable[[np.ndarray, ValueError], np.ndarray] = self._refuse
 
-    def invoke1(self, array: np.ndarray) -> np.ndarray:
-        """One input, one output: the hot path of a compiled model (no lists)."""
+    def _invoke1_direct(self, array: np.ndarray) -> np.ndarray:
+        # LiteRT's Python ``set_tensor``/``invoke``/``get_tensor`` forward to these bindings after
+        # ``_ensure_safe``, a reference count check that guards ``tensor()`` views of internal
+        # buffers; a Runner never creates such views, so the check has nothing to find here. The
+        # binding is looked up per call (holding it would make the public methods' check fail).
+        with self._lock:
+            it = self.interpreter._interpreter
+            try:
+                it.SetTensor(self._in0, array)
+            except ValueError as exc:
+                refused = exc
+            else:
+                it.Invoke()
+                return it.GetTensor(self._out0, 0)
+        return self.reject(array, refused)  # outside the lock: the handler may call back in
+
+    def _invoke1_public(self, array: np.ndarray) -> np.ndarray:
         it = self.interpreter
         with self._lock:
-            it.set_tensor(self._in0, array)
-            it.invoke()
-            return it.get_tensor(self._out0)
+            try:
+                it.set_tensor(self._in0, array)
+            except ValueError as exc:
+                refused = exc
+            else:
+                it.invoke()
+                return it.get_tensor(self._out0)
+        return self.reject(array, refused)
+
+    def _refuse(self, array: np.ndarray, exc: ValueError) -> np.ndarray:
+        raise ShapeError(f"{self._where}: LiteRT refused the input ({exc}); pass a {self.input_details[0]['dtype'].__name__} "
+                         f"array of shape {tuple(int(d) for d in self.input_details[0]['shape'])}")
 
     def invoke(self, *arrays: np.ndarray) -> list[np.ndarray]:
         it = self.interpreter
