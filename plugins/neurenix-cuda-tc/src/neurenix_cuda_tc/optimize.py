@@ -185,6 +185,9 @@ def tensor_core_model_class() -> type:
             super().__init__()
             self.inner = inner
             self._runner = runner
+            # The same runner outside torch's module registry: ``self._runner`` of a registered
+            # submodule goes through nn.Module.__getattr__, a Python call on every model call.
+            object.__setattr__(self, "_call", runner)
             self.dtype = dtype
             self.precision = precision
             self.channels_last = channels_last
@@ -239,7 +242,16 @@ def tensor_core_model_class() -> type:
                 # flushed the CPU caches, where each Python step costs several times its warm
                 # price (docs/tensor-cores.md, benchmark section).
                 if type(x) is Tensor and x._p is placement and self.outputs == "device":
-                    out = self._execute1(self._prepare_own(x._data))
+                    if self._on_target and self.precision != "mixed":
+                        # _prepare_own and _execute1 written out: two Python calls less per call.
+                        n = x._data
+                        if n.is_floating_point():
+                            n = n.to(self.dtype)
+                        if self.channels_last and n.dim() == 4:
+                            n = n.contiguous(memory_format=torch.channels_last)
+                        out = self._call(n)
+                    else:
+                        out = self._execute1(self._prepare_own(x._data))
                     return wrap_on(out, placement) if type(out) is torch.Tensor else deliver(_results(out), self.target, self._nx_backend, self.outputs)
                 if isinstance(x, torch.Tensor):
                     return self._execute1(self._prepare(x))
