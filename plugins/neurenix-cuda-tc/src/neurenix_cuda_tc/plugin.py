@@ -49,7 +49,7 @@ def neurenix_manifest() -> Manifest:
         band=PriorityBand.ACCELERATOR,
         priority=60,
         capabilities=Capabilities(
-            dtypes=("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"),
+            dtypes=("float32", "float16", "bfloat16", "float64", "complex64", "complex128", "int8", "int16", "int32", "int64", "uint8", "bool"),
             precisions=("fp32", "tf32", "fp16", "bf16", "mixed"),
             native_ops=NATIVE_OPS,
             compiles_models=True,
