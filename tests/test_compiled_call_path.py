@@ -108,3 +108,19 @@ def test_compiled_fast_path_refuses_past_the_memory_limit_before_making_the_tens
         assert _npu_in_use() == now
     finally:
         nx.set_memory_limit("npu:0", None)
+
+
+def test_compiled_fast_path_takes_only_the_compiled_input_dtype() -> None:
+    """A device tensor of the compiled shape but another dtype goes the general way, where the
+    plugin's ``_run`` decides (OpenVINO's refuses, naming the cast): the plugin's fast entry only
+    ever sees the model's own input dtype."""
+    _npu_or_skip()
+    compiled, t = _fast_npu_model()
+    seen: list[Any] = []
+    p, shape_of, shape, call, *rest = compiled._fast
+    compiled._fast = (p, shape_of, shape, lambda a: seen.append(a.dtype) or call(a), *rest)
+    compiled(t)
+    wide = nx.asarray(t.numpy().astype(np.float64), device="npu:0")
+    with pytest.raises(nx.UnsupportedDTypeError, match=r"must be float32, got float64"):
+        compiled(wide)
+    assert seen == [np.dtype(np.float32)], "only the float32 call took the fast path"

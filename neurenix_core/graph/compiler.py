@@ -135,9 +135,9 @@ class Compiled:
         self._natives: dict[tuple[tuple[int, ...], ...], Any] = {}
         # One-input models compiled by a plugin, for the first shape compiled: (placement, shape
         # reader or None, input shape, the plugin's entry, array type, memory counters, size
-        # reader or None), all resolved once (``_set_fast``).
+        # reader or None, dtype reader or None, input dtype), all resolved once (``_set_fast``).
         self._fast: tuple[Any, Callable[[Any], Any] | None, tuple[int, ...], Callable[[Any], Any], type, Any,
-                          Callable[[Any], int] | None] | None = None
+                          Callable[[Any], int] | None, Callable[[Any], Any] | None, np.dtype[Any]] | None = None
         self._eager: Any = None
         self._placements: dict[tuple[tuple[int, ...], ...], Any] = {}
         # Float inputs run as float32; integer inputs (token ids) keep their declared dtype.
@@ -182,10 +182,14 @@ class Compiled:
             # ``shape_of`` is None when the backend's ``_shape_of`` is the default
             # ``tuple(native.shape)``: the native attribute is compared, and a shape that only
             # differs in type misses here and takes the general path below, which decides the same.
+            # The dtype must be the model's input dtype (float32, or an integer input's declared
+            # dtype); another one takes the general path, where the plugin's _run converts or
+            # refuses it. ``dtype_of`` is None for NumPy arrays (their own attribute is compared).
             if fast is not None:
                 x = inputs[0]
-                p, shape_of, shape, call, array_type, mem, nbytes_of = fast
-                if type(x) is Tensor and x._p is p and (x._data.shape if shape_of is None else shape_of(x._data)) == shape:
+                p, shape_of, shape, call, array_type, mem, nbytes_of, dtype_of, dtype = fast
+                if (type(x) is Tensor and x._p is p and (x._data.shape if shape_of is None else shape_of(x._data)) == shape
+                        and (x._data.dtype if dtype_of is None else dtype_of(x._data)) == dtype):
                     out = call(x._data)
                     if type(out) is not array_type:
                         return wrap_results(out, p)
@@ -237,7 +241,8 @@ class Compiled:
             call = native.fast_entry(shapes[0]) or native._run
         shape_of = None if type(be)._shape_of is Backend._shape_of else be._shape_of
         nbytes_of = None if p.native_nbytes else be._nbytes_of
-        self._fast = (p, shape_of, shapes[0], call, p.array_type, p.mem, nbytes_of)
+        dtype_of = None if p.array_type is np.ndarray else be._dtype_of
+        self._fast = (p, shape_of, shapes[0], call, p.array_type, p.mem, nbytes_of, dtype_of, self._input_dtypes[0])
 
     def _native(self, x: Any, i: int) -> Any:
         """Input ``i`` as a native array on the model's device: the one rule of graph.inputs

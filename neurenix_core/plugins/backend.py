@@ -245,8 +245,9 @@ class CompiledModel:
         """Optional: a one-input call for arrays the core has already checked.
 
         ``nx.compile``'s per-call path calls it with one array of the backend's array type whose
-        shape is exactly ``shape`` (the core checked both), so it may skip those checks; any other
-        mismatch (a dtype) must still raise a ``NeurenixError``. None (the default) means ``_run``.
+        shape is exactly ``shape`` and whose dtype is the model's input dtype (float32, or an
+        integer input's declared dtype): the core checked all three, so it may skip those checks.
+        None (the default) means ``_run``.
         """
         return None
 

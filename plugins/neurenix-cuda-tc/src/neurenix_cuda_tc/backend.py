@@ -8,6 +8,8 @@ the core first uses a ``cuda`` device, never at ``import neurenix_core``.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from typing import Any
 
@@ -37,9 +39,19 @@ def _dtype_pairs() -> list[tuple[str, Any]]:
     ]
 
 
+@functools.cache
+def _to_torch() -> dict[str, Any]:
+    return dict(_dtype_pairs())
+
+
+@functools.cache
+def _to_numpy() -> dict[Any, np.dtype[Any]]:
+    return {td: DTYPES[name] for name, td in _dtype_pairs()}
+
+
 def torch_dtype(dtype: np.dtype[Any]) -> Any:
     """The torch dtype of a neurenix dtype; UnsupportedDTypeError when torch has none."""
-    table = dict(_dtype_pairs())
+    table = _to_torch()
     found = table.get(str(np.dtype(dtype)))
     if found is None:
         raise UnsupportedDTypeError(f"backend cuda-tc (PyTorch) has no dtype for {dtype}; use one of {', '.join(table)}")
@@ -47,9 +59,10 @@ def torch_dtype(dtype: np.dtype[Any]) -> Any:
 
 
 def numpy_dtype(tdtype: Any) -> np.dtype[Any]:
-    for name, td in _dtype_pairs():
-        if td == tdtype:
-            return DTYPES[name]
+    # A dict lookup: Tensor.dtype and nx.compile's per-call input check ask on every call.
+    found = _to_numpy().get(tdtype)
+    if found is not None:
+        return found
     raise UnsupportedDTypeError(f"torch dtype {tdtype} has no neurenix equivalent; cast with .to(torch.float32) first")
 
 

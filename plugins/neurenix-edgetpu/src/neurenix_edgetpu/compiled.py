@@ -84,8 +84,6 @@ class EdgeTPUModel(CompiledModel):
         # Edges with nothing for the host to do: the call passes the array straight to LiteRT.
         self._plain = len(self.inputs) == 1 and len(self.outputs) == 1 and _plain(self.inputs[0]) and _plain(self.outputs[0])
         self._shape0 = self.inputs[0].shape if self.inputs else ()
-        if self._plain:  # an array of another dtype takes the checked path, which converts or explains
-            self.runner.reject = lambda array, _exc: self.runner.invoke1(self._in(self.inputs[0], array))
         self.summary = self._summary()
 
     @property
@@ -124,8 +122,8 @@ class EdgeTPUModel(CompiledModel):
         return call_runtime(self._run, inputs, self.device, self.backend, self.result)
 
     def fast_entry(self, shape: tuple[int, ...]) -> Any:
-        """For ``nx.compile``'s per-call path (NumPy arrays of exactly ``shape``, checked by the
-        core): the interpreter call itself, when the edges leave the host nothing to do."""
+        """For ``nx.compile``'s per-call path (float32 NumPy arrays of exactly ``shape``, checked
+        by the core): the interpreter call itself, when the edges leave the host nothing to do."""
         return self.runner.invoke1 if self._plain and shape == self._shape0 else None
 
     def _run(self, *inputs: Any) -> Any:

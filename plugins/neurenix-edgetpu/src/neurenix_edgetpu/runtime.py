@@ -6,7 +6,6 @@ Imported only by the backend factory (never at ``import neurenix_core``): it imp
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -80,7 +79,7 @@ class Runner:
     """
 
     __slots__ = ("interpreter", "_lock", "_inputs", "_outputs", "_in0", "_out0", "input_details", "output_details", "config",
-                 "invoke1", "reject", "_where")
+                 "invoke1", "_where")
 
     def __init__(self, interpreter: Any, source: str, config: dict[str, Any] | None = None) -> None:
         self._where = source
@@ -102,9 +101,6 @@ class Runner:
         self.config["x86_amx"] = amx_state()  # after allocate_tensors: XNNPACK has asked for AMX by now
         #: One input, one output: the hot path of a compiled model (no lists).
         self.invoke1 = self._invoke1_direct if _has_direct_calls(interpreter) else self._invoke1_public
-        #: What ``invoke1`` does with an array LiteRT's set_tensor refuses (wrong dtype or shape):
-        #: raise, unless the owner converts (``EdgeTPUModel`` sends it through its checked path).
-        self.reject: Callable[[np.ndarray, ValueError], np.ndarray] = self._refuse
 
     def _invoke1_direct(self, array: np.ndarray) -> np.ndarray:
         # LiteRT's Python ``set_tensor``/``invoke``/``get_tensor`` forward to these bindings after
@@ -116,11 +112,9 @@ class Runner:
             try:
                 it.SetTensor(self._in0, array)
             except ValueError as exc:
-                refused = exc
-            else:
-                it.Invoke()
-                return it.GetTensor(self._out0, 0)
-        return self.reject(array, refused)  # outside the lock: the handler may call back in
+                raise self._refused(exc) from exc
+            it.Invoke()
+            return it.GetTensor(self._out0, 0)
 
     def _invoke1_public(self, array: np.ndarray) -> np.ndarray:
         it = self.interpreter
@@ -128,14 +122,14 @@ class Runner:
             try:
                 it.set_tensor(self._in0, array)
             except ValueError as exc:
-                refused = exc
-            else:
-                it.invoke()
-                return it.get_tensor(self._out0)
-        return self.reject(array, refused)
+                raise self._refused(exc) from exc
+            it.invoke()
+            return it.get_tensor(self._out0)
 
-    def _refuse(self, array: np.ndarray, exc: ValueError) -> np.ndarray:
-        raise ShapeError(f"{self._where}: LiteRT refused the input ({exc}); pass a {self.input_details[0]['dtype'].__name__} "
+    def _refused(self, exc: ValueError) -> ShapeError:
+        # Callers convert inputs first (EdgeTPUModel._in, nx.compile's checked fast path), so
+        # this is a direct caller's array of the wrong dtype or shape: LiteRT's words, our type.
+        return ShapeError(f"{self._where}: LiteRT refused the input ({exc}); pass a {self.input_details[0]['dtype'].__name__} "
                          f"array of shape {tuple(int(d) for d in self.input_details[0]['shape'])}")
 
     def invoke(self, *arrays: np.ndarray) -> list[np.ndarray]:

@@ -196,8 +196,8 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         # JAX arrays are immutable and never views of one another: each owns its buffer.
         return native
 
-    def _dtype_of(self, native: Any) -> np.dtype[Any]:
-        return np.dtype(native.dtype)
+    # jax.Array.dtype is a Python property too; the aval's is the same NumPy (or ml_dtypes) dtype.
+    _dtype_of = staticmethod(attrgetter("aval.dtype"))  # nx.compile checks it on every call
 
     def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
         if str(dtype) not in DTYPES:
