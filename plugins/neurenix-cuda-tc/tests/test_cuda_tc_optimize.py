@@ -167,3 +167,43 @@ def test_mixed_precision_training_reduces_the_loss(precision: str) -> None:
     assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
     with pytest.raises(UnknownPrecisionError):
         MixedPrecision("tf32")
+
+
+def test_optimized_model_follows_its_parameters_dtype(tc: Any) -> None:
+    """``.float()`` / ``.half()`` on an optimised model change what its inputs are cast to, as on
+    any torch module (the old dtype made the first matmul refuse)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = unoptimized_cnn()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    opt = tc.optimize_model(model, precision="bf16")
+    opt = opt.float()
+    with torch.no_grad():
+        out = opt(x)
+    assert out.dtype == torch.float32 and opt.dtype == torch.float32 and opt.precision == "tf32"
+    np.testing.assert_allclose(out.numpy(), ref, rtol=5e-2, atol=2e-2)  # bf16-rounded weights, fp32 math
+    opt = opt.half()
+    with torch.no_grad():
+        assert opt(x).dtype == torch.float16 and opt.precision == "fp16"
+
+
+def test_optimized_model_deepcopies_with_the_device_state_shared(tc: Any) -> None:
+    import copy
+
+    import torch
+
+    torch.manual_seed(0)
+    opt = tc.optimize_model(unoptimized_cnn(), precision="bf16")
+    twin = copy.deepcopy(opt)
+    assert twin._nx_backend is opt._nx_backend and twin.inner is not opt.inner
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(twin(x), opt(x))
+        for p in twin.parameters():
+            p.zero_()
+        assert not torch.equal(twin(x), opt(x)), "the copy's parameters are its own"
+    on_device = twin(nx.asarray(x.numpy(), device="cuda:0"))
+    assert on_device.device == nx.Device("cuda", 0)

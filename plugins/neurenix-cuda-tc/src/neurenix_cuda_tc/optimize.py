@@ -207,7 +207,34 @@ def tensor_core_model_class() -> type:
 
         def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
             self._param_device = self._on_target = None
-            return super()._apply(fn, *args, **kwargs)
+            out = super()._apply(fn, *args, **kwargs)
+            self._follow_parameter_dtype()
+            return out
+
+        def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+            # The backend and its placement are the process's device state (locks, memory
+            # counters), shared by every model on the device: a copy keeps them, and copies the
+            # module, its runner and its settings.
+            import copy
+
+            for shared in (self._nx_backend, self._placement):
+                if shared is not None:
+                    memo[id(shared)] = shared
+            new = type(self).__new__(type(self))
+            memo[id(self)] = new
+            for key, value in self.__dict__.items():
+                new.__dict__[key] = copy.deepcopy(value, memo)
+            return new
+
+        def _follow_parameter_dtype(self) -> None:
+            # .float(), .half(), .bfloat16() and .to(dtype) change the parameters' dtype: inputs
+            # are cast to it from then on (the old dtype would make the first matmul refuse). A
+            # float32 model made from fp16/bf16 keeps the TF32 switches optimize_model set: "tf32".
+            dtype = next((p.dtype for p in self.inner.parameters() if p.is_floating_point()), None)
+            if dtype is None or dtype == self.dtype or self.precision == "mixed":
+                return
+            self.dtype = dtype
+            self.precision = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "tf32")
 
         def _prepare_own(self, x: torch.Tensor) -> torch.Tensor:
             """``_prepare`` for the data of a Tensor of ``target``: what a torch user writes,
