@@ -98,8 +98,8 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
                 run, native_config = bare(model, threads)
                 control, _ = bare(model, threads)  # a second bare interpreter: the machine's own spread
                 np.testing.assert_array_equal(run(x), y.numpy())  # same model, same numbers
-                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": lambda r=run: r(x),
-                                          "control": lambda r=control: r(x)}, rounds=rounds)
+                t = benchkit.interleaved({"neurenix": lambda c=compiled, a=xt: c(a), "native": lambda r=run, a=x: r(a),
+                                          "control": lambda r=control, a=x: r(a)}, rounds=rounds)
                 times[precision] = t["neurenix"]
                 rows.append(benchkit.row("edgetpu", name, precision, batch, threads, t["neurenix"], t["native"],
                                          model.config, native_config, control_ratio=t["control"] / t["native"]))

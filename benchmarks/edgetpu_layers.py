@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         from no_amx import withhold  # beside this file; before LiteRT creates an interpreter
 
         withhold()
-    from neurenix_core import nn
     from neurenix_edgetpu.amx import amx_state
+
+    from neurenix_core import nn
 
     nn.manual_seed(0)
     rng = np.random.default_rng(0)
