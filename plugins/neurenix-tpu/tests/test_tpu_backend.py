@@ -140,3 +140,14 @@ def test_from_dlpack_of_a_jax_array_stays_on_device(four_devices: Any) -> None:
         nx.from_dlpack(src, device="tpu:2", copy=False)
     for x in (t, shared, copied):
         np.testing.assert_array_equal(x.numpy(), np.arange(6))
+
+
+def test_nbytes_answers_per_array_with_its_last_answer_kept(tpu: Any) -> None:
+    """The backend keeps its last ``_nbytes_of`` answer per aval object (jit gives every result of
+    a program the same one): arrays of other shapes and dtypes, in any order, still get theirs."""
+    import jax.numpy as jnp
+
+    backend = nx.backend("tpu:0")
+    arrays = [jnp.ones((1, 10), jnp.float32), jnp.ones((3, 7), jnp.bfloat16), jnp.ones((1, 10), jnp.float32), jnp.ones((5,), jnp.int64)]
+    for a in [*arrays, *reversed(arrays), arrays[1], arrays[1]]:
+        assert backend._nbytes_of(a) == a.nbytes

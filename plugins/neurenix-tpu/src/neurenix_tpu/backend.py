@@ -95,6 +95,7 @@ class JaxTPUBackend(ArrayNamespaceBackend):
     """``tpu:i`` is ``jax.devices("tpu")[i]`` (or ``jax.devices("cpu")[i]`` when emulated)."""
 
     def __init__(self, *, emulated: bool) -> None:
+        self._last_nbytes: tuple[Any, int] = (None, 0)  # see _nbytes_of
         jax = _import_jax(emulated)
         # Without x64 JAX silently turns float64/int64 data into 32-bit: neurenix never relabels
         # data, so 64-bit types stay 64-bit (matmuls in float32 are unaffected).
@@ -189,8 +190,16 @@ class JaxTPUBackend(ArrayNamespaceBackend):
 
     def _nbytes_of(self, native: Any) -> int:
         # jax.Array.nbytes is a Python property costing ~7 µs; the core asks on every result.
+        # A jitted program gives every result the same aval object, so the last answer is kept
+        # (one tuple, replaced whole: safe across threads; holding the aval keeps its id unique):
+        # 1-1.6 µs less per compiled call on the MLP rows, where caches are cold after XLA ran.
         aval = native.aval
-        return math.prod(aval.shape) * aval.dtype.itemsize
+        last = self._last_nbytes
+        if last[0] is aval:
+            return last[1]
+        n = math.prod(aval.shape) * aval.dtype.itemsize
+        self._last_nbytes = (aval, n)
+        return n
 
     def _memory_root(self, native: Any) -> Any:
         # JAX arrays are immutable and never views of one another: each owns its buffer.
