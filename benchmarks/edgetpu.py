@@ -118,13 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         from no_amx import withhold  # beside this file; before LiteRT creates an interpreter
 
         withhold()
-    from rich.progress import Progress
-
-    rows: list[dict[str, Any]] = []
-    with Progress(transient=True) as bar:
-        task = bar.add_task("edgetpu", total=len(args.models) * len(args.threads) * len(args.batches))
-        for name in args.models:
-            rows += bench(name, args.batches, args.threads, 3 if args.quick else 200, lambda: bar.advance(task))
+    rows = benchkit.run_models("edgetpu", args, bench, 200)
     device = nx.backend("edgetpu:0").device_info(0)["name"]
     benchkit.report("edgetpu", rows, args, [("control_ratio", "control / native", ".3f"),
                                              ("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)

@@ -148,14 +148,8 @@ def int8_row(name: str, imported: Any, threads: int, x: np.ndarray, xt: Any, wan
 
 def main(argv: list[str] | None = None) -> int:
     args = benchkit.parser(__doc__, models=MODELS).parse_args(argv)
-    from rich.progress import Progress
-
     be = nx.backend("npu:0")
-    rows: list[dict[str, Any]] = []
-    with Progress(transient=True) as bar:
-        task = bar.add_task("npu_models", total=len(args.models) * len(args.threads) * len(args.batches))
-        for name in args.models:
-            rows += bench(name, args.batches, args.threads, 3 if args.quick else 30, lambda: bar.advance(task))
+    rows = benchkit.run_models("npu_models", args, bench, 30)
     device = f"npu:0 = OpenVINO {be.ov_device} ({be.full_device_name()}), emulated={be.emulated}, OpenVINO {be.ov.get_version()}"
     print(device)
     benchkit.report("npu_models", rows, args, [("int8_speedup", "int8 speed-up, neurenix (fp32/int8)", ".2f"),

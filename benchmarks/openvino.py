@@ -122,14 +122,8 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
 
 def main(argv: list[str] | None = None) -> int:
     args = benchkit.parser(__doc__, models=MODELS).parse_args(argv)
-    from rich.progress import Progress
-
     be = nx.backend("npu:0")
-    rows: list[dict[str, Any]] = []
-    with Progress(transient=True) as bar:
-        task = bar.add_task("openvino", total=len(args.models) * len(args.threads) * len(args.batches))
-        for name in args.models:
-            rows += bench(name, args.batches, args.threads, 3 if args.quick else 40, lambda: bar.advance(task))
+    rows = benchkit.run_models("openvino", args, bench, 40)
     device = f"npu:0 = OpenVINO {be.ov_device} ({be.full_device_name()}), emulated={be.emulated}, OpenVINO {be.ov.get_version()}"
     benchkit.report("openvino", rows, args, [("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f"),
                                              ("torch_fp32_us", "PyTorch eager fp32 µs", ".0f")], device=device)

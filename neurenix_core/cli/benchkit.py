@@ -146,6 +146,24 @@ def parser(doc: str, *, threads: Sequence[int] = (1, 2), batches: Sequence[int] 
     return p
 
 
+#: ``bench(model, batches, threads, rounds, advance)``: one model's rows, calling ``advance`` after
+#: each (threads, batch) setting.
+ModelBench = Callable[[str, list[int], list[int], int, Callable[[], None]], list[dict[str, Any]]]
+
+
+def run_models(benchmark: str, args: argparse.Namespace, bench: ModelBench, rounds: int) -> list[dict[str, Any]]:
+    """Every model of ``args`` through ``bench`` under one progress bar (``rounds``, or 3 with
+    ``--quick``); the rows in order."""
+    from rich.progress import Progress
+
+    rows: list[dict[str, Any]] = []
+    with Progress(transient=True) as bar:
+        task = bar.add_task(benchmark, total=len(args.models) * len(args.threads) * len(args.batches))
+        for name in args.models:
+            rows += bench(name, args.batches, args.threads, 3 if args.quick else rounds, lambda: bar.advance(task))
+    return rows
+
+
 def report(benchmark: str, rows: Sequence[Mapping[str, Any]], args: argparse.Namespace, extra_columns: Sequence[tuple[str, str, str]] = (), /, **meta: Any) -> None:
     """Print the machine, the table and the configurations; write JSON when asked."""
     m = machine()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
@@ -37,18 +38,9 @@ NATIVE_OPS: tuple[str, ...] = (
 )
 
 #: The op-level graph ops its ``neurenix_compile`` exports to ONNX (``onnx_export.GRAPH_OPS``: the
-#: whole opset; data here so the manifest loads without onnx; a test keeps the two equal).
-GRAPH_OPS: tuple[str, ...] = (
-    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast",
-    "ceil", "clip", "concat", "constant", "conv1d", "conv2d", "conv_transpose2d", "cos", "div", "dropout", "embedding", "equal",
-    "erf", "exp", "expand", "flatten", "floor", "gather", "gather_elements", "gather_nd", "gelu", "gemm", "global_avg_pool",
-    "global_max_pool", "greater", "greater_equal", "hardsigmoid", "hardswish", "identity", "isnan", "layer_norm", "leaky_relu",
-    "less", "less_equal", "linear", "log", "log_softmax", "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d",
-    "maximum", "minimum", "mul", "multihead_attention", "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max",
-    "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu", "reshape", "rsqrt", "scaled_dot_product_attention",
-    "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split", "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze",
-    "where",
-)
+#: whole opset; the core's names-only tuple, so the manifest loads without onnx; a test keeps the two
+#: equal).
+GRAPH_OPS: tuple[str, ...] = OPSET_NAMES
 #: Value dtypes of those graphs: float activations, int64 token ids / indices, bool masks.
 GRAPH_DTYPES: tuple[str, ...] = ("float32", "int64", "bool")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
@@ -22,18 +23,9 @@ NATIVE_OPS = (
 #: The op-level graph ops ``neurenix_compile`` lowers (``lowering.LOWERED_OPS``: the whole opset,
 #: composites included, so nx.compile hands the graph over undecomposed: attention stays one
 #: F.scaled_dot_product_attention, linear/conv stay nn.Linear/nn.Conv2d for optimize_model and
-#: align_model). Data here, not an import, so the manifest loads without torch; a test keeps it equal.
-GRAPH_OPS = (
-    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast",
-    "ceil", "clip", "concat", "constant", "conv1d", "conv2d", "conv_transpose2d", "cos", "div", "dropout", "embedding", "equal",
-    "erf", "exp", "expand", "flatten", "floor", "gather", "gather_elements", "gather_nd", "gelu", "gemm", "global_avg_pool",
-    "global_max_pool", "greater", "greater_equal", "hardsigmoid", "hardswish", "identity", "isnan", "layer_norm", "leaky_relu",
-    "less", "less_equal", "linear", "log", "log_softmax", "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d",
-    "maximum", "minimum", "mul", "multihead_attention", "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max",
-    "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu", "reshape", "rsqrt", "scaled_dot_product_attention",
-    "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split", "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze",
-    "where",
-)
+#: align_model). The core's names-only tuple, so the manifest loads without torch or the opset
+#: module; a test keeps it equal to LOWERED_OPS.
+GRAPH_OPS = OPSET_NAMES
 #: Value dtypes of those graphs: float activations, int64 token ids / indices, bool masks.
 GRAPH_DTYPES = ("float32", "int64", "bool")
 

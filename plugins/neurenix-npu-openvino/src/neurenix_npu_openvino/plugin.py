@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from neurenix_core.errors import BackendUnavailableError
+from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_npu_openvino import probe as _probe
@@ -29,17 +30,7 @@ _NATIVE_OPS: Final = (
 
 # The op-level opset ops lowering.HANDLERS lowers to opset16 (a test keeps the two equal): all
 # of neurenix_core.graph.opset, composites included, so the core decomposes and partitions nothing.
-_GRAPH_OPS: Final = (
-    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast",
-    "ceil", "clip", "concat", "constant", "conv1d", "conv2d", "conv_transpose2d", "cos", "div", "dropout", "embedding", "equal",
-    "erf", "exp", "expand", "flatten", "floor", "gather", "gather_elements", "gather_nd", "gelu", "gemm", "global_avg_pool",
-    "global_max_pool", "greater", "greater_equal", "hardsigmoid", "hardswish", "identity", "isnan", "layer_norm", "leaky_relu",
-    "less", "less_equal", "linear", "log", "log_softmax", "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d",
-    "maximum", "minimum", "mul", "multihead_attention", "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max",
-    "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu", "reshape", "rsqrt", "scaled_dot_product_attention",
-    "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split", "sqrt", "squeeze", "sub", "tanh", "transpose", "unsqueeze",
-    "where",
-)
+_GRAPH_OPS: Final = OPSET_NAMES
 # Values a lowered graph carries: f32 compute, int64/int32 token ids and indices, bool masks.
 _GRAPH_DTYPES: Final = ("float32", "int64", "int32", "bool")
 

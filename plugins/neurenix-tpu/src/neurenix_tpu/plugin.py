@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 
@@ -23,19 +24,8 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp32", "int8", "int16")
 
 #: The opset ops ``neurenix_compile`` lowers (``neurenix_tpu.optable.LOWERINGS``; a test keeps the
 #: two equal): the whole opset, so nx.compile hands imported models over without decomposing or
-#: partitioning. Spelled out here because importing the opset or JAX at plugin import is too heavy.
-GRAPH_OPS: tuple[str, ...] = (
-    "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d",
-    "cast", "ceil", "clip", "concat", "constant", "conv1d", "conv2d", "conv_transpose2d", "cos", "div", "dropout",
-    "embedding", "equal", "erf", "exp", "expand", "flatten", "floor", "gather", "gather_elements", "gather_nd",
-    "gelu", "gemm", "global_avg_pool", "global_max_pool", "greater", "greater_equal", "hardsigmoid", "hardswish",
-    "identity", "isnan", "layer_norm", "leaky_relu", "less", "less_equal", "linear", "log", "log_softmax",
-    "logical_and", "logical_not", "logical_or", "matmul", "max_pool2d", "maximum", "minimum", "mul",
-    "multihead_attention", "neg", "not_equal", "pad", "pow", "reciprocal", "reduce_max", "reduce_mean",
-    "reduce_min", "reduce_prod", "reduce_sum", "relu", "reshape", "rsqrt", "scaled_dot_product_attention",
-    "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split", "sqrt", "squeeze", "sub", "tanh", "transpose",
-    "unsqueeze", "where",
-)
+#: partitioning. The core's names-only tuple: importing the opset or JAX at plugin import is too heavy.
+GRAPH_OPS: tuple[str, ...] = OPSET_NAMES
 
 #: Value dtypes the compiled program takes: float32 activations (bf16 or fp32 inside, by
 #: precision), int32/int64 token ids and indices (int64 stays int64: the backend enables JAX's
