@@ -25,7 +25,7 @@ import numpy as np
 from neurenix_core.graph.opset import LEGACY_OPS, OPSET
 from neurenix_core.graph.symbolic import is_symbolic, resolve
 
-__all__ = ["OPS", "TensorSpec", "Node", "Graph", "QuantParams", "QuantizationPlan", "CompileOptions"]
+__all__ = ["OPS", "TensorSpec", "Node", "Graph", "QuantParams", "QuantizationPlan", "CompileOptions", "fresh_name"]
 
 #: The ops every model-compiling plugin lowers (the first release's 17); the full opset is opset.OPSET.
 OPS: Final = LEGACY_OPS
@@ -187,3 +187,15 @@ class CompileOptions:
     precision: str | None = None
     quantization: QuantizationPlan | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_2``, ``base_3`` ... the first not in ``taken``; added to ``taken``.
+
+    Value and node names for graphs being built or rewritten (importers, exporters, rewrites)."""
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name

@@ -11,7 +11,7 @@ quantize, as a runtime without an integer kernel for them would.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np

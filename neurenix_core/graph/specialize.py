@@ -69,17 +69,8 @@ def fold_size_constants(graph: Graph) -> Graph:
     return replace(graph, nodes=kept)
 
 
-def _fresh(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
-
-
 def _flat_gather(n: Node, indices: np.ndarray, data_shape: tuple[int, ...], taken: set[str]) -> list[Node]:
-    from neurenix_core.graph.ir import Node
+    from neurenix_core.graph.ir import Node, fresh_name
 
     k = indices.shape[-1]
     dims = np.asarray(data_shape[:k], np.int64)
@@ -88,10 +79,10 @@ def _flat_gather(n: Node, indices: np.ndarray, data_shape: tuple[int, ...], take
     out: list[Node] = []
     source = n.inputs[0]
     if k != 1:
-        merged = _fresh(f"{n.name}.flat", taken)
+        merged = fresh_name(f"{n.name}.flat", taken)
         out.append(Node(merged, "reshape", (source,), merged, {"shape": (-1,) + tuple(data_shape[k:])}))
         source = merged
-    where = _fresh(f"{n.name}.flat_indices", taken)
+    where = fresh_name(f"{n.name}.flat_indices", taken)
     out.append(Node(where, "constant", (), where, {}, {"value": flat}))
     out.append(Node(n.name, "gather", (source, where), n.output, {"axis": 0}))
     return out

@@ -21,7 +21,7 @@ import numpy as np
 
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph import opset
-from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.ir import Graph, Node, TensorSpec, fresh_name
 from neurenix_core.graph.shapes import ValueSpec, node_spec
 from neurenix_core.graph.symbolic import SymDim, is_symbolic, resolve
 
@@ -56,12 +56,7 @@ class GraphBuilder:
 
     # ------------------------------------------------------------------ names and values
     def unique(self, name: str) -> str:
-        base, k = name, 1
-        while name in self._used:
-            k += 1
-            name = f"{base}_{k}"
-        self._used.add(name)
-        return name
+        return fresh_name(name, self._used)
 
     def add_input(self, name: str, shape: Sequence[int], dtype: str, dynamic: Sequence[int] = ()) -> str:
         """A graph input with the example's ``shape``; ``dynamic`` axes may change per call."""

@@ -31,7 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph import opset
 from neurenix_core.graph.decompose import legalize
-from neurenix_core.graph.ir import Graph, Node
+from neurenix_core.graph.ir import Graph, Node, fresh_name
 from neurenix_core.graph.shapes import ValueSpec, infer_values
 
 __all__ = ["EXPORTED_OPS", "GRAPH_OPS", "MIN_OPSET", "Exporter", "export"]
@@ -65,12 +65,7 @@ class Exporter:
 
     # ------------------------------------------------------------------ names, constants, nodes
     def fresh(self, name: str) -> str:
-        base, k = name, 1
-        while name in self._used:
-            k += 1
-            name = f"{base}_{k}"
-        self._used.add(name)
-        return name
+        return fresh_name(name, self._used)
 
     def onnx_dtype(self, dtype: str) -> np.dtype[Any]:
         """The ONNX element type of a graph dtype (floats: the model's float type)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Final, NamedTuple, final
+from typing import Final, NamedTuple
 
 __all__ = ["Provider", "PROVIDERS", "CPU", "SHORT_NAMES", "runtime_dir", "present", "resolve_name"]
 
