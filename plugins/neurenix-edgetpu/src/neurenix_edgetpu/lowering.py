@@ -40,6 +40,7 @@ from neurenix_core.graph.shapes import ValueSpec, infer_values
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_elementwise import ElementwiseOps
+from neurenix_edgetpu.lower_s2d import SpaceToDepthOps
 from neurenix_edgetpu.lower_tensor import TensorOps
 from neurenix_edgetpu.lower_values import TO_NCHW as _TO_NCHW
 from neurenix_edgetpu.lower_values import TO_NHWC as _TO_NHWC
@@ -71,6 +72,8 @@ _INT8_VERSION: Final = {
     OP.PADV2: 2, OP.GELU: 2, OP.GATHER_ND: 2, OP.BATCH_MATMUL: 2, OP.MAXIMUM: 2, OP.MINIMUM: 2, OP.RELU_N1_TO_1: 2,
     # float32 -> int8 QUANTIZE is version 2 (int8 output), int8 -> float32 DEQUANTIZE version 2.
     OP.QUANTIZE: 2, OP.DEQUANTIZE: 2,
+    # int8 SPACE_TO_DEPTH is version 2 (tensorflow/lite/tools/versioning/op_version.cc).
+    OP.SPACE_TO_DEPTH: 2,
 }
 
 
@@ -96,14 +99,17 @@ class Lowered:
     precision: str
     op_counts: Mapping[str, int]
     io: str = "float"
+    #: "space_to_depth" where the writer rewrote a stem (lower_s2d.py), else "plain".
+    stem: str = "plain"
 
 
 @dataclass(slots=True)
-class _Lowerer(ElementwiseOps, TensorOps):
+class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
     graph: Graph
     precision: str
     plan: QuantizationPlan | None
     io: str = "float"
+    stem: str = "plain"
     m: ModelBuilder = field(default_factory=lambda: ModelBuilder(description="neurenix edgetpu writer"))
     values: dict[str, _Value] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
@@ -114,6 +120,9 @@ class _Lowerer(ElementwiseOps, TensorOps):
     const_tensors: dict[tuple[str, bool], int] = field(default_factory=dict)
     core_cache: dict[str, int] = field(default_factory=dict)  # NHWC values transposed back to NCHW
     spatial: set[str] = field(default_factory=set)
+    s2d_stems: dict[str, str] = field(default_factory=dict)  # space-to-depth stems: A -> its successor B
+    s2d_next: set[str] = field(default_factory=set)
+    s2d_values: dict[str, int] = field(default_factory=dict)  # A's blocked output, read by B only
 
     @property
     def int8(self) -> bool:
@@ -131,6 +140,8 @@ class _Lowerer(ElementwiseOps, TensorOps):
             raise ShapeError(f"edgetpu: the graph's shapes must be static and consistent to write a TFLite model: {exc}") from exc
         self.spatial = {n.inputs[0] for n in self.graph.nodes if n.op in _SPATIAL}
         self._plan_fusion()
+        if self.int8 and self.stem == "space_to_depth":
+            self._plan_s2d({name: tuple(spec.shape) for name, spec in self.specs.items()})
         ins = [self._input(spec.name, tuple(spec.shape)) for spec in self.graph.inputs]
         for node in self.graph.nodes:
             if node.name in self.skipped:
@@ -144,7 +155,8 @@ class _Lowerer(ElementwiseOps, TensorOps):
             handler(node)
         outs = [self._output(name) for name in self.graph.outputs]
         data = self.m.finish([s.index for s in ins], [s.index for s in outs])
-        return Lowered(data, tuple(ins), tuple(outs), self.precision, dict(self.counts), self.io)
+        return Lowered(data, tuple(ins), tuple(outs), self.precision, dict(self.counts), self.io,
+                       "space_to_depth" if self.s2d_stems else "plain")
 
     def _plan_fusion(self) -> None:
         uses = Counter(i for n in self.graph.nodes for i in n.inputs) + Counter(self.graph.outputs)
@@ -403,6 +415,12 @@ class _Lowerer(ElementwiseOps, TensorOps):
         self.values[out_name] = _Value(out, False)
 
     def _op_conv2d(self, node: Node) -> None:
+        if node.name in self.s2d_stems:
+            self._s2d_stem(node)
+            return
+        if node.name in self.s2d_next:
+            self._s2d_successor(node)
+            return
         v = self._get(node)
         if not v.nhwc:
             raise UnsupportedOperationError(f"layer {node.name!r} (conv2d) needs a 4-D NCHW input")
@@ -628,12 +646,17 @@ _HANDLED: Final = frozenset(n[4:] for n in dir(_Lowerer) if n.startswith("_op_")
 _OP_NAMES: Final = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 
 
-def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None, *, io: str = "float") -> Lowered:
+def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None, *, io: str = "float",
+          stem: str = "plain") -> Lowered:
     """Write ``graph`` as a TFLite model; int8 needs the core's ``QuantizationPlan``.
 
     ``io="float"``: float32 NCHW inputs/outputs with QUANTIZE/TRANSPOSE/DEQUANTIZE in the model;
     ``io="int8"``: int8 (or float32 for fp32) NHWC inputs/outputs, edges done by the host.
+    ``stem="space_to_depth"`` rewrites the int8 stems ``lower_s2d.py`` matches (the same
+    integers out); the compile option's ``"auto"`` is decided before (``lower_s2d.choose_stem``).
     """
+    if stem not in ("space_to_depth", "plain"):
+        raise CompilationError(f"edgetpu writer: stem must be 'space_to_depth' or 'plain', got {stem!r}")
     if io not in IO_KINDS:
         raise CompilationError(f"edgetpu: io must be one of {', '.join(IO_KINDS)}, got {io!r}")
     if precision not in PRECISIONS:
@@ -645,7 +668,7 @@ def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None =
         raise QuantizationError("precision='int8' on edgetpu needs calibration: pass calibration=... to nx.compile")
     if precision == "int8" and plan is not None and (plan.bits != 8 or plan.dynamic):
         raise QuantizationError(f"the Edge TPU runs static full-integer int8 models; got a {plan.bits}-bit plan (dynamic={plan.dynamic})")
-    return _Lowerer(graph, precision, plan, io).run()
+    return _Lowerer(graph, precision, plan, io, stem=stem).run()
 
 
 def _pair(v: Any) -> tuple[int, int]:

@@ -412,6 +412,15 @@ def concat_options(axis: int) -> Callable[[flatbuffers.Builder], int]:
     return build
 
 
+def space_to_depth_options(block: int) -> Callable[[flatbuffers.Builder], int]:
+    def build(b: flatbuffers.Builder) -> int:
+        tflite.SpaceToDepthOptionsStart(b)
+        tflite.SpaceToDepthOptionsAddBlockSize(b, block)
+        return tflite.SpaceToDepthOptionsEnd(b)
+
+    return build
+
+
 def reshape_options(shape: Sequence[int]) -> Callable[[flatbuffers.Builder], int]:
     def build(b: flatbuffers.Builder) -> int:
         vec = _ints(b, tflite.ReshapeOptionsStartNewShapeVector, shape)
