@@ -16,7 +16,10 @@ this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
 
 ``--no-amx`` withholds Intel AMX from the benchmark process (``benchmarks/no_amx.py``), so an AMX
 host measures the AVX512-VNNI int8 kernels that CPUs without AMX run; the ``x86_amx`` entry of
-the read-back configuration says which ran.
+the read-back configuration says which ran. The ``stem`` entry says whether the int8 model was
+written with the space-to-depth stem (``stem="auto"`` applies it where XNNPACK runs int8 on AMX):
+neurenix's side states what its writer chose, the native side reads it back from the ops of its
+own interpreter of the same bytes.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def build(name: str) -> tuple[Any, tuple[int, ...]]:
 def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     """LiteRT's own API on the same model bytes, and its configuration read back."""
     from neurenix_edgetpu.amx import amx_state
+    from neurenix_edgetpu.lower_s2d import stem_of_ops
     from neurenix_edgetpu.runtime import KERNELS, delegation
 
     litert = model.backend.litert
@@ -68,7 +72,8 @@ def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     ops = delegation(it)
     config = {"runtime": f"LiteRT {model.backend.version}", "threads": threads, "kernels": kernels,
               "delegated_ops": f"{sum(1 for _, d in ops if d)}/{len(ops)}",
-              "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-", "x86_amx": amx_state()}
+              "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-", "x86_amx": amx_state(),
+              "stem": stem_of_ops(n for n, _ in ops)}
 
     def run(x: np.ndarray) -> np.ndarray:
         it.set_tensor(i, x)
@@ -102,7 +107,8 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
                                           "control": lambda r=control, a=x: r(a)}, rounds=rounds)
                 times[precision] = t["neurenix"]
                 rows.append(benchkit.row("edgetpu", name, precision, batch, threads, t["neurenix"], t["native"],
-                                         model.config, native_config, control_ratio=t["control"] / t["native"]))
+                                         model.config, native_config, control_ratio=t["control"] / t["native"],
+                                         stem=model.config["stem"]))
             rows[-1]["int8_speedup"] = times["fp32"] / times["int8"]
             rows[-2]["int8_speedup"] = None
             if progress is not None:
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = benchkit.run_models("edgetpu", args, bench, 200)
     device = nx.backend("edgetpu:0").device_info(0)["name"]
     benchkit.report("edgetpu", rows, args, [("control_ratio", "control / native", ".3f"),
-                                             ("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f")], device=device)
+                                             ("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f"),
+                                             ("stem", "stem", "s")], device=device)
     return 0
 
 

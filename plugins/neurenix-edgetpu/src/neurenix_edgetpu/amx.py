@@ -14,10 +14,12 @@ import ctypes
 import functools
 import platform
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-__all__ = ["amx_state"]
+__all__ = ["amx_state", "xnnpack_amx"]
 
 _SYS_ARCH_PRCTL: Final = 158  # x86-64
 _ARCH_GET_XCOMP_PERM: Final = 0x1022
@@ -37,6 +39,31 @@ def amx_state() -> str:
     if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_GET_XCOMP_PERM, ctypes.byref(mask)) != 0:
         return "unknown"
     return "granted" if mask.value >> _XFEATURE_XTILEDATA & 1 else "not granted"
+
+
+_xnnpack_answer: list[str] = []  # at most one entry: XNNPACK chooses once per process
+_xnnpack_lock = threading.Lock()
+
+
+def xnnpack_amx(start_xnnpack: Callable[[], None]) -> str:
+    """``amx_state()`` once XNNPACK has initialised in this process: "granted" means XNNPACK's
+    int8 kernels run on AMX tiles here.
+
+    XNNPACK asks for the AMX tile state when LiteRT first creates its XNNPACK delegate, so until
+    then ``amx_state()`` says "not granted" whatever XNNPACK will do. ``start_xnnpack`` creates
+    such an interpreter (what compiling a model does anyway; XNNPACK initialises only once, so
+    when it already has this changes nothing). The first answer is kept: XNNPACK chose its
+    kernels from its own request, for the life of the process, and a later grant to another
+    library does not change them.
+    """
+    with _xnnpack_lock:
+        if not _xnnpack_answer:
+            state = amx_state()
+            if state == "not granted":  # not decided yet, or refused: let XNNPACK ask (once) and read again
+                start_xnnpack()
+                state = amx_state()
+            _xnnpack_answer.append(state)
+        return _xnnpack_answer[0]
 
 
 @functools.cache

@@ -74,6 +74,7 @@ class EdgeTPUBackend(DeviceBackend):
         input_shape: tuple[int, ...] | None = None,
         num_threads: int | None = None,
         outputs: str = "device",
+        stem: str = "auto",
     ) -> EdgeTPUModel:
         """Compile ``model`` (an nx.nn Module or a Graph) into a TFLite model for this device.
 
@@ -81,6 +82,7 @@ class EdgeTPUBackend(DeviceBackend):
         representative inputs; the core computes the quantization plan from them. The model
         takes NumPy arrays (NumPy out, as LiteRT) or any other input under the compiled-model
         rule (cpu tensors copied in; edgetpu tensors, or NumPy with ``outputs="host"``, out).
+        ``stem`` is the compile option of that name (docs/edgetpu.md, space-to-depth stem).
         """
         from neurenix_edgetpu.compiled import compile_graph
 
@@ -102,7 +104,7 @@ class EdgeTPUBackend(DeviceBackend):
             from neurenix_core.graph.quantization import calibrate
 
             plan = calibrate(graph, batches)
-        options = CompileOptions(device=self.device, precision=precision, quantization=plan, extra={"num_threads": num_threads})
+        options = CompileOptions(device=self.device, precision=precision, quantization=plan, extra={"num_threads": num_threads, "stem": stem})
         compiled = compile_graph(self.backend, graph, options)
         compiled.result = outputs
         return compiled

@@ -17,6 +17,7 @@ from neurenix_core.errors import BackendUnavailableError, ConfigurationError, Un
 from neurenix_core.plugins.manifest import ProbeResult
 
 from neurenix_edgetpu import probe as probe_mod
+from neurenix_edgetpu.amx import xnnpack_amx
 from neurenix_edgetpu.runtime import KERNELS, Runner, load_litert
 from neurenix_edgetpu.verify import EDGETPU_CUSTOM_OP, ModelInfo
 
@@ -83,6 +84,17 @@ class LiteRTBackend(Backend):
             config["kernels"] = f"edgetpu delegate ({self.library or probe_mod.LIBRARY})"
         return Runner(self.litert.Interpreter(**kwargs), source, config)
 
+    def xnnpack_amx(self) -> str:
+        """Whether this process's XNNPACK runs int8 on AMX tiles ("granted") or not (another
+        ``amx_state()`` value), read after making sure XNNPACK has initialised (``amx.xnnpack_amx``)."""
+        return xnnpack_amx(self._start_xnnpack)
+
+    def _start_xnnpack(self) -> None:
+        # A one-op float32 model through LiteRT's default XNNPACK delegate: creating the delegate
+        # initialises XNNPACK, which asks Linux for AMX then (if the CPU has it), as any model would.
+        it = self.litert.Interpreter(model_content=_one_op_model(), num_threads=1, experimental_op_resolver_type=self._resolver("xnnpack"))
+        it.allocate_tensors()
+
     @property
     def version(self) -> str:
         from importlib import metadata
@@ -126,3 +138,15 @@ class LiteRTBackend(Backend):
     def close(self) -> None:
         with self._lock:
             self._delegates.clear()
+
+
+def _one_op_model() -> bytes:
+    """A float32 RELU of one element as .tflite bytes (written here: no file to ship)."""
+    import tflite
+
+    from neurenix_edgetpu.tflite_writer import ModelBuilder
+
+    m = ModelBuilder(description="neurenix edgetpu: XNNPACK start")
+    x, y = m.tensor("x", (1, 1), np.float32), m.tensor("y", (1, 1), np.float32)
+    m.op(tflite.BuiltinOperator.RELU, [x], [y])
+    return m.finish([x], [y])

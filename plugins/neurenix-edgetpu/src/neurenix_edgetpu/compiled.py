@@ -28,6 +28,7 @@ from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu.compiler import CompilerReport, run_edgetpu_compiler
+from neurenix_edgetpu.lower_s2d import choose_stem
 from neurenix_edgetpu.lowering import lower
 from neurenix_edgetpu.verify import ModelInfo, inspect_model
 
@@ -69,8 +70,10 @@ class EdgeTPUModel(CompiledModel):
 
     def __init__(self, backend: LiteRTBackend, data: bytes, info: ModelInfo, inputs: Sequence[Edge], outputs: Sequence[Edge],
                  *, index: int, source: str, num_threads: int | None = None, report: CompilerReport | None = None,
-                 kernels: str | None = None, result: str = "device") -> None:
+                 kernels: str | None = None, result: str = "device", stem: str | None = None) -> None:
         self.backend = backend
+        #: "space_to_depth" or "plain" for a model the writer wrote (lower_s2d.py); None when loaded.
+        self.stem = stem
         self.device = Device("edgetpu", index)
         self.result = check_outputs(result, self.device)
         self.tflite_bytes = data
@@ -105,12 +108,17 @@ class EdgeTPUModel(CompiledModel):
         mapped = f"; edgetpu_compiler mapped {self.compiler_report.mapped}/{self.compiler_report.total} ops" if self.compiler_report else ""
         cfg = self.runner.config
         kernels = f"; kernels {cfg['kernels']}, delegate took {cfg['delegated_ops']} ops (LiteRT kernels: {cfg['cpu_kernel_ops']})"
-        return f"LiteRT {kinds} TFLite model {self.source}: {len(self.info.ops)} ops ({ops_text}) on {where}{mapped}{kernels}"
+        stem = "; space-to-depth stem" if self.stem == "space_to_depth" else ""
+        return f"LiteRT {kinds} TFLite model {self.source}: {len(self.info.ops)} ops ({ops_text}) on {where}{mapped}{kernels}{stem}"
 
     @property
     def config(self) -> dict[str, Any]:
-        """The effective configuration: runtime, threads, kernels, ops the delegate runs."""
-        return dict(self.runner.config)
+        """The effective configuration: runtime, threads, kernels, ops the delegate runs, and for
+        written models the stem the writer chose ("space_to_depth" or "plain")."""
+        cfg = dict(self.runner.config)
+        if self.stem is not None:
+            cfg["stem"] = self.stem
+        return cfg
 
     def save(self, path: str | Path) -> Path:
         """Write the .tflite file (feed it to edgetpu_compiler or another LiteRT runtime)."""
@@ -168,34 +176,40 @@ def _plain(edge: Edge) -> bool:
 
 
 # ---------------------------------------------------------------------- whole-model compile
-_cache: dict[tuple[Any, ...], tuple[bytes, ModelInfo, tuple[Edge, ...], tuple[Edge, ...], CompilerReport | None]] = {}
+_cache: dict[tuple[Any, ...], tuple[bytes, ModelInfo, tuple[Edge, ...], tuple[Edge, ...], CompilerReport | None, str]] = {}
 _cache_lock = threading.Lock()
 
 
 def compile_graph(backend: LiteRTBackend, graph: Graph, options: CompileOptions) -> EdgeTPUModel:
-    """Lower ``graph`` to TFLite (int8 when a quantization plan is given, else float32) and load it."""
+    """Lower ``graph`` to TFLite (int8 when a quantization plan is given, else float32) and load it.
+
+    Options (``extra``): ``io``, ``kernels``, ``num_threads`` and ``stem`` ("auto", the default:
+    the space-to-depth stem where XNNPACK runs int8 on AMX tiles; "space_to_depth"; "plain").
+    """
     plan = options.quantization
     precision = options.precision or ("int8" if plan is not None else "fp32")
     index = int(getattr(options.device, "index", 0))
     extra = dict(options.extra)
     io = extra.get("io", "float")
-    key = (graph.fingerprint(), precision, _plan_key(plan), io)
+    stem = choose_stem(extra.get("stem", "auto"), precision=precision, kernels=extra.get("kernels") or "xnnpack",
+                       emulated=backend.emulated, amx=backend.xnnpack_amx)
+    key = (graph.fingerprint(), precision, _plan_key(plan), io, stem)
     with _cache_lock:
         entry = _cache.get(key)
     if entry is None:
-        lowered = lower(graph, precision, plan, io=io)
+        lowered = lower(graph, precision, plan, io=io, stem=stem)
         report = run_edgetpu_compiler(lowered.data) if precision == "int8" else None
         data = report.compiled if report is not None and report.compiled is not None and not backend.emulated else lowered.data
         info = inspect_model(data, source="the written model")
         ins = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.inputs)
         outs = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.outputs)
-        entry = (data, info, ins, outs, report)
+        entry = (data, info, ins, outs, report, lowered.stem)
         with _cache_lock:
             _cache[key] = entry
-    data, info, ins, outs, report = entry
+    data, info, ins, outs, report, applied = entry
     name = f"<{precision} graph {key[0][:8]}>"
     return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=extra.get("num_threads"), report=report,
-                        kernels=extra.get("kernels"))
+                        kernels=extra.get("kernels"), stem=applied)
 
 
 def _plan_key(plan: QuantizationPlan | None) -> str | None:
