@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from neurenix_edgetpu.tflite_writer import ModelBuilder
 
-__all__ = ["STEMS", "MAX_STEM_CHANNELS", "SpaceToDepthOps", "choose_stem", "stem_kernel", "next_kernel", "find_pairs", "stem_of_ops"]
+__all__ = ["MAX_STEM_CHANNELS", "STEMS", "SpaceToDepthOps", "choose_stem", "find_pairs", "next_kernel", "stem_kernel", "stem_of_ops"]
 
 OP: Final = tflite.BuiltinOperator
 #: Values of the ``stem=`` compile option.
