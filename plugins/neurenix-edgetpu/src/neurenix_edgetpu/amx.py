@@ -1,11 +1,13 @@
-"""Whether LiteRT's XNNPACK kernels may use Intel AMX in this process (read back for reports).
+"""Whether LiteRT's XNNPACK kernels may use Intel AMX in this process (read back for reports, and
+what ``stem="auto"`` decides the space-to-depth stem from: lower_s2d.py).
 
 XNNPACK chooses its int8 kernels once per process: on a CPU with AMX-INT8 it asks Linux for the
 AMX tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM)``) and, once granted, runs int8 convolutions and
 fully connected layers on AMX tiles. Those carry a fixed cost per block of 16 output pixels, so
 narrow layers (few channels, many pixels: a 3-channel stem at full resolution) run several times
 slower than on AVX512-VNNI and wide ones several times faster (docs/edgetpu.md, Benchmark). Which
-of the two ran is therefore part of an int8 benchmark's configuration.
+of the two ran is therefore part of an int8 benchmark's configuration. XNNPACK asks when LiteRT
+first creates its delegate; ``xnnpack_amx`` reads the answer after making sure that has happened.
 """
 
 from __future__ import annotations
