@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 import tflite
 from edgetpu_helpers import cnn_graph
+from neurenix_edgetpu.compiled import compile_graph
+from neurenix_edgetpu.lower_s2d import STEMS, choose_stem, next_kernel, stem_kernel
+from neurenix_edgetpu.lowering import lower
+
 from neurenix_core.device import Device
 from neurenix_core.errors import ConfigurationError
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.quantization import calibrate
-
-from neurenix_edgetpu.compiled import compile_graph
-from neurenix_edgetpu.lower_s2d import STEMS, choose_stem, next_kernel, stem_kernel
-from neurenix_edgetpu.lowering import lower
 
 DEV = Device("edgetpu", 0)
 B = tflite.BuiltinOperator

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import tflite
-from neurenix_core.errors import ConfigurationError, QuantizationError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node
 
+from neurenix_core.errors import ConfigurationError, UnsupportedOperationError
+from neurenix_core.graph.ir import Graph, Node
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_values import Value as _Value
@@ -46,7 +46,6 @@ from neurenix_edgetpu.tflite_writer import TensorQuant
 
 if TYPE_CHECKING:
     from neurenix_core.graph.ir import QuantizationPlan
-
     from neurenix_edgetpu.tflite_writer import ModelBuilder
 
 __all__ = ["MAX_STEM_CHANNELS", "STEMS", "SpaceToDepthOps", "choose_stem", "find_pairs", "next_kernel", "stem_kernel", "stem_of_ops"]
@@ -196,6 +195,7 @@ class SpaceToDepthOps:
         def _emit(self, opcode: int, ins: list[int], outs: list[int], **kw: Any) -> None: ...
         def _out_name(self, node: Node) -> str: ...
         def _fused_act(self, node: Node) -> int: ...
+        def _weight_scales(self, node: Node) -> np.ndarray: ...
 
     def _plan_s2d(self, shapes: dict[str, tuple[int, ...]]) -> None:
         self.s2d_stems.update(find_pairs(self.graph, self.fused, shapes))
@@ -204,13 +204,7 @@ class SpaceToDepthOps:
     def _s2d_weights(self, node: Node, in_index: int, blocked: Callable[[np.ndarray], np.ndarray], tiles: int) -> tuple[int, int]:
         """B' or A' weights: the plain lowering's int8 weights and int32 bias, moved by ``blocked``
         (and tiled ``tiles`` times along the output channels, with their scales)."""
-        assert self.plan is not None
-        params = self.plan.weights.get(node.name)
-        if params is None:
-            raise QuantizationError(f"the quantization plan has no weight parameters for layer {node.name!r}; recalibrate the model")
-        scale = np.asarray(params.scale, np.float32).ravel()
-        if np.any(np.asarray(params.zero_point) != 0):
-            raise QuantizationError(f"layer {node.name!r}: TFLite int8 weights must be symmetric (zero point 0)")
+        scale = self._weight_scales(node)
         weight = np.asarray(node.params["weight"], np.float32)
         q = blocked(qz.weights_int8(weight, scale, 0))  # quantized first: the plain kernel's integers, moved
         scales = np.tile(scale, tiles)

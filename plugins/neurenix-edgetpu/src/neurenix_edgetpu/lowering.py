@@ -374,6 +374,16 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
         self._emit(OP.QUANTIZE, [index], [out])
         return out
 
+    def _weight_scales(self, node: Node) -> np.ndarray:
+        """The plan's per-output-channel int8 weight scales of ``node`` (symmetric: zero point 0)."""
+        assert self.plan is not None
+        params = self.plan.weights.get(node.name)
+        if params is None:
+            raise QuantizationError(f"the quantization plan has no weight parameters for layer {node.name!r}; recalibrate the model")
+        if np.any(np.asarray(params.zero_point) != 0):
+            raise QuantizationError(f"layer {node.name!r}: TFLite int8 weights must be symmetric (zero point 0)")
+        return np.asarray(params.scale, np.float32).ravel()
+
     def _weights(self, node: Node, weight: np.ndarray, in_index: int, axis: int) -> tuple[int, int | None]:
         """Constant weight (transposed to TFLite layout by the caller) and bias tensors."""
         bias = node.params.get("bias")
@@ -381,13 +391,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
             # CONV_2D's bias input is not optional in LiteRT's kernels: a missing bias is zeros.
             b = np.zeros(weight.shape[axis], np.float32) if bias is None else np.asarray(bias, np.float32)
             return self.m.constant(f"{node.name}/weight", weight.astype(np.float32)), self.m.constant(f"{node.name}/bias", b)
-        assert self.plan is not None
-        params = self.plan.weights.get(node.name)
-        if params is None:
-            raise QuantizationError(f"the quantization plan has no weight parameters for layer {node.name!r}; recalibrate the model")
-        scale = np.asarray(params.scale, np.float32).ravel()
-        if np.any(np.asarray(params.zero_point) != 0):
-            raise QuantizationError(f"layer {node.name!r}: TFLite int8 weights must be symmetric (zero point 0)")
+        scale = self._weight_scales(node)
         # ``weight`` is already in TFLite layout; its output channels lie along ``axis``.
         q = qz.weights_int8(weight, scale, axis)
         wi = self.m.constant(f"{node.name}/weight", q, quant=TensorQuant(scale, np.zeros(scale.shape, np.int64), axis))
