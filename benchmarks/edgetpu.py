@@ -8,7 +8,10 @@ The written models take float32 NCHW input and quantize/transpose inside the mod
 sides feed the same array. A second bare interpreter of the same bytes runs in the same rounds as
 a control: "control / native" is what the machine alone makes of two identical interpreters (on
 2 shared vCPUs, two thread pools of 2 threads can differ by well over 5%), so a ratio is read
-against it. Each side's configuration is read back (thread count, kernels, which
+against it. A fourth contender calls LiteRT's own API on the very interpreter neurenix's model
+holds ("neurenix / same interpreter"): same thread pool, same buffers, so that ratio is what
+neurenix's call path adds and nothing else (interpreter instances of the same bytes differ
+among themselves by a few percent at 2 threads and batch 32, docs/edgetpu.md). Each side's configuration is read back (thread count, kernels, which
 ops the XNNPACK delegate took) and a row whose sides differ is refused. Without a Coral device
 this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
 
@@ -83,6 +86,19 @@ def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     return run, config
 
 
+def same_interpreter(model: Any) -> Any:
+    """LiteRT's own API on the interpreter neurenix's compiled model holds."""
+    it = model.runner.interpreter
+    i, o = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        it.set_tensor(i, x)
+        it.invoke()
+        return it.get_tensor(o)
+
+    return run
+
+
 def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, progress: Any = None) -> list[dict[str, Any]]:
     module, feat = build(name)
     rng = np.random.default_rng(0)
@@ -103,11 +119,13 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
                 run, native_config = bare(model, threads)
                 control, _ = bare(model, threads)  # a second bare interpreter: the machine's own spread
                 np.testing.assert_array_equal(run(x), y.numpy())  # same model, same numbers
+                same = same_interpreter(model)
                 t = benchkit.interleaved({"neurenix": lambda c=compiled, a=xt: c(a), "native": lambda r=run, a=x: r(a),
-                                          "control": lambda r=control, a=x: r(a)}, rounds=rounds)
+                                          "control": lambda r=control, a=x: r(a), "same": lambda r=same, a=x: r(a)}, rounds=rounds)
                 times[precision] = t["neurenix"]
                 rows.append(benchkit.row("edgetpu", name, precision, batch, threads, t["neurenix"], t["native"],
                                          model.config, native_config, control_ratio=t["control"] / t["native"],
+                                         same_ratio=t["neurenix"] / t["same"],
                                          stem=model.config["stem"]))
             rows[-1]["int8_speedup"] = times["fp32"] / times["int8"]
             rows[-2]["int8_speedup"] = None
@@ -127,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = benchkit.run_models("edgetpu", args, bench, 200)
     device = nx.backend("edgetpu:0").device_info(0)["name"]
     benchkit.report("edgetpu", rows, args, [("control_ratio", "control / native", ".3f"),
+                                             ("same_ratio", "neurenix / same interpreter", ".3f"),
                                              ("int8_speedup", "int8 speed-up (fp32/int8, neurenix)", ".2f"),
                                              ("stem", "stem", "s")], device=device)
     return 0

@@ -33,6 +33,19 @@ def test_interleaved_times_every_contender() -> None:
     assert calls["a"] >= 4 + 3 and calls["b"] >= 4 + 3  # warm-up plus one batch per round at least
 
 
+def test_interleaved_schedule_varies_who_runs_after_whom() -> None:
+    """Every contender follows each of the others (a fixed rotation of three keeps most
+    predecessors the same), and the schedule is the same on every run."""
+    names = ["neurenix", "native", "control"]
+    orders = benchkit.schedule(names, 200)
+    assert orders == benchkit.schedule(names, 200) and all(sorted(o) == sorted(names) for o in orders)
+    flat = [n for o in orders for n in o]
+    after = {(a, b) for a, b in zip(flat, flat[1:])}
+    assert {(a, b) for a in names for b in names if a != b} <= after
+    counts = {pair: sum(1 for p in zip(flat, flat[1:]) if p == pair) for pair in after if pair[0] != pair[1]}
+    assert max(counts.values()) < 2 * min(counts.values())  # about equally often
+
+
 def test_neurenix_bench_writes_json_and_a_png_chart(tmp_path: Path) -> None:
     pytest.importorskip("neurenix_edgetpu", reason="neurenix-edgetpu is not installed (pip install -e plugins/neurenix-edgetpu)")
     pytest.importorskip("matplotlib", reason="neurenix bench needs the bench extra (pip install 'neurenix-core[bench]')")

@@ -73,13 +73,16 @@ def _plain(v: Any) -> Any:
     return v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
 
 
-def interleaved(fns: Mapping[str, Callable[[], Any]], *, rounds: int, budget_s: float = 0.002, warmup: int = 3) -> dict[str, float]:
+def interleaved(fns: Mapping[str, Callable[[], Any]], *, rounds: int, budget_s: float = 0.002, warmup: int = 3,
+                seed: int = 0) -> dict[str, float]:
     """Seconds per call of each fn: the fastest of ``rounds`` rounds.
 
-    The contenders take turns and the order rotates every round, so no contender always runs
-    right after the same one (a runtime whose worker threads spin after a call, such as an
-    OpenMP pool, would otherwise slow its successor every time). The fastest round is the one
-    least disturbed by other jobs on a shared machine: contention only ever adds time.
+    The contenders take turns in an order shuffled every round (seeded: the same schedule on
+    every run), so every contender runs after each of the others about equally often. A runtime
+    whose worker threads keep spinning after a call (XNNPACK's and OpenMP's pools do) slows
+    whichever call comes next; a fixed rotation would keep most predecessors the same (with
+    three contenders A B C rotated, A follows C in two rounds of three). The fastest round is the
+    one least disturbed by other jobs on a shared machine: contention only ever adds time.
     """
     names = list(fns)
     one = {}
@@ -91,14 +94,27 @@ def interleaved(fns: Mapping[str, Callable[[], Any]], *, rounds: int, budget_s: 
         one[name] = time.perf_counter() - t0
     per_round = max(1, int(budget_s / max(1e-7, max(one.values()))))
     best = {name: float("inf") for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+    for order in schedule(names, rounds, seed):
+        for name in order:
             fn = fns[name]
             t0 = time.perf_counter()
             for _ in range(per_round):
                 fn()
             best[name] = min(best[name], (time.perf_counter() - t0) / per_round)
     return best
+
+
+def schedule(names: Sequence[str], rounds: int, seed: int = 0) -> list[list[str]]:
+    """``rounds`` orders of ``names``, each a seeded shuffle (``interleaved``'s turns)."""
+    import random  # benchmarks only: never on the import path of neurenix_core
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(rounds):
+        order = list(names)
+        rng.shuffle(order)
+        out.append(order)
+    return out
 
 
 def table(rows: Sequence[Mapping[str, Any]], extra_columns: Sequence[tuple[str, str, str]] = ()) -> str:
