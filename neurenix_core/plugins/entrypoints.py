@@ -14,7 +14,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any, final
 
-__all__ = ["EntryPoint", "Distribution", "entry_points", "folder_entry_points", "combine", "distribution_key"]
+__all__ = ["EntryPoint", "Distribution", "FolderAnswer", "entry_points", "folder_entry_points", "folder_answer", "combine",
+           "distribution_key"]
 
 
 
@@ -62,6 +63,10 @@ def entry_points(group: str, path: list[str] | None = None) -> list[EntryPoint]:
 
 #: One distribution of a folder: its folder name, its ``distribution_key`` and its entry points of a group.
 Distribution = tuple[str, str, list[EntryPoint]]
+#: What ``combine`` needs of one ``sys.path`` folder: the keys of all its distributions in scan
+#: order, and the entry points of those that are the first of their key in the folder (only they
+#: can win), each with its key, in scan order.
+FolderAnswer = tuple[list[str], list[tuple[str, list[EntryPoint]]]]
 
 
 def folder_entry_points(entry: str, group: str) -> list[Distribution]:
@@ -74,16 +79,30 @@ def folder_entry_points(entry: str, group: str) -> list[Distribution]:
     return out
 
 
-def combine(folders: Iterable[list[Distribution]]) -> list[EntryPoint]:
-    """``entry_points`` from per-folder answers (``folder_entry_points``) in ``sys.path`` order:
-    the first distribution of a (normalized) name wins, whether or not it has the group."""
+def folder_answer(distributions: list[Distribution]) -> FolderAnswer:
+    """``combine``'s view of one folder's distributions (a later one of the same key never wins)."""
+    keys: list[str] = []
+    firsts: set[str] = set()
+    eps: list[tuple[str, list[EntryPoint]]] = []
+    for _, key, found in distributions:
+        keys.append(key)
+        if key not in firsts:
+            firsts.add(key)
+            if found:
+                eps.append((key, found))
+    return keys, eps
+
+
+def combine(folders: Iterable[FolderAnswer]) -> list[EntryPoint]:
+    """``entry_points`` from per-folder answers in ``sys.path`` order: the first distribution of a
+    (normalized) name wins, whether or not it has the group."""
     found: list[EntryPoint] = []
     seen: set[str] = set()
-    for distributions in folders:
-        for _, key, eps in distributions:
+    for keys, eps in folders:
+        for key, group_eps in eps:
             if key not in seen:
-                seen.add(key)
-                found.extend(eps)
+                found.extend(group_eps)
+        seen.update(keys)  # one call per folder: a folder holds hundreds of distributions
     return found
 
 

@@ -40,12 +40,12 @@ import sys
 import time
 from typing import Final
 
-from neurenix_core.plugins.entrypoints import Distribution, EntryPoint, combine, distribution_key, folder_entry_points
+from neurenix_core.plugins.entrypoints import EntryPoint, FolderAnswer, combine, distribution_key, folder_answer, folder_entry_points
 
 __all__ = ["CACHE_FILE", "cached_entry_points"]
 
 CACHE_FILE: Final = "entry-points.cache"
-_HEADER: Final = "neurenix-entry-points 4"
+_HEADER: Final = "neurenix-entry-points 5"
 #: Folder records kept: this process's, then the most recently written others.
 _RECORDS: Final = 128
 #: Anything modified this recently is not trusted to show a later change in its timestamp.
@@ -56,22 +56,36 @@ _RECENT: Final = "?"
 _METADATA: Final = (".dist-info", ".egg-info")
 _NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 #: Tabs per line kind: a line with another count (a tab inside a field) is never written or read.
-_TABS: Final = {"folder": 3, "dist": 3, "file": 2, "ep": 5}
+_TABS: Final = {"folder": 3, "dist": 3, "file": 2, "ep": 5, "keys": 1}
 
-#: What one folder's record says: its distributions in scan order (``entrypoints.Distribution``).
-_Answer = list[Distribution]
+#: What one folder's record says (``entrypoints.FolderAnswer``).
+_Answer = FolderAnswer
 
 
 class _Folder:
-    """One ``sys.path`` folder's record: kept as text and parsed only as far as a lookup needs."""
+    """One ``sys.path`` folder's record, kept as text and split into lines only when a lookup
+    needs it (the cache file holds up to ``_RECORDS`` folders; one import reads a handful).
 
-    __slots__ = ("path", "group", "stamp", "lines")
+    Lines in order: ``file`` and ``ep`` lines (the distributions with entry points of the group
+    that are the first of their key in the folder), one ``keys`` line (every distribution's key
+    in scan order, each after a ``/``: folder names cannot hold one), then a ``dist`` line per
+    distribution folder, read only when the folder's own stamp changed.
+    """
 
-    def __init__(self, path: str, group: str, stamp: str, lines: list[str]) -> None:
+    __slots__ = ("path", "group", "stamp", "_body", "_lines")
+
+    def __init__(self, path: str, group: str, stamp: str, lines: list[str] | None = None, body: str = "") -> None:
         self.path = path
         self.group = group
         self.stamp = stamp
-        self.lines = lines  # the dist, file and ep lines
+        self._body = body
+        self._lines = lines
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self._body.split("\n") if self._body else []
+        return self._lines
 
     def text(self) -> str:
         return "\n".join((f"folder\t{self.path}\t{self.group}\t{self.stamp}", *self.lines, "end")) + "\n"
@@ -80,7 +94,7 @@ class _Folder:
 def cached_entry_points(group: str, state_dir: str | None) -> list[EntryPoint]:
     """``entry_points(group)`` for ``sys.path``, from the cache file where it is still valid."""
     if state_dir is None:
-        return combine(folder_entry_points(entry, group) for entry in sys.path)
+        return combine(folder_answer(folder_entry_points(entry, group)) for entry in sys.path)
     path = os.path.join(state_dir, CACHE_FILE)
     records = _read(path)
     answers: list[_Answer] = []
@@ -121,33 +135,35 @@ def _metadata_names(folder: str) -> list[str]:
 def _answer(record: _Folder, group: str) -> _Answer | None:
     """The record's answer when the folder still holds what it recorded, else None (also for a
     line this version does not write: the unpacking below checks each line's field count)."""
-    dists = [line[5:] for line in record.lines if line.startswith("dist\t")]
+    lines = record.lines
     # A folder that changed (or is too recent to tell) still stands if its distributions did not.
-    changed = record.stamp == _RECENT or record.stamp != _stamp(record.path)[0]
-    if changed and _listing(record.path) != dists:
-        return None
-    eps: dict[str, list[EntryPoint]] = {}
+    if record.stamp == _RECENT or record.stamp != _stamp(record.path)[0]:
+        if _listing(record.path) != [line[5:] for line in lines if line.startswith("dist\t")]:
+            return None
+    eps: list[tuple[str, list[EntryPoint]]] = []
     try:
-        for line in record.lines:
-            if line.startswith("file\t"):
-                _, name, stamp = line.split("\t")
-                if _stamp(os.path.join(record.path, name, "entry_points.txt"))[0] != stamp:
-                    return None
-            elif line.startswith("ep\t"):
+        for line in lines:
+            if line.startswith("ep\t"):
                 _, name, ep_name, value, dist, version = line.split("\t")
-                eps.setdefault(name, []).append(EntryPoint(
+                key = distribution_key(name)
+                if not eps or eps[-1][0] != key:
+                    eps.append((key, []))
+                eps[-1][1].append(EntryPoint(
                     ep_name, value, group, None if dist == _MISSING else dist, None if version == _MISSING else version,
                     os.path.join(record.path, name),
                 ))
-            elif not line.startswith("dist\t"):
+            elif line.startswith("file\t"):
+                _, name, stamp = line.split("\t")
+                if _stamp(os.path.join(record.path, name, "entry_points.txt"))[0] != stamp:
+                    return None
+            elif line.startswith("keys\t"):
+                keys = line[5:].split("/")[1:]
+                return (keys, eps) if all(key in keys for key, _ in eps) else None
+            else:
                 return None
-        answer: _Answer = []
-        for d in dists:
-            name, key, _ = d.split("\t")
-            answer.append((name, key, eps.pop(name, [])))
     except ValueError:  # a field count this version does not write
         return None
-    return None if eps else answer  # an entry point of a distribution the record does not list
+    return None  # no keys line: not a record this version wrote
 
 
 def _listing(folder: str) -> list[str]:
@@ -167,10 +183,12 @@ def _scan(folder: str, group: str) -> tuple[_Answer, _Folder | None]:
         dstamp, dmtime = _stamp(os.path.join(folder, name))
         cacheable = cacheable and dmtime <= settled
         dists.append(f"dist\t{name}\t{distribution_key(name)}\t{dstamp}")
-    answer = folder_entry_points(folder, group)
-    lines = list(dists)
-    for name, _, eps in answer:
-        if not eps:
+    scanned = folder_entry_points(folder, group)
+    answer = folder_answer(scanned)
+    winners = {id(found) for _, found in answer[1]}
+    lines = []
+    for name, _, eps in scanned:
+        if id(eps) not in winners:
             continue
         fstamp, fmtime = _stamp(os.path.join(folder, name, "entry_points.txt"))
         cacheable = cacheable and fmtime <= settled
@@ -181,6 +199,8 @@ def _scan(folder: str, group: str) -> tuple[_Answer, _Folder | None]:
             dist = _MISSING if ep.dist_name is None else ep.dist_name
             version = _MISSING if ep.dist_version is None else ep.dist_version
             lines.append(f"ep\t{name}\t{ep.name}\t{ep.value}\t{dist}\t{version}")
+    lines.append("keys\t" + "".join(f"/{key}" for key in answer[0]))
+    lines.extend(dists)
     record = _Folder(folder, group, _RECENT if mtime > settled else stamp, lines)
     if not cacheable or not _well_formed(record):
         return answer, None
@@ -220,12 +240,12 @@ def _read(path: str) -> dict[tuple[str, str], _Folder]:
         return {}
     records: dict[tuple[str, str], _Folder] = {}
     for chunk in body[:-5].split("\nend\n") if body else ():
-        lines = chunk.split("\n")
-        head = lines[0].split("\t")
+        first, _, rest = chunk.partition("\n")
+        head = first.split("\t")
         if len(head) != 4 or head[0] != "folder":
             return {}  # not a file this version wrote: ignore it all
-        # The other lines are checked when the record is used or written back (_well_formed).
-        records.setdefault((head[1], head[2]), _Folder(head[1], head[2], head[3], lines[1:]))
+        # The other lines are split and checked when the record is used or written back (_well_formed).
+        records.setdefault((head[1], head[2]), _Folder(head[1], head[2], head[3], body=rest))
     return records
 
 
