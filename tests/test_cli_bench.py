@@ -3,6 +3,7 @@ No timing is asserted (the machine may be shared); only what the files say."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -40,9 +41,9 @@ def test_interleaved_schedule_varies_who_runs_after_whom() -> None:
     orders = benchkit.schedule(names, 200)
     assert orders == benchkit.schedule(names, 200) and all(sorted(o) == sorted(names) for o in orders)
     flat = [n for o in orders for n in o]
-    after = {(a, b) for a, b in zip(flat, flat[1:])}
+    after = set(itertools.pairwise(flat))
     assert {(a, b) for a in names for b in names if a != b} <= after
-    counts = {pair: sum(1 for p in zip(flat, flat[1:]) if p == pair) for pair in after if pair[0] != pair[1]}
+    counts = {pair: sum(1 for p in itertools.pairwise(flat) if p == pair) for pair in after if pair[0] != pair[1]}
     assert max(counts.values()) < 2 * min(counts.values())  # about equally often
 
 

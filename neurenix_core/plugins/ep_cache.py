@@ -40,7 +40,14 @@ import sys
 import time
 from typing import Final
 
-from neurenix_core.plugins.entrypoints import EntryPoint, FolderAnswer, combine, distribution_key, folder_answer, folder_entry_points
+from neurenix_core.plugins.entrypoints import (
+    EntryPoint,
+    FolderAnswer,
+    combine,
+    distribution_key,
+    folder_answer,
+    folder_entry_points,
+)
 
 __all__ = ["CACHE_FILE", "cached_entry_points"]
 
@@ -72,7 +79,7 @@ class _Folder:
     distribution folder, read only when the folder's own stamp changed.
     """
 
-    __slots__ = ("path", "group", "stamp", "_body", "_lines")
+    __slots__ = ("_body", "_lines", "group", "path", "stamp")
 
     def __init__(self, path: str, group: str, stamp: str, lines: list[str] | None = None, body: str = "") -> None:
         self.path = path
@@ -137,9 +144,9 @@ def _answer(record: _Folder, group: str) -> _Answer | None:
     line this version does not write: the unpacking below checks each line's field count)."""
     lines = record.lines
     # A folder that changed (or is too recent to tell) still stands if its distributions did not.
-    if record.stamp == _RECENT or record.stamp != _stamp(record.path)[0]:
-        if _listing(record.path) != [line[5:] for line in lines if line.startswith("dist\t")]:
-            return None
+    changed = record.stamp == _RECENT or record.stamp != _stamp(record.path)[0]
+    if changed and _listing(record.path) != [line[5:] for line in lines if line.startswith("dist\t")]:
+        return None
     eps: list[tuple[str, list[EntryPoint]]] = []
     try:
         for line in lines:
