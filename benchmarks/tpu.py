@@ -11,12 +11,14 @@ Each thread count runs in a fresh process pinned to that many CPUs (sched_setaff
 CPU thread pool sized to match, since XLA reads its flags once at start. Without a Cloud TPU it
 runs emulated (NEURENIX_EMULATE=tpu, JAX's CPU platform), so the numbers measure neurenix's own
 overhead around XLA, not TPU speed. The contenders take turns of a few consecutive calls (the
-order rotates every turn) and the median per-call time is reported, counting only calls that
+order is shuffled every turn) and the median per-call time is reported, counting only calls that
 follow a call of the same contender (the machine may be shared: short turns expose everyone to
 the same load, the median drops the calls a spike hit; see ``_best`` for why not call by call).
 Ratios are time(neurenix) / time(plain JAX): the goal is <= 1.05 at batch 1 and 32. The "plugin"
 column is the plugin's compiled model called on a native array (the same XLA program without the
-core's Tensor handling), which separates the plugin's cost from the core's.
+core's Tensor handling), which separates the plugin's cost from the core's. "control / JAX" is a
+second plain-JAX program with its own copy of the weights, timed in the same turns: the spread
+two identical programs show on this machine, against which a ratio is read.
 """
 
 from __future__ import annotations
@@ -134,14 +136,16 @@ def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float
         one += time.perf_counter() - t0
     turns = max(3, min(400, int(budget_s / max(one * BLOCK, 1e-7))))
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    names = list(fns)
     # The eager contender makes many small objects; a cyclic GC pass it triggers would land in
-    # whichever call runs next. GC is off while sampling, and the order rotates every turn.
+    # whichever call runs next. GC is off while sampling, and the order is shuffled every turn
+    # (seeded: benchkit.schedule), so each contender follows each other one about equally often.
+    from neurenix_core.cli.benchkit import schedule
+
     gc.collect()
     gc.disable()
     try:
-        for i in range(turns):
-            for name in names[i % len(names):] + names[: i % len(names)]:
+        for order in schedule(list(fns), turns):
+            for name in order:
                 fn, timed = fns[name], samples[name]
                 for call in range(BLOCK):
                     t0 = time.perf_counter()
@@ -193,10 +197,14 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
                 from neurenix_tpu.api import TPUBackend
 
                 plugin = TPUBackend().compile_graph(model.to_graph(shape), precision=precision)
+                # A second plain-JAX program with its own weights, timed in the same turns: what
+                # the machine alone makes of two identical programs ("control / JAX").
+                control, control_params = _plain_jax(model.to_graph(shape), precision)
                 contenders: dict[str, Callable[[], Any]] = {
                     "neurenix": lambda: compiled(x),
                     "plugin": lambda: plugin(xn),
                     "jax": lambda: plain(params, xn),
+                    "control": lambda: control(control_params, xn),
                 }
                 t = _best(contenders, budget_s)
                 if precision == "fp32":
@@ -210,7 +218,7 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
                 native_config = _jax_config(plain, params, xn)
                 rows.append(benchkit.row(
                     "tpu", name, precision, batch, threads, t["neurenix"], t["jax"], nx_config, native_config, path=path,
-                    plugin_us=t["plugin"] * 1e6, plugin_overhead=t["plugin"] / t["jax"],
+                    plugin_us=t["plugin"] * 1e6, plugin_overhead=t["plugin"] / t["jax"], control_ratio=t["control"] / t["jax"],
                     eager_us=t["eager"] * 1e6 if "eager" in t else None,
                     eager_vs_compiled=t["eager"] / t["neurenix"] if "eager" in t else None,
                     max_abs_diff=float(check), emulated=bool(nx.backend("tpu:0").emulated),
@@ -260,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for threads in track(args.threads, description="tpu (one process per thread setting)", transient=True):
         rows += run_threads(threads, args.quick, args.models, args.batches)
-    benchkit.report("tpu", rows, args, [("plugin_us", "plugin µs", ".1f"), ("plugin_overhead", "plugin / JAX", ".3f"),
+    benchkit.report("tpu", rows, args, [("control_ratio", "control / JAX", ".3f"), ("plugin_us", "plugin µs", ".1f"),
+                                        ("plugin_overhead", "plugin / JAX", ".3f"),
                                         ("eager_vs_compiled", "eager / compiled", ".2f"), ("max_abs_diff", "max abs diff", ".1e")],
                     path=rows[0]["path"] if rows else None)
     return 0
