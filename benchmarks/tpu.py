@@ -118,7 +118,7 @@ BLOCK = 8
 def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float]:
     """Median per-call time of each contender, in turns of ``BLOCK`` consecutive calls.
 
-    The machine is shared: turns rotate quickly (about a millisecond each), so every contender
+    The machine is shared: turns change quickly (about a millisecond each), so every contender
     sees the same load, and the median ignores the calls a load spike hit. Within a turn only
     calls that follow a call of the same contender are timed: each contender has its own weights
     in memory (neurenix and the plugin share one copy, plain JAX has another), and a call right
