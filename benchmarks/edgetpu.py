@@ -6,13 +6,14 @@ edgetpu tensor. The bare loop is LiteRT's own API on the same model bytes: ``set
 ``invoke``, ``get_tensor`` on an interpreter created with the same thread count and kernels.
 The written models take float32 NCHW input and quantize/transpose inside the model, so both
 sides feed the same array: neurenix's edgetpu tensor shares its memory with the NumPy array the
-LiteRT loops read (``nx.asarray(x, device="edgetpu:0", copy=False)``). A second bare interpreter of the same bytes runs in the same rounds as
-a control: "control / native" is what the machine alone makes of two identical interpreters (on
-2 shared vCPUs, two thread pools of 2 threads can differ by well over 5%), so a ratio is read
-against it. A fourth contender calls LiteRT's own API on the very interpreter neurenix's model
-holds ("neurenix / same interpreter"): same thread pool, same buffers, so that ratio is what
-neurenix's call path adds and nothing else (interpreter instances of the same bytes differ
-among themselves by a few percent at 2 threads and batch 32, docs/edgetpu.md). Each side's configuration is read back (thread count, kernels, which
+LiteRT loops read (``nx.asarray(x, device="edgetpu:0", copy=False)``). A second bare interpreter
+of the same bytes runs in the same rounds as a control: "control / native" is what the machine
+alone makes of two identical interpreters (on 2 shared vCPUs, two thread pools of 2 threads can
+differ by well over 5%), so a ratio is read against it. A fourth contender calls LiteRT's own
+API on the very interpreter neurenix's model holds ("neurenix / same interpreter"): same thread
+pool, same buffers, so that ratio is what neurenix's call path adds and nothing else
+(interpreter instances of the same bytes differ among themselves by a few percent at 2 threads
+and batch 32, docs/edgetpu.md). Each side's configuration is read back (thread count, kernels, which
 ops the XNNPACK delegate took) and a row whose sides differ is refused. Without a Coral device
 this measures LiteRT on the host CPU (NEURENIX_EMULATE=edgetpu).
 
@@ -72,24 +73,17 @@ def bare(model: Any, threads: int) -> tuple[Any, dict[str, Any]]:
     it = litert.Interpreter(model_content=model.tflite_bytes, num_threads=threads,
                             experimental_op_resolver_type=getattr(litert.OpResolverType, KERNELS[kernels]))
     it.allocate_tensors()
-    i, o = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
     ops = delegation(it)
     config = {"runtime": f"LiteRT {model.backend.version}", "threads": threads, "kernels": kernels,
               "delegated_ops": f"{sum(1 for _, d in ops if d)}/{len(ops)}",
               "cpu_kernel_ops": ",".join(sorted({n for n, d in ops if not d})) or "-", "x86_amx": amx_state(),
               "stem": stem_of_ops(n for n, _ in ops)}
 
-    def run(x: np.ndarray) -> np.ndarray:
-        it.set_tensor(i, x)
-        it.invoke()
-        return it.get_tensor(o)
-
-    return run, config
+    return api_loop(it), config
 
 
-def same_interpreter(model: Any) -> Any:
-    """LiteRT's own API on the interpreter neurenix's compiled model holds."""
-    it = model.runner.interpreter
+def api_loop(it: Any) -> Any:
+    """One call through LiteRT's own API on interpreter ``it``: set_tensor, invoke, get_tensor."""
     i, o = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
 
     def run(x: np.ndarray) -> np.ndarray:
@@ -123,7 +117,7 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
                 run, native_config = bare(model, threads)
                 control, _ = bare(model, threads)  # a second bare interpreter: the machine's own spread
                 np.testing.assert_array_equal(run(x), y.numpy())  # same model, same numbers
-                same = same_interpreter(model)
+                same = api_loop(model.runner.interpreter)  # LiteRT's API on neurenix's own interpreter
                 t = benchkit.interleaved({"neurenix": lambda c=compiled, a=xt: c(a), "native": lambda r=run, a=x: r(a),
                                           "control": lambda r=control, a=x: r(a), "same": lambda r=same, a=x: r(a)}, rounds=rounds)
                 times[precision] = t["neurenix"]

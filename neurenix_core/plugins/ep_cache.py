@@ -190,13 +190,11 @@ def _scan(folder: str, group: str) -> tuple[_Answer, _Folder | None]:
         dstamp, dmtime = _stamp(os.path.join(folder, name))
         cacheable = cacheable and dmtime <= settled
         dists.append(f"dist\t{name}\t{distribution_key(name)}\t{dstamp}")
-    scanned = folder_entry_points(folder, group)
-    answer = folder_answer(scanned)
-    winners = {id(found) for _, found in answer[1]}
+    answer = folder_answer(folder_entry_points(folder, group))
     lines = []
-    for name, _, eps in scanned:
-        if id(eps) not in winners:
-            continue
+    for _, eps in answer[1]:  # the distributions that can win, each with its entry points
+        assert eps[0].folder is not None  # folder_entry_points names the dist-info folder it read
+        name = os.path.basename(eps[0].folder)
         fstamp, fmtime = _stamp(os.path.join(folder, name, "entry_points.txt"))
         cacheable = cacheable and fmtime <= settled
         lines.append(f"file\t{name}\t{fstamp}")

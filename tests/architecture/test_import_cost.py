@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 DEFERRED = (
     "threading",  # the probe worker runs on _thread
@@ -27,11 +28,8 @@ DEFERRED = (
 
 
 def _loaded_after_import(env_extra: dict[str, str]) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
-    env.update(env_extra)
     code = f"import sys, json, neurenix_core; print(json.dumps([m for m in {DEFERRED!r} if m in sys.modules]))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _json_of(code, env_extra)
 
 
 def test_import_leaves_deferred_modules_unloaded() -> None:
@@ -48,9 +46,7 @@ def test_the_autograd_engine_loads_on_first_use() -> None:
         "nx.sum(x * x).backward()\n"
         "print(json.dumps([before, leaf, x.grad.numpy().tolist(), 'neurenix_core.autograd.engine' in sys.modules]))"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, [2.0, 2.0, 2.0], True]
+    assert _json_of(code) == [False, True, [2.0, 2.0, 2.0], True]
 
 
 def test_the_seed_facade_costs_what_the_core_costs() -> None:
@@ -65,6 +61,13 @@ def test_the_seed_facade_costs_what_the_core_costs() -> None:
         "print(json.dumps([extra, type(layer).__module__, 'neurenix_core.nn' in sys.modules, nx.device is sys.modules['neurenix.device'],"
         " sorted({'nn', 'optim', 'hardware', 'compile', 'Tensor'} - set(dir(nx)))]))"
     )
+    assert _json_of(code) == [[], "neurenix_core.nn.layers", True, True, []]
+
+
+def _json_of(code: str, env_extra: dict[str, str] | None = None) -> Any:
+    """The last line ``code`` prints, as JSON, from a fresh interpreter without the caller's
+    NEURENIX_* settings (plus ``env_extra``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
+    env.update(env_extra or {})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[], "neurenix_core.nn.layers", True, True, []]
+    return json.loads(out.stdout.strip().splitlines()[-1])

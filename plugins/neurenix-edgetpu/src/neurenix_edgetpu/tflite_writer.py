@@ -265,10 +265,11 @@ def _floats(b: flatbuffers.Builder, start: Callable[[flatbuffers.Builder, int], 
 
 
 # ---------------------------------------------------------------------- builtin options
-def _activation_options(start: Any, add_act: Any, end: Any, act: int) -> Callable[[flatbuffers.Builder], int]:
+def _one_field_options(start: Any, add: Any, end: Any, value: Any) -> Callable[[flatbuffers.Builder], int]:
+    """An options table with one field set (a fused activation, a block size, a flag)."""
     def build(b: flatbuffers.Builder) -> int:
         start(b)
-        add_act(b, act)
+        add(b, value)
         return end(b)
 
     return build
@@ -340,11 +341,11 @@ def fc_options(act: int, keep_num_dims: bool = False) -> Callable[[flatbuffers.B
 
 
 def sub_options(act: int) -> Callable[[flatbuffers.Builder], int]:
-    return _activation_options(tflite.SubOptionsStart, tflite.SubOptionsAddFusedActivationFunction, tflite.SubOptionsEnd, act)
+    return _one_field_options(tflite.SubOptionsStart, tflite.SubOptionsAddFusedActivationFunction, tflite.SubOptionsEnd, act)
 
 
 def div_options(act: int) -> Callable[[flatbuffers.Builder], int]:
-    return _activation_options(tflite.DivOptionsStart, tflite.DivOptionsAddFusedActivationFunction, tflite.DivOptionsEnd, act)
+    return _one_field_options(tflite.DivOptionsStart, tflite.DivOptionsAddFusedActivationFunction, tflite.DivOptionsEnd, act)
 
 
 def batch_matmul_options(adj_x: bool = False, adj_y: bool = False) -> Callable[[flatbuffers.Builder], int]:
@@ -377,12 +378,7 @@ def strided_slice_options() -> Callable[[flatbuffers.Builder], int]:
 
 
 def gelu_options(approximate: bool) -> Callable[[flatbuffers.Builder], int]:
-    def build(b: flatbuffers.Builder) -> int:
-        tflite.GeluOptionsStart(b)
-        tflite.GeluOptionsAddApproximate(b, approximate)
-        return tflite.GeluOptionsEnd(b)
-
-    return build
+    return _one_field_options(tflite.GeluOptionsStart, tflite.GeluOptionsAddApproximate, tflite.GeluOptionsEnd, approximate)
 
 
 def empty_options(start: Any, end: Any) -> Callable[[flatbuffers.Builder], int]:
@@ -395,11 +391,11 @@ def empty_options(start: Any, end: Any) -> Callable[[flatbuffers.Builder], int]:
 
 
 def add_options(act: int) -> Callable[[flatbuffers.Builder], int]:
-    return _activation_options(tflite.AddOptionsStart, tflite.AddOptionsAddFusedActivationFunction, tflite.AddOptionsEnd, act)
+    return _one_field_options(tflite.AddOptionsStart, tflite.AddOptionsAddFusedActivationFunction, tflite.AddOptionsEnd, act)
 
 
 def mul_options(act: int) -> Callable[[flatbuffers.Builder], int]:
-    return _activation_options(tflite.MulOptionsStart, tflite.MulOptionsAddFusedActivationFunction, tflite.MulOptionsEnd, act)
+    return _one_field_options(tflite.MulOptionsStart, tflite.MulOptionsAddFusedActivationFunction, tflite.MulOptionsEnd, act)
 
 
 def concat_options(axis: int) -> Callable[[flatbuffers.Builder], int]:
@@ -413,12 +409,7 @@ def concat_options(axis: int) -> Callable[[flatbuffers.Builder], int]:
 
 
 def space_to_depth_options(block: int) -> Callable[[flatbuffers.Builder], int]:
-    def build(b: flatbuffers.Builder) -> int:
-        tflite.SpaceToDepthOptionsStart(b)
-        tflite.SpaceToDepthOptionsAddBlockSize(b, block)
-        return tflite.SpaceToDepthOptionsEnd(b)
-
-    return build
+    return _one_field_options(tflite.SpaceToDepthOptionsStart, tflite.SpaceToDepthOptionsAddBlockSize, tflite.SpaceToDepthOptionsEnd, block)
 
 
 def reshape_options(shape: Sequence[int]) -> Callable[[flatbuffers.Builder], int]:
