@@ -24,78 +24,32 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixWarning, UnsupportedOperationError
+from neurenix_core.graph.importers import (
+    onnx_attention, onnx_controlflow, onnx_math, onnx_nn, onnx_quantization, onnx_reduction, onnx_rnn, onnx_tensor,
+)
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
+from neurenix_core.graph.importers.onnx_common import REMEDY as _REMEDY
+from neurenix_core.graph.importers.onnx_common import Handler
+from neurenix_core.graph.importers.onnx_common import OnnxNode as _Node
+from neurenix_core.graph.importers.onnx_common import const as _const
+from neurenix_core.graph.importers.onnx_common import dims as _dims
+from neurenix_core.graph.importers.onnx_common import fail as _fail
+from neurenix_core.graph.importers.onnx_common import ints as _ints
+from neurenix_core.graph.importers.onnx_common import simple as _simple
+from neurenix_core.graph.importers.onnx_common import symbolic_const as _symbolic_const
+from neurenix_core.graph.importers.onnx_common import variadic as _variadic
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
 __all__ = ["import_onnx", "HANDLERS"]
 
 MIN_OPSET = 13
-_REMEDY = "re-export the model with supported ops (the opset is listed in docs/models.md) or run it in ONNX Runtime"
-
-
-class _Node:
-    """One ONNX node with resolved inputs and attributes as Python values."""
-
-    def __init__(self, proto: Any, index: int, inputs: list[Value | None], attrs: dict[str, Any]) -> None:
-        self.proto = proto
-        self.op = proto.op_type
-        self.name = proto.name or f"{proto.op_type}_{index}"
-        self.inputs = inputs
-        self.attrs = attrs
-
-    def input(self, i: int) -> Value | None:
-        return self.inputs[i] if i < len(self.inputs) else None
-
-
-Handler = Callable[[GraphBuilder, _Node], Any]
-
-
-def _fail(b: GraphBuilder, n: _Node, why: str) -> UnsupportedOperationError:
-    return b.unsupported(n.name, n.op, why, _REMEDY)
-
-
-def _const(b: GraphBuilder, n: _Node, i: int, what: str) -> np.ndarray | None:
-    v = n.input(i)
-    if v is None:
-        return None
-    if not isinstance(v, Const):
-        raise _fail(b, n, f"takes its {what} from a value computed at run time; it must be a constant (initializer)")
-    return v.array
-
-
-def _ints(v: Any) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.asarray(v).ravel())
-
-
-def _dims(v: Any) -> tuple[int | SymDim, ...]:
-    """Like _ints, keeping symbolic sizes (object arrays from a symbolic Shape)."""
-    return tuple(i if isinstance(i, SymDim) else int(i) for i in np.asarray(v).ravel())
-
-
-def _symbolic_const(v: Value | None) -> bool:
-    return isinstance(v, Const) and v.array.dtype == object
-
-
-def _simple(op: str, **fixed: Any) -> Handler:
-    return lambda b, n: b.emit(n.name, op, [v for v in n.inputs if v is not None], fixed)
-
-
-def _variadic(op: str) -> Handler:
-    def run(b: GraphBuilder, n: _Node) -> Value:
-        out = n.inputs[0]
-        for i, v in enumerate(n.inputs[1:]):
-            out = b.emit(f"{n.name}" if i == len(n.inputs) - 2 else f"{n.name}.{i}", op, [out, v])  # type: ignore[list-item]
-        return out  # type: ignore[return-value]
-
-    return run
 
 
 def _gemm(b: GraphBuilder, n: _Node) -> Value:
@@ -444,6 +398,9 @@ HANDLERS: dict[str, Handler] = {
     "Cast": _cast, "Shape": _shape, "Range": _range, "ConstantOfShape": _constant_of_shape,
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
 }
+# The families' handlers (one module per ONNX family); a family may replace a handler above.
+for _family in (onnx_math, onnx_nn, onnx_tensor, onnx_reduction, onnx_attention, onnx_controlflow, onnx_quantization, onnx_rnn):
+    HANDLERS.update(_family.HANDLERS)
 
 
 def _attr(a: Any) -> Any:

@@ -1,0 +1,3 @@
+"""Attention variants and rotary embeddings (ONNX's Attention, RotaryEmbedding ...)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Bitwise and logical ops beyond the comparisons (ONNX's logical family)."""
+
+from __future__ import annotations

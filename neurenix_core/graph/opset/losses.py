@@ -1,0 +1,3 @@
+"""Training losses (ONNX's NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)."""
+
+from __future__ import annotations

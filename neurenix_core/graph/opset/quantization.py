@@ -1,0 +1,3 @@
+"""Quantize, dequantize and integer-arithmetic ops (ONNX's quantization family)."""
+
+from __future__ import annotations

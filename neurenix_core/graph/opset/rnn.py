@@ -1,0 +1,3 @@
+"""Recurrent layers (ONNX's RNN, GRU, LSTM)."""
+
+from __future__ import annotations
