@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
 from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import ModelFormatError, UnsupportedOperationError  # noqa: E402
+from neurenix_core.errors import ModelFormatError, NeurenixWarning, UnsupportedOperationError  # noqa: E402
 
 import model_zoo as zoo  # noqa: E402
 
@@ -94,11 +94,12 @@ def test_unsupported_onnx_op_names_node_and_op() -> None:
         nn.from_onnx(model)
 
 
-def test_old_opset_is_refused_and_symbolic_dimensions_stay_dynamic() -> None:
+def test_old_opset_is_converted_with_a_warning_and_symbolic_dimensions_stay_dynamic() -> None:
     relu = [helper.make_node("Relu", ["x"], ["y"])]
     out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-    with pytest.raises(ModelFormatError, match="opset 11.*convert_version"):
-        nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], out, [], opset=11))
+    with pytest.warns(NeurenixWarning, match="opset 11; it was converted to opset 13 with onnx.version_converter"):
+        old = nn.from_onnx(_model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], out, [], opset=11))
+    np.testing.assert_array_equal(old(np.array([-1.0, 2.0], np.float32)).numpy(), [0.0, 2.0])
     dynamic = _model(relu, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])], out, [])
     imported = nn.from_onnx(dynamic)
     assert imported.symbolic_graph().inputs[0].display_shape == (None, 2)

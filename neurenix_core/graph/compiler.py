@@ -23,6 +23,7 @@ from neurenix_core.errors import (
 )
 from neurenix_core.graph.inputs import check_outputs, deliver_tensors, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
 
@@ -61,8 +62,14 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     backend, dev, _ = default_backend(device)
     record = registry().plugin_for(dev)
     graph = _graph_of(model)
+    values = model if getattr(model, "value_inputs", ()) else None
+    if values is not None and (quantize or precision in ("int8", "int16")):
+        raise QuantizationError(f"{dev}: {model!r} is built per value of its inputs {list(values.value_inputs)}, so it has no one graph "
+                                "to calibrate; give those inputs as initializers (constants) in the model to quantize it")
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
-    return Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
+    compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
+    compiled._values = values
+    return compiled
 
 
 def _graph_of(model: Any) -> Graph:
@@ -139,9 +146,12 @@ class Compiled:
         self._fast: tuple[Any, Callable[[Any], Any] | None, tuple[int, ...], Callable[[Any], Any], type, Any,
                           Callable[[Any], int] | None, Callable[[Any], Any] | None, np.dtype[Any]] | None = None
         self._eager: Any = None
+        # A model with value inputs (GraphModule.value_inputs): graphs are built per shapes and values.
+        self._values: Any = None
         self._placements: dict[tuple[tuple[int, ...], ...], Any] = {}
-        # Float inputs run as float32; integer inputs (token ids) keep their declared dtype.
-        self._input_dtypes = [np.dtype(np.float32) if s.dtype.startswith(("float", "bfloat")) else np.dtype(s.dtype) for s in graph.inputs]
+        # Every input in the dtype the model declares (float32 for nn models and most imports;
+        # a float16 or float64 model's inputs stay float16 or float64, token ids int64).
+        self._input_dtypes = [opset_dtype(s.dtype) for s in graph.inputs]
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -215,15 +225,32 @@ class Compiled:
         natives = [self._native(x, i) for i, x in enumerate(inputs)]
         shape_of = self._backend._shape_of
         shapes = tuple(tuple(shape_of(n)) for n in natives)
-        runner = self._runners.get(shapes)
-        if runner is None:
-            runner = self._build(shapes)
-            self._runners[shapes] = runner
-            self._set_fast(shapes)
+        if self._values is not None:
+            runner = self._value_runner(shapes, natives)
+        else:
+            runner = self._runners.get(shapes)
+            if runner is None:
+                runner = self._build(shapes)
+                self._runners[shapes] = runner
+                self._set_fast(shapes)
         outs = runner(*natives)
         if self.outputs != "device":
             outs = deliver_tensors(outs, self.outputs)
         return outs[0] if len(outs) == 1 else outs
+
+    def _value_key(self, shapes: tuple[tuple[int, ...], ...], hosts: Mapping[str, np.ndarray]) -> Any:
+        return shapes + tuple((name, str(hosts[name].dtype), hosts[name].tobytes()) for name in self._values.value_inputs)
+
+    def _value_runner(self, shapes: tuple[tuple[int, ...], ...], natives: list[Any]) -> Runner:
+        """The runner for these shapes and the values of the model's value inputs, built on a miss
+        (building may find more value inputs; the key then names them all)."""
+        to_host = self._backend._to_host
+        hosts = {spec.name: np.asarray(to_host(n)) for spec, n in zip(self.graph.inputs, natives)}
+        runner = self._runners.get(self._value_key(shapes, hosts))
+        if runner is None:
+            runner = self._build(shapes, hosts)
+            self._runners[self._value_key(shapes, hosts)] = runner
+        return runner
 
     def _set_fast(self, shapes: tuple[tuple[int, ...], ...]) -> None:
         """Prebuild the one-input call for the first compiled shape: placement, shape reader and
@@ -255,13 +282,14 @@ class Compiled:
         p = self._backend.placement(self.device.index)
         return tuple(wrap_on(n, p) for n in natives)
 
-    def _build(self, shapes: tuple[tuple[int, ...], ...]) -> Runner:
+    def _build(self, shapes: tuple[tuple[int, ...], ...], values: Mapping[str, np.ndarray] | None = None) -> Runner:
         from neurenix_core.graph.shapes import infer_shapes
         from neurenix_core.graph.specialize import fold_size_constants
 
+        base = self.graph if values is None else self._values.graph_for_values(shapes, values)
         try:
-            graph = self.graph.with_input_shapes(*shapes)
-            if self.graph.dynamic:  # sizes known: fold what they built, as a static import would have
+            graph = base.with_input_shapes(*shapes)
+            if base.dynamic:  # sizes known: fold what they built, as a static import would have
                 graph = fold_size_constants(graph)
             infer_shapes(graph)
         except ShapeError as exc:
@@ -422,7 +450,7 @@ class Compiled:
         from neurenix_core.graph.reference import run_graph, run_quantized
 
         if self.plan is None:
-            return lambda *hosts: run_graph(sub, *hosts, float_dtype=np.float32)
+            return lambda *hosts: run_graph(sub, *hosts, float_dtype=None)
         from neurenix_core.graph.qmath import restrict_plan
 
         # Constants the segment reads are data: they go into its graph rather than arrive as
@@ -493,8 +521,8 @@ class Compiled:
                 "needs a plugin that compiles models (or leave precision unset)"
             )
         if str(self.device.type) == "cpu":
-            return self._interpreter_runner(graph), f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(self.graph.nodes)} nodes"
-        if self.graph.dynamic:  # size attributes differ per input shape: one eager graph per shape
+            return self._interpreter_runner(graph), f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(graph.nodes)} nodes"
+        if self.graph.dynamic or self._values is not None:  # the graph differs per input shape (or value): one eager graph each
             from neurenix_core.graph.executor import EagerGraph
 
             shaped = EagerGraph(graph, self.device)
@@ -507,14 +535,15 @@ class Compiled:
         return self._eager, f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(self.graph.nodes)} layers"
 
     def _interpreter_runner(self, graph: Graph) -> Runner:
-        """The CPU backend's whole-opset path: the reference semantics in float32 on host arrays."""
+        """The CPU backend's whole-opset path: the reference semantics on host arrays, every value
+        in the dtype the graph declares."""
         from neurenix_core.graph.reference import run_graph
         from neurenix_core.tensor.creation import asarray
 
         dev, to_host = self.device, self._backend._to_host
 
         def run(*natives: Any) -> tuple[Tensor, ...]:
-            out = run_graph(graph, *(to_host(n) for n in natives), float_dtype=np.float32)
+            out = run_graph(graph, *(to_host(n) for n in natives), float_dtype=None)
             outs = out if isinstance(out, tuple) else (out,)
             return tuple(asarray(np.ascontiguousarray(o), device=dev) for o in outs)
 

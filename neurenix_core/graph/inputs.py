@@ -7,8 +7,8 @@ a runtime model called directly):
 1. A Tensor on the compiled device is used as it is (no copy).
 2. Host memory is copied in as part of the call: NumPy arrays, Python numbers and lists,
    Tensors on a host device (``cpu:0``), objects exporting ``__dlpack__`` from host memory
-   (``__dlpack_device__`` says CPU) and objects with ``__array__``. Real numbers become float32,
-   the dtype compiled models take.
+   (``__dlpack_device__`` says CPU) and objects with ``__array__``. Numbers become the dtype the
+   model declares for that input (float32 for most models; float16, float64, int64 token ids ...).
 3. A Tensor on another accelerator (``tpu:0`` into an ``npu:0`` model, ``tpu:1`` into a ``tpu:0``
    model), or a DLPack producer in device memory, is refused with ``DeviceMismatchError``: moving
    data between accelerators is the user's explicit ``x.to(...)``, as everywhere in neurenix.
@@ -77,7 +77,7 @@ def host_array(x: Any, i: int, device: Device, dtype: Any = np.float32) -> np.nd
         arr = _from_dlpack(x, i, device)
     else:
         arr = np.asarray(x)
-    if arr.dtype.kind not in "fiu" and not (arr.dtype.kind == "b" and np.dtype(dtype).kind == "b"):
+    if arr.dtype != dtype and arr.dtype.kind not in "fiu" and not (arr.dtype.kind == "b" and np.dtype(dtype).kind == "b"):
         raise CompilationError(f"input {i} has dtype {arr.dtype}; the compiled model on {device} takes real numbers")
     return arr if arr.dtype == dtype else arr.astype(dtype)
 

@@ -33,11 +33,12 @@ def _flatten(n: Node, x: Arrays, p: Mapping[str, np.ndarray]) -> np.ndarray:
 
 def eval_node(node: Node, inputs: Arrays, params: Mapping[str, np.ndarray] | None = None, *, float_dtype: Any = np.float64) -> np.ndarray:
     """One node with the opset's reference semantics: floats in ``float_dtype`` (float64 for the
-    reference, float32 for the CPU backend), integers and bools as they are. ``params`` overrides
-    the node's own (e.g. fake-quantized weights)."""
+    reference), integers and bools as they are; ``float_dtype=None`` keeps every value's own
+    dtype (the CPU backend: a float16 or float64 model computes in its dtype). ``params``
+    overrides the node's own (e.g. fake-quantized weights)."""
     def cast(a: Any) -> np.ndarray:
         arr = np.asarray(a)
-        return arr.astype(float_dtype, copy=False) if arr.dtype.kind == "f" else arr
+        return arr.astype(float_dtype, copy=False) if float_dtype is not None and arr.dtype.kind == "f" else arr
 
     p = {k: cast(v) for k, v in (node.params if params is None else params).items() if v is not None}
     try:
@@ -45,7 +46,7 @@ def eval_node(node: Node, inputs: Arrays, params: Mapping[str, np.ndarray] | Non
     except ValueError as exc:
         shapes = [tuple(np.shape(a)) for a in inputs]
         raise ShapeError(f"layer {node.name!r} ({node.op}) cannot take input shape(s) {shapes}: {exc}") from exc
-    return out.astype(float_dtype, copy=False) if out.dtype.kind == "f" else out
+    return out.astype(float_dtype, copy=False) if float_dtype is not None and out.dtype.kind == "f" else out
 
 
 def _check_inputs(graph: Graph, inputs: tuple[Any, ...]) -> None:
@@ -62,9 +63,9 @@ def _fq_params(node: Node, plan: QuantizationPlan) -> Mapping[str, np.ndarray] |
 
 def _input_array(x: Any, dtype: str, float_dtype: Any) -> np.ndarray:
     arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)
-    if dtype.startswith(("float", "bfloat")):
+    if dtype.startswith(("float", "bfloat")) and float_dtype is not None:
         return arr.astype(float_dtype, copy=False)
-    return arr.astype(dtype, copy=False)
+    return arr.astype(opset._np_dtype(dtype), copy=False)
 
 
 def specialized(graph: Graph, inputs: Sequence[Any]) -> Graph:
@@ -81,7 +82,7 @@ def specialized(graph: Graph, inputs: Sequence[Any]) -> Graph:
 def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, return_values: bool = False,
               float_dtype: Any = np.float64) -> Any:
     """Evaluate ``graph`` with the opset's semantics, floats in ``float_dtype`` (float64: the
-    reference; the CPU backend runs it in float32). Returns the output (a tuple for several
+    reference; None: every value in the dtype the graph declares, as the CPU backend runs it). Returns the output (a tuple for several
     outputs), or every value by name with ``return_values=True``. With ``plan`` (static), weights
     and activations are fake-quantized as an integer runtime would represent them."""
     _check_inputs(graph, inputs)

@@ -4,6 +4,11 @@
 weights are parameters named ``"<node>.<param>"`` (so ``state_dict``, ``save``/``load`` and
 ``to(device)`` work as for any Module); calling it compiles the graph for the model's device
 once per input shape (``nx.compile``) and runs it.
+
+A model with value inputs (an ONNX graph input used as a Reshape target, Slice bounds, reduction
+axes ...) has no single graph: ``values`` builds one per call's shapes and values of those
+inputs (``graph_for_values``), and ``nx.compile`` caches each. Its weights live in those graphs,
+not in parameters.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ def _is_weight(arr: Any) -> bool:
 class GraphModule(Module):
     """An imported graph as a Module. ``input_names``/``output_names`` say what it takes and returns."""
 
-    def __init__(self, graph: Graph, source: str = "graph") -> None:
+    def __init__(self, graph: Graph, source: str = "graph", *, values: Any = None) -> None:
         super().__init__()
         from neurenix_core.tensor.creation import asarray
 
         object.__setattr__(self, "_graph", graph)
         object.__setattr__(self, "_source", source)
+        object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_compiled", {})
         for node in graph.nodes:
             for key, arr in node.params.items():
@@ -48,6 +54,17 @@ class GraphModule(Module):
 
     def input_count(self) -> int:
         return len(self._graph.inputs)
+
+    @property
+    def value_inputs(self) -> tuple[str, ...]:
+        """Inputs whose values the graph is built for (empty for an ordinary graph)."""
+        return () if self._values is None else tuple(self._values.value_inputs)
+
+    def graph_for_values(self, shapes: Any, values: Any) -> Graph:
+        """The static graph for these input shapes and input values (models with value inputs)."""
+        if self._values is None:
+            raise TypeError(f"{self._source} has no value inputs; use symbolic_graph()")
+        return self._values.build(shapes, values)  # type: ignore[no-any-return]
 
     def symbolic_graph(self) -> Graph:
         """The graph with the current weights, dynamic input axes kept (SymDim attributes):
@@ -81,7 +98,7 @@ class GraphModule(Module):
         key = str(self.device)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = compile_graph(self.symbolic_graph(), device=self.device)
+            compiled = compile_graph(self.symbolic_graph() if self._values is None else self, device=self.device)
             self._compiled[key] = compiled
         return compiled(*inputs)
 
@@ -98,7 +115,8 @@ class GraphModule(Module):
 
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s.name}{s.display_shape}" for s in self._graph.inputs)  # None marks a dynamic axis
-        return f"{self._source}, {len(self._graph.nodes)} nodes, inputs=[{inputs}], outputs={len(self.output_names)}"
+        built = f"{len(self._graph.nodes)} nodes" if self._values is None else f"built per value of {', '.join(self.value_inputs)}"
+        return f"{self._source}, {built}, inputs=[{inputs}], outputs={len(self.output_names)}"
 
     def __repr__(self) -> str:
         return f"GraphModule({self.extra_repr()})"

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph.ir import Graph
 from neurenix_core.nn.graph_module import GraphModule
 
 __all__ = ["from_torch_export", "from_onnx"]
@@ -48,4 +49,6 @@ def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> 
     from neurenix_core.graph.importers.onnx_import import import_onnx
 
     graph, name = import_onnx(model, input_shapes=input_shapes, static=static)
-    return GraphModule(graph, f"from_onnx({name})")
+    if isinstance(graph, Graph):
+        return GraphModule(graph, f"from_onnx({name})")
+    return GraphModule(graph.template(), f"from_onnx({name})", values=graph)

@@ -19,7 +19,7 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.symbolic import SymDim
 
-__all__ = ["OnnxNode", "Handler", "REMEDY", "fail", "const", "ints", "dims", "simple", "variadic", "symbolic_const", "outputs_used"]
+__all__ = ["OnnxNode", "Handler", "REMEDY", "ValueInputNeeded", "fail", "const", "ints", "dims", "simple", "variadic", "symbolic_const", "outputs_used"]
 
 REMEDY = "re-export the model with supported ops (the opset is listed in docs/models.md) or run it in ONNX Runtime"
 
@@ -45,12 +45,28 @@ def fail(b: GraphBuilder, n: OnnxNode, why: str) -> UnsupportedOperationError:
     return b.unsupported(n.name, n.op, why, REMEDY)
 
 
+class ValueInputNeeded(UnsupportedOperationError):
+    """A graph input is used where the import needs a value (a Reshape's shape, a Slice's starts,
+    reduction axes ...): the model is imported per value of that input (a "value input", see
+    ``onnx_import.build_for_values``), as static-shape runtimes treat shape tensors."""
+
+    def __init__(self, message: str, input_name: str) -> None:
+        super().__init__(message)
+        self.input_name = input_name
+
+
 def const(b: GraphBuilder, n: OnnxNode, i: int, what: str) -> np.ndarray | None:
+    """Operand ``i`` as an array known at import time (None when the optional operand is absent).
+    A graph input there makes the model value-specialized (ValueInputNeeded); any other run-time
+    value is refused."""
     v = n.input(i)
     if v is None:
         return None
     if not isinstance(v, Const):
-        raise fail(b, n, f"takes its {what} from a value computed at run time; it must be a constant (initializer)")
+        message = f"takes its {what} from a value computed at run time; it must be a constant (initializer)"
+        if any(spec.name == v for spec in b.inputs):
+            raise ValueInputNeeded(str(fail(b, n, f"takes its {what} from graph input {v!r}")), v)
+        raise fail(b, n, message)
     return v.array
 
 

@@ -44,10 +44,11 @@ from neurenix_core.graph.importers.onnx_common import ints as _ints
 from neurenix_core.graph.importers.onnx_common import simple as _simple
 from neurenix_core.graph.importers.onnx_common import symbolic_const as _symbolic_const
 from neurenix_core.graph.importers.onnx_common import variadic as _variadic
+from neurenix_core.graph.importers.onnx_common import ValueInputNeeded
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
-__all__ = ["import_onnx", "HANDLERS"]
+__all__ = ["import_onnx", "build_for_values", "HANDLERS", "ValueImport"]
 
 MIN_OPSET = 13
 
@@ -247,6 +248,28 @@ def _batch_norm(b: GraphBuilder, n: _Node) -> Value:
                   {"running_mean": mean, "running_var": var, "weight": scale, "bias": bias})
 
 
+def _dropout(b: GraphBuilder, n: _Node) -> list[Value | None]:
+    """Dropout at inference: the output is the input and the optional mask is all True. A model
+    that runs it in training mode with a ratio above 0 draws random masks: refused, since a
+    deterministic import would silently compute something else."""
+    x = n.inputs[0]
+    training = _const(b, n, 2, "training_mode")
+    ratio = _const(b, n, 1, "ratio")
+    if training is not None and bool(np.asarray(training).reshape(-1)[0]) and (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) > 0):
+        raise _fail(b, n, "runs in training mode (training_mode=True with a ratio above 0), which draws a random mask; "
+                          "neurenix imports models for inference: export the model in eval mode")
+    outs: list[Value | None] = [b.emit(n.name, "identity", [x]) if isinstance(x, str) else x]  # type: ignore[list-item]
+    if len(n.proto.output) > 1 and n.proto.output[1]:
+        # All True in x's shape, also for dynamic shapes and NaNs: isnan(x) or not isnan(x).
+        nan = b.emit(n.name + ".isnan", "isnan", [x])  # type: ignore[list-item]
+        outs.append(b.emit(n.name + ".mask", "logical_or", [nan, b.emit(n.name + ".notnan", "logical_not", [nan])]))
+    return outs
+
+
+def _cast_like(b: GraphBuilder, n: _Node) -> Value:
+    return b.cast_to(n.name, n.inputs[0], b.spec(n.inputs[1]).dtype)  # type: ignore[arg-type]
+
+
 def _cast(b: GraphBuilder, n: _Node) -> Value:
     from onnx import helper
 
@@ -371,7 +394,7 @@ HANDLERS: dict[str, Handler] = {
     "Relu": _simple("relu"), "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"), "Exp": _simple("exp"), "Log": _simple("log"),
     "Sqrt": _simple("sqrt"), "Reciprocal": _simple("reciprocal"), "Neg": _simple("neg"), "Abs": _simple("abs"), "Erf": _simple("erf"),
     "Sin": _simple("sin"), "Cos": _simple("cos"), "Floor": _simple("floor"), "Ceil": _simple("ceil"), "Sign": _simple("sign"),
-    "Identity": _simple("identity"), "Dropout": lambda b, n: n.inputs[0],
+    "Identity": _simple("identity"), "Dropout": _dropout, "CastLike": _cast_like,
     "HardSigmoid": lambda b, n: b.emit(n.name, "hardsigmoid", [n.inputs[0]], {"alpha": float(n.attrs.get("alpha", 0.2)), "beta": float(n.attrs.get("beta", 0.5))}),  # type: ignore[list-item]
     "HardSwish": _simple("hardswish"),
     "Gelu": lambda b, n: b.emit(n.name, "gelu", [n.inputs[0]], {"approximate": n.attrs.get("approximate", "none")}),  # type: ignore[list-item]
@@ -496,12 +519,66 @@ def _value_shapes(proto: Any, params: dict[str, str]) -> dict[str, tuple[int | S
     return out
 
 
-def import_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> tuple[Graph, str]:
-    """The Graph of an ONNX model (a path, bytes or ModelProto) and the model's name.
+class ValueImport:
+    """A model with value inputs: graph inputs used where the import needs a value (a Reshape's
+    target shape, Slice bounds, reduction axes, Pad's pads ... given as inputs rather than
+    initializers). Its graph is built per call's input shapes and the values of those inputs,
+    which become constants of that graph (the inputs stay in the signature, unused), the way
+    static-shape runtimes treat shape tensors; ``nx.compile`` caches one compiled graph per
+    shapes and values. ``value_inputs`` grows as imports meet more of them."""
+
+    def __init__(self, proto: Any, first: str) -> None:
+        self.proto = proto
+        self.value_inputs: list[str] = [first]
+
+    def template(self) -> Graph:
+        """The model's inputs and outputs, without nodes (what the signature reads)."""
+        from neurenix_core.graph.ir import TensorSpec
+
+        inits = {i.name for i in self.proto.graph.initializer}
+        specs = []
+        for vi in self.proto.graph.input:
+            if vi.name in inits:
+                continue
+            from onnx import helper
+
+            t = vi.type.tensor_type
+            shape = tuple(int(d.dim_value) if d.HasField("dim_value") else 1 for d in t.shape.dim)
+            dynamic = tuple(a for a, d in enumerate(t.shape.dim) if not d.HasField("dim_value"))
+            specs.append(TensorSpec(vi.name, shape, str(np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))), dynamic))
+        return Graph(tuple(specs), (), tuple(o.name for o in self.proto.graph.output))
+
+    def build(self, shapes: Any, values: Any) -> Graph:
+        return build_for_values(self.proto, shapes, values, self.value_inputs)
+
+
+def build_for_values(proto: Any, shapes: Any, values: Any, needed: list[str]) -> Graph:
+    """The static graph at these input shapes with the ``needed`` inputs' values as constants;
+    an import that meets another value input adds it to ``needed`` (``values`` holds every
+    input's value) and starts again."""
+    while True:
+        try:
+            return _import(proto, shapes, True, {k: np.asarray(values[k]) for k in needed})[0]
+        except ValueInputNeeded as exc:
+            if exc.input_name in needed or exc.input_name not in values:
+                raise
+            needed.append(exc.input_name)
+
+
+def import_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> tuple[Graph | ValueImport, str]:
+    """The Graph of an ONNX model (a path, bytes or ModelProto) and the model's name; a
+    :class:`ValueImport` for a model with value inputs.
 
     Inputs with ``dim_param`` dimensions are dynamic (``static=True``: fixed at ``input_shapes``);
     ``input_shapes`` (one shape per input, in order) gives the example sizes to build with."""
-    proto = _load(model)
+    proto = _lift_opset(_load(model))
+    try:
+        return _import_any(proto, input_shapes, static)
+    except ValueInputNeeded as exc:
+        return ValueImport(proto, exc.input_name), proto.graph.name or "model"
+
+
+def _import_any(proto: Any, input_shapes: Any, static: bool) -> tuple[Graph, str]:
     if static:
         return _import(proto, input_shapes, True)
     try:
@@ -518,20 +595,46 @@ def import_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -
         return graph, name
 
 
+def _default_opset(proto: Any) -> int:
+    return max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def _lift_opset(proto: Any) -> Any:
+    """A model below opset 13 converted to opset 13 by ONNX's own version converter, with a
+    NeurenixWarning saying so (the converter rewrites ops whose signature changed, e.g. Split's
+    and Squeeze's attributes that became inputs); one it cannot convert is refused."""
+    opset, name = _default_opset(proto), proto.graph.name or "model"
+    if opset >= MIN_OPSET:
+        return proto
+    uses_default = any(n.domain in ("", "ai.onnx") for n in proto.graph.node)
+    if opset == 0 and uses_default:
+        raise ModelFormatError(f"from_onnx({name}): the model's nodes use the ai.onnx domain but it declares no ai.onnx opset "
+                               "(opset_import); re-export it with an opset_import entry for the default domain")
+    if opset == 0:
+        return proto  # no ai.onnx node: custom-domain nodes are refused one by one with their domain
+    from onnx import version_converter
+
+    try:
+        lifted = version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError, ValidationError ...; wrapped, not swallowed
+        raise ModelFormatError(f"from_onnx({name}): the model uses ONNX opset {opset}; neurenix reads opset {MIN_OPSET} and later, "
+                               f"and onnx.version_converter could not convert it ({type(exc).__name__}: {str(exc)[:200]}); "
+                               "re-export the model with opset 13 or later") from exc
+    warnings.warn(f"from_onnx({name}): the model uses ONNX opset {opset}; it was converted to opset {MIN_OPSET} with "
+                  "onnx.version_converter before import", NeurenixWarning, stacklevel=4)
+    return lifted
+
+
 def _example_shapes(proto: Any) -> list[tuple[int, ...]]:
     inits = {i.name for i in proto.graph.initializer}
     return [tuple(int(d.dim_value) if d.HasField("dim_value") else 2 for d in vi.type.tensor_type.shape.dim)
             for vi in proto.graph.input if vi.name not in inits]
 
 
-def _import(proto: Any, input_shapes: Any, static: bool) -> tuple[Graph, str]:
+def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None) -> tuple[Graph, str]:
     from onnx import numpy_helper
 
-    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     name = proto.graph.name or "model"
-    if opset < MIN_OPSET:
-        raise ModelFormatError(f"from_onnx({name}): the model uses ONNX opset {opset}; neurenix reads opset {MIN_OPSET} and later. "
-                               "Convert it with onnx.version_converter.convert_version(model, 17)")
     b = GraphBuilder(f"from_onnx({name})")
     env: dict[str, Any] = {"": None}
     for init in proto.graph.initializer:
@@ -543,6 +646,8 @@ def _import(proto: Any, input_shapes: Any, static: bool) -> tuple[Graph, str]:
             example = None if input_shapes is None else input_shapes[k]
             shape, dtype, dynamic = _input_spec(b, vi, params, example, static)
             env[vi.name] = b.add_input(vi.name, shape, dtype, dynamic)
+            if values and vi.name in values:  # a value input: its value is a constant of this graph
+                env[vi.name] = Const(values[vi.name])
             k += 1
     if _dynamic(b):
         b.onnx_sym_shapes = _value_shapes(proto, params)  # type: ignore[attr-defined]

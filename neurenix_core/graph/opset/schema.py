@@ -41,7 +41,7 @@ Params = Mapping[str, np.ndarray]
 Attrs = Mapping[str, Any]
 
 #: Value dtypes a graph may carry.
-DTYPES: Final = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+DTYPES: Final = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 
 #: The ops of the first release: a plugin whose manifest declares no ``graph_ops`` lowers these.
 LEGACY_OPS: Final = frozenset({
