@@ -8,6 +8,7 @@ All are vectorised: convolution and pooling use ``sliding_window_view`` + ``tens
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 __all__ = [
     "OPS", "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "relu", "gelu",
     "sigmoid", "tanh", "softmax", "batch_norm", "layer_norm", "erf",
+    "auto_pads", "pool_output", "pool_nd", "max_pool_indices", "conv_nd", "fold", "conv_transpose_nd", "col2im",
 ]
 
 
@@ -202,3 +204,190 @@ OPS: dict[str, Callable[..., Any]] = {
     "nn.batch_norm": batch_norm,
     "nn.layer_norm": layer_norm,
 }
+
+
+# ----------------------------------------------------------------------------- ONNX-semantics kernels (1-3 spatial axes)
+# Spatial geometry follows ONNX: ``begin``/``end`` are the pads before and after each spatial
+# axis, ``ext`` = dilation * (kernel - 1) + 1 is a window's extent.
+def _extent(kernel: Sequence[int], dilations: Sequence[int]) -> tuple[int, ...]:
+    return tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
+
+
+def auto_pads(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+              pads: Sequence[int] | None, auto_pad: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(begin, end) pads of a Conv / pool: explicit ``pads``, or SAME_UPPER / SAME_LOWER (output
+    ceil(size / stride), the odd pad after / before), or VALID (none)."""
+    nd = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        ext = _extent(kernel, dilations)
+        total = [max(0, (-(-n // s) - 1) * s + e - n) for n, s, e in zip(spatial, strides, ext)]
+        small = tuple(t // 2 for t in total)
+        big = tuple(t - t // 2 for t in total)
+        return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    if auto_pad == "VALID" or pads is None:
+        return (0,) * nd, (0,) * nd
+    if auto_pad != "NOTSET":
+        raise ValueError(f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}")
+    return tuple(int(p) for p in pads[:nd]), tuple(int(p) for p in pads[nd:])
+
+
+def pool_output(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                begin: Sequence[int], end: Sequence[int], ceil_mode: bool) -> tuple[int, ...]:
+    """Output sizes of a pool; in ceil mode a last window that would start in the end padding is dropped."""
+    out = []
+    for n, k, s, d, b, e in zip(spatial, kernel, strides, dilations, begin, end):
+        span = n + b + e - (d * (k - 1) + 1)
+        size = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (size - 1) * s >= n + b:
+            size -= 1
+        out.append(size)
+    return tuple(out)
+
+
+def _fit(x: np.ndarray, begin: Sequence[int], length: Sequence[int], value: Any) -> np.ndarray:
+    """``x`` padded with ``value`` by ``begin`` before each spatial axis and padded or cut after it to ``length``."""
+    after = [ln - n - b for ln, n, b in zip(length, x.shape[2:], begin)]
+    if any(begin) or any(a > 0 for a in after):
+        x = np.pad(x, [(0, 0), (0, 0)] + [(b, max(a, 0)) for b, a in zip(begin, after)], constant_values=value)
+    if any(a < 0 for a in after):
+        x = x[(slice(None), slice(None)) + tuple(slice(0, ln) for ln in length)]
+    return x
+
+
+def _strided_windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> np.ndarray:
+    """(N, C, *out, *kernel) view of ``x`` (already padded to exactly fit the windows)."""
+    nd = len(kernel)
+    win = sliding_window_view(x, _extent(kernel, dilations), axis=tuple(range(2, 2 + nd)))
+    return win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides) + tuple(slice(None, None, d) for d in dilations)]
+
+
+def _accumulator(dtype: np.dtype[Any]) -> Any:
+    """Sums of half-precision values accumulate in float32 (then round back once)."""
+    return np.float32 if dtype.kind == "f" and dtype.itemsize < 4 or dtype.kind == "V" else None
+
+
+def pool_nd(x: np.ndarray, kind: str, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+            begin: Sequence[int], end: Sequence[int], out: Sequence[int], count_include_pad: bool = False, p: float = 2.0) -> np.ndarray:
+    """ONNX MaxPool / AveragePool / LpPool over the trailing spatial axes. Padding never wins a max
+    and adds nothing to a sum; an average divides by the window's real elements (with
+    ``count_include_pad``: also the declared pads, never the ceil-mode overhang)."""
+    nd = len(kernel)
+    need = [(o - 1) * s + e for o, s, e in zip(out, strides, _extent(kernel, dilations))]
+    axes = tuple(range(2 + nd, 2 + 2 * nd))
+    if kind == "max":
+        low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
+        return np.ascontiguousarray(_strided_windows(_fit(x, begin, need, low), kernel, strides, dilations).max(axis=axes))
+    src = x if kind == "avg" else np.abs(x) ** np.asarray(p, x.dtype)
+    acc = _accumulator(x.dtype)
+    sums = _strided_windows(_fit(src, begin, need, 0), kernel, strides, dilations).sum(axis=axes, dtype=acc)
+    if kind == "lp":
+        return (sums ** (1.0 / p)).astype(x.dtype, copy=False)
+    ones = np.ones((1, 1) + x.shape[2:], np.float32)
+    if count_include_pad:
+        ones = _fit(ones, begin, [n + b + e for n, b, e in zip(x.shape[2:], begin, end)], 1.0)
+        ones = _fit(ones, (0,) * nd, need, 0.0)
+    else:
+        ones = _fit(ones, begin, need, 0.0)
+    counts = _strided_windows(ones, kernel, strides, dilations).sum(axis=axes)
+    return (sums / counts.astype(sums.dtype)).astype(x.dtype, copy=False)
+
+
+def max_pool_indices(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                     begin: Sequence[int], out: Sequence[int], storage_order: int = 0) -> np.ndarray:
+    """ONNX MaxPool's ``Indices``: the flat int64 index (over N, C and the spatial axes, row-major,
+    or column-major spatial with ``storage_order`` 1) of each window's first maximum."""
+    nd = len(kernel)
+    need = [(o - 1) * s + e for o, s, e in zip(out, strides, _extent(kernel, dilations))]
+    low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
+    win = _strided_windows(_fit(x, begin, need, low), kernel, strides, dilations)
+    arg = win.reshape(win.shape[: 2 + nd] + (-1,)).argmax(axis=-1)
+    offsets = np.unravel_index(arg, tuple(kernel))
+    coords = [np.arange(o).reshape((-1,) + (1,) * (nd - 1 - i)) * s - b + off * d
+              for i, (o, s, b, off, d) in enumerate(zip(out, strides, begin, offsets, dilations))]
+    spatial = tuple(x.shape[2:])
+    flat = np.ravel_multi_index(tuple(np.clip(c, 0, n - 1) for c, n in zip(coords, spatial)), spatial, order="F" if storage_order else "C")
+    plane = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * nd) * math.prod(spatial)
+    return (plane + flat).astype(np.int64)
+
+
+def _letters(nd: int) -> tuple[str, str]:
+    return "xyz"[:nd], "ijk"[:nd]
+
+
+def conv_nd(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, strides: Sequence[int], dilations: Sequence[int],
+            begin: Sequence[int], end: Sequence[int], group: int) -> np.ndarray:
+    """ONNX Conv over 1-3 spatial axes: x (N, C, *S), weight (O, C/group, *k), zero pads ``begin``/``end``."""
+    nd = x.ndim - 2
+    kernel = weight.shape[2:]
+    span = [n + b + e for n, b, e in zip(x.shape[2:], begin, end)]
+    out = [(sp - ex) // s + 1 for sp, ex, s in zip(span, _extent(kernel, dilations), strides)]
+    need = [(o - 1) * s + ex for o, s, ex in zip(out, strides, _extent(kernel, dilations))]
+    win = _strided_windows(_fit(x, begin, need, 0), kernel, strides, dilations)
+    n, (o_ch, cg) = x.shape[0], weight.shape[:2]
+    if group == 1:
+        y = np.tensordot(win, weight, axes=([1] + list(range(2 + nd, 2 + 2 * nd)), list(range(1, 2 + nd))))
+        y = np.moveaxis(y, -1, 1)
+    else:
+        sp, kk = _letters(nd)
+        wg = win.reshape((n, group, cg) + tuple(out) + tuple(kernel))
+        kg = weight.reshape((group, o_ch // group, cg) + tuple(kernel))
+        y = np.einsum(f"ngc{sp}{kk},gmc{kk}->ngm{sp}", wg, kg, optimize=True).reshape((n, o_ch) + tuple(out))
+    y = np.ascontiguousarray(y)
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * nd)
+    return y.astype(x.dtype, copy=False)
+
+
+def fold(cols: np.ndarray, size: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> np.ndarray:
+    """Scatter-add blocks (N, C, *kernel, *blocks) into (N, C, *size): block b's kernel element k
+    lands at b * stride + k * dilation (the adjoint of taking windows; one slice-add per kernel element)."""
+    nd = len(size)
+    kernel, blocks = cols.shape[2 : 2 + nd], cols.shape[2 + nd :]
+    acc = _accumulator(cols.dtype)
+    buf = np.zeros(cols.shape[:2] + tuple(size), dtype=acc or cols.dtype)
+    for off in np.ndindex(*kernel):
+        where = tuple(slice(o * d, o * d + (nb - 1) * s + 1, s) for o, d, nb, s in zip(off, dilations, blocks, strides))
+        buf[(slice(None), slice(None)) + where] += cols[(slice(None), slice(None)) + off]
+    return buf.astype(cols.dtype, copy=False)
+
+
+def _window_of(full: np.ndarray, begin: Sequence[int], out: Sequence[int]) -> np.ndarray:
+    """out[i] = full[begin + i] where that exists, else 0 (a crop by pads or an extension by output_shape)."""
+    res = np.zeros(full.shape[:2] + tuple(out), full.dtype)
+    src, dst = [slice(None)] * 2, [slice(None)] * 2
+    for b, o, f in zip(begin, out, full.shape[2:]):
+        lo, hi = max(b, 0), min(f, b + o)
+        if hi <= lo:
+            return res
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - b, hi - b))
+    res[tuple(dst)] = full[tuple(src)]
+    return res
+
+
+def conv_transpose_nd(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, strides: Sequence[int], dilations: Sequence[int],
+                      group: int, begin: Sequence[int], out: Sequence[int]) -> np.ndarray:
+    """ONNX ConvTranspose: x (N, C, *S), weight (C, O/group, *k); every input pixel's kernel-weighted
+    block is folded into the full output, of which ``out`` elements from ``begin`` are kept."""
+    nd = x.ndim - 2
+    kernel = weight.shape[2:]
+    n, c = x.shape[:2]
+    og = weight.shape[1]
+    sp, kk = _letters(nd)
+    xg = x.reshape((n, group, c // group) + x.shape[2:])
+    wg = weight.reshape((group, c // group, og) + tuple(kernel))
+    cols = np.einsum(f"ngc{sp},gcm{kk}->ngm{kk}{sp}", xg, wg, optimize=True).reshape((n, group * og) + tuple(kernel) + x.shape[2:])
+    full = fold(cols, [(s_ - 1) * st + ex for s_, st, ex in zip(x.shape[2:], strides, _extent(kernel, dilations))], strides, dilations)
+    y = _window_of(full, begin, out)
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * nd).astype(y.dtype)
+    return y.astype(x.dtype, copy=False)
+
+
+def col2im(x: np.ndarray, image: Sequence[int], block: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+           begin: Sequence[int], end: Sequence[int]) -> np.ndarray:
+    """ONNX Col2Im: x (N, C * prod(block), L) -> (N, C, *image), summing overlapping blocks."""
+    blocks = [(n + b + e - ex) // s + 1 for n, b, e, ex, s in zip(image, begin, end, _extent(block, dilations), strides)]
+    cols = x.reshape((x.shape[0], -1) + tuple(block) + tuple(blocks))
+    full = fold(cols, [n + b + e for n, b, e in zip(image, begin, end)], strides, dilations)
+    return _window_of(full, begin, image)

@@ -161,19 +161,25 @@ def _global_dec(kind: str) -> Decompose:
     return lambda b, i, a, p: b.op(kind, [i[0]], {"axes": (2, 3), "keepdims": True})
 
 
+def _global_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if len(s[0]) != 4:  # the decomposition reduces axes (2, 3); other ranks import as reduce_* over their spatial axes
+        raise ValueError(f"expects a 4-D NCHW input, got shape {s[0]}")
+    return s[0][:2] + (1, 1), d[0]
+
+
 _def("global_avg_pool", "pooling", "mean over H and W, keeping them as 1 (ONNX GlobalAveragePool)", ("x",),
-     lambda a, s, d, p: (s[0][:2] + (1,) * (len(s[0]) - 2), d[0]), lambda a, x, p: x[0].mean(axis=(2, 3), keepdims=True),
+     _global_rule, lambda a, x, p: x[0].mean(axis=(2, 3), keepdims=True, dtype=_accumulator_of(x[0])).astype(x[0].dtype, copy=False),
      decompose=_global_dec("reduce_mean"), flops=lambda a, s, o, p: _numel(s[0]))
 _def("global_max_pool", "pooling", "max over H and W, keeping them as 1 (ONNX GlobalMaxPool)", ("x",),
-     lambda a, s, d, p: (s[0][:2] + (1,) * (len(s[0]) - 2), d[0]), lambda a, x, p: x[0].max(axis=(2, 3), keepdims=True),
+     _global_rule, lambda a, x, p: x[0].max(axis=(2, 3), keepdims=True),
      decompose=_global_dec("reduce_max"), flops=lambda a, s, o, p: _numel(s[0]))
 
 
 # ----------------------------------------------------------------------------- normalisation
 def _bn_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
     c = int(p["running_mean"].shape[0])
-    if len(s[0]) < 2 or s[0][1] != c:
-        raise ValueError(f"expects N,C,... with {c} channels, got shape {s[0]}")
+    if len(s[0]) != 4 or s[0][1] != c:  # the decomposition broadcasts per channel over H, W
+        raise ValueError(f"expects N,C,H,W with {c} channels, got shape {s[0]}")
     return _float_only(a, s, d, p)
 
 
@@ -232,6 +238,498 @@ def _ln_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
 _def("layer_norm", "normalisation", "normalise over the trailing normalized_shape, then weight and bias", ("x",), _ln_rule, _ln_ref,
      attrs={"normalized_shape": REQUIRED, "eps": 1e-5}, params=("weight?", "bias?"), decompose=_ln_dec,
      flops=lambda a, s, o, p: 8 * _numel(o))
+
+
+# ----------------------------------------------------------------------------- ONNX-semantics convolution and pooling
+# These take ONNX's attributes as they are (pads = begin..., end...; auto_pad resolved against the
+# run-time shape), over 1 to 3 spatial axes; the legacy conv2d / max_pool2d ... stay what plugins lower.
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _nd(a: Attrs, key: str, nd: int, default: int) -> tuple[int, ...]:
+    v = a[key]
+    out = (default,) * nd if v is None or len(v) == 0 else tuple(int(i) for i in v)
+    if len(out) != nd:
+        raise ValueError(f"{key} {out} has {len(out)} entries for {nd} spatial axes")
+    if key in ("strides", "dilations") and min(out) < 1:
+        raise ValueError(f"{key} {out} must be positive")
+    return out
+
+
+def _pads(a: Attrs, spatial: Shape, kernel: Sequence[int], st: Sequence[int], dil: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if a["auto_pad"] not in _AUTO_PADS:
+        raise ValueError(f"auto_pad must be one of {_AUTO_PADS}, got {a['auto_pad']!r}")
+    pads = a["pads"]
+    if pads is not None and len(pads) not in (0, 2 * len(spatial)):
+        raise ValueError(f"pads {tuple(pads)} must have 2 x {len(spatial)} entries")
+    begin, end = K.auto_pads(spatial, kernel, st, dil, pads or None, a["auto_pad"])
+    if min(begin + end, default=0) < 0:
+        raise ValueError(f"pads {begin + end} must not be negative")
+    return begin, end
+
+
+def _float_in(d: str) -> None:
+    if not d.startswith(("float", "bfloat")):
+        raise ValueError(f"expects a floating-point input, got {d}")
+
+
+def _pool_geometry(a: Attrs, x: Shape) -> tuple[tuple[int, ...], ...]:
+    k = tuple(int(v) for v in a["kernel_shape"])
+    nd = len(k)
+    if len(x) != nd + 2 or nd == 0:
+        raise ValueError(f"a {nd}-D kernel {k} needs an N,C + {nd} spatial axes input, got shape {x}")
+    st, dil = _nd(a, "strides", nd, 1), _nd(a, "dilations", nd, 1)
+    begin, end = _pads(a, x[2:], k, st, dil)
+    if a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+        out = tuple(-(-n // s) for n, s in zip(x[2:], st))
+    else:
+        out = K.pool_output(x[2:], k, st, dil, begin, end, bool(a["ceil_mode"]))
+    if min(out) < 1 or min(k) < 1:
+        raise ValueError(f"kernel {k} (dilations {dil}) does not fit the padded input {x[2:]}")
+    return k, st, dil, begin, end, out
+
+
+def _pool_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    out = _pool_geometry(a, s[0])[-1]
+    if a.get("output", 0) == 1:
+        return s[0][:2] + out, "int64"
+    if "count_include_pad" in a or "p" in a:
+        _float_in(d[0])
+    return s[0][:2] + out, d[0]
+
+
+def _max_pool_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    k, st, dil, begin, end, out = _pool_geometry(a, x[0].shape)
+    if a["output"] == 1:
+        return K.max_pool_indices(x[0], k, st, dil, begin, out, int(a["storage_order"]))
+    return K.pool_nd(x[0], "max", k, st, dil, begin, end, out)
+
+
+_POOL_ATTRS = {"kernel_shape": REQUIRED, "strides": None, "pads": None, "dilations": None, "auto_pad": "NOTSET", "ceil_mode": False}
+_def("max_pool", "pooling", "ONNX MaxPool over 1-3 spatial axes (pads begin..., end...; auto_pad, ceil_mode, dilations); "
+     "output 0 = values, 1 = the int64 flat indices of the maxima (storage_order 1: column-major spatial)", ("x",), _pool_nd_rule,
+     _max_pool_ref, attrs=_POOL_ATTRS | {"storage_order": 0, "output": 0},
+     flops=lambda a, s, o, p: _numel(o) * _numel(tuple(a["kernel_shape"])))
+_def("avg_pool", "pooling", "ONNX AveragePool over 1-3 spatial axes; count_include_pad counts the declared pads, never the "
+     "ceil-mode overhang", ("x",), _pool_nd_rule,
+     lambda a, x, p: K.pool_nd(x[0], "avg", *_pool_geometry(a, x[0].shape), count_include_pad=bool(a["count_include_pad"])),
+     attrs=_POOL_ATTRS | {"count_include_pad": False}, flops=lambda a, s, o, p: _numel(o) * _numel(tuple(a["kernel_shape"])))
+_def("lp_pool", "pooling", "ONNX LpPool: (sum over the window of |x|^p)^(1/p), padding adds nothing", ("x",), _pool_nd_rule,
+     lambda a, x, p: K.pool_nd(x[0], "lp", *_pool_geometry(a, x[0].shape), p=float(a["p"])),
+     attrs=_POOL_ATTRS | {"p": 2}, flops=lambda a, s, o, p: 3 * _numel(o) * _numel(tuple(a["kernel_shape"])))
+
+
+def _global_lp_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    t = x[0]
+    axes = tuple(range(2, t.ndim))
+    pw = np.asarray(a["p"], t.dtype)
+    return (np.sum(np.abs(t) ** pw, axis=axes, keepdims=True) ** (1 / pw)).astype(t.dtype, copy=False)
+
+
+def _global_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if len(s[0]) < 3:
+        raise ValueError(f"expects N,C and at least one spatial axis, got shape {s[0]}")
+    _float_in(d[0])
+    return s[0][:2] + (1,) * (len(s[0]) - 2), d[0]
+
+
+_def("global_lp_pool", "pooling", "ONNX GlobalLpPool: (sum of |x|^p over every spatial axis)^(1/p), kept as size 1", ("x",),
+     _global_nd_rule, _global_lp_ref, attrs={"p": 2}, flops=lambda a, s, o, p: 3 * _numel(s[0]))
+
+
+def _unpool_geometry(a: Attrs, x: Shape) -> tuple[Shape, Shape]:
+    k = tuple(int(v) for v in a["kernel_shape"])
+    nd = len(k)
+    if len(x) != nd + 2:
+        raise ValueError(f"a {nd}-D kernel {k} needs an N,C + {nd} spatial axes input, got shape {x}")
+    st = _nd(a, "strides", nd, 1)
+    pads = tuple(a["pads"] or (0,) * 2 * nd)
+    inferred = x[:2] + tuple((n - 1) * s - pads[i] - pads[nd + i] + kk for i, (n, s, kk) in enumerate(zip(x[2:], st, k)))
+    out = inferred if a["output_shape"] is None else tuple(int(v) for v in a["output_shape"])
+    if len(out) != len(x) or any(o < i for o, i in zip(out, inferred)) or min(inferred) < 1:
+        raise ValueError(f"output_shape {out} must be N,C + spatial sizes at least the unpooled {inferred}")
+    return inferred, out
+
+
+def _max_unpool_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if s[1] != s[0]:
+        raise ValueError(f"indices {s[1]} must have the shape of x {s[0]}")
+    return _unpool_geometry(a, s[0])[1], d[0]
+
+
+def _max_unpool_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    """Scatter into the unpooled shape (the indices are flat over it, N and C included), then
+    place that at the origin of ``output_shape`` (ONNX's reference and test data)."""
+    inferred, out = _unpool_geometry(a, x[0].shape)
+    flat = np.zeros(_numel(inferred), x[0].dtype)
+    idx = x[1].astype(np.int64).ravel()
+    if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
+        raise ValueError(f"max_unpool: an index is outside the unpooled shape {inferred}")
+    flat[idx] = x[0].ravel()
+    res = np.zeros(out, x[0].dtype)
+    res[tuple(slice(0, n) for n in inferred)] = flat.reshape(inferred)
+    return res
+
+
+_def("max_unpool", "pooling", "ONNX MaxUnpool: x scattered to its int64 flat indices (from max_pool output 1), zeros elsewhere",
+     ("x", "indices"), _max_unpool_rule, _max_unpool_ref,
+     attrs={"kernel_shape": REQUIRED, "strides": None, "pads": None, "output_shape": None}, flops=lambda a, s, o, p: _numel(s[0]))
+
+
+def _conv_geometry(a: Attrs, x: Shape, w: Shape) -> tuple[tuple[int, ...], ...]:
+    nd = len(w) - 2
+    g = int(a["group"])
+    if len(x) != len(w) or nd < 1 or g < 1 or x[1] != w[1] * g or w[0] % g:
+        raise ValueError(f"expects x (N, C, *S) and weight (O, C/group, *k) of one rank with O divisible by group {g}; got {x} and {w}")
+    st, dil = _nd(a, "strides", nd, 1), _nd(a, "dilations", nd, 1)
+    begin, end = _pads(a, x[2:], w[2:], st, dil)
+    out = tuple(_window(x[2 + i] + begin[i] + end[i], w[2 + i], st[i], 0, dil[i]) for i in range(nd))
+    if min(out) < 1:
+        raise ValueError(f"kernel {w[2:]} (dilations {dil}) does not fit the padded input {x[2:]}")
+    return st, dil, begin, end, out
+
+
+def _conv_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _float_in(d[0])
+    out = _conv_geometry(a, s[0], s[1])[-1]
+    if len(s) > 2 and s[2] != (s[1][0],):
+        raise ValueError(f"bias {s[2]} must be ({s[1][0]},)")
+    return (s[0][0], s[1][0]) + out, d[0]
+
+
+def _conv_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    st, dil, begin, end, _ = _conv_geometry(a, x[0].shape, x[1].shape)
+    bias = x[2].astype(x[0].dtype) if len(x) > 2 else None
+    return K.conv_nd(x[0], x[1].astype(x[0].dtype), bias, st, dil, begin, end, int(a["group"]))
+
+
+_def("conv", "convolution", "ONNX Conv over 1-3 spatial axes with the weight (O, C/group, *k) and bias as inputs "
+     "(pads begin..., end...; auto_pad)", ("x", "w", "b?"), _conv_nd_rule, _conv_nd_ref,
+     attrs={"strides": None, "pads": None, "dilations": None, "group": 1, "auto_pad": "NOTSET"},
+     flops=lambda a, s, o, p: 2 * _numel(o) * _numel(s[1][1:]))
+
+
+def _conv_t_geometry(a: Attrs, x: Shape, w: Shape) -> tuple[tuple[int, ...], ...]:
+    """ONNX ConvTranspose's (strides, dilations, begin, out): the output keeps ``out`` elements of
+    the full result from ``begin``; output_shape sets ``out`` and, without explicit pads, splits
+    the difference to the full size as auto_pad says (SAME_UPPER: the odd one at the end)."""
+    nd = len(w) - 2
+    g = int(a["group"])
+    if len(x) != len(w) or nd < 1 or g < 1 or x[1] != w[0] or w[0] % g:
+        raise ValueError(f"expects x (N, C, *S) and weight (C, O/group, *k) of one rank with C divisible by group {g}; got {x} and {w}")
+    if a["auto_pad"] not in _AUTO_PADS:
+        raise ValueError(f"auto_pad must be one of {_AUTO_PADS}, got {a['auto_pad']!r}")
+    st, dil, opad = _nd(a, "strides", nd, 1), _nd(a, "dilations", nd, 1), _nd(a, "output_padding", nd, 0)
+    full = [(n - 1) * s + d * (k - 1) + 1 + op for n, s, d, k, op in zip(x[2:], st, dil, w[2:], opad)]
+    explicit = a["auto_pad"] == "NOTSET" and bool(a["pads"])
+    if explicit and len(a["pads"]) != 2 * nd:
+        raise ValueError(f"pads {tuple(a['pads'])} must have 2 x {nd} entries")
+    begin = tuple(int(v) for v in a["pads"][:nd]) if explicit else (0,) * nd
+    if a["output_shape"] is not None and len(a["output_shape"]):
+        out = tuple(int(v) for v in a["output_shape"])[-nd:]
+        if not explicit:
+            total = [max(0, f - o) for f, o in zip(full, out)]
+            begin = tuple(t // 2 if a["auto_pad"] == "SAME_UPPER" else t - t // 2 for t in total)
+    elif a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+        out = tuple(n * s for n, s in zip(x[2:], st))
+        total = [max(0, f - o) for f, o in zip(full, out)]
+        begin = tuple(t // 2 if a["auto_pad"] == "SAME_UPPER" else t - t // 2 for t in total)
+    else:
+        end = tuple(int(v) for v in a["pads"][nd:]) if explicit else (0,) * nd
+        out = tuple(f - b - e for f, b, e in zip(full, begin, end))
+    if len(out) != nd or min(out) < 1 or min(begin) < 0:
+        raise ValueError(f"pads / output_shape leave no output (full size {tuple(full)}, output {out})")
+    return st, dil, begin, out
+
+
+def _conv_t_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _float_in(d[0])
+    out = _conv_t_geometry(a, s[0], s[1])[-1]
+    o_ch = s[1][1] * int(a["group"])
+    if len(s) > 2 and s[2] != (o_ch,):
+        raise ValueError(f"bias {s[2]} must be ({o_ch},)")
+    return (s[0][0], o_ch) + out, d[0]
+
+
+def _conv_t_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    st, dil, begin, out = _conv_t_geometry(a, x[0].shape, x[1].shape)
+    bias = x[2].astype(x[0].dtype) if len(x) > 2 else None
+    return K.conv_transpose_nd(x[0], x[1].astype(x[0].dtype), bias, st, dil, int(a["group"]), begin, out)
+
+
+_def("conv_transpose", "convolution", "ONNX ConvTranspose over 1-3 spatial axes with the weight (C, O/group, *k) and bias as "
+     "inputs (pads, output_padding, output_shape, auto_pad)", ("x", "w", "b?"), _conv_t_nd_rule, _conv_t_nd_ref,
+     attrs={"strides": None, "pads": None, "dilations": None, "group": 1, "auto_pad": "NOTSET", "output_padding": None,
+            "output_shape": None},
+     flops=lambda a, s, o, p: 2 * _numel(s[0]) * _numel(s[1][1:]))
+
+
+def _col2im_geometry(a: Attrs, x: Shape) -> tuple[tuple[int, ...], ...]:
+    image, block = tuple(int(v) for v in a["image_shape"]), tuple(int(v) for v in a["block_shape"])
+    nd = len(image)
+    if len(block) != nd or len(x) != 3 or min(block, default=0) < 1 or x[1] % _numel(block):
+        raise ValueError(f"expects input (N, C * prod(block_shape {block}), L) and {nd}-D image_shape {image}, got {x}")
+    st, dil = _nd(a, "strides", nd, 1), _nd(a, "dilations", nd, 1)
+    pads = tuple(a["pads"] or (0,) * 2 * nd)
+    begin, end = pads[:nd], pads[nd:]
+    blocks = [_window(n + b + e, k, s, 0, d) for n, b, e, k, s, d in zip(image, begin, end, block, st, dil)]
+    if min(blocks) < 1 or _numel(tuple(blocks)) != x[2]:
+        raise ValueError(f"input length {x[2]} is not the number of blocks {tuple(blocks)} of image {image}")
+    return image, block, st, dil, begin, end
+
+
+def _col2im_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    image, block = _col2im_geometry(a, s[0])[:2]
+    return (s[0][0], s[0][1] // _numel(block)) + image, d[0]
+
+
+_def("col2im", "convolution", "ONNX Col2Im: sliding blocks (N, C * prod(block), L) summed back into the image (N, C, *image_shape)",
+     ("x",), _col2im_rule, lambda a, x, p: K.col2im(x[0], *_col2im_geometry(a, x[0].shape)),
+     attrs={"image_shape": REQUIRED, "block_shape": REQUIRED, "strides": None, "pads": None, "dilations": None},
+     flops=lambda a, s, o, p: _numel(s[0]))
+
+
+# ----------------------------------------------------------------------------- ONNX-semantics normalisation
+_STASH = {1: np.float32, 10: np.float16, 11: np.float64, 16: None}
+
+
+def _stash(t: np.ndarray, stash_type: int) -> np.ndarray:
+    """``t`` in ONNX's stash_type (1 float32, 11 float64, 10 float16, 16 bfloat16)."""
+    if stash_type == 16:
+        from neurenix_core.graph.opset.schema import _np_dtype
+
+        return t.astype(_np_dtype("bfloat16"), copy=False)
+    return t.astype(_STASH[stash_type], copy=False)
+
+
+def _stash_name(stash_type: int) -> str:
+    if stash_type not in _STASH:
+        raise ValueError(f"stash_type {stash_type} is not a floating type (1, 10, 11 or 16)")
+    return {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}[stash_type]
+
+
+def _channel_vec(s: Shape, x: Shape, what: str) -> None:
+    if s != (x[1],):
+        raise ValueError(f"{what} {s} must be ({x[1]},) for input {x}")
+
+
+def _instance_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _float_in(d[0])
+    if len(s[0]) < 3:
+        raise ValueError(f"expects N,C and spatial axes, got {s[0]}")
+    _channel_vec(s[1], s[0], "scale")
+    _channel_vec(s[2], s[0], "bias")
+    return s[0], d[0]
+
+
+def _per_channel(v: np.ndarray, ndim: int, dtype: Any) -> np.ndarray:
+    return v.astype(dtype, copy=False).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _standardise(t: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
+    mean = t.mean(axis=axes, keepdims=True)
+    centred = t - mean
+    var = (centred * centred).mean(axis=axes, keepdims=True)
+    return centred / np.sqrt(var + np.asarray(eps, t.dtype))
+
+
+def _instance_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    t = x[0]
+    y = _standardise(t, tuple(range(2, t.ndim)), a["epsilon"])
+    return (y * _per_channel(x[1], t.ndim, t.dtype) + _per_channel(x[2], t.ndim, t.dtype)).astype(t.dtype, copy=False)
+
+
+_def("instance_norm", "normalisation", "ONNX InstanceNormalization: each (n, c) plane standardised, then scale and bias per channel",
+     ("x", "scale", "bias"), _instance_rule, _instance_ref, attrs={"epsilon": 1e-5}, flops=lambda a, s, o, p: 8 * _numel(o))
+
+
+def _group_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _float_in(d[0])
+    g = int(a["num_groups"])
+    if len(s[0]) < 2 or g < 1 or s[0][1] % g:
+        raise ValueError(f"channels of {s[0]} must divide into num_groups {g}")
+    _channel_vec(s[1], s[0], "scale")
+    _channel_vec(s[2], s[0], "bias")
+    _stash_name(int(a["stash_type"]))
+    return s[0], d[0]
+
+
+def _group_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    t, g = x[0], int(a["num_groups"])
+    grouped = _stash(t, int(a["stash_type"])).reshape((t.shape[0], g, -1))
+    y = _standardise(grouped, (2,), a["epsilon"]).reshape(t.shape)
+    return (y * _per_channel(x[1], t.ndim, y.dtype) + _per_channel(x[2], t.ndim, y.dtype)).astype(t.dtype, copy=False)
+
+
+_def("group_norm", "normalisation", "ONNX GroupNormalization (opset 21): channels standardised in num_groups groups (in stash_type), "
+     "then scale and bias per channel", ("x", "scale", "bias"), _group_rule, _group_ref,
+     attrs={"num_groups": REQUIRED, "epsilon": 1e-5, "stash_type": 1}, flops=lambda a, s, o, p: 8 * _numel(o))
+
+
+def _ln_axis(a: Attrs, x: Shape) -> int:
+    from neurenix_core.graph.opset.schema import _axis
+
+    return _axis(int(a["axis"]), len(x))
+
+
+def _layer_normalization_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _float_in(d[0])
+    axis = _ln_axis(a, s[0])
+    for extra in s[1:]:
+        _broadcast([s[0], extra])
+        if len(extra) > len(s[0]) - axis:
+            raise ValueError(f"scale / bias {extra} reach beyond the normalised axes {s[0][axis:]}")
+    if a["output"] == 0:
+        return s[0], d[0]
+    return s[0][:axis] + (1,) * (len(s[0]) - axis), _stash_name(int(a["stash_type"]))
+
+
+def _layer_normalization_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    t = x[0]
+    axis = _ln_axis(a, t.shape)
+    axes = tuple(range(axis, t.ndim))
+    xs = _stash(t, int(a["stash_type"]))
+    mean = xs.mean(axis=axes, keepdims=True)
+    centred = xs - mean
+    inv = 1 / np.sqrt((centred * centred).mean(axis=axes, keepdims=True) + np.asarray(a["epsilon"], xs.dtype))
+    if a["output"] == 1:
+        return mean
+    if a["output"] == 2:
+        return inv
+    y = centred * inv * x[1].astype(xs.dtype, copy=False)
+    if len(x) > 2:
+        y = y + x[2].astype(xs.dtype, copy=False)
+    return y.astype(t.dtype, copy=False)
+
+
+_def("layer_normalization", "normalisation", "ONNX LayerNormalization: standardise over the axes from `axis` (in stash_type), "
+     "times scale plus bias (inputs, broadcast); output 0 = Y, 1 = Mean, 2 = InvStdDev", ("x", "scale", "bias?"),
+     _layer_normalization_rule, _layer_normalization_ref, attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1, "output": 0},
+     flops=lambda a, s, o, p: 8 * _numel(s[0]))
+
+
+def _rms_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    t = x[0]
+    axes = tuple(range(_ln_axis(a, t.shape), t.ndim))
+    xs = _stash(t, int(a["stash_type"]))
+    y = xs / np.sqrt((xs * xs).mean(axis=axes, keepdims=True) + np.asarray(a["epsilon"], xs.dtype))
+    return (y * x[1].astype(xs.dtype, copy=False)).astype(t.dtype, copy=False)
+
+
+def _rms_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _stash_name(int(a["stash_type"]))
+    return _layer_normalization_rule(a | {"output": 0}, s, d, p)
+
+
+_def("rms_normalization", "normalisation", "ONNX RMSNormalization: x / sqrt(mean(x^2 over the axes from `axis`) + epsilon) * scale",
+     ("x", "scale"), _rms_rule, _rms_ref, attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+     flops=lambda a, s, o, p: 5 * _numel(s[0]))
+
+
+def _bn_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _float_in(d[0])
+    if len(s[0]) < 2:
+        raise ValueError(f"expects N,C,... got {s[0]}")
+    for what, v in zip(("scale", "bias", "mean", "var"), s[1:]):
+        _channel_vec(v, s[0], what)
+    if a["output"] == 0:
+        return s[0], d[0]
+    if not a["training_mode"]:
+        raise ValueError("running_mean / running_var outputs exist only with training_mode=1")
+    return (s[0][1],), d[3]
+
+
+def _bn_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    """Inference: the given statistics. training_mode=1 (ONNX's reference): the batch's mean and
+    biased variance normalise; outputs 1 and 2 are the momentum-blended running statistics."""
+    t, (scale, bias, mean, var) = x[0], x[1:5]
+    eps = np.asarray(a["epsilon"], t.dtype)
+    if a["training_mode"]:
+        axes = (0,) + tuple(range(2, t.ndim))
+        batch_mean, batch_var = t.mean(axis=axes), t.var(axis=axes)
+        m = np.asarray(a["momentum"], mean.dtype)
+        if a["output"] == 1:
+            return (mean * m + batch_mean.astype(mean.dtype) * (1 - m)).astype(mean.dtype, copy=False)
+        if a["output"] == 2:
+            return (var * m + batch_var.astype(var.dtype) * (1 - m)).astype(var.dtype, copy=False)
+        mean, var = batch_mean, batch_var
+    scale, bias, mean, var = (_per_channel(v, t.ndim, t.dtype) for v in (scale, bias, mean, var))
+    return (scale * (t - mean) / np.sqrt(var + eps) + bias).astype(t.dtype, copy=False)
+
+
+_def("batch_normalization", "normalisation", "ONNX BatchNormalization with scale, bias, mean and var as inputs; training_mode=1 "
+     "normalises with the batch statistics, output 1 / 2 = running mean / var", ("x", "scale", "bias", "mean", "var"),
+     _bn_nd_rule, _bn_nd_ref, attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": False, "output": 0},
+     flops=lambda a, s, o, p: 4 * _numel(o))
+
+
+def _lrn_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if len(s[0]) < 3 or int(a["size"]) < 1:
+        raise ValueError(f"expects N,C,... input and a positive size, got {s[0]} and {a['size']}")
+    return _float_only(a, s, d, p)
+
+
+def _lrn_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    """Sum of squares over channels c - floor((size-1)/2) .. c + ceil((size-1)/2) by a cumulative sum."""
+    t, size = x[0], int(a["size"])
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    sq = (t * t).astype(_accumulator_of(t), copy=False)
+    csum = np.concatenate([np.zeros_like(sq[:, :1]), np.cumsum(sq, axis=1)], axis=1)
+    ch = np.arange(t.shape[1])
+    window = csum[:, np.minimum(ch + hi + 1, t.shape[1])] - csum[:, np.maximum(ch - lo, 0)]
+    den = (a["bias"] + (a["alpha"] / size) * window) ** a["beta"]
+    return (t / den.astype(t.dtype)).astype(t.dtype, copy=False)
+
+
+def _accumulator_of(t: np.ndarray) -> Any:
+    return np.float32 if t.dtype.itemsize < 4 else t.dtype
+
+
+_def("lrn", "normalisation", "ONNX LRN: x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels)^beta", ("x",),
+     _lrn_rule, _lrn_ref, attrs={"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}, flops=lambda a, s, o, p: 6 * _numel(o))
+
+
+def _lp_norm_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    from neurenix_core.graph.opset.schema import _axis
+
+    _axis(int(a["axis"]), len(s[0]))
+    if int(a["p"]) not in (1, 2):
+        raise ValueError(f"p must be 1 or 2, got {a['p']}")
+    return _float_only(a, s, d, p)
+
+
+def _lp_norm_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    t = x[0]
+    norm = np.abs(t).sum(axis=int(a["axis"]), keepdims=True) if int(a["p"]) == 1 else np.sqrt((t * t).sum(axis=int(a["axis"]), keepdims=True))
+    safe = np.where(norm == 0, np.ones_like(norm), norm)
+    return np.where(norm == 0, np.zeros_like(t), t / safe).astype(t.dtype, copy=False)
+
+
+_def("lp_normalization", "normalisation", "ONNX LpNormalization: x / its L1 or L2 norm along `axis` (0 where the norm is 0)", ("x",),
+     _lp_norm_rule, _lp_norm_ref, attrs={"axis": -1, "p": 2}, flops=lambda a, s, o, p: 3 * _numel(o))
+
+
+def _mvn_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    from neurenix_core.graph.opset.schema import _axes
+
+    _axes(a["axes"], len(s[0]))
+    return _float_only(a, s, d, p)
+
+
+def _mvn_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    from neurenix_core.graph.opset.schema import _axes
+
+    t = x[0]
+    axes = _axes(a["axes"], t.ndim)
+    mean = t.mean(axis=axes, keepdims=True)
+    centred = t - mean
+    # ONNX's function body: (x - mean) / (sqrt(E[x^2] - E[x]^2) + 1e-9)
+    std = np.sqrt(np.maximum((t * t).mean(axis=axes, keepdims=True) - mean * mean, 0))
+    return (centred / (std + np.asarray(1e-9, t.dtype))).astype(t.dtype, copy=False)
+
+
+_def("mean_variance_normalization", "normalisation", "ONNX MeanVarianceNormalization: (x - mean) / (std + 1e-9) over `axes`", ("x",),
+     _mvn_rule, _mvn_ref, attrs={"axes": (0, 2, 3)}, flops=lambda a, s, o, p: 6 * _numel(o))
 
 
 # ----------------------------------------------------------------------------- attention
