@@ -69,6 +69,24 @@ def _swish(b: GraphBuilder, n: OnnxNode) -> Value:
     return b.emit(n.name, "mul", [x, b.emit(n.name + ".sigmoid", "sigmoid", [scaled])])
 
 
+def _gemm(b: GraphBuilder, n: OnnxNode) -> Value:
+    """``linear`` (what every plugin lowers) for a float Gemm with a constant weight, a bias row
+    and unit alpha/beta; ``gemm`` otherwise."""
+    a = n.attrs
+    alpha, beta, ta, tb = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0)), bool(a.get("transA", 0)), bool(a.get("transB", 0))
+    x, w, c = n.inputs[0], n.input(1), n.input(2)
+    assert x is not None and w is not None
+    dtype = b.spec(x).dtype
+    row = c is None or (isinstance(c, Const) and c.array.size in (1, b.spec(w).shape[0 if tb else 1]) and c.array.ndim <= 2
+                        and (c.array.ndim < 2 or c.array.shape[0] == 1))
+    if isinstance(w, Const) and _is_float(b, x) and b.spec(w).dtype == dtype and row and not ta and alpha == beta == 1.0:
+        weight = w.array if tb else w.array.T
+        bias = None if c is None else np.broadcast_to(c.array.reshape(-1), (weight.shape[0],)).astype(w.array.dtype)  # type: ignore[union-attr]
+        return b.emit(n.name, "linear", [x], {"in_features": int(weight.shape[1]), "out_features": int(weight.shape[0])},
+                      {"weight": np.ascontiguousarray(weight), "bias": bias})
+    return b.emit(n.name, "gemm", [v for v in n.inputs if v is not None], {"alpha": alpha, "beta": beta, "trans_a": ta, "trans_b": tb})
+
+
 def _cumulative(op: str) -> Handler:
     def run(b: GraphBuilder, n: OnnxNode) -> Value:
         axis = ints(const(b, n, 1, "axis"))
@@ -121,6 +139,6 @@ HANDLERS: dict[str, Handler] = {
     "Hardmax": _attrs("hardmax", axis=("axis", -1)),
     "Clip": _clip,
     # matrix products and scans
-    "MatMul": simple("matmul"), "Einsum": _attrs("einsum", equation=("equation", "")), "Det": simple("det"),
+    "MatMul": simple("matmul"), "Gemm": _gemm, "Einsum": _attrs("einsum", equation=("equation", "")), "Det": simple("det"),
     "CumSum": _cumulative("cumsum"), "CumProd": _cumulative("cumprod"),
 }
