@@ -25,6 +25,7 @@ from neurenix_core.graph.inputs import check_outputs, deliver_tensors, to_device
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.plugins.backend import CompiledModel
+from neurenix_core.tensor.dtypes import contiguous
 from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
 
 __all__ = ["compile", "Compiled", "PRECISIONS"]
@@ -424,7 +425,7 @@ class Compiled:
 
             def on_device(v: str) -> Any:
                 if v not in dev:
-                    dev[v] = be._from_host(np.ascontiguousarray(host[v]), idx)  # transfer host -> device
+                    dev[v] = be._from_host(contiguous(host[v]), idx)  # transfer host -> device
                 return dev[v]
 
             def on_host(v: str) -> Any:
@@ -545,7 +546,7 @@ class Compiled:
         def run(*natives: Any) -> tuple[Tensor, ...]:
             out = run_graph(graph, *(to_host(n) for n in natives), float_dtype=None)
             outs = out if isinstance(out, tuple) else (out,)
-            return tuple(asarray(np.ascontiguousarray(o), device=dev) for o in outs)
+            return tuple(asarray(contiguous(np.asarray(o)), device=dev) for o in outs)
 
         return run
 

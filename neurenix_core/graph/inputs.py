@@ -27,6 +27,7 @@ import numpy as np
 
 from neurenix_core.device import Device
 from neurenix_core.errors import CompilationError, ConfigurationError, DeviceMismatchError
+from neurenix_core.tensor.dtypes import contiguous
 from neurenix_core.tensor.tensor import Tensor, wrap
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def to_device_input(x: Any, i: int, device: Device, backend: Backend, dtype: Any
     if (type(x) is Tensor or isinstance(x, Tensor)) and (x._p.device is device or x._p.device == device):
         return x._data
     host = host_array(x, i, device, dtype)
-    return backend._from_host(np.ascontiguousarray(host), device.index)
+    return backend._from_host(contiguous(host), device.index)
 
 
 def to_device_inputs(args: Sequence[Any], device: Device, backend: Backend) -> list[Any]:
