@@ -137,6 +137,11 @@ def _source_coords(a: Attrs, out_n: int, in_n: int, scale: float, roi: tuple[flo
 
 
 def _nearest_index(x: np.ndarray, rule: str, in_n: int) -> np.ndarray:
+    # A coordinate that is mathematically a whole or half pixel (floor/ceil and rounding ties)
+    # can come out a few ulps off (half_pixel_symmetric with float32 scales): snap it, so the
+    # rule decides on the exact value, as ONNX Runtime's answers do.
+    halves = np.round(x * 2) / 2
+    x = np.where(np.abs(x - halves) <= 1e-9 * np.maximum(np.abs(x), 1), halves, x)
     lo = np.floor(x)
     frac = x - lo
     up = {"round_prefer_floor": frac > 0.5, "round_prefer_ceil": frac >= 0.5, "floor": np.zeros_like(frac, bool), "ceil": frac > 0}[rule]
