@@ -239,3 +239,53 @@ def test_softmax_cross_entropy_mean_without_weight_counts_only_kept_targets() ->
     (loss,) = run_nodes("SoftmaxCrossEntropyLoss", {"x": x, "t": target}, ["loss"], attrs={"ignore_index": 2}, version=22)
     per, weights = nll(log_softmax(x), target, None, 2)
     check(loss, np.float32(per.sum() / weights.sum()))
+
+
+# ----------------------------------------------------------------------------- SwiGLU, LinearAttention
+@pytest.mark.parametrize("dtype, alpha", [("float32", 1.0), ("float32", 0.5), ("float16", 1.0)])
+def test_swiglu(dtype: str, alpha: float) -> None:
+    a, b = randn(2, 5, dtype=dtype), randn(2, 5, dtype=dtype)
+    (y,) = run("SwiGLU", {"a": a, "b": b}, ["y"], attrs={"alpha": alpha}, version=28)
+    a64 = a.astype(np.float64)
+    check(y, (a64 / (1 + np.exp(-alpha * a64)) * b).astype(dtype), rtol=2e-3 if dtype == "float16" else 1e-6)
+
+
+def linear_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hq: int, hkv: int, state: np.ndarray,
+                     decay: np.ndarray | None, beta: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The recurrence written per batch, head and step (float64); decay per key dim, beta per head."""
+    b, n, _ = q.shape
+    dk, dv = k.shape[2] // hkv, v.shape[2] // hkv
+    out = np.zeros((b, n, hq, dv))
+    state = state.astype(np.float64).copy()
+    for bi in range(b):
+        for h in range(hkv):
+            for t in range(n):
+                kt, vt = k[bi, t, h * dk:(h + 1) * dk], v[bi, t, h * dv:(h + 1) * dv]
+                s = state[bi, h]
+                if decay is not None:
+                    s *= np.exp(decay[bi, t, h * dk:(h + 1) * dk])[:, None]
+                if beta is not None:
+                    vt = beta[bi, t, h] * (vt - s.T @ kt)
+                s += np.outer(kt, vt)
+                for g in range(hq // hkv):
+                    qh = h * (hq // hkv) + g
+                    out[bi, t, qh] = q[bi, t, qh * dk:(qh + 1) * dk] @ s / math.sqrt(dk)
+    return out.reshape(b, n, hq * dv), state
+
+
+def test_linear_attention_gated_delta_gqa_with_past() -> None:
+    b, n, hq, hkv, dk = 2, 3, 4, 2, 4
+    q, k, v = randn(b, n, hq * dk), randn(b, n, hkv * dk) / 2, randn(b, n, hkv * dk)
+    past, decay, beta = randn(b, hkv, dk, dk), -RNG.random((b, n, hkv * dk)).astype(np.float32), RNG.random((b, n, hkv)).astype(np.float32)
+    y, present = run("LinearAttention", {"q": q, "k": k, "v": v, "past": past, "decay": decay, "beta": beta}, ["y", "present"],
+                     attrs={"q_num_heads": hq, "kv_num_heads": hkv}, version=27)
+    want_y, want_state = linear_attention(q, k, v, hq, hkv, past, decay, beta)
+    check(y, want_y.astype(np.float32), rtol=1e-4, atol=1e-5)
+    check(present, want_state.astype(np.float32), rtol=1e-4, atol=1e-5)
+
+
+def test_linear_attention_linear_rule_refuses_a_decay() -> None:
+    q = randn(1, 2, 4)
+    with pytest.raises(NeurenixError, match="takes no decay"):
+        run("LinearAttention", {"q": q, "k": q, "v": q, "decay": q}, ["y"], order=["q", "k", "v", "", "decay"],
+            attrs={"q_num_heads": 1, "kv_num_heads": 1, "update_rule": "linear"}, version=27)

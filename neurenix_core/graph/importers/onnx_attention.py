@@ -1,6 +1,6 @@
-"""ONNX import handlers: Attention, rotary embeddings and losses.
+"""ONNX import handlers: Attention, LinearAttention, rotary embeddings, SwiGLU and losses.
 
-Attention and SoftmaxCrossEntropyLoss have several outputs: each emits one node per output the
+Attention, LinearAttention and SoftmaxCrossEntropyLoss have several outputs: each emits one node per output the
 model names (attribute ``output``), and None for an optional output left out ("").
 """
 
@@ -59,6 +59,23 @@ def _rotary(b: GraphBuilder, n: OnnxNode) -> Value:
     return b.emit(n.name, "rotary_embedding", [t for t in n.inputs if t is not None], attrs)
 
 
+def _swiglu(b: GraphBuilder, n: OnnxNode) -> Value:
+    return b.emit(n.name, "swiglu", [t for t in n.inputs if t is not None], {"alpha": float(n.attrs.get("alpha", 1.0))})
+
+
+def _linear_attention(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
+    q, k, v, past, decay, beta = (n.input(i) for i in range(6))
+    a = n.attrs
+    scale = a.get("scale")
+    attrs: dict[str, Any] = {
+        "has_past": past is not None, "has_decay": decay is not None, "has_beta": beta is not None,
+        "q_num_heads": a.get("q_num_heads"), "kv_num_heads": a.get("kv_num_heads"),
+        "scale": None if scale is None else float(scale), "update_rule": str(a.get("update_rule", "gated_delta")),
+    }  # chunk_size is a tuning hint of ONNX's; it does not change the result
+    inputs = [t for t in (q, k, v, past, decay, beta) if t is not None]
+    return _per_output(b, n, "linear_attention", inputs, attrs, ("output", "present_state"))
+
+
 def _loss_attrs(n: OnnxNode) -> dict[str, Any]:
     ignore = n.attrs.get("ignore_index")
     reduction = n.attrs.get("reduction", "mean")
@@ -78,6 +95,8 @@ def _sce(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
 HANDLERS: dict[str, Handler] = {
     "Attention": _attention,
     "RotaryEmbedding": _rotary,
+    "SwiGLU": _swiglu,
+    "LinearAttention": _linear_attention,
     "NegativeLogLikelihoodLoss": _nll,
     "SoftmaxCrossEntropyLoss": _sce,
 }

@@ -275,3 +275,113 @@ _def("rotary_embedding", "attention",
      attrs={"interleaved": False, "rotary_embedding_dim": 0, "num_heads": None},
      flops=lambda a, s, o, p: 6 * math.prod(o))
 
+
+
+# ----------------------------------------------------------------------------- transformer blocks
+def _swiglu_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if s[0] != s[1] or d[0] != d[1] or not _is_float(d[0]):
+        raise ValueError(f"expects a and b of one shape and floating-point dtype (no broadcasting), got {s[0]} {d[0]} and {s[1]} {d[1]}")
+    return s[0], d[0]
+
+
+def _swiglu_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    t, gate = x
+    alpha = t.dtype.type(a["alpha"])
+    # the sigmoid is rounded to the input dtype before the products, as ONNX's Swish does
+    sig = (1 / (1 + np.exp(-alpha * t))).astype(t.dtype, copy=False)
+    return (t * sig * gate).astype(t.dtype, copy=False)
+
+
+_def("swiglu", "activation", "ONNX SwiGLU: a * sigmoid(alpha * a) * b, a and b of one shape", ("a", "b"), _swiglu_rule, _swiglu_ref,
+     attrs={"alpha": 1.0}, flops=lambda a, s, o, p: 5 * math.prod(o))
+
+
+_UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _linear_operands(a: Attrs, x: list[Any]) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """query, key, value, past_state, decay, beta (None where the node has none)."""
+    rest = list(x[3:])
+    past = rest.pop(0) if a["has_past"] else None
+    decay = rest.pop(0) if a["has_decay"] else None
+    beta = rest.pop(0) if a["has_beta"] else None
+    if rest:
+        raise ValueError(f"got {len(x)} inputs, more than the has_past/has_decay/has_beta flags name")
+    return x[0], x[1], x[2], past, decay, beta
+
+
+def _linear_dims(a: Attrs, q: Shape, k: Shape, v: Shape) -> tuple[int, int, int, int]:
+    """(query heads, key/value heads, key head size, value head size), checked."""
+    hq, hkv = int(a["q_num_heads"] or 0), int(a["kv_num_heads"] or 0)
+    if hq < 1 or hkv < 1 or hq % hkv:
+        raise ValueError(f"q_num_heads ({a['q_num_heads']}) must be a positive multiple of kv_num_heads ({a['kv_num_heads']})")
+    if not (len(q) == len(k) == len(v) == 3) or not (q[:2] == k[:2] == v[:2]):
+        raise ValueError(f"expects query, key, value (B, T, heads*size) of one batch and length, got {q}, {k}, {v}")
+    if q[2] % hq or k[2] % hkv or v[2] % hkv or q[2] // hq != k[2] // hkv:
+        raise ValueError(f"hidden sizes {q[2]}, {k[2]}, {v[2]} do not split into {hq} / {hkv} heads of one key size")
+    return hq, hkv, q[2] // hq, v[2] // hkv
+
+
+def _linear_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    q, k, v, past, decay, beta = _linear_operands(a, s)
+    dq, _, _, dpast, _, _ = _linear_operands(a, d)
+    if not _is_float(dq) or len(set(d[:3])) != 1:
+        raise ValueError(f"expects query, key, value of one floating-point dtype, got {d[:3]}")
+    hq, hkv, dk, dv = _linear_dims(a, q, k, v)
+    rule = a["update_rule"]
+    if rule not in _UPDATE_RULES:
+        raise ValueError(f"update_rule {rule!r} is not one of {_UPDATE_RULES}")
+    if (decay is None) == (rule in ("gated", "gated_delta")) or (beta is None) == (rule in ("delta", "gated_delta")):
+        raise ValueError(f"update_rule {rule!r} takes {'decay' if 'gated' in rule else 'no decay'} and "
+                         f"{'beta' if 'delta' in rule else 'no beta'}")
+    state = (q[0], hkv, dk, dv)
+    if past is not None and past != state:
+        raise ValueError(f"past_state {past} must be {state}")
+    if decay is not None and (decay[:2] != q[:2] or len(decay) != 3 or decay[2] not in (hkv, hkv * dk)):
+        raise ValueError(f"decay {decay} must be ({q[0]}, {q[1]}, {hkv} or {hkv * dk})")
+    if beta is not None and (beta[:2] != q[:2] or len(beta) != 3 or beta[2] not in (hkv, 1)):
+        raise ValueError(f"beta {beta} must be ({q[0]}, {q[1]}, {hkv} or 1)")
+    if a["output"] == 0:
+        return (q[0], q[1], hq * dv), dq
+    if a["output"] == 1:
+        return state, dpast or dq
+    raise ValueError(f"output {a['output']} is not 0 (output) or 1 (present_state)")
+
+
+def _per_step(t: np.ndarray, b: int, n: int, heads: int) -> np.ndarray:
+    """(B, T, heads*size) -> (B, heads, T, size) in float32, the recurrence's precision."""
+    return t.reshape(b, n, heads, -1).transpose(0, 2, 1, 3).astype(np.float32)
+
+
+def _linear_attention_all(a: Attrs, x: Arrays) -> tuple[np.ndarray, np.ndarray]:
+    q, k, v, past, decay, beta = _linear_operands(a, x)
+    hq, hkv, dk, dv = _linear_dims(a, q.shape, k.shape, v.shape)
+    b, n = q.shape[:2]
+    q4, k4, v4 = _per_step(q, b, n, hq), _per_step(k, b, n, hkv), _per_step(v, b, n, hkv)
+    g4 = None if decay is None else _per_step(decay, b, n, hkv)  # (B, Hkv, T, 1 or dk)
+    b4 = None if beta is None else _per_step(beta, b, n, beta.shape[2])  # (B, Hkv or 1, T, 1)
+    state = np.zeros((b, hkv, dk, dv), np.float32) if past is None else past.astype(np.float32)
+    scale = np.float32(a["scale"] if a["scale"] else 1.0 / math.sqrt(dk))
+    out = np.empty((b, hq, n, dv), np.float32)
+    for i in range(n):  # the state is a recurrence over time steps
+        kt, vt = k4[:, :, i], v4[:, :, i]
+        if g4 is not None:
+            state = state * np.exp(g4[:, :, i])[..., None]
+        if b4 is not None:  # delta rule: write only what the state does not already recall for k_t
+            vt = b4[:, :, i] * (vt - np.einsum("bhdm,bhd->bhm", state, kt))
+        state = state + kt[..., :, None] * vt[..., None, :]
+        read = state if hq == hkv else np.repeat(state, hq // hkv, axis=1)
+        out[:, :, i] = scale * np.einsum("bhd,bhdm->bhm", q4[:, :, i], read)
+    y = out.transpose(0, 2, 1, 3).reshape(b, n, hq * dv).astype(q.dtype)
+    return y, state.astype(q.dtype if past is None else past.dtype)
+
+
+_def("linear_attention", "attention",
+     "ONNX LinearAttention: a (B, heads, dk, dv) state updated per time step (linear: += k v^T; gated: decayed by "
+     "exp(decay) first; delta: v replaced by beta * (v - S^T k)) and read by scale * q S; output 0 the output, "
+     "1 present_state; has_past/has_decay/has_beta name which optional inputs follow",
+     ("query", "key", "value", "past_state?", "decay?", "beta?"), _linear_rule,
+     lambda a, x, p: np.ascontiguousarray(_linear_attention_all(a, x)[a["output"]]),
+     attrs={"output": 0, "has_past": False, "has_decay": False, "has_beta": False, "q_num_heads": None, "kv_num_heads": None,
+            "scale": None, "update_rule": "gated_delta"},
+     flops=lambda a, s, o, p: 6 * math.prod(s[0]) * (s[2][2] // max(int(a["kv_num_heads"] or 1), 1)))
