@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
@@ -10,6 +10,11 @@ import numpy as np
 from neurenix_core.graph.opset.schema import (
     Arrays, Attrs, DTYPES, Params, REQUIRED, Shape, _axes, _axis, _broadcast, _const_dtype, _def, _is_float, _np_dtype, _numel, _promote,
 )
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """``a`` C-contiguous, a 0-d value staying 0-d (``np.ascontiguousarray`` makes it shape (1,))."""
+    return np.asarray(a, order="C")
+
 
 # ----------------------------------------------------------------------------- shape manipulation
 def _reshape_target(x: Shape, shape: Sequence[int]) -> Shape:
@@ -52,7 +57,7 @@ def _perm(a: Attrs, n: int) -> tuple[int, ...]:
 
 _def("transpose", "shape", "permute axes (perm; None reverses them) - PyTorch's permute/transpose map here", ("x",),
      lambda a, s, d, p: (tuple(s[0][i] for i in _perm(a, len(s[0]))), d[0]),
-     lambda a, x, p: np.ascontiguousarray(x[0].transpose(_perm(a, x[0].ndim))), attrs={"perm": None})
+     lambda a, x, p: _contiguous(x[0].transpose(_perm(a, x[0].ndim))), attrs={"perm": None})
 
 
 def _squeeze_axes(a: Attrs, x: Shape) -> tuple[int, ...]:
@@ -82,7 +87,7 @@ _def("unsqueeze", "shape", "insert size-1 axes at the output positions axes", ("
      lambda a, x, p: x[0].reshape(_unsqueeze(a, x[0].shape)), attrs={"axes": REQUIRED})
 _def("expand", "shape", "broadcast to shape (ONNX Expand: two-way broadcasting)", ("x",),
      lambda a, s, d, p: (_broadcast([s[0], tuple(a["shape"])]), d[0]),
-     lambda a, x, p: np.ascontiguousarray(np.broadcast_to(x[0], _broadcast([x[0].shape, tuple(a["shape"])]))), attrs={"shape": REQUIRED})
+     lambda a, x, p: _contiguous(np.broadcast_to(x[0], _broadcast([x[0].shape, tuple(a["shape"])]))), attrs={"shape": REQUIRED})
 
 
 def _concat_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
@@ -107,7 +112,7 @@ def _split_bounds(a: Attrs, x: Shape) -> tuple[int, int, int]:
 
 def _split_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     ax, lo, hi = _split_bounds(a, x[0].shape)
-    return np.ascontiguousarray(np.take(x[0], np.arange(lo, hi), axis=ax))
+    return _contiguous(np.take(x[0], np.arange(lo, hi), axis=ax))
 
 
 def _split_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
@@ -146,7 +151,7 @@ def _slice_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shap
 
 
 _def("slice", "shape", "x[starts:ends:steps] on axes (ONNX Slice with static starts/ends)", ("x",), _slice_rule,
-     lambda a, x, p: np.ascontiguousarray(x[0][_slices(a, x[0].shape)]), attrs={"starts": REQUIRED, "ends": REQUIRED, "axes": None, "steps": None})
+     lambda a, x, p: _contiguous(x[0][_slices(a, x[0].shape)]), attrs={"starts": REQUIRED, "ends": REQUIRED, "axes": None, "steps": None})
 
 
 def _gather_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
@@ -197,24 +202,33 @@ _def("gather_elements", "indexing", "data[..., indices[i, j, ...], ...] along ax
 
 def _gather_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
     _index_dtype(d[1], "gather_nd")
-    if a["batch_dims"] != 0:
-        raise ValueError(f"gather_nd supports batch_dims=0, got {a['batch_dims']}")
-    k = s[1][-1] if s[1] else 0
-    if not s[1] or k > len(s[0]):
-        raise ValueError(f"gather_nd indices {s[1]} need a last axis of at most {len(s[0])} coordinates")
-    return s[1][:-1] + s[0][k:], d[0]
+    nb = int(a["batch_dims"])
+    data, idx = s
+    if not idx or nb < 0 or nb >= min(len(data), len(idx)) or data[:nb] != idx[:nb]:
+        raise ValueError(f"gather_nd indices {idx} and data {data} need the same {nb} leading batch dimension(s) and an index axis")
+    k = idx[-1]
+    if nb + k > len(data):
+        raise ValueError(f"gather_nd indices {idx} carry {k} coordinates; data {data} has {len(data) - nb} after {nb} batch dimension(s)")
+    return idx[:-1] + data[nb + k :], d[0]
 
 
 def _gather_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
-    k = x[1].shape[-1]
-    dims = np.asarray(x[0].shape[:k], np.int64)
-    idx = np.where(x[1] < 0, x[1] + dims, x[1])
-    if idx.size and (np.any(idx < 0) or np.any(idx >= dims)):
-        raise ValueError(f"gather_nd index out of range for data of shape {x[0].shape}")
-    return np.ascontiguousarray(x[0][tuple(np.moveaxis(idx, -1, 0))])
+    nb = int(a["batch_dims"])
+    data, idx = x[0], x[1].astype(np.int64)
+    k = idx.shape[-1]
+    batch = data.shape[:nb]
+    flat = data.reshape((_numel(batch),) + data.shape[nb:])  # the batch dimensions as one
+    ix = idx.reshape((_numel(batch),) + idx.shape[nb:])
+    dims = np.asarray(flat.shape[1 : k + 1], np.int64)
+    ix = np.where(ix < 0, ix + dims, ix)
+    if ix.size and (np.any(ix < 0) or np.any(ix >= dims)):
+        raise ValueError(f"gather_nd index out of range for data of shape {data.shape}")
+    row = np.arange(flat.shape[0]).reshape((-1,) + (1,) * (ix.ndim - 2))
+    out = flat[(np.broadcast_to(row, ix.shape[:-1]),) + tuple(np.moveaxis(ix, -1, 0))]
+    return _contiguous(out.reshape(idx.shape[:-1] + data.shape[nb + k :]))
 
 
-_def("gather_nd", "indexing", "data at the coordinates in indices' last axis (ONNX GatherND, batch_dims 0)",
+_def("gather_nd", "indexing", "data at the coordinates in indices' last axis, after batch_dims shared leading axes (ONNX GatherND)",
      ("data", "indices"), _gather_nd_rule, _gather_nd_ref, attrs={"batch_dims": 0})
 
 
@@ -243,21 +257,32 @@ def _pad_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape,
     pads = a["pads"]
     if len(pads) != len(s[0]):
         raise ValueError(f"pads needs one (before, after) pair per axis ({len(s[0])}), got {len(pads)}")
-    return tuple(n + int(lo) + int(hi) for n, (lo, hi) in zip(s[0], pads)), d[0]
+    out = tuple(n + int(lo) + int(hi) for n, (lo, hi) in zip(s[0], pads))
+    if any(n < 0 for n in out):
+        raise ValueError(f"pads {tuple(pads)} crop more than shape {s[0]} holds")
+    if a["mode"] not in _PAD_MODES:
+        raise ValueError(f"pad mode {a['mode']!r} is not one of {sorted(_PAD_MODES)}")
+    if a["mode"] != "constant" and any(n == 0 and (lo > 0 or hi > 0) for n, (lo, hi) in zip(s[0], pads)):
+        raise ValueError(f"pad mode {a['mode']!r} cannot extend an empty axis (shape {s[0]})")
+    return out, d[0]
 
 
 _PAD_MODES: Final = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
 def _pad_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    # A negative pad removes elements (ONNX); crop those first, then pad what is positive.
     pads = [(int(lo), int(hi)) for lo, hi in a["pads"]]
+    v = x[0][tuple(slice(-lo if lo < 0 else 0, n + hi if hi < 0 else n) for n, (lo, hi) in zip(x[0].shape, pads))]
+    grow = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
     if a["mode"] == "constant":
-        return np.pad(x[0], pads, mode="constant", constant_values=a["value"])
-    return np.pad(x[0], pads, mode=_PAD_MODES[a["mode"]])
+        value = np.asarray(a["value"]).astype(v.dtype)  # the fill in the data's dtype (ints and bools too)
+        return np.pad(v, grow, mode="constant", constant_values=value)
+    return np.pad(v, grow, mode=_PAD_MODES[a["mode"]])
 
 
-_def("pad", "shape", "pad every axis by (before, after); mode constant (value) | reflect | edge | wrap", ("x",), _pad_rule, _pad_ref,
-     attrs={"pads": REQUIRED, "mode": "constant", "value": 0.0})
+_def("pad", "shape", "pad every axis by (before, after) (negative crops); mode constant (value) | reflect | edge | wrap", ("x",),
+     _pad_rule, _pad_ref, attrs={"pads": REQUIRED, "mode": "constant", "value": 0.0})
 
 
 def _cast_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
@@ -286,3 +311,268 @@ _def("constant", "constant", "the array `value` on the node (weights, scalars, m
      lambda a, x, p: p["value"], params=("value",))
 
 
+
+
+# ----------------------------------------------------------------------------- ONNX tensor family: repetition, triangles, scatters
+def _tile_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    reps = tuple(int(r) for r in a["repeats"])
+    if len(reps) != len(s[0]) or any(r < 0 for r in reps):
+        raise ValueError(f"tile needs one non-negative repeat per axis of {s[0]}, got {reps}")
+    return tuple(n * r for n, r in zip(s[0], reps)), d[0]
+
+
+_def("tile", "shape", "repeat x repeats[i] times along each axis i (ONNX Tile)", ("x",), _tile_rule,
+     lambda a, x, p: np.tile(x[0], tuple(int(r) for r in a["repeats"])), attrs={"repeats": REQUIRED})
+
+
+def _trilu_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if len(s[0]) < 2:
+        raise ValueError(f"trilu takes a value of rank 2 or more, got shape {s[0]}")
+    return s[0], d[0]
+
+
+def _trilu_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    k = int(a["k"])
+    return np.triu(x[0], k) if a["upper"] else np.tril(x[0], k)
+
+
+_def("trilu", "shape", "upper (upper=True: j - i >= k) or lower (j - i <= k) triangle of the last two axes, zeros elsewhere (ONNX Trilu)",
+     ("x",), _trilu_rule, _trilu_ref, attrs={"upper": True, "k": 0})
+
+
+_SCATTER_REDUCE: Final = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(data: np.ndarray, where: tuple[np.ndarray, ...], updates: np.ndarray, reduction: str) -> np.ndarray:
+    """``data`` with ``updates`` written (or combined) at the index arrays ``where``; a repeated
+    index combines every update in order (``ufunc.at``), plain writes keep the last one."""
+    out = data.copy()
+    if reduction == "none":
+        out[where] = updates
+    else:
+        _SCATTER_REDUCE[reduction].at(out, where, updates)
+    return out
+
+
+def _reduction_ok(a: Attrs) -> None:
+    if a["reduction"] != "none" and a["reduction"] not in _SCATTER_REDUCE:
+        raise ValueError(f"scatter reduction {a['reduction']!r} is not one of none, {', '.join(_SCATTER_REDUCE)}")
+
+
+def _scatter_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _index_dtype(d[1], "scatter_nd")
+    _reduction_ok(a)
+    data, idx, upd = s
+    k = idx[-1] if idx else 0
+    if not idx or k > len(data) or upd != idx[:-1] + data[k:]:
+        raise ValueError(f"scatter_nd updates {upd} must be indices[:-1] + data[k:] = {idx[:-1] + data[k:]} (indices {idx}, data {data})")
+    return data, d[0]
+
+
+def _scatter_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    data, idx = x[0], x[1].astype(np.int64)
+    dims = np.asarray(data.shape[: idx.shape[-1]], np.int64)
+    idx = np.where(idx < 0, idx + dims, idx)
+    if idx.size and (np.any(idx < 0) or np.any(idx >= dims)):
+        raise ValueError(f"scatter_nd index out of range for data of shape {data.shape}")
+    return _scatter(data, tuple(np.moveaxis(idx, -1, 0)), x[2].astype(data.dtype, copy=False), a["reduction"])
+
+
+_def("scatter_nd", "indexing", "data with updates written at the coordinates in indices' last axis; reduction none | add | mul | max | min (ONNX ScatterND)",
+     ("data", "indices", "updates"), _scatter_nd_rule, _scatter_nd_ref, attrs={"reduction": "none"})
+
+
+def _scatter_elements_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _index_dtype(d[1], "scatter_elements")
+    _reduction_ok(a)
+    data, idx, upd = s
+    ax = _axis(a["axis"], len(data))
+    if idx != upd or len(idx) != len(data) or any(i > n for k, (i, n) in enumerate(zip(idx, data)) if k != ax):
+        raise ValueError(f"scatter_elements indices {idx} and updates {upd} must share a shape that fits data {data} outside axis {ax}")
+    return data, d[0]
+
+
+def _scatter_elements_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    data, idx = x[0], x[1].astype(np.int64)
+    ax = _axis(a["axis"], data.ndim)
+    n = data.shape[ax]
+    idx = np.where(idx < 0, idx + n, idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"scatter_elements index out of range for axis {ax} of size {n}")
+    where = tuple(idx if i == ax else g for i, g in enumerate(np.indices(idx.shape, sparse=True)))
+    return _scatter(data, where, x[2].astype(data.dtype, copy=False), a["reduction"])
+
+
+_def("scatter_elements", "indexing", "data with updates[i, j, ...] written at data[..., indices[i, j, ...], ...] along axis (ONNX ScatterElements, torch.scatter)",
+     ("data", "indices", "updates"), _scatter_elements_rule, _scatter_elements_ref, attrs={"axis": 0, "reduction": "none"})
+
+
+def _tensor_scatter_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    cache, upd = s[0], s[1]
+    ax = _axis(a["axis"], len(cache))
+    if ax == 0 or len(upd) != len(cache) or any(u != c for i, (u, c) in enumerate(zip(upd, cache)) if i != ax) or upd[ax] > cache[ax]:
+        raise ValueError(f"tensor_scatter update {upd} must match cache {cache} except on sequence axis {ax} (not the batch axis), and fit it")
+    if len(s) > 2 and s[2] != (cache[0],):
+        raise ValueError(f"tensor_scatter write_indices must have one entry per batch ({cache[0]}), got shape {s[2]}")
+    if a["mode"] not in ("linear", "circular"):
+        raise ValueError(f"tensor_scatter mode {a['mode']!r} is not linear or circular")
+    return cache, d[0]
+
+
+def _tensor_scatter_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    ax = _axis(a["axis"], x[0].ndim)
+    cache, upd = np.moveaxis(x[0].copy(), ax, 1), np.moveaxis(x[1], ax, 1)  # (batch, sequence, ...), views
+    batch, length, seq = cache.shape[0], cache.shape[1], upd.shape[1]
+    start = x[2].astype(np.int64) if len(x) > 2 and x[2] is not None else np.zeros(batch, np.int64)
+    pos = start[:, None] + np.arange(seq)
+    if a["mode"] == "circular":
+        pos %= length
+    elif pos.size and (pos.min() < 0 or pos.max() >= length):
+        raise ValueError(f"tensor_scatter writes past the cache's {length} positions (write_indices {start.tolist()}, {seq} new)")
+    cache[np.arange(batch)[:, None], pos] = upd
+    return _contiguous(np.moveaxis(cache, 1, ax))
+
+
+_def("tensor_scatter", "indexing", "KV-cache update: update's sequence written into cache from write_indices[b] per batch, linear or circular (ONNX TensorScatter)",
+     ("cache", "update", "write_indices?"), _tensor_scatter_rule, _tensor_scatter_ref, attrs={"mode": "linear", "axis": -2})
+
+
+# ----------------------------------------------------------------------------- ONNX tensor family: one-hot, top-k, value-dependent shapes
+def _one_hot_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if d[0] == "bool" or _numel(s[1]) != 2:
+        raise ValueError(f"one_hot takes numeric indices and 2 values (off, on), got {d[0]} and shape {s[1]}")
+    ax = _axis(a["axis"], len(s[0]) + 1)
+    return s[0][:ax] + (int(a["depth"]),) + s[0][ax:], d[1]
+
+
+def _one_hot_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    depth = int(a["depth"])
+    ax = _axis(a["axis"], x[0].ndim + 1)
+    idx = x[0].astype(np.int64)  # float indices truncate, as ONNX's cast to int64
+    idx = np.expand_dims(np.where(idx < 0, idx + depth, idx), ax)
+    hot = idx == np.arange(depth).reshape((-1,) + (1,) * (x[0].ndim - ax))  # an index out of range stays all "off"
+    off, on = x[1].reshape(-1)
+    return np.where(hot, on, off).astype(x[1].dtype)
+
+
+_def("one_hot", "indexing", "depth-long one-hot vectors of indices inserted at axis, values = (off, on) (ONNX OneHot; negative indices count from depth)",
+     ("indices", "values"), _one_hot_rule, _one_hot_ref, attrs={"depth": REQUIRED, "axis": -1})
+
+
+def _topk_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    ax = _axis(a["axis"], len(s[0]))
+    k = int(a["k"])
+    if not 0 <= k <= s[0][ax]:
+        raise ValueError(f"topk k={k} is out of range for axis {ax} of size {s[0][ax]}")
+    if a["output"] not in (0, 1):
+        raise ValueError(f"topk has outputs 0 (values) and 1 (indices), got {a['output']}")
+    return s[0][:ax] + (k,) + s[0][ax + 1 :], d[0] if a["output"] == 0 else "int64"
+
+
+def _topk_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    v = x[0]
+    ax = _axis(a["axis"], v.ndim)
+    n = v.shape[ax]
+    if a["largest"]:
+        # Descending with ties in ascending index: a stable ascending sort of the reversed axis, reversed back.
+        order = n - 1 - np.flip(np.argsort(np.flip(v, ax), axis=ax, kind="stable"), ax)
+    else:
+        order = np.argsort(v, axis=ax, kind="stable")
+    order = np.take(order, np.arange(int(a["k"])), axis=ax)
+    return np.take_along_axis(v, order, axis=ax) if a["output"] == 0 else order.astype(np.int64)
+
+
+_def("topk", "indexing", "the k largest (or smallest) along axis, sorted, ties by lower index; output 0 values, 1 indices (ONNX TopK)",
+     ("x",), _topk_rule, _topk_ref, attrs={"k": REQUIRED, "axis": -1, "largest": True, "sorted": True, "output": 0})
+
+
+def _value_dependent(op: str) -> Callable[[Attrs, list[Shape], list[str], Params], tuple[Shape, str]]:
+    def rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+        raise ValueError(f"{op}'s output shape depends on its input's values; only a constant input is supported")
+
+    return rule
+
+
+def _unique_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    v = x[0]
+    ax = None if a["axis"] is None else _axis(a["axis"], v.ndim)
+    flat = v.reshape(-1) if ax is None else v
+    y, first, inverse, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True, axis=ax)
+    if not a["sorted"]:
+        # ONNX's unsorted order: the order of first occurrence in the input.
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        first, counts, inverse = first[order], counts[order], rank[inverse.reshape(-1)]
+        y = np.take(flat, first, axis=0 if ax is None else ax)
+    out = (y, first, inverse.reshape(-1), counts)[int(a["output"])]
+    return _contiguous(out) if a["output"] == 0 else out.astype(np.int64)
+
+
+_def("unique", "indexing", "unique values (flattened, or slices along axis), sorted or in first-occurrence order; output 0 values, "
+     "1 first indices, 2 inverse indices, 3 counts (ONNX Unique; constant input only: the shape depends on the values)",
+     ("x",), _value_dependent("unique"), _unique_ref, attrs={"axis": None, "sorted": True, "output": 0})
+_def("nonzero", "indexing", "int64 coordinates (ndim, count) of the non-zero elements (ONNX NonZero; constant input only)",
+     ("x",), _value_dependent("nonzero"), lambda a, x, p: np.asarray(np.nonzero(np.atleast_1d(x[0])), np.int64).reshape(max(x[0].ndim, 1), -1))
+
+
+def _reverse_sequence_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    b, t = _axis(a["batch_axis"], len(s[0])), _axis(a["time_axis"], len(s[0]))
+    if b == t or s[1] != (s[0][b],):
+        raise ValueError(f"reverse_sequence needs distinct batch/time axes and one length per batch ({s[0][b] if b < len(s[0]) else '?'}), got {s[1]}")
+    _index_dtype(d[1], "reverse_sequence")
+    return s[0], d[0]
+
+
+def _reverse_sequence_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    v, lens = x[0], x[1].astype(np.int64)
+    b, t = _axis(a["batch_axis"], v.ndim), _axis(a["time_axis"], v.ndim)
+    steps = np.arange(v.shape[t])
+    src = np.where(steps[None, :] < lens[:, None], lens[:, None] - 1 - steps[None, :], steps[None, :])  # (batch, time)
+    shape = [1] * v.ndim
+    shape[b], shape[t] = v.shape[b], v.shape[t]
+    src = src if b < t else src.T
+    return np.take_along_axis(v, np.broadcast_to(src.reshape(shape), v.shape), axis=t)
+
+
+_def("reverse_sequence", "indexing", "reverse the first lengths[b] steps along time_axis for each batch b (ONNX ReverseSequence)",
+     ("x", "lengths"), _reverse_sequence_rule, _reverse_sequence_ref, attrs={"batch_axis": 1, "time_axis": 0})
+
+
+# ----------------------------------------------------------------------------- ONNX generator family
+def _eye_like_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if len(s[0]) != 2:
+        raise ValueError(f"eye_like takes a 2-D value, got shape {s[0]}")
+    dtype = a["dtype"] or d[0]
+    if dtype not in DTYPES:
+        raise ValueError(f"eye_like dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    return s[0], dtype
+
+
+_def("eye_like", "constant", "ones on diagonal k of a matrix shaped like x, zeros elsewhere, in dtype (None: x's) (ONNX EyeLike)", ("x",),
+     _eye_like_rule, lambda a, x, p: np.eye(*x[0].shape, k=int(a["k"]), dtype=_np_dtype(a["dtype"]) if a["dtype"] else x[0].dtype),
+     attrs={"k": 0, "dtype": None})
+
+
+def _window(a: Attrs) -> np.ndarray:
+    size = int(a["size"])
+    n = np.arange(size, dtype=np.float64)
+    period = size if a["periodic"] else size - 1
+    with np.errstate(divide="ignore", invalid="ignore"):  # size 1 symmetric: 0 / 0, as ONNX's reference computes it
+        phase = 2 * np.pi * n / period
+    values = {
+        "hann": lambda: np.sin(phase / 2) ** 2,
+        "hamming": lambda: 25 / 46 - (21 / 46) * np.cos(phase),
+        "blackman": lambda: 0.42 - 0.5 * np.cos(phase) + 0.08 * np.cos(2 * phase),
+    }[a["kind"]]()
+    return values.astype(_np_dtype(a["dtype"]))
+
+
+def _window_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    if a["kind"] not in ("hann", "hamming", "blackman") or int(a["size"]) < 0 or a["dtype"] not in DTYPES:
+        raise ValueError(f"window: kind hann | hamming | blackman, size >= 0 and a dtype of {', '.join(DTYPES)}; got {dict(a)}")
+    return (int(a["size"]),), a["dtype"]
+
+
+_def("window", "constant", "a size-long hann | hamming | blackman window, periodic or symmetric, in dtype (ONNX HannWindow ...)", (),
+     _window_rule, lambda a, x, p: _window(a), attrs={"kind": REQUIRED, "size": REQUIRED, "periodic": True, "dtype": "float32"})
