@@ -81,12 +81,10 @@ def _quantize_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[S
 
 def _quantize_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     xs, scale = x[0], _layout(x[1], x[0].shape, a["axis"], a["block_size"])
-    if a["precision"] is not None:  # ONNX's precision attribute: the division's float type
-        work = _np_dtype(a["precision"])
-        q = xs.astype(work) / scale.astype(work)
-    else:
-        q = xs / scale  # NumPy's promotion of x and scale, as ONNX's reference divides
-    r = np.rint(q).astype(np.float64)
+    # ONNX: the division runs in the precision attribute's type, by default the scale's (a float16
+    # scale divides in float16, as ONNX's reference does; ONNX Runtime divides in float32).
+    work = _np_dtype(a["precision"]) if a["precision"] is not None else scale.dtype
+    r = np.rint(xs.astype(work) / scale.astype(work)).astype(np.float64)
     if len(x) > 2:
         r = r + _layout(x[2], xs.shape, a["axis"], a["block_size"]).astype(np.float64)
     return _saturate(r, a["dtype"])
