@@ -115,6 +115,11 @@ def test_clip_of_integers_with_one_constant_bound() -> None:
     check(run("Clip", {"x": x}, np.int8, consts={"hi": np.array(4, np.int8)}, order=["x", "", "hi"]), np.minimum(x, 4))
 
 
+def test_clip_with_an_empty_bound_leaves_that_side_open() -> None:
+    x = np.array([-2.0, 0.0, 2.0], np.float32)
+    check(run("Clip", {"x": x}, np.float32, consts={"lo": np.array([], np.float32), "hi": np.array(1.0, np.float32)}), np.minimum(x, 1))
+
+
 def test_clip_min_greater_than_max_gives_max() -> None:
     x = np.array([-2.0, 0.0, 2.0], np.float32)
     check(run("Clip", {"x": x}, np.float32, consts={"lo": np.array(1.0, np.float32), "hi": np.array(0.5, np.float32)}),

@@ -34,8 +34,8 @@ def _is_float(b: GraphBuilder, v: Value) -> bool:
 
 
 def _clip(b: GraphBuilder, n: OnnxNode) -> Value:
-    x, lo, hi = n.inputs[0], n.input(1), n.input(2)
-    assert x is not None
+    x, lo, hi = n.inputs[0], *(None if isinstance(v, Const) and v.array.size == 0 else v for v in (n.input(1), n.input(2)))
+    assert x is not None  # an empty constant bound is an absent one (exporters write both forms)
     bounds = [v for v in (lo, hi) if v is not None]
     if _is_float(b, x) and all(isinstance(v, Const) and v.array.size == 1 for v in bounds):
         # the opset's clip (what plugins lower as relu6 & co.): float bounds are exact as attributes
