@@ -188,10 +188,14 @@ def _resize_one_axis(a: Attrs, x: np.ndarray, axis: int, out_n: int, scale: floa
     else:
         idx, w = _taps(a, coords, scale, in_n)
         w = w.astype(x.dtype)
-        out = np.zeros(out_n if x.ndim == 1 else x.shape[:axis] + (out_n,) + x.shape[axis + 1:], x.dtype)
-        for k in range(idx.shape[1]):
-            if np.any(w[:, k]):  # a tap whose weight is zero everywhere (integer upsampling) costs nothing
-                out += np.take(x, idx[:, k], axis=axis) * w[:, k].reshape(shape)
+        used = [k for k in range(idx.shape[1]) if np.any(w[:, k])] or [0]  # a tap weighing zero everywhere costs nothing
+        out = np.take(x, idx[:, used[0]], axis=axis)
+        out *= w[:, used[0]].reshape(shape)
+        buf = np.empty_like(out)
+        for k in used[1:]:  # in place: one gather, one scale and one add per tap, no temporaries
+            np.take(x, idx[:, k], axis=axis, out=buf)
+            buf *= w[:, k].reshape(shape)
+            out += buf
     if outside is not None and outside.any():
         out = np.where(outside.reshape(shape), fill, out)
     return out
@@ -201,10 +205,18 @@ def _resize_ref(a: Attrs, xs: Arrays, p: Params) -> np.ndarray:
     x = xs[0]
     axes = _resize_axes(a, x.ndim)
     nearest = a["mode"] == "nearest"
-    out = x if nearest else x.astype(_work_dtype(x.dtype))
+    out = x if nearest else x.astype(_work_dtype(x.dtype), copy=False)
     fill = _saturate(np.asarray(float(a["extrapolation_value"]), np.float64), out.dtype)
     crop = a["coordinate_transformation_mode"] == "tf_crop_and_resize"
-    for k, ax in enumerate(axes):
+    # Each axis is resized independently: shrinking axes first keeps the intermediate small, and of
+    # the growing ones the innermost goes first, as gathering along it is the slow (element-wise) case.
+    def cost(k: int) -> tuple[bool, float]:
+        ratio = _resize_size(a, k, x.shape[axes[k]]) / max(x.shape[axes[k]], 1)
+        return (ratio >= 1, -axes[k] if ratio >= 1 else ratio)
+
+    order = sorted(range(len(axes)), key=cost)
+    for k in order:
+        ax = axes[k]
         in_n = x.shape[ax]
         out_n = _resize_size(a, k, in_n)
         scale = float(a["scales"][k]) if a["scales"] is not None else out_n / in_n if in_n else 1.0
