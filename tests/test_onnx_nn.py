@@ -409,3 +409,31 @@ def test_unsupported_shapes_are_typed_refusals() -> None:
         nn.from_onnx(_model("Conv", {"x": x, "w": np.ones((3, 5, 2, 2), np.float32)}, ["y"]))
     with pytest.raises(NeurenixError):
         nn.from_onnx(_model("MaxPool", {"x": x}, ["y"], attrs={"kernel_shape": [6, 6]}))
+
+
+def _bilinear(img: np.ndarray, y: float, x: float) -> float:
+    total = 0.0
+    for yi, xi in itertools.product((math.floor(y), math.floor(y) + 1), (math.floor(x), math.floor(x) + 1)):
+        if 0 <= yi < img.shape[0] and 0 <= xi < img.shape[1]:
+            total += (1 - abs(y - yi)) * (1 - abs(x - xi)) * float(img[yi, xi])
+    return total
+
+
+def test_deform_conv_samples_bilinearly_at_the_offsets() -> None:
+    x = RNG.standard_normal((1, 4, 4, 5)).astype(np.float32)
+    w = RNG.standard_normal((2, 2, 2, 2)).astype(np.float32)  # group 2
+    og, (oh, ow) = 2, (4, 5)  # pads [1, 1, 0, 0]: out = in + 1 - 1
+    offset = RNG.uniform(-1.5, 1.5, (1, og * 4 * 2, oh, ow)).astype(np.float32)
+    mask = RNG.uniform(0, 1, (1, og * 4, oh, ow)).astype(np.float32)
+    attrs = {"group": 2, "offset_group": og, "pads": [1, 1, 0, 0]}
+    (got,) = run("DeformConv", {"x": x, "w": w, "o": offset, "m": mask}, attrs=attrs, order=["x", "w", "o", "", "m"])
+    off = offset.reshape(1, og, 2, 2, 2, oh, ow)
+    msk = mask.reshape(1, og, 2, 2, oh, ow)
+    want = np.zeros((1, 2, oh, ow))
+    for o, i, j, c, ki, kj in itertools.product(range(2), range(oh), range(ow), range(2), range(2), range(2)):
+        ci = o * 2 + c  # output channel o is in group o, whose input channels are 2o and 2o + 1
+        g = ci // 2  # offset group of the input channel
+        y = i - 1 + ki + off[0, g, ki, kj, 0, i, j]
+        xx = j - 1 + kj + off[0, g, ki, kj, 1, i, j]
+        want[0, o, i, j] += w[o, c, ki, kj] * msk[0, g, ki, kj, i, j] * _bilinear(x[0, ci], y, xx)
+    check(got, want.astype(np.float32), rtol=1e-4, atol=1e-5)

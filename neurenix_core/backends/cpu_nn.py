@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 __all__ = [
     "OPS", "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "relu", "gelu",
     "sigmoid", "tanh", "softmax", "batch_norm", "layer_norm", "erf",
-    "auto_pads", "pool_output", "pool_nd", "max_pool_indices", "conv_nd", "fold", "conv_transpose_nd", "col2im",
+    "auto_pads", "pool_output", "pool_nd", "max_pool_indices", "conv_nd", "fold", "conv_transpose_nd", "col2im", "deform_conv2d",
 ]
 
 
@@ -391,3 +391,37 @@ def col2im(x: np.ndarray, image: Sequence[int], block: Sequence[int], strides: S
     cols = x.reshape((x.shape[0], -1) + tuple(block) + tuple(blocks))
     full = fold(cols, [n + b + e for n, b, e in zip(image, begin, end)], strides, dilations)
     return _window_of(full, begin, image)
+
+
+def deform_conv2d(x: np.ndarray, weight: np.ndarray, offset: np.ndarray, bias: np.ndarray | None, mask: np.ndarray | None,
+                  strides: Sequence[int], dilations: Sequence[int], begin: Sequence[int], group: int, offset_group: int) -> np.ndarray:
+    """ONNX DeformConv (2-D): each kernel tap samples x bilinearly at its regular position plus its
+    learned offset (zero outside the image), times the optional mask, then a grouped convolution.
+    offset (N, offset_group * kh * kw * 2, OH, OW) holds (dy, dx) pairs; mask (N, offset_group * kh * kw, OH, OW)."""
+    n, c, h, w = x.shape
+    kh, kw = weight.shape[2:]
+    oh, ow = offset.shape[2:]
+    og = offset_group
+    off = offset.reshape(n, og, kh, kw, 2, oh, ow).astype(np.float64)
+    base_y = (np.arange(kh) * dilations[0])[:, None, None, None] + (np.arange(oh) * strides[0] - begin[0])[None, None, :, None]
+    base_x = (np.arange(kw) * dilations[1])[None, :, None, None] + (np.arange(ow) * strides[1] - begin[1])[None, None, None, :]
+    py = base_y + off[:, :, :, :, 0]  # (N, OG, kh, kw, OH, OW)
+    px = base_x + off[:, :, :, :, 1]
+    y0, x0 = np.floor(py), np.floor(px)
+    planes = x.reshape(n, og, 1, c // og, h * w)
+    cols = np.zeros((n, og, c // og, kh, kw, oh, ow), np.float64)
+    for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        yi, xi = y0 + dy, x0 + dx
+        wt = (1 - np.abs(py - yi)) * (1 - np.abs(px - xi)) * ((yi >= 0) & (yi < h) & (xi >= 0) & (xi < w))
+        flat = (np.clip(yi, 0, h - 1) * w + np.clip(xi, 0, w - 1)).astype(np.int64).reshape(n, og, 1, 1, -1)
+        picked = np.take_along_axis(planes, flat, axis=-1).reshape(n, og, c // og, kh, kw, oh, ow)
+        cols += picked * wt[:, :, None]
+    if mask is not None:
+        cols *= mask.reshape(n, og, 1, kh, kw, oh, ow)
+    cg, o = weight.shape[1], weight.shape[0]
+    cols = cols.reshape(n, group, cg, kh, kw, oh, ow)
+    y = np.einsum("ngcijhw,gocij->ngohw", cols, weight.reshape(group, o // group, cg, kh, kw).astype(np.float64), optimize=True)
+    y = y.reshape(n, o, oh, ow)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)

@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, fail, ints, outputs_used
+from neurenix_core.graph.opset.schema import _np_dtype as opset_np_dtype
 
 __all__ = ["HANDLERS"]
 
@@ -115,6 +118,17 @@ def _col2im(b: GraphBuilder, n: OnnxNode) -> Value:
     image, block = ints(const(b, n, 1, "image_shape")), ints(const(b, n, 2, "block_shape"))
     attrs = {"image_shape": image, "block_shape": block} | _onnx_attrs(n, ("strides", "pads", "dilations"))
     return b.emit(n.name, "col2im", [_x(n)], attrs)
+
+
+def _deform_conv(b: GraphBuilder, n: OnnxNode) -> Value:
+    x, w, offset, bias, mask = (n.input(i) for i in range(5))
+    if w is None or offset is None:
+        raise fail(b, n, "needs a weight and an offset")
+    if bias is None and mask is not None:  # the op's optional inputs are positional: a zero bias keeps mask in its slot
+        bias = Const(np.zeros(b.spec(w).shape[0], opset_np_dtype(b.spec(x).dtype)))  # type: ignore[arg-type]
+    attrs = {"group": int(n.attrs.get("group", 1)), "offset_group": int(n.attrs.get("offset_group", 1))}
+    attrs |= _onnx_attrs(n, ("strides", "pads", "dilations"))
+    return b.emit(n.name, "deform_conv", [v for v in (x, w, offset, bias, mask) if v is not None], attrs)
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -256,7 +270,7 @@ def _rms_norm(b: GraphBuilder, n: OnnxNode) -> Value:
 
 
 HANDLERS: dict[str, Handler] = {
-    "Conv": _conv, "ConvTranspose": _conv_transpose, "Col2Im": _col2im,
+    "Conv": _conv, "ConvTranspose": _conv_transpose, "Col2Im": _col2im, "DeformConv": _deform_conv,
     "MaxPool": _max_pool, "AveragePool": _avg_pool, "LpPool": _lp_pool, "MaxUnpool": _max_unpool,
     "GlobalAveragePool": _global("global_avg_pool", "reduce_mean"), "GlobalMaxPool": _global("global_max_pool", "reduce_max"),
     "GlobalLpPool": lambda b, n: b.emit(n.name, "global_lp_pool", [_x(n)], {"p": int(n.attrs.get("p", 2))}),

@@ -489,6 +489,40 @@ _def("col2im", "convolution", "ONNX Col2Im: sliding blocks (N, C * prod(block), 
      flops=lambda a, s, o, p: _numel(s[0]))
 
 
+def _deform_geometry(a: Attrs, s: list[Shape]) -> tuple[tuple[int, ...], ...]:
+    x, w, off = s[:3]
+    if len(x) != 4:
+        raise ValueError(f"deformable convolution is 2-D here; got input {x}")
+    st, dil, begin, end, out = _conv_geometry(a | {"auto_pad": "NOTSET"}, x, w)
+    og = int(a["offset_group"])
+    taps = _numel(w[2:])
+    if og < 1 or x[1] % og or off != (x[0], og * taps * 2) + out:
+        raise ValueError(f"offset {off} must be (N, offset_group * kh * kw * 2, *out) = {(x[0], og * taps * 2) + out}")
+    if len(s) > 4 and s[4] != (x[0], og * taps) + out:
+        raise ValueError(f"mask {s[4]} must be {(x[0], og * taps) + out}")
+    if len(s) > 3 and s[3] != (w[0],):
+        raise ValueError(f"bias {s[3]} must be ({w[0]},)")
+    return st, dil, begin, out
+
+
+def _deform_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    _float_in(d[0])
+    out = _deform_geometry(a, s)[-1]
+    return (s[0][0], s[1][0]) + out, d[0]
+
+
+def _deform_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    st, dil, begin, _ = _deform_geometry(a, [t.shape for t in x])
+    return K.deform_conv2d(x[0], x[1], x[2], x[3] if len(x) > 3 else None, x[4] if len(x) > 4 else None,
+                           st, dil, begin, int(a["group"]), int(a["offset_group"]))
+
+
+_def("deform_conv", "convolution", "ONNX DeformConv (2-D): kernel taps sampled bilinearly at their offsets (zero outside), "
+     "times the optional mask, then a grouped convolution with weight (O, C/group, kh, kw)", ("x", "w", "offset", "b?", "mask?"),
+     _deform_rule, _deform_ref, attrs={"strides": None, "pads": None, "dilations": None, "group": 1, "offset_group": 1},
+     flops=lambda a, s, o, p: 2 * _numel(o) * _numel(s[1][1:]) + 8 * _numel(s[2]) * s[0][1])
+
+
 # ----------------------------------------------------------------------------- ONNX-semantics normalisation
 _STASH = {1: np.float32, 10: np.float16, 11: np.float64, 16: None}
 
