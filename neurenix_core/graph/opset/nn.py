@@ -536,6 +536,11 @@ def _stash(t: np.ndarray, stash_type: int) -> np.ndarray:
     return t.astype(_STASH[stash_type], copy=False)
 
 
+def _compute(t: np.ndarray, stash_type: int) -> np.ndarray:
+    """The precision a normalisation computes in: stash_type, or the input's own when that is wider (float64)."""
+    return t if t.dtype == np.float64 else _stash(t, stash_type)
+
+
 def _stash_name(stash_type: int) -> str:
     if stash_type not in _STASH:
         raise ValueError(f"stash_type {stash_type} is not a floating type (1, 10, 11 or 16)")
@@ -590,7 +595,7 @@ def _group_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shap
 
 def _group_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     t, g = x[0], int(a["num_groups"])
-    grouped = _stash(t, int(a["stash_type"])).reshape((t.shape[0], g, -1))
+    grouped = _compute(t, int(a["stash_type"])).reshape((t.shape[0], g, -1))
     y = _standardise(grouped, (2,), a["epsilon"]).reshape(t.shape)
     return (y * _per_channel(x[1], t.ndim, y.dtype) + _per_channel(x[2], t.ndim, y.dtype)).astype(t.dtype, copy=False)
 
@@ -622,14 +627,14 @@ def _layer_normalization_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     t = x[0]
     axis = _ln_axis(a, t.shape)
     axes = tuple(range(axis, t.ndim))
-    xs = _stash(t, int(a["stash_type"]))
+    xs = _compute(t, int(a["stash_type"]))
     mean = xs.mean(axis=axes, keepdims=True)
     centred = xs - mean
     inv = 1 / np.sqrt((centred * centred).mean(axis=axes, keepdims=True) + np.asarray(a["epsilon"], xs.dtype))
     if a["output"] == 1:
-        return mean
+        return _stash(mean, int(a["stash_type"]))
     if a["output"] == 2:
-        return inv
+        return _stash(inv, int(a["stash_type"]))
     y = centred * inv * x[1].astype(xs.dtype, copy=False)
     if len(x) > 2:
         y = y + x[2].astype(xs.dtype, copy=False)
@@ -645,7 +650,7 @@ _def("layer_normalization", "normalisation", "ONNX LayerNormalization: standardi
 def _rms_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     t = x[0]
     axes = tuple(range(_ln_axis(a, t.shape), t.ndim))
-    xs = _stash(t, int(a["stash_type"]))
+    xs = _compute(t, int(a["stash_type"]))
     y = xs / np.sqrt((xs * xs).mean(axis=axes, keepdims=True) + np.asarray(a["epsilon"], xs.dtype))
     return (y * x[1].astype(xs.dtype, copy=False)).astype(t.dtype, copy=False)
 
