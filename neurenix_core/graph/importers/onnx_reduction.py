@@ -8,8 +8,11 @@ or from the optional ``axes`` input, which must be static. No axes means every a
 
 from __future__ import annotations
 
-from neurenix_core.graph.importers.builder import GraphBuilder, Value
-from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, ints
+import numpy as np
+
+from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
+from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, fail, ints
+from neurenix_core.graph.symbolic import NotSymbolicError
 
 __all__ = ["HANDLERS"]
 
@@ -35,10 +38,26 @@ def _reduce(op: str) -> Handler:
 
 
 def _arg(op: str) -> Handler:
+    """ArgMax / ArgMin; ``select_last_index`` (the last of equal extremes) is the first one in
+    the reversed axis, counted back from the end: (n - 1) - arg(x[::-1]), with ops every
+    backend lowers, so no backend can drop the attribute."""
+
     def run(b: GraphBuilder, n: OnnxNode) -> Value:
-        attrs = {"axis": int(n.attrs.get("axis", 0)), "keepdims": bool(n.attrs.get("keepdims", 1)),
-                 "select_last_index": bool(n.attrs.get("select_last_index", 0))}
-        return b.emit(n.name, op, [n.inputs[0]], attrs)  # type: ignore[list-item]
+        x = n.inputs[0]
+        axis, keep = int(n.attrs.get("axis", 0)), bool(n.attrs.get("keepdims", 1))
+        if not n.attrs.get("select_last_index", 0):
+            return b.emit(n.name, op, [x], {"axis": axis, "keepdims": keep})  # type: ignore[list-item]
+        shape = b.spec(x).shape  # type: ignore[arg-type]
+        if not -len(shape) <= axis < len(shape):
+            raise fail(b, n, f"has axis {axis} out of range for a rank-{len(shape)} input")
+        size = shape[axis]
+        if any(s.dynamic for s in b.inputs) and not isinstance(x, Const):
+            sym = getattr(b, "onnx_sym_shapes", {}).get(n.proto.input[0])
+            if sym is None or not isinstance(sym[axis], int):
+                raise NotSymbolicError(f"node {n.name!r} ({n.op}) reverses axis {axis} of {n.proto.input[0]!r}, whose size is dynamic")
+        flipped = b.emit(n.name + ".flip", "slice", [x], {"starts": (-1,), "ends": (-(2**62),), "axes": (axis,), "steps": (-1,)})  # type: ignore[list-item]
+        arg = b.emit(n.name + ".arg", op, [flipped], {"axis": axis, "keepdims": keep})
+        return b.emit(n.name, "sub", [Const(np.asarray(size - 1, np.int64)), arg])
 
     return run
 

@@ -11,6 +11,7 @@ fall back to the example's static shapes with a warning, instead of baking one s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,12 +23,14 @@ from neurenix_core.graph.symbolic import NotSymbolicError, SymDim
 __all__ = ["HANDLERS"]
 
 
-def _static_shape(b: GraphBuilder, n: OnnxNode, i: int = 0) -> tuple[int, ...]:
-    """Input ``i``'s shape, refused (NotSymbolicError) where the model keeps a size of it dynamic."""
+def _static_shape(b: GraphBuilder, n: OnnxNode, i: int = 0, axes: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Input ``i``'s shape, refused (NotSymbolicError) where the model keeps one of its sizes on
+    ``axes`` (None: all) dynamic: an attribute computed from it would hold the example's size."""
     shape = b.spec(n.inputs[i]).shape  # type: ignore[arg-type]
     if any(s.dynamic for s in b.inputs) and not isinstance(n.inputs[i], Const):
         sym = getattr(b, "onnx_sym_shapes", {}).get(n.proto.input[i])
-        if sym is None or any(d is None or isinstance(d, SymDim) for d in sym):
+        picked = None if sym is None else [sym[a] for a in (range(len(sym)) if axes is None else axes)]
+        if picked is None or any(d is None or isinstance(d, SymDim) for d in picked):
             raise NotSymbolicError(f"node {n.name!r} ({n.op}) computes its attributes from the sizes of {n.proto.input[i]!r}, which are dynamic")
     return tuple(int(d) for d in shape)
 
@@ -90,7 +93,15 @@ def _pad(b: GraphBuilder, n: OnnxNode) -> Value:
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise fail(b, n, f"uses pad mode {mode!r}; ONNX defines constant, reflect, edge and wrap")
     fill: Any = 0 if value is None or value.size == 0 else value.reshape(-1)[0].item()  # a Python int for integer data: no float rounding
-    return b.emit(n.name, "pad", [x], {"pads": tuple(pairs), "mode": mode, "value": fill})
+    if any(lo < 0 or hi < 0 for lo, hi in pairs):
+        # A negative pad removes elements: a slice first (ends counted from the end, so a dynamic size stays dynamic).
+        crop = [(a, max(-lo, 0), hi if hi < 0 else 2**62) for a, (lo, hi) in enumerate(pairs) if lo < 0 or hi < 0]
+        x = b.emit(n.name + ".crop", "slice", [x], {"starts": tuple(c[1] for c in crop), "ends": tuple(c[2] for c in crop),  # type: ignore[list-item]
+                                                    "axes": tuple(c[0] for c in crop)})
+        pairs = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+    if all(p == (0, 0) for p in pairs):
+        return b.emit(n.name, "identity", [x])  # type: ignore[list-item]
+    return b.emit(n.name, "pad", [x], {"pads": tuple(pairs), "mode": mode, "value": fill})  # type: ignore[list-item]
 
 
 def _tile(b: GraphBuilder, n: OnnxNode) -> Value:
@@ -105,7 +116,7 @@ def _trilu(b: GraphBuilder, n: OnnxNode) -> Value:
 def _space_to_depth(b: GraphBuilder, n: OnnxNode) -> Value:
     x = n.inputs[0]
     bs = int(n.attrs["blocksize"])
-    _, c, h, w = _static_shape(b, n)
+    _, c, h, w = _static_shape(b, n, axes=(1, 2, 3))  # the batch is copied (0), so it may stay dynamic
     if h % bs or w % bs:
         raise fail(b, n, f"has height {h} / width {w} that blocksize {bs} does not divide")
     # 0 copies the batch dimension, so a dynamic batch stays dynamic.
@@ -121,7 +132,7 @@ def _space_to_depth(b: GraphBuilder, n: OnnxNode) -> Value:
 def _depth_to_space(b: GraphBuilder, n: OnnxNode) -> Value:
     x = n.inputs[0]
     bs = int(n.attrs["blocksize"])
-    _, c, h, w = _static_shape(b, n)
+    _, c, h, w = _static_shape(b, n, axes=(1, 2, 3))
     if c % (bs * bs):
         raise fail(b, n, f"has {c} channels, which blocksize {bs}^2 does not divide")
     mode = n.attrs.get("mode", "DCR")
@@ -138,10 +149,10 @@ def _depth_to_space(b: GraphBuilder, n: OnnxNode) -> Value:
 
 def _center_crop_pad(b: GraphBuilder, n: OnnxNode) -> Value:
     x = n.inputs[0]
-    shape = _static_shape(b, n)
-    rank = len(shape)
+    rank = len(b.spec(x).shape)  # type: ignore[arg-type]
     target = ints(const(b, n, 1, "target shape"))
     axes = tuple(int(a) % rank for a in n.attrs.get("axes", range(rank)))
+    shape = _static_shape(b, n, axes=axes)
     if len(target) != len(axes):
         raise fail(b, n, f"has {len(target)} target sizes for {len(axes)} axes")
     starts, ends, crop_axes, pads = [], [], [], [(0, 0)] * rank
@@ -164,6 +175,24 @@ def _center_crop_pad(b: GraphBuilder, n: OnnxNode) -> Value:
 
 
 # ----------------------------------------------------------------------------- indexing and scatter
+def _gather_nd(b: GraphBuilder, n: OnnxNode) -> Value:
+    """GatherND; ``batch_dims`` > 0 becomes batch_dims 0 with the batch position prepended to
+    every coordinate tuple (a constant grid), so backends that lower only batch_dims 0 stay right."""
+    data, idx = n.inputs[0], n.inputs[1]
+    nb = int(n.attrs.get("batch_dims", 0))
+    if nb == 0:
+        return b.emit(n.name, "gather_nd", [data, idx], {"batch_dims": 0})  # type: ignore[list-item]
+    ishape = _static_shape(b, n, 1)
+    dshape = _static_shape(b, n, 0, axes=range(nb))
+    if not 0 < nb < len(ishape) or ishape[:nb] != dshape[:nb]:
+        raise fail(b, n, f"has batch_dims {nb} for data {dshape} and indices {ishape}, whose leading dimensions must match")
+    grid = np.stack(np.meshgrid(*(np.arange(d) for d in ishape[:nb]), indexing="ij"), axis=-1)  # (batch..., nb)
+    grid = grid.reshape(ishape[:nb] + (1,) * (len(ishape) - 1 - nb) + (nb,))
+    grid = np.broadcast_to(grid, ishape[:-1] + (nb,)).astype(b.spec(idx).dtype)  # type: ignore[arg-type]
+    full = b.emit(n.name + ".coords", "concat", [Const(np.ascontiguousarray(grid)), idx], {"axis": -1})  # type: ignore[list-item]
+    return b.emit(n.name, "gather_nd", [data, full], {"batch_dims": 0})
+
+
 def _scatter_elements(b: GraphBuilder, n: OnnxNode) -> Value:
     return b.emit(n.name, "scatter_elements", n.inputs[:3],  # type: ignore[arg-type]
                   {"axis": int(n.attrs.get("axis", 0)), "reduction": n.attrs.get("reduction", "none")})
@@ -244,7 +273,7 @@ def _window(kind: str) -> Handler:
 
 
 HANDLERS: dict[str, Handler] = {
-    "Flatten": _flatten, "Pad": _pad, "Tile": _tile, "Trilu": _trilu,
+    "Flatten": _flatten, "Pad": _pad, "GatherND": _gather_nd, "Tile": _tile, "Trilu": _trilu,
     "SpaceToDepth": _space_to_depth, "DepthToSpace": _depth_to_space, "CenterCropPad": _center_crop_pad,
     "ScatterElements": _scatter_elements, "Scatter": _scatter_elements, "ScatterND": _scatter_nd, "TensorScatter": _tensor_scatter,
     "OneHot": _one_hot, "TopK": _topk, "Unique": _unique, "NonZero": _nonzero, "Compress": _compress,

@@ -101,19 +101,7 @@ def _arg_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape,
     return shape, "int64"
 
 
-def _arg_ref(fn: Callable[..., np.ndarray]) -> Callable[[Attrs, Arrays, Params], np.ndarray]:
-    def ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
-        v = x[0]
-        ax = _axis(a["axis"], v.ndim)
-        if not a["select_last_index"]:
-            return np.asarray(fn(v, axis=ax, keepdims=a["keepdims"])).astype(np.int64)
-        # The last of equal extremes: the first one in the reversed axis, mapped back.
-        flipped = np.asarray(fn(np.flip(v, ax), axis=ax, keepdims=a["keepdims"]))
-        return (v.shape[ax] - 1 - flipped).astype(np.int64)
-
-    return ref
-
-
 for _name, _fn in {"argmax": np.argmax, "argmin": np.argmin}.items():
-    _def(_name, "reduction", f"index of the {_name[3:]} along axis (int64); ties: first, or last with select_last_index", ("x",), _arg_rule,
-         _arg_ref(_fn), attrs={"axis": 0, "keepdims": True, "select_last_index": False})
+    _def(_name, "reduction", f"index of the {_name[3:]} along axis (int64), first on ties (ONNX's select_last_index: the importer flips the axis)",
+         ("x",), _arg_rule, lambda a, x, p, fn=_fn: np.asarray(fn(x[0], axis=_axis(a["axis"], x[0].ndim), keepdims=a["keepdims"])).astype(np.int64),
+         attrs={"axis": 0, "keepdims": True})
