@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.graph.importers.builder import GraphBuilder, Value
-from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, fail, ints
+from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, dims, fail, ints
 from neurenix_core.graph.opset.image import COORDINATE_MODES, GRID_MODES, NEAREST_MODES, PADDING_MODES, RESIZE_MODES
+from neurenix_core.graph.symbolic import SymDim
 
 __all__ = ["HANDLERS"]
 
@@ -38,9 +39,9 @@ def _resize_axes(b: GraphBuilder, n: OnnxNode, rank: int) -> list[int]:
     return [v % rank for v in axes]
 
 
-def _resize_plan(b: GraphBuilder, n: OnnxNode, shape: tuple[int, ...], axes: list[int]) -> tuple[list[int], list[float] | None]:
-    """Output length per axis in ``axes`` and the scales driving the coordinate transformation
-    (None: out / in)."""
+def _resize_plan(b: GraphBuilder, n: OnnxNode, shape: tuple[int, ...], axes: list[int]) -> tuple[list[Any], list[float] | None]:
+    """Output length per axis in ``axes`` (an int or a SymDim) and the scales driving the
+    coordinate transformation (None: out / in)."""
     scales, sizes = _operand(b, n, 2, "scales"), _operand(b, n, 3, "sizes")
     if (scales is None) == (sizes is None):
         raise fail(b, n, "needs exactly one of its scales and sizes operands")
@@ -53,12 +54,14 @@ def _resize_plan(b: GraphBuilder, n: OnnxNode, shape: tuple[int, ...], axes: lis
         if any(not f > 0 for f in factors):
             raise fail(b, n, f"has scales {factors}; they must be positive")
         return [int(f * shape[ax]) for f, ax in zip(factors, axes)], factors
-    out = [int(v) for v in sizes]  # type: ignore[union-attr]
+    out = list(dims(sizes))  # a size computed from a dynamic axis (Shape of another value) stays symbolic
     policy = _text(n, "keep_aspect_ratio_policy", "stretch")
     if policy == "stretch":
         return out, None
     if policy not in ("not_larger", "not_smaller"):
         raise fail(b, n, f"has keep_aspect_ratio_policy {policy!r}; ONNX defines stretch, not_larger and not_smaller")
+    if any(isinstance(v, SymDim) for v in out):
+        raise fail(b, n, "keeps the aspect ratio of sizes that depend on a dynamic axis; export it with static sizes")
     ratios = [o / shape[ax] for o, ax in zip(out, axes)]
     s = min(ratios) if policy == "not_larger" else max(ratios)
     return [int(s * shape[ax] + 0.5) for ax in axes], [s] * len(axes)  # round half up, as ONNX does
