@@ -279,6 +279,8 @@ CONV_TS = [
     ("2d output_padding", (1, 1, 3, 3), (1, 2, 3, 3), {"strides": [3, 2], "output_padding": [1, 1]}, [0, 0], [10, 8]),
     ("2d output_shape", (1, 1, 3, 3), (1, 2, 3, 3), {"strides": [3, 2], "output_shape": [10, 8]}, [0, 0], [10, 8]),
     ("2d same upper", (1, 1, 3, 3), (1, 2, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}, [0, 0], [6, 6]),
+    # stride beyond the kernel: the full size (9), not size * stride (ONNX shape inference and ONNX Runtime)
+    ("1d same, stride beyond the kernel", (1, 2, 5), (2, 2, 1), {"strides": [2], "auto_pad": "SAME_LOWER"}, [0], [9]),
     ("2d group 2", (1, 4, 3, 2), (4, 1, 2, 2), {"group": 2, "pads": [0, 1, 1, 0]}, [0, 1], None),
     ("3d", (1, 1, 2, 3, 2), (1, 2, 2, 2, 3), {"strides": [1, 2, 1]}, [0, 0, 0], None),
 ]

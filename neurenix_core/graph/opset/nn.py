@@ -431,8 +431,9 @@ def _conv_t_geometry(a: Attrs, x: Shape, w: Shape) -> tuple[tuple[int, ...], ...
             total = [max(0, f - o) for f, o in zip(full, out)]
             begin = tuple(t // 2 if a["auto_pad"] == "SAME_UPPER" else t - t // 2 for t in total)
     elif a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
-        out = tuple(n * s for n, s in zip(x[2:], st))
-        total = [max(0, f - o) for f, o in zip(full, out)]
+        # size * stride, or the full size where that is smaller (ONNX shape inference and ONNX Runtime)
+        total = [max(0, f - n * s) for f, n, s in zip(full, x[2:], st)]
+        out = tuple(f - t for f, t in zip(full, total))
         begin = tuple(t // 2 if a["auto_pad"] == "SAME_UPPER" else t - t // 2 for t in total)
     else:
         end = tuple(int(v) for v in a["pads"][nd:]) if explicit else (0,) * nd
