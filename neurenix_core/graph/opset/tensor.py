@@ -202,33 +202,25 @@ _def("gather_elements", "indexing", "data[..., indices[i, j, ...], ...] along ax
 
 def _gather_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
     _index_dtype(d[1], "gather_nd")
-    nb = int(a["batch_dims"])
-    data, idx = s
-    if not idx or nb < 0 or nb >= min(len(data), len(idx)) or data[:nb] != idx[:nb]:
-        raise ValueError(f"gather_nd indices {idx} and data {data} need the same {nb} leading batch dimension(s) and an index axis")
-    k = idx[-1]
-    if nb + k > len(data):
-        raise ValueError(f"gather_nd indices {idx} carry {k} coordinates; data {data} has {len(data) - nb} after {nb} batch dimension(s)")
-    return idx[:-1] + data[nb + k :], d[0]
+    if a["batch_dims"] != 0:
+        # Every backend lowers batch_dims 0 only; the ONNX importer prepends the batch coordinates instead.
+        raise ValueError(f"gather_nd supports batch_dims=0, got {a['batch_dims']}")
+    k = s[1][-1] if s[1] else 0
+    if not s[1] or k > len(s[0]):
+        raise ValueError(f"gather_nd indices {s[1]} need a last axis of at most {len(s[0])} coordinates")
+    return s[1][:-1] + s[0][k:], d[0]
 
 
 def _gather_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
-    nb = int(a["batch_dims"])
-    data, idx = x[0], x[1].astype(np.int64)
-    k = idx.shape[-1]
-    batch = data.shape[:nb]
-    flat = data.reshape((_numel(batch),) + data.shape[nb:])  # the batch dimensions as one
-    ix = idx.reshape((_numel(batch),) + idx.shape[nb:])
-    dims = np.asarray(flat.shape[1 : k + 1], np.int64)
-    ix = np.where(ix < 0, ix + dims, ix)
-    if ix.size and (np.any(ix < 0) or np.any(ix >= dims)):
-        raise ValueError(f"gather_nd index out of range for data of shape {data.shape}")
-    row = np.arange(flat.shape[0]).reshape((-1,) + (1,) * (ix.ndim - 2))
-    out = flat[(np.broadcast_to(row, ix.shape[:-1]),) + tuple(np.moveaxis(ix, -1, 0))]
-    return _contiguous(out.reshape(idx.shape[:-1] + data.shape[nb + k :]))
+    k = x[1].shape[-1]
+    dims = np.asarray(x[0].shape[:k], np.int64)
+    idx = np.where(x[1] < 0, x[1] + dims, x[1])
+    if idx.size and (np.any(idx < 0) or np.any(idx >= dims)):
+        raise ValueError(f"gather_nd index out of range for data of shape {x[0].shape}")
+    return _contiguous(x[0][tuple(np.moveaxis(idx, -1, 0))])
 
 
-_def("gather_nd", "indexing", "data at the coordinates in indices' last axis, after batch_dims shared leading axes (ONNX GatherND)",
+_def("gather_nd", "indexing", "data at the coordinates in indices' last axis (ONNX GatherND, batch_dims 0)",
      ("data", "indices"), _gather_nd_rule, _gather_nd_ref, attrs={"batch_dims": 0})
 
 
