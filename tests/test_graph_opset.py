@@ -11,7 +11,7 @@ from neurenix_core.errors import ShapeError
 from neurenix_core.graph import opset
 from neurenix_core.graph.decompose import decompose_node, legalize
 from neurenix_core.graph.ir import OPS, Graph, Node, TensorSpec
-from neurenix_core.graph.opnames import OPSET_NAMES
+from neurenix_core.graph.opnames import OPSET_NAMES, PORTABLE_ATTRS
 from neurenix_core.graph.reference import run_graph
 from neurenix_core.graph.shapes import infer_values
 
@@ -44,10 +44,13 @@ def _inputs(specs: list[tuple[tuple[int, ...], str]]) -> list[np.ndarray]:
     return [RNG.integers(0, 10, s) if d == "int64" else RNG.standard_normal(s) for s, d in specs]
 
 
-def test_the_names_only_tuple_is_the_opset() -> None:
-    """Plugins declare ``graph_ops=OPSET_NAMES`` without importing the opset: it must list exactly
-    the opset's ops, sorted, once each (a new op is added to both)."""
-    assert OPSET_NAMES == tuple(sorted(opset.OPSET))
+def test_the_names_only_tuple_is_the_portable_opset() -> None:
+    """Plugins declare ``graph_ops=OPSET_NAMES`` without importing the opset: the portable ops,
+    sorted, once each, every one in the opset with every attribute it had then."""
+    assert OPSET_NAMES == tuple(sorted(set(OPSET_NAMES))) == tuple(sorted(PORTABLE_ATTRS))
+    assert set(OPSET_NAMES) <= set(opset.OPSET)
+    for op, attrs in PORTABLE_ATTRS.items():
+        assert set(attrs) <= set(opset.OPSET[op].attrs), op
 
 
 def test_every_composite_has_a_case() -> None:

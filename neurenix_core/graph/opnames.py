@@ -1,18 +1,24 @@
-"""The names of the op-level opset (``opset.OPSET``), as data that costs nothing to import.
+"""The portable opset's names and attributes, as data that costs nothing to import.
 
-Plugin manifests load at ``import neurenix_core``, where the opset module itself (reference
-kernels, shape rules) is too heavy to import. A plugin whose ``neurenix_compile`` lowers the whole
-opset declares ``Capabilities(graph_ops=OPSET_NAMES)`` and keeps a test that its lowering table
-covers exactly these; ``tests/test_graph_opset.py`` keeps this tuple equal to ``opset.OPSET``.
+The portable opset is the 83 ops of release 0.2 that every whole-model plugin lowers; the opset
+(``opset.OPSET``) has grown since to ONNX's default domain, and ops beyond the portable ones run
+on cpu:0 unless a plugin declares them by name. Plugin manifests load at ``import neurenix_core``,
+where the opset package itself (reference kernels, shape rules) is too heavy to import. A plugin
+whose ``neurenix_compile`` lowers the whole portable opset declares
+``Capabilities(graph_ops=OPSET_NAMES)`` and keeps a test that its lowering table covers exactly
+these. ``PORTABLE_ATTRS`` are the attributes those ops had then: an attribute a portable op gained
+later (``argmax``'s ``select_last_index`` ...) is one no plugin lowered, so placement sends a node
+that sets it to something other than its default to cpu:0 (``graph.placement``).
+``tests/test_graph_opset.py`` keeps both in step with ``opset.OPSET``.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["OPSET_NAMES"]
+__all__ = ["OPSET_NAMES", "PORTABLE_ATTRS"]
 
-#: Every op of ``opset.OPSET``, sorted.
+#: The portable ops, sorted.
 OPSET_NAMES: Final[tuple[str, ...]] = (
     "abs", "adaptive_avg_pool2d", "adaptive_max_pool2d", "add", "argmax", "argmin", "avg_pool2d", "batch_norm2d", "cast",
     "ceil", "clip", "concat", "constant", "conv1d", "conv2d", "conv_transpose2d", "cos", "div", "dropout", "embedding",
@@ -24,3 +30,28 @@ OPSET_NAMES: Final[tuple[str, ...]] = (
     "scaled_dot_product_attention", "sigmoid", "sign", "silu", "sin", "slice", "softmax", "split", "sqrt", "squeeze", "sub",
     "tanh", "transpose", "unsqueeze", "where",
 )
+
+#: op -> the attributes it had in the portable opset (release 0.2).
+PORTABLE_ATTRS: Final[dict[str, tuple[str, ...]]] = {
+    "abs": (), "adaptive_avg_pool2d": ('output_size',), "adaptive_max_pool2d": ('output_size',), "add": (),
+    "argmax": ('axis', 'keepdims'), "argmin": ('axis', 'keepdims'),
+    "avg_pool2d": ('kernel_size', 'stride', 'padding', 'count_include_pad'), "batch_norm2d": ('num_features', 'eps'),
+    "cast": ('to',), "ceil": (), "clip": ('min', 'max'), "concat": ('axis',), "constant": (),
+    "conv1d": ('stride', 'padding', 'dilation', 'groups'),
+    "conv2d": ('in_channels', 'out_channels', 'kernel_size', 'stride', 'padding', 'dilation', 'groups'),
+    "conv_transpose2d": ('in_channels', 'out_channels', 'kernel_size', 'stride', 'padding', 'output_padding', 'dilation', 'groups'),
+    "cos": (), "div": (), "dropout": ('p',), "embedding": (), "equal": (), "erf": (), "exp": (), "expand": ('shape',),
+    "flatten": ('start_dim', 'end_dim'), "floor": (), "gather": ('axis',), "gather_elements": ('axis',),
+    "gather_nd": ('batch_dims',), "gelu": ('approximate',), "gemm": ('alpha', 'beta', 'trans_a', 'trans_b'),
+    "global_avg_pool": (), "global_max_pool": (), "greater": (), "greater_equal": (), "hardsigmoid": ('alpha', 'beta'),
+    "hardswish": (), "identity": (), "isnan": (), "layer_norm": ('normalized_shape', 'eps'), "leaky_relu": ('alpha',),
+    "less": (), "less_equal": (), "linear": ('in_features', 'out_features'), "log": (), "log_softmax": ('axis',),
+    "logical_and": (), "logical_not": (), "logical_or": (), "matmul": (), "max_pool2d": ('kernel_size', 'stride', 'padding'),
+    "maximum": (), "minimum": (), "mul": (), "multihead_attention": ('embed_dim', 'num_heads', 'batch_first'), "neg": (),
+    "not_equal": (), "pad": ('pads', 'mode', 'value'), "pow": (), "reciprocal": (), "reduce_max": ('axes', 'keepdims'),
+    "reduce_mean": ('axes', 'keepdims'), "reduce_min": ('axes', 'keepdims'), "reduce_prod": ('axes', 'keepdims'),
+    "reduce_sum": ('axes', 'keepdims'), "relu": (), "reshape": ('shape',), "rsqrt": (),
+    "scaled_dot_product_attention": ('scale', 'is_causal'), "sigmoid": (), "sign": (), "silu": (), "sin": (),
+    "slice": ('starts', 'ends', 'axes', 'steps'), "softmax": ('axis',), "split": ('axis', 'sizes', 'index'), "sqrt": (),
+    "squeeze": ('axes',), "sub": (), "tanh": (), "transpose": ('perm',), "unsqueeze": ('axes',), "where": (),
+}

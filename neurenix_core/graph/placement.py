@@ -22,6 +22,7 @@ from typing import final
 from neurenix_core.graph import opset
 from neurenix_core.graph.decompose import legalize
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.opnames import PORTABLE_ATTRS
 from neurenix_core.graph.shapes import ValueSpec, infer_values
 
 __all__ = ["OffDevice", "Segment", "Placement", "place", "node_flops", "moved_to_cpu"]
@@ -111,12 +112,29 @@ def node_flops(node: Node, specs: Mapping[str, ValueSpec]) -> int:
     return int(d.flops(attrs, [specs[i].shape for i in node.inputs], specs[node.output].shape, node.params))
 
 
+def _newer_attribute(node: Node) -> str | None:
+    """``name=value`` of an attribute the portable op gained after the portable opset, set to
+    something other than its default (no plugin lowers it), else None."""
+    known = PORTABLE_ATTRS.get(node.op)
+    if known is None:
+        return None  # an op beyond the portable opset: a plugin that declares it by name lowers all of it
+    defaults = opset.OPSET[node.op].attrs
+    for key, value in node.attrs.items():
+        if key not in known and key in defaults and value != defaults[key]:
+            return f"{key}={value!r}"
+    return None
+
+
 def _reason(node: Node, specs: Mapping[str, ValueSpec], declared: Collection[str], dtypes: Collection[str], plugin: str,
-            missing: str | None = None) -> str | None:
+            missing: str | None = None, host: bool = False) -> str | None:
     """Why the device cannot run ``node`` (None: it can); ``missing`` says why for an op outside
-    ``declared`` (default: the plugin does not declare it)."""
+    ``declared`` (default: the plugin does not declare it). ``host``: the device is cpu:0, which
+    runs the whole opset."""
     if node.op not in declared:
         return missing or f"op not declared by plugin {plugin}"
+    newer = None if host else _newer_attribute(node)
+    if newer is not None:
+        return f"attribute {newer} is newer than plugin {plugin}'s lowering of {node.op}"
     for value in (*node.inputs, node.output):
         dtype = specs[value].dtype
         if dtype not in dtypes:
@@ -163,7 +181,7 @@ def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], devi
     flops: Counter[str] = Counter()
     host_consts: set[str] = set()
     consumers_on: dict[str, list[bool]] = {}
-    reasons = {n.name: _reason(n, specs, declared, dtypes, plugin, missing) for n in nodes if n.op != "constant"}
+    reasons = {n.name: _reason(n, specs, declared, dtypes, plugin, missing, device == CPU) for n in nodes if n.op != "constant"}
     for n in nodes:
         for i in n.inputs:
             consumers_on.setdefault(i, []).append(n.op != "constant" and reasons[n.name] is None)

@@ -42,7 +42,7 @@ class GraphModule(Module):
         for node in graph.nodes:
             for key, arr in node.params.items():
                 if _is_weight(arr):
-                    self.register_parameter(f"{node.name}.{key}", asarray(np.asarray(arr, np.float32)))
+                    self.register_parameter(f"{node.name}.{key}", asarray(np.asarray(arr)))  # its own dtype: float16 stays float16
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -129,11 +129,28 @@ def _softmax(name: str) -> Handler:
     return lower
 
 
+#: The value reduce_max / reduce_min give when every element is it (or there is none): OpenVINO's
+#: CPU kernels start from the lowest / highest finite float and return that for a row of -inf /
+#: +inf, where ONNX (and NumPy) give -inf / +inf.
+_EXTREMES: Final = {"reduce_max": -np.inf, "reduce_min": np.inf}
+
+
 def _reduce(name: str) -> Handler:
     def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
         ndim = len(lw.shape(x[0]))
-        axes = range(ndim) if a["axes"] is None else [axis_of(int(v), ndim) for v in a["axes"]]
-        return getattr(lw.op, name)(x[0], lw.axes(sorted(axes)), bool(a["keepdims"]))
+        axes = lw.axes(sorted(range(ndim) if a["axes"] is None else [axis_of(int(v), ndim) for v in a["axes"]]))
+        keep, dtype = bool(a["keepdims"]), lw.specs[node.inputs[0]].dtype
+        if dtype == "bool":  # OpenVINO reduces numbers only: max is "any", min is "all"
+            logical = {"reduce_max": "reduce_logical_or", "reduce_min": "reduce_logical_and"}.get(name)
+            if logical is not None:
+                return getattr(lw.op, logical)(x[0], axes, keep)
+            return lw.to_dtype(getattr(lw.op, name)(lw.to_dtype(x[0], "int64"), axes, keep), "bool")
+        out = getattr(lw.op, name)(x[0], axes, keep)
+        if name in _EXTREMES and dtype.startswith(("float", "bfloat")):
+            extreme = lw.const(np.asarray(_EXTREMES[name], np.float32))
+            every = lw.op.reduce_logical_and(lw.op.equal(x[0], extreme), axes, keep)
+            out = lw.op.select(every, extreme, out)
+        return out
 
     return lower
 
