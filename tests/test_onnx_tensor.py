@@ -282,3 +282,16 @@ def test_a_value_dependent_shape_from_a_computed_value_is_refused_by_name() -> N
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
     with pytest.raises(NeurenixError, match=r"'nz' \(op NonZero\)"):
         nx.compile(nn.from_onnx(model), device="cpu:0", precision="fp32", outputs="host", progress=False)(x)
+
+
+@pytest.mark.parametrize("axis", [0, 2, -1])
+def test_flatten_keeps_a_dynamic_batch_dynamic(axis: int) -> None:
+    graph = helper.make_graph([helper.make_node("Flatten", ["x"], ["y"], axis=axis)], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    compiled = nx.compile(nn.from_onnx(model), device="cpu:0", precision="fp32", outputs="host", progress=False)
+    k = axis + 3 if axis < 0 else axis
+    for batch in (2, 5):
+        x = RNG.standard_normal((batch, 3, 4)).astype(np.float32)
+        check(np.asarray(compiled(x)), x.reshape(int(np.prod(x.shape[:k])), -1))

@@ -69,9 +69,10 @@ def _flatten(b: GraphBuilder, n: OnnxNode) -> Value:
     if axis in (0, rank):
         flat = b.emit(n.name + ".all", "flatten", [x], {"start_dim": 0, "end_dim": -1})  # type: ignore[list-item]
         return b.emit(n.name, "unsqueeze", [flat], {"axes": (0 if axis == 0 else 1,)})
+    if axis == 1:  # PyTorch's flatten(x, 1), the common case: one node
+        op, attrs = ("identity", {}) if rank == 2 else ("flatten", {"start_dim": 1, "end_dim": -1})
+        return b.emit(n.name, op, [x], attrs)  # type: ignore[list-item]
     inner = x if axis == rank - 1 else b.emit(n.name + ".inner", "flatten", [x], {"start_dim": axis, "end_dim": -1})  # type: ignore[list-item]
-    if axis == 1:
-        return inner if inner is not x else b.emit(n.name, "identity", [x])  # type: ignore[list-item]
     return b.emit(n.name, "flatten", [inner], {"start_dim": 0, "end_dim": axis - 1})  # type: ignore[list-item]
 
 
