@@ -636,6 +636,7 @@ def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None) -> 
 
     name = proto.graph.name or "model"
     b = GraphBuilder(f"from_onnx({name})")
+    b.onnx_opset = _default_opset(proto)  # type: ignore[attr-defined] # attribute defaults that changed between opsets
     env: dict[str, Any] = {"": None}
     for init in proto.graph.initializer:
         env[init.name] = Const(numpy_helper.to_array(init))
@@ -665,7 +666,7 @@ def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None) -> 
             out = _symbolic_fold(n)  # shape arithmetic (Mod has no graph mapping, only this one)
         elif handler is None:
             raise _fail(b, n, "has no mapping to the neurenix opset")
-        elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range"):
+        elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):
             raise NotSymbolicError(f"node {n.name!r} ({node.op_type}) mixes a symbolic size with run-time values")
         else:
             out = handler(b, n)
