@@ -32,7 +32,7 @@ import numpy as np
 
 
 __all__ = [
-    "OpDef", "OPSET", "LEGACY_OPS", "DTYPES", "REQUIRED", "Builder", "attrs_of", "markdown_table", "infer", "evaluate",
+    "OpDef", "OPSET", "LEGACY_OPS", "DTYPES", "VALUE_KINDS", "REQUIRED", "Builder", "attrs_of", "markdown_table", "infer", "evaluate",
 ]
 
 Shape = tuple[int, ...]
@@ -42,6 +42,15 @@ Attrs = Mapping[str, Any]
 
 #: Value dtypes a graph may carry.
 DTYPES: Final = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+
+#: Values that are not tensors (ONNX sequences and optionals), run on cpu:0 only: at run time a
+#: sequence is a Python list of arrays, an optional is its element or None (empty); their static
+#: shape is () (the elements' shapes are known per call only).
+VALUE_KINDS: Final = frozenset(
+    [f"seq({d})" for d in DTYPES] + [f"optional({d})" for d in DTYPES] + [f"optional(seq({d}))" for d in DTYPES])
+
+#: The op categories whose values may be sequences or optionals.
+_VALUE_KIND_CATEGORIES: Final = frozenset({"sequence", "control"})
 
 #: The ops of the first release: a plugin whose manifest declares no ``graph_ops`` lowers these.
 LEGACY_OPS: Final = frozenset({
@@ -206,8 +215,16 @@ def infer(op: str, attrs: Attrs, shapes: list[Shape], dtypes: list[str], params:
 
 
 def evaluate(op: str, attrs: Attrs, inputs: Arrays, params: Params) -> np.ndarray:
-    """The op's reference semantics on NumPy arrays (float precision follows the inputs)."""
-    return np.asarray(OPSET[op].ref(attrs_of(op, attrs), inputs, params))
+    """The op's reference semantics on NumPy arrays (float precision follows the inputs); a
+    sequence (a list of arrays) or an empty optional (None) from a sequence or control-flow op
+    comes back as it is."""
+    d = OPSET[op]
+    if op == "identity" and inputs and (inputs[0] is None or isinstance(inputs[0], list)):
+        return inputs[0]  # type: ignore[return-value]  # a copied graph output or ONNX Identity of a sequence / optional
+    out = d.ref(attrs_of(op, attrs), inputs, params)
+    if d.category in _VALUE_KIND_CATEGORIES and (out is None or isinstance(out, list)):
+        return out  # type: ignore[return-value]
+    return np.asarray(out)
 
 
 def markdown_table() -> str:
