@@ -21,6 +21,7 @@ from neurenix_core.graph import qmath as Q
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.opset.schema import VALUE_KINDS
 
 __all__ = ["run_graph", "run_quantized", "eval_node", "specialized"]
 
@@ -36,7 +37,9 @@ def eval_node(node: Node, inputs: Arrays, params: Mapping[str, np.ndarray] | Non
     reference), integers and bools as they are; ``float_dtype=None`` keeps every value's own
     dtype (the CPU backend: a float16 or float64 model computes in its dtype). ``params``
     overrides the node's own (e.g. fake-quantized weights)."""
-    def cast(a: Any) -> np.ndarray:
+    def cast(a: Any) -> Any:
+        if a is None or isinstance(a, list):  # an empty optional, a sequence (its tensors one by one)
+            return a if a is None else [cast(v) for v in a]
         arr = np.asarray(a)
         return arr.astype(float_dtype, copy=False) if float_dtype is not None and arr.dtype.kind == "f" else arr
 
@@ -44,8 +47,10 @@ def eval_node(node: Node, inputs: Arrays, params: Mapping[str, np.ndarray] | Non
     try:
         out = opset.evaluate(node.op, node.attrs, [cast(a) for a in inputs], p)
     except ValueError as exc:
-        shapes = [tuple(np.shape(a)) for a in inputs]
+        shapes = [f"sequence of {len(a)}" if isinstance(a, list) else tuple(np.shape(a)) for a in inputs]
         raise ShapeError(f"layer {node.name!r} ({node.op}) cannot take input shape(s) {shapes}: {exc}") from exc
+    if out is None or isinstance(out, list):
+        return out if float_dtype is None else cast(out)
     return out.astype(float_dtype, copy=False) if float_dtype is not None and out.dtype.kind == "f" else out
 
 
@@ -61,7 +66,9 @@ def _fq_params(node: Node, plan: QuantizationPlan) -> Mapping[str, np.ndarray] |
     return dict(node.params) | {"weight": Q.fake_quantize(np.asarray(node.params["weight"]), qp)}
 
 
-def _input_array(x: Any, dtype: str, float_dtype: Any) -> np.ndarray:
+def _input_array(x: Any, dtype: str, float_dtype: Any) -> Any:
+    if dtype in VALUE_KINDS:  # a sequence (list of arrays) or optional (array or None)
+        return x if x is None else [np.asarray(v) for v in x] if isinstance(x, (list, tuple)) else np.asarray(x)
     arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)
     if dtype.startswith(("float", "bfloat")) and float_dtype is not None:
         return arr.astype(float_dtype, copy=False)
@@ -75,7 +82,8 @@ def specialized(graph: Graph, inputs: Sequence[Any]) -> Graph:
         return graph
     from neurenix_core.graph.specialize import fold_size_constants  # what nx.compile runs: same value names
 
-    shapes = (tuple(np.shape(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)) for x in inputs)
+    shapes = (() if s.dtype in VALUE_KINDS else tuple(np.shape(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x))
+              for s, x in zip(graph.inputs, inputs))
     return fold_size_constants(graph.with_input_shapes(*shapes))
 
 
