@@ -24,6 +24,7 @@ from neurenix_core.errors import (
 from neurenix_core.graph.inputs import check_outputs, deliver_tensors, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
+from neurenix_core.graph.opset.schema import VALUE_KINDS
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.tensor.dtypes import contiguous
 from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
@@ -71,6 +72,20 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
     compiled._values = values
     return compiled
+
+
+def _deliver(outs: tuple[Any, ...], outputs: str) -> tuple[Any, ...]:
+    """``deliver_tensors``, with a sequence output (a list of Tensors) delivered element by element
+    and an empty optional (None) as None."""
+    if all(isinstance(o, Tensor) for o in outs):
+        return deliver_tensors(outs, outputs)
+
+    def one(o: Any) -> Any:
+        if o is None:
+            return None
+        return [one(v) for v in o] if isinstance(o, list) else deliver_tensors((o,), outputs)[0]
+
+    return tuple(one(o) for o in outs)
 
 
 def _graph_of(model: Any) -> Graph:
@@ -152,7 +167,8 @@ class Compiled:
         self._placements: dict[tuple[tuple[int, ...], ...], Any] = {}
         # Every input in the dtype the model declares (float32 for nn models and most imports;
         # a float16 or float64 model's inputs stay float16 or float64, token ids int64).
-        self._input_dtypes = [opset_dtype(s.dtype) for s in graph.inputs]
+        # A sequence / optional input (an ONNX import's) has None: it is passed as it is (list, array or None).
+        self._input_dtypes = [None if s.dtype in VALUE_KINDS else opset_dtype(s.dtype) for s in graph.inputs]
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -225,7 +241,7 @@ class Compiled:
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
         natives = [self._native(x, i) for i, x in enumerate(inputs)]
         shape_of = self._backend._shape_of
-        shapes = tuple(tuple(shape_of(n)) for n in natives)
+        shapes = tuple(() if d is None else tuple(shape_of(n)) for n, d in zip(natives, self._input_dtypes))
         if self._values is not None:
             runner = self._value_runner(shapes, natives)
         else:
@@ -236,7 +252,7 @@ class Compiled:
                 self._set_fast(shapes)
         outs = runner(*natives)
         if self.outputs != "device":
-            outs = deliver_tensors(outs, self.outputs)
+            outs = _deliver(outs, self.outputs)
         return outs[0] if len(outs) == 1 else outs
 
     def _value_key(self, shapes: tuple[tuple[int, ...], ...], hosts: Mapping[str, np.ndarray]) -> Any:
@@ -275,6 +291,8 @@ class Compiled:
     def _native(self, x: Any, i: int) -> Any:
         """Input ``i`` as a native array on the model's device: the one rule of graph.inputs
         (float inputs become float32; integer inputs such as token ids keep their declared dtype)."""
+        if self._input_dtypes[i] is None:  # a sequence or optional: run by cpu:0 on the host
+            return x if x is None else [np.asarray(v) for v in x] if isinstance(x, (list, tuple)) else np.asarray(x)
         return to_device_input(x, i, self.device, self._backend, self._input_dtypes[i])
 
     def _tensors(self, natives: tuple[Any, ...]) -> tuple[Tensor, ...]:
@@ -331,7 +349,7 @@ class Compiled:
         plugin = self._record.name
         missing = f"op not declared by plugin {plugin}"
         if str(self.device.type) == "cpu":
-            declared, dtypes = set(opset.OPSET), set(opset.DTYPES)
+            declared, dtypes = set(opset.OPSET), set(opset.DTYPES) | VALUE_KINDS
         elif compiles:
             declared = set(caps.graph_ops) if caps.graph_ops is not None else set(opset.LEGACY_OPS)
             dtypes = set(caps.graph_dtypes)
@@ -543,10 +561,17 @@ class Compiled:
 
         dev, to_host = self.device, self._backend._to_host
 
+        kinds = [s.dtype in VALUE_KINDS for s in graph.inputs]
+
+        def tensor(o: Any) -> Any:  # a sequence is a list of Tensors, an empty optional None
+            if o is None or isinstance(o, list):
+                return o if o is None else [tensor(v) for v in o]
+            return asarray(contiguous(np.asarray(o)), device=dev)
+
         def run(*natives: Any) -> tuple[Tensor, ...]:
-            out = run_graph(graph, *(to_host(n) for n in natives), float_dtype=None)
+            out = run_graph(graph, *(n if kind else to_host(n) for n, kind in zip(natives, kinds)), float_dtype=None)
             outs = out if isinstance(out, tuple) else (out,)
-            return tuple(asarray(contiguous(np.asarray(o)), device=dev) for o in outs)
+            return tuple(tensor(o) for o in outs)
 
         return run
 
