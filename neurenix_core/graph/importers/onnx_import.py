@@ -449,6 +449,10 @@ def _constant_node(proto: Any) -> Const:
     raise ModelFormatError(f"from_onnx: Constant node {proto.name!r} has no supported value attribute ({sorted(a)})")
 
 
+# Subgraph bodies (If, Loop, Scan, SequenceMap) run their nodes through these handlers.
+onnx_controlflow.bind(HANDLERS, _constant_node, _attr)
+
+
 def _load(model: Any) -> Any:
     import onnx
 
@@ -469,6 +473,9 @@ def _input_spec(b: GraphBuilder, value_info: Any, params: dict[str, str], exampl
     """An input's example shape, dtype and dynamic axes; a new dim_param gets a SymDim variable."""
     from onnx import helper
 
+    kind = onnx_controlflow.value_kind(value_info.type)
+    if kind is not None:  # a sequence or optional: a list of arrays / an array or None per call, shape ()
+        return (), kind, []
     t = value_info.type.tensor_type
     dims, dynamic = [], []
     for axis, d in enumerate(t.shape.dim):
@@ -652,6 +659,7 @@ def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None) -> 
             k += 1
     if _dynamic(b):
         b.onnx_sym_shapes = _value_shapes(proto, params)  # type: ignore[attr-defined]
+    b.onnx_model, b.onnx_env = proto, env  # type: ignore[attr-defined]  # control flow: declared types, outer-scope values
     for i, node in enumerate(proto.graph.node):
         if node.domain not in ("", "ai.onnx"):
             raise b.unsupported(node.name or node.op_type, f"{node.domain}.{node.op_type}", "is from a custom domain", _REMEDY)
