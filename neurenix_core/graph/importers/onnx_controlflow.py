@@ -1,9 +1,516 @@
-"""ONNX import handlers: Control flow, sequences and optionals (ONNX's controlflow, sequence and optional families)."""
+"""ONNX import handlers: control flow, sequences and optionals (ONNX's controlflow, sequence and optional families).
+
+Top level: ``If`` / ``Loop`` / ``Scan`` / ``SequenceMap`` become one node per used output
+(``opset.controlflow``) whose body attributes are :class:`OnnxBody` objects, and whose inputs are
+the ONNX inputs followed by the enclosing graph's values the subgraphs read (lexical capture).
+The output's static type is the model's declared one (ONNX shape inference first), else what the
+subgraph declares; a tensor output without a static shape is refused.
+
+Bodies run eagerly, per call, with the values they get: each ONNX node goes through its import
+handler with constant inputs, so the builder folds it with the opset's reference semantics (the
+ops cpu:0 runs), and sequence / optional / control-flow nodes run their opset semantics directly.
+Every size inside a body is then the run's own (a Slice bounded by the iteration number, the Shape
+of a sequence element), which a body graph built once with static shapes could not give.
+
+Sequences and optionals are values of kind ``seq(<dtype>)`` / ``optional(<...>)``
+(``opset.VALUE_KINDS``); a graph input of such a type takes a list of arrays / an array or None.
+"""
 
 from __future__ import annotations
 
-from neurenix_core.graph.importers.onnx_common import Handler
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, final
 
-__all__ = ["HANDLERS"]
+import numpy as np
 
-HANDLERS: dict[str, Handler] = {}
+from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph import opset
+from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
+from neurenix_core.graph.importers.onnx_common import REMEDY, Handler, OnnxNode, fail
+from neurenix_core.graph.opset import controlflow as CF
+from neurenix_core.graph.opset.sequence import is_kind, optional_of, seq_of
+
+__all__ = ["HANDLERS", "OnnxBody", "bind", "value_kind"]
+
+#: What the eager body runner takes from ``onnx_import`` (which imports this module): the merged
+#: handler table, the Constant-node reader and the attribute decoder (see :func:`bind`).
+_BOUND: dict[str, Any] = {}
+
+
+def bind(handlers: Mapping[str, Handler], constant: Any, attr: Any) -> None:
+    """Called once by ``onnx_import``: the handlers bodies run through."""
+    _BOUND.update(handlers=handlers, constant=constant, attr=attr)
+
+
+# ----------------------------------------------------------------------------- ONNX types
+def _elem_dtype(elem_type: int) -> str:
+    from onnx import helper
+
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    return "bool" if dtype == np.bool_ else str(dtype)
+
+
+def _type_of(tp: Any) -> tuple[tuple[int, ...] | None, str] | None:
+    """(static shape or None when not fully known, dtype or value kind) of an ONNX TypeProto;
+    None when the type is not given or is not one the opset carries."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        t = tp.tensor_type
+        if not t.elem_type:
+            return None
+        dtype = _elem_dtype(t.elem_type)
+        if dtype not in opset.DTYPES:
+            return None
+        known = t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)
+        return (tuple(int(d.dim_value) for d in t.shape.dim) if known else None), dtype
+    if which == "sequence_type":
+        inner = _type_of(tp.sequence_type.elem_type)
+        return None if inner is None or is_kind(inner[1]) else ((), seq_of(inner[1]))
+    if which == "optional_type":
+        inner = _type_of(tp.optional_type.elem_type)
+        return None if inner is None or inner[1].startswith("optional(") else ((), optional_of(inner[1]))
+    return None
+
+
+def value_kind(tp: Any) -> str | None:
+    """The value kind of a sequence / optional graph input's ONNX type, None for a tensor type;
+    a type the opset does not carry (a map, a sequence of sequences) is refused."""
+    if tp.WhichOneof("value") == "tensor_type":
+        return None
+    got = _type_of(tp)
+    if got is None:
+        raise UnsupportedOperationError(f"from_onnx: a graph input has ONNX type {tp.WhichOneof('value')} with an element type "
+                                        "neurenix does not carry (tensors, sequences of tensors and optionals of those); " + REMEDY)
+    return got[1]
+
+
+def _declared(b: GraphBuilder) -> dict[str, Any]:
+    """Every value's ONNX type in the model being imported (after ONNX shape inference)."""
+    cached = getattr(b, "_cf_types", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    types: dict[str, Any] = {}
+    model = getattr(b, "onnx_model", None)
+    if model is not None:
+        import onnx
+
+        try:
+            model = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # noqa: BLE001 - inference only adds types; the model's own value_info stays
+            pass
+        g = model.graph
+        types = {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}
+    b._cf_types = types  # type: ignore[attr-defined]
+    return types
+
+
+def _static(b: GraphBuilder, n: OnnxNode, k: int, fallbacks: Sequence[tuple[tuple[int, ...] | None, str] | None]) -> tuple[tuple[int, ...], str]:
+    """The static (shape, dtype) of output ``k``: the model's declared type, else the first
+    fallback that is complete; a tensor whose shape nothing states is refused."""
+    name = n.proto.output[k]
+    tp = _declared(b).get(name)
+    candidates = [None if tp is None else _type_of(tp), *fallbacks]
+    dtype = next((c[1] for c in candidates if c is not None), None)
+    for c in candidates:
+        if c is not None and (is_kind(c[1]) or c[0] is not None):
+            return (c[0] or ()), c[1]
+    if dtype is None:
+        raise fail(b, n, f"output {k} ({name!r}) has no type the opset carries in the model")
+    raise fail(b, n, f"output {k} ({name!r}) has no static shape in the model (declare it in value_info, or re-export with static shapes)")
+
+
+def _spec_type(b: GraphBuilder, v: Value | None) -> tuple[tuple[int, ...] | None, str] | None:
+    if v is None:
+        return None
+    spec = b.spec(v)
+    return (() if is_kind(spec.dtype) else spec.shape), spec.dtype
+
+
+# ----------------------------------------------------------------------------- outer scope
+def _subgraphs(proto: Any) -> list[Any]:
+    from onnx import AttributeProto
+
+    out = []
+    for a in proto.attribute:
+        if a.type == AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _free_names(graph: Any) -> list[str]:
+    """Names ``graph`` (and the subgraphs inside it) reads from enclosing scopes, in order."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    free: dict[str, None] = {}
+    for node in graph.node:
+        for name in [*node.input, *(x for g in _subgraphs(node) for x in _free_names(g))]:
+            if name not in defined:
+                free[name] = None
+        defined.update(node.output)
+    return list(free)
+
+
+def _outer(b: GraphBuilder, n: OnnxNode, graphs: Sequence[Any]) -> tuple[tuple[str, ...], list[Value]]:
+    env: Mapping[str, Any] = getattr(b, "onnx_env", {})
+    names = list(dict.fromkeys(x for g in graphs for x in _free_names(g)))
+    missing = [x for x in names if env.get(x) is None]
+    if missing:
+        raise fail(b, n, f"has a subgraph that reads {missing}, which the enclosing graph does not define")
+    return tuple(names), [env[x] for x in names]
+
+
+# ----------------------------------------------------------------------------- emitting
+def _append(b: GraphBuilder, name: str, op: str, inputs: Sequence[Value], attrs: Mapping[str, Any]) -> Value:
+    """A node that is never folded: its value may be a sequence or optional, which a constant
+    (an array) cannot hold; constant inputs become ``constant`` nodes."""
+    return b._append(name, op, [b.materialize(v, f"{name}.const") for v in inputs], attrs, {})
+
+
+def _emit(b: GraphBuilder, name: str, op: str, inputs: Sequence[Value], attrs: Mapping[str, Any]) -> Value:
+    if is_kind(str(attrs.get("dtype", ""))) or op in _KIND_OPS:
+        return _append(b, name, op, inputs, attrs)
+    return b.emit(name, op, inputs, attrs)
+
+
+_KIND_OPS: Final = frozenset({"sequence_empty", "sequence_construct", "sequence_insert", "sequence_erase", "split_to_sequence", "optional"})
+
+
+def _cf_outputs(b: GraphBuilder, n: OnnxNode, op: str, inputs: list[Value], attrs: dict[str, Any],
+                fallback: Any) -> list[Value | None]:
+    """One ``op`` node per used output, each with its static type."""
+    outs: list[Value | None] = []
+    count = len(n.proto.output)
+    for k, name in enumerate(n.proto.output):
+        if not name:
+            outs.append(None)
+            continue
+        shape, dtype = _static(b, n, k, fallback(k))
+        node_name = n.name if count == 1 else f"{n.name}.{k}"
+        outs.append(_emit(b, node_name, op, inputs, {**attrs, "output": k, "n_outputs": count, "shape": shape, "dtype": dtype}))
+    return outs
+
+
+def _graph_outputs(g: Any, k: int) -> tuple[tuple[int, ...] | None, str] | None:
+    return _type_of(g.output[k].type) if k < len(g.output) else None
+
+
+# ----------------------------------------------------------------------------- control flow
+def _if(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
+    then_g, else_g = n.attrs["then_branch"], n.attrs["else_branch"]
+    names, values = _outer(b, n, [then_g, else_g])
+    attrs = {"then_branch": OnnxBody(then_g, b.source), "else_branch": OnnxBody(else_g, b.source), "outer": names}
+    return _cf_outputs(b, n, "if", [n.inputs[0], *values], attrs,  # type: ignore[list-item]
+                       lambda k: [_agree(_graph_outputs(then_g, k), _graph_outputs(else_g, k))])
+
+
+def _agree(a: Any, c: Any) -> Any:
+    return a if a == c else None
+
+
+def _loop(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
+    body = n.attrs["body"]
+    m, cond, carried = n.input(0), n.input(1), list(n.inputs[2:])
+    if m is None and cond is None:
+        raise fail(b, n, "has neither a trip count nor a condition (an endless loop)")
+    if any(v is None for v in carried):
+        raise fail(b, n, "leaves a loop-carried input empty")
+    names, values = _outer(b, n, [body])
+    attrs = {"body": OnnxBody(body, b.source), "has_max": m is not None, "has_cond": cond is not None, "outer": names}
+    ins = [v for v in (m, cond) if v is not None] + carried + values
+    n_carried = len(carried)
+
+    def fallback(k: int) -> list[Any]:
+        if k < n_carried:  # a carried value: what the body returns for it, or its initial value
+            return [_graph_outputs(body, 1 + k), _spec_type(b, carried[k])]
+        return []
+
+    return _cf_outputs(b, n, "loop", ins, attrs, fallback)  # type: ignore[arg-type]
+
+
+def _scan(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
+    body = n.attrs["body"]
+    m = int(n.attrs["num_scan_inputs"])
+    if any(v is None for v in n.inputs):
+        raise fail(b, n, "leaves an input empty (Scan before opset 9 takes sequence lengths first)")
+    names, values = _outer(b, n, [body])
+    attrs = {"body": OnnxBody(body, b.source), "num_scan_inputs": m, "outer": names}
+    for key in ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"):
+        if key in n.attrs:
+            attrs[key] = tuple(int(v) for v in n.attrs[key])
+    n_state = len(n.inputs) - m
+
+    def fallback(k: int) -> list[Any]:
+        if k < n_state:
+            return [_graph_outputs(body, k), _spec_type(b, n.inputs[k])]
+        elem = _graph_outputs(body, k)
+        first = n.inputs[n_state]
+        if elem is None or elem[0] is None or first is None:
+            return []
+        in_shape = b.spec(first).shape
+        steps = in_shape[int((attrs.get("scan_input_axes") or (0,))[0]) % max(len(in_shape), 1)]
+        j = k - n_state
+        axes = attrs.get("scan_output_axes") or (0,) * (j + 1)
+        axis = int(axes[j]) % (len(elem[0]) + 1)
+        return [(elem[0][:axis] + (steps,) + elem[0][axis:], elem[1])]
+
+    return _cf_outputs(b, n, "scan", list(n.inputs), attrs, fallback)  # type: ignore[arg-type]
+
+
+def _sequence_map(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
+    body = n.attrs["body"]
+    names, values = _outer(b, n, [body])
+    attrs = {"body": OnnxBody(body, b.source), "outer": names}
+
+    def fallback(k: int) -> list[Any]:
+        t = _graph_outputs(body, k)
+        return [None if t is None or is_kind(t[1]) else ((), seq_of(t[1]))]
+
+    return _cf_outputs(b, n, "sequence_map", [v for v in n.inputs if v is not None] + values, attrs, fallback)
+
+
+# ----------------------------------------------------------------------------- sequences and optionals
+def _onnx_dtype(b: GraphBuilder, n: OnnxNode, code: int) -> str:
+    dtype = _elem_dtype(code)
+    if dtype not in opset.DTYPES:
+        raise fail(b, n, f"makes a sequence of {dtype}, which the opset does not carry")
+    return dtype
+
+
+def _tensor_out(b: GraphBuilder, n: OnnxNode, op: str, attrs: dict[str, Any]) -> Value:
+    shape, _ = _static(b, n, 0, [])
+    return b.emit(n.name, op, [v for v in n.inputs if v is not None], {**attrs, "shape": shape})
+
+
+def _optional(b: GraphBuilder, n: OnnxNode) -> Value:
+    x = n.input(0)
+    if x is not None:
+        return _append(b, n.name, "optional", [x], {})
+    if "type" not in n.attrs:
+        raise fail(b, n, "makes an empty optional without its type attribute")
+    got = _type_of(n.attrs["type"])
+    if got is None or got[1].startswith("optional("):
+        raise fail(b, n, "makes an empty optional of a type the opset does not carry")
+    return _append(b, n.name, "optional", [], {"dtype": got[1]})
+
+
+def _optional_get(b: GraphBuilder, n: OnnxNode) -> Value:
+    x = n.inputs[0]
+    dtype = b.spec(x).dtype  # type: ignore[arg-type]
+    if dtype in opset.DTYPES:
+        return x  # type: ignore[return-value]  # a tensor is its own element
+    if not dtype.startswith("optional(") or is_kind(dtype[len("optional("):-1]):  # a sequence, or an optional one
+        return _append(b, n.name, "optional_get_element", [x], {})  # type: ignore[list-item]
+    shape, _ = _static(b, n, 0, [])
+    return b.emit(n.name, "optional_get_element", [x], {"shape": shape})  # type: ignore[list-item]
+
+
+HANDLERS: dict[str, Handler] = {
+    "If": _if, "Loop": _loop, "Scan": _scan, "SequenceMap": _sequence_map,
+    "SequenceEmpty": lambda b, n: _append(b, n.name, "sequence_empty", [], {"dtype": _onnx_dtype(b, n, int(n.attrs.get("dtype", 1)))}),
+    "SequenceConstruct": lambda b, n: _append(b, n.name, "sequence_construct", [v for v in n.inputs if v is not None], {}),
+    "SequenceInsert": lambda b, n: _append(b, n.name, "sequence_insert", [v for v in n.inputs if v is not None], {}),
+    "SequenceErase": lambda b, n: _append(b, n.name, "sequence_erase", [v for v in n.inputs if v is not None], {}),
+    "SequenceLength": lambda b, n: b.emit(n.name, "sequence_length", [n.inputs[0]]),  # type: ignore[list-item]
+    "SequenceAt": lambda b, n: _tensor_out(b, n, "sequence_at", {}),
+    "ConcatFromSequence": lambda b, n: _tensor_out(b, n, "concat_from_sequence", {"axis": int(n.attrs["axis"]),
+                                                                                   "new_axis": int(n.attrs.get("new_axis", 0))}),
+    "SplitToSequence": lambda b, n: _append(b, n.name, "split_to_sequence", [v for v in n.inputs if v is not None],
+                                            {"axis": int(n.attrs.get("axis", 0)), "keepdims": int(n.attrs.get("keepdims", 1))}),
+    "Optional": _optional,
+    "OptionalHasElement": lambda b, n: b.emit(n.name, "optional_has_element", [v for v in n.inputs if v is not None]),
+    "OptionalGetElement": _optional_get,
+}
+
+
+# ----------------------------------------------------------------------------- bodies, run eagerly
+class _Empty:
+    """An empty optional inside an eagerly run body (None there means "no input")."""
+
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+
+_EMPTY: Final = _Empty()
+
+
+def _to_eager(v: Any) -> Any:
+    if v is None:
+        return _EMPTY
+    if isinstance(v, list):
+        return [np.asarray(e) for e in v]
+    return Const(np.asarray(v))
+
+
+def _to_value(v: Any) -> Any:
+    if v is _EMPTY:
+        return None
+    if isinstance(v, Const):
+        return v.array
+    return v
+
+
+def _drain(b: GraphBuilder, name: str) -> np.ndarray:
+    """The value of a node a handler emitted into a scratch builder (its inputs are constants)."""
+    values: dict[str, Any] = {}
+    for node in b.nodes:
+        values[node.output] = opset.evaluate(node.op, node.attrs, [values[i] for i in node.inputs], node.params)
+    return values[name]  # type: ignore[no-any-return]
+
+
+@final
+class OnnxBody:
+    """An ONNX subgraph as a control-flow op's body: ``body(inputs, outer) -> outputs`` runs it
+    with those values (arrays, lists, None), node by node (see the module's docstring)."""
+
+    def __init__(self, graph: Any, source: str) -> None:
+        self.graph = graph
+        self.source = source
+        self.input_names = [i.name for i in graph.input]
+        self.output_names = [o.name for o in graph.output]
+        self._prepared: list[tuple[Any, int, dict[str, Any]]] | None = None
+        self._key: str | None = None
+
+    def __repr__(self) -> str:  # stable: graph fingerprints hash the attributes' repr
+        if self._key is None:
+            self._key = hashlib.sha256(self.graph.SerializeToString()).hexdigest()[:16]
+        return f"OnnxBody({self.graph.name!r}, {self._key})"
+
+    def _nodes(self) -> list[tuple[Any, int, dict[str, Any]]]:
+        if self._prepared is None:
+            attr = _BOUND["attr"]
+            self._prepared = [(p, i, {a.name: attr(a) for a in p.attribute}) for i, p in enumerate(self.graph.node)]
+        return self._prepared
+
+    def __call__(self, inputs: list[Any], outer: Mapping[str, Any]) -> list[Any]:
+        from onnx import numpy_helper
+
+        if len(inputs) != len(self.input_names):
+            raise ValueError(f"subgraph {self.graph.name!r} takes {len(self.input_names)} input(s), got {len(inputs)}")
+        env: dict[str, Any] = {k: _to_eager(v) for k, v in outer.items()}
+        env.update({i.name: Const(numpy_helper.to_array(i)) for i in self.graph.initializer})
+        env.update(zip(self.input_names, (_to_eager(v) for v in inputs)))
+        env[""] = None
+        for proto, index, attrs in self._nodes():
+            outs = _run_node(self.source, proto, index, attrs, [env[x] for x in proto.input], env)
+            env.update(zip(proto.output, outs))
+        return [_to_value(env[o]) for o in self.output_names]
+
+
+def _run_node(source: str, proto: Any, index: int, attrs: dict[str, Any], ins: list[Any], env: Mapping[str, Any]) -> list[Any]:
+    if proto.domain not in ("", "ai.onnx"):
+        raise UnsupportedOperationError(f"{source}: node {proto.name or proto.op_type!r} (op {proto.domain}.{proto.op_type}) in a subgraph "
+                                        f"is from a custom domain; {REMEDY}")
+    if proto.op_type == "Constant":
+        return [_BOUND["constant"](proto)]
+    run = _EAGER.get(proto.op_type)
+    if run is not None:
+        return run(source, proto, attrs, ins, env)
+    n = OnnxNode(proto, index, ins, attrs)
+    b = GraphBuilder(source)
+    if any(isinstance(v, list) or v is _EMPTY for v in ins):
+        raise fail(b, n, "reads a sequence or optional where it takes a tensor")
+    handler = _BOUND["handlers"].get(proto.op_type)
+    if handler is None:
+        raise fail(b, n, "has no mapping to the neurenix opset")
+    out = handler(b, n)
+    outs = out if isinstance(out, list) else [out]
+    return [Const(_drain(b, v)) if isinstance(v, str) else v for v in outs]
+
+
+def _values(ins: Sequence[Any]) -> list[Any]:
+    return [_to_value(v) for v in ins if v is not None]
+
+
+def _eager_op(op: str, attrs: Any = None) -> Any:
+    """A sequence / optional op run on the values (no static type to check inside a body)."""
+    def run(source: str, proto: Any, a: dict[str, Any], ins: list[Any], env: Mapping[str, Any]) -> list[Any]:
+        fixed = attrs(a) if attrs is not None else {}
+        vals = [_to_value(v) for v in ins]
+        if op == "optional_get_element" and vals and vals[0] is None:
+            raise UnsupportedOperationError(f"{source}: node {proto.name or proto.op_type!r} (op OptionalGetElement) reads an empty optional")
+        return [_to_eager(_eager_ref(op, fixed, vals))]
+
+    return run
+
+
+def _eager_ref(op: str, attrs: dict[str, Any], vals: list[Any]) -> Any:
+    if op == "optional_get_element":
+        return vals[0]
+    if op in ("sequence_at", "concat_from_sequence"):
+        return _unchecked(op, attrs, [v for v in vals if v is not None])
+    return opset.evaluate(op, attrs, [v for v in vals if v is not None], {})
+
+
+def _unchecked(op: str, attrs: dict[str, Any], vals: list[Any]) -> np.ndarray:
+    seq = vals[0]
+    if op == "sequence_at":
+        pos = int(np.asarray(vals[1]).reshape(-1)[0])
+        if not -len(seq) <= pos < len(seq):
+            raise ValueError(f"position {pos} is out of range for a sequence of {len(seq)} tensor(s)")
+        return np.asarray(seq[pos])
+    axis = int(attrs["axis"])
+    if not seq:
+        raise ValueError("concatenates an empty sequence")
+    if attrs.get("new_axis"):
+        return np.stack(seq, axis=axis % (seq[0].ndim + 1))
+    return np.concatenate(seq, axis=axis % max(seq[0].ndim, 1))
+
+
+def _eager_optional(source: str, proto: Any, a: dict[str, Any], ins: list[Any], env: Mapping[str, Any]) -> list[Any]:
+    present = [v for v in ins if v is not None]
+    return [present[0] if present else _EMPTY]
+
+
+def _eager_has(source: str, proto: Any, a: dict[str, Any], ins: list[Any], env: Mapping[str, Any]) -> list[Any]:
+    present = [v for v in ins if v is not None]
+    return [Const(np.asarray(bool(present) and present[0] is not _EMPTY))]
+
+
+def _eager_cf(kind: str) -> Any:
+    """A nested If / Loop / Scan / SequenceMap: the opset's semantics, every output at once."""
+    def run(source: str, proto: Any, a: dict[str, Any], ins: list[Any], env: Mapping[str, Any]) -> list[Any]:
+        graphs = _subgraphs(proto)
+        names = list(dict.fromkeys(x for g in graphs for x in _free_names(g)))
+        missing = [x for x in names if x not in env]
+        if missing:
+            raise UnsupportedOperationError(f"{source}: node {proto.name or proto.op_type!r} (op {proto.op_type}) has a subgraph that "
+                                            f"reads {missing}, which no enclosing graph defines")
+        outer = {x: _to_value(env[x]) for x in names}
+        count = len(proto.output)
+        if kind == "If":
+            outs = CF.run_if(_to_value(ins[0]), OnnxBody(a["then_branch"], source), OnnxBody(a["else_branch"], source), outer)
+        elif kind == "Loop":
+            outs = CF.run_loop(None if ins[0] is None else _to_value(ins[0]), None if len(ins) < 2 or ins[1] is None else _to_value(ins[1]),
+                               [_to_value(v) for v in ins[2:]], OnnxBody(a["body"], source), outer, count)
+        elif kind == "Scan":
+            keys = ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions")
+            outs = CF.run_scan([_to_value(v) for v in ins], OnnxBody(a["body"], source), outer, int(a["num_scan_inputs"]),
+                               {k: a.get(k) for k in keys}, count)
+        else:
+            outs = CF.run_map([_to_value(v) for v in ins if v is not None], OnnxBody(a["body"], source), outer, count)
+        return [_to_eager(v) for v in outs]
+
+    return run
+
+
+def _seq_dtype(a: dict[str, Any]) -> dict[str, Any]:
+    return {"dtype": _elem_dtype(int(a.get("dtype", 1)))}
+
+
+_EAGER: Final[dict[str, Any]] = {
+    "If": _eager_cf("If"), "Loop": _eager_cf("Loop"), "Scan": _eager_cf("Scan"), "SequenceMap": _eager_cf("SequenceMap"),
+    "SequenceEmpty": _eager_op("sequence_empty", _seq_dtype),
+    "SequenceConstruct": _eager_op("sequence_construct"),
+    "SequenceInsert": _eager_op("sequence_insert"),
+    "SequenceErase": _eager_op("sequence_erase"),
+    "SequenceLength": _eager_op("sequence_length"),
+    "SequenceAt": _eager_op("sequence_at"),
+    "ConcatFromSequence": _eager_op("concat_from_sequence", lambda a: {"axis": int(a["axis"]), "new_axis": int(a.get("new_axis", 0))}),
+    "SplitToSequence": _eager_op("split_to_sequence", lambda a: {"axis": int(a.get("axis", 0)), "keepdims": int(a.get("keepdims", 1))}),
+    "Optional": _eager_optional,
+    "Identity": lambda source, proto, a, ins, env: [ins[0]],  # a tensor, sequence or optional passes through
+    "OptionalHasElement": _eager_has,
+    "OptionalGetElement": _eager_op("optional_get_element"),
+}
