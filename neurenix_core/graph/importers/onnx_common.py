@@ -63,11 +63,40 @@ def const(b: GraphBuilder, n: OnnxNode, i: int, what: str) -> np.ndarray | None:
     if v is None:
         return None
     if not isinstance(v, Const):
-        message = f"takes its {what} from a value computed at run time; it must be a constant (initializer)"
-        if any(spec.name == v for spec in b.inputs):
-            raise ValueInputNeeded(str(fail(b, n, f"takes its {what} from graph input {v!r}")), v)
-        raise fail(b, n, message)
+        source = _value_source(b, v)
+        if source is not None:
+            raise ValueInputNeeded(str(fail(b, n, f"takes its {what} from graph input {source!r}")), source)
+        raise fail(b, n, f"takes its {what} from a value computed at run time; it must be a constant (initializer)")
     return v.array
+
+
+#: A graph input this small (elements) may become a value input: shape-like operands are a few
+#: numbers, and a model is built (and compiled) once per distinct value of its value inputs.
+VALUE_INPUT_LIMIT = 64
+
+
+def _value_source(b: GraphBuilder, value: str) -> str | None:
+    """The first graph input ``value`` is computed from when it is computed from small graph
+    inputs and constants only (built per value of those inputs, the chain folds to a constant);
+    None otherwise."""
+    inputs = {spec.name: spec for spec in b.inputs}
+    producers = {node.output: node for node in b.nodes}
+    pending, seen, found = [value], set(), []
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in inputs:
+            if int(np.prod(inputs[name].shape)) > VALUE_INPUT_LIMIT:
+                return None
+            found.append(name)
+            continue
+        node = producers.get(name)
+        if node is None:
+            return None
+        pending.extend(node.inputs)
+    return found[0] if found else None
 
 
 def ints(v: Any) -> tuple[int, ...]:

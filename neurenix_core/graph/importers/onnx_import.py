@@ -46,6 +46,7 @@ from neurenix_core.graph.importers.onnx_common import symbolic_const as _symboli
 from neurenix_core.graph.importers.onnx_common import variadic as _variadic
 from neurenix_core.graph.importers.onnx_common import ValueInputNeeded
 from neurenix_core.graph.ir import Graph
+from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
 __all__ = ["import_onnx", "build_for_values", "HANDLERS", "ValueImport"]
@@ -162,9 +163,12 @@ def _reshape(b: GraphBuilder, n: _Node) -> Value:
         if target is not None:
             return b.emit(n.name, "reshape", [n.inputs[0]], {"shape": target})  # type: ignore[list-item]
     shape = _ints(_const(b, n, 1, "target shape"))
-    if n.attrs.get("allowzero", 0) and 0 in shape:
-        raise _fail(b, n, "uses allowzero=1 with a zero dimension")
     x = n.inputs[0]
+    if n.attrs.get("allowzero", 0) and 0 in shape:
+        # A 0 here is a size, not "copy": the result holds no elements, so neither does the input.
+        if -1 in shape or math.prod(b.spec(x).shape) != 0:  # type: ignore[arg-type]
+            raise _fail(b, n, f"uses allowzero=1 with a zero dimension in {shape} for input shape {b.spec(x).shape}")  # type: ignore[arg-type]
+        return Const(np.empty(shape, opset_dtype(b.spec(x).dtype)))  # type: ignore[arg-type]
     target = tuple(b.spec(x).shape[i] if d == 0 else d for i, d in enumerate(shape))  # type: ignore[arg-type]
     if -1 in target:
         known = math.prod(d for d in target if d != -1)

@@ -227,13 +227,19 @@ def evaluate(op: str, attrs: Attrs, inputs: Arrays, params: Params) -> np.ndarra
     return np.asarray(out)
 
 
-def markdown_table() -> str:
-    """The opset as a Markdown table (docs/models.md embeds it; a test keeps it current)."""
-    rows = ["| op | kind | inputs | attributes (default) | params | semantics |", "|---|---|---|---|---|---|"]
+def markdown_table(native: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The opset as a Markdown table (docs/models.md embeds it; a test keeps it current).
+    ``native`` (device type -> the ops its plugin declares) adds a column naming, per op, the
+    devices that lower it natively (cpu runs every op)."""
+    head = "| op | kind | inputs | attributes (default) | params | semantics |"
+    rows = [head + (" native on |" if native is not None else ""), "|---|---|---|---|---|---|" + ("---|" if native is not None else "")]
     for name in sorted(OPSET, key=lambda n: (OPSET[n].category, n)):
         d = OPSET[name]
         attrs = ", ".join(f"{k}={v!r}" for k, v in d.attrs.items()) or "-"
         kind = f"{d.category}, composite" if d.composite else d.category
-        rows.append(f"| `{name}` | {kind} | {', '.join(d.inputs) or '-'} | {attrs} | {', '.join(d.params) or '-'} | {d.doc.replace('|', '/')} |")
+        row = f"| `{name}` | {kind} | {', '.join(d.inputs) or '-'} | {attrs} | {', '.join(d.params) or '-'} | {d.doc.replace('|', '/')} |"
+        if native is not None:
+            row += " " + ", ".join(["cpu"] + [dev for dev, ops in native.items() if name in ops]) + " |"
+        rows.append(row)
     return "\n".join(rows) + "\n"
 
