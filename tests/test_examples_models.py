@@ -1,4 +1,4 @@
-"""examples/models.py, quantization.py and import_resnet.py run and check their own results."""
+"""examples/models.py, quantization.py, import_resnet.py and onnx_conformance.py run and check their own results."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("models.py", ["--device", "cpu:0"], "from_torch: max |neurenix - torch|"),
     ("quantization.py", ["--no-progress"], "dynamic:"),
     ("import_resnet.py", [], "max relative error vs torch"),
+    ("onnx_conformance.py", [], "float16 softmax on cpu:0: dtype float16"),
 ])
 def test_example_runs(script: str, args: list[str], expect: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}

@@ -295,11 +295,16 @@ class Compiled:
             return x if x is None else [np.asarray(v) for v in x] if isinstance(x, (list, tuple)) else np.asarray(x)
         return to_device_input(x, i, self.device, self._backend, self._input_dtypes[i])
 
-    def _tensors(self, natives: tuple[Any, ...]) -> tuple[Tensor, ...]:
+    def _tensors(self, natives: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Natives as Tensors on the device; a sequence as a list of them, an empty optional as None."""
         from neurenix_core.tensor.tensor import wrap_on
 
         p = self._backend.placement(self.device.index)
-        return tuple(wrap_on(n, p) for n in natives)
+
+        def one(n: Any) -> Any:
+            return None if n is None else [one(e) for e in n] if isinstance(n, list) else wrap_on(n, p)
+
+        return tuple(one(n) for n in natives)
 
     def _build(self, shapes: tuple[tuple[int, ...], ...], values: Mapping[str, np.ndarray] | None = None) -> Runner:
         from neurenix_core.graph.shapes import infer_shapes
@@ -328,6 +333,11 @@ class Compiled:
         self._placements[tuple(s.shape for s in graph.inputs)] = placement
         if placement.partitioned:
             return self._partitioned(placement, compiles)
+        if str(self.device.type) != "cpu" and all(n.op == "constant" for n in placement.graph.nodes):
+            # Nothing to compute (every output is a constant or an input): no runtime is asked to
+            # build an empty model; the values are copied to the device.
+            runner, _ = self._partition_runner(placement, False)
+            return runner, f"no computation on {self.device}: the outputs are constants or inputs, copied to the device"
         if compiles:
             options = CompileOptions(device=self.device, precision=self.precision, quantization=self.plan, extra=self.extra)
             try:
@@ -441,14 +451,22 @@ class Compiled:
             dev: dict[str, Any] = dict(zip(names, natives))
             host: dict[str, Any] = {}
 
+            def to_device(x: Any) -> Any:  # a sequence element by element; an empty optional stays None
+                return x if x is None else [to_device(e) for e in x] if isinstance(x, list) else be._from_host(contiguous(x), idx)
+
+            def to_host(x: Any) -> Any:  # a graph input's sequence holds host arrays already
+                if x is None or isinstance(x, np.ndarray):
+                    return x
+                return [to_host(e) for e in x] if isinstance(x, list) else be._to_host(x)
+
             def on_device(v: str) -> Any:
                 if v not in dev:
-                    dev[v] = be._from_host(contiguous(host[v]), idx)  # transfer host -> device
+                    dev[v] = to_device(host[v])  # transfer host -> device
                 return dev[v]
 
             def on_host(v: str) -> Any:
                 if v not in host:
-                    host[v] = be._to_host(dev[v])  # transfer device -> host
+                    host[v] = to_host(dev[v])  # transfer device -> host
                 return host[v]
 
             for on_dev, seg, fn in steps:
