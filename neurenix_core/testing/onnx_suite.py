@@ -4,8 +4,9 @@ The 1,884 node tests that ship with the ``onnx`` package are one-node (or one ex
 models with inputs and the outputs ONNX's reference expects. Each runs here through the path a
 user takes: ``nx.nn.from_onnx(model)`` and ``nx.compile(..., device=..., precision="fp32")``,
 then every data set is compared as ONNX's own runner does (same number of outputs, same dtype,
-``assert_allclose`` with the case's ``rtol``/``atol``), and, stricter than that runner, the same
-shape (a scalar is not a one-element vector).
+``assert_allclose`` with the case's ``rtol``/``atol``, widened to two units in the last place for
+float16 and bfloat16 results), and, stricter than that runner, the same shape (a scalar is not a
+one-element vector).
 
 Every case ends in one of four outcomes:
 
@@ -105,6 +106,10 @@ def load_cases(select: Callable[[Case], bool] | None = None) -> list[Case]:
     return [c for c in _all_cases() if select is None or select(c)]
 
 
+#: Two units in the last place, relative, of the half-precision dtypes (the largest they get).
+_HALF_ULP: Final = {"float16": 2.0**-9, "bfloat16": 2.0**-6}
+
+
 def _mismatch(name: str, got: Any, want: Any, rtol: float, atol: float) -> str | None:
     """Why ``got`` is not ``want`` (ONNX's runner's rules plus an exact shape), or None."""
     if isinstance(want, list):
@@ -123,6 +128,13 @@ def _mismatch(name: str, got: Any, want: Any, rtol: float, atol: float) -> str |
         return f"{name}: dtype {got.dtype}, expected {want.dtype}"
     if got.shape != want.shape:
         return f"{name}: shape {got.shape}, expected {want.shape}"
+    # A half-precision result may differ from ONNX's expected value by two units in the last
+    # place: the reference rounds every intermediate step to the dtype (an expanded function
+    # rounds a dozen times), neurenix (like onnxruntime) computes each node in float32 and rounds
+    # its result once. ONNX's per-case rtol (1e-3) is finer than one bfloat16 ulp. Measured on
+    # the float16/bfloat16 Attention cases: neurenix is closer to the float32 result than the
+    # expected values are.
+    rtol = max(rtol, _HALF_ULP.get(str(want.dtype), 0.0))
     try:
         if want.dtype == object or want.dtype.kind in "bSU":
             np.testing.assert_array_equal(got, want)

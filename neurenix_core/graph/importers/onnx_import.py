@@ -46,6 +46,7 @@ from neurenix_core.graph.importers.onnx_common import symbolic_const as _symboli
 from neurenix_core.graph.importers.onnx_common import variadic as _variadic
 from neurenix_core.graph.importers.onnx_common import ValueInputNeeded
 from neurenix_core.graph.ir import Graph
+from neurenix_core.graph.opset import DTYPES
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
@@ -475,7 +476,6 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _input_spec(b: GraphBuilder, value_info: Any, params: dict[str, str], example: Any, static: bool) -> tuple[tuple[int, ...], str, list[int]]:
     """An input's example shape, dtype and dynamic axes; a new dim_param gets a SymDim variable."""
-    from onnx import helper
 
     kind = onnx_controlflow.value_kind(value_info.type)
     if kind is not None:  # a sequence or optional: a list of arrays / an array or None per call, shape ()
@@ -498,7 +498,24 @@ def _input_spec(b: GraphBuilder, value_info: Any, params: dict[str, str], exampl
             dynamic.append(axis)
             if d.dim_param and d.dim_param not in params:
                 params[d.dim_param] = variable(len(b.inputs), axis)
-    return tuple(dims), str(np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))), dynamic
+    return tuple(dims), _input_dtype(b, value_info), dynamic
+
+
+def _input_dtype(b: GraphBuilder, value_info: Any) -> str:
+    """A tensor input's dtype name, refused when neurenix has no such dtype (float8, int4, strings ...)."""
+    from onnx import TensorProto, helper
+
+    elem = value_info.type.tensor_type.elem_type
+    try:
+        name = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
+    except (KeyError, TypeError, ValueError):
+        name = TensorProto.DataType.Name(elem).lower()
+    if name not in DTYPES:
+        kind = "strings" if name in ("object", "string") else name
+        raise UnsupportedOperationError(
+            f"{b.source}: input {value_info.name!r} holds {kind}, a dtype neurenix has no type for (it computes on "
+            f"{', '.join(DTYPES)}); convert that input in the model (e.g. a Cast in the exporter) or run it in ONNX Runtime")
+    return name
 
 
 def _parse_dim(text: str, params: dict[str, str]) -> SymDim | None:

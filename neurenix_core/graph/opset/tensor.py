@@ -8,7 +8,7 @@ from typing import Final
 import numpy as np
 
 from neurenix_core.graph.opset.schema import (
-    Arrays, Attrs, DTYPES, Params, REQUIRED, Shape, _axes, _axis, _broadcast, _const_dtype, _def, _is_float, _np_dtype, _numel, _promote,
+    Arrays, Attrs, DTYPES, Params, REQUIRED, Shape, _axes, _axis, _broadcast, _const_dtype, _def, _np_dtype, _numel, _promote,
 )
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
@@ -275,12 +275,9 @@ _def("pad", "shape", "pad every axis by (before, after) >= 0; mode constant (val
 
 
 def _cast_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
-    to = a["to"]
-    if _is_float(to) and x[0].dtype.kind == "f":
-        return x[0]  # float -> float keeps the interpreter's working precision (float64 reference)
-    if _is_float(to):
-        return x[0].astype(np.float64)
-    return x[0].astype(_np_dtype(to))
+    # Really converts, float to float included (float32 -> float16 rounds). The float64
+    # reference interpreter widens the result again, which keeps that rounding.
+    return np.asarray(x[0]).astype(_np_dtype(a["to"]))
 
 
 def _cast_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
@@ -289,7 +286,7 @@ def _cast_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape
     return s[0], a["to"]
 
 
-_def("cast", "dtype", "convert to dtype `to` (floats stay in the interpreter's float precision)", ("x",), _cast_rule, _cast_ref,
+_def("cast", "dtype", "convert to dtype `to` (ONNX Cast: floats to integers truncate)", ("x",), _cast_rule, _cast_ref,
      attrs={"to": REQUIRED})
 
 
