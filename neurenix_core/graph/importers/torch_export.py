@@ -35,6 +35,8 @@ import numpy as np
 
 from neurenix_core.errors import FallbackError, NeurenixWarning, UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
+from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
+from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
@@ -158,21 +160,13 @@ def _rsub(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _binary("sub")(c, n, [a[1], a[0]] + a[2:], k)
 
 
-def _div(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    mode = k.get("rounding_mode")
-    out = _binary("div")(c, n, a[:2], {})
-    if mode == "floor":
-        return c.b.emit(c.name(n) + ".floor", "floor", [out])
-    if mode is not None and mode != "trunc":
-        raise c.fail(n, f"uses rounding_mode={mode!r}")
-    return out
-
-
 def _conv(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], nd: int) -> Value:
     x, w = a[0], a[1]
     bias = a[2] if len(a) > 2 else None
     if not isinstance(w, Const) or (bias is not None and not isinstance(bias, Const)):
-        raise c.fail(n, "has a weight computed at run time; convolution weights must be parameters or constants")
+        # a weight computed at run time: the opset's conv takes it as an input
+        return conv_nd(c, n, x, w, bias, a[3] if len(a) > 3 else 1, a[4] if len(a) > 4 else 0, a[5] if len(a) > 5 else 1,
+                       int(a[6]) if len(a) > 6 else 1)
 
     def tup(v: Any, default: int) -> tuple[int, ...]:
         v = default if v is None else v
@@ -204,10 +198,11 @@ def _conv_transpose(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     """aten.conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)."""
     x, w = a[0], a[1]
     bias = a[2] if len(a) > 2 else None
-    if not isinstance(w, Const) or (bias is not None and not isinstance(bias, Const)):
-        raise c.fail(n, "has a weight computed at run time; convolution weights must be parameters or constants")
-    if w.array.ndim != 4:
-        raise c.fail(n, f"is a {w.array.ndim - 2}-D transposed convolution; the opset has conv_transpose2d")
+    if not isinstance(w, Const) or (bias is not None and not isinstance(bias, Const)) or w.array.ndim != 4:
+        # 1-D / 3-D, or a weight computed at run time: the opset's N-d conv_transpose (weight as an input)
+        return conv_transpose_nd(c, n, x, w, bias, *(a[i] if len(a) > i and a[i] is not None else d
+                                                     for i, d in ((3, 1), (4, 0), (5, 0))),
+                                 int(a[6]) if len(a) > 6 else 1, a[7] if len(a) > 7 and a[7] is not None else 1)
 
     def pair(i: int, default: int) -> tuple[int, int]:
         v = a[i] if len(a) > i and a[i] is not None else default
@@ -224,9 +219,9 @@ def _conv_transpose(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 def _convolution(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     if a[6]:  # aten.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
         return _conv_transpose(c, n, [a[0], a[1], a[2], a[3], a[4], a[7], a[8], a[5]], k)
-    nd = a[1].array.ndim - 2 if isinstance(a[1], Const) else 2
+    nd = len(c.b.spec(a[1]).shape) - 2
     if nd not in (1, 2):
-        raise c.fail(n, f"is a {nd}-D convolution; the opset has conv1d and conv2d")
+        return conv_nd(c, n, a[0], a[1], a[2], a[3], a[4], a[5], int(a[8]))
     return _conv(c, n, [a[0], a[1], a[2], a[3], a[4], a[5], a[8]], k, nd)
 
 
@@ -248,8 +243,8 @@ def _addmm(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 def _batch_norm(c: _Ctx, n: Any, x: Value, w: Any, bias: Any, mean: Any, var: Any, eps: float) -> Value:
     if not all(v is None or isinstance(v, Const) for v in (w, bias, mean, var)):
         raise c.fail(n, "has statistics computed at run time (training-mode batch norm); call module.eval() before importing")
-    if len(c.b.spec(x).shape) != 4:
-        raise c.fail(n, f"normalises a {len(c.b.spec(x).shape)}-D input; the opset's batch_norm2d takes N,C,H,W")
+    if len(c.b.spec(x).shape) != 4:  # batch_norm2d takes N,C,H,W; other ranks: ONNX BatchNormalization
+        return batch_norm_nd(c, n, x, w, bias, mean, var, eps)
     params = {"running_mean": mean.array, "running_var": var.array, "weight": None if w is None else w.array,
               "bias": None if bias is None else bias.array}
     return c.b.emit(c.name(n), "batch_norm2d", [x], {"num_features": int(mean.array.shape[0]), "eps": float(eps)}, params)
@@ -284,15 +279,6 @@ def _reduce(op: str) -> Handler:
         keep = bool(a[2]) if len(a) > 2 else bool(k.get("keepdim", False))
         axes = None if dims is None or dims == [] else (tuple(dims) if isinstance(dims, (list, tuple)) else (int(dims),))
         return c.b.emit(c.name(n), op, [a[0]], {"axes": axes, "keepdims": keep})
-
-    return run
-
-
-def _max_dim(op: str, arg: str) -> Handler:
-    def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
-        dim, keep = int(a[1]), bool(a[2]) if len(a) > 2 else False
-        return [c.b.emit(c.name(n), op, [a[0]], {"axes": (dim,), "keepdims": keep}),
-                c.b.emit(c.name(n) + ".index", arg, [a[0]], {"axis": dim, "keepdims": keep})]
 
     return run
 
@@ -441,39 +427,6 @@ def _sdpa(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return c.b.emit(c.name(n), "scaled_dot_product_attention", inputs, {"scale": None if scale is None else float(scale), "is_causal": causal})
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    if isinstance(v, (list, tuple)):
-        return (int(v[0]), int(v[0])) if len(v) == 1 else (int(v[0]), int(v[1]))
-    return int(v), int(v)
-
-
-def _max_pool(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    kernel = _pair(a[1])
-    stride = _pair(a[2]) if len(a) > 2 and a[2] not in (None, []) else kernel
-    padding = _pair(a[3]) if len(a) > 3 else (0, 0)
-    if (len(a) > 4 and _pair(a[4]) != (1, 1)) or (len(a) > 5 and a[5]):
-        raise c.fail(n, "uses dilation or ceil_mode, which max_pool2d does not have")
-    return c.b.emit(c.name(n), "max_pool2d", [a[0]], {"kernel_size": kernel, "stride": stride, "padding": padding})
-
-
-def _avg_pool(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    kernel = _pair(a[1])
-    stride = _pair(a[2]) if len(a) > 2 and a[2] not in (None, []) else kernel
-    padding = _pair(a[3]) if len(a) > 3 else (0, 0)
-    if (len(a) > 4 and a[4]) or (len(a) > 6 and a[6] is not None):
-        raise c.fail(n, "uses ceil_mode or divisor_override, which avg_pool2d does not have")
-    include = bool(a[5]) if len(a) > 5 else True
-    return c.b.emit(c.name(n), "avg_pool2d", [a[0]], {"kernel_size": kernel, "stride": stride, "padding": padding, "count_include_pad": include})
-
-
-def _adaptive(op: str, pair: bool) -> Handler:
-    def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
-        out = c.b.emit(c.name(n), op, [a[0]], {"output_size": _pair(a[1])})
-        return [out, None] if pair else out
-
-    return run
-
-
 def _cast(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return c.b.cast_to(c.name(n), a[0], c.meta(n)[1])
 
@@ -499,12 +452,6 @@ def _where(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 
 def _masked_fill(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return c.b.emit(c.name(n), "where", [a[1], c.tensor_value(a[2], a[0]), a[0]])
-
-
-def _pow(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    if not isinstance(a[1], (str, Const)) and float(a[1]) == 2.0:
-        return c.b.emit(c.name(n), "mul", [a[0], a[0]])
-    return _binary("pow")(c, n, a, k)
 
 
 def _index(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -577,13 +524,10 @@ def _identity(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 
 HANDLERS: dict[str, Handler] = {
     # elementwise
-    "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _div, "rsub": _rsub, "pow": _pow,
-    "maximum": _binary("maximum"), "minimum": _binary("minimum"),
+    "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "rsub": _rsub,
     "eq": _binary("equal"), "ne": _binary("not_equal"), "lt": _binary("less"), "le": _binary("less_equal"),
     "gt": _binary("greater"), "ge": _binary("greater_equal"),
-    "logical_and": _binary("logical_and"), "logical_or": _binary("logical_or"), "__and__": _binary("logical_and"),
-    "bitwise_and": _binary("logical_and"), "__or__": _binary("logical_or"), "bitwise_or": _binary("logical_or"),
-    "logical_not": _unary("logical_not"), "bitwise_not": _unary("logical_not"),
+    "logical_not": _unary("logical_not"),
     "neg": _unary("neg"), "abs": _unary("abs"), "exp": _unary("exp"), "log": _unary("log"), "sqrt": _unary("sqrt"),
     "rsqrt": _unary("rsqrt"), "reciprocal": _unary("reciprocal"), "sin": _unary("sin"), "cos": _unary("cos"),
     "erf": _unary("erf"), "floor": _unary("floor"), "ceil": _unary("ceil"), "sign": _unary("sign"),
@@ -605,13 +549,9 @@ HANDLERS: dict[str, Handler] = {
     "scaled_dot_product_attention": _sdpa,
     # normalisation and pooling
     "_native_batch_norm_legit_no_training": _bn_legit, "batch_norm": _bn, "layer_norm": _layer_norm,
-    "max_pool2d": _max_pool, "max_pool2d_with_indices": lambda c, n, a, k: [_max_pool(c, n, a, k), None],
-    "avg_pool2d": _avg_pool, "adaptive_avg_pool2d": _adaptive("adaptive_avg_pool2d", False),
-    "_adaptive_avg_pool2d": _adaptive("adaptive_avg_pool2d", False), "adaptive_max_pool2d": _adaptive("adaptive_max_pool2d", True),
     # reductions
     "mean": _reduce("reduce_mean"), "sum": _reduce("reduce_sum"), "amax": _reduce("reduce_max"), "amin": _reduce("reduce_min"),
-    "prod": _reduce("reduce_prod"), "max": _max_dim("reduce_max", "argmax"), "min": _max_dim("reduce_min", "argmin"),
-    "argmax": lambda c, n, a, k: c.b.emit(c.name(n), "argmax", [a[0]], {"axis": int(a[1]), "keepdims": bool(a[2]) if len(a) > 2 else False}),
+    "prod": _reduce("reduce_prod"),
     # shapes
     "view": _reshape, "reshape": _reshape, "_unsafe_view": _reshape, "flatten": _reshape, "expand": _expand,
     "permute": _permute, "transpose": _transpose, "t": lambda c, n, a, k: _transpose(c, n, [a[0], 0, 1], k),
@@ -627,6 +567,7 @@ HANDLERS: dict[str, Handler] = {
     "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity, "lift_fresh_copy": _identity,
     "dropout": _identity, "feature_dropout": _identity,
 }
+HANDLERS.update(_MORE_HANDLERS)  # the wider ATen coverage (torch_ops), replacing entries of the same name
 _SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 
 
@@ -703,6 +644,9 @@ def _call(c: _Ctx, n: Any) -> Any:
     args = _resolve(c, list(n.args))
     kwargs = {k: _resolve(c, v) for k, v in n.kwargs.items()}
     flat = _flat_values([args, kwargs])
+    missing = next((v for v in flat if isinstance(v, Unavailable)), None)
+    if missing is not None:
+        raise c.fail(n, f"reads {missing.why}, which the import does not compute")
     if not any(isinstance(v, str) for v in flat):
         if not any(isinstance(v, SymDim) for v in flat):
             return _fold(c, n, args, kwargs)
@@ -852,7 +796,7 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
             c.env[n] = _call(c, n)
         elif n.op == "output":
             outs = [c.env[o] for o in n.args[0]]
-            if any(o is None for o in outs):
+            if any(o is None or isinstance(o, Unavailable) for o in outs):
                 raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is not a tensor")
             return c.b.graph(outs)
     raise UnsupportedOperationError(f"from_torch({type(module).__name__}): the exported program has no output")

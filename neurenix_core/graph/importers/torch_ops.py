@@ -1,0 +1,1056 @@
+"""ATen -> opset mappings beyond the core set of ``torch_export`` (PyTorch is not imported here).
+
+``torch_export`` merges :data:`HANDLERS` over its own table (an entry here replaces one there).
+A handler is ``handler(ctx, fx_node, args, kwargs)`` with the arguments already resolved to graph
+values (names), :class:`Const` or Python values; ``ctx`` is ``torch_export``'s context (``ctx.b``
+the GraphBuilder, ``ctx.name``, ``ctx.sym_shape``, ``ctx.meta``, ``ctx.tensor_value``, ``ctx.fail``).
+Arguments arrive positionally as the exported graph writes them, keyword-only ones in kwargs.
+
+The ops map onto the opset one to one where it has the op (cumsum, topk, one_hot, scatter_elements,
+resize, grid_sample, group_norm, the N-d pools and convolutions ...), else decompose into opset ops
+(roll into slices, adaptive pools of any rank into the 2-D ones, var/std, atan2, pixel_shuffle ...).
+Torch semantics are kept where they differ from ONNX's (floor and true division of integers,
+torch's per-plane max-pool indices, the scale a resize maps coordinates with).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from neurenix_core.graph.importers.builder import Const, Value
+from neurenix_core.graph.symbolic import NotSymbolicError, SymDim
+
+__all__ = ["HANDLERS", "Unavailable", "conv_nd", "conv_transpose_nd", "batch_norm_nd"]
+
+Handler = Callable[[Any, Any, list[Any], dict[str, Any]], Any]
+_BIG: Final = 2**62
+
+
+class Unavailable:
+    """An output torch.export lists that the import does not compute (max-pool indices of an
+    adaptive pool ...): harmless unless a later node reads it, which is then refused by name."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+# ----------------------------------------------------------------------------- helpers
+def _arg(a: list[Any], k: dict[str, Any], i: int, name: str, default: Any = None) -> Any:
+    """Argument ``i`` (positional) or ``name`` (keyword), else ``default``; None means default too."""
+    v = a[i] if len(a) > i else k.get(name, default)
+    return default if v is None else v
+
+
+def _rank(c: Any, v: Value) -> int:
+    return len(c.b.spec(v).shape)
+
+
+def _dtype(c: Any, v: Value) -> str:
+    return str(c.b.spec(v).dtype)
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def _out_dtype(c: Any, n: Any) -> str:
+    return str(c.meta(n)[1])
+
+
+def _scalar(value: float | int | bool, dtype: str) -> Const:
+    return Const(np.asarray(value, np.dtype(dtype) if dtype != "bfloat16" else np.float32))
+
+
+def _as(c: Any, n: Any, v: Any, dtype: str, tag: str) -> Value:
+    """``v`` (a value or a Python scalar) as ``dtype``: torch computes in the result dtype."""
+    if isinstance(v, (str, Const)):
+        return c.b.cast_to(f"{c.name(n)}.{tag}", v, dtype)
+    return _scalar(v, dtype)
+
+
+def _emit(c: Any, n: Any, tag: str, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
+          params: dict[str, Any] | None = None) -> Value:
+    """A node named after the fx node (``tag`` '' for the node's own result)."""
+    return c.b.emit(c.name(n) + (f".{tag}" if tag else ""), op, list(inputs), attrs or {}, params or {})
+
+
+def _axis(v: int, ndim: int) -> int:
+    return int(v) % ndim if ndim else 0
+
+
+def _dims(v: Any) -> tuple[int, ...] | None:
+    """A dim argument (int, list or None/[] for all axes) as a tuple, or None for all axes."""
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return None
+    return tuple(int(d) for d in v) if isinstance(v, (list, tuple)) else (int(v),)
+
+
+def _static(c: Any, n: Any, shape: Sequence[int | SymDim], axis: int, what: str) -> int:
+    size = shape[axis]
+    if isinstance(size, SymDim):
+        raise NotSymbolicError(f"node {c.name(n)!r} {what} along dynamic axis {axis}")
+    return int(size)
+
+
+def _input_shape(c: Any, n: Any, i: int = 0) -> tuple[int | SymDim, ...]:
+    return tuple(c.sym_shape(n.args[i]))
+
+
+def _tuple(v: Any, nd: int, default: int) -> tuple[int, ...]:
+    """An int or 1- or nd-long list as nd ints (PyTorch broadcasts a single value)."""
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return (default,) * nd
+    if isinstance(v, (list, tuple)):
+        return tuple(int(i) for i in v) * (nd if len(v) == 1 else 1)
+    return (int(v),) * nd
+
+
+# ----------------------------------------------------------------------------- elementwise
+def _unary(op: str, **attrs: Any) -> Handler:
+    return lambda c, n, a, k: _emit(c, n, "", op, [a[0]], dict(attrs))
+
+
+def _in_float(c: Any, n: Any, x: Value) -> Value:
+    """``x`` in the node's (float) result dtype: torch computes integer inputs of float ops in it."""
+    dtype = _out_dtype(c, n)
+    return _as(c, n, x, dtype, "in") if _is_float(dtype) else x
+
+
+def _float_unary(op: str) -> Handler:
+    return lambda c, n, a, k: _emit(c, n, "", op, [_in_float(c, n, a[0])])
+
+
+def _elu(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    alpha, scale, in_scale = float(_arg(a, k, 1, "alpha", 1.0)), float(_arg(a, k, 2, "scale", 1.0)), float(_arg(a, k, 3, "input_scale", 1.0))
+    x, dtype = a[0], _dtype(c, a[0])
+    if in_scale != 1.0:
+        x = _emit(c, n, "in_scale", "mul", [x, _scalar(in_scale, dtype)])
+    out = _emit(c, n, "" if scale == 1.0 else "elu", "elu", [x], {"alpha": alpha})
+    return out if scale == 1.0 else _emit(c, n, "", "mul", [out, _scalar(scale, dtype)])
+
+
+def _softplus(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """softplus(beta * x) / beta, and x itself where beta * x > threshold (torch's linear region)."""
+    x, dtype = a[0], _dtype(c, a[0])
+    beta, threshold = float(_arg(a, k, 1, "beta", 1.0)), float(_arg(a, k, 2, "threshold", 20.0))
+    bx = x if beta == 1.0 else _emit(c, n, "beta", "mul", [x, _scalar(beta, dtype)])
+    sp = _emit(c, n, "softplus", "softplus", [bx])
+    if beta != 1.0:
+        sp = _emit(c, n, "unbeta", "div", [sp, _scalar(beta, dtype)])
+    linear = _emit(c, n, "linear", "greater", [bx, _scalar(threshold, dtype)])
+    return _emit(c, n, "", "where", [linear, x, sp])
+
+
+def _log_sigmoid(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    neg = _emit(c, n, "neg", "neg", [a[0]])
+    return _emit(c, n, "", "neg", [_emit(c, n, "softplus", "softplus", [neg])])
+
+
+def _prelu(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """torch's weight is per channel (axis 1): shaped (C, 1, ...) to broadcast as ONNX PRelu does."""
+    x, w = a[0], a[1]
+    rank, wshape = _rank(c, x), c.b.spec(w).shape
+    if rank >= 2 and len(wshape) == 1 and wshape[0] > 1:
+        target = (wshape[0],) + (1,) * (rank - 2)
+        w = Const(w.array.reshape(target)) if isinstance(w, Const) else c.b.reshape(c.name(n) + ".slope", w, target)
+    return _emit(c, n, "", "prelu", [x, w])
+
+
+def _threshold(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x, dtype = a[0], _dtype(c, a[0])
+    keep = _emit(c, n, "keep", "greater", [x, _scalar(float(a[1]), dtype)])
+    return _emit(c, n, "", "where", [keep, x, _scalar(float(a[2]), dtype)])
+
+
+def _glu(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x = a[0]
+    dim = _axis(int(_arg(a, k, 1, "dim", -1)), _rank(c, x))
+    half = _static(c, n, _input_shape(c, n), dim, "splits in halves") // 2
+    first = _emit(c, n, "a", "split", [x], {"axis": dim, "sizes": (half, half), "index": 0})
+    second = _emit(c, n, "b", "split", [x], {"axis": dim, "sizes": (half, half), "index": 1})
+    return _emit(c, n, "", "mul", [first, _emit(c, n, "gate", "sigmoid", [second])])
+
+
+def _round(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    decimals = int(_arg(a, k, 1, "decimals", 0))
+    if decimals == 0:
+        return _emit(c, n, "", "round", [a[0]])
+    scale = _scalar(10.0 ** decimals, _dtype(c, a[0]))
+    up = _emit(c, n, "up", "mul", [a[0], scale])
+    return _emit(c, n, "", "div", [_emit(c, n, "round", "round", [up]), scale])
+
+
+def _trunc_value(c: Any, n: Any, x: Value, tag: str) -> Value:
+    """Rounding toward zero: sign(x) * floor(|x|)."""
+    mag = _emit(c, n, f"{tag}.floor", "floor", [_emit(c, n, f"{tag}.abs", "abs", [x])])
+    return _emit(c, n, tag, "mul", [_emit(c, n, f"{tag}.sign", "sign", [x]), mag])
+
+
+def _trunc(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return a[0] if not _is_float(_dtype(c, a[0])) else _trunc_value(c, n, a[0], "")
+
+
+def _frac(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return _emit(c, n, "", "sub", [a[0], _trunc_value(c, n, a[0], "trunc")])
+
+
+def _binary_in(op: str, **attrs: Any) -> Handler:
+    """A binary op computed in the node's result dtype (torch's type promotion)."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        dtype = _out_dtype(c, n)
+        return _emit(c, n, "", op, [_as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")], dict(attrs))
+
+    return run
+
+
+def _div(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """True division in the result dtype (int / int is float in torch); 'trunc' and 'floor'
+    round the quotient, exactly for integers (the opset's integer div truncates, as C does)."""
+    mode = k.get("rounding_mode", a[2] if len(a) > 2 else None)
+    dtype = _out_dtype(c, n)
+    x, y = _as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")
+    if mode is None or (mode == "trunc" and not _is_float(dtype)):
+        return _emit(c, n, "", "div", [x, y])
+    if mode == "trunc":
+        return _trunc_value(c, n, _emit(c, n, "q", "div", [x, y]), "")
+    if mode != "floor":
+        raise c.fail(n, f"uses rounding_mode={mode!r}")
+    return _floor_div(c, n, x, y, dtype)
+
+
+def _floor_div(c: Any, n: Any, x: Value, y: Value, dtype: str) -> Value:
+    if _is_float(dtype):
+        return _emit(c, n, "", "floor", [_emit(c, n, "q", "div", [x, y])])
+    # (x - x mod y) is a multiple of y, so the truncating division is exact: floor division.
+    rem = _emit(c, n, "mod", "mod", [x, y], {"fmod": False})
+    return _emit(c, n, "", "div", [_emit(c, n, "sub", "sub", [x, rem]), y])
+
+
+def _floor_divide(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dtype = _out_dtype(c, n)
+    return _floor_div(c, n, _as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b"), dtype)
+
+
+def _pow(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dtype = _out_dtype(c, n)
+    if not isinstance(a[1], (str, Const)) and float(a[1]) == 2.0:
+        x = _as(c, n, a[0], dtype, "a")
+        return _emit(c, n, "", "mul", [x, x])
+    return _emit(c, n, "", "pow", [_as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")])
+
+
+def _atan2(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """atan(y / x) moved to the right quadrant: +-pi for x < 0, +-pi/2 on the y axis."""
+    dtype = _out_dtype(c, n)
+    y, x = _as(c, n, a[0], dtype, "y"), _as(c, n, a[1], dtype, "x")
+    zero, pi = _scalar(0.0, dtype), _scalar(math.pi, dtype)
+    base = _emit(c, n, "atan", "atan", [_emit(c, n, "ratio", "div", [y, x])])
+    y_up = _emit(c, n, "y_up", "greater_equal", [y, zero])
+    shift = _emit(c, n, "shift", "where", [y_up, pi, _scalar(-math.pi, dtype)])
+    left = _emit(c, n, "left", "add", [base, shift])
+    axis = _emit(c, n, "axis", "mul", [_emit(c, n, "ysign", "sign", [y]), _scalar(math.pi / 2, dtype)])
+    inner = _emit(c, n, "x_zero", "where", [_emit(c, n, "x_eq0", "equal", [x, zero]), axis, left])
+    return _emit(c, n, "", "where", [_emit(c, n, "x_pos", "greater", [x, zero]), base, inner])
+
+
+def _expm1(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x = _in_float(c, n, a[0])
+    return _emit(c, n, "", "sub", [_emit(c, n, "exp", "exp", [x]), _scalar(1.0, _dtype(c, x))])
+
+
+def _log1p(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x = _in_float(c, n, a[0])
+    return _emit(c, n, "", "log", [_emit(c, n, "plus1", "add", [x, _scalar(1.0, _dtype(c, x))])])
+
+
+def _log_base(base: float) -> Handler:
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        x = _in_float(c, n, a[0])
+        return _emit(c, n, "", "div", [_emit(c, n, "ln", "log", [x]), _scalar(math.log(base), _dtype(c, x))])
+
+    return run
+
+
+def _exp2(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x = _in_float(c, n, a[0])
+    return _emit(c, n, "", "exp", [_emit(c, n, "ln2", "mul", [x, _scalar(math.log(2.0), _dtype(c, x))])])
+
+
+def _square(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return _emit(c, n, "", "mul", [a[0], a[0]])
+
+
+def _nan_to_num(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x, dtype = a[0], _dtype(c, a[0])
+    if not _is_float(dtype):
+        return x
+    info = np.finfo(np.dtype(dtype) if dtype != "bfloat16" else np.float32)
+    nan, pos, neg = _arg(a, k, 1, "nan", 0.0), _arg(a, k, 2, "posinf", float(info.max)), _arg(a, k, 3, "neginf", float(info.min))
+    out = _emit(c, n, "nan", "where", [_emit(c, n, "isnan", "isnan", [x]), _scalar(nan, dtype), x])
+    is_pos = _emit(c, n, "isposinf", "isinf", [x], {"detect_positive": True, "detect_negative": False})
+    out = _emit(c, n, "pos", "where", [is_pos, _scalar(pos, dtype), out])
+    is_neg = _emit(c, n, "isneginf", "isinf", [x], {"detect_positive": False, "detect_negative": True})
+    return _emit(c, n, "", "where", [is_neg, _scalar(neg, dtype), out])
+
+
+def _to_bool(c: Any, n: Any, v: Any, tag: str) -> Value:
+    """Nonzero as true (torch's logical ops take any dtype)."""
+    if not isinstance(v, (str, Const)):
+        return Const(np.asarray(bool(v)))
+    if _dtype(c, v) == "bool":
+        return v
+    return _emit(c, n, tag, "not_equal", [v, _scalar(0, _dtype(c, v))])
+
+
+def _logical(op: str) -> Handler:
+    return lambda c, n, a, k: _emit(c, n, "", op, [_to_bool(c, n, a[0], "a"), _to_bool(c, n, a[1], "b")])
+
+
+def _bitwise(int_op: str, bool_op: str) -> Handler:
+    """torch's & | ^ are logical on bool tensors and bitwise on integers."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        dtype = _out_dtype(c, n)
+        op = bool_op if dtype == "bool" else int_op
+        return _emit(c, n, "", op, [_as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")])
+
+    return run
+
+
+def _bitwise_not(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return _emit(c, n, "", "logical_not" if _dtype(c, a[0]) == "bool" else "bitwise_not", [a[0]])
+
+
+def _shift(direction: str) -> Handler:
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        dtype = _out_dtype(c, n)
+        return _emit(c, n, "", "bit_shift", [_as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")], {"direction": direction})
+
+    return run
+
+
+def _lerp(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dtype = _out_dtype(c, n)
+    x, end, w = _as(c, n, a[0], dtype, "x"), _as(c, n, a[1], dtype, "end"), _as(c, n, a[2], dtype, "w")
+    step = _emit(c, n, "step", "mul", [w, _emit(c, n, "diff", "sub", [end, x])])
+    return _emit(c, n, "", "add", [x, step])
+
+
+def _addc(op: str) -> Handler:
+    """addcmul / addcdiv: x + value * (t1 op t2)."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        dtype = _out_dtype(c, n)
+        value = _arg(a, k, 3, "value", 1)
+        term = _emit(c, n, "term", op, [a[1], a[2]])
+        if value != 1:
+            term = _emit(c, n, "value", "mul", [term, _scalar(value, dtype)])
+        return _emit(c, n, "", "add", [a[0], term])
+
+    return run
+
+
+def _baddbmm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dtype = _out_dtype(c, n)
+    beta, alpha = _arg(a, k, 3, "beta", 1), _arg(a, k, 4, "alpha", 1)
+    prod = _emit(c, n, "bmm", "matmul", [a[1], a[2]])
+    if alpha != 1:
+        prod = _emit(c, n, "alpha", "mul", [prod, _scalar(alpha, dtype)])
+    if beta == 0:  # torch ignores the input entirely (nan and inf included)
+        return prod
+    base = a[0] if beta == 1 else _emit(c, n, "beta", "mul", [a[0], _scalar(beta, dtype)])
+    return _emit(c, n, "", "add", [base, prod])
+
+
+def _minmax(reduce: str, arg: str, binary: str) -> Handler:
+    """max/min: of two tensors (max.other), of all (max.default), or along a dim with the index."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
+        if len(a) > 1 and isinstance(a[1], (str, Const)):
+            return _binary_in(binary)(c, n, a, k)
+        if len(a) == 1 and "dim" not in k:
+            return _emit(c, n, "", reduce, [a[0]], {"axes": None, "keepdims": False})
+        dim, keep = int(_arg(a, k, 1, "dim")), bool(_arg(a, k, 2, "keepdim", False))
+        return [_emit(c, n, "", reduce, [a[0]], {"axes": (dim,), "keepdims": keep}),
+                _emit(c, n, "index", arg, [a[0]], {"axis": dim, "keepdims": keep})]
+
+    return run
+
+
+def _arg_reduce(op: str) -> Handler:
+    """argmax/argmin; dim None is over the flattened input."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        dim, keep = _arg(a, k, 1, "dim"), bool(_arg(a, k, 2, "keepdim", False))
+        if dim is not None:
+            return _emit(c, n, "", op, [a[0]], {"axis": int(dim), "keepdims": keep})
+        flat = c.b.reshape(c.name(n) + ".flat", a[0], (-1,))
+        out = _emit(c, n, "" if not keep else "flat_index", op, [flat], {"axis": 0, "keepdims": False})
+        return c.b.reshape(c.name(n), out, (1,) * _rank(c, a[0])) if keep else out
+
+    return run
+
+
+# ----------------------------------------------------------------------------- reductions
+def _count(c: Any, n: Any, axes: tuple[int, ...] | None) -> int:
+    shape = _input_shape(c, n)
+    picked = range(len(shape)) if axes is None else [_axis(d, len(shape)) for d in axes]
+    return int(np.prod([_static(c, n, shape, d, "divides by the length") for d in picked], dtype=np.int64))
+
+
+def _moments(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> tuple[Value, Value, tuple[int, ...] | None, bool]:
+    """(variance, mean) with torch's correction (unbiased=True is correction 1)."""
+    x, dtype = _in_float(c, n, a[0]), _out_dtype(c, n)
+    overload = getattr(n.target, "_overloadname", "")
+    if overload == "correction" or "correction" in k:
+        axes, keep = _dims(_arg(a, k, 1, "dim")), bool(k.get("keepdim", False))
+        correction = k.get("correction")
+        correction = 1.0 if correction is None else float(correction)
+    elif overload == "default" and len(a) <= 2 and not isinstance(_arg(a, k, 1, "dim"), (list, tuple)):
+        axes, keep, correction = None, False, 1.0 if bool(_arg(a, k, 1, "unbiased", True)) else 0.0
+    else:
+        axes, keep = _dims(_arg(a, k, 1, "dim")), bool(_arg(a, k, 3, "keepdim", False))
+        correction = 1.0 if bool(_arg(a, k, 2, "unbiased", True)) else 0.0
+    mean = _emit(c, n, "mean", "reduce_mean", [x], {"axes": axes, "keepdims": True})
+    centred = _emit(c, n, "centred", "sub", [x, mean])
+    total = _emit(c, n, "ss", "reduce_sum", [_emit(c, n, "sq", "mul", [centred, centred])], {"axes": axes, "keepdims": keep})
+    count = _count(c, n, axes)
+    var = _emit(c, n, "var", "div", [total, _scalar(max(count - correction, 0.0), dtype)])
+    if not keep:
+        mean = _emit(c, n, "mean.squeeze", "squeeze", [mean], {"axes": axes})
+    return var, mean, axes, keep
+
+
+def _var(std: bool, with_mean: bool) -> Handler:
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
+        var, mean, _, _ = _moments(c, n, a, k)
+        out = _emit(c, n, "", "sqrt", [var]) if std else var
+        return [out, mean] if with_mean else out
+
+    return run
+
+
+def _vector_norm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    x = _in_float(c, n, a[0])
+    order, axes, keep = float(_arg(a, k, 1, "ord", 2)), _dims(_arg(a, k, 2, "dim")), bool(_arg(a, k, 3, "keepdim", False))
+    attrs = {"axes": axes, "keepdims": keep}
+    if order == 2:
+        return _emit(c, n, "", "reduce_l2", [x], attrs)
+    if order == 1:
+        return _emit(c, n, "", "reduce_l1", [x], attrs)
+    mag = _emit(c, n, "abs", "abs", [x])
+    if math.isinf(order):
+        return _emit(c, n, "", "reduce_max" if order > 0 else "reduce_min", [mag], attrs)
+    dtype = _dtype(c, x)
+    if order == 0:
+        nonzero = c.b.cast_to(c.name(n) + ".nz", _emit(c, n, "ne", "not_equal", [x, _scalar(0.0, dtype)]), dtype)
+        return _emit(c, n, "", "reduce_sum", [nonzero], attrs)
+    powered = _emit(c, n, "pow", "pow", [mag, _scalar(order, dtype)])
+    return _emit(c, n, "", "pow", [_emit(c, n, "sum", "reduce_sum", [powered], attrs), _scalar(1.0 / order, dtype)])
+
+
+def _any_all(op: str) -> Handler:
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        axes, keep = _dims(_arg(a, k, 1, "dim")), bool(_arg(a, k, 2, "keepdim", False))
+        return _emit(c, n, "", op, [_to_bool(c, n, a[0], "bool")], {"axes": axes, "keepdims": keep})
+
+    return run
+
+
+def _logsumexp(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    axes, keep = _dims(_arg(a, k, 1, "dim")), bool(_arg(a, k, 2, "keepdim", False))
+    return _emit(c, n, "", "reduce_log_sum_exp", [_in_float(c, n, a[0])], {"axes": axes, "keepdims": keep})
+
+
+def _cosine_similarity(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """sum(x1 * x2) / sqrt(max(sum(x1^2) * sum(x2^2), eps^2)), torch's formula."""
+    x1, x2 = a[0], a[1]
+    dim, eps = int(_arg(a, k, 2, "dim", 1)), float(_arg(a, k, 3, "eps", 1e-8))
+    dtype = _out_dtype(c, n)
+    attrs = {"axes": (dim,), "keepdims": False}
+    dot = _emit(c, n, "dot", "reduce_sum", [_emit(c, n, "prod", "mul", [x1, x2])], attrs)
+    n1 = _emit(c, n, "n1", "reduce_sum", [_emit(c, n, "sq1", "mul", [x1, x1])], attrs)
+    n2 = _emit(c, n, "n2", "reduce_sum", [_emit(c, n, "sq2", "mul", [x2, x2])], attrs)
+    denom = _emit(c, n, "clamp", "maximum", [_emit(c, n, "n12", "mul", [n1, n2]), _scalar(eps * eps, dtype)])
+    return _emit(c, n, "", "div", [dot, _emit(c, n, "denom", "sqrt", [denom])])
+
+
+def _mse_loss(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    reduction = int(_arg(a, k, 2, "reduction", 1))
+    diff = _emit(c, n, "diff", "sub", [a[0], a[1]])
+    sq = _emit(c, n, "" if reduction == 0 else "sq", "mul", [diff, diff])
+    if reduction == 0:
+        return sq
+    return _emit(c, n, "", "reduce_mean" if reduction == 1 else "reduce_sum", [sq], {"axes": None, "keepdims": False})
+
+
+# ----------------------------------------------------------------------------- scans, sorting
+def _cum(op: str) -> Handler:
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        x = _as(c, n, a[0], _out_dtype(c, n), "in")  # torch sums bool / small ints as int64 (or dtype=)
+        return _emit(c, n, "", op, [x], {"axis": int(_arg(a, k, 1, "dim"))})
+
+    return run
+
+
+def _topk(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
+    kk, dim = int(a[1]), int(_arg(a, k, 2, "dim", -1))
+    largest = bool(_arg(a, k, 3, "largest", True))
+    attrs = {"k": kk, "axis": dim, "largest": largest, "sorted": True}
+    return [_emit(c, n, "", "topk", [a[0]], attrs | {"output": 0}), _emit(c, n, "indices", "topk", [a[0]], attrs | {"output": 1})]
+
+
+def _sort_args(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> tuple[int, bool, bool]:
+    """(dim, descending, stable) of sort / sort.stable / argsort / argsort.stable."""
+    if getattr(n.target, "_overloadname", "") == "stable":
+        return int(k.get("dim", -1)), bool(k.get("descending", False)), True
+    stable = bool(k.get("stable", False))
+    return int(_arg(a, k, 1, "dim", -1)), bool(_arg(a, k, 2, "descending", False)), stable
+
+
+def _sorted(c: Any, n: Any, a: list[Any], k: dict[str, Any], outputs: Sequence[int]) -> list[Value]:
+    """A full sort is a topk of the whole axis (ties by lower index: a stable sort)."""
+    dim, descending, _ = _sort_args(c, n, a, k)
+    shape = _input_shape(c, n)
+    axis = _axis(dim, len(shape))
+    size = _static(c, n, shape, axis, "sorts") if shape else 1
+    if not shape:
+        return [a[0] if i == 0 else Const(np.asarray(0, np.int64)) for i in outputs]
+    attrs = {"k": size, "axis": axis, "largest": descending, "sorted": True}
+    return [_emit(c, n, "" if i == outputs[0] else "indices", "topk", [a[0]], attrs | {"output": i}) for i in outputs]
+
+
+def _sort(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
+    return _sorted(c, n, a, k, (0, 1))
+
+
+def _argsort(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    return _sorted(c, n, a, k, (1,))[0]
+
+
+# ----------------------------------------------------------------------------- shapes and indexing
+def _roll(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """Each (shift, dim) as two slices concatenated; no dims rolls the flattened tensor."""
+    x = a[0]
+    shifts = _dims(a[1]) or ()
+    dims = _dims(_arg(a, k, 2, "dims"))
+    shape = _input_shape(c, n)
+    if dims is None:
+        flat = c.b.reshape(c.name(n) + ".flat", x, (-1,))
+        total = int(np.prod([_static(c, n, shape, i, "rolls") for i in range(len(shape))], dtype=np.int64))
+        rolled = _roll_axis(c, n, flat, int(shifts[0]), 0, total, "flat")
+        return c.b.reshape(c.name(n), rolled, shape)
+    if len(shifts) != len(dims):
+        raise c.fail(n, f"has {len(shifts)} shifts for {len(dims)} dims")
+    out = x
+    for i, (s, d) in enumerate(zip(shifts, dims)):
+        d = _axis(d, len(shape))
+        last = i == len(dims) - 1
+        out = _roll_axis(c, n, out, int(s), d, _static(c, n, shape, d, "rolls"), "" if last else f"d{i}")
+    return out
+
+
+def _roll_axis(c: Any, n: Any, x: Value, shift: int, axis: int, size: int, tag: str) -> Value:
+    shift = shift % size if size else 0
+    if shift == 0:
+        return x if not tag == "" else _emit(c, n, "", "identity", [x])
+    pre = f"{tag}." if tag else ""
+    tail = _emit(c, n, pre + "tail", "slice", [x], {"starts": (size - shift,), "ends": (_BIG,), "axes": (axis,), "steps": (1,)})
+    head = _emit(c, n, pre + "head", "slice", [x], {"starts": (0,), "ends": (size - shift,), "axes": (axis,), "steps": (1,)})
+    return _emit(c, n, tag, "concat", [tail, head], {"axis": axis})
+
+
+def _flip(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dims = _dims(a[1]) or ()
+    rank = _rank(c, a[0])
+    if not dims:
+        return a[0]
+    axes = tuple(_axis(d, rank) for d in dims)
+    return _emit(c, n, "", "slice", [a[0]], {"starts": (-1,) * len(axes), "ends": (-_BIG,) * len(axes), "axes": axes,
+                                              "steps": (-1,) * len(axes)})
+
+
+def _repeat(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """x.repeat(*sizes): leading new axes for extra sizes, then a tile."""
+    x, reps = a[0], tuple(int(r) for r in a[1])
+    rank, shape = _rank(c, x), _input_shape(c, n)
+    if len(reps) < rank:
+        raise c.fail(n, f"repeats {reps} fewer axes than the input's {rank}")
+    if len(reps) > rank:
+        x = c.b.reshape(c.name(n) + ".lift", x, (1,) * (len(reps) - rank) + tuple(shape), tuple(shape))
+    return _emit(c, n, "", "tile", [x], {"repeats": reps})
+
+
+def _tile(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    reps = tuple(int(r) for r in a[1])
+    rank = _rank(c, a[0])
+    reps = (1,) * (rank - len(reps)) + reps
+    return _repeat(c, n, [a[0], reps], k)
+
+
+def _trilu(upper: bool) -> Handler:
+    return lambda c, n, a, k: _emit(c, n, "", "trilu", [a[0]], {"upper": upper, "k": int(_arg(a, k, 1, "diagonal", 0))})
+
+
+def _one_hot(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    depth = int(_arg(a, k, 1, "num_classes", -1))
+    if depth < 0:
+        raise c.fail(n, "infers num_classes from the data; pass num_classes= explicitly")
+    return _emit(c, n, "", "one_hot", [a[0], Const(np.asarray([0, 1], np.int64))], {"depth": depth, "axis": -1})
+
+
+def _einsum(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    dtype = _out_dtype(c, n)
+    operands = [_as(c, n, v, dtype, f"in{i}") for i, v in enumerate(a[1])]
+    return _emit(c, n, "", "einsum", operands, {"equation": str(a[0]).replace(" ", "")})
+
+
+def _like(value: Any) -> Handler:
+    """zeros_like / ones_like / full_like / empty_like: a scalar expanded to the input's shape."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        fill = value if value is not None else _arg(a, k, 1, "fill_value")
+        if not isinstance(fill, (int, float, bool)):
+            raise c.fail(n, "fills with a value computed at run time")
+        shape, dtype = c.sym_shape(n), _out_dtype(c, n)
+        scalar = Const(np.full((1,) * len(shape), fill, dtype=np.dtype(dtype)))
+        return _emit(c, n, "", "expand", [scalar], {"shape": tuple(shape)})
+
+    return run
+
+
+def _broadcast_tensors(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
+    outs = []
+    for i, (v, meta) in enumerate(zip(a[0], n.meta["val"])):
+        shape = tuple(c.dim(d) for d in meta.shape)
+        same = tuple(c.sym_shape(n.args[0][i])) == shape
+        outs.append(v if same else _emit(c, n, str(i), "expand", [v], {"shape": shape}))
+    return outs
+
+
+def _pixel_shuffle(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r) as reshape, transpose, reshape (torch's own decomposition)."""
+    shape, r = _input_shape(c, n), int(a[1])
+    lead, (h, w) = tuple(shape[:-3]), shape[-2:]
+    ch = _static(c, n, shape, len(shape) - 3, "shuffles channels") // (r * r)
+    m = len(lead)
+    split = c.b.reshape(c.name(n) + ".split", a[0], lead + (ch, r, r, h, w), shape)
+    perm = tuple(range(m)) + (m, m + 3, m + 1, m + 4, m + 2)
+    moved = _emit(c, n, "perm", "transpose", [split], {"perm": perm})
+    return c.b.reshape(c.name(n), moved, tuple(c.sym_shape(n)))
+
+
+def _pixel_unshuffle(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    shape, r = _input_shape(c, n), int(a[1])
+    lead, ch = tuple(shape[:-3]), shape[-3]
+    oh, ow = _static(c, n, shape, len(shape) - 2, "unshuffles") // r, _static(c, n, shape, len(shape) - 1, "unshuffles") // r
+    m = len(lead)
+    split = c.b.reshape(c.name(n) + ".split", a[0], lead + (ch, oh, r, ow, r), shape)
+    perm = tuple(range(m)) + (m, m + 2, m + 4, m + 1, m + 3)
+    moved = _emit(c, n, "perm", "transpose", [split], {"perm": perm})
+    return c.b.reshape(c.name(n), moved, tuple(c.sym_shape(n)))
+
+
+# ----------------------------------------------------------------------------- scatter
+_SCATTER_REDUCE: Final = {"add": "add", "sum": "add", "multiply": "mul", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def _fill_like_index(c: Any, n: Any, value: Any, dtype: str) -> Value:
+    shape = tuple(c.sym_shape(n.args[2]))
+    return _emit(c, n, "src", "expand", [Const(np.full((1,) * len(shape), value, np.dtype(dtype)))], {"shape": shape})
+
+
+def _scatter_src(c: Any, n: Any, src: Any, dtype: str) -> Value:
+    """The update tensor cut to the index's shape (torch reads only that corner of src)."""
+    if not isinstance(src, (str, Const)):
+        return _fill_like_index(c, n, src, dtype)
+    src = c.b.cast_to(c.name(n) + ".src", src, dtype)
+    ishape, sshape = tuple(c.sym_shape(n.args[2])), tuple(c.sym_shape(n.args[3]))
+    if ishape == sshape:
+        return src
+    axes = tuple(i for i, (p, q) in enumerate(zip(ishape, sshape)) if p != q)
+    return _emit(c, n, "src.cut", "slice", [src], {"starts": (0,) * len(axes), "ends": tuple(ishape[i] for i in axes), "axes": axes,
+                                                   "steps": (1,) * len(axes)})
+
+
+def _scatter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """scatter (src or value, optional reduce=), scatter_add, scatter_reduce(include_self=)."""
+    name = getattr(getattr(n.target, "overloadpacket", None), "__name__", "")
+    dtype = _out_dtype(c, n)
+    x, dim, index = a[0], int(a[1]), a[2]
+    src = _scatter_src(c, n, _arg(a, k, 3, "src", k.get("value")), dtype)
+    include_self = True
+    if name == "scatter_add":
+        reduce = "add"
+    elif name == "scatter_reduce":
+        reduce, include_self = str(a[4]), bool(_arg(a, k, 5, "include_self", True))
+    else:
+        reduce = k.get("reduce", a[4] if len(a) > 4 else "none")
+    if reduce != "none" and reduce not in _SCATTER_REDUCE:
+        raise c.fail(n, f"reduces with {reduce!r}; add, sum, multiply, prod, amax and amin are supported")
+    op = "none" if reduce == "none" else _SCATTER_REDUCE[reduce]
+    if not include_self and op != "none":
+        # The written positions start from the reduction's identity, so only the updates count.
+        identity = {"add": 0, "mul": 1, "max": _extreme(dtype, low=True), "min": _extreme(dtype, low=False)}[op]
+        x = _emit(c, n, "clear", "scatter_elements", [x, index, _fill_like_index(c, n, identity, dtype)], {"axis": dim})
+    return _emit(c, n, "", "scatter_elements", [x, index, src], {"axis": dim, "reduction": op})
+
+
+def _extreme(dtype: str, low: bool) -> float | int:
+    if _is_float(dtype):
+        return -np.inf if low else np.inf
+    if dtype == "bool":
+        return not low
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min if low else info.max)
+
+
+def _index_put(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """x[i0, i1, ...] = values (or += with accumulate) for index tensors on the leading axes, as
+    scatter_nd; a boolean mask over the leading axes with a broadcastable value, as where."""
+    x, indices, values = a[0], list(a[1]), a[2]
+    accumulate = bool(_arg(a, k, 3, "accumulate", False))
+    dtype, shape = _dtype(c, x), _input_shape(c, n)
+    values = c.b.cast_to(c.name(n) + ".values", values, dtype)
+    lead = 0
+    while lead < len(indices) and indices[lead] is not None:
+        lead += 1
+    if lead == 0 or any(i is not None for i in indices[lead:]):
+        raise c.fail(n, "assigns through index tensors that are not on the leading axes")
+    if lead == 1 and _dtype(c, indices[0]) == "bool":
+        return _masked_put(c, n, x, indices[0], values, accumulate, shape)
+    if any(_dtype(c, i) == "bool" for i in indices):
+        raise c.fail(n, "mixes boolean masks with index tensors")
+    parts = []
+    index_shapes = [tuple(c.sym_shape(arg)) if not isinstance(arg, (list, tuple)) and arg is not None else ()
+                    for arg in n.args[1][:lead]]
+    common = _broadcast_shape(c, n, index_shapes)
+    for i, idx in enumerate(indices[:lead]):
+        idx = c.b.cast_to(f"{c.name(n)}.i{i}", idx, "int64")
+        size = Const(np.asarray(_static(c, n, shape, i, "indexes negative positions"), np.int64))
+        negative = _emit(c, n, f"i{i}.neg", "less", [idx, Const(np.asarray(0, np.int64))])
+        idx = _emit(c, n, f"i{i}.wrap", "where", [negative, _emit(c, n, f"i{i}.plus", "add", [idx, size]), idx])
+        if index_shapes[i] != common:
+            idx = _emit(c, n, f"i{i}.expand", "expand", [idx], {"shape": common})
+        parts.append(_emit(c, n, f"i{i}.unsqueeze", "unsqueeze", [idx], {"axes": (-1,)}))
+    coords = parts[0] if lead == 1 else _emit(c, n, "coords", "concat", parts, {"axis": -1})
+    updates = _emit(c, n, "updates", "expand", [values], {"shape": common + tuple(shape[lead:])})
+    return _emit(c, n, "", "scatter_nd", [x, coords, updates], {"reduction": "add" if accumulate else "none"})
+
+
+def _broadcast_shape(c: Any, n: Any, shapes: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    rank = max(len(s) for s in shapes)
+    out: list[Any] = []
+    for axis in range(rank):
+        sizes = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
+        real = [d for d in sizes if not (isinstance(d, int) and d == 1)]
+        if any(isinstance(d, SymDim) for d in real) and len({str(d) for d in real}) > 1:
+            raise NotSymbolicError(f"node {c.name(n)!r} broadcasts index tensors of dynamic shapes")
+        out.append(real[0] if real else 1)
+    return tuple(out)
+
+
+def _masked_put(c: Any, n: Any, x: Value, mask: Value, values: Value, accumulate: bool, shape: Sequence[Any]) -> Value:
+    mshape = tuple(c.b.spec(mask).shape)
+    vsize = int(np.prod(c.b.spec(values).shape, dtype=np.int64))
+    if vsize != 1:
+        raise c.fail(n, "assigns a tensor of values through a boolean mask (its size depends on the data); only one value is supported")
+    if len(mshape) < len(shape):
+        mask = c.b.reshape(c.name(n) + ".mask", mask, tuple(c.sym_shape(n.args[1][0])) + (1,) * (len(shape) - len(mshape)))
+    value = c.b.reshape(c.name(n) + ".value", values, ()) if c.b.spec(values).shape != () else values
+    if accumulate:
+        added = _emit(c, n, "add", "add", [x, value])
+        return _emit(c, n, "", "where", [mask, added, x])
+    return _emit(c, n, "", "where", [mask, value, x])
+
+
+# ----------------------------------------------------------------------------- pooling
+def _pool_nd(kind: str, nd: int, indices: bool = False) -> Handler:
+    """max_pool{1,2,3}d (with_indices) and avg_pool{1,2,3}d as the opset's N-d max_pool / avg_pool."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
+        x = a[0]
+        rank = _rank(c, x)
+        if rank == nd + 1:  # unbatched input: a batch of one
+            return _unbatched(c, n, x, lambda v: run(c, n, [v] + list(a[1:]), k), indices)
+        kernel = _tuple(a[1], nd, 1)
+        stride = _tuple(_arg(a, k, 2, "stride", []), nd, 1) if _arg(a, k, 2, "stride", []) else kernel
+        padding = _tuple(_arg(a, k, 3, "padding", 0), nd, 0)
+        attrs: dict[str, Any] = {"kernel_shape": kernel, "strides": stride, "pads": padding + padding}
+        if kind == "max":
+            dilation, ceil = _tuple(_arg(a, k, 4, "dilation", 1), nd, 1), bool(_arg(a, k, 5, "ceil_mode", False))
+            attrs |= {"dilations": dilation, "ceil_mode": ceil}
+            if nd == 2 and not indices and not ceil and dilation == (1, 1):
+                return _emit(c, n, "", "max_pool2d", [x], {"kernel_size": kernel, "stride": stride, "padding": padding})
+            values = _emit(c, n, "", "max_pool", [x], attrs)
+            return [values, _plane_indices(c, n, x, attrs)] if indices else values
+        ceil, include = bool(_arg(a, k, 4, "ceil_mode", False)), bool(_arg(a, k, 5, "count_include_pad", True))
+        if _arg(a, k, 6, "divisor_override") is not None:
+            raise c.fail(n, "uses divisor_override, which the opset's avg_pool does not have")
+        if nd == 2 and not ceil:
+            return _emit(c, n, "", "avg_pool2d", [x], {"kernel_size": kernel, "stride": stride, "padding": padding,
+                                                       "count_include_pad": include})
+        return _emit(c, n, "", "avg_pool", [x], attrs | {"ceil_mode": ceil, "count_include_pad": include})
+
+    return run
+
+
+def _plane_indices(c: Any, n: Any, x: Value, attrs: dict[str, Any]) -> Value:
+    """torch's indices count within each (n, c) plane; the opset's (ONNX's) count over the
+    whole tensor, so the plane's offset goes with a modulo by the plane size."""
+    shape = _input_shape(c, n)
+    plane = int(np.prod([_static(c, n, shape, i, "returns pooling indices") for i in range(2, len(shape))], dtype=np.int64))
+    flat = _emit(c, n, "flat_indices", "max_pool", [x], attrs | {"output": 1})
+    return _emit(c, n, "indices", "mod", [flat, Const(np.asarray(plane, np.int64))], {"fmod": False})
+
+
+def _unbatched(c: Any, n: Any, x: Value, body: Callable[[Value], Any], indices: bool) -> Any:
+    lifted = _emit(c, n, "batch", "unsqueeze", [x], {"axes": (0,)})
+    out = body(lifted)
+    outs = out if isinstance(out, list) else [out]
+    back = [_emit(c, n, f"unbatch{i}", "squeeze", [v], {"axes": (0,)}) for i, v in enumerate(outs)]
+    return back if isinstance(out, list) else back[0]
+
+
+def _adaptive(kind: str, nd: int) -> Handler:
+    """adaptive_{avg,max}_pool{1,2,3}d through the opset's 2-D adaptive pools: the pools are
+    separable (a box's mean or max is the mean or max of its rows' means or maxes), so 1-D is
+    2-D over (1, L) and 3-D is 2-D over (H, W) then over (D, H*W)."""
+    op = f"adaptive_{kind}_pool2d"
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
+        x = a[0]
+        rank, shape = _rank(c, x), _input_shape(c, n)
+        sizes = a[1] if isinstance(a[1], (list, tuple)) else [a[1]]
+        sizes = tuple(int(shape[rank - nd + i]) if s is None else int(s) for i, s in enumerate(_tuple_keep_none(sizes, nd)))
+        if rank == nd + 1:
+            out = _unbatched(c, n, x, lambda v: _adaptive_body(c, n, v, op, nd, sizes, (1,) + tuple(shape)), False)
+        elif rank == nd + 2:
+            out = _adaptive_body(c, n, x, op, nd, sizes, shape)
+        else:
+            raise c.fail(n, f"pools a rank-{rank} input; {nd}-D adaptive pooling takes {nd + 1} or {nd + 2} axes")
+        return [out, Unavailable(f"the indices of {op}")] if kind == "max" else out
+
+    return run
+
+
+def _tuple_keep_none(v: Sequence[Any], nd: int) -> tuple[Any, ...]:
+    return tuple(v) * (nd if len(v) == 1 else 1)
+
+
+def _adaptive_body(c: Any, n: Any, x: Value, op: str, nd: int, sizes: tuple[int, ...], shape: Sequence[Any]) -> Value:
+    if nd == 2:
+        return _emit(c, n, "", op, [x], {"output_size": sizes})
+    if nd == 1:
+        wide = _emit(c, n, "2d", "unsqueeze", [x], {"axes": (2,)})
+        pooled = _emit(c, n, "pool", op, [wide], {"output_size": (1, sizes[0])})
+        return _emit(c, n, "", "squeeze", [pooled], {"axes": (2,)})
+    batch, ch, depth = shape[0], _static(c, n, shape, 1, "pools"), _static(c, n, shape, 2, "pools")
+    planes = c.b.reshape(c.name(n) + ".planes", x, (batch, ch * depth) + tuple(shape[3:]), tuple(shape))
+    hw = _emit(c, n, "hw", op, [planes], {"output_size": sizes[1:]})
+    area = sizes[1] * sizes[2]
+    columns = c.b.reshape(c.name(n) + ".columns", hw, (batch, ch, depth, area))
+    pooled = _emit(c, n, "d", op, [columns], {"output_size": (sizes[0], area)})
+    return c.b.reshape(c.name(n), pooled, (batch, ch) + sizes)
+
+
+# ----------------------------------------------------------------------------- convolution
+def conv_nd(c: Any, n: Any, x: Value, w: Value, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int) -> Value:
+    """Any-rank convolution as the opset's ``conv`` (weight and bias as inputs)."""
+    nd = len(c.b.spec(w).shape) - 2
+    st, dil = _tuple(stride, nd, 1), _tuple(dilation, nd, 1)
+    if padding == "valid":
+        padding = 0
+    if padding == "same":
+        kernel = c.b.spec(w).shape[2:]
+        total = [dil[i] * (kernel[i] - 1) for i in range(nd)]
+        pads = tuple(t // 2 for t in total) + tuple(t - t // 2 for t in total)
+    else:
+        pad = _tuple(padding, nd, 0)
+        pads = pad + pad
+    inputs = [x, w] + ([] if bias is None else [bias])
+    attrs = {"strides": st, "pads": pads, "dilations": dil, "group": int(groups)}
+    return _emit(c, n, "", "conv", inputs, attrs)
+
+
+def conv_transpose_nd(c: Any, n: Any, x: Value, w: Value, bias: Any, stride: Any, padding: Any, output_padding: Any,
+                      groups: int, dilation: Any) -> Value:
+    """Any-rank transposed convolution as the opset's ``conv_transpose``."""
+    nd = len(c.b.spec(w).shape) - 2
+    pad = _tuple(padding, nd, 0)
+    attrs = {"strides": _tuple(stride, nd, 1), "pads": pad + pad, "dilations": _tuple(dilation, nd, 1), "group": int(groups),
+             "output_padding": _tuple(output_padding, nd, 0)}
+    return _emit(c, n, "", "conv_transpose", [x, w] + ([] if bias is None else [bias]), attrs)
+
+
+def _conv_handler(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """conv3d(input, weight, bias, stride, padding, dilation, groups)."""
+    return conv_nd(c, n, a[0], a[1], _arg(a, k, 2, "bias"), _arg(a, k, 3, "stride", 1), _arg(a, k, 4, "padding", 0),
+                   _arg(a, k, 5, "dilation", 1), int(_arg(a, k, 6, "groups", 1)))
+
+
+def _conv_t_handler(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """conv_transpose{1,3}d(input, weight, bias, stride, padding, output_padding, groups, dilation)."""
+    return conv_transpose_nd(c, n, a[0], a[1], _arg(a, k, 2, "bias"), _arg(a, k, 3, "stride", 1), _arg(a, k, 4, "padding", 0),
+                             _arg(a, k, 5, "output_padding", 0), int(_arg(a, k, 6, "groups", 1)), _arg(a, k, 7, "dilation", 1))
+
+
+# ----------------------------------------------------------------------------- normalisation
+def _ones(c: Any, count: int, dtype: str, value: float = 1.0) -> Const:
+    return Const(np.full((count,), value, np.dtype(dtype) if dtype != "bfloat16" else np.float32))
+
+
+def batch_norm_nd(c: Any, n: Any, x: Value, w: Any, bias: Any, mean: Value, var: Value, eps: float) -> Value:
+    """Inference batch norm over axis 1 of any rank (the ONNX BatchNormalization op)."""
+    dtype, count = _dtype(c, x), int(c.b.spec(mean).shape[0])
+    scale = _ones(c, count, dtype) if w is None else w
+    shift = _ones(c, count, dtype, 0.0) if bias is None else bias
+    return _emit(c, n, "", "batch_normalization", [x, scale, shift, mean, var], {"epsilon": float(eps)})
+
+
+def _group_norm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """group_norm(input, num_groups, weight, bias, eps)."""
+    x, groups = a[0], int(a[1])
+    dtype, ch = _dtype(c, x), _static(c, n, _input_shape(c, n), 1, "normalises")
+    w, bias, eps = _arg(a, k, 2, "weight"), _arg(a, k, 3, "bias"), float(_arg(a, k, 4, "eps", 1e-5))
+    scale = _ones(c, ch, dtype) if w is None else w
+    shift = _ones(c, ch, dtype, 0.0) if bias is None else bias
+    return _emit(c, n, "", "group_norm", [x, scale, shift], {"num_groups": groups, "epsilon": eps})
+
+
+def _instance_norm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps, cudnn)."""
+    x = a[0]
+    w, bias, mean, var = (_arg(a, k, i, name) for i, name in enumerate(("weight", "bias", "running_mean", "running_var"), 1))
+    use_input_stats, eps = bool(_arg(a, k, 5, "use_input_stats", True)), float(_arg(a, k, 7, "eps", 1e-5))
+    if not use_input_stats:
+        if mean is None or var is None:
+            raise c.fail(n, "normalises with running statistics it does not have")
+        return batch_norm_nd(c, n, x, w, bias, mean, var, eps)
+    dtype, ch = _dtype(c, x), _static(c, n, _input_shape(c, n), 1, "normalises")
+    scale = _ones(c, ch, dtype) if w is None else w
+    shift = _ones(c, ch, dtype, 0.0) if bias is None else bias
+    return _emit(c, n, "", "instance_norm", [x, scale, shift], {"epsilon": eps})
+
+
+def _rms_norm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """rms_norm(input, normalized_shape, weight, eps): eps None is the dtype's machine epsilon."""
+    x, normalized = a[0], tuple(int(d) for d in a[1])
+    dtype = _dtype(c, x)
+    w, eps = _arg(a, k, 2, "weight"), _arg(a, k, 3, "eps")
+    if eps is None:
+        eps = float(np.finfo(np.dtype(dtype) if dtype != "bfloat16" else np.float32).eps)
+    scale = Const(np.ones(normalized, np.dtype(dtype) if dtype != "bfloat16" else np.float32)) if w is None else w
+    return _emit(c, n, "", "rms_normalization", [x, scale], {"axis": -len(normalized), "epsilon": float(eps)})
+
+
+# ----------------------------------------------------------------------------- resize and sampling
+def _upsample(mode: str, nd: int, exact: bool = False, antialias: bool = False) -> Handler:
+    """upsample_{nearest,linear,bilinear,trilinear,bicubic}{1,2,3}d (.vec and the per-axis
+    scales overload) as resize. torch maps coordinates with 1/scale_factor when the scale is
+    given, else in/out: resize with scales does the first, with sizes the second."""
+    has_corners = mode != "nearest"
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        x = a[0]
+        rank = _rank(c, x)
+        corners = bool(_arg(a, k, 2, "align_corners", False)) if has_corners else False
+        rest = list(a[3:] if has_corners else a[2:])
+        if getattr(n.target, "_overloadname", "") == "vec":
+            factors = _arg(rest, k, 0, "scale_factors")
+            factors = None if factors is None else tuple(float(f) for f in factors)
+        else:
+            given = [_arg(rest, k, i, f"scales_{axis}") for i, axis in enumerate("dhw"[3 - nd:])]
+            factors = None if any(f is None for f in given) else tuple(float(f) for f in given)
+        attrs: dict[str, Any] = {"axes": tuple(range(rank - nd, rank))}
+        if factors is not None and not (mode != "nearest" and corners):
+            attrs["scales"] = factors
+        else:  # align_corners maps by (in-1)/(out-1) whatever the scale: the sizes say it
+            attrs["sizes"] = tuple(c.sym_shape(n))[rank - nd:]
+        if mode == "nearest":
+            attrs |= ({"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_ceil"} if exact
+                      else {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
+        else:
+            attrs |= {"mode": mode, "coordinate_transformation_mode": "align_corners" if corners else "pytorch_half_pixel",
+                      "antialias": antialias}
+            if mode == "cubic":  # torch's bicubic: A = -0.75, or PIL's -0.5 with antialias
+                attrs["cubic_coeff_a"] = -0.5 if antialias else -0.75
+        return _emit(c, n, "", "resize", [x], attrs)
+
+    return run
+
+
+def _grid_sampler(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners) with torch's enums."""
+    modes, paddings = {0: "linear", 1: "nearest", 2: "cubic"}, {0: "zeros", 1: "border", 2: "reflection"}
+    mode, padding = int(a[2]), int(a[3])
+    if mode not in modes or padding not in paddings:
+        raise c.fail(n, f"uses interpolation mode {mode} / padding mode {padding}")
+    return _emit(c, n, "", "grid_sample", [a[0], a[1]], {"mode": modes[mode], "padding_mode": paddings[padding],
+                                                          "align_corners": bool(a[4])})
+
+
+# ----------------------------------------------------------------------------- the table
+HANDLERS: Final[dict[str, Handler]] = {
+    # activations
+    "elu": _elu, "selu": _unary("selu", alpha=1.6732632423543772, gamma=1.0507009873554805),
+    "celu": lambda c, n, a, k: _emit(c, n, "", "celu", [a[0]], {"alpha": float(_arg(a, k, 1, "alpha", 1.0))}),
+    "softplus": _softplus, "mish": _unary("mish"), "prelu": _prelu, "_prelu_kernel": _prelu, "log_sigmoid": _log_sigmoid,
+    "threshold": _threshold, "glu": _glu,
+    # elementwise math
+    "isinf": _unary("isinf"), "isnan": _unary("isnan"), "round": _round, "trunc": _trunc, "fix": _trunc, "frac": _frac,
+    "remainder": _binary_in("mod", fmod=False), "fmod": _binary_in("mod", fmod=True), "atan2": _atan2, "arctan2": _atan2,
+    "div": _div, "floor_divide": _floor_divide, "pow": _pow,
+    "maximum": _binary_in("maximum"), "minimum": _binary_in("minimum"),
+    "expm1": _expm1, "log1p": _log1p, "log2": _log_base(2.0), "log10": _log_base(10.0), "exp2": _exp2, "square": _square,
+    "tan": _float_unary("tan"), "asin": _float_unary("asin"), "acos": _float_unary("acos"), "atan": _float_unary("atan"),
+    "sinh": _float_unary("sinh"), "cosh": _float_unary("cosh"), "asinh": _float_unary("asinh"), "acosh": _float_unary("acosh"),
+    "atanh": _float_unary("atanh"), "softsign": _unary("softsign"), "nan_to_num": _nan_to_num,
+    "lerp": _lerp, "addcmul": _addc("mul"), "addcdiv": _addc("div"), "baddbmm": _baddbmm,
+    # logical and bitwise
+    "logical_and": _logical("logical_and"), "logical_or": _logical("logical_or"), "logical_xor": _logical("logical_xor"),
+    "bitwise_and": _bitwise("bitwise_and", "logical_and"), "__and__": _bitwise("bitwise_and", "logical_and"),
+    "bitwise_or": _bitwise("bitwise_or", "logical_or"), "__or__": _bitwise("bitwise_or", "logical_or"),
+    "bitwise_xor": _bitwise("bitwise_xor", "logical_xor"), "__xor__": _bitwise("bitwise_xor", "logical_xor"),
+    "bitwise_not": _bitwise_not, "__lshift__": _shift("left"), "__rshift__": _shift("right"),
+    "bitwise_left_shift": _shift("left"), "bitwise_right_shift": _shift("right"),
+    # reductions
+    "max": _minmax("reduce_max", "argmax", "maximum"), "min": _minmax("reduce_min", "argmin", "minimum"),
+    "argmax": _arg_reduce("argmax"), "argmin": _arg_reduce("argmin"),
+    "var": _var(False, False), "std": _var(True, False), "var_mean": _var(False, True), "std_mean": _var(True, True),
+    "linalg_vector_norm": _vector_norm, "any": _any_all("reduce_max"), "all": _any_all("reduce_min"), "logsumexp": _logsumexp,
+    "cosine_similarity": _cosine_similarity, "mse_loss": _mse_loss,
+    # scans and sorting
+    "cumsum": _cum("cumsum"), "cumprod": _cum("cumprod"), "topk": _topk, "sort": _sort, "argsort": _argsort,
+    # shapes and indexing
+    "roll": _roll, "flip": _flip, "repeat": _repeat, "tile": _tile, "tril": _trilu(False), "triu": _trilu(True),
+    "one_hot": _one_hot, "einsum": _einsum, "broadcast_tensors": _broadcast_tensors,
+    "zeros_like": _like(0), "ones_like": _like(1), "empty_like": _like(0), "full_like": _like(None),
+    "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
+    "scatter": _scatter, "scatter_add": _scatter, "scatter_reduce": _scatter, "index_put": _index_put,
+    # pooling
+    "max_pool1d": _pool_nd("max", 1), "max_pool2d": _pool_nd("max", 2), "max_pool3d": _pool_nd("max", 3),
+    "max_pool1d_with_indices": _pool_nd("max", 1, True), "max_pool2d_with_indices": _pool_nd("max", 2, True),
+    "max_pool3d_with_indices": _pool_nd("max", 3, True),
+    "avg_pool1d": _pool_nd("avg", 1), "avg_pool2d": _pool_nd("avg", 2), "avg_pool3d": _pool_nd("avg", 3),
+    "adaptive_avg_pool1d": _adaptive("avg", 1), "adaptive_avg_pool2d": _adaptive("avg", 2), "_adaptive_avg_pool2d": _adaptive("avg", 2),
+    "adaptive_avg_pool3d": _adaptive("avg", 3), "_adaptive_avg_pool3d": _adaptive("avg", 3),
+    "adaptive_max_pool1d": _adaptive("max", 1), "adaptive_max_pool2d": _adaptive("max", 2), "adaptive_max_pool3d": _adaptive("max", 3),
+    # convolution
+    "conv3d": _conv_handler, "conv_transpose1d": _conv_t_handler, "conv_transpose3d": _conv_t_handler,
+    # normalisation
+    "group_norm": _group_norm, "instance_norm": _instance_norm, "rms_norm": _rms_norm,
+    # resize and sampling
+    "upsample_nearest1d": _upsample("nearest", 1), "upsample_nearest2d": _upsample("nearest", 2),
+    "upsample_nearest3d": _upsample("nearest", 3), "_upsample_nearest_exact1d": _upsample("nearest", 1, exact=True),
+    "_upsample_nearest_exact2d": _upsample("nearest", 2, exact=True), "_upsample_nearest_exact3d": _upsample("nearest", 3, exact=True),
+    "upsample_linear1d": _upsample("linear", 1), "upsample_bilinear2d": _upsample("linear", 2),
+    "upsample_trilinear3d": _upsample("linear", 3), "upsample_bicubic2d": _upsample("cubic", 2),
+    "_upsample_bilinear2d_aa": _upsample("linear", 2, antialias=True), "_upsample_bicubic2d_aa": _upsample("cubic", 2, antialias=True),
+    "grid_sampler": _grid_sampler, "grid_sampler_2d": _grid_sampler, "grid_sampler_3d": _grid_sampler,
+}
