@@ -31,7 +31,8 @@ import numpy as np
 
 from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixWarning, UnsupportedOperationError
 from neurenix_core.graph.importers import (
-    onnx_attention, onnx_controlflow, onnx_image, onnx_math, onnx_nn, onnx_quantization, onnx_reduction, onnx_rnn, onnx_tensor,
+    onnx_attention, onnx_controlflow, onnx_image, onnx_math, onnx_nn, onnx_quantization, onnx_reduction, onnx_rnn, onnx_signal,
+    onnx_tensor,
 )
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import REMEDY as _REMEDY
@@ -427,7 +428,8 @@ HANDLERS: dict[str, Handler] = {
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
 }
 # The families' handlers (one module per ONNX family); a family may replace a handler above.
-for _family in (onnx_math, onnx_nn, onnx_image, onnx_tensor, onnx_reduction, onnx_attention, onnx_controlflow, onnx_quantization, onnx_rnn):
+for _family in (onnx_math, onnx_nn, onnx_image, onnx_tensor, onnx_reduction, onnx_attention, onnx_controlflow, onnx_quantization, onnx_rnn,
+                onnx_signal):
     HANDLERS.update(_family.HANDLERS)
 
 

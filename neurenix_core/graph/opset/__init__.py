@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from neurenix_core.graph.opset import (  # noqa: F401 - each module registers its family's ops
-    attention, controlflow, image, logical, losses, math, nn, quantization, reduction, rnn, sequence, tensor,
+    attention, controlflow, detection, image, logical, losses, math, misc, nn, quantization, reduction, rnn, sequence, signal, tensor,
 )
 from neurenix_core.graph.opset.schema import (
     DTYPES, LEGACY_OPS, OPSET, REQUIRED, Arrays, Attrs, Builder, Decompose, Infer, OpDef, Params, Ref, Shape, _axes, _axis,

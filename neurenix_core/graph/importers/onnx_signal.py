@@ -1,0 +1,121 @@
+"""ONNX import handlers: DFT, STFT, MelWeightMatrix (signal), NonMaxSuppression (detection),
+BitCast, TfIdfVectorizer and CausalConvWithState.
+
+Operands that fix an output's shape (DFT's dft_length and axis, STFT's frame_step and
+frame_length, MelWeightMatrix's bin count, transform length and sample rate) must be static
+(``const``: a small graph input there makes the model value-specialized). NonMaxSuppression's
+output size depends on every input's values, so all of them must be static and the node folds at
+import; a model whose boxes come from a computation is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
+from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, fail, outputs_used
+
+__all__ = ["HANDLERS"]
+
+
+def _onnx_dtype(b: GraphBuilder, n: OnnxNode, code: int) -> str:
+    from onnx import helper
+
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(int(code))))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise fail(b, n, f"names TensorProto type {code}, which has no NumPy dtype") from exc
+
+
+def _scalar(b: GraphBuilder, n: OnnxNode, i: int, what: str) -> int | None:
+    """An optional integer operand holding one value (None when absent or empty)."""
+    v = const(b, n, i, what)
+    if v is None or v.size == 0:
+        return None
+    if v.size != 1 or v.dtype.kind not in "iu":
+        raise fail(b, n, f"needs one integer {what}, got {v.dtype} of shape {v.shape}")
+    return int(v.reshape(-1)[0])
+
+
+def _emit(b: GraphBuilder, n: OnnxNode, name: str, op: str, inputs: Sequence[Value], attrs: dict[str, Any]) -> Value:
+    """``b.emit``, with a constant input that folds (and does not fit the op) refused by name:
+    folding evaluates the op directly, without the shape rule that would catch it."""
+    try:
+        return b.emit(name, op, inputs, attrs)
+    except (ValueError, IndexError) as exc:
+        raise fail(b, n, f"has inputs {[b.spec(v).shape for v in inputs]} this op does not take: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- signal
+def _dft(b: GraphBuilder, n: OnnxNode) -> Value:
+    if getattr(b, "onnx_opset", 20) >= 20:  # opset 20 moved axis from an attribute (default 1) to an input (default -2)
+        axis = _scalar(b, n, 2, "axis")
+        axis = -2 if axis is None else axis
+    else:
+        axis = int(n.attrs.get("axis", 1))
+    attrs = {"axis": axis, "inverse": bool(n.attrs.get("inverse", 0)), "onesided": bool(n.attrs.get("onesided", 0)),
+             "length": _scalar(b, n, 1, "dft_length")}
+    return _emit(b, n, n.name, "dft", [n.inputs[0]], attrs)  # type: ignore[list-item]
+
+
+def _stft(b: GraphBuilder, n: OnnxNode) -> Value:
+    step = _scalar(b, n, 1, "frame_step")
+    if step is None:
+        raise fail(b, n, "has no frame_step")
+    inputs = [n.inputs[0]] + ([n.inputs[2]] if n.input(2) is not None else [])
+    attrs = {"frame_step": step, "frame_length": _scalar(b, n, 3, "frame_length"), "onesided": bool(n.attrs.get("onesided", 1))}
+    return _emit(b, n, n.name, "stft", inputs, attrs)  # type: ignore[arg-type]
+
+
+def _mel_weight_matrix(b: GraphBuilder, n: OnnxNode) -> Value:
+    sizes = {k: _scalar(b, n, i, k) for i, k in enumerate(("num_mel_bins", "dft_length", "sample_rate"))}
+    if any(v is None for v in sizes.values()):
+        raise fail(b, n, f"needs num_mel_bins, dft_length and sample_rate, got {sizes}")
+    attrs = sizes | {"dtype": _onnx_dtype(b, n, n.attrs.get("output_datatype", 1))}
+    return _emit(b, n, n.name, "mel_weight_matrix", [n.inputs[3], n.inputs[4]], attrs)  # type: ignore[list-item]
+
+
+# ----------------------------------------------------------------------------- detection
+def _non_max_suppression(b: GraphBuilder, n: OnnxNode) -> Value:
+    what = ("boxes", "scores", "max_output_boxes_per_class", "iou_threshold", "score_threshold")
+    arrays = [const(b, n, i, f"{w} (the selected boxes' count fixes the output shape)") for i, w in enumerate(what)]
+    inputs = [Const(np.asarray(a)) for a in arrays[:2]]
+    # An absent optional operand before a given one is passed as an empty array (ONNX's "not given").
+    last = max((i for i, a in enumerate(arrays) if a is not None), default=1)
+    inputs += [Const(np.zeros((0,), np.float32) if a is None else np.asarray(a)) for a in arrays[2 : last + 1]]
+    return _emit(b, n, n.name, "non_max_suppression", inputs, {"center_point_box": int(n.attrs.get("center_point_box", 0))})
+
+
+# ----------------------------------------------------------------------------- misc
+def _bitcast(b: GraphBuilder, n: OnnxNode) -> Value:
+    return _emit(b, n, n.name, "bitcast", [n.inputs[0]], {"to": _onnx_dtype(b, n, n.attrs["to"])})  # type: ignore[list-item]
+
+
+def _tfidf_vectorizer(b: GraphBuilder, n: OnnxNode) -> Value:
+    a = n.attrs
+    if a.get("pool_strings"):
+        raise fail(b, n, "counts string n-grams (pool_strings); neurenix has no string tensors")
+    weights = a.get("weights")
+    attrs = {"mode": str(a.get("mode", "")), "min_gram_length": int(a["min_gram_length"]), "max_gram_length": int(a["max_gram_length"]),
+             "max_skip_count": int(a["max_skip_count"]), "ngram_counts": tuple(int(v) for v in a.get("ngram_counts", ())),
+             "ngram_indexes": tuple(int(v) for v in a.get("ngram_indexes", ())),
+             "pool": tuple(int(v) for v in a.get("pool_int64s", ())),
+             "weights": None if weights is None else tuple(float(v) for v in weights)}
+    return _emit(b, n, n.name, "tfidf_vectorizer", [n.inputs[0]], attrs)  # type: ignore[list-item]
+
+
+def _causal_conv_with_state(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
+    has_bias = n.input(2) is not None
+    inputs = [v for v in n.inputs[:4] if v is not None]
+    attrs: dict[str, Any] = {"activation": str(n.attrs.get("activation", "none")), "has_bias": has_bias}
+    return [_emit(b, n, f"{n.name}.{k}" if k else n.name, "causal_conv_with_state", inputs, attrs | {"output": k}) if used else None  # type: ignore[arg-type]
+            for k, used in enumerate(outputs_used(n))]
+
+
+HANDLERS: dict[str, Handler] = {
+    "DFT": _dft, "STFT": _stft, "MelWeightMatrix": _mel_weight_matrix, "NonMaxSuppression": _non_max_suppression,
+    "BitCast": _bitcast, "TfIdfVectorizer": _tfidf_vectorizer, "CausalConvWithState": _causal_conv_with_state,
+}
