@@ -296,3 +296,41 @@ def test_causal_conv_with_state_float16_and_kernel_one() -> None:
     want, want_state = _causal_expected(x, w, None, None, True)
     check(out, want, rtol=2e-3, atol=2e-3)
     check(present, want_state)
+
+
+# ----------------------------------------------------------------------------- ImageDecoder
+def _decoder(encoded: np.ndarray, fmt: str, declared: list[int] | None) -> Any:
+    node = helper.make_node("ImageDecoder", ["data"], ["y"], pixel_format=fmt)
+    graph = helper.make_graph([node], "decode", [helper.make_tensor_value_info("data", onnx.TensorProto.UINT8, encoded.shape)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, declared)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def _png(pixels: np.ndarray) -> np.ndarray:
+    import io
+
+    image = pytest.importorskip("PIL.Image")
+    with io.BytesIO() as f:
+        image.fromarray(pixels).save(f, format="PNG")
+        return np.frombuffer(f.getvalue(), np.uint8).copy()
+
+
+@pytest.mark.parametrize("fmt", ["RGB", "BGR", "Grayscale"])
+def test_image_decoder_png(fmt: str) -> None:
+    pixels = RNG.integers(0, 256, (6, 9, 3), dtype=np.uint8)
+    encoded = _png(pixels)
+    gray = np.asarray(pytest.importorskip("PIL.Image").fromarray(pixels).convert("L"))[:, :, None]
+    want = {"RGB": pixels, "BGR": pixels[:, :, ::-1], "Grayscale": gray}[fmt]
+    compiled = nx.compile(nn.from_onnx(_decoder(encoded, fmt, list(want.shape))), device="cpu:0", precision="fp32",
+                          outputs="host", progress=False)
+    check(np.asarray(compiled(encoded)), want)
+
+
+def test_image_decoder_needs_a_declared_shape_and_keeps_to_it() -> None:
+    encoded = _png(np.zeros((4, 5, 3), np.uint8))
+    with pytest.raises(NeurenixError, match="declare"):
+        nn.from_onnx(_decoder(encoded, "RGB", None))
+    compiled = nx.compile(nn.from_onnx(_decoder(encoded, "RGB", [5, 4, 3])), device="cpu:0", precision="fp32",
+                          outputs="host", progress=False)
+    with pytest.raises(NeurenixError, match="declares"):
+        compiled(encoded)

@@ -1,11 +1,13 @@
 """ONNX import handlers: DFT, STFT, MelWeightMatrix (signal), NonMaxSuppression (detection),
-BitCast, TfIdfVectorizer and CausalConvWithState.
+BitCast, TfIdfVectorizer, CausalConvWithState and ImageDecoder.
 
 Operands that fix an output's shape (DFT's dft_length and axis, STFT's frame_step and
 frame_length, MelWeightMatrix's bin count, transform length and sample rate) must be static
 (``const``: a small graph input there makes the model value-specialized). NonMaxSuppression's
 output size depends on every input's values, so all of them must be static and the node folds at
-import; a model whose boxes come from a computation is refused.
+import; a model whose boxes come from a computation is refused. ImageDecoder's output size is
+the encoded image's: it takes the static shape the model declares for its output, and a decoded
+image of another size is a run-time error, never a reshaped one.
 """
 
 from __future__ import annotations
@@ -115,7 +117,33 @@ def _causal_conv_with_state(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
             for k, used in enumerate(outputs_used(n))]
 
 
+def _declared_shape(b: GraphBuilder, name: str) -> tuple[int, ...] | None:
+    """The static shape the model declares for value ``name`` (graph output or value_info)."""
+    proto = getattr(b, "onnx_model", None)
+    if proto is None:
+        return None
+    for vi in [*proto.graph.output, *proto.graph.value_info]:
+        if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            return tuple(int(d.dim_value) for d in dims) if all(d.HasField("dim_value") for d in dims) else None
+    return None
+
+
+def _image_decoder(b: GraphBuilder, n: OnnxNode) -> Value:
+    import importlib.util
+
+    if importlib.util.find_spec("PIL") is None:
+        raise fail(b, n, "decodes images with Pillow, which is not installed (pip install pillow)")
+    shape = _declared_shape(b, n.proto.output[0])
+    if shape is None:
+        raise fail(b, n, "has an output whose size depends on the encoded image; the model must declare its static shape "
+                         f"[H, W, C] (output {n.proto.output[0]!r})")
+    attrs = {"pixel_format": str(n.attrs.get("pixel_format", "RGB")), "shape": shape}
+    return _emit(b, n, n.name, "image_decoder", [n.inputs[0]], attrs)  # type: ignore[list-item]
+
+
 HANDLERS: dict[str, Handler] = {
     "DFT": _dft, "STFT": _stft, "MelWeightMatrix": _mel_weight_matrix, "NonMaxSuppression": _non_max_suppression,
     "BitCast": _bitcast, "TfIdfVectorizer": _tfidf_vectorizer, "CausalConvWithState": _causal_conv_with_state,
+    "ImageDecoder": _image_decoder,
 }

@@ -174,3 +174,42 @@ _def("causal_conv_with_state", "convolution", "depthwise causal conv1d of input 
      "0 the result [B, C, L], 1 the present state: the last k-1 steps of [past_state, input] (ONNX CausalConvWithState)",
      ("x", "weight", "bias?", "past_state?"), _causal_conv_rule, _causal_conv_ref,
      attrs={"activation": "none", "has_bias": False, "output": 0})
+
+
+# ----------------------------------------------------------------------------- ImageDecoder
+PIXEL_FORMATS = ("RGB", "BGR", "Grayscale")
+
+
+def _image_decoder_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
+    shape = tuple(int(v) for v in a["shape"])
+    if d[0] != "uint8" or len(s[0]) != 1:
+        raise ValueError(f"image_decoder takes the encoded file as 1-D uint8, got {d[0]} {s[0]}")
+    if a["pixel_format"] not in PIXEL_FORMATS or len(shape) != 3 or shape[2] != (1 if a["pixel_format"] == "Grayscale" else 3):
+        raise ValueError(f"image_decoder: pixel_format {' | '.join(PIXEL_FORMATS)} and a shape [H, W, 3] ([H, W, 1] for "
+                         f"Grayscale); got {a['pixel_format']!r}, {shape}")
+    return shape, "uint8"
+
+
+def _image_decoder_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
+    import io
+
+    try:
+        import PIL.Image  # an optional dependency: the importer refuses ImageDecoder without it
+    except ImportError as exc:
+        raise ValueError("image_decoder needs Pillow (pip install pillow)") from exc
+    try:
+        image = PIL.Image.open(io.BytesIO(np.ascontiguousarray(x[0]).tobytes()))
+        pixels = np.asarray(image.convert("L" if a["pixel_format"] == "Grayscale" else "RGB"), dtype=np.uint8)
+    except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError
+        raise ValueError(f"image_decoder cannot decode its input: {exc}") from exc
+    pixels = pixels[:, :, None] if pixels.ndim == 2 else (pixels[:, :, ::-1] if a["pixel_format"] == "BGR" else pixels)
+    shape = tuple(int(v) for v in a["shape"])
+    if pixels.shape != shape:  # the static shape came from the model's declaration; another image size is refused, not reshaped
+        raise ValueError(f"image_decoder decoded a {pixels.shape} image where the model declares {shape}")
+    return np.ascontiguousarray(pixels)
+
+
+_def("image_decoder", "image", "decode an encoded image file (1-D uint8: JPEG, PNG, BMP, TIFF, WebP ... as Pillow reads them) to "
+     "uint8 [H, W, 3] RGB or BGR, or [H, W, 1] Grayscale; shape is the output's static shape, declared by the model, and "
+     "another decoded size is an error (ONNX ImageDecoder; needs Pillow)", ("encoded",), _image_decoder_rule, _image_decoder_ref,
+     attrs={"pixel_format": "RGB", "shape": REQUIRED})
