@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.graph import opset
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, fail, outputs_used
 
@@ -43,12 +44,16 @@ def _scalar(b: GraphBuilder, n: OnnxNode, i: int, what: str) -> int | None:
 
 
 def _emit(b: GraphBuilder, n: OnnxNode, name: str, op: str, inputs: Sequence[Value], attrs: dict[str, Any]) -> Value:
-    """``b.emit``, with a constant input that folds (and does not fit the op) refused by name:
-    folding evaluates the op directly, without the shape rule that would catch it."""
+    """``b.emit``, with inputs that do not fit the op refused by name. Constant inputs fold: the
+    op is evaluated directly, so its shape rule is checked here first (except for an op whose
+    shape depends on the values, whose evaluation checks its inputs itself)."""
+    specs = [b.spec(v) for v in inputs]
     try:
+        if all(isinstance(v, Const) for v in inputs) and op != "non_max_suppression":
+            opset.infer(op, attrs, [s.shape for s in specs], [s.dtype for s in specs], {})
         return b.emit(name, op, inputs, attrs)
     except (ValueError, IndexError) as exc:
-        raise fail(b, n, f"has inputs {[b.spec(v).shape for v in inputs]} this op does not take: {exc}") from exc
+        raise fail(b, n, f"does not take inputs {[(s.dtype, s.shape) for s in specs]} with attributes {attrs}: {exc}") from exc
 
 
 # ----------------------------------------------------------------------------- signal
@@ -76,8 +81,11 @@ def _mel_weight_matrix(b: GraphBuilder, n: OnnxNode) -> Value:
     sizes = {k: _scalar(b, n, i, k) for i, k in enumerate(("num_mel_bins", "dft_length", "sample_rate"))}
     if any(v is None for v in sizes.values()):
         raise fail(b, n, f"needs num_mel_bins, dft_length and sample_rate, got {sizes}")
+    edges = [n.input(3), n.input(4)]
+    if any(v is None for v in edges):
+        raise fail(b, n, "needs lower_edge_hertz and upper_edge_hertz")
     attrs = sizes | {"dtype": _onnx_dtype(b, n, n.attrs.get("output_datatype", 1))}
-    return _emit(b, n, n.name, "mel_weight_matrix", [n.inputs[3], n.inputs[4]], attrs)  # type: ignore[list-item]
+    return _emit(b, n, n.name, "mel_weight_matrix", edges, attrs)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- detection
@@ -93,6 +101,8 @@ def _non_max_suppression(b: GraphBuilder, n: OnnxNode) -> Value:
 
 # ----------------------------------------------------------------------------- misc
 def _bitcast(b: GraphBuilder, n: OnnxNode) -> Value:
+    if "to" not in n.attrs:
+        raise fail(b, n, "has no `to` attribute")
     return _emit(b, n, n.name, "bitcast", [n.inputs[0]], {"to": _onnx_dtype(b, n, n.attrs["to"])})  # type: ignore[list-item]
 
 
@@ -100,6 +110,9 @@ def _tfidf_vectorizer(b: GraphBuilder, n: OnnxNode) -> Value:
     a = n.attrs
     if a.get("pool_strings"):
         raise fail(b, n, "counts string n-grams (pool_strings); neurenix has no string tensors")
+    missing = [k for k in ("mode", "min_gram_length", "max_gram_length", "max_skip_count", "ngram_counts", "ngram_indexes") if k not in a]
+    if missing:
+        raise fail(b, n, f"lacks required attribute(s) {missing}")
     weights = a.get("weights")
     attrs = {"mode": str(a.get("mode", "")), "min_gram_length": int(a["min_gram_length"]), "max_gram_length": int(a["max_gram_length"]),
              "max_skip_count": int(a["max_skip_count"]), "ngram_counts": tuple(int(v) for v in a.get("ngram_counts", ())),
