@@ -134,3 +134,128 @@ def test_sequence_at_without_static_shape_is_refused() -> None:
     model = _model([node], [_seq(F, "xs"), _t("pos", I64, [])], [_t("y", F, None)])
     with pytest.raises(UnsupportedOperationError, match="no static shape"):
         nn.from_onnx(model.SerializeToString())
+
+
+# ----------------------------------------------------------------------------- outputs whose shapes the model does not state
+def _untyped(name: str, elem: int) -> Any:
+    return helper.make_tensor_value_info(name, elem, None)
+
+
+def test_if_on_a_constant_condition_is_its_branch() -> None:
+    then_g = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["t"], axis=0)], "then", [], [_untyped("t", F)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_untyped("e", F)])
+    nodes = [helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", B, [], [True])),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    model = _model(nodes, [_t("x", F, [2])], [_untyped("y", F)])
+    x = np.array([1.5, -2.0], np.float32)
+    got = _run(model, x)
+    assert got.dtype == np.float32 and got.shape == (4,)
+    np.testing.assert_array_equal(got, np.concatenate([x, x]))
+
+
+def test_if_on_a_small_input_is_imported_per_value() -> None:
+    """Branches of different shapes: the condition comes from a small graph input, so the model
+    is built per value of it."""
+    then_g = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["t"], axis=0)], "then", [], [_untyped("t", F)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_untyped("e", F)])
+    nodes = [helper.make_node("Greater", ["n", "zero"], ["c"]), helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "g", [_t("n", I64, []), _t("x", F, [3])], [_untyped("y", F)],
+                              initializer=[helper.make_tensor("zero", I64, [], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(_run(model, np.array(1, np.int64), x), np.concatenate([x, x]))
+    got = _run(model, np.array(-1, np.int64), x)
+    assert got.shape == (3,)
+    np.testing.assert_array_equal(got, -x)
+
+
+def test_if_on_a_run_time_condition_takes_the_branches_common_shape() -> None:
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"])], "then", [], [_untyped("t", F)])
+    else_g = helper.make_graph([helper.make_node("Transpose", ["x"], ["e0"], perm=[1, 0]), helper.make_node("Transpose", ["e0"], ["e"], perm=[1, 0])],
+                               "else", [], [_untyped("e", F)])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "g", [_t("x", F, [2, 3])], [_untyped("y", F)], initializer=[helper.make_tensor("zero", F, [], [0.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(_run(model, x), x + x)
+    np.testing.assert_array_equal(_run(model, -x - 1), -x - 1)
+
+
+def test_if_with_branches_of_different_shapes_on_a_run_time_condition_is_refused() -> None:
+    then_g = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["t"], axis=0)], "then", [], [_untyped("t", F)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_untyped("e", F)])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "g", [_t("x", F, [100])], [_untyped("y", F)], initializer=[helper.make_tensor("zero", F, [], [0.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(UnsupportedOperationError, match="no static shape"):
+        nn.from_onnx(model.SerializeToString())
+
+
+def test_scan_accumulator_types_follow_from_the_inputs() -> None:
+    """An outer-product accumulator (the state) and a per-step read-out, with no types declared."""
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["k", "neg1"], ["kc"]), helper.make_node("Unsqueeze", ["k", "neg2"], ["kr"]),
+         helper.make_node("MatMul", ["kc", "kr"], ["outer"]), helper.make_node("Add", ["s", "outer"], ["s2"]),
+         helper.make_node("MatMul", ["kr", "s2"], ["r"]), helper.make_node("Squeeze", ["r", "neg2"], ["o"])],
+        "body", [_untyped("s", F), _untyped("k", F)], [_untyped("s2", F), _untyped("o", F)])
+    nodes = [helper.make_node("Scan", ["s0", "ks"], ["s", "outs"], body=body, num_scan_inputs=1)]
+    graph = helper.make_graph(nodes, "g", [_t("s0", F, [2, 3, 3]), _t("ks", F, [4, 2, 3])], [_untyped("s", F), _untyped("outs", F)],
+                              initializer=[helper.make_tensor("neg1", I64, [1], [-1]), helper.make_tensor("neg2", I64, [1], [-2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    rng = np.random.default_rng(0)
+    s0, ks = rng.standard_normal((2, 3, 3)).astype(np.float32), rng.standard_normal((4, 2, 3)).astype(np.float32)
+    state, outs = _run(model, s0, ks)
+    want, reads = s0.copy(), []
+    for k in ks:
+        want = want + k[:, :, None] * k[:, None, :]
+        reads.append(np.einsum("bi,bij->bj", k, want))
+    assert state.shape == (2, 3, 3) and outs.shape == (4, 2, 3) and outs.dtype == np.float32
+    np.testing.assert_allclose(state, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs, np.stack(reads), rtol=1e-5, atol=1e-5)
+
+
+def test_scan_whose_state_grows_is_refused() -> None:
+    body = helper.make_graph([helper.make_node("Concat", ["s", "x"], ["s2"], axis=0), helper.make_node("Identity", ["x"], ["o"])],
+                             "body", [_untyped("s", F), _untyped("x", F)], [_untyped("s2", F), _untyped("o", F)])
+    node = helper.make_node("Scan", ["s0", "xs"], ["s", "outs"], body=body, num_scan_inputs=1)
+    model = _model([node], [_t("s0", F, [1]), _t("xs", F, [100, 1])], [_untyped("s", F), _untyped("outs", F)])
+    with pytest.raises(UnsupportedOperationError, match="no static shape"):
+        nn.from_onnx(model.SerializeToString())
+
+
+def _range_loop(start: Any) -> Any:
+    """ONNX's Range function body: a Loop whose trip count is computed from its scalar inputs."""
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["prev", "delta"], ["cur"]),
+                              helper.make_node("Identity", ["prev"], ["out"])],
+                             "body", [_t("i", I64, []), _t("cond_in", B, []), _untyped("prev", F)],
+                             [_t("cond_out", B, []), _untyped("cur", F), _untyped("out", F)])
+    nodes = [helper.make_node("Sub", ["limit", "start"], ["span"]), helper.make_node("Div", ["span", "delta"], ["q"]),
+             helper.make_node("Ceil", ["q"], ["c"]), helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Cast", ["r"], ["n"], to=I64),
+             helper.make_node("Cast", ["r"], ["go"], to=B), helper.make_node("Loop", ["n", "go", "start"], ["last", "y"], body=body)]
+    return _model(nodes, [start, _t("limit", F, []), _t("delta", F, [])], [_untyped("y", F)])
+
+
+def test_loop_with_a_trip_count_from_small_inputs_is_imported_per_value() -> None:
+    model = _range_loop(_t("start", F, []))
+    f = np.float32
+    for start, limit, delta in ((1.0, 5.0, 2.0), (0.0, 3.0, 0.5), (3.0, 1.0, 1.0)):
+        got = _run(model, np.array(start, f), np.array(limit, f), np.array(delta, f))
+        want = np.arange(start, limit, delta, dtype=f)
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_loop_whose_scan_length_depends_on_a_large_input_is_refused() -> None:
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["prev", "one"], ["cur"]),
+                              helper.make_node("Identity", ["prev"], ["out"])],
+                             "body", [_t("i", I64, []), _t("cond_in", B, []), _untyped("prev", F)],
+                             [_t("cond_out", B, []), _untyped("cur", F), _untyped("out", F)])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Cast", ["s"], ["n"], to=I64),
+             helper.make_node("Loop", ["n", "", "x"], ["last", "y"], body=body)]
+    graph = helper.make_graph(nodes, "g", [_t("x", F, [100])], [_untyped("last", F), _untyped("y", F)],
+                              initializer=[helper.make_tensor("one", F, [], [1.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(UnsupportedOperationError, match="output 1 .*no static shape"):
+        nn.from_onnx(model.SerializeToString())

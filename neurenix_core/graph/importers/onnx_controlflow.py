@@ -19,17 +19,19 @@ Sequences and optionals are values of kind ``seq(<dtype>)`` / ``optional(<...>)`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Final, final
 
 import numpy as np
 
-from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.errors import NeurenixError, UnsupportedOperationError
 from neurenix_core.graph import opset
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
-from neurenix_core.graph.importers.onnx_common import REMEDY, Handler, OnnxNode, fail
+from neurenix_core.graph.importers.onnx_common import REMEDY, Handler, OnnxNode, ValueInputNeeded, _value_source, fail
 from neurenix_core.graph.opset import controlflow as CF
 from neurenix_core.graph.opset.sequence import is_kind, optional_of, seq_of
+from neurenix_core.graph.symbolic import NotSymbolicError
 
 __all__ = ["HANDLERS", "OnnxBody", "bind", "value_kind"]
 
@@ -86,7 +88,8 @@ def value_kind(tp: Any) -> str | None:
 
 
 def _declared(b: GraphBuilder) -> dict[str, Any]:
-    """Every value's ONNX type in the model being imported (after ONNX shape inference)."""
+    """Every value's ONNX type in the model being imported (after ONNX shape inference), the
+    top graph's first, then its subgraphs' (ONNX names each value once in a model)."""
     cached = getattr(b, "_cf_types", None)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
@@ -99,15 +102,21 @@ def _declared(b: GraphBuilder) -> dict[str, Any]:
             model = onnx.shape_inference.infer_shapes(model)
         except Exception:  # noqa: BLE001 - inference only adds types; the model's own value_info stays
             pass
-        g = model.graph
-        types = {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}
+        pending = [model.graph]  # subgraphs too: their values' types (inference records them there)
+        while pending:
+            g = pending.pop()
+            for vi in [*g.value_info, *g.input, *g.output]:
+                types.setdefault(vi.name, vi.type)
+            pending.extend(sg for node in g.node for sg in _subgraphs(node))
     b._cf_types = types  # type: ignore[attr-defined]
     return types
 
 
-def _static(b: GraphBuilder, n: OnnxNode, k: int, fallbacks: Sequence[tuple[tuple[int, ...] | None, str] | None]) -> tuple[tuple[int, ...], str]:
+def _static(b: GraphBuilder, n: OnnxNode, k: int, fallbacks: Sequence[tuple[tuple[int, ...] | None, str] | None],
+            needed: Callable[[], None] | None = None) -> tuple[tuple[int, ...], str]:
     """The static (shape, dtype) of output ``k``: the model's declared type, else the first
-    fallback that is complete; a tensor whose shape nothing states is refused."""
+    fallback that is complete; a tensor whose shape nothing states is refused (after ``needed``,
+    which raises ValueInputNeeded where an import per value of small graph inputs knows it)."""
     name = n.proto.output[k]
     tp = _declared(b).get(name)
     candidates = [None if tp is None else _type_of(tp), *fallbacks]
@@ -115,16 +124,11 @@ def _static(b: GraphBuilder, n: OnnxNode, k: int, fallbacks: Sequence[tuple[tupl
     for c in candidates:
         if c is not None and (is_kind(c[1]) or c[0] is not None):
             return (c[0] or ()), c[1]
+    if needed is not None:
+        needed()
     if dtype is None:
         raise fail(b, n, f"output {k} ({name!r}) has no type the opset carries in the model")
     raise fail(b, n, f"output {k} ({name!r}) has no static shape in the model (declare it in value_info, or re-export with static shapes)")
-
-
-def _spec_type(b: GraphBuilder, v: Value | None) -> tuple[tuple[int, ...] | None, str] | None:
-    if v is None:
-        return None
-    spec = b.spec(v)
-    return (() if is_kind(spec.dtype) else spec.shape), spec.dtype
 
 
 # ----------------------------------------------------------------------------- outer scope
@@ -178,17 +182,18 @@ _KIND_OPS: Final = frozenset({"sequence_empty", "sequence_construct", "sequence_
 
 
 def _cf_outputs(b: GraphBuilder, n: OnnxNode, op: str, inputs: list[Value], attrs: dict[str, Any],
-                fallback: Any) -> list[Value | None]:
-    """One ``op`` node per used output, each with its static type."""
-    outs: list[Value | None] = []
+                fallback: Any, needed: Callable[[], None] | None = None) -> list[Value | None]:
+    """One ``op`` node per used output, each with its static type (every type is settled before
+    a node is emitted)."""
     count = len(n.proto.output)
-    for k, name in enumerate(n.proto.output):
-        if not name:
+    types = [_static(b, n, k, fallback(k), needed) if name else None for k, name in enumerate(n.proto.output)]
+    outs: list[Value | None] = []
+    for k, t in enumerate(types):
+        if t is None:
             outs.append(None)
             continue
-        shape, dtype = _static(b, n, k, fallback(k))
         node_name = n.name if count == 1 else f"{n.name}.{k}"
-        outs.append(_emit(b, node_name, op, inputs, {**attrs, "output": k, "n_outputs": count, "shape": shape, "dtype": dtype}))
+        outs.append(_emit(b, node_name, op, inputs, {**attrs, "output": k, "n_outputs": count, "shape": t[0], "dtype": t[1]}))
     return outs
 
 
@@ -196,13 +201,179 @@ def _graph_outputs(g: Any, k: int) -> tuple[tuple[int, ...] | None, str] | None:
     return _type_of(g.output[k].type) if k < len(g.output) else None
 
 
+# ----------------------------------------------------------------------------- subgraphs imported through the handlers
+def _symbolic(v: Any) -> bool:
+    return isinstance(v, Const) and v.array.dtype == object
+
+
+def _import_graph(b: GraphBuilder, graph: Any, env: MutableMapping[str, Any], prefix: str) -> list[Any]:
+    """Import ``graph``'s nodes into ``b`` through the handlers, as the top-level import does
+    (``env`` maps names to values and receives the graph's own); the graph's output values."""
+    from onnx import numpy_helper
+
+    from neurenix_core.graph.importers import onnx_import as core  # imports this module, so only here
+
+    previous = getattr(b, "onnx_env", None)
+    b.onnx_env = env  # type: ignore[attr-defined]  # nested control flow reads its outer values here
+    try:
+        for init in graph.initializer:
+            env[init.name] = Const(numpy_helper.to_array(init))
+        for i, proto in enumerate(graph.node):
+            if proto.domain not in ("", "ai.onnx"):
+                raise b.unsupported(proto.name or proto.op_type, f"{proto.domain}.{proto.op_type}", "is from a custom domain", REMEDY)
+            if proto.op_type == "Constant":
+                env[proto.output[0]] = _BOUND["constant"](proto)
+                continue
+            attrs = {a.name: _BOUND["attr"](a) for a in proto.attribute}
+            missing = [x for x in proto.input if x not in env]
+            n = OnnxNode(proto, i, [env.get(x) for x in proto.input], attrs)
+            if not proto.name:
+                n.name = f"{prefix}.{n.name}"
+            if missing:
+                raise fail(b, n, f"reads {missing}, which no enclosing graph defines")
+            handler = _BOUND["handlers"].get(proto.op_type)
+            symbolic = any(_symbolic(v) for v in n.inputs)
+            constant = all(v is None or isinstance(v, Const) for v in n.inputs)
+            if constant and (symbolic and proto.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and proto.op_type == "Mod"):
+                out = core._symbolic_fold(n)  # the top-level import's shape arithmetic
+            elif handler is None:
+                raise fail(b, n, "has no mapping to the neurenix opset")
+            elif symbolic and proto.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):
+                raise NotSymbolicError(f"node {n.name!r} ({proto.op_type}) mixes a symbolic size with run-time values")
+            else:
+                out = handler(b, n)
+            env.update(zip(proto.output, out if isinstance(out, list) else [out]))
+        missing = [o.name for o in graph.output if o.name not in env]
+        if missing:
+            raise b.unsupported(prefix, "subgraph", f"returns {missing}, which it does not define", REMEDY)
+        return [env[o.name] for o in graph.output]
+    finally:
+        b.onnx_env = previous  # type: ignore[attr-defined]
+
+
+#: A body's formal input for :func:`_derive`: its value when known at import, else its (shape, dtype).
+Formal = Const | tuple[tuple[int, ...], str]
+
+
+def _derive(b: GraphBuilder, n: OnnxNode, graph: Any, formal: Sequence[Formal], outer: tuple[tuple[str, ...], list[Value]]) -> list[Any] | None:
+    """The values (graph values with static specs, or constants) ``graph`` gives when imported into a
+    scratch builder whose inputs have the static types of the formal inputs and of the enclosing
+    values it reads; None when that import needs a value (a size computed from an input) or refuses.
+
+    Sound where it is used: every handler infers its output's shape from its inputs' shapes and
+    the constants only, so a body whose inputs have these types gives these types on every run
+    (callers check that carried values keep their type, so every iteration has these inputs)."""
+    if any(s.dynamic for s in b.inputs):  # specs hold the example's sizes only: import static shapes instead
+        raise NotSymbolicError(f"node {n.name!r} ({n.op}) has outputs whose shapes the model does not state, which need static input shapes")
+    if len(formal) != len(graph.input):
+        return None
+    sb = GraphBuilder(b.source)
+    sb.onnx_opset = getattr(b, "onnx_opset", 0)  # type: ignore[attr-defined]
+    sb.onnx_model, sb._cf_types = getattr(b, "onnx_model", None), _declared(b)  # type: ignore[attr-defined]
+    env: dict[str, Any] = {"": None}
+    for name, v in zip(*outer):
+        if isinstance(v, Const):
+            env[name] = v
+        else:
+            spec = b.spec(v)
+            env[name] = sb.add_input(name, spec.shape, spec.dtype)
+    for vi, f in zip(graph.input, formal):
+        env[vi.name] = f if isinstance(f, Const) else sb.add_input(vi.name or "input", f[0], f[1])
+    try:
+        outs = _import_graph(sb, graph, env, n.name)
+    except (NeurenixError, ValueError):  # the body's types depend on values (or it refuses): no static type
+        return None
+    return [None if v is None else (_spec_of(sb, v), v) for v in outs]
+
+
+def _spec_of(b: GraphBuilder, v: Value) -> tuple[tuple[int, ...], str]:
+    spec = b.spec(v)
+    return (() if is_kind(spec.dtype) else tuple(int(d) for d in spec.shape)), spec.dtype
+
+
+def _formal(b: GraphBuilder, v: Value) -> Formal:
+    return v if isinstance(v, Const) and not _symbolic(v) else _spec_of(b, v)
+
+
+def _steady(derived: Sequence[Any], first: int, initial: Sequence[Value], b: GraphBuilder) -> bool:
+    """Whether the carried values the body returns (from ``derived[first]`` on) have the types of
+    their initial values: then every iteration runs with those types."""
+    return all(derived[first + k] is not None and derived[first + k][0] == _spec_of(b, v) for k, v in enumerate(initial))
+
+
+def _known(v: Value | None) -> bool:
+    return v is None or isinstance(v, Const) and not _symbolic(v)
+
+
+def _fold(b: GraphBuilder, n: OnnxNode, run: Any) -> list[Value | None] | None:
+    """The node's outputs computed now (every input is known at import): its semantics on those
+    values, so no static type is needed; None when an output is a sequence or optional (which a
+    constant cannot hold: the node stays, typed by its kind)."""
+    try:
+        outs = run()
+    except ValueError as exc:
+        raise fail(b, n, f"cannot run on the values it is given ({exc})") from exc
+    if len(outs) != len(n.proto.output):
+        raise fail(b, n, f"gives {len(outs)} output(s) for {len(n.proto.output)}")
+    if any(name and not isinstance(v, (np.ndarray, np.generic)) for name, v in zip(n.proto.output, outs)):
+        return None
+    return [Const(np.asarray(v)) if name else None for name, v in zip(n.proto.output, outs)]
+
+
+def _value_needed(b: GraphBuilder, n: OnnxNode, values: Sequence[Value | None], what: str) -> None:
+    """Raise ValueInputNeeded when every value ``values`` holds that is not known at import is
+    computed from small graph inputs only: the import per value of those inputs knows them all
+    (and folds the node); otherwise return."""
+    sources = []
+    for v in values:
+        if _known(v):
+            continue
+        source = None if _symbolic(v) else _value_source(b, v)  # type: ignore[arg-type]
+        if source is None:
+            return
+        sources.append(source)
+    if sources:
+        raise ValueInputNeeded(str(fail(b, n, f"has outputs whose shapes depend on {what}, computed from graph input {sources[0]!r}")), sources[0])
+
+
 # ----------------------------------------------------------------------------- control flow
 def _if(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     then_g, else_g = n.attrs["then_branch"], n.attrs["else_branch"]
-    names, values = _outer(b, n, [then_g, else_g])
-    attrs = {"then_branch": OnnxBody(then_g, b.source), "else_branch": OnnxBody(else_g, b.source), "outer": names}
-    return _cf_outputs(b, n, "if", [n.inputs[0], *values], attrs,  # type: ignore[list-item]
-                       lambda k: [_agree(_graph_outputs(then_g, k), _graph_outputs(else_g, k))])
+    cond = n.inputs[0]
+    if isinstance(cond, Const) and not _symbolic(cond):
+        inlined = _inline_if(b, n, then_g if CF._flag(cond.array, "If's condition") else else_g)
+        if inlined is not None:
+            return inlined
+    outer = _outer(b, n, [then_g, else_g])
+    attrs = {"then_branch": OnnxBody(then_g, b.source), "else_branch": OnnxBody(else_g, b.source), "outer": outer[0]}
+    derived: list[Any] = []
+
+    def fallback(k: int) -> list[Any]:
+        if not derived:  # both branches' types where they agree (the condition is known at run time only)
+            derived.extend([_derive(b, n, then_g, [], outer) or [], _derive(b, n, else_g, [], outer) or []])
+        pair = [d[k][0] if k < len(d) and d[k] is not None else None for d in derived]
+        return [_agree(_graph_outputs(then_g, k), _graph_outputs(else_g, k)), _agree(*pair)]
+
+    return _cf_outputs(b, n, "if", [cond, *outer[1]], attrs, fallback,  # type: ignore[list-item]
+                       lambda: _value_needed(b, n, [cond], "the condition"))
+
+
+def _inline_if(b: GraphBuilder, n: OnnxNode, branch: Any) -> list[Value | None] | None:
+    """An If whose condition is known at import is the branch it takes, imported in its place
+    (every output then has the type its nodes infer); None when that import refuses (the If
+    node then runs the branch at run time, as it would otherwise)."""
+    nodes, consts = len(b.nodes), dict(b._const_names)
+    try:
+        outs = _import_graph(b, branch, ChainMap({}, getattr(b, "onnx_env", {})), n.name)
+    except ValueInputNeeded:
+        raise
+    except UnsupportedOperationError:
+        del b.nodes[nodes:]  # what the branch had emitted goes, with the constants it named
+        b._const_names = consts
+        return None
+    if len(outs) != len(n.proto.output):
+        raise fail(b, n, f"takes a branch with {len(outs)} output(s), where the node has {len(n.proto.output)}")
+    return [v if name else None for name, v in zip(n.proto.output, outs)]
 
 
 def _agree(a: Any, c: Any) -> Any:
@@ -216,17 +387,75 @@ def _loop(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
         raise fail(b, n, "has neither a trip count nor a condition (an endless loop)")
     if any(v is None for v in carried):
         raise fail(b, n, "leaves a loop-carried input empty")
-    names, values = _outer(b, n, [body])
-    attrs = {"body": OnnxBody(body, b.source), "has_max": m is not None, "has_cond": cond is not None, "outer": names}
-    ins = [v for v in (m, cond) if v is not None] + carried + values
+    outer = _outer(b, n, [body])
+    count = len(n.proto.output)
+    known = [m, cond, *carried, *outer[1]]
+    if all(_known(v) for v in known):
+        folded = _fold(b, n, lambda: CF.run_loop(
+            None if m is None else m.array, None if cond is None else cond.array,  # type: ignore[union-attr]
+            [v.array for v in carried], OnnxBody(body, b.source), {k: v.array for k, v in zip(*outer)}, count,  # type: ignore[union-attr]
+            _empty_scans(b, n, body, m, cond, carried, outer)))
+        if folded is not None:
+            return folded
+    attrs = {"body": OnnxBody(body, b.source), "has_max": m is not None, "has_cond": cond is not None, "outer": outer[0]}
+    ins = [v for v in (m, cond) if v is not None] + carried + outer[1]
     n_carried = len(carried)
+    derived: list[Any] = []
 
     def fallback(k: int) -> list[Any]:
-        if k < n_carried:  # a carried value: what the body returns for it, or its initial value
-            return [_graph_outputs(body, 1 + k), _spec_type(b, carried[k])]
-        return []
+        if not derived:
+            first_cond = Const(np.asarray(True)) if cond is None else cond  # the body's cond_in: True without a condition input
+            got = _derive(b, n, body, [((), "int64"), _formal(b, first_cond),
+                                       *[_formal(b, v) for v in carried]], outer)
+            derived.append(got if got is not None and _steady(got, 1, carried, b) else None)
+        got = derived[0]
+        if k < n_carried:  # a carried value: what the body returns for it, or (run with the same types throughout) its initial type
+            return [_graph_outputs(body, 1 + k), _spec_of(b, carried[k]) if got is not None else None]
+        return [_loop_scan_type(b, m, cond, got, 1 + k)]
 
-    return _cf_outputs(b, n, "loop", ins, attrs, fallback)  # type: ignore[arg-type]
+    return _cf_outputs(b, n, "loop", ins, attrs, fallback, lambda: _value_needed(b, n, known, "its trip count or values"))
+
+
+def _empty_scans(b: GraphBuilder, n: OnnxNode, body: Any, m: Value | None, cond: Value | None, carried: list[Value],
+                 outer: tuple[tuple[str, ...], list[Value]]) -> dict[int, tuple[tuple[int, ...], str]]:
+    """The scan outputs' types for a loop that runs no iteration (known at import): the model's
+    declared ones, else the per-iteration types the body has at the carried values' types."""
+    count, n_carried = len(n.proto.output), len(carried)
+    types = {k: t for k in range(n_carried, count) if (t := _declared_type(b, n, k)) is not None}
+    runs = (m is None or int(np.asarray(m.array).reshape(-1)[0]) > 0) and (cond is None or CF._flag(cond.array, "Loop's condition"))  # type: ignore[union-attr]
+    if runs or len(types) == count - n_carried:
+        return types
+    got = _derive(b, n, body, [((), "int64"), ((), "bool"), *[_spec_of(b, v) for v in carried]], outer) or []
+    for k in range(n_carried, count):
+        elem = got[1 + k] if 1 + k < len(got) else None
+        if k not in types and elem is not None and not is_kind(elem[0][1]):
+            types[k] = ((0, *elem[0][0]), elem[0][1])
+    return types
+
+
+def _loop_scan_type(b: GraphBuilder, m: Value | None, cond: Value | None, got: list[Any] | None, k: int) -> Any:
+    """A Loop scan output's type: the body's per-iteration type, stacked once per iteration when
+    the iteration count is known at import (a known trip count and a condition that is known to
+    stay what it is)."""
+    if got is None or got[k] is None or not isinstance(m, Const) or _symbolic(m):
+        return None
+    trips = int(np.asarray(m.array).reshape(-1)[0])
+    if cond is not None:
+        stays = got[0] is not None and isinstance(got[0][1], Const) and not _symbolic(got[0][1])
+        if not (isinstance(cond, Const) and stays):
+            return None
+        if not CF._flag(cond.array, "Loop's condition"):
+            trips = 0
+        elif not CF._flag(got[0][1].array, "the body's condition"):
+            trips = min(trips, 1)
+    (shape, dtype) = got[k][0]
+    return None if is_kind(dtype) else ((max(trips, 0), *shape), dtype)
+
+
+def _declared_type(b: GraphBuilder, n: OnnxNode, k: int) -> tuple[tuple[int, ...], str] | None:
+    tp = _declared(b).get(n.proto.output[k])
+    got = None if tp is None else _type_of(tp)
+    return got if got is not None and got[0] is not None else None  # type: ignore[return-value]
 
 
 def _scan(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
@@ -234,28 +463,46 @@ def _scan(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     m = int(n.attrs["num_scan_inputs"])
     if any(v is None for v in n.inputs):
         raise fail(b, n, "leaves an input empty (Scan before opset 9 takes sequence lengths first)")
-    names, values = _outer(b, n, [body])
-    attrs = {"body": OnnxBody(body, b.source), "num_scan_inputs": m, "outer": names}
-    for key in ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"):
-        if key in n.attrs:
-            attrs[key] = tuple(int(v) for v in n.attrs[key])
-    n_state = len(n.inputs) - m
+    outer = _outer(b, n, [body])
+    layout = {key: tuple(int(v) for v in n.attrs[key]) for key in _LAYOUT if key in n.attrs}
+    count = len(n.proto.output)
+    inputs: list[Value] = list(n.inputs)  # type: ignore[arg-type]
+    if all(_known(v) for v in [*inputs, *outer[1]]):
+        folded = _fold(b, n, lambda: CF.run_scan([v.array for v in inputs], OnnxBody(body, b.source),  # type: ignore[union-attr]
+                                                 {k: v.array for k, v in zip(*outer)}, m, layout, count))  # type: ignore[union-attr]
+        if folded is not None:
+            return folded
+    attrs = {"body": OnnxBody(body, b.source), "num_scan_inputs": m, "outer": outer[0], **layout}
+    n_state = len(inputs) - m
+    if n_state < 0:
+        raise fail(b, n, f"has {len(inputs)} input(s) for {m} scan input(s)")
+    states, seqs = inputs[:n_state], [b.spec(v).shape for v in inputs[n_state:]]
+    in_axes = [int(a) % max(len(s), 1) for a, s in zip(layout.get("scan_input_axes") or (0,) * m, seqs)]
+    if any(len(s) == 0 for s in seqs) or len({s[a] for s, a in zip(seqs, in_axes)}) != 1:
+        raise fail(b, n, f"scans inputs of shapes {seqs} along axes {in_axes}, which do not have one length")
+    steps = seqs[0][in_axes[0]]
+    derived: list[Any] = []
 
     def fallback(k: int) -> list[Any]:
-        if k < n_state:
-            return [_graph_outputs(body, k), _spec_type(b, n.inputs[k])]
+        if not derived:
+            slices = [(s[:a] + s[a + 1:], b.spec(v).dtype) for s, a, v in zip(seqs, in_axes, inputs[n_state:])]
+            got = _derive(b, n, body, [*[_formal(b, v) for v in states], *slices], outer)
+            derived.append(got if got is not None and _steady(got, 0, states, b) else None)
+        got = derived[0]
+        if k < n_state:  # a state: the body's declared type, or (run with the same types throughout) its initial type
+            return [_graph_outputs(body, k), _spec_of(b, states[k]) if got is not None else None]
         elem = _graph_outputs(body, k)
-        first = n.inputs[n_state]
-        if elem is None or elem[0] is None or first is None:
+        elem = elem if elem is not None and elem[0] is not None else (got[k][0] if got is not None and got[k] is not None else None)
+        if elem is None or is_kind(elem[1]):
             return []
-        in_shape = b.spec(first).shape
-        steps = in_shape[int((attrs.get("scan_input_axes") or (0,))[0]) % max(len(in_shape), 1)]
         j = k - n_state
-        axes = attrs.get("scan_output_axes") or (0,) * (j + 1)
-        axis = int(axes[j]) % (len(elem[0]) + 1)
+        axis = int((layout.get("scan_output_axes") or (0,) * (j + 1))[j]) % (len(elem[0]) + 1)
         return [(elem[0][:axis] + (steps,) + elem[0][axis:], elem[1])]
 
-    return _cf_outputs(b, n, "scan", list(n.inputs), attrs, fallback)  # type: ignore[arg-type]
+    return _cf_outputs(b, n, "scan", [*inputs, *outer[1]], attrs, fallback, lambda: _value_needed(b, n, [*inputs, *outer[1]], "its values"))
+
+
+_LAYOUT: Final = ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions")
 
 
 def _sequence_map(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
