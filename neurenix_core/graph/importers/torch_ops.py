@@ -58,7 +58,10 @@ def _is_float(dtype: str) -> bool:
 
 
 def _out_dtype(c: Any, n: Any) -> str:
-    return str(c.meta(n)[1])
+    """The node's result dtype (of its first result, for ops with several)."""
+    val = n.meta["val"]
+    val = val[0] if isinstance(val, (list, tuple)) else val
+    return str(val.dtype).replace("torch.", "")
 
 
 def _scalar(value: float | int | bool, dtype: str) -> Const:
