@@ -259,3 +259,17 @@ def test_loop_whose_scan_length_depends_on_a_large_input_is_refused() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     with pytest.raises(UnsupportedOperationError, match="output 1 .*no static shape"):
         nn.from_onnx(model.SerializeToString())
+
+
+def test_scan_over_a_dynamic_axis_stacks_that_many_steps() -> None:
+    body = helper.make_graph([helper.make_node("Add", ["s", "x"], ["s2"]), helper.make_node("Identity", ["s2"], ["out"])],
+                             "body", [_t("s", F, [2]), _t("x", F, [2])], [_t("s2", F, [2]), _t("out", F, [2])])
+    node = helper.make_node("Scan", ["s0", "xs"], ["s", "outs"], body=body, num_scan_inputs=1)
+    model = _model([node], [_t("s0", F, [2]), _t("xs", F, ["T", 2])], [_t("s", F, [2]), _t("outs", F, ["T", 2])])
+    compiled = nx.compile(nn.from_onnx(model.SerializeToString()), device="cpu", precision="fp32", outputs="host", progress=False)
+    for steps in (3, 5):
+        xs = np.arange(2 * steps, dtype=np.float32).reshape(steps, 2)
+        s, outs = compiled(np.zeros(2, np.float32), xs)
+        assert outs.shape == (steps, 2)
+        np.testing.assert_array_equal(outs, np.cumsum(xs, axis=0))
+        np.testing.assert_array_equal(s, xs.sum(0))

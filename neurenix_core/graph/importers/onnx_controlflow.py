@@ -19,8 +19,9 @@ Sequences and optionals are values of kind ``seq(<dtype>)`` / ``optional(<...>)`
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import ChainMap
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final, final
 
 import numpy as np
@@ -112,18 +113,20 @@ def _declared(b: GraphBuilder) -> dict[str, Any]:
     return types
 
 
-def _static(b: GraphBuilder, n: OnnxNode, k: int, fallbacks: Sequence[tuple[tuple[int, ...] | None, str] | None],
+def _static(b: GraphBuilder, n: OnnxNode, k: int, fallbacks: Iterable[tuple[tuple[int, ...] | None, str] | None],
             needed: Callable[[], None] | None = None) -> tuple[tuple[int, ...], str]:
     """The static (shape, dtype) of output ``k``: the model's declared type, else the first
-    fallback that is complete; a tensor whose shape nothing states is refused (after ``needed``,
-    which raises ValueInputNeeded where an import per value of small graph inputs knows it)."""
+    fallback that is complete (taken in order, only as far as needed: a fallback may be a
+    generator that derives types); a tensor whose shape nothing states is refused (after
+    ``needed``, which raises ValueInputNeeded where an import per value of small graph inputs
+    knows it)."""
     name = n.proto.output[k]
     tp = _declared(b).get(name)
-    candidates = [None if tp is None else _type_of(tp), *fallbacks]
-    dtype = next((c[1] for c in candidates if c is not None), None)
-    for c in candidates:
+    dtype = None
+    for c in itertools.chain([None if tp is None else _type_of(tp)], fallbacks):
         if c is not None and (is_kind(c[1]) or c[0] is not None):
             return (c[0] or ()), c[1]
+        dtype = dtype or (c[1] if c is not None else None)
     if needed is not None:
         needed()
     if dtype is None:
@@ -291,10 +294,6 @@ def _spec_of(b: GraphBuilder, v: Value) -> tuple[tuple[int, ...], str]:
     return (() if is_kind(spec.dtype) else tuple(int(d) for d in spec.shape)), spec.dtype
 
 
-def _formal(b: GraphBuilder, v: Value) -> Formal:
-    return v if isinstance(v, Const) and not _symbolic(v) else _spec_of(b, v)
-
-
 def _steady(derived: Sequence[Any], first: int, initial: Sequence[Value], b: GraphBuilder) -> bool:
     """Whether the carried values the body returns (from ``derived[first]`` on) have the types of
     their initial values: then every iteration runs with those types."""
@@ -348,11 +347,11 @@ def _if(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     attrs = {"then_branch": OnnxBody(then_g, b.source), "else_branch": OnnxBody(else_g, b.source), "outer": outer[0]}
     derived: list[Any] = []
 
-    def fallback(k: int) -> list[Any]:
+    def fallback(k: int) -> Iterator[Any]:
+        yield _agree(_graph_outputs(then_g, k), _graph_outputs(else_g, k))
         if not derived:  # both branches' types where they agree (the condition is known at run time only)
             derived.extend([_derive(b, n, then_g, [], outer) or [], _derive(b, n, else_g, [], outer) or []])
-        pair = [d[k][0] if k < len(d) and d[k] is not None else None for d in derived]
-        return [_agree(_graph_outputs(then_g, k), _graph_outputs(else_g, k)), _agree(*pair)]
+        yield _agree(*[d[k][0] if k < len(d) and d[k] is not None else None for d in derived])
 
     return _cf_outputs(b, n, "if", [cond, *outer[1]], attrs, fallback,  # type: ignore[list-item]
                        lambda: _value_needed(b, n, [cond], "the condition"))
@@ -402,16 +401,19 @@ def _loop(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     n_carried = len(carried)
     derived: list[Any] = []
 
-    def fallback(k: int) -> list[Any]:
+    def fallback(k: int) -> Iterator[Any]:
+        if k < n_carried:  # a carried value: what the body declares for it
+            yield _graph_outputs(body, 1 + k)
         if not derived:
-            first_cond = Const(np.asarray(True)) if cond is None else cond  # the body's cond_in: True without a condition input
-            got = _derive(b, n, body, [((), "int64"), _formal(b, first_cond),
-                                       *[_formal(b, v) for v in carried]], outer)
+            # The body runs only while the condition holds, so its cond_in is True; the iteration
+            # number and the carried values are run-time values of their (initial) types.
+            got = _derive(b, n, body, [((), "int64"), Const(np.asarray(True)), *[_spec_of(b, v) for v in carried]], outer)
             derived.append(got if got is not None and _steady(got, 1, carried, b) else None)
         got = derived[0]
-        if k < n_carried:  # a carried value: what the body returns for it, or (run with the same types throughout) its initial type
-            return [_graph_outputs(body, 1 + k), _spec_of(b, carried[k]) if got is not None else None]
-        return [_loop_scan_type(b, m, cond, got, 1 + k)]
+        if k < n_carried:  # the body keeps every carried type, so the final value has its initial type
+            yield _spec_of(b, carried[k]) if got is not None else None
+        else:
+            yield _loop_scan_type(b, m, cond, got, 1 + k)
 
     return _cf_outputs(b, n, "loop", ins, attrs, fallback, lambda: _value_needed(b, n, known, "its trip count or values"))
 
@@ -483,23 +485,38 @@ def _scan(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     steps = seqs[0][in_axes[0]]
     derived: list[Any] = []
 
-    def fallback(k: int) -> list[Any]:
-        if not derived:
-            slices = [(s[:a] + s[a + 1:], b.spec(v).dtype) for s, a, v in zip(seqs, in_axes, inputs[n_state:])]
-            got = _derive(b, n, body, [*[_formal(b, v) for v in states], *slices], outer)
-            derived.append(got if got is not None and _steady(got, 0, states, b) else None)
-        got = derived[0]
-        if k < n_state:  # a state: the body's declared type, or (run with the same types throughout) its initial type
-            return [_graph_outputs(body, k), _spec_of(b, states[k]) if got is not None else None]
+    def fallback(k: int) -> Iterator[Any]:
         elem = _graph_outputs(body, k)
-        elem = elem if elem is not None and elem[0] is not None else (got[k][0] if got is not None and got[k] is not None else None)
-        if elem is None or is_kind(elem[1]):
-            return []
+        if k < n_state:  # a state: the body's declared type
+            yield elem
+        if elem is None or elem[0] is None:
+            if not derived:  # the states are run-time values of their (initial) types, the slices have theirs
+                slices = [(s[:a] + s[a + 1:], b.spec(v).dtype) for s, a, v in zip(seqs, in_axes, inputs[n_state:])]
+                got = _derive(b, n, body, [*[_spec_of(b, v) for v in states], *slices], outer)
+                derived.append(got if got is not None and _steady(got, 0, states, b) else None)
+            got = derived[0]
+            if k < n_state:  # the body keeps every state's type, so the final state has its initial type
+                yield _spec_of(b, states[k]) if got is not None else None
+                return
+            elem = got[k][0] if got is not None and got[k] is not None else None
+        if k < n_state or elem is None or elem[0] is None or is_kind(elem[1]):
+            return
         j = k - n_state
         axis = int((layout.get("scan_output_axes") or (0,) * (j + 1))[j]) % (len(elem[0]) + 1)
-        return [(elem[0][:axis] + (steps,) + elem[0][axis:], elem[1])]
+        yield (elem[0][:axis] + (_steps(b, n, in_axes[0], steps),) + elem[0][axis:], elem[1])
 
     return _cf_outputs(b, n, "scan", [*inputs, *outer[1]], attrs, fallback, lambda: _value_needed(b, n, [*inputs, *outer[1]], "its values"))
+
+
+def _steps(b: GraphBuilder, n: OnnxNode, axis: int, example: int) -> Any:
+    """The number of steps of a Scan: the scanned axis's size, symbolic in a graph with dynamic
+    axes (the axis may be one), where the model records that input's symbolic shape."""
+    if not any(s.dynamic for s in b.inputs):
+        return example
+    sym = getattr(b, "onnx_sym_shapes", {}).get(n.proto.input[len(n.proto.input) - int(n.attrs["num_scan_inputs"])])
+    if sym is None or axis >= len(sym) or sym[axis] is None:
+        raise NotSymbolicError(f"node {n.name!r} (Scan) scans an input whose symbolic shape the model does not record")
+    return sym[axis]
 
 
 _LAYOUT: Final = ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions")
