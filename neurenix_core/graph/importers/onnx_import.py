@@ -49,6 +49,7 @@ from neurenix_core.graph.importers.onnx_common import ValueInputNeeded
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.opset import DTYPES
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
+from neurenix_core.graph.opset.schema import STORAGE_DTYPES
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
 __all__ = ["import_onnx", "build_for_values", "HANDLERS", "ValueImport"]
@@ -273,13 +274,38 @@ def _dropout(b: GraphBuilder, n: _Node) -> list[Value | None]:
 
 
 def _cast_like(b: GraphBuilder, n: _Node) -> Value:
-    return b.cast_to(n.name, n.inputs[0], b.spec(n.inputs[1]).dtype)  # type: ignore[arg-type]
+    return _cast_node(b, n, b.spec(n.inputs[1]).dtype)  # type: ignore[arg-type]
 
 
 def _cast(b: GraphBuilder, n: _Node) -> Value:
     from onnx import helper
 
-    return b.cast_to(n.name, n.inputs[0], str(np.dtype(helper.tensor_dtype_to_np_dtype(int(n.attrs["to"])))))  # type: ignore[arg-type]
+    try:
+        to = str(np.dtype(helper.tensor_dtype_to_np_dtype(int(n.attrs["to"]))))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _fail(b, n, f"casts to TensorProto type {n.attrs.get('to')}, which has no NumPy dtype") from exc
+    return _cast_node(b, n, to)
+
+
+def _cast_node(b: GraphBuilder, n: _Node, to: str) -> Value:
+    """Cast / CastLike to ``to``: ``saturate`` (float8) and ``round_mode`` (float8 e8m0) go on the
+    node where they differ from ONNX's defaults; a storage dtype target always takes the opset's
+    cast (a constant folds through it, so saturation applies to it as well)."""
+    if to not in DTYPES:
+        raise _fail(b, n, f"casts to {'strings' if to == 'object' else to}, a dtype neurenix has no type for")
+    attrs: dict[str, Any] = {"to": to}
+    if not int(n.attrs.get("saturate", 1)):
+        attrs["saturate"] = 0
+    mode = n.attrs.get("round_mode", "up")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode != "up":
+        attrs["round_mode"] = mode
+    x = n.inputs[0]
+    if len(attrs) == 1 and to not in STORAGE_DTYPES:
+        return b.cast_to(n.name, x, to)  # type: ignore[arg-type]
+    if not isinstance(x, Const) and b.spec(x).dtype == to:
+        return x  # type: ignore[return-value]
+    return b.emit(n.name + ".cast", "cast", [x], attrs)  # type: ignore[list-item]
 
 
 def _shape(b: GraphBuilder, n: _Node) -> Value:

@@ -1,9 +1,10 @@
 """ONNX import handlers: Quantization ops (ONNX's quantization family: QuantizeLinear, DequantizeLinear,
 DynamicQuantizeLinear, QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger).
 
-Scales and zero points stay inputs (a model may compute or feed them). The low-precision types
-ONNX quantizes to beyond 8 and 16-bit integers (float8, float4, int4, int2 ...) are not
-neurenix dtypes: a node that reads or writes one is refused, naming the type.
+Scales and zero points stay inputs (a model may compute or feed them). QuantizeLinear and
+DequantizeLinear also take ONNX's low-precision storage types (float8, float4 e2m1, int4, int2 and
+their unsigned forms; an e8m0 scale), which run on cpu:0 (``opset.quantization``); float6 and the
+QLinear / *Integer ops beyond int8 / uint8 are refused, naming the type.
 """
 
 from __future__ import annotations
@@ -16,18 +17,21 @@ import numpy as np
 
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, fail, outputs_used
-from neurenix_core.graph.opset.quantization import QUANT_RANGES
+from neurenix_core.graph.opset.quantization import QUANT_TYPES, SCALE_DTYPES
 
 __all__ = ["HANDLERS"]
 
 _INT8 = ("int8", "uint8")
 
 
-def _onnx_dtype(code: int) -> str:
+def _onnx_dtype(b: GraphBuilder, n: OnnxNode, code: int) -> str:
     """The name of ONNX's TensorProto data type ``code`` as NumPy / ml_dtypes spells it."""
     from onnx import helper
 
-    return str(np.dtype(helper.tensor_dtype_to_np_dtype(int(code))))
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(int(code))))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise fail(b, n, f"names TensorProto type {code}, which has no NumPy dtype") from exc
 
 
 def _require(b: GraphBuilder, n: OnnxNode, i: int, allowed: Sequence[str], what: str) -> str:
@@ -46,28 +50,30 @@ def _zero_or(b: GraphBuilder, n: OnnxNode, i: int, dtype: str) -> Value:
 # ----------------------------------------------------------------------------- QuantizeLinear / DequantizeLinear
 def _quantize(b: GraphBuilder, n: OnnxNode) -> Value:
     _require(b, n, 0, ("float32", "float16", "bfloat16", "float64", "int32"), "x")
-    _require(b, n, 1, ("float32", "float16", "bfloat16", "float64"), "the scale")
+    _require(b, n, 1, SCALE_DTYPES, "the scale")
     zp = n.input(2)
     declared = n.attrs.get("output_dtype", 0)
-    dtype = b.spec(zp).dtype if zp is not None else (_onnx_dtype(declared) if declared else "uint8")
-    if declared and _onnx_dtype(declared) != dtype:
-        raise fail(b, n, f"declares output_dtype {_onnx_dtype(declared)} but its zero point is {dtype}")
-    if dtype not in QUANT_RANGES:
-        raise fail(b, n, f"quantizes to {dtype}, which is not a neurenix dtype here (supported: {', '.join(QUANT_RANGES)})")
+    dtype = b.spec(zp).dtype if zp is not None else (_onnx_dtype(b, n, declared) if declared else "uint8")
+    if declared and _onnx_dtype(b, n, declared) != dtype:
+        raise fail(b, n, f"declares output_dtype {_onnx_dtype(b, n, declared)} but its zero point is {dtype}")
+    if dtype not in QUANT_TYPES:
+        raise fail(b, n, f"quantizes to {dtype}, which neurenix does not quantize to (supported: {', '.join(QUANT_TYPES)})")
     precision = n.attrs.get("precision", 0)
     attrs = {"axis": int(n.attrs.get("axis", 1)), "block_size": int(n.attrs.get("block_size", 0)), "dtype": dtype,
-             "precision": _onnx_dtype(precision) if precision else None}
+             "precision": _onnx_dtype(b, n, precision) if precision else None}
+    if not int(n.attrs.get("saturate", 1)):
+        attrs["saturate"] = 0  # float8 only: overflow gives inf / NaN as Cast's saturate=0 does
     return b.emit(n.name, "quantize_linear", [v for v in n.inputs[:3] if v is not None], attrs)
 
 
 def _dequantize(b: GraphBuilder, n: OnnxNode) -> Value:
-    x = _require(b, n, 0, (*QUANT_RANGES, "int32"), "x")
-    _require(b, n, 1, ("float32", "float16", "bfloat16", "float64"), "the scale")
+    x = _require(b, n, 0, (*QUANT_TYPES, "int32"), "x")
+    _require(b, n, 1, SCALE_DTYPES, "the scale")
     if n.input(2) is not None:
         _require(b, n, 2, (x,), "a zero point")
     declared = n.attrs.get("output_dtype", 0)
     attrs = {"axis": int(n.attrs.get("axis", 1)), "block_size": int(n.attrs.get("block_size", 0)),
-             "dtype": _onnx_dtype(declared) if declared else None}
+             "dtype": _onnx_dtype(b, n, declared) if declared else None}
     return b.emit(n.name, "dequantize_linear", [v for v in n.inputs[:3] if v is not None], attrs)
 
 

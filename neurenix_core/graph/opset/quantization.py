@@ -6,6 +6,15 @@ reference (cpu:0); they are unrelated to the quantization plans of ``nx.compile(
 tensors that a model may compute or feed. Rounding is ONNX's (half to even, ``np.rint``) and
 every conversion to an integer type saturates to that type's range.
 
+Besides the 8 and 16-bit integers, ONNX quantizes to the storage dtypes (``schema.STORAGE_DTYPES``):
+int4 / uint4 / int2 / uint2 saturate like the other integers; float8 (e4m3fn, e4m3fnuz, e5m2,
+e5m2fnuz) round to nearest even and, with ``saturate`` (the default), clip out-of-range values to
+the type's largest finite value (Cast's rule, ``tensor.convert``); float4 e2m1 saturates on its
+own. A float8 / float4 zero point must be zero: ONNX says the formula keeps it, while its reference
+ignores it in some directions and rejects it in others, so a nonzero one is refused rather than
+guessed. A scale may also be float8 e8m0 (a power of two, as microscaling formats store it);
+it computes in float32.
+
 Scale and zero point layouts (``_layout``): per tensor (a scalar or a one-element vector), per
 axis (a vector as long as ``x.shape[axis]``) or blocked (``block_size`` > 0: the shape of ``x``
 with ``ceil(x.shape[axis] / block_size)`` on ``axis``).
@@ -20,15 +29,23 @@ import numpy as np
 
 from neurenix_core.graph.opset.math import _matmul_rule
 from neurenix_core.graph.opset.schema import Arrays, Attrs, Params, Shape, _axis, _def, _is_float, _np_dtype, _numel
+from neurenix_core.graph.opset.tensor import SATURATING_FLOAT8, convert
 
-__all__ = ["QUANT_RANGES", "conv_output_size"]
+__all__ = ["QUANT_RANGES", "QUANT_FLOATS", "QUANT_TYPES", "SCALE_DTYPES", "conv_output_size"]
 
 #: The integer types ONNX quantizes to, with their saturation bounds.
 QUANT_RANGES: dict[str, tuple[int, int]] = {
     "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+    "int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3),
 }
+#: The float types ONNX quantizes to (storage dtypes: round to nearest even, no zero point).
+QUANT_FLOATS: tuple[str, ...] = (*SATURATING_FLOAT8, "float4_e2m1fn")
+#: Every type QuantizeLinear writes.
+QUANT_TYPES: tuple[str, ...] = (*QUANT_RANGES, *QUANT_FLOATS)
+#: What a scale may be: a float, or float8 e8m0 (a power of two).
+SCALE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64", "float8_e8m0fnu")
 #: What DequantizeLinear reads: the quantized types plus ONNX's int32 (accumulator) input.
-_DEQUANT_INPUTS = frozenset(QUANT_RANGES) | {"int32"}
+_DEQUANT_INPUTS = frozenset(QUANT_TYPES) | {"int32"}
 #: Where every "8-bit" op of the QLinear / *Integer family takes its operands from.
 _INT8 = frozenset({"int8", "uint8"})
 
@@ -63,15 +80,35 @@ def _layout(v: np.ndarray, x: Shape, axis: int, block: int) -> np.ndarray:
 def _saturate(v: np.ndarray, dtype: str) -> np.ndarray:
     """Float values (already rounded) to ``dtype``, clipped to its range; NaN becomes 0."""
     lo, hi = QUANT_RANGES.get(dtype) or (np.iinfo(dtype).min, np.iinfo(dtype).max)
-    return np.clip(np.nan_to_num(v, nan=0.0), lo, hi).astype(dtype)
+    return np.clip(np.nan_to_num(v, nan=0.0), lo, hi).astype(_np_dtype(dtype))
+
+
+def _is_float_value(v: np.ndarray) -> bool:
+    """Whether ``v`` holds floats: NumPy's, or a float storage type (ml_dtypes' float8 / float4
+    are not NumPy kind "f" except e5m2; the float64 reference interpreter widens e5m2 to float64)."""
+    return v.dtype.kind == "f" or str(v.dtype) in QUANT_FLOATS
+
+
+def _zero_float_point(v: np.ndarray) -> None:
+    """A float8 / float4 zero point must be zero (see the module's docstring)."""
+    if np.any(v.astype(np.float32) != 0):
+        raise ValueError("a float8 / float4 zero point must be zero (ONNX's formula and its reference disagree on any other)")
+
+
+def _scale_work(scale: np.ndarray, precision: str | None) -> np.dtype:
+    """The type a scale computes in: ``precision`` when given, float32 for e8m0 scales (a power
+    of two, exact in float32), else the scale's own type."""
+    if precision is not None:
+        return _np_dtype(precision)
+    return np.dtype(np.float32) if str(scale.dtype) == "float8_e8m0fnu" else scale.dtype
 
 
 # ----------------------------------------------------------------------------- QuantizeLinear / DequantizeLinear
 def _quantize_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
-    if not (_is_float(d[0]) or d[0] == "int32") or not _is_float(d[1]):
-        raise ValueError(f"quantizes a float or int32 x with a float scale, got x {d[0]} and scale {d[1]}")
-    if a["dtype"] not in QUANT_RANGES:
-        raise ValueError(f"quantizes to {sorted(QUANT_RANGES)}, not {a['dtype']}")
+    if d[0] not in SCALE_DTYPES[:4] + ("int32",) or d[1] not in SCALE_DTYPES:
+        raise ValueError(f"quantizes a float or int32 x with a float (or e8m0) scale, got x {d[0]} and scale {d[1]}")
+    if a["dtype"] not in QUANT_TYPES:
+        raise ValueError(f"quantizes to {', '.join(QUANT_TYPES)}, not {a['dtype']}")
     for what, shape in zip(("scale", "zero point"), s[1:]):
         _layout_check(what, shape, s[0], a["axis"], a["block_size"])
     if len(d) > 2 and d[2] != a["dtype"]:
@@ -83,35 +120,50 @@ def _quantize_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     xs, scale = x[0], _layout(x[1], x[0].shape, a["axis"], a["block_size"])
     # ONNX: the division runs in the precision attribute's type, by default the scale's (a float16
     # scale divides in float16, as ONNX's reference does; ONNX Runtime divides in float32).
-    work = _np_dtype(a["precision"]) if a["precision"] is not None else scale.dtype
-    r = np.rint(xs.astype(work) / scale.astype(work)).astype(np.float64)
+    work = _scale_work(scale, a["precision"])
+    q = xs.astype(work) / scale.astype(work)
+    if a["dtype"] in QUANT_FLOATS:
+        if len(x) > 2:
+            _zero_float_point(x[2])
+        # One rounding, from the quotient in its work type to the float8 / float4 type.
+        return convert(q, a["dtype"], bool(a["saturate"]))
+    r = np.rint(q).astype(np.float64)
     if len(x) > 2:
         r = r + _layout(x[2], xs.shape, a["axis"], a["block_size"]).astype(np.float64)
     return _saturate(r, a["dtype"])
 
 
 _def("quantize_linear", "quantization", "saturate(round_half_even(x / scale) + zero_point) to dtype (ONNX QuantizeLinear: "
-     "per tensor, per axis or blocked scale and zero point)", ("x", "scale", "zero_point?"), _quantize_rule, _quantize_ref,
-     attrs={"axis": 1, "block_size": 0, "dtype": "uint8", "precision": None})
+     "per tensor, per axis or blocked scale and zero point; to float8 / float4 round to nearest even, float8 clipped to its "
+     "finite range when saturate=1)", ("x", "scale", "zero_point?"), _quantize_rule, _quantize_ref,
+     attrs={"axis": 1, "block_size": 0, "dtype": "uint8", "precision": None, "saturate": 1})
 
 
 def _dequantize_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
-    if d[0] not in _DEQUANT_INPUTS or not _is_float(d[1]):
-        raise ValueError(f"dequantizes {sorted(_DEQUANT_INPUTS)} with a float scale, got x {d[0]} and scale {d[1]}")
+    if d[0] not in _DEQUANT_INPUTS or d[1] not in SCALE_DTYPES:
+        raise ValueError(f"dequantizes {sorted(_DEQUANT_INPUTS)} with a float (or e8m0) scale, got x {d[0]} and scale {d[1]}")
     if len(d) > 2 and d[2] != d[0]:
         raise ValueError(f"the zero point is {d[2]} but x is {d[0]}")
+    out = a["dtype"] or d[1]
+    if out not in SCALE_DTYPES[:4]:
+        raise ValueError(f"dequantizes to float32, float16, bfloat16 or float64, not {out} (an e8m0 scale needs output_dtype)")
     for what, shape in zip(("scale", "zero point"), s[1:]):
         _layout_check(what, shape, s[0], a["axis"], a["block_size"])
-    return s[0], a["dtype"] or d[1]
+    return s[0], out
 
 
 def _dequantize_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     shape = x[0].shape
-    q = x[0].astype(np.int64)  # x - zero_point exactly, even for int32 (ONNX's reference goes through float32)
-    if len(x) > 2:
-        q = q - _layout(x[2], shape, a["axis"], a["block_size"]).astype(np.int64)
     scale = _layout(x[1], shape, a["axis"], a["block_size"])
-    work = np.float64 if scale.dtype == np.float64 else np.float32  # float16 / bfloat16 scales multiply in float32
+    if _is_float_value(x[0]):  # float8 / float4: exact in float32
+        if len(x) > 2:
+            _zero_float_point(x[2])
+        q = x[0].astype(np.float32)
+    else:
+        q = x[0].astype(np.int64)  # x - zero_point exactly, even for int32 (ONNX's reference goes through float32)
+        if len(x) > 2:
+            q = q - _layout(x[2], shape, a["axis"], a["block_size"]).astype(np.int64)
+    work = np.float64 if scale.dtype == np.float64 else np.float32  # float16 / bfloat16 / e8m0 scales multiply in float32
     out = _np_dtype(a["dtype"]) if a["dtype"] else scale.dtype
     return (q.astype(work) * scale.astype(work)).astype(out)
 

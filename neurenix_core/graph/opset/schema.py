@@ -32,7 +32,7 @@ import numpy as np
 
 
 __all__ = [
-    "OpDef", "OPSET", "LEGACY_OPS", "DTYPES", "VALUE_KINDS", "REQUIRED", "Builder", "attrs_of", "markdown_table", "infer", "evaluate",
+    "OpDef", "OPSET", "LEGACY_OPS", "DTYPES", "STORAGE_DTYPES", "STORAGE_OPS", "VALUE_KINDS", "REQUIRED", "Builder", "attrs_of", "markdown_table", "infer", "evaluate",
 ]
 
 Shape = tuple[int, ...]
@@ -40,8 +40,25 @@ Arrays = list[np.ndarray]
 Params = Mapping[str, np.ndarray]
 Attrs = Mapping[str, Any]
 
-#: Value dtypes a graph may carry.
-DTYPES: Final = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+#: ONNX's low-precision storage dtypes, named as ml_dtypes names them: float8 (e4m3fn, e4m3fnuz, e5m2,
+#: e5m2fnuz), the power-of-two scale type e8m0, float4 e2m1 and the 4 and 2-bit integers. Graphs carry
+#: them between conversions (Cast, QuantizeLinear, DequantizeLinear) and through data movement
+#: (``STORAGE_OPS``); no other op computes on them (``infer`` refuses it), and no device plugin
+#: declares them, so their nodes run on cpu:0.
+STORAGE_DTYPES: Final = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn",
+                         "int4", "uint4", "int2", "uint2")
+
+#: Value dtypes a graph may carry: the ones ops compute on, then the storage dtypes.
+DTYPES: Final = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+                 *STORAGE_DTYPES)
+
+#: The ops that take or make storage dtypes: ONNX's type constraints allow them in conversions,
+#: constants, data movement and IsNaN / IsInf (float8) only (the control-flow and sequence ops
+#: pass any value through as well).
+STORAGE_OPS: Final = frozenset({
+    "cast", "quantize_linear", "dequantize_linear", "constant", "identity", "dropout", "reshape", "flatten", "squeeze",
+    "unsqueeze", "transpose", "expand", "pad", "tensor_scatter", "isnan", "isinf",
+})
 
 #: Values that are not tensors (ONNX sequences and optionals), run on cpu:0 only: at run time a
 #: sequence is a Python list of arrays, an optional is its element or None (empty); their static
@@ -192,10 +209,10 @@ def _elementwise_flops(a: Attrs, s: list[Shape], out: Shape, p: Params) -> int:
 
 
 def _np_dtype(name: str) -> np.dtype[Any]:
-    if name == "bfloat16":
-        import ml_dtypes  # a core dependency; only bfloat16 values need it
+    if name == "bfloat16" or name in STORAGE_DTYPES:
+        import ml_dtypes  # a core dependency; only bfloat16 and the storage dtypes need it
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 
@@ -211,7 +228,22 @@ def infer(op: str, attrs: Attrs, shapes: list[Shape], dtypes: list[str], params:
     variadic = any(i.endswith("*") for i in d.inputs)
     if len(shapes) < required or (not variadic and len(shapes) > len(d.inputs)):
         raise ValueError(f"takes inputs {list(d.inputs)}, got {len(shapes)}")
-    return d.infer(attrs_of(op, attrs), shapes, dtypes, params)
+    gated = op not in STORAGE_OPS and d.category not in _VALUE_KIND_CATEGORIES
+    if gated:
+        _no_storage(op, dtypes)
+    shape, dtype = d.infer(attrs_of(op, attrs), shapes, dtypes, params)
+    if gated:
+        _no_storage(op, [dtype])
+    return shape, dtype
+
+
+def _no_storage(op: str, dtypes: Sequence[str]) -> None:
+    """Refuses a storage dtype (float8, int4 ...) where ``op`` would compute on it: NumPy would
+    round every step to that type (or not compute at all), which is not what the op means."""
+    storage = sorted({d for d in dtypes if d in STORAGE_DTYPES})
+    if storage:
+        raise ValueError(f"op {op!r} does not compute on {', '.join(storage)} values; those are storage types, which "
+                         "Cast, QuantizeLinear and DequantizeLinear convert (and data movement ops carry): convert them first")
 
 
 def evaluate(op: str, attrs: Attrs, inputs: Arrays, params: Params) -> np.ndarray:

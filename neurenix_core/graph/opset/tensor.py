@@ -274,20 +274,79 @@ _def("pad", "shape", "pad every axis by (before, after) >= 0; mode constant (val
      _pad_rule, _pad_ref, attrs={"pads": REQUIRED, "mode": "constant", "value": 0.0})
 
 
+#: The float8 types whose conversion ``saturate`` governs (ONNX Cast): with it, out-of-range values
+#: and infinities clip to the type's largest finite value; without it they become what the type
+#: has for them (inf for e5m2, NaN for the others).
+SATURATING_FLOAT8: Final = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+_E8M0_ROUNDING: Final = ("up", "down", "nearest")
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32, copy=False)
+
+
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """float8 e8m0 (a biased power-of-two exponent) from the float32 value's exponent bits, as
+    ONNX's reference computes it: NaN and inf give NaN (0xFF), the sign is dropped, 0 and
+    subnormals have exponent 0; ``round_mode`` rounds the dropped mantissa up, down or to the
+    nearest (ties up), and ``saturate`` keeps rounding from overflowing 0xFE into NaN."""
+    import ml_dtypes
+
+    bits = np.ascontiguousarray(_as_float32(np.asarray(x))).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    if round_mode == "up":
+        bump = (bits & 0x7FFFFF) > 0
+    elif round_mode == "nearest":
+        guard, rnd, sticky = (bits & 0x400000) > 0, (bits & 0x200000) > 0, (bits & 0x1FFFFF) > 0
+        bump = guard & (rnd | sticky | (exponent > 0))
+    else:
+        bump = np.zeros(bits.shape, bool)
+    bump &= ~special
+    if saturate:
+        bump &= exponent != 0xFE
+    out = np.where(special, 0xFF, exponent + bump).astype(np.uint8)
+    return out.view(ml_dtypes.float8_e8m0fnu)
+
+
+def convert(x: np.ndarray, to: str, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
+    """``x`` as dtype ``to`` with ONNX Cast's semantics (shared with QuantizeLinear): float8 with
+    ``saturate`` clips to the type's finite range first (NaN stays NaN), e8m0 from the exponent
+    bits (``_to_e8m0``), everything else NumPy's / ml_dtypes' conversion (round to nearest even
+    for floats; float to an integer truncates, and to int4 / int2 wraps in two's complement as
+    ONNX's reference does; float4 e2m1 has no inf or NaN and saturates on its own)."""
+    target = _np_dtype(to)
+    x = np.asarray(x)
+    if to == "float8_e8m0fnu":
+        return _to_e8m0(x, saturate, round_mode)
+    if to in SATURATING_FLOAT8 and saturate:
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(target)
+        # Storage types clip in float32 (exact for all of them); other floats in their own dtype,
+        # integers in float64: the bounds are exact in each, so only the final conversion rounds.
+        v = _as_float32(x) if x.dtype.kind == "V" or x.dtype.itemsize == 1 and x.dtype.kind == "f" else x
+        return np.clip(v, float(info.min), float(info.max)).astype(target)
+    return x.astype(target)
+
+
 def _cast_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     # Really converts, float to float included (float32 -> float16 rounds). The float64
-    # reference interpreter widens the result again, which keeps that rounding.
-    return np.asarray(x[0]).astype(_np_dtype(a["to"]))
+    # reference interpreter widens a float result again, which keeps that rounding.
+    return convert(x[0], a["to"], bool(a["saturate"]), a["round_mode"])
 
 
 def _cast_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
     if a["to"] not in DTYPES:
         raise ValueError(f"cast to unknown dtype {a['to']!r}; dtypes: {', '.join(DTYPES)}")
+    if a["round_mode"] not in _E8M0_ROUNDING:
+        raise ValueError(f"round_mode is one of {', '.join(_E8M0_ROUNDING)}, got {a['round_mode']!r}")
     return s[0], a["to"]
 
 
-_def("cast", "dtype", "convert to dtype `to` (ONNX Cast: floats to integers truncate)", ("x",), _cast_rule, _cast_ref,
-     attrs={"to": REQUIRED})
+_def("cast", "dtype", "convert to dtype `to` (ONNX Cast: floats to integers truncate; to float8, saturate=1 clips out-of-range "
+     "values and infinities to the largest finite value; to float8_e8m0fnu, round_mode up | down | nearest)", ("x",),
+     _cast_rule, _cast_ref, attrs={"to": REQUIRED, "saturate": 1, "round_mode": "up"})
 
 
 
