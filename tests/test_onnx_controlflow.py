@@ -273,3 +273,22 @@ def test_scan_over_a_dynamic_axis_stacks_that_many_steps() -> None:
         assert outs.shape == (steps, 2)
         np.testing.assert_array_equal(outs, np.cumsum(xs, axis=0))
         np.testing.assert_array_equal(s, xs.sum(0))
+
+
+def test_scan8_keeps_its_batch_axis_after_conversion() -> None:
+    """onnx.version_converter's Scan-9 has no batch axis; batched_scan8 scans each batch item."""
+    from onnx import version_converter
+
+    from neurenix_core.graph.importers.onnx_controlflow import batched_scan8
+
+    body = helper.make_graph([helper.make_node("Add", ["s", "x"], ["s2"]), helper.make_node("Identity", ["s2"], ["out"])],
+                             "body", [_t("s", F, [2]), _t("x", F, [2])], [_t("s2", F, [2]), _t("out", F, [2])])
+    node = helper.make_node("Scan", ["", "s0", "xs"], ["s", "outs"], body=body, num_scan_inputs=1)
+    original = _model([node], [_t("s0", F, [2, 2]), _t("xs", F, [2, 3, 2])], [_t("s", F, [2, 2]), _t("outs", F, [2, 3, 2])], opset=8)
+    model = batched_scan8(original, version_converter.convert_version(original, 13))
+    s0 = np.array([[0.0, 0.0], [10.0, 20.0]], np.float32)
+    xs = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+    s, outs = _run(model, s0, xs)
+    assert s.shape == (2, 2) and outs.shape == (2, 3, 2)
+    np.testing.assert_array_equal(outs, s0[:, None, :] + np.cumsum(xs, axis=1))
+    np.testing.assert_array_equal(s, s0 + xs.sum(1))

@@ -34,7 +34,7 @@ from neurenix_core.graph.opset import controlflow as CF
 from neurenix_core.graph.opset.sequence import is_kind, optional_of, seq_of
 from neurenix_core.graph.symbolic import NotSymbolicError
 
-__all__ = ["HANDLERS", "OnnxBody", "bind", "value_kind"]
+__all__ = ["HANDLERS", "OnnxBody", "bind", "value_kind", "batched_scan8"]
 
 #: What the eager body runner takes from ``onnx_import`` (which imports this module): the merged
 #: handler table, the Constant-node reader and the attribute decoder (see :func:`bind`).
@@ -532,6 +532,44 @@ def _sequence_map(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
         return [None if t is None or is_kind(t[1]) else ((), seq_of(t[1]))]
 
     return _cf_outputs(b, n, "sequence_map", [v for v in n.inputs if v is not None] + values, attrs, fallback)
+
+
+# ----------------------------------------------------------------------------- Scan before opset 9
+def batched_scan8(original: Any, lifted: Any) -> Any:
+    """``lifted`` (``original``, an opset-8 model, after onnx.version_converter) with its Scan
+    nodes given back their batch axis: Scan-8 scans axis 1 of every scan input per item of axis 0
+    (states and outputs have that batch axis too), while the converter's Scan-9 node has no batch
+    axis and the converter rewrites the graph's input and output types without it. Each becomes a
+    Scan over the batch axis whose body is that Scan-9 node (per item: the same scan over time),
+    and the graph's types are the original's (the converter refuses a Scan-8 with sequence lengths)."""
+    from onnx import helper
+
+    opset = max((o.version for o in original.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    scans = {tuple(node.output): node for node in original.graph.node if node.op_type == "Scan" and node.domain in ("", "ai.onnx")}
+    if opset >= 9 or not scans:
+        return lifted
+    model = type(lifted)()
+    model.CopyFrom(lifted)
+    for i, node in enumerate(model.graph.node):
+        if tuple(node.output) not in scans or node.op_type != "Scan":
+            continue
+        body = next(a.g for a in node.attribute if a.name == "body")
+        inner = helper.make_node("Scan", [f"{x}.item" for x in node.input], [f"{y}.item" for y in node.output], name=f"{node.name or 'Scan'}.item")
+        for a in node.attribute:
+            inner.attribute.add().CopyFrom(a)
+            if a.name == "directions":  # Scan-8's name for the scan inputs' directions
+                inner.attribute[-1].name = "scan_input_directions"
+        kinds = [vi.type.tensor_type.elem_type for vi in body.input]
+        outs = [vi.type.tensor_type.elem_type for vi in body.output]
+        per_item = helper.make_graph([inner], f"{body.name}.batch",
+                                     [helper.make_tensor_value_info(x, k, None) for x, k in zip(inner.input, kinds)],
+                                     [helper.make_tensor_value_info(y, k, None) for y, k in zip(inner.output, outs)])
+        outer = helper.make_node("Scan", list(node.input), list(node.output), name=node.name, body=per_item, num_scan_inputs=len(node.input))
+        model.graph.node[i].CopyFrom(outer)
+    for field in ("input", "output", "value_info"):  # the data's types are the original's (with the batch axis)
+        del getattr(model.graph, field)[:]
+        getattr(model.graph, field).extend(getattr(original.graph, field))
+    return model
 
 
 # ----------------------------------------------------------------------------- sequences and optionals
