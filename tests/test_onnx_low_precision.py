@@ -252,3 +252,11 @@ def test_compute_ops_refuse_storage_dtypes(code: int, op: str) -> None:
     model = _model([helper.make_node(op, ["x"], ["y"])], {"x": (code, (3,))}, ["y"])
     with pytest.raises(NeurenixError, match="storage types"):
         nn.from_onnx(model)
+
+
+def test_host_inputs_convert_to_and_from_declared_storage_dtypes() -> None:
+    to_f32 = _model([_cast("x", "y", TensorProto.FLOAT)], {"x": (TensorProto.FLOAT8E4M3FN, (3,))}, ["y"])
+    # numbers into a float8 input: Cast's default conversion (saturating)
+    exact(compiled(to_f32, np.array([1e6, 0.3, -np.inf], np.float32))[0], np.array([448, 0.3125, -448], np.float32))
+    to_i32 = _model([_cast("x", "y", TensorProto.INT32)], {"x": (TensorProto.INT8, (3,))}, ["y"])
+    exact(compiled(to_i32, np.array([1, -8, 7], np.int8).astype(ml_dtypes.int4))[0], np.array([1, -8, 7], np.int32))

@@ -78,9 +78,29 @@ def host_array(x: Any, i: int, device: Device, dtype: Any = np.float32) -> np.nd
         arr = _from_dlpack(x, i, device)
     else:
         arr = np.asarray(x)
-    if arr.dtype != dtype and arr.dtype.kind not in "fiu" and not (arr.dtype.kind == "b" and np.dtype(dtype).kind == "b"):
+    if arr.dtype == dtype:
+        return arr
+    from neurenix_core.graph.opset.schema import STORAGE_DTYPES  # loaded by then: the model was built with the opset
+
+    if str(arr.dtype) in STORAGE_DTYPES or str(np.dtype(dtype)) in STORAGE_DTYPES:
+        return _storage_input(arr, i, device, np.dtype(dtype), STORAGE_DTYPES)
+    if arr.dtype.kind not in "fiu" and not (arr.dtype.kind == "b" and np.dtype(dtype).kind == "b"):
         raise CompilationError(f"input {i} has dtype {arr.dtype}; the compiled model on {device} takes real numbers")
-    return arr if arr.dtype == dtype else arr.astype(dtype)
+    return arr.astype(dtype)
+
+
+def _storage_input(arr: np.ndarray, i: int, device: Device, dtype: np.dtype[Any], storage: Sequence[str]) -> np.ndarray:
+    """A host input to or from a low-precision storage dtype (``opset.STORAGE_DTYPES``: float8,
+    float4, int4, int2; NumPy sees ml_dtypes' as kind "V"): numbers into such an input convert as
+    ONNX's Cast does by default (float8 saturates to its finite range), a storage array into a
+    wider input converts exactly (float8 -> float32, int4 -> int8)."""
+    from neurenix_core.graph.opset.tensor import convert
+
+    if arr.dtype.kind not in "fiub" and str(arr.dtype) not in storage:
+        raise CompilationError(f"input {i} has dtype {arr.dtype}; the compiled model on {device} takes real numbers")
+    if str(dtype) in storage:
+        return convert(arr, str(dtype))
+    return arr.astype(dtype)
 
 
 def _from_dlpack(x: Any, i: int, device: Device) -> np.ndarray:
