@@ -40,13 +40,36 @@ def _dtype_pairs() -> list[tuple[str, Any]]:
 
 
 @functools.cache
+def _bit_views() -> dict[str, tuple[np.dtype[Any], Any, np.dtype[Any]]]:
+    """Dtypes torch.from_numpy does not know (ml_dtypes' bfloat16 and float8 formats) but torch
+    stores: name -> (NumPy unsigned view of the same width, torch dtype, the NumPy dtype). The
+    bits cross unchanged in both directions."""
+    import ml_dtypes
+    import torch
+
+    table = {"bfloat16": (np.dtype(np.uint16), torch.bfloat16, np.dtype(ml_dtypes.bfloat16))}
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"):
+        if hasattr(torch, name) and hasattr(ml_dtypes, name):
+            table[name] = (np.dtype(np.uint8), getattr(torch, name), np.dtype(getattr(ml_dtypes, name)))
+    return table
+
+
+@functools.cache
 def _to_torch() -> dict[str, Any]:
-    return dict(_dtype_pairs())
+    return dict(_dtype_pairs()) | {name: td for name, (_, td, _) in _bit_views().items()}
 
 
 @functools.cache
 def _to_numpy() -> dict[Any, np.dtype[Any]]:
-    return {td: DTYPES[name] for name, td in _dtype_pairs()}
+    return {td: DTYPES[name] for name, td in _dtype_pairs()} | {td: nd for _, td, nd in _bit_views().values()}
+
+
+@functools.cache
+def _views_from_torch() -> dict[Any, tuple[Any, np.dtype[Any]]]:
+    import torch
+
+    unsigned = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16}
+    return {td: (unsigned[u], nd) for u, td, nd in _bit_views().values()}
 
 
 def torch_dtype(dtype: np.dtype[Any]) -> Any:
@@ -81,13 +104,13 @@ def nn_ops() -> dict[str, Callable[..., Any]]:
             return y if bias is None else y + bias.reshape(shape)
         return F.batch_norm(x, running_mean, running_var, weight, bias, training=False, eps=eps)
 
-    def avg_pool2d(x: Any, kernel_size: Any, stride: Any, padding: Any, count_include_pad: bool = True) -> Any:
-        return F.avg_pool2d(x, kernel_size, stride, padding, count_include_pad=count_include_pad)
+    # Padding beyond half the window (ONNX allows it, PyTorch's kernels not): padded explicitly.
+    from neurenix_cuda_tc.torch_ops import avg_pool2d, max_pool2d
 
     return {
         "nn.linear": F.linear,
         "nn.conv2d": F.conv2d,
-        "nn.max_pool2d": F.max_pool2d,
+        "nn.max_pool2d": max_pool2d,
         "nn.avg_pool2d": avg_pool2d,
         "nn.adaptive_avg_pool2d": F.adaptive_avg_pool2d,
         "nn.relu": torch.relu,
@@ -161,18 +184,21 @@ class CudaBackend(ArrayNamespaceBackend):
 
     def _from_host(self, array: np.ndarray, index: int) -> Any:
         torch = self.torch
-        if array.dtype == DTYPES["bfloat16"]:
-            # torch.from_numpy does not know ml_dtypes' bfloat16: reinterpret the same bits.
-            t = torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+        view = _bit_views().get(str(array.dtype))
+        if view is not None:
+            # torch.from_numpy does not know ml_dtypes' types: reinterpret the same bits.
+            t = torch.from_numpy(array.view(view[0])).view(view[1])
         else:
+            torch_dtype(array.dtype)  # int4, float4 ...: refused by name before torch sees them
             t = torch.from_numpy(array)
         # .clone() / .to(cuda) copy: a later write to the caller's array must not change the tensor.
         return t.clone() if self.emulated else t.to(self._native_device(index))
 
     def _to_host(self, native: Any) -> np.ndarray:
         t = native.detach().to("cpu").resolve_conj()
-        if t.dtype == self.torch.bfloat16:
-            return t.view(self.torch.uint16).numpy().view(DTYPES["bfloat16"]).copy()
+        view = _views_from_torch().get(t.dtype)
+        if view is not None:
+            return t.view(view[0]).numpy().view(view[1]).copy()
         return np.array(t.numpy(), copy=True)
 
     def _dtype_of(self, native: Any) -> np.dtype[Any]:

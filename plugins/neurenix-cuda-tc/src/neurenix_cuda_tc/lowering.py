@@ -282,7 +282,11 @@ def _steps(module: Any, graph: Graph, plan: QuantizationPlan | None) -> list[_St
         if node.op not in FUNCTIONS:
             raise UnsupportedOperationError(f"cuda-tc cannot lower node {node.name!r}: op {node.op!r} has no PyTorch lowering")
         dts = None if specs is None else tuple(specs[i].dtype for i in node.inputs)
-        fn = function_for(node.op, opset.attrs_of(node.op, node.attrs), ins, out, dts)
+        try:
+            fn = function_for(node.op, opset.attrs_of(node.op, node.attrs), ins, out, dts)
+        except UnsupportedOperationError as exc:
+            # A lowering that would fail in PyTorch at run time refuses here: name the node.
+            raise UnsupportedOperationError(f"cuda-tc cannot lower node {node.name!r} ({node.op}): {exc}") from exc
         steps.append(("function", key, tuple(node.inputs), node.output, fn))
     return steps
 

@@ -21,7 +21,7 @@ from neurenix_core.errors import UnsupportedOperationError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FUNCTIONS", "function_for", "torch_dtype_of"]
+__all__ = ["FUNCTIONS", "function_for", "torch_dtype_of", "max_pool2d", "avg_pool2d"]
 
 Fn = Callable[..., Any]
 Attrs = Mapping[str, Any]
@@ -50,6 +50,27 @@ def _binary(name: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
         return getattr(torch, name)
 
     return build
+
+
+def _pow(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
+    """ONNX Pow: the result has the base's dtype. torch.pow promotes an integer base with a float
+    exponent to float and refuses negative integer exponents at run time, so an integer base is
+    raised in float64 (as the reference does) and cast back, except with integer exponents >= 0,
+    which stay exact integer powers."""
+    import torch
+
+    def wide(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.pow(x.to(torch.float64), y.to(torch.float64)).to(x.dtype)
+
+    def integer(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.where(y < 0, wide(x, y), torch.pow(x, torch.clamp(y, min=0)))
+
+    def same(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.pow(x, y).to(x.dtype)
+
+    if dts is None:
+        return lambda x, y: same(x, y) if x.is_floating_point() else wide(x, y) if y.is_floating_point() else integer(x, y)
+    return same if _is_float(dts[0]) else wide if _is_float(dts[1]) else integer
 
 
 def _div(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
@@ -152,17 +173,58 @@ def _gemm(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     return gemm
 
 
+def _wide(padding: Sequence[int], kernel: Sequence[int]) -> bool:
+    """PyTorch's pooling kernels take padding up to half the window (more is a run-time error)."""
+    p, k = _pair(padding), _pair(kernel)
+    return any(2 * pad > size for pad, size in zip(p, k))
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def max_pool2d(x: torch.Tensor, kernel: Any, stride: Any, padding: Any) -> torch.Tensor:
+    """F.max_pool2d, also for padding beyond half the window: -inf pads explicitly, then no padding."""
+    import torch.nn.functional as F  # noqa: N812
+
+    if not _wide(padding, kernel):
+        return F.max_pool2d(x, kernel, stride, padding)
+    ph, pw = _pair(padding)
+    return F.max_pool2d(F.pad(x, (pw, pw, ph, ph), value=float("-inf")), kernel, stride, 0)
+
+
+def avg_pool2d(x: torch.Tensor, kernel: Any, stride: Any, padding: Any, count_include_pad: bool = True,
+               size: tuple[int, int] | None = None) -> torch.Tensor:
+    """F.avg_pool2d, also for padding beyond half the window: zeros pad explicitly; without
+    count_include_pad the window sums divide by the number of input elements in each window.
+    ``size``: the static (H, W) when known (torch.fx then traces no size)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    if not _wide(padding, kernel):
+        return F.avg_pool2d(x, kernel, stride, padding, count_include_pad=count_include_pad)
+    ph, pw = _pair(padding)
+    padded = F.pad(x, (pw, pw, ph, ph))
+    if count_include_pad:
+        return F.avg_pool2d(padded, kernel, stride, 0)
+    ones = F.pad(torch.ones((1, 1, *(size or x.shape[-2:])), dtype=x.dtype, device=x.device), (pw, pw, ph, ph))
+    # Both averages divide by kh * kw: their ratio is sum(x) / count(inputs) per window.
+    return F.avg_pool2d(padded, kernel, stride, 0) / F.avg_pool2d(ones, kernel, stride, 0)
+
+
 def _pool(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
     def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
-        import torch.nn.functional as F  # noqa: N812
-
         k = tuple(int(v) for v in a["kernel_size"])
         s = tuple(int(v) for v in a["stride"]) if a["stride"] is not None else k
         p = tuple(int(v) for v in a["padding"])
+        if any(pad >= size for pad, size in zip(p, k)):
+            # A window could lie in the padding alone (no input element): refused, not guessed.
+            raise UnsupportedOperationError(f"{kind} pooling with padding {p} not smaller than the window {k}")
         if kind == "max":
-            return lambda x: F.max_pool2d(x, k, s, p)
+            return lambda x: max_pool2d(x, k, s, p)
         include = bool(a["count_include_pad"])
-        return lambda x: F.avg_pool2d(x, k, s, p, count_include_pad=include)
+        size = None if ins is None else (int(ins[0][-2]), int(ins[0][-1]))
+        return lambda x: avg_pool2d(x, k, s, p, include, size)
 
     return build
 
@@ -197,6 +259,14 @@ def _dims(axes: Sequence[int] | None, x: torch.Tensor) -> tuple[int, ...]:
     return tuple(range(x.dim())) if axes is None else tuple(int(v) for v in axes)
 
 
+def _empty_axis(shape: tuple[int, ...], axes: Sequence[int] | None) -> bool:
+    """Whether reducing ``axes`` (None: all) of ``shape`` reduces an axis of size 0."""
+    if not shape:
+        return False
+    dims = range(len(shape)) if axes is None else (int(v) % len(shape) for v in axes)
+    return any(shape[d] == 0 for d in dims)
+
+
 def _reduce(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
     def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
         import torch
@@ -211,6 +281,9 @@ def _reduce(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
                 return x
 
             return prod
+        if kind in ("max", "min") and ins is not None and _empty_axis(ins[0], axes):
+            # torch.amax/amin refuse to reduce an empty axis (ONNX gives the identity, -inf / +inf).
+            raise UnsupportedOperationError(f"reduce_{kind} over an empty axis of shape {ins[0]}: torch.a{kind} has no identity value")
         fn = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[kind]
         return lambda x: fn(x, dim=_dims(axes, x), keepdim=keep)
 
@@ -223,6 +296,8 @@ def _arg(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
 
         fn = torch.argmax if kind == "max" else torch.argmin
         axis, keep = int(a["axis"]), bool(a["keepdims"])
+        if ins is not None and _empty_axis(ins[0], (axis,)):
+            raise UnsupportedOperationError(f"arg{kind} over an empty axis of shape {ins[0]}: torch.arg{kind} raises on it")
         return lambda x: fn(x, dim=axis, keepdim=keep)
 
     return build
@@ -441,7 +516,7 @@ def _attention(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
 
 
 FUNCTIONS: dict[str, Callable[[Attrs, Ins, Shape, Dts], Fn]] = {
-    "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _div, "pow": _binary("pow"),
+    "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _div, "pow": _pow,
     "maximum": _binary("maximum"), "minimum": _binary("minimum"),
     "equal": _binary("eq"), "not_equal": _binary("ne"), "less": _binary("lt"), "less_equal": _binary("le"),
     "greater": _binary("gt"), "greater_equal": _binary("ge"), "logical_and": _binary("logical_and"),
