@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
 from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import ModelFormatError, NeurenixWarning, UnsupportedOperationError  # noqa: E402
+from neurenix_core.errors import NeurenixWarning, UnsupportedOperationError  # noqa: E402
 
 import model_zoo as zoo  # noqa: E402
 
@@ -88,11 +88,11 @@ def test_handmade_graph_with_shape_ops_split_pad_and_int64_gather() -> None:
 
 
 def test_unsupported_onnx_op_names_node_and_op() -> None:
-    # STFT: a signal-processing op neurenix has no mapping for (yet).
-    nodes = [helper.make_node("STFT", ["x", "step"], ["y"], name="the_stft")]
-    inits = [helper.make_tensor("step", TensorProto.INT64, [], [2])]
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 1])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    with pytest.raises(UnsupportedOperationError, match=r"node 'the_stft' \(op STFT\).*docs/models.md"):
+    # MaxRoiPool: an ONNX op neurenix has no mapping for (RoiAlign is its successor).
+    nodes = [helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], name="the_pool", pooled_shape=[2, 2])]
+    inits = [helper.make_tensor("rois", TensorProto.FLOAT, [1, 5], [0, 0, 0, 3, 3])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    with pytest.raises(UnsupportedOperationError, match=r"node 'the_pool' \(op MaxRoiPool\).*docs/models.md"):
         nn.from_onnx(model)
 
 

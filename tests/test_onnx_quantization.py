@@ -20,7 +20,6 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import neurenix_core as nx  # noqa: E402
 from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixError  # noqa: E402
 from neurenix_core.graph.importers.onnx_import import import_onnx  # noqa: E402
 from neurenix_core.graph.reference import eval_node  # noqa: E402
 
@@ -111,17 +110,6 @@ def test_dequantize_int32_and_float16_scale() -> None:
     q = np.array([0, 1, 200, 255], np.uint8)
     got = run("DequantizeLinear", {"x": q, "s": np.array(0.1, np.float16), "z": np.array(100, np.uint8)}, ["y"])[0]
     exact(got, ((q.astype(np.float32) - 100) * np.float32(np.float16(0.1))).astype(np.float16))
-
-
-@pytest.mark.parametrize("code, name", [(TensorProto.FLOAT8E4M3FN, "float8_e4m3fn"), (TensorProto.INT4, "int4"),
-                                        (TensorProto.UINT4, "uint4")])
-def test_low_precision_types_are_refused_by_name(code: int, name: str) -> None:
-    x = np.zeros(4, np.float32)
-    with pytest.raises(NeurenixError, match=name):
-        nn.from_onnx(_model("QuantizeLinear", {"x": x, "s": np.array(1.0, np.float32)}, ["y"], attrs={"output_dtype": code}))
-    with pytest.raises(NeurenixError, match=name):
-        nn.from_onnx(_model("DequantizeLinear", {"x": np.zeros(4, np.uint8), "s": np.array(1.0, np.float32)}, ["y"],
-                            types={"x": code}))
 
 
 def test_dynamic_quantize_linear() -> None:

@@ -24,7 +24,7 @@ from neurenix_core.errors import (
 from neurenix_core.graph.inputs import check_outputs, deliver_tensors, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
-from neurenix_core.graph.opset.schema import VALUE_KINDS
+from neurenix_core.graph.opset.schema import STORAGE_DTYPES, VALUE_KINDS
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.tensor.dtypes import contiguous
 from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
@@ -576,6 +576,7 @@ class Compiled:
         in the dtype the graph declares."""
         from neurenix_core.graph.reference import run_graph
         from neurenix_core.tensor.creation import asarray
+        from neurenix_core.tensor.tensor import wrap_on
 
         dev, to_host = self.device, self._backend._to_host
 
@@ -584,7 +585,10 @@ class Compiled:
         def tensor(o: Any) -> Any:  # a sequence is a list of Tensors, an empty optional None
             if o is None or isinstance(o, list):
                 return o if o is None else [tensor(v) for v in o]
-            return asarray(contiguous(np.asarray(o)), device=dev)
+            arr = contiguous(np.asarray(o))
+            if str(arr.dtype) in STORAGE_DTYPES:  # float8 / int4 ... results: held as they are (no Tensor dtype for them)
+                return wrap_on(arr, self._backend.placement(dev.index))
+            return asarray(arr, device=dev)
 
         def run(*natives: Any) -> tuple[Tensor, ...]:
             out = run_graph(graph, *(n if kind else to_host(n) for n, kind in zip(natives, kinds)), float_dtype=None)

@@ -19,13 +19,15 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.graph.ir import Graph, Node
+from neurenix_core.graph.opset.schema import STORAGE_DTYPES
 from neurenix_core.nn.module import Module
 
 __all__ = ["GraphModule"]
 
 
 def _is_weight(arr: Any) -> bool:
-    return isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim > 0
+    # float8 / float4 constants are data in a storage dtype (no Tensor holds them), not parameters
+    return isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim > 0 and str(arr.dtype) not in STORAGE_DTYPES
 
 
 class GraphModule(Module):

@@ -37,13 +37,14 @@ from neurenix_core.graph.symbolic import NotSymbolicError
 __all__ = ["HANDLERS", "OnnxBody", "bind", "value_kind", "batched_scan8"]
 
 #: What the eager body runner takes from ``onnx_import`` (which imports this module): the merged
-#: handler table, the Constant-node reader and the attribute decoder (see :func:`bind`).
+#: handler table, the Constant-node reader, the attribute decoder and the shape arithmetic folder
+#: (see :func:`bind`): importing ``onnx_import`` here would be an import cycle.
 _BOUND: dict[str, Any] = {}
 
 
-def bind(handlers: Mapping[str, Handler], constant: Any, attr: Any) -> None:
-    """Called once by ``onnx_import``: the handlers bodies run through."""
-    _BOUND.update(handlers=handlers, constant=constant, attr=attr)
+def bind(handlers: Mapping[str, Handler], constant: Any, attr: Any, symbolic_fold: Any) -> None:
+    """Called once by ``onnx_import``: the handlers bodies run through (and its shape arithmetic)."""
+    _BOUND.update(handlers=handlers, constant=constant, attr=attr, symbolic_fold=symbolic_fold)
 
 
 # ----------------------------------------------------------------------------- ONNX types
@@ -214,8 +215,6 @@ def _import_graph(b: GraphBuilder, graph: Any, env: MutableMapping[str, Any], pr
     (``env`` maps names to values and receives the graph's own); the graph's output values."""
     from onnx import numpy_helper
 
-    from neurenix_core.graph.importers import onnx_import as core  # imports this module, so only here
-
     previous = getattr(b, "onnx_env", None)
     b.onnx_env = env  # type: ignore[attr-defined]  # nested control flow reads its outer values here
     try:
@@ -238,7 +237,7 @@ def _import_graph(b: GraphBuilder, graph: Any, env: MutableMapping[str, Any], pr
             symbolic = any(_symbolic(v) for v in n.inputs)
             constant = all(v is None or isinstance(v, Const) for v in n.inputs)
             if constant and (symbolic and proto.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and proto.op_type == "Mod"):
-                out = core._symbolic_fold(n)  # the top-level import's shape arithmetic
+                out = _BOUND["symbolic_fold"](n)  # the top-level import's shape arithmetic
             elif handler is None:
                 raise fail(b, n, "has no mapping to the neurenix opset")
             elif symbolic and proto.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):

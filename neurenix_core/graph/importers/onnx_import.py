@@ -483,7 +483,7 @@ def _constant_node(proto: Any) -> Const:
 
 
 # Subgraph bodies (If, Loop, Scan, SequenceMap) run their nodes through these handlers.
-onnx_controlflow.bind(HANDLERS, _constant_node, _attr)
+onnx_controlflow.bind(HANDLERS, _constant_node, _attr, _symbolic_fold)
 
 
 def _load(model: Any) -> Any:
@@ -678,7 +678,7 @@ def _lift_opset(proto: Any) -> Any:
                                "re-export the model with opset 13 or later") from exc
     warnings.warn(f"from_onnx({name}): the model uses ONNX opset {opset}; it was converted to opset {MIN_OPSET} with "
                   "onnx.version_converter before import", NeurenixWarning, stacklevel=4)
-    return lifted
+    return onnx_controlflow.batched_scan8(proto, lifted)  # Scan-8's batch axis, which the converter drops
 
 
 def _example_shapes(proto: Any) -> list[tuple[int, ...]]:
