@@ -10,9 +10,9 @@ layout (an NHWC image is transposed back once, ``_core``) except where the op ma
 | transpose | TRANSPOSE |
 | concat | CONCATENATION |
 | slice, split | STRIDED_SLICE (explicit begin/end/strides, positive steps) |
-| gather | GATHER (int32 constant indices, or int32/int64 runtime indices) |
+| gather | GATHER (int32 constant indices normalised when written, or int32/int64 runtime ones through FLOOR_MOD) |
 | gather_nd | GATHER_ND (constant indices normalised when written, runtime ones through FLOOR_MOD) |
-| reduce_mean, reduce_sum, reduce_max, reduce_min | MEAN, SUM, REDUCE_MAX, REDUCE_MIN |
+| reduce_mean, reduce_sum, reduce_max, reduce_min | MEAN, SUM, REDUCE_MAX, REDUCE_MIN (numbers only: bool max/min are refused) |
 | pad (constant mode) | PAD (zero) or PADV2 |
 | matmul | FULLY_CONNECTED against a constant 2-D right side (int8: the plan's per-channel weights), else BATCH_MATMUL |
 | scaled_dot_product_attention | BATCH_MATMUL, MUL (scale), SELECT_V2 / ADD (mask), SOFTMAX, BATCH_MATMUL in float32 (int8: between DEQUANTIZE and QUANTIZE) |
@@ -70,7 +70,7 @@ class TensorOps:
         def _new(self, value: str, shape: tuple[int, ...], *, quant: Any = None, like: int | None = None) -> int: ...
         def _emit(self, opcode: int, ins: list[int], outs: list[int], **kw: Any) -> None: ...
         def _const_tensor(self, name: str, *, nhwc: bool) -> int: ...
-        def _scalar(self, name: str, value: float) -> int: ...
+        def _scalar(self, name: str, value: float, like: int | None = None) -> int: ...
         def _shape_const(self, name: str, shape: tuple[int, ...]) -> int: ...
         def _float_only(self, node: Node) -> None: ...
         def _weights(self, node: Node, weight: np.ndarray, in_index: int, axis: int) -> tuple[int, int | None]: ...
@@ -224,6 +224,12 @@ class TensorOps:
             indices = self._core(idx)
             if self.specs[idx].shape == ():
                 raise UnsupportedOperationError(f"layer {node.name!r} (gather): a runtime scalar index is not expressible; index with a 1-D value")
+            # TFLite's GATHER fails on a negative index at run time; ONNX counts it from the end.
+            # Indices in [-n, n) FLOOR_MOD n are the same position (as gather_nd's coordinates).
+            t = self.m.tensors[indices]
+            wrapped = self.m.tensor(f"{node.name}/indices", self.m.shape_of(indices), t.dtype)
+            self._emit(OP.FLOOR_MOD, [indices, self.m.constant(f"{node.name}/size", np.array([shape[axis]], t.dtype))], [wrapped])
+            indices = wrapped
         # A scalar index (x[:, 0]) is gathered as shape (1,) and the axis RESHAPEd away.
         picked_shape = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:]) if scalar else want
         picked = self._new(f"{node.name}/picked" if scalar else node.output, picked_shape, like=x)
@@ -260,6 +266,9 @@ class TensorOps:
     # ------------------------------------------------------------------ reductions
     def _reduce(self, node: Node) -> None:
         x = node.inputs[0]
+        if self.specs[x].dtype == "bool":
+            # LiteRT's REDUCE_MAX/MIN kernels have no bool instantiation: they fail at invoke.
+            raise UnsupportedOperationError(f"layer {node.name!r} ({node.op}): TFLite reduces numbers, not bool values")
         rank = len(self.specs[x].shape)
         raw = node.attrs.get("axes")
         axes = tuple(range(rank)) if raw is None else tuple(sorted(int(a) % rank for a in raw))

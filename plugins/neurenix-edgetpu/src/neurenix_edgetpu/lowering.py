@@ -170,6 +170,10 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
                 self.skipped.add(n.name)
 
     def _input(self, name: str, shape: tuple[int, ...]) -> IOSpec:
+        if all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape) and 0 in shape:
+            # Static but empty: LiteRT's kernels (reductions above all) are not written for
+            # zero-size tensors; the core runs such a segment on cpu:0.
+            raise UnsupportedOperationError(f"graph input {name!r} has shape {shape}: the TFLite writer does not write empty tensors")
         if any((not isinstance(d, (int, np.integer))) or d <= 0 for d in shape):
             raise ShapeError(
                 f"graph input {name!r} has shape {shape}: the Edge TPU needs static shapes. "
@@ -340,21 +344,27 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
         self.const_tensors[key] = index
         return index
 
-    def _scalar(self, name: str, value: float) -> int:
-        """A float scalar operand (int8: symmetric, the value itself at 127)."""
+    def _scalar_shape(self, like: int | None) -> tuple[int, ...]:
+        # A (1,) operand would broadcast a 0-d tensor to (1,) when LiteRT resizes the op's output.
+        return () if like is not None and self.m.shape_of(like) == () else (1,)
+
+    def _scalar(self, name: str, value: float, like: int | None = None) -> int:
+        """A float scalar operand (int8: symmetric, the value itself at 127), 0-d beside a 0-d ``like``."""
+        shape = self._scalar_shape(like)
         arr = np.array([value], np.float32)
         if not self.int8:
-            return self.m.constant(name, arr)
+            return self.m.constant(name, arr.reshape(shape))
         quant = _symmetric(arr)
-        return self.m.constant(name, qz.quantize(arr, float(quant.scale[0]), 0), quant=quant)
+        return self.m.constant(name, qz.quantize(arr, float(quant.scale[0]), 0).reshape(shape), quant=quant)
 
     def _scalar_like(self, name: str, value: float, like: int) -> int:
         """A scalar of tensor ``like``'s dtype and int8 parameters (clipped to its range)."""
         t = self.m.tensors[like]
+        shape = self._scalar_shape(like)
         if t.quant is None:
-            return self.m.constant(name, np.array([value], t.dtype))
+            return self.m.constant(name, np.array([value], t.dtype).reshape(shape))
         q = qz.quantize(np.array([value]), float(t.quant.scale[0]), int(t.quant.zero_point[0]))
-        return self.m.constant(name, q, quant=t.quant)
+        return self.m.constant(name, q.reshape(shape), quant=t.quant)
 
     def _requantize_output(self, name: str, v: _Value) -> _Value:
         """A graph output whose op fixes its int8 parameters (LOGISTIC, TANH) gets the plan's,

@@ -15,6 +15,7 @@ from typing import Any, Final
 import flatbuffers
 import numpy as np
 import tflite
+from neurenix_core.errors import UnsupportedOperationError
 
 __all__ = ["TensorQuant", "ModelBuilder", "FILE_IDENTIFIER", "SCHEMA_VERSION", "OPTIONS"]
 
@@ -78,13 +79,18 @@ class ModelBuilder:
 
     def constant(self, name: str, data: np.ndarray, *, quant: TensorQuant | None = None) -> int:
         """A constant tensor holding ``data`` (weights, bias, shapes); returns its index."""
-        array = np.ascontiguousarray(data)
+        # Not np.ascontiguousarray: it makes a 0-d scalar 1-d, and the model's tensor (a graph
+        # output, say) must keep the graph's shape.
+        array = np.asarray(data)
+        if not array.flags.c_contiguous:
+            array = np.array(array, order="C")
         self.buffers.append(array.tobytes())
         return self._add(name, array.shape, array.dtype, len(self.buffers) - 1, quant)
 
     def _add(self, name: str, shape: Sequence[int], dtype: np.dtype[Any], buffer: int, quant: TensorQuant | None) -> int:
         if dtype not in _TYPES:
-            raise TypeError(f"tensor {name!r}: TFLite writer has no type for {dtype}")
+            # Typed, at write time: the core then runs the segment on cpu:0 (LiteRT never sees it).
+            raise UnsupportedOperationError(f"tensor {name!r}: TFLite writer has no type for {dtype}")
         self.tensors.append(_Tensor(name, tuple(int(d) for d in shape), dtype, buffer, quant))
         return len(self.tensors) - 1
 
