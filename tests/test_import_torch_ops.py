@@ -228,3 +228,22 @@ def test_hugging_face_model_imports_and_matches_torch(build: Callable[[], tuple[
     outs = nx.compile(imported, device="cpu:0")(*[v.numpy() for v in inputs.values()])
     for got, key in zip(outs, ["last_hidden_state", "pooler_output"]):
         assert zoo.max_rel_err(got.numpy(), want[key].numpy()) <= 1e-4
+
+
+def test_unread_results_add_no_nodes() -> None:
+    """topk's indices, max_pool's indices, max(dim)'s values: built only where read."""
+    model = _Fn(lambda x: torch.topk(x, 2)[0] + F.max_pool2d(x, 2, return_indices=True)[0].sum() + x.max(-1)[1].unsqueeze(-1)).eval()
+    x = _randn(2, 4, 6, 6)
+    graph = nn.from_torch(model, x, static=True).to_graph()
+    ops = [node.op for node in graph.nodes]
+    assert "max_pool" not in ops and "reduce_max" not in ops and ops.count("topk") == 1, ops
+    got = nx.compile(nn.from_torch(model, x, static=True), device="cpu:0")(x.numpy()).numpy()
+    assert zoo.max_rel_err(got, model(x).numpy()) <= 1e-5
+
+
+def test_unbatched_pool_inputs() -> None:
+    for fn, x in [(lambda v: F.max_pool1d(v, 2, return_indices=True), _randn(4, 8)), (lambda v: F.adaptive_avg_pool2d(v, 2), _randn(3, 5, 5))]:
+        model = _Fn(fn).eval()
+        outs = nx.compile(nn.from_torch(model, x, static=True), device="cpu:0")(x.numpy())
+        for got, want in zip(_flat(outs), _flat(model(x))):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)

@@ -16,6 +16,7 @@ torch's per-plane max-pool indices, the scale a resize maps coordinates with).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -79,6 +80,16 @@ def _emit(c: Any, n: Any, tag: str, op: str, inputs: Sequence[Value], attrs: dic
           params: dict[str, Any] | None = None) -> Value:
     """A node named after the fx node (``tag`` '' for the node's own result)."""
     return c.b.emit(c.name(n) + (f".{tag}" if tag else ""), op, list(inputs), attrs or {}, params or {})
+
+
+def _used(n: Any, i: int) -> bool:
+    """Whether a later node reads result ``i`` of a node with several results (through getitem)."""
+    return any(u.target is operator.getitem and int(u.args[1]) == i for u in n.users)
+
+
+def _result(n: Any, i: int, make: Callable[[], Value]) -> Value | Unavailable:
+    """Result ``i``, built only where it is read: an unread one adds no node (no dead op to place)."""
+    return make() if _used(n, i) else Unavailable(f"result {i}, which nothing should read")
 
 
 def _axis(v: int, ndim: int) -> int:
@@ -379,8 +390,8 @@ def _minmax(reduce: str, arg: str, binary: str) -> Handler:
         if len(a) == 1 and "dim" not in k:
             return _emit(c, n, "", reduce, [a[0]], {"axes": None, "keepdims": False})
         dim, keep = int(_arg(a, k, 1, "dim")), bool(_arg(a, k, 2, "keepdim", False))
-        return [_emit(c, n, "", reduce, [a[0]], {"axes": (dim,), "keepdims": keep}),
-                _emit(c, n, "index", arg, [a[0]], {"axis": dim, "keepdims": keep})]
+        return [_result(n, 0, lambda: _emit(c, n, "", reduce, [a[0]], {"axes": (dim,), "keepdims": keep})),
+                _result(n, 1, lambda: _emit(c, n, "index", arg, [a[0]], {"axis": dim, "keepdims": keep}))]
 
     return run
 
@@ -433,7 +444,7 @@ def _var(std: bool, with_mean: bool) -> Handler:
     def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
         var, mean, _, _ = _moments(c, n, a, k)
         out = _emit(c, n, "", "sqrt", [var]) if std else var
-        return [out, mean] if with_mean else out
+        return [out, _result(n, 1, lambda: mean)] if with_mean else out
 
     return run
 
@@ -505,7 +516,7 @@ def _topk(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
     kk, dim = int(a[1]), int(_arg(a, k, 2, "dim", -1))
     largest = bool(_arg(a, k, 3, "largest", True))
     attrs = {"k": kk, "axis": dim, "largest": largest, "sorted": True}
-    return [_emit(c, n, "", "topk", [a[0]], attrs | {"output": 0}), _emit(c, n, "indices", "topk", [a[0]], attrs | {"output": 1})]
+    return [_result(n, i, lambda i=i: _emit(c, n, ("", "indices")[i], "topk", [a[0]], attrs | {"output": i})) for i in (0, 1)]
 
 
 def _sort_args(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> tuple[int, bool, bool]:
@@ -525,11 +536,11 @@ def _sorted(c: Any, n: Any, a: list[Any], k: dict[str, Any], outputs: Sequence[i
     if not shape:
         return [a[0] if i == 0 else Const(np.asarray(0, np.int64)) for i in outputs]
     attrs = {"k": size, "axis": axis, "largest": descending, "sorted": True}
-    return [_emit(c, n, "" if i == outputs[0] else "indices", "topk", [a[0]], attrs | {"output": i}) for i in outputs]
+    return [_emit(c, n, ("", "indices")[i], "topk", [a[0]], attrs | {"output": i}) for i in outputs]
 
 
-def _sort(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
-    return _sorted(c, n, a, k, (0, 1))
+def _sort(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Any]:
+    return [_result(n, i, lambda i=i: _sorted(c, n, a, k, (i,))[0]) for i in (0, 1)]
 
 
 def _argsort(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -788,10 +799,11 @@ def _pool_nd(kind: str, nd: int, indices: bool = False) -> Handler:
         if kind == "max":
             dilation, ceil = _tuple(_arg(a, k, 4, "dilation", 1), nd, 1), bool(_arg(a, k, 5, "ceil_mode", False))
             attrs |= {"dilations": dilation, "ceil_mode": ceil}
-            if nd == 2 and not indices and not ceil and dilation == (1, 1):
-                return _emit(c, n, "", "max_pool2d", [x], {"kernel_size": kernel, "stride": stride, "padding": padding})
-            values = _emit(c, n, "", "max_pool", [x], attrs)
-            return [values, _plane_indices(c, n, x, attrs)] if indices else values
+            if nd == 2 and not ceil and dilation == (1, 1):
+                values = _emit(c, n, "", "max_pool2d", [x], {"kernel_size": kernel, "stride": stride, "padding": padding})
+            else:
+                values = _emit(c, n, "", "max_pool", [x], attrs)
+            return [values, _result(n, 1, lambda: _plane_indices(c, n, x, attrs))] if indices else values
         ceil, include = bool(_arg(a, k, 4, "ceil_mode", False)), bool(_arg(a, k, 5, "count_include_pad", True))
         if _arg(a, k, 6, "divisor_override") is not None:
             raise c.fail(n, "uses divisor_override, which the opset's avg_pool does not have")
@@ -806,8 +818,8 @@ def _pool_nd(kind: str, nd: int, indices: bool = False) -> Handler:
 def _plane_indices(c: Any, n: Any, x: Value, attrs: dict[str, Any]) -> Value:
     """torch's indices count within each (n, c) plane; the opset's (ONNX's) count over the
     whole tensor, so the plane's offset goes with a modulo by the plane size."""
-    shape = _input_shape(c, n)
-    plane = int(np.prod([_static(c, n, shape, i, "returns pooling indices") for i in range(2, len(shape))], dtype=np.int64))
+    shape, nd = _input_shape(c, n), len(attrs["kernel_shape"])  # the spatial axes are the last nd, batched or not
+    plane = int(np.prod([_static(c, n, shape, i, "returns pooling indices") for i in range(len(shape) - nd, len(shape))], dtype=np.int64))
     flat = _emit(c, n, "flat_indices", "max_pool", [x], attrs | {"output": 1})
     return _emit(c, n, "indices", "mod", [flat, Const(np.asarray(plane, np.int64))], {"fmod": False})
 
@@ -816,7 +828,7 @@ def _unbatched(c: Any, n: Any, x: Value, body: Callable[[Value], Any], indices: 
     lifted = _emit(c, n, "batch", "unsqueeze", [x], {"axes": (0,)})
     out = body(lifted)
     outs = out if isinstance(out, list) else [out]
-    back = [_emit(c, n, f"unbatch{i}", "squeeze", [v], {"axes": (0,)}) for i, v in enumerate(outs)]
+    back = [v if isinstance(v, Unavailable) else _emit(c, n, f"unbatch{i}", "squeeze", [v], {"axes": (0,)}) for i, v in enumerate(outs)]
     return back if isinstance(out, list) else back[0]
 
 
