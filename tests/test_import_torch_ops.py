@@ -66,7 +66,8 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
     "argsort": (lambda x: torch.argsort(x, -1), (X3,)),
     # shapes and indexing
     "roll": (lambda x: torch.roll(x, (1, -3), (1, 2)), (X3,)), "roll_flat": (lambda x: torch.roll(x, 5), (X3,)),
-    "flip": (lambda x: x.flip(0, -1), (X3,)), "repeat": (lambda x: x.repeat(2, 1, 1, 2), (X3,)), "tile": (lambda x: x.tile(2), (X3,)),
+    "flip": (lambda x: x.flip(0, -1), (X3,)), "diff": (lambda x: torch.diff(x, 2, dim=1, prepend=x[:, :1]), (X3,)),
+    "diff_int": (lambda x: x.diff(), (XI,)), "repeat": (lambda x: x.repeat(2, 1, 1, 2), (X3,)), "tile": (lambda x: x.tile(2), (X3,)),
     "tril": (lambda x: torch.tril(x, 1), (X3,)), "triu": (lambda x: torch.triu(x, -1), (X3,)),
     "one_hot": (lambda x: F.one_hot(x.argmax(-1), 8), (X3,)),
     "einsum": (lambda x: torch.einsum("bij,bkj->bik", x, x), (X3,)),

@@ -579,6 +579,23 @@ def _roll_axis(c: Any, n: Any, x: Value, shift: int, axis: int, size: int, tag: 
     return _emit(c, n, tag, "concat", [tail, head], {"axis": axis})
 
 
+def _diff(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """diff(x, n, dim, prepend, append): x[1:] - x[:-1] along dim, n times (bool: not_equal)."""
+    x = a[0]
+    times, dim = int(_arg(a, k, 1, "n", 1)), _axis(int(_arg(a, k, 2, "dim", -1)), _rank(c, x))
+    prepend, append = _arg(a, k, 3, "prepend"), _arg(a, k, 4, "append")
+    if prepend is not None or append is not None:
+        x = _emit(c, n, "cat", "concat", [v for v in (prepend, x, append) if v is not None], {"axis": dim})
+    op = "not_equal" if _dtype(c, x) == "bool" else "sub"
+    for i in range(times):
+        tag = "" if i == times - 1 else f"d{i}"
+        pre = f"{tag}." if tag else ""
+        later = _emit(c, n, pre + "later", "slice", [x], {"starts": (1,), "ends": (_BIG,), "axes": (dim,), "steps": (1,)})
+        earlier = _emit(c, n, pre + "earlier", "slice", [x], {"starts": (0,), "ends": (-1,), "axes": (dim,), "steps": (1,)})
+        x = _emit(c, n, tag, op, [later, earlier])
+    return x
+
+
 def _flip(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     dims = _dims(a[1]) or ()
     rank = _rank(c, a[0])
@@ -1043,7 +1060,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     # scans and sorting
     "cumsum": _cum("cumsum"), "cumprod": _cum("cumprod"), "topk": _topk, "sort": _sort, "argsort": _argsort,
     # shapes and indexing
-    "roll": _roll, "flip": _flip, "repeat": _repeat, "tile": _tile, "tril": _trilu(False), "triu": _trilu(True),
+    "roll": _roll, "diff": _diff, "flip": _flip, "repeat": _repeat, "tile": _tile, "tril": _trilu(False), "triu": _trilu(True),
     "one_hot": _one_hot, "einsum": _einsum, "broadcast_tensors": _broadcast_tensors,
     "zeros_like": _like(0), "ones_like": _like(1), "empty_like": _like(0), "full_like": _like(None),
     "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
