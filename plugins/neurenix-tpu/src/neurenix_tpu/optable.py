@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from neurenix_core.graph import opset
@@ -276,6 +277,18 @@ _REDUCERS: dict[str, Callable[..., Array]] = {
 }
 
 
+def _lowest(dtype: np.dtype[Any]) -> Any:
+    return False if dtype == np.bool_ else np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
+
+
+def _highest(dtype: np.dtype[Any]) -> Any:
+    return True if dtype == np.bool_ else np.iinfo(dtype).max if dtype.kind in "iu" else np.inf
+
+
+#: The value of a max / min over an empty set, per dtype (as the opset's reference).
+_EMPTY_IDENTITY: dict[str, Callable[[np.dtype[Any]], Any]] = {"reduce_max": _lowest, "reduce_min": _highest}
+
+
 def _reduce(op: str) -> Lowering:
     fn = _REDUCERS[op]
     widen = op in ("reduce_sum", "reduce_mean", "reduce_prod")
@@ -288,6 +301,11 @@ def _reduce(op: str) -> Lowering:
         n = src.array.ndim
         axes = tuple(range(n)) if a["axes"] is None else tuple(_phys_axis(int(i), src) for i in a["axes"])
         x = src.array
+        if x.size == 0 and op in _EMPTY_IDENTITY:
+            # jnp.max/min of nothing raise; the opset gives the identity (the dtype's lowest /
+            # highest value, -inf / +inf for floats, False / True for bool). Shapes are static here.
+            shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else tuple(d for i, d in enumerate(x.shape) if i not in axes)
+            return Value(jnp.full(shape, _EMPTY_IDENTITY[op](np.dtype(x.dtype)), x.dtype), src.nhwc)
         xw = x.astype(_acc(x)) if widen and _is_float(x) else x
         # The opset keeps the input dtype (integer means truncate, as NumPy's astype does).
         return Value(fn(xw, axis=axes, keepdims=keep).astype(x.dtype), src.nhwc)

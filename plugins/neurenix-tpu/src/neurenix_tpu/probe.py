@@ -125,7 +125,7 @@ def missing_reason(presence: TPUPresence) -> str:
     if not presence.has_nodes:
         return (
             "no Cloud TPU found: no /dev/accel<N> or /dev/vfio/<N> device node and no Google TPU PCI device; "
-            f"run on a Cloud TPU VM with libtpu (pip install 'neurenix-tpu[tpu]')"
+            "run on a Cloud TPU VM with libtpu (pip install 'neurenix-tpu[tpu]')"
         )
     return (
         f"TPU device nodes are present ({', '.join((presence.accel_nodes + presence.vfio_nodes)[:4]) or 'PCI only'}) "
