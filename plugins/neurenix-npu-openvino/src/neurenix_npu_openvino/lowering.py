@@ -37,6 +37,9 @@ LOWERED_OPS: Final = frozenset(HANDLERS)
 
 #: Element types of the values a lowered graph carries (floats compute in f32 on the device).
 _COMPUTE_DTYPES: Final = {"float16": "float32", "bfloat16": "float32", "float64": "float32"}
+#: Graph input dtypes a Parameter is made for (ov.Type maps these NumPy dtypes).
+_PARAMETER_DTYPES: Final = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                            "uint64", "bool")
 
 
 def lower_graph(graph: Graph, plan: QuantizationPlan | None = None, *, device: str = "npu:0") -> Any:
@@ -64,6 +67,11 @@ class Lowering:
     def build(self) -> Any:
         params = []
         for spec in self.graph.inputs:
+            if spec.dtype not in _PARAMETER_DTYPES:
+                # OpenVINO's Python binding has no element type for it (bfloat16, float8, int4 ...):
+                # refused by name here rather than as a RuntimeError from ov.Type.
+                raise UnsupportedOperationError(f"graph input {spec.name!r} is {spec.dtype}: neurenix-npu-openvino takes "
+                                                f"{', '.join(_PARAMETER_DTYPES)} inputs")
             param = self.op.parameter(list(spec.shape), self.ov.Type(np.dtype(spec.dtype)), name=spec.name)
             param.output(0).set_names({spec.name})
             params.append(param)
