@@ -315,6 +315,10 @@ def _reduce(e: Exporter, n: Node, a: dict[str, Any]) -> str:
     op, keep = _ONNX_REDUCE[n.op], int(bool(a["keepdims"]))
     rank = len(e.shape(n.inputs[0]))
     axes = list(range(rank)) if a["axes"] is None else [int(v) % max(rank, 1) for v in a["axes"]]
+    shape = e.shape(n.inputs[0])
+    if op in ("ReduceMax", "ReduceMin") and e.dtype(n.inputs[0]) == "bool" and any(shape[i] == 0 for i in axes):
+        # ONNX Runtime's bool ReduceMax/Min fail at run time on an empty set: refused at export.
+        raise UnsupportedOperationError(f"node {n.name!r}: ONNX Runtime cannot {op} an empty bool axis (shape {shape})")
     # Axes became an input in opset 18 (13 for ReduceSum); before that an attribute.
     if e.opset >= 18 or op == "ReduceSum":
         return e.add(op, [e.read(n.inputs[0]), e.ints(f"{n.name}.axes", axes)], n.name, keepdims=keep)
