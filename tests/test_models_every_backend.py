@@ -18,9 +18,9 @@ torch = pytest.importorskip("torch")
 
 import neurenix_core as nx  # noqa: E402
 from neurenix_core import nn  # noqa: E402
-from neurenix_core.plugins.state import registry  # noqa: E402
 
 import model_zoo as zoo  # noqa: E402
+from neurenix_core.testing.host import int8_dot_product  # noqa: E402
 
 #: The ops whose FLOPs must all run on the requested device.
 HEAVY = frozenset({"conv1d", "conv2d", "matmul", "gemm", "linear", "scaled_dot_product_attention", "multihead_attention"})
@@ -48,6 +48,10 @@ def _params(kind: str, names: Any, devices: list[str]) -> list[Any]:
         for device in devices:
             gap = KNOWN_GAPS.get((kind, name, device.split(":")[0]))
             marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
+            if kind == "int8" and device.startswith("npu") and not int8_dot_product():
+                # issue #25: the emulated npu's int8 on an AVX2-only CPU (OpenVINO's CPU kernels
+                # without VNNI/AMX) differs from the integer reference, not the same way every run
+                marks.append(pytest.mark.xfail(reason="emulated npu int8 without VNNI/AMX (issue #25)", strict=False))
             out.append(pytest.param(name, device, marks=marks, id=f"{name}-{device}"))
     return out
 

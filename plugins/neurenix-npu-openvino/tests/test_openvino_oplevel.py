@@ -14,9 +14,18 @@ import pytest
 
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.reference import run_graph
+from neurenix_core.testing.host import int8_dot_product
 from neurenix_npu_openvino.compiled import compile_graph
 from neurenix_npu_openvino.lowering import LOWERED_OPS, lower_graph
 from neurenix_npu_openvino.plugin import _GRAPH_DTYPES, _GRAPH_OPS
+
+#: On an AVX2-only host the emulated npu's int8 models (OpenVINO's CPU int8 kernels) were measured
+#: to differ from the core's integer reference by up to 12 quantization steps, not the same way on
+#: every run: the silent int8 error of issue #25. Expected to fail there until it is fixed; on CPUs
+#: with VNNI or AMX these tests must pass.
+NPU_INT8_XFAIL = pytest.mark.xfail(not int8_dot_product(), strict=False, reason=(
+    "emulated npu int8 on a CPU without VNNI/AMX differs from the integer reference (issue #25)"))
+
 
 #: float32 against the float64 reference: a few ulps of the largest value, per element.
 FP32_RTOL, FP32_ATOL = 2e-5, 2e-5
@@ -262,6 +271,7 @@ def test_int8_zoo_cnn_runs_every_conv_and_fc_in_int8(npu: Any) -> None:
     assert total >= convs and ints == total, compiled.summary
 
 
+@NPU_INT8_XFAIL
 def test_int8_layer_precisions_read_from_the_runtime_graph(npu: Any) -> None:
     from neurenix_core.graph import quantization as Q
 
@@ -308,6 +318,7 @@ def test_transformers_run_whole_on_the_device(npu: Any, name: str) -> None:
     assert set(placement.nodes) == {"npu:0"} and placement.nodes["npu:0"] > 0  # constants are data, not counted
 
 
+@NPU_INT8_XFAIL
 @pytest.mark.parametrize("name", ["vit", "bert"])
 def test_int8_transformers_run_their_linear_layers_in_int8_on_the_device(npu: Any, name: str) -> None:
     """int8 TinyViT / tiny BERT through nx.compile: the whole graph on npu:0, every linear (and

@@ -11,7 +11,16 @@ import pytest
 import neurenix_core as nx
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import CompileOptions
+from neurenix_core.testing.host import int8_dot_product
 from neurenix_npu_openvino.compiled import compile_graph
+
+#: On an AVX2-only host the emulated npu's int8 models (OpenVINO's CPU int8 kernels) were measured
+#: to differ from the core's integer reference by up to 12 quantization steps, not the same way on
+#: every run: the silent int8 error of issue #25. Expected to fail there until it is fixed; on CPUs
+#: with VNNI or AMX these tests must pass.
+NPU_INT8_XFAIL = pytest.mark.xfail(not int8_dot_product(), strict=False, reason=(
+    "emulated npu int8 on a CPU without VNNI/AMX differs from the integer reference (issue #25)"))
+
 
 Q = pytest.importorskip("neurenix_core.graph.quantization", reason="needs neurenix_core.graph.quantization (issue 4)")
 
@@ -42,6 +51,7 @@ def test_int8_cnn_keeps_top1_and_runs_conv_and_fc_in_int8(npu: Any, kit: Any) ->
     assert "4/4 conv/FC layer(s) in integer precision" in model.summary
 
 
+@NPU_INT8_XFAIL
 def test_int8_mlp_matches_the_fake_quantized_reference(npu: Any, kit: Any) -> None:
     from neurenix_core.graph.reference import run_graph
 
