@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,16 +30,6 @@ DOC = ROOT / "docs" / "onnx-conformance.md"
 EXPECTED = ROOT / "tests" / "onnx_node_expected"
 BEGIN, END = "<!-- conformance table: begin (scripts/onnx_conformance.py --write-docs) -->", "<!-- conformance table: end -->"
 DEVICES = ("cpu", "cuda", "tpu", "npu", "edgetpu")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _run(runtime: str, cases: list, run_one) -> dict:  # type: ignore[type-arg]
@@ -75,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="print every case with this outcome")
     args = parser.parse_args(argv)
 
+    from neurenix_core.cli.benchkit import cpu_model
     from neurenix_core.testing import onnx_expected, onnx_suite
 
     cases = onnx_suite.load_cases()
@@ -100,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(header + rows)
     total, common = len(cases), sum(1 for c in cases if c.common)
     note = (f"{total} node tests ({common} of ops common in real models), onnx "
-            f"{__import__('onnx').__version__}, measured {started} on {_cpu_name()}; plugins emulated on that CPU.")
+            f"{__import__('onnx').__version__}, measured {started} on {cpu_model()}; plugins emulated on that CPU.")
     print(table)
     print(note)
     if args.write_docs:

@@ -13,42 +13,25 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import helper, numpy_helper  # noqa: E402
 
-import neurenix_core as nx  # noqa: E402
 from neurenix_core import nn  # noqa: E402
 from neurenix_core.errors import NeurenixError  # noqa: E402
+
+from onnx_nodes import check, one_node_model, run_node  # noqa: E402
 
 RNG = np.random.default_rng(11)
 
 
-def _model(op: str, inputs: dict[str, np.ndarray], outputs: list[str], attrs: dict[str, Any] | None = None,
-           consts: dict[str, np.ndarray] | None = None, order: list[str] | None = None) -> Any:
-    consts = consts or {}
-    node = helper.make_node(op, order or list(inputs) + list(consts), outputs, **(attrs or {}))
-    graph = helper.make_graph(
-        [node], op,
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outputs if o],
-        [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+def _model(op: str, inputs: dict[str, np.ndarray], outputs: list[str], **kw: Any) -> Any:
+    return one_node_model(op, inputs, outputs, **{"opset": 23, **kw})
 
 
 def run(op: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None, **kw: Any) -> list[np.ndarray]:
-    imported = nn.from_onnx(_model(op, inputs, outputs or ["y"], **kw))
-    compiled = nx.compile(imported, device="cpu:0", precision="fp32", outputs="host", progress=False)
-    got = compiled(*inputs.values())
-    return [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+    return run_node(op, inputs, outputs, **{"opset": 23, **kw})
 
 
 def ops_of(op: str, inputs: dict[str, np.ndarray], **kw: Any) -> set[str]:
     return {n.op for n in nn.from_onnx(_model(op, inputs, ["y"], **kw)).to_graph().nodes}
-
-
-def check(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    want = np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
 
 
 # ----------------------------------------------------------------------------- NumPy expectations
