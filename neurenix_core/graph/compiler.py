@@ -21,7 +21,7 @@ from neurenix_core.device import Device, DeviceLike
 from neurenix_core.errors import (
     CompilationError, QuantizationError, ShapeError, UnsupportedOperationError,
 )
-from neurenix_core.graph.inputs import check_outputs, deliver_tensors, to_device_input
+from neurenix_core.graph.inputs import check_outputs, deliver_tensors, host_array, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES, VALUE_KINDS
@@ -74,15 +74,24 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     return compiled
 
 
+class _HostValue:
+    """A result kept in host memory because the device cannot hold its dtype (outputs="host")."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
 def _deliver(outs: tuple[Any, ...], outputs: str) -> tuple[Any, ...]:
-    """``deliver_tensors``, with a sequence output (a list of Tensors) delivered element by element
-    and an empty optional (None) as None."""
+    """``deliver_tensors``, with a sequence output (a list of Tensors) delivered element by element,
+    an empty optional (None) as None and a result kept in host memory as its array."""
     if all(isinstance(o, Tensor) for o in outs):
         return deliver_tensors(outs, outputs)
 
     def one(o: Any) -> Any:
-        if o is None:
-            return None
+        if o is None or isinstance(o, np.ndarray):  # an empty optional; a result kept in host memory
+            return o
         return [one(v) for v in o] if isinstance(o, list) else deliver_tensors((o,), outputs)[0]
 
     return tuple(one(o) for o in outs)
@@ -291,9 +300,14 @@ class Compiled:
     def _native(self, x: Any, i: int) -> Any:
         """Input ``i`` as a native array on the model's device: the one rule of graph.inputs
         (float inputs become float32; integer inputs such as token ids keep their declared dtype)."""
-        if self._input_dtypes[i] is None:  # a sequence or optional: run by cpu:0 on the host
+        dtype = self._input_dtypes[i]
+        if dtype is None:  # a sequence or optional: run by cpu:0 on the host
             return x if x is None else [np.asarray(v) for v in x] if isinstance(x, (list, tuple)) else np.asarray(x)
-        return to_device_input(x, i, self.device, self._backend, self._input_dtypes[i])
+        if str(self.device.type) != "cpu" and not self._backend.supports_dtype(dtype):
+            # A dtype the device cannot hold (int4 on cuda ...): the input stays in host memory;
+            # placement runs the nodes that read it on cpu:0 (the plugin does not declare it).
+            return host_array(x, i, self.device, dtype)
+        return to_device_input(x, i, self.device, self._backend, dtype)
 
     def _tensors(self, natives: tuple[Any, ...]) -> tuple[Any, ...]:
         """Natives as Tensors on the device; a sequence as a list of them, an empty optional as None."""
@@ -302,9 +316,22 @@ class Compiled:
         p = self._backend.placement(self.device.index)
 
         def one(n: Any) -> Any:
+            if isinstance(n, _HostValue):  # a result in a dtype the device cannot hold (outputs="host" only)
+                return n.array
             return None if n is None else [one(e) for e in n] if isinstance(n, list) else wrap_on(n, p)
 
         return tuple(one(n) for n in natives)
+
+    def _host_only(self, name: str, array: np.ndarray) -> Any:
+        """An output the device cannot hold (an int4 result on cuda ...): delivered from host
+        memory with outputs="host"; with outputs="device" there is no Tensor to return."""
+        from neurenix_core.errors import UnsupportedDTypeError
+
+        if self.outputs != "host":
+            raise UnsupportedDTypeError(
+                f"{self.device}: output {name!r} is {array.dtype}, which the device (plugin {self._record.name}) cannot hold; "
+                "compile with outputs='host' to receive it as a NumPy array")
+        return _HostValue(array)
 
     def _build(self, shapes: tuple[tuple[int, ...], ...], values: Mapping[str, np.ndarray] | None = None) -> Runner:
         from neurenix_core.graph.shapes import infer_shapes
@@ -464,6 +491,12 @@ class Compiled:
                     dev[v] = to_device(host[v])  # transfer host -> device
                 return dev[v]
 
+            def output(v: str) -> Any:
+                value = host.get(v) if v not in dev else None
+                if isinstance(value, np.ndarray) and not be.supports_dtype(value.dtype):
+                    return self._host_only(v, value)
+                return on_device(v)
+
             def on_host(v: str) -> Any:
                 if v not in host:
                     host[v] = to_host(dev[v])  # transfer device -> host
@@ -475,7 +508,7 @@ class Compiled:
                 else:
                     out = fn(*(on_host(v) for v in seg.inputs))
                     host.update(zip(seg.outputs, out if isinstance(out, tuple) else (out,)))
-            return self._tensors(tuple(on_device(o) for o in outputs))
+            return self._tensors(tuple(output(o) for o in outputs))
 
         return run, placement
 

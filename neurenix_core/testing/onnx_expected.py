@@ -19,17 +19,15 @@ __all__ = ["REASONS", "reason_for", "read_expected", "write_expected"]
 
 #: (pattern on the refusal message, reason written in the list): first match wins.
 REASONS: Final[tuple[tuple[str, str], ...]] = (
-    (r"float8|float4|int4|uint4|int2|uint2|FLOAT8|FLOAT4|INT4|UINT4|INT2|UINT2|e4m3|e5m2|e8m0|float4e2m1", "8/4-bit float or 4/2-bit integer dtype: no such dtype in neurenix"),
-    (r"dtype object|string|STRING|'str'|<U|dtype\('O'\)", "string tensors: neurenix computes on numbers"),
-    (r"complex", "complex dtype in a model graph"),
+    (r"holds strings|dtype object|dtype\('O'\)|pool_strings|string input", "string tensors: neurenix computes on numbers"),
     (r"custom domain", "op from a domain other than ai.onnx (ai.onnx.ml, preview.training ...)"),
     (r"opset 0|declares no ai.onnx opset", "model without an ai.onnx opset (another domain only)"),
     (r"version_converter could not", "opset below 13 that onnx.version_converter cannot convert"),
-    (r"training mode|training_mode", "training-mode op (random dropout mask, batch statistics update)"),
-    (r"random|Random|Bernoulli|Multinomial", "random number generation: results cannot be reproduced"),
-    (r"graph input .* value|built per value", "value input used where the runtime needs a constant"),
+    (r"training mode|training_mode", "training-mode op (random dropout mask)"),
+    (r"Random|Bernoulli|Multinomial|random", "random number generation: results cannot be reproduced"),
+    (r"float6|holds float8|holds float4|holds int4|holds uint4|holds int2|holds uint2", "a dtype neurenix has no type for"),
+    (r"has no dtype for|cannot hold|values not supported by plugin", "a dtype the device's runtime lacks"),
     (r"has no mapping to the neurenix opset", "op type not in the neurenix opset yet"),
-    (r"does not declare|declared|lacks", "dtype or op the device's runtime lacks"),
     (r".", "refused by the importer or the device (see the message in the report)"),
 )
 
