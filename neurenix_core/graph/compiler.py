@@ -250,7 +250,9 @@ class Compiled:
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
         natives = [self._native(x, i) for i, x in enumerate(inputs)]
         shape_of = self._backend._shape_of
-        shapes = tuple(() if d is None else tuple(shape_of(n)) for n, d in zip(natives, self._input_dtypes))
+        # A NumPy array here may be an input kept in host memory (a dtype the device cannot hold).
+        shapes = tuple(() if d is None else tuple(n.shape if isinstance(n, np.ndarray) else shape_of(n))
+                       for n, d in zip(natives, self._input_dtypes))
         if self._values is not None:
             runner = self._value_runner(shapes, natives)
         else:
@@ -271,7 +273,7 @@ class Compiled:
         """The runner for these shapes and the values of the model's value inputs, built on a miss
         (building may find more value inputs; the key then names them all)."""
         to_host = self._backend._to_host
-        hosts = {spec.name: np.asarray(to_host(n)) for spec, n in zip(self.graph.inputs, natives)}
+        hosts = {spec.name: n if isinstance(n, np.ndarray) else np.asarray(to_host(n)) for spec, n in zip(self.graph.inputs, natives)}
         runner = self._runners.get(self._value_key(shapes, hosts))
         if runner is None:
             runner = self._build(shapes, hosts)
