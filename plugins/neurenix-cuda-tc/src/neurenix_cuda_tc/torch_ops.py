@@ -1,7 +1,7 @@
 """The opset's weightless ops as PyTorch functions (the layers with weights live in ``lowering.py``).
 
 ``function_for(op, attrs, out_shape)`` returns a callable on torch tensors with the node's
-attributes bound, following the opset's semantics (``neurenix_core/graph/opset.py``): ONNX
+attributes bound, following the opset's semantics (``neurenix_core.graph.opset``): ONNX
 broadcasting and negative axes, integer division that truncates, ``reshape``'s ``0`` = "copy this
 dimension", a bool attention mask that keeps True. The callables use plain torch functions only,
 so ``torch.fx`` traces a lowered graph through them (``align_model``) and ``Module.to(dtype)``

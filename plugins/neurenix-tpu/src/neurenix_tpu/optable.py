@@ -1,7 +1,7 @@
 """One JAX handler per opset op: ``LOWERINGS[op](node, params, inputs, mode) -> Value``.
 
 The handlers run while ``jax.jit`` traces the whole graph (``lowering.py`` drives them), so every
-op below becomes part of one XLA program. Semantics are the opset's (``neurenix_core/graph/opset.py``,
+op below becomes part of one XLA program. Semantics are the opset's (``neurenix_core.graph.opset``,
 whose NumPy ``ref`` is the ground truth the tests compare against); shapes come from the opset's
 own shape rules (``opset.infer``) so reshape-like ops cannot drift from the core.
 
