@@ -30,6 +30,7 @@ from neurenix_core.errors import NeurenixError, UnsupportedOperationError
 from neurenix_core.graph import opset
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import REMEDY, Handler, OnnxNode, ValueInputNeeded, _value_source, fail
+from neurenix_core.graph.importers.onnx_common import symbolic_const as _symbolic
 from neurenix_core.graph.opset import controlflow as CF
 from neurenix_core.graph.opset.sequence import is_kind, optional_of, seq_of
 from neurenix_core.graph.symbolic import NotSymbolicError
@@ -37,14 +38,14 @@ from neurenix_core.graph.symbolic import NotSymbolicError
 __all__ = ["HANDLERS", "OnnxBody", "bind", "value_kind", "batched_scan8"]
 
 #: What the eager body runner takes from ``onnx_import`` (which imports this module): the merged
-#: handler table, the Constant-node reader, the attribute decoder and the shape arithmetic folder
+#: handler table, the Constant-node reader, the attribute decoder and the per-node import
 #: (see :func:`bind`): importing ``onnx_import`` here would be an import cycle.
 _BOUND: dict[str, Any] = {}
 
 
-def bind(handlers: Mapping[str, Handler], constant: Any, attr: Any, symbolic_fold: Any) -> None:
-    """Called once by ``onnx_import``: the handlers bodies run through (and its shape arithmetic)."""
-    _BOUND.update(handlers=handlers, constant=constant, attr=attr, symbolic_fold=symbolic_fold)
+def bind(handlers: Mapping[str, Handler], constant: Any, attr: Any, import_node: Any) -> None:
+    """Called once by ``onnx_import``: the handlers bodies run through, and its per-node import."""
+    _BOUND.update(handlers=handlers, constant=constant, attr=attr, import_node=import_node)
 
 
 # ----------------------------------------------------------------------------- ONNX types
@@ -206,10 +207,6 @@ def _graph_outputs(g: Any, k: int) -> tuple[tuple[int, ...] | None, str] | None:
 
 
 # ----------------------------------------------------------------------------- subgraphs imported through the handlers
-def _symbolic(v: Any) -> bool:
-    return isinstance(v, Const) and v.array.dtype == object
-
-
 def _import_graph(b: GraphBuilder, graph: Any, env: MutableMapping[str, Any], prefix: str) -> list[Any]:
     """Import ``graph``'s nodes into ``b`` through the handlers, as the top-level import does
     (``env`` maps names to values and receives the graph's own); the graph's output values."""
@@ -221,30 +218,7 @@ def _import_graph(b: GraphBuilder, graph: Any, env: MutableMapping[str, Any], pr
         for init in graph.initializer:
             env[init.name] = Const(numpy_helper.to_array(init))
         for i, proto in enumerate(graph.node):
-            if proto.domain not in ("", "ai.onnx"):
-                raise b.unsupported(proto.name or proto.op_type, f"{proto.domain}.{proto.op_type}", "is from a custom domain", REMEDY)
-            if proto.op_type == "Constant":
-                env[proto.output[0]] = _BOUND["constant"](proto)
-                continue
-            attrs = {a.name: _BOUND["attr"](a) for a in proto.attribute}
-            missing = [x for x in proto.input if x not in env]
-            n = OnnxNode(proto, i, [env.get(x) for x in proto.input], attrs)
-            if not proto.name:
-                n.name = f"{prefix}.{n.name}"
-            if missing:
-                raise fail(b, n, f"reads {missing}, which no enclosing graph defines")
-            handler = _BOUND["handlers"].get(proto.op_type)
-            symbolic = any(_symbolic(v) for v in n.inputs)
-            constant = all(v is None or isinstance(v, Const) for v in n.inputs)
-            if constant and (symbolic and proto.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and proto.op_type == "Mod"):
-                out = _BOUND["symbolic_fold"](n)  # the top-level import's shape arithmetic
-            elif handler is None:
-                raise fail(b, n, "has no mapping to the neurenix opset")
-            elif symbolic and proto.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):
-                raise NotSymbolicError(f"node {n.name!r} ({proto.op_type}) mixes a symbolic size with run-time values")
-            else:
-                out = handler(b, n)
-            env.update(zip(proto.output, out if isinstance(out, list) else [out]))
+            _BOUND["import_node"](b, proto, i, env, prefix)  # the top-level import's one path per node
         missing = [o.name for o in graph.output if o.name not in env]
         if missing:
             raise b.unsupported(prefix, "subgraph", f"returns {missing}, which it does not define", REMEDY)

@@ -482,9 +482,6 @@ def _constant_node(proto: Any) -> Const:
     raise ModelFormatError(f"from_onnx: Constant node {proto.name!r} has no supported value attribute ({sorted(a)})")
 
 
-# Subgraph bodies (If, Loop, Scan, SequenceMap) run their nodes through these handlers.
-onnx_controlflow.bind(HANDLERS, _constant_node, _attr, _symbolic_fold)
-
 
 def _load(model: Any) -> Any:
     import onnx
@@ -710,24 +707,38 @@ def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None) -> 
         b.onnx_sym_shapes = _value_shapes(proto, params)  # type: ignore[attr-defined]
     b.onnx_model, b.onnx_env = proto, env  # type: ignore[attr-defined]  # control flow: declared types, outer-scope values
     for i, node in enumerate(proto.graph.node):
-        if node.domain not in ("", "ai.onnx"):
-            raise b.unsupported(node.name or node.op_type, f"{node.domain}.{node.op_type}", "is from a custom domain", _REMEDY)
-        if node.op_type == "Constant":
-            env[node.output[0]] = _constant_node(node)
-            continue
-        n = _Node(node, i, [env[x] for x in node.input], {a.name: _attr(a) for a in node.attribute})
-        handler = HANDLERS.get(node.op_type)
-        symbolic = any(_symbolic_const(v) for v in n.inputs)
-        constant = all(v is None or isinstance(v, Const) for v in n.inputs)
-        if constant and (symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and node.op_type == "Mod"):
-            out = _symbolic_fold(n)  # shape arithmetic (Mod has no graph mapping, only this one)
-        elif handler is None:
-            raise _fail(b, n, "has no mapping to the neurenix opset")
-        elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):
-            raise NotSymbolicError(f"node {n.name!r} ({node.op_type}) mixes a symbolic size with run-time values")
-        else:
-            out = handler(b, n)
-        outs = out if isinstance(out, list) else [out]
-        for o, v in zip(node.output, outs):
-            env[o] = v
+        _import_node(b, node, i, env)
     return b.graph([env[o.name] for o in proto.graph.output]), name
+
+
+def _import_node(b: GraphBuilder, node: Any, index: int, env: dict[str, Any], prefix: str = "") -> None:
+    """One ONNX node through its handler (or the symbolic shape arithmetic), its outputs into
+    ``env``: the top-level graph's nodes and control-flow bodies' (``prefix``: the enclosing
+    node, naming an unnamed body node) go through this one path."""
+    if node.domain not in ("", "ai.onnx"):
+        raise b.unsupported(node.name or node.op_type, f"{node.domain}.{node.op_type}", "is from a custom domain", _REMEDY)
+    if node.op_type == "Constant":
+        env[node.output[0]] = _constant_node(node)
+        return
+    n = _Node(node, index, [env.get(x) for x in node.input], {a.name: _attr(a) for a in node.attribute})
+    if prefix and not node.name:
+        n.name = f"{prefix}.{n.name}"
+    missing = [x for x in node.input if x not in env]
+    if missing:
+        raise _fail(b, n, f"reads {missing}, which no earlier node, input or enclosing graph defines")
+    handler = HANDLERS.get(node.op_type)
+    symbolic = any(_symbolic_const(v) for v in n.inputs)
+    constant = all(v is None or isinstance(v, Const) for v in n.inputs)
+    if constant and (symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and node.op_type == "Mod"):
+        out = _symbolic_fold(n)  # shape arithmetic (Mod has no graph mapping, only this one)
+    elif handler is None:
+        raise _fail(b, n, "has no mapping to the neurenix opset")
+    elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):
+        raise NotSymbolicError(f"node {n.name!r} ({node.op_type}) mixes a symbolic size with run-time values")
+    else:
+        out = handler(b, n)
+    env.update(zip(node.output, out if isinstance(out, list) else [out]))
+
+
+# Subgraph bodies (If, Loop, Scan, SequenceMap) run their nodes through the same per-node import.
+onnx_controlflow.bind(HANDLERS, _constant_node, _attr, _import_node)

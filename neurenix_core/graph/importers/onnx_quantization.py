@@ -92,14 +92,19 @@ def _matmul_integer(b: GraphBuilder, n: OnnxNode) -> Value:
     return b.emit(n.name, "matmul_integer", inputs)
 
 
-def _qlinear_matmul(b: GraphBuilder, n: OnnxNode) -> Value:
-    a, w = _require(b, n, 0, _INT8, "a"), _require(b, n, 3, _INT8, "b")
-    y = b.spec(n.inputs[7]).dtype if n.input(7) is not None else a  # type: ignore[arg-type]
+def _qlinear_inputs(b: GraphBuilder, n: OnnxNode, first: str, second: str) -> list[Value]:
+    """QLinearMatMul / QLinearConv's eight operands (x, scale, zero point for both inputs and the
+    output), int8 or uint8, a left-out zero point as a zero of its tensor's dtype."""
+    xd, wd = _require(b, n, 0, _INT8, first), _require(b, n, 3, _INT8, second)
+    y = b.spec(n.inputs[7]).dtype if n.input(7) is not None else xd  # type: ignore[arg-type]
     if y not in _INT8:
         raise fail(b, n, f"writes {y}; neurenix quantized ops take int8, uint8")
-    zeros = {2: a, 5: w, 7: y}
-    inputs = [_zero_or(b, n, i, zeros[i]) if i in zeros else n.inputs[i] for i in range(8)]
-    return b.emit(n.name, "qlinear_matmul", inputs)  # type: ignore[arg-type]
+    zeros = {2: xd, 5: wd, 7: y}
+    return [_zero_or(b, n, i, zeros[i]) if i in zeros else n.inputs[i] for i in range(8)]  # type: ignore[misc]
+
+
+def _qlinear_matmul(b: GraphBuilder, n: OnnxNode) -> Value:
+    return b.emit(n.name, "qlinear_matmul", _qlinear_inputs(b, n, "a", "b"))
 
 
 # ----------------------------------------------------------------------------- integer convolution
@@ -139,12 +144,7 @@ def _conv_integer(b: GraphBuilder, n: OnnxNode) -> Value:
 
 
 def _qlinear_conv(b: GraphBuilder, n: OnnxNode) -> Value:
-    xd, wd = _require(b, n, 0, _INT8, "x"), _require(b, n, 3, _INT8, "w")
-    y = b.spec(n.inputs[7]).dtype if n.input(7) is not None else xd  # type: ignore[arg-type]
-    if y not in _INT8:
-        raise fail(b, n, f"writes {y}; neurenix quantized ops take int8, uint8")
-    zeros = {2: xd, 5: wd, 7: y}
-    inputs = [_zero_or(b, n, i, zeros[i]) if i in zeros else n.inputs[i] for i in range(8)]
+    inputs = _qlinear_inputs(b, n, "x", "w")
     if n.input(8) is not None:
         _require(b, n, 8, ("int32",), "the bias")
         inputs.append(n.inputs[8])
