@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,30 @@ def _torch_inputs(torch: Any, example: Any) -> tuple[tuple[Any, ...], dict[str, 
     return (one(example),), {}
 
 
+@contextmanager
+def _without_cache(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[None]:
+    """A ``transformers`` model whose config says ``use_cache`` (causal LMs) returns a
+    DynamicCache next to the logits, which torch.export cannot return: unless the example passes
+    ``use_cache`` itself, it is exported with ``config.use_cache = False`` (the logits only),
+    and the config is restored afterwards."""
+    import inspect
+
+    config = getattr(module, "config", None)
+    try:
+        params = inspect.signature(module.forward).parameters
+        given = "use_cache" in inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # a forward without a signature, or an example it does not bind
+        params, given = {}, True
+    if "use_cache" not in params or given or not getattr(config, "use_cache", False):
+        yield
+        return
+    config.use_cache = False
+    try:
+        yield
+    finally:
+        config.use_cache = True
+
+
 def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any = None, static: bool = False) -> GraphModule:
     try:
         import torch
@@ -38,7 +64,9 @@ def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any =
     from neurenix_core.graph.importers.torch_export import import_module
 
     args, kwargs = _torch_inputs(torch, example_inputs)
-    return GraphModule(import_module(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static), f"from_torch({type(module).__name__})")
+    with _without_cache(module, args, kwargs):
+        graph = import_module(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static)
+    return GraphModule(graph, f"from_torch({type(module).__name__})")
 
 
 def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> GraphModule:

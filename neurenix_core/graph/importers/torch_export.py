@@ -338,14 +338,19 @@ def _slice(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 
 def _arange(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     """arange with a symbolic length: a slice of the arange up to the length's upper bound (a
-    dynamic axis capped by the model, such as a sequence axis by max_position_embeddings)."""
+    dynamic axis capped by the model, such as a sequence axis by max_position_embeddings);
+    any other symbolic arange (a start or end computed from several sizes, a step) is counted
+    at run time (:func:`_runtime_arange`)."""
     start, end, step = (0, a[0], 1) if len(a) == 1 else (a[0], a[1], a[2] if len(a) > 2 else k.get("step", 1))
-    if not all(isinstance(v, int) for v in (start, step)) or step != 1 or not isinstance(end, SymDim):
-        raise NotSymbolicError(f"node {c.name(n)!r}: arange({start}, {end}, {step}) with a symbolic start or step")
+    start, end = c.dim(start), c.dim(end)
+    if not isinstance(step, int) or step <= 0:
+        raise NotSymbolicError(f"node {c.name(n)!r}: arange({start}, {end}, {step}) with a symbolic or negative step")
+    if not isinstance(start, int) or step != 1 or not isinstance(end, SymDim):
+        return _runtime_arange(c, n, start, end, step)
     bound = _upper_bound(c, end)
     if bound is None:
         if len(end.variables) != 1 or _upper_bound_var(c, end) is None:
-            raise NotSymbolicError(f"node {c.name(n)!r}: arange up to {end.expr}, which is not one input dimension")
+            return _runtime_arange(c, n, start, end, step)
         # An unbounded axis (the batch): cap it, and say so at run time past the cap.
         bound = max(ARANGE_CAP, c.b.example(end))
         (key,) = end.variables
@@ -353,6 +358,23 @@ def _arange(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     dtype = c.meta(n)[1]
     full = Const(np.arange(start, max(bound, start), step, dtype=np.dtype(dtype)))
     return c.b.emit(c.name(n), "slice", [full], {"starts": (0,), "ends": (SymDim(f"({end.expr}) - {start}"),), "axes": (0,), "steps": (1,)})
+
+
+def _runtime_arange(c: _Ctx, n: Any, start: int | SymDim, end: int | SymDim, step: int) -> Value:
+    """arange(start, end, step) for sizes no one input axis bounds (the attention mask's length
+    as torch.export sees it, (mask batch * mask length) // ids batch), or a symbolic start (a
+    cache position): the cumulative sum of ones minus one is 0..end-1, cut to [start:end:step].
+    Once the input shapes are known, ``nx.compile`` folds it to a constant (integer arithmetic),
+    so no device runs the cumsum."""
+    length = end - start if isinstance(start, int) else end  # an int start: 0..end-start-1, then + start
+    ones = c.b.emit(c.name(n) + ".ones", "expand", [Const(np.ones((1,), np.int64))], {"shape": (length,)})
+    counted = c.b.emit(c.name(n) + ".count", "cumsum", [ones], {"axis": 0})
+    offset = Const(np.asarray((start if isinstance(start, int) else 0) - 1, np.int64))
+    values = c.b.emit(c.name(n) + ".from0", "add", [counted, offset])
+    if not isinstance(start, int) or step != 1:
+        first = start if not isinstance(start, int) else 0
+        values = c.b.emit(c.name(n) + ".step", "slice", [values], {"starts": (first,), "ends": (_BIG,), "axes": (0,), "steps": (step,)})
+    return c.b.cast_to(c.name(n), values, c.meta(n)[1])
 
 
 def _upper_bound_var(c: _Ctx, d: SymDim) -> str | None:
