@@ -122,6 +122,7 @@ _LAZY_MODULES = {
     "quantization": "neurenix_core.graph.quantization",
     "testing": "neurenix_core.testing",
     "graph": "neurenix_core.graph",
+    "generation": "neurenix_core.generation",
 }
 
 
@@ -132,6 +133,7 @@ _LAZY_ATTRIBUTES = {
         ("grad", "value_and_grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"), "neurenix_core.autograd.grad"
     ),
     **dict.fromkeys(("autocast", "GradScaler"), "neurenix_core.training.amp"),
+    "generate": "neurenix_core.generation.generate",
 }
 
 

@@ -1,0 +1,235 @@
+"""``nx.generate`` and :class:`CausalLM`: text generation with a key/value cache on the device.
+
+Preparation (the step model's import and compilation) happens once per :class:`CausalLM`;
+``generate`` then runs the prompt through the model once (prefill) and one token per step,
+feeding the present keys/values back as device Tensors. ``nx.generate(hf_model, ...)`` keeps one
+CausalLM per model, device and cache kind, so repeated calls prepare nothing again.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.generation.cache import KVCache
+from neurenix_core.generation.errors import GenerationError
+from neurenix_core.generation.sampling import Sampler
+from neurenix_core.generation.step import StepSpec, export_step, spec_of
+
+__all__ = ["CausalLM", "generate", "CACHE_KINDS"]
+
+#: "dynamic": the cache grows per step (one input shape per step); "fixed": a capacity chosen per
+#: generation, one compiled shape for every decode step (static-shape devices).
+CACHE_KINDS = ("dynamic", "fixed")
+_MIN_BUCKET = 8
+#: Show a progress bar by default from this many new tokens on (on a terminal).
+_PROGRESS_FROM = 64
+
+
+def _pow2(n: int, floor: int) -> int:
+    return max(floor, 1 << max(0, int(n) - 1).bit_length())
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One generate call's resolved arguments."""
+
+    max_new_tokens: int
+    sampler: Sampler
+    eos: tuple[int, ...]
+    pad: int | None
+    seed: int | None
+
+
+class CausalLM:
+    """A ``transformers`` causal LM prepared for generation on ``device``.
+
+    ``cache``: "dynamic" or "fixed" (None: "fixed" where the device's plugin compiles models per
+    input shape, "dynamic" where graphs run per shape without compiling, as on cpu).
+    ``capacity``: the fixed cache's slots (None: the next power of two that holds the prompt and
+    the new tokens, so a few capacities serve every call). ``precision`` goes to ``nx.compile``.
+    ``.compilations`` counts the input shapes compiled so far.
+    """
+
+    def __init__(self, model: Any, device: Any = None, *, cache: str | None = None, capacity: int | None = None,
+                 precision: str | None = None) -> None:
+        from neurenix_core.graph.compiler import compile as nx_compile
+        from neurenix_core.plugins.state import registry
+        from neurenix_core.tensor.placement import default_backend
+
+        self.spec: StepSpec = spec_of(model)
+        _, self.device, _ = default_backend(device)
+        if cache is None:
+            compiles = registry().plugin_for(self.device).manifest.capabilities.compiles_models
+            cache = "fixed" if compiles else "dynamic"
+        if cache not in CACHE_KINDS:
+            raise GenerationError(f"{self.device}: cache={cache!r}; use 'dynamic' or 'fixed'")
+        if capacity is not None and (cache != "fixed" or capacity < 1):
+            raise GenerationError(f"{self.device}: capacity={capacity!r} applies to cache='fixed' only and must be >= 1")
+        self.cache, self.capacity = cache, capacity
+        self.generation_config = getattr(model, "generation_config", None)
+        self.model_name = type(model).__name__
+        self.graph = export_step(model, self.spec, window=cache == "fixed")
+        self.compiled = nx_compile(self.graph, self.device, precision=precision, progress=False)
+
+    def __repr__(self) -> str:
+        return f"CausalLM({self.model_name}, device='{self.device}', cache={self.cache!r}, compilations={self.compilations})"
+
+    @property
+    def compilations(self) -> int:
+        """Input shapes compiled (or, on a device that runs graphs per shape, prepared) so far."""
+        return len(self.compiled.compiled_shapes)
+
+    # ------------------------------------------------------------------ public
+    def generate(self, input_ids: Any, *, attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                 eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None, stream: bool = False,
+                 progress: bool | None = None) -> Any:
+        """Generate up to ``max_new_tokens`` tokens after each prompt.
+
+        ``input_ids (B, T)`` (or one prompt ``(T,)``), left-padded where ``attention_mask``
+        has zeros (as transformers pads decoder prompts). Returns ``(B, T + new)`` int64 token
+        ids, prompts included, finished rows filled with ``pad_token_id``; with ``stream=True``
+        an iterator of the new tokens ``(B,)``, one array per step.
+        ``eos_token_id`` / ``pad_token_id`` default to the model's generation_config.
+        """
+        ids, mask = _prompts(input_ids, attention_mask)
+        plan = self._plan(ids.shape[1], max_new_tokens, Sampler(bool(do_sample), float(temperature), top_k, top_p), seed,
+                          eos_token_id, pad_token_id)
+        tokens = self._tokens(ids, mask, plan)
+        show = progress if progress is not None else plan.max_new_tokens >= _PROGRESS_FROM and sys.stderr.isatty()
+        if show:
+            tokens = _with_progress(tokens, plan.max_new_tokens)
+        if stream:
+            return tokens
+        new = list(tokens)
+        return np.concatenate([ids, np.stack(new, axis=1) if new else ids[:, :0]], axis=1)
+
+    # ------------------------------------------------------------------ steps
+    def _plan(self, prompt: int, max_new: int | None, sampler: Sampler, seed: int | None, eos: Any, pad: int | None) -> _Plan:
+        gc = self.generation_config
+        if max_new is None:
+            max_new = getattr(gc, "max_new_tokens", None) or max(1, int(getattr(gc, "max_length", None) or 20) - prompt)
+        if not isinstance(max_new, (int, np.integer)) or isinstance(max_new, bool) or max_new < 1:
+            raise GenerationError(f"{self.device}: max_new_tokens={max_new!r}; give an integer >= 1")
+        if eos is None:
+            eos = getattr(gc, "eos_token_id", None)
+        stops = tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]))
+        if pad is None:
+            pad = getattr(gc, "pad_token_id", None)
+        if pad is None and stops:
+            pad = stops[0]  # as transformers does for models without a pad token
+        return _Plan(int(max_new), sampler, stops, None if pad is None else int(pad), seed)
+
+    def _tokens(self, ids: np.ndarray, mask: np.ndarray, plan: _Plan) -> Iterator[np.ndarray]:
+        cache, ids_in, mask_in = self._start(ids, mask, plan.max_new_tokens)
+        rng = np.random.default_rng(plan.seed)
+        logits = self._step(cache, ids_in, mask_in)
+        unfinished = np.ones(len(ids), bool)
+        for i in range(plan.max_new_tokens):
+            token = plan.sampler(logits, rng)
+            if plan.pad is not None:
+                token = np.where(unfinished, token, plan.pad)
+            yield token
+            if plan.eos:
+                unfinished &= ~np.isin(token, plan.eos)
+            if i == plan.max_new_tokens - 1 or not unfinished.any():
+                return
+            logits = self._step(cache, token[:, None], np.ones((len(ids), 1), bool))
+
+    def _start(self, ids: np.ndarray, mask: np.ndarray, max_new: int) -> tuple[KVCache, np.ndarray, np.ndarray]:
+        """An empty cache and the prompts as the prefill step takes them."""
+        batch, length = ids.shape
+        if self.cache == "dynamic":
+            return KVCache(self.spec, batch, 0, self.device, window=False), ids, mask
+        # fixed: prompts left-padded to a power of two, so a few prefill shapes serve every length
+        padded = _pow2(length, _MIN_BUCKET)
+        ids = np.concatenate([np.zeros((batch, padded - length), np.int64), ids], axis=1)
+        mask = np.concatenate([np.zeros((batch, padded - length), bool), mask], axis=1)
+        need = max(padded, length + max_new - 1)
+        capacity = self.capacity if self.capacity is not None else _pow2(need, 2 * _MIN_BUCKET)
+        if capacity < need:
+            raise GenerationError(f"{self.device}: capacity={capacity} holds fewer than the {need} slots this generation needs "
+                                  f"(prompt {length} padded to {padded}, {max_new} new tokens); give capacity >= {need}")
+        return KVCache(self.spec, batch, capacity, self.device, window=True), ids, mask
+
+    def _step(self, cache: KVCache, ids: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        outs = self.compiled(*cache.step_inputs(ids, valid))
+        cache.advance(tuple(outs[1:]), valid)
+        logits = outs[0]
+        return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
+
+
+def _as_array(x: Any, name: str) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # a neurenix Tensor
+        x = x.numpy()
+    arr = np.asarray(x)
+    if arr.ndim == 1:
+        arr = arr[None]
+    if arr.ndim != 2 or arr.shape[1] == 0 or not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool):
+        raise GenerationError(f"{name} must be integer token ids of shape (batch, length) or (length,), got {arr.dtype} {arr.shape}")
+    return arr
+
+
+def _prompts(input_ids: Any, attention_mask: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids (int64) and the mask (bool) of left-padded prompts; GenerationError otherwise."""
+    ids = _as_array(input_ids, "input_ids").astype(np.int64)
+    if attention_mask is None:
+        return ids, np.ones(ids.shape, bool)
+    mask = _as_array(attention_mask, "attention_mask").astype(bool)
+    if mask.shape != ids.shape:
+        raise GenerationError(f"attention_mask {mask.shape} does not match input_ids {ids.shape}")
+    if not mask[:, -1].all() or (np.diff(mask.astype(np.int8), axis=1) < 0).any():
+        raise GenerationError("prompts must be left-padded (zeros of attention_mask before the tokens, as transformers pads "
+                              "decoder prompts): tokenizer.padding_side = 'left'")
+    return ids, mask
+
+
+def _with_progress(tokens: Iterator[np.ndarray], total: int) -> Iterator[np.ndarray]:
+    from rich.progress import Progress  # rich is a core dependency; imported only for long generations
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("generating", total=total)
+        for token in tokens:
+            yield token
+            bar.advance(task)
+
+
+_PREPARED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str | None], CausalLM]] = weakref.WeakKeyDictionary()
+
+
+def generate(model: Any, input_ids: Any, *, attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool = False,
+             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None, device: Any = None,
+             cache: str | None = None, precision: str | None = None, stream: bool = False, progress: bool | None = None) -> Any:
+    """Generate with ``model`` (a transformers causal LM, or a prepared :class:`CausalLM`).
+
+    The model is prepared once per device, cache kind and precision and kept while it lives;
+    the arguments are :meth:`CausalLM.generate`'s.
+    """
+    if isinstance(model, CausalLM):
+        lm = model
+    else:
+        from neurenix_core.tensor.placement import default_backend
+
+        key = (str(default_backend(device)[1]), cache, precision)
+        prepared = _PREPARED.setdefault(model, {}) if _weakrefable(model) else {}
+        lm = prepared.get(key) or prepared.setdefault(key, CausalLM(model, device, cache=cache, precision=precision))
+    return lm.generate(input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, eos_token_id=eos_token_id,
+                       pad_token_id=pad_token_id, stream=stream, progress=progress)
+
+
+def _weakrefable(model: Any) -> bool:
+    try:
+        weakref.ref(model)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,114 @@
+"""The step model: a Hugging Face causal LM as one function of (tokens, mask, positions, past).
+
+``export_step`` wraps the model so that its inputs are ``input_ids (B, n)``, a ready additive
+attention mask ``(B, 1, n, S + n)``, ``position_ids (B, n)`` and the past keys and values of
+every layer ``(B, H, S, D)`` (key then value, layer by layer), and its outputs the logits of the
+last position ``(B, vocab)`` and the present keys and values. It is exported once through
+``nx.nn.from_torch`` with the batch, the new-token count ``n`` and the past length ``S`` dynamic.
+
+The mask is built by the caller (``cache.py``) and handed in as a 4-D tensor, which
+``transformers`` uses as it is: the import then has no causal-mask construction to follow, and
+the same graph serves a growing cache and a fixed-capacity one (unused slots masked out).
+
+``window=True`` keeps the present length equal to the past length (the oldest ``n`` slots are
+dropped): a fixed-capacity cache whose shapes never change, for devices that compile per shape.
+PyTorch and transformers are imported here only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.generation.errors import NotACausalLMError
+
+__all__ = ["StepSpec", "spec_of", "export_step"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """What the cache needs to know of the model: layers, key/value heads, head size, vocabulary."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_positions: int | None
+
+
+def spec_of(model: Any) -> StepSpec:
+    """The model's cache geometry, or NotACausalLMError naming what is missing."""
+    import torch
+
+    name = type(model).__name__
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise NotACausalLMError(f"nx.generate expects a transformers causal LM (GPT2LMHeadModel, LlamaForCausalLM ...), got {name}")
+    cfg = model.config
+    can_generate = getattr(model, "can_generate", lambda: False)
+    if getattr(cfg, "is_encoder_decoder", False) or not can_generate():
+        raise NotACausalLMError(
+            f"{name} is not a decoder-only causal LM (no language-model head or an encoder-decoder); "
+            "load it with AutoModelForCausalLM, or run encoder-decoder models in transformers")
+    text = cfg.get_text_config(decoder=True)
+    heads = int(text.num_attention_heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    limit = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+    return StepSpec(int(text.num_hidden_layers), kv_heads, head_dim, int(text.vocab_size), None if limit is None else int(limit))
+
+
+def _wrapper(model: Any, spec: StepSpec, window: bool) -> Any:
+    import torch
+    from transformers import DynamicCache
+
+    class Step(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, mask: Any, position_ids: Any, *past: Any) -> tuple[Any, ...]:
+            cache = DynamicCache(config=self.model.config)
+            for i, layer in enumerate(cache.layers):
+                # Filled directly: DynamicCache(ddp_cache_data=...) concatenates onto an empty 1-D
+                # tensor first, which torch allows and the opset's concat does not.
+                layer.lazy_initialization(past[2 * i], past[2 * i + 1])
+                layer.keys, layer.values = past[2 * i], past[2 * i + 1]
+            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True)
+            present: list[Any] = []
+            for layer in out.cache.layers:
+                k, v = layer.keys, layer.values
+                if window:  # the oldest n slots go: the cache keeps its capacity
+                    k, v = k[:, :, input_ids.shape[1]:], v[:, :, input_ids.shape[1]:]
+                present += [k, v]
+            return (out.logits[:, -1, :], *present)
+
+    return Step().eval()
+
+
+def _examples(spec: StepSpec) -> tuple[Any, ...]:
+    """Example inputs at batch 2, 3 new tokens, 5 past slots: no size 1 (torch.export would fix
+    such an axis) and no two dynamic axes of equal size (it would tie them)."""
+    import torch
+
+    b, n, s = 2, 3, 5
+    mask = np.zeros((b, 1, n, s + n), np.float32)
+    for q in range(n):
+        mask[:, 0, q, s + q + 1:] = np.finfo(np.float32).min
+    past = [torch.zeros(b, spec.kv_heads, s, spec.head_dim) for _ in range(2 * spec.layers)]
+    ids = torch.zeros(b, n, dtype=torch.int64)
+    return (ids, torch.from_numpy(mask), torch.arange(s, s + n).expand(b, n).contiguous(), *past)
+
+
+def export_step(model: Any, spec: StepSpec, *, window: bool) -> Any:
+    """The step model imported into neurenix (a GraphModule) with dynamic batch, n and S."""
+    import torch
+
+    from neurenix_core.nn import from_torch
+
+    auto = torch.export.Dim.AUTO
+    shapes = {"input_ids": {0: auto, 1: auto}, "mask": {0: auto, 2: auto, 3: auto}, "position_ids": {0: auto, 1: auto},
+              "past": tuple({0: auto, 2: auto} for _ in range(2 * spec.layers))}
+    with torch.no_grad():
+        return from_torch(_wrapper(model, spec, window), _examples(spec), dynamic_shapes=shapes)
