@@ -48,6 +48,8 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     calibration_method: str = "minmax",
     progress: bool = True,
     outputs: str = "device",
+    buckets: Any = None,
+    pad_values: Mapping[Any, Any] | None = None,
     **extra: Any,
 ) -> Compiled:
     """Compile ``model`` (a ``neurenix_core.nn`` Module or a Graph) for ``device``.
@@ -57,6 +59,9 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     (int8 Linear weights), or a ready ``QuantizationPlan``. ``outputs``: "device" (Tensors on
     ``device``) or "host" (NumPy arrays); inputs follow ``neurenix_core.graph.inputs``.
     ``extra`` goes to the backend (``CompileOptions.extra``), e.g. ``optimize_for="performance"``.
+    ``buckets`` (True / "pow2", a list of batch sizes, or {input: {axis: sizes}}) compiles once
+    per bucket and pads to it where the graph proves padding changes no result; ``pad_values``
+    ({input: value}, default 0) fills the padding (``neurenix_core.graph.buckets``, docs/shape-buckets.md).
     """
     from neurenix_core.plugins.state import registry
     from neurenix_core.tensor.placement import default_backend
@@ -71,6 +76,14 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
     compiled._values = values
+    if buckets is not None and buckets is not False:
+        from neurenix_core.graph.buckets import parse_buckets
+
+        if values is not None:
+            raise CompilationError(f"{dev}: buckets= need one graph, but {model!r} is built per value of its inputs {list(values.value_inputs)}")
+        compiled._buckets = parse_buckets(buckets, graph, pad_values)
+    elif pad_values:
+        raise CompilationError(f"{dev}: pad_values= is for bucketed models; pass buckets= too")
     return compiled
 
 
@@ -178,6 +191,11 @@ class Compiled:
         # a float16 or float64 model's inputs stay float16 or float64, token ids int64).
         # A sequence / optional input (an ONNX import's) has None: it is passed as it is (list, array or None).
         self._input_dtypes = [None if s.dtype in VALUE_KINDS else opset_dtype(s.dtype) for s in graph.inputs]
+        # Shape buckets (graph.buckets): the policy, the padding proof per bucket shape, and per
+        # bucket the calls it served (BucketStats); None when the model compiles per shape.
+        self._buckets: Any = None
+        self._proofs: dict[tuple[tuple[int, ...], ...], Any] = {}
+        self._bucket_stats: dict[tuple[tuple[int, ...], ...], Any] = {}
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -189,7 +207,12 @@ class Compiled:
         if not self._summaries:
             dynamic = f", dynamic input shapes {[s.display_shape for s in self.graph.inputs]}" if self.graph.dynamic else ""
             return f"{self.device}: not compiled yet (compiles on the first call per input shape), {len(self.graph.nodes)} layers{dynamic}"
-        return "; ".join(f"{shapes}: {text}" for shapes, text in self._summaries.items())
+        text = "; ".join(f"{shapes}: {text}" for shapes, text in self._summaries.items())
+        if self._buckets is not None:
+            from neurenix_core.graph.buckets import bucket_report
+
+            text += "; " + bucket_report(self)
+        return text
 
     def __repr__(self) -> str:
         return f"Compiled(device='{self.device}', precision={self.precision!r}, shapes={self.compiled_shapes})"
@@ -248,6 +271,13 @@ class Compiled:
                     return t
         if len(inputs) != len(self.graph.inputs):
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
+        if self._buckets is not None:  # never on the fast path above: _set_fast is not called for it
+            from neurenix_core.graph.buckets import call_bucketed
+
+            outs = call_bucketed(self, inputs)
+            if self.outputs != "device":
+                outs = _deliver(outs, self.outputs)
+            return outs[0] if len(outs) == 1 else outs
         natives = [self._native(x, i) for i, x in enumerate(inputs)]
         shape_of = self._backend._shape_of
         # A NumPy array here may be an input kept in host memory (a dtype the device cannot hold).
