@@ -8,7 +8,7 @@ docs/generation.md. PyTorch and transformers are imported when a model is prepar
 from __future__ import annotations
 
 from neurenix_core.generation.errors import CacheCapacityError, GenerationError, NotACausalLMError
-from neurenix_core.generation.generate import CACHE_KINDS, CausalLM, generate
+from neurenix_core.generation.generate import CACHE_KINDS, CausalLM, clear, generate
 from neurenix_core.generation.sampling import Sampler
 
-__all__ = ["CausalLM", "generate", "Sampler", "CACHE_KINDS", "GenerationError", "NotACausalLMError", "CacheCapacityError"]
+__all__ = ["CausalLM", "generate", "clear", "Sampler", "CACHE_KINDS", "GenerationError", "NotACausalLMError", "CacheCapacityError"]

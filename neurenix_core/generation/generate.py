@@ -21,7 +21,7 @@ from neurenix_core.generation.errors import GenerationError
 from neurenix_core.generation.sampling import Sampler
 from neurenix_core.generation.step import StepSpec, export_step, spec_of
 
-__all__ = ["CausalLM", "generate", "CACHE_KINDS"]
+__all__ = ["CausalLM", "generate", "clear", "CACHE_KINDS"]
 
 #: "dynamic": the cache grows per step (one input shape per step); "fixed": a capacity chosen per
 #: generation, one compiled shape for every decode step (static-shape devices).
@@ -165,7 +165,7 @@ class CausalLM:
         return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
 
 
-def _as_array(x: Any, name: str) -> np.ndarray:
+def _as_array(x: Any, name: str, what: str = "integer token ids") -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
     elif hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # a neurenix Tensor
@@ -173,8 +173,9 @@ def _as_array(x: Any, name: str) -> np.ndarray:
     arr = np.asarray(x)
     if arr.ndim == 1:
         arr = arr[None]
-    if arr.ndim != 2 or arr.shape[1] == 0 or not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool):
-        raise GenerationError(f"{name} must be integer token ids of shape (batch, length) or (length,), got {arr.dtype} {arr.shape}")
+    numeric = np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool or (what != "integer token ids" and np.issubdtype(arr.dtype, np.floating))
+    if arr.ndim != 2 or arr.shape[1] == 0 or not numeric:
+        raise GenerationError(f"{name} must be {what} of shape (batch, length) or (length,), got {arr.dtype} {arr.shape}")
     return arr
 
 
@@ -183,7 +184,7 @@ def _prompts(input_ids: Any, attention_mask: Any) -> tuple[np.ndarray, np.ndarra
     ids = _as_array(input_ids, "input_ids").astype(np.int64)
     if attention_mask is None:
         return ids, np.ones(ids.shape, bool)
-    mask = _as_array(attention_mask, "attention_mask").astype(bool)
+    mask = _as_array(attention_mask, "attention_mask", "ones and zeros").astype(bool)
     if mask.shape != ids.shape:
         raise GenerationError(f"attention_mask {mask.shape} does not match input_ids {ids.shape}")
     if not mask[:, -1].all() or (np.diff(mask.astype(np.int8), axis=1) < 0).any():
@@ -203,6 +204,15 @@ def _with_progress(tokens: Iterator[np.ndarray], total: int) -> Iterator[np.ndar
 
 
 _PREPARED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str | None], CausalLM]] = weakref.WeakKeyDictionary()
+
+
+def clear() -> None:
+    """Forget every prepared model (``nx.generate``'s and the step exports): call it after changing
+    the weights of a model already generated with."""
+    from neurenix_core.generation.step import clear as clear_exports
+
+    _PREPARED.clear()
+    clear_exports()
 
 
 def generate(model: Any, input_ids: Any, *, attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool = False,

@@ -20,11 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import weakref
+
 import numpy as np
 
 from neurenix_core.generation.errors import NotACausalLMError
 
-__all__ = ["StepSpec", "spec_of", "export_step"]
+__all__ = ["StepSpec", "spec_of", "export_step", "clear"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +103,26 @@ def _examples(spec: StepSpec) -> tuple[Any, ...]:
     return (ids, torch.from_numpy(mask), torch.arange(s, s + n).expand(b, n).contiguous(), *past)
 
 
+#: Exports kept per model and window flag: preparing one model for several devices exports once.
+#: A model whose weights change after preparation is prepared again after nx.generation.clear().
+_EXPORTS: weakref.WeakKeyDictionary[Any, dict[bool, Any]] = weakref.WeakKeyDictionary()
+
+
+def clear() -> None:
+    """Forget every exported step model (after changing a prepared model's weights)."""
+    _EXPORTS.clear()
+
+
 def export_step(model: Any, spec: StepSpec, *, window: bool) -> Any:
     """The step model imported into neurenix (a GraphModule) with dynamic batch, n and S."""
+    done = _EXPORTS.get(model, {}).get(window)
+    if done is None:
+        done = _export(model, spec, window)
+        _EXPORTS.setdefault(model, {})[window] = done
+    return done
+
+
+def _export(model: Any, spec: StepSpec, window: bool) -> Any:
     import torch
 
     from neurenix_core.nn import from_torch

@@ -1,0 +1,172 @@
+"""nx.generate: greedy and sampled generation with a key/value cache on the device (issue 26).
+
+Tiny GPT-2 and Llama configs (tests/support/hf_zoo.py) with weights redrawn at a larger scale,
+so that greedy decoding does not repeat one token (the configs' initialisation makes nearly
+uniform logits). Greedy generation of 32 tokens is compared token for token with transformers'
+own ``model.generate(do_sample=False)`` on cpu:0 (both cache kinds) and on the emulated cuda,
+tpu, npu and edgetpu devices (fp32, the fixed-capacity cache: two compilations, prefill and
+decode). Each model is exported once per cache kind (the export is shared across devices).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import hf_zoo as hz  # noqa: E402
+
+import neurenix_core as nx  # noqa: E402
+from neurenix_core.generation import CausalLM, GenerationError, NotACausalLMError  # noqa: E402
+
+NEW = 32
+PROMPT = 6
+DEVICES = ["cuda:0", "tpu:0", "npu:0", "edgetpu:0"]
+LOGITS_TOL = 1e-4  # the cache path vs a full recompute in transformers, relative to the largest logit
+
+
+def _model(name: str) -> Any:
+    model, _ = hz.build(name)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:  # matrices and embeddings: a scale at which greedy decoding varies
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+def _prompt(batch: int, length: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(3, 120, (batch, length)).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, tuple[Any, np.ndarray, np.ndarray]]:
+    """name -> (transformers model, prompt (1, PROMPT), transformers' greedy output)."""
+    out = {}
+    for name in ("gpt2", "llama"):
+        model = _model(name)
+        ids = _prompt(1, PROMPT)
+        with torch.no_grad():
+            ref = model.generate(torch.from_numpy(ids), attention_mask=torch.ones(1, PROMPT, dtype=torch.int64), do_sample=False,
+                                 max_new_tokens=NEW).numpy()
+        out[name] = (model, ids, ref)
+    return out
+
+
+@pytest.fixture(scope="module")
+def lms(models: dict[str, Any]) -> dict[tuple[str, str], CausalLM]:
+    """(name, cache kind) -> a CausalLM on cpu:0."""
+    return {(name, kind): CausalLM(models[name][0], "cpu:0", cache=kind) for name in models for kind in ("dynamic", "fixed")}
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("kind", ["dynamic", "fixed"])
+def test_greedy_equals_transformers_on_cpu(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM], name: str, kind: str) -> None:
+    _, ids, ref = models[name]
+    assert len(set(ref[0, PROMPT:].tolist())) > 4, "the weights give a degenerate sequence; the comparison would be weak"
+    lm = lms[(name, kind)]
+    before = lm.compilations
+    out = lm.generate(ids, max_new_tokens=NEW)
+    np.testing.assert_array_equal(out, ref)
+    steps = out.shape[1] - PROMPT
+    # dynamic: one new shape per step (prefill + each decode step); fixed: prefill and decode shapes only
+    assert lm.compilations - before == (steps if kind == "dynamic" else 2) or (kind == "fixed" and before == 2)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_equals_transformers_on_devices(models: dict[str, Any], name: str, device: str) -> None:
+    if device not in [str(d) for d in nx.devices()]:
+        pytest.skip(f"{device} is not available here (run with NEURENIX_EMULATE=cuda,tpu,npu,edgetpu JAX_PLATFORMS=cpu)")
+    model, ids, ref = models[name]
+    lm = CausalLM(model, device, precision="fp32")
+    assert lm.cache == "fixed"  # these plugins compile per input shape
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)
+    assert lm.compilations == 2  # the prompt's bucket and the one decode shape
+    assert lm.generate(_prompt(1, PROMPT - 1, seed=3), max_new_tokens=NEW).shape[1] <= PROMPT - 1 + NEW
+    assert lm.compilations == 2  # another prompt length in the same bucket compiles nothing
+
+
+def test_sampling_is_reproducible_by_seed(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM]) -> None:
+    lm = lms[("llama", "dynamic")]
+    ids = models["llama"][1]
+    one = lm.generate(ids, max_new_tokens=16, do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=7)
+    again = lm.generate(ids, max_new_tokens=16, do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=7)
+    other = lm.generate(ids, max_new_tokens=16, do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=8)
+    np.testing.assert_array_equal(one, again)
+    assert not np.array_equal(one, other)
+    greedy = lm.generate(ids, max_new_tokens=16)
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=16, do_sample=True, top_k=1, seed=3), greedy)  # top-k 1 is greedy
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=16, do_sample=True, top_p=1e-6, seed=3), greedy)
+
+
+def test_stop_token_ends_a_sequence(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM]) -> None:
+    lm = lms[("gpt2", "fixed")]
+    _, ids, ref = models["gpt2"]
+    stop = int(ref[0, PROMPT + 5])
+    first = PROMPT + int(np.argmax(ref[0, PROMPT:] == stop))  # the first time greedy decoding emits it
+    out = lm.generate(ids, max_new_tokens=NEW, eos_token_id=stop)
+    np.testing.assert_array_equal(out, ref[:, :first + 1])
+    # in a batch, a finished row is filled with the pad token while the other goes on
+    other = _prompt(1, PROMPT, seed=5)
+    batch = lm.generate(np.concatenate([ids, other]), max_new_tokens=NEW, eos_token_id=stop, pad_token_id=0)
+    alone = lm.generate(other, max_new_tokens=NEW, eos_token_id=stop, pad_token_id=0)
+    np.testing.assert_array_equal(batch[1, :alone.shape[1]], alone[0])
+    assert (batch[0, first + 1:] == 0).all() and batch[0, first] == stop
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "fixed"])
+def test_left_padded_batch_equals_each_prompt_alone(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM], kind: str) -> None:
+    lm = lms[("llama", kind)]
+    short, long = _prompt(1, 5, seed=1), _prompt(1, 9, seed=2)
+    ids = np.concatenate([np.concatenate([np.zeros((1, 4), np.int64), short], axis=1), long])
+    mask = np.ones_like(ids)
+    mask[0, :4] = 0
+    out = lm.generate(ids, attention_mask=mask, max_new_tokens=12, eos_token_id=[])
+    np.testing.assert_array_equal(out[0, 4:], lm.generate(short, max_new_tokens=12, eos_token_id=[])[0])
+    np.testing.assert_array_equal(out[1], lm.generate(long, max_new_tokens=12, eos_token_id=[])[0])
+
+
+def test_stream_yields_the_same_tokens(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM]) -> None:
+    lm = lms[("gpt2", "dynamic")]
+    _, ids, ref = models["gpt2"]
+    steps = list(nx.generate(lm, ids, max_new_tokens=NEW, stream=True))
+    assert len(steps) == NEW and all(s.shape == (1,) for s in steps)
+    np.testing.assert_array_equal(np.stack(steps, axis=1), ref[:, PROMPT:])
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "fixed"])
+def test_cache_equals_a_full_recompute(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM], kind: str) -> None:
+    """The logits of each cached step equal transformers' forward over the whole sequence (no cache)."""
+    model, ids, ref = models["llama"]
+    lm = lms[("llama", kind)]
+    cache, ids_in, mask_in = lm._start(ids, np.ones(ids.shape, bool), 8)
+    logits = lm._step(cache, ids_in, mask_in)
+    for t in range(5):
+        seq = ref[:, :PROMPT + t]
+        with torch.no_grad():
+            full = model(torch.from_numpy(seq), use_cache=False).logits[:, -1].numpy()
+        np.testing.assert_allclose(logits, full, atol=LOGITS_TOL * np.abs(full).max(), rtol=0)
+        logits = lm._step(cache, ref[:, PROMPT + t:PROMPT + t + 1], np.ones((1, 1), bool))
+
+
+def test_refusals(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM]) -> None:
+    bert, _ = hz.build("bert")
+    with pytest.raises(NotACausalLMError, match="not a decoder-only causal LM"):
+        nx.generate(bert, _prompt(1, 4), device="cpu:0")
+    with pytest.raises(NotACausalLMError, match="expects a transformers causal LM"):
+        CausalLM(object(), "cpu:0")
+    lm = lms[("gpt2", "dynamic")]
+    ids = _prompt(2, 4)
+    for kwargs, match in [({"max_new_tokens": 0}, "max_new_tokens"), ({"do_sample": True, "temperature": 0.0}, "temperature"),
+                          ({"do_sample": True, "top_p": 1.5}, "top_p"), ({"do_sample": True, "top_k": 0}, "top_k"),
+                          ({"attention_mask": np.array([[1, 1, 1, 0], [1, 1, 1, 1]])}, "left-padded"),
+                          ({"attention_mask": np.ones((2, 3))}, "does not match")]:
+        with pytest.raises(GenerationError, match=match):
+            lm.generate(ids, **kwargs)
+    with pytest.raises(GenerationError, match="capacity"):
+        CausalLM(models["gpt2"][0], "cpu:0", cache="fixed", capacity=8).generate(ids, max_new_tokens=16)
