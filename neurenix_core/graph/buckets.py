@@ -21,9 +21,10 @@ for every value:
   the real size there, valid on the other tagged axes): the attention-mask input padded with 0
   gives ``False``/0 there, and what is computed from it follows (cast, logical and, where, index
   grids, arithmetic on known values).
-- ``finite``: whether the value can hold inf/NaN through an op with a pole (division, log,
-  rsqrt ...) or a non-finite constant; a masked contraction needs the other operand finite
-  (0 * inf is NaN).
+- ``nonfinite``: the classes whose padded positions may hold inf/NaN (an op with a pole, such
+  as division, log or rsqrt, applied to padding; a non-finite constant; attention rows that the
+  mask removes entirely); a masked contraction needs the other operand finite there (0 * inf is
+  NaN).
 - ``const``: the value itself when it is computed from constants only (index grids, position
   ids), evaluated at the bucket's shapes.
 
@@ -54,7 +55,7 @@ from neurenix_core.errors import CompilationError, ShapeError
 
 __all__ = [
     "BucketPolicy", "PaddingRefusedError", "PaddingProof", "prove_padding", "parse_buckets", "pow2_bucket",
-    "pad_array", "MASK_NEGATIVE",
+    "pad_array", "MASK_NEGATIVE", "BucketStats", "call_bucketed", "check_early", "bucket_report",
 ]
 
 #: An additive attention mask at or below this is taken to remove the key exactly (exp underflows to 0).
@@ -67,6 +68,9 @@ _CONST_LIMIT: Final = 1 << 20
 _TO_END: Final = 1 << 30
 
 Src = tuple[int, int]  # (input index, axis)
+
+#: In ``_V.nonfinite``: the padded positions of every class may be non-finite.
+_ANY: Final[Src] = (-1, -1)
 
 
 class PaddingRefusedError(CompilationError):
@@ -225,7 +229,7 @@ class PaddingProof:
 class _V:
     tags: tuple[Src | None, ...]
     fill: dict[int, Any] = field(default_factory=dict)
-    finite: bool = True
+    nonfinite: frozenset[Src] = frozenset()  # _ANY: every class
     const: np.ndarray | None = None
 
 
@@ -269,7 +273,7 @@ class _Analysis:
         for i, spec in enumerate(shaped.inputs):
             tags = tuple((i, a) if (i, a) in self.parent else None for a in range(len(spec.shape)))
             fill = {a: pad_values[i] for a, t in enumerate(tags) if t is not None}
-            self.values[spec.name] = _V(tags, fill, True)
+            self.values[spec.name] = _V(tags, fill)
 
     # ---------------------------------------------------------------- classes
     def find(self, s: Src) -> Src:
@@ -286,6 +290,12 @@ class _Analysis:
                                f"({self.size[ra]} and {self.size[rb]}); give them the same buckets")
             self.parent[rb] = ra
         return ra
+
+    def finite_in(self, v: _V, t: Src | None) -> bool:
+        """Whether ``v`` is finite at the positions padded in class ``t`` (valid in the others)."""
+        if _ANY in v.nonfinite:
+            return False
+        return t is None or self.find(t) not in {self.find(c) for c in v.nonfinite}
 
     def tag(self, t: Src | None) -> Src | None:
         return None if t is None else self.find(t)
@@ -331,7 +341,7 @@ class _Analysis:
             self.check(node, out)
             out.const = out.const if out.const is not None else self.evaluate(shaped, ins)
             if out.const is not None and out.const.size and out.const.dtype.kind in "fc" and not np.isfinite(out.const).all():
-                out.finite = False
+                out.nonfinite = frozenset({_ANY})
             if out.const is not None and out.const.size:
                 flat = out.const.reshape(-1)
                 if (flat == flat[0]).all():  # a uniform value: known in every region
@@ -380,7 +390,7 @@ class _Analysis:
             handler = _Analysis.elementwise
         if handler is None:
             if not tagged and not self.depends_on_padding(dict(node.attrs)):
-                return _V((None,) * rank, finite=all(v.finite for v in ins))
+                return _V((None,) * rank, nonnonfinite=_nf(ins))
             if op in _BATCH_ONLY:
                 return self.batch_only(node, ins)
             if op in _REDUCE or op in _AXIS_MIXING or op in ("cumsum", "cumprod"):
@@ -412,13 +422,13 @@ class _Analysis:
         shapes = [self.shape(i) for i in node.inputs]
         out_rank = len(self.shape(node.output))
         tags = self.aligned(ins, shapes, out_rank, f"op {node.op}")
-        finite = all(v.finite for v in ins) and node.op not in _POLES
+        nonfinite = _nf(ins) | (frozenset(t for t in tags if t is not None) if node.op in _POLES else frozenset())
         fill: dict[int, Any] = {}
         for k, t in enumerate(tags):
             if t is None:
                 continue
             known = [self.fill_at(v, shp, k, out_rank) for v, shp in zip(ins, shapes)]
-            value = _absorbed(node.op, known, ins)
+            value = _absorbed(node.op, known, all(self.finite_in(v, t) for v in ins))
             if value is None and all(x is not None for x in known):
                 try:
                     arrays = [np.asarray(x, dtype=opset._np_dtype(self.specs[i].dtype)) for x, i in zip(known, node.inputs)]
@@ -427,7 +437,7 @@ class _Analysis:
                     value = None
             if value is not None:
                 fill[k] = value
-        return _V(tuple(tags), fill, finite)
+        return _V(tuple(tags), fill, nonfinite)
 
     def fill_at(self, v: _V, shp: tuple[int, ...], k: int, out_rank: int) -> Any:
         """The input's value in the output's padded region along output axis k, where known."""
@@ -452,7 +462,7 @@ class _Analysis:
             if any(t is not None for t in extra.tags):
                 raise _Refused(f"a padded value is an operand other than the data of op {node.op}")
         rank = len(self.shape(node.output))
-        return _V((x.tags[0],) + (None,) * (rank - 1), finite=x.finite)
+        return _V((x.tags[0],) + (None,) * (rank - 1), nonfinite=x.nonfinite)
 
     def reduction(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         from neurenix_core.graph.opset.schema import _axes, _axis
@@ -472,24 +482,26 @@ class _Analysis:
             filled = x.fill.get(ax)
             if op in ("cumsum", "cumprod") and not a.get("reverse"):
                 continue  # position i reads positions <= i only: the tail does not reach the real positions
-            if op in ("reduce_sum", "reduce_l1", "reduce_sum_square", "reduce_l2") and filled == 0 and x.finite:
+            if op in ("reduce_sum", "reduce_l1", "reduce_sum_square", "reduce_l2") and filled == 0 and self.finite_in(x, t):
                 continue
             if op == "reduce_max" and filled == -math.inf or op == "reduce_min" and filled == math.inf:
                 continue
             raise _Refused(f"op {op} reduces or mixes positions along this padded axis (its padded positions hold "
-                           f"{'unknown values' if filled is None else filled!r}, which would change the result)", ax)
+                           f"{'unknown values' if filled is None else filled!r}; only a sum over 0, a max over -inf, a min over +inf "
+                           "or a forward cumulative op leaves the real positions unchanged)", ax)
         if op in ("cumsum", "cumprod") or op in ("softmax", "log_softmax", "hardmax", "lp_normalization"):
-            return _V(tuple(self.tag(t) for t in x.tags), {}, x.finite)
+            return _V(tuple(self.tag(t) for t in x.tags), {}, x.nonfinite)
         keepdims = bool(a.get("keepdims", True))
         tags = [None if k in axes else self.tag(t) for k, t in enumerate(x.tags)]
         if not keepdims:
             tags = [t for k, t in enumerate(tags) if k not in axes]
-        return _V(tuple(tags), {}, x.finite and op not in ("reduce_log_sum", "reduce_mean"))
+        poles = frozenset(t for t in tags if t is not None) if op == "reduce_log_sum" else frozenset()
+        return _V(tuple(tags), {}, x.nonfinite | poles)
 
     def linear(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
         self.keep(ins, (len(x.tags) - 1,), f"op {node.op} (the contracted feature axis)")
-        return _V(tuple(self.tag(t) for t in x.tags[:-1]) + (None,), {}, x.finite)
+        return _V(tuple(self.tag(t) for t in x.tags[:-1]) + (None,), {}, x.nonfinite)
 
     def matmul(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         a, b = ins[0], ins[1]
@@ -497,10 +509,10 @@ class _Analysis:
         if len(sa) < 2 or len(sb) < 2:
             if any(t is not None for v in ins for t in v.tags):
                 raise _Refused("a 1-D matmul operand on a padded axis")
-            return _V((None,) * len(self.shape(node.output)), finite=a.finite and b.finite)
+            return _V((None,) * len(self.shape(node.output)), nonfinite=a.nonfinite | b.nonfinite)
         self.contract(a, len(sa) - 1, b, len(sb) - 2)
         batch = self.aligned([_V(a.tags[:-2]), _V(b.tags[:-2])], [sa[:-2], sb[:-2]], len(self.shape(node.output)) - 2, "matmul")
-        return _V(tuple(batch) + (self.tag(a.tags[-2]), self.tag(b.tags[-1])), {}, a.finite and b.finite)
+        return _V(tuple(batch) + (self.tag(a.tags[-2]), self.tag(b.tags[-1])), {}, a.nonfinite | b.nonfinite)
 
     def contract(self, a: _V, ax: int, b: _V, bx: int) -> None:
         """A sum over a[ax] * b[bx]: safe where a padded axis is zero-filled on one side and finite on the other."""
@@ -510,7 +522,7 @@ class _Analysis:
         if ta is None or tb is None:
             raise _Refused("a contraction pairs a padded axis with a fixed-size one", ax)
         self.union(ta, tb)
-        if (a.fill.get(ax) == 0 and b.finite) or (b.fill.get(bx) == 0 and a.finite):
+        if (a.fill.get(ax) == 0 and self.finite_in(b, tb)) or (b.fill.get(bx) == 0 and self.finite_in(a, ta)):
             return
         raise _Refused("a matrix product sums over this padded axis and neither operand is proven zero there", ax)
 
@@ -523,14 +535,14 @@ class _Analysis:
         tags = [self.tag(a.tags[m_ax]), self.tag(b.tags[n_ax])]
         if len(ins) > 2:
             tags = self.aligned([_V(tuple(tags)), ins[2]], [self.shape(node.output), self.shape(node.inputs[2])], 2, "gemm")
-        return _V(tuple(tags), {}, all(v.finite for v in ins))
+        return _V(tuple(tags), {}, _nf(ins))
 
     def einsum(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         eq = str(shaped.attrs["equation"]).replace(" ", "")
         if "..." in eq or "->" not in eq:
             if any(t is not None for v in ins for t in v.tags):
                 raise _Refused("an einsum with an ellipsis or an implicit output on a padded axis")
-            return _V((None,) * len(self.shape(node.output)), finite=all(v.finite for v in ins))
+            return _V((None,) * len(self.shape(node.output)), nonfinite=_nf(ins))
         lhs, out = eq.split("->")
         letters: dict[str, Src | None] = {}
         for term, v in zip(lhs.split(","), ins):
@@ -540,7 +552,7 @@ class _Analysis:
                 if t is not None and ch not in out:
                     raise _Refused(f"einsum {eq} sums over index {ch!r}, a padded axis", ax)
                 letters[ch] = t if prev is None else (prev if t is None else self.union(prev, t))
-        return _V(tuple(letters.get(ch) for ch in out), {}, all(v.finite for v in ins))
+        return _V(tuple(letters.get(ch) for ch in out), {}, _nf(ins))
 
     def norm_last(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x, a = ins[0], shaped.attrs
@@ -553,7 +565,7 @@ class _Analysis:
         for extra in ins[1:]:
             if any(t is not None for t in extra.tags):
                 raise _Refused(f"a padded value is the scale or bias of op {node.op}")
-        return _V(tuple(self.tag(t) for t in x.tags), {}, x.finite)
+        return _V(tuple(self.tag(t) for t in x.tags), {}, x.nonfinite)
 
     def batch_norm(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         if shaped.attrs.get("training_mode"):
@@ -566,7 +578,7 @@ class _Analysis:
         perm = shaped.attrs.get("perm") or tuple(reversed(range(len(x.tags))))
         perm = [int(p) % len(x.tags) for p in perm]
         fill = {k: x.fill[p] for k, p in enumerate(perm) if p in x.fill}
-        return _V(tuple(self.tag(x.tags[p]) for p in perm), fill, x.finite)
+        return _V(tuple(self.tag(x.tags[p]) for p in perm), fill, x.nonfinite)
 
     def unsqueeze(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
@@ -581,7 +593,7 @@ class _Analysis:
         gone = {int(a) % len(shp) for a in axes} if axes is not None else {a for a, d in enumerate(shp) if d == 1}
         self.keep(ins, sorted(gone), "squeeze")
         kept = [a for a in range(len(shp)) if a not in gone]
-        return _V(tuple(self.tag(x.tags[a]) for a in kept), {k: x.fill[a] for k, a in enumerate(kept) if a in x.fill}, x.finite)
+        return _V(tuple(self.tag(x.tags[a]) for a in kept), {k: x.fill[a] for k, a in enumerate(kept) if a in x.fill}, x.nonfinite)
 
     def remap(self, x: _V, positions: list[int], out_rank: int) -> _V:
         """Input axis j becomes output axis positions[j]; the others are new (untagged)."""
@@ -591,7 +603,7 @@ class _Analysis:
             tags[k] = self.tag(x.tags[j])
             if j in x.fill:
                 fill[k] = x.fill[j]
-        return _V(tuple(tags), fill, x.finite)
+        return _V(tuple(tags), fill, x.nonfinite)
 
     def flatten(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
@@ -603,7 +615,7 @@ class _Analysis:
             a = next(a for a in merged if x.tags[a] is not None)
             raise _Refused(f"flatten merges this padded axis with axes {[m for m in merged if m != a]}: padding would land inside the merged axis", a)
         tags = list(x.tags[:start]) + [next((x.tags[a] for a in merged), None)] + list(x.tags[end + 1:])
-        return _V(tuple(self.tag(t) for t in tags), {}, x.finite)
+        return _V(tuple(self.tag(t) for t in tags), {}, x.nonfinite)
 
     def reshape(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
@@ -636,7 +648,7 @@ class _Analysis:
         for o, want in enumerate(target):
             if out[o] is None and self.depends_on_padding(want):
                 raise _Refused(f"reshape target dim {o} ({want!r}) depends on a padded size on an axis that does not carry it")
-        return _V(tuple(out), fill, x.finite)
+        return _V(tuple(out), fill, x.nonfinite)
 
     def expand(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
@@ -663,7 +675,7 @@ class _Analysis:
                 tags[k] = cls  # a broadcast to the padded size: every position holds the same values
             elif want is not None and self.depends_on_padding(want):
                 raise _Refused(f"expand target dim {k} ({want!r}) depends on a padded size in a way that is not the size itself")
-        return _V(tuple(tags), fill, x.finite)
+        return _V(tuple(tags), fill, x.nonfinite)
 
     def slice(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
@@ -690,7 +702,7 @@ class _Analysis:
             whole = start == 0 and step == 1 and isinstance(end, (int, np.integer)) and int(end) >= _TO_END
             if not whole:
                 raise _Refused(f"slice [{start!r}:{end!r}:{step!r}] cuts this padded axis (only whole-axis slices keep positions)", ax)
-        return _V(tuple(tags), fill, x.finite)
+        return _V(tuple(tags), fill, x.nonfinite)
 
     def concat(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         rank = len(self.shape(node.output))
@@ -709,12 +721,12 @@ class _Analysis:
                 raise _Refused(f"concat pairs a padded axis {k} with a fixed-size one", k)
             for t in present:
                 tags[k] = t if tags[k] is None else self.union(tags[k], t)  # type: ignore[arg-type]
-        return _V(tuple(tags), {}, all(v.finite for v in ins))
+        return _V(tuple(tags), {}, _nf(ins))
 
     def split(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         axis = int(shaped.attrs["axis"]) % len(ins[0].tags)
         self.keep(ins, (axis,), "split")
-        return _V(tuple(self.tag(t) for t in ins[0].tags), dict(ins[0].fill), ins[0].finite)
+        return _V(tuple(self.tag(t) for t in ins[0].tags), dict(ins[0].fill), ins[0].nonfinite)
 
     def pad(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
@@ -723,13 +735,13 @@ class _Analysis:
         for ax in range(rank):
             if x.tags[ax] is not None and (pads[ax] or pads[ax + rank]):
                 raise _Refused("pad adds positions along this padded axis", ax)
-        return _V(tuple(self.tag(t) for t in x.tags), {}, x.finite)
+        return _V(tuple(self.tag(t) for t in x.tags), {}, x.nonfinite)
 
     def tile(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
         reps = tuple(int(r) for r in shaped.attrs["repeats"])
         self.keep(ins, [a for a, r in enumerate(reps) if r != 1], "tile repeats")
-        return _V(tuple(self.tag(t) for t in x.tags), {}, x.finite)
+        return _V(tuple(self.tag(t) for t in x.tags), {}, x.nonfinite)
 
     def trilu(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         """A triangle of the last two axes by absolute position (a causal mask): positions keep
@@ -748,10 +760,10 @@ class _Analysis:
                 fill[rank - 1] = x.const.reshape(-1)[0].item()
             elif not upper and k <= 0:
                 fill[rank - 1] = 0
-        return _V(tags, fill, x.finite)
+        return _V(tags, fill, x.nonfinite)
 
     def embedding(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
-        return _V(tuple(self.tag(t) for t in ins[0].tags) + (None,), {}, True)
+        return _V(tuple(self.tag(t) for t in ins[0].tags) + (None,), {})
 
     def gather(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         data, idx = ins
@@ -760,7 +772,7 @@ class _Analysis:
         if data.tags[axis] is not None:
             self.nonnegative(idx, axis)
         tags = [self.tag(t) for t in data.tags[:axis]] + [self.tag(t) for t in idx.tags] + [self.tag(t) for t in data.tags[axis + 1:]]
-        return _V(tuple(tags), {}, data.finite)
+        return _V(tuple(tags), {}, data.nonfinite)
 
     def nonnegative(self, idx: _V, axis: int) -> None:
         if idx.const is None or (idx.const.size and int(idx.const.min()) < 0):
@@ -783,14 +795,14 @@ class _Analysis:
                 self.union(dt, it)
             tags.append(it)
         del dshape, ishape
-        return _V(tuple(tags), {}, data.finite)
+        return _V(tuple(tags), {}, data.nonfinite)
 
     def gather_nd(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         data, idx = ins
         if int(shaped.attrs.get("batch_dims", 0)) != 0:
             if any(t is not None for v in ins for t in v.tags):
                 raise _Refused("gather_nd with batch_dims on a padded value")
-            return _V((None,) * len(self.shape(node.output)), finite=data.finite)
+            return _V((None,) * len(self.shape(node.output)), nonfinite=data.nonfinite)
         ishape = self.shape(node.inputs[1])
         depth = ishape[-1]
         if idx.tags and idx.tags[-1] is not None:
@@ -813,7 +825,7 @@ class _Analysis:
                         # output position j reads data position j: one size for both (checked per call)
                         tags[o] = self.union(lt, t)
                         fill[o] = data.fill[d]
-        return _V(tuple(tags), fill, data.finite)
+        return _V(tuple(tags), fill, data.nonfinite)
 
     def other_components_follow(self, grid: np.ndarray, data: _V, depth: int, d: int, lead: list[Src | None]) -> bool:
         """Every other indexed padded data axis is read at the position of an output axis of its class."""
@@ -872,9 +884,16 @@ class _Analysis:
             if not proofs:
                 raise _Refused("attention sums over the padded keys and no mask (a 0 / False / -inf attention mask on the "
                                "padded keys, or is_causal over one padded length) removes them", len(k.tags) - 2)
-            if not v.finite:
+            if not self.finite_in(v, keys):
                 raise _Refused("the values may hold inf/NaN at padded keys (0 * inf is NaN)", len(v.tags) - 2)
-        return _V(tuple(lead) + (rows, None), {}, q.finite and k.finite and v.finite)
+        # Rows the mask removes entirely (a padded batch row: its mask is all 0) are NaN after the
+        # softmax: record the classes of such mask axes (the key axis aside).
+        masked_rows = frozenset()
+        if mask is not None:
+            last = len(mask.tags) - 1
+            masked_rows = frozenset(self.tag(t) for a_, t in enumerate(mask.tags)
+                                    if t is not None and a_ != last and self.masks_out(mask.fill.get(a_)))  # type: ignore[misc]
+        return _V(tuple(lead) + (rows, None), {}, q.nonfinite | k.nonfinite | v.nonfinite | masked_rows)
 
     @staticmethod
     def masks_out(value: Any) -> bool:
@@ -888,21 +907,28 @@ class _Analysis:
         first = bool(shaped.attrs.get("batch_first"))
         b, l = (0, 1) if first else (1, 0)
         def four(x: _V) -> _V:  # (batch, heads, length, head size)
-            return _V((x.tags[b], None, x.tags[l], x.tags[2]), dict(), x.finite)
+            return _V((x.tags[b], None, x.tags[l], x.tags[2]), dict(), x.nonfinite)
         one = (2, 1, 2, 2)
         out = self.sdpa(node, four(q), four(k), four(v), one, one, one, mask, mask_shape, False)
         tags: list[Src | None] = [None, None, None]
         tags[b], tags[l] = out.tags[0], out.tags[2]
-        return _V(tuple(tags), {}, out.finite)
+        return _V(tuple(tags), {}, out.nonfinite)
 
 
-def _absorbed(op: str, known: list[Any], ins: list[_V]) -> Any:
+def _nf(ins: Sequence[_V]) -> frozenset[Src]:
+    out: frozenset[Src] = frozenset()
+    for v in ins:
+        out |= v.nonfinite
+    return out
+
+
+def _absorbed(op: str, known: list[Any], finite: bool) -> Any:
     """An operand value that fixes the result whatever the others are."""
     if op == "logical_and" and any(x is not None and not bool(x) for x in known):
         return False
     if op == "logical_or" and any(x is not None and bool(x) for x in known):
         return True
-    if op == "mul" and any(x is not None and x == 0 for x in known) and all(v.finite for v in ins):
+    if op == "mul" and any(x is not None and x == 0 for x in known) and finite:
         return 0
     if op == "where" and known[0] is not None:
         return known[1] if bool(known[0]) else known[2]
@@ -1013,6 +1039,19 @@ def _proof(compiled: Any, key: tuple[tuple[int, ...], ...]) -> PaddingProof:
     return proof
 
 
+def check_early(compiled: Any) -> None:
+    """At ``nx.compile``: the proof at the bucket of the example's shapes, so an unsafe request
+    fails there rather than at the first padded call (an ``nn`` model has no shapes yet)."""
+    shapes = tuple(tuple(int(d) for d in s.shape) for s in compiled.graph.inputs)
+    if not all(shapes) or any(d < 1 for s in shapes for d in s):
+        return
+    try:
+        key = compiled._buckets.shapes_for(shapes)
+    except ShapeError:
+        return  # the example is above a bucket: that call would be refused, other calls may fit
+    _proof(compiled, key)
+
+
 def call_bucketed(compiled: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
     """One call of a bucketed compiled model: inputs padded up to their bucket shapes (on the
     host), the bucket's runner, and every output cut back to the real sizes."""
@@ -1039,7 +1078,8 @@ def call_bucketed(compiled: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
             continue
         host = n if isinstance(n, np.ndarray) else np.asarray(to_host(n))
         padded.append(compiled._native(pad_array(host, shape, policy.pad_values[i]), i))
-    outs = _runner(compiled, key)(*padded)
+    with np.errstate(invalid="ignore", divide="ignore"):  # padded rows of a NumPy runner may be 0/0 (fully masked); never read
+        outs = _runner(compiled, key)(*padded)
     compiled._bucket_stats.setdefault(key, BucketStats()).note(shapes, True)
     sizes = proof.sizes(shapes)
     return tuple(_cut(compiled, o, tags, sizes) for o, tags in zip(outs, proof.outputs))

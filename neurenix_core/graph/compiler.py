@@ -77,11 +77,13 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
     compiled._values = values
     if buckets is not None and buckets is not False:
-        from neurenix_core.graph.buckets import parse_buckets
+        from neurenix_core.graph.buckets import check_early, parse_buckets
 
         if values is not None:
             raise CompilationError(f"{dev}: buckets= need one graph, but {model!r} is built per value of its inputs {list(values.value_inputs)}")
         compiled._buckets = parse_buckets(buckets, graph, pad_values)
+        compiled.extra["shape_buckets"] = True  # plugins see bucket shapes only (the TPU plugin then gives no recompilation advice)
+        check_early(compiled)
     elif pad_values:
         raise CompilationError(f"{dev}: pad_values= is for bucketed models; pass buckets= too")
     return compiled

@@ -113,7 +113,9 @@ class Program:
         warnings.warn(
             f"tpu:{self.index}: this compiled model has been compiled for {len(self.shapes)} input shapes "
             f"(batch sizes {batches}); XLA recompiles for every new shape. Pad to fixed sizes with "
-            f"nx.compile(model, device='tpu:{self.index}', batch_buckets=(1, 8, 32, 128)) so each bucket compiles once.",
+            f"nx.compile(model, device='tpu:{self.index}', buckets=True) (the core's shape buckets: powers of two on every "
+            f"dynamic axis, padding proven safe per graph; docs/shape-buckets.md) or this plugin's batch-only "
+            f"batch_buckets=(1, 8, 32, 128), so each bucket compiles once.",
             RecompilationWarning,
             stacklevel=4,
         )
@@ -252,6 +254,8 @@ def compile_graph(backend: JaxTPUBackend, graph: Graph, options: Any) -> TPUComp
     if program is None:
         program = Program(backend, lower_graph(graph, precision, plan), index, parallel, buckets)
         backend.compile_cache[key] = program
+    if dict(getattr(options, "extra", {}) or {}).get("shape_buckets"):
+        program._warned = True  # nx.compile's buckets bound the shapes already: no recompilation advice
     shapes = tuple(tuple(s.shape) for s in graph.inputs)
     model = TPUCompiledModel(program, shapes, _summary(backend, program, default), mode.name)
     padded = tuple((model.padded, *s[1:]) if s else s for s in shapes)
