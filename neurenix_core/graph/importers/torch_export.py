@@ -802,12 +802,17 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
     c = _Ctx(GraphBuilder(f"from_torch({type(module).__name__})"), torch)
     consts = _constants(ep)
     user_inputs = set(ep.graph_signature.user_inputs)
+    # Python values among the example inputs (use_cache=False, return_dict=True): torch.export
+    # baked them into the graph; their placeholders are read by nothing that runs.
+    baked = {s.arg.name for s in ep.graph_signature.input_specs if type(s.arg).__name__ == "ConstantArgument"}
     inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name not in consts and n.name in user_inputs]
     _input_symbols(c, ep, inputs)
     for n in ep.graph.nodes:
         if n.op == "placeholder":
             if n.name in consts:
                 c.env[n] = Const(consts[n.name])
+            elif n.name in baked:
+                c.env[n] = None
             elif n.name in user_inputs:
                 shape, dtype = _example_shape(n), _dtype(n.meta["val"].dtype)
                 dynamic = [a for a, d in enumerate(c.sym_shape(n)) if isinstance(d, SymDim)]
