@@ -3,6 +3,7 @@ emulated npu (fixed-capacity cache; tests/test_generation.py covers cpu:0's dyna
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -27,7 +28,7 @@ def test_example_generates() -> None:
     greedy = re.search(r"^greedy: +(\[.*\])$", out, re.M)
     streamed = re.search(r"^streamed: (.*)$", out, re.M)
     assert greedy and streamed, out
-    assert [int(t) for t in streamed.group(1).split()] == eval(greedy.group(1))  # noqa: S307 - a list printed by the example
+    assert [int(t) for t in streamed.group(1).split()] == json.loads(greedy.group(1))
     compilations = int(re.search(r"^compilations: (\d+)", out, re.M).group(1))  # type: ignore[union-attr]
     # batch 1: the prompt's bucket (8) and the decode step (capacity 32) for greedy, sampled and
     # streamed alike; batch 2: its prompt bucket and decode step (capacity 16)
