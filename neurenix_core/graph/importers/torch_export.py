@@ -8,14 +8,16 @@ inputs are all constants (``arange``, mask arithmetic on buffers, weight views) 
 PyTorch at import time.
 
 Shapes: by default axis 0 of every input (and axis 1 of rank-2 integer inputs: token ids) is
-exported as a dynamic dimension (``torch.export.Dim.AUTO``; PyTorch keeps an axis static where
-the model's code pins it). Every size PyTorch computes from those dimensions (``view`` and
-``expand`` targets, slice ends, ``arange`` lengths) is imported as a
-:class:`~neurenix_core.graph.symbolic.SymDim` over the input dimensions, resolved per input
-shape by ``Graph.with_input_shapes``. ``dynamic_shapes=`` (torch.export's own argument) overrides
-the default; ``static=True`` gives the example's shapes only. Where a size cannot be kept
-symbolic the model is imported again with static shapes, with a :class:`NeurenixWarning`
-naming the node (a ``FallbackError`` under ``nx.fallback_policy('error')``).
+exported as a dynamic dimension (``torch.export.Dim.AUTO``), whatever its example size: an axis
+of size 1, which torch.export would fix, is traced at size 2 (``torch_axes``). Every size
+PyTorch computes from those dimensions (``view`` and ``expand`` targets, slice ends, ``arange``
+lengths) is imported as a :class:`~neurenix_core.graph.symbolic.SymDim` over the input
+dimensions, resolved per input shape by ``Graph.with_input_shapes``. ``dynamic_shapes=``
+(torch.export's own argument: ``Dim``, ``Dim.AUTO``, ``Dim.DYNAMIC``) overrides the default;
+``static=True`` gives the example's shapes only. Each axis meant dynamic that comes out fixed
+(the model's code fixes it, or a size cannot be kept symbolic and the model is imported again
+with static shapes) is named in one :class:`NeurenixWarning` with the reason (a
+``FallbackError`` under ``nx.fallback_policy('error')``).
 
 Inputs are the example positional inputs in order, then the keyword inputs in the order given;
 outputs are the model's outputs flattened by ``torch.utils._pytree`` order: tuple/list items in
@@ -25,18 +27,17 @@ order, dict and ``ModelOutput`` entries in insertion order (``last_hidden_state`
 
 from __future__ import annotations
 
-import inspect
 import operator
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from neurenix_core.errors import FallbackError, NeurenixWarning, UnsupportedOperationError
+from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
 from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd
+from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, fixed_axes, plan_axes, warn_fixed
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
@@ -692,38 +693,10 @@ def _constants(ep: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def _default_dynamic(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Axis 0 of every tensor input dynamic, and axis 1 of rank-2 integer inputs (token ids);
-    keyed by forward's parameter names, as torch.export takes it."""
-    auto = torch.export.Dim.AUTO
-
-    def spec(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor) or x.dim() == 0:
-            return None
-        axes = {0: auto}
-        if x.dim() == 2 and not x.dtype.is_floating_point and x.dtype != torch.bool:
-            axes[1] = auto
-        return axes
-
-    try:
-        bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return None if kwargs else tuple(spec(x) for x in args)
-    out: dict[str, Any] = {}
-    for pname, value in bound.arguments.items():
-        kind = inspect.signature(module.forward).parameters[pname].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            out[pname] = tuple(spec(x) for x in value)
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            out[pname] = {k: spec(x) for k, x in value.items()}
-        else:
-            out[pname] = spec(value)
-    return out
-
-
-def _export(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any) -> Any:
+def _export(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any) -> tuple[Any, Any]:
+    """The exported program as traced (its ShapeEnv names what fixed a size) and decomposed."""
     ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)
-    return ep.run_decompositions({})
+    return ep, ep.run_decompositions({})
 
 
 def _refuse(module: Any, exc: Exception) -> UnsupportedOperationError:
@@ -734,15 +707,52 @@ def _refuse(module: Any, exc: Exception) -> UnsupportedOperationError:
     )
 
 
-def _static_fallback(module: Any, why: str) -> None:
-    """Say (or refuse, under policy 'error') that the model keeps the example's shapes."""
-    from neurenix_core.tensor.fallback import get_fallback_policy
+def _static_fallback(module: Any, plan: AxisPlan, why: str) -> None:
+    """Say (or refuse, under policy 'error') that every axis meant dynamic keeps the example's size."""
+    warn_fixed(module, [(a, f"the whole model was imported with the example's static shapes, because {why}") for a in plan.meant],
+               stacklevel=5)
 
-    msg = (f"from_torch({type(module).__name__}): imported with the example's static shapes only, because {why}; "
-           "it runs at those input shapes (pass dynamic_shapes= to choose the dynamic axes, or static=True to silence this)")
-    if get_fallback_policy() == "error":
-        raise FallbackError(msg)
-    warnings.warn(msg, NeurenixWarning, stacklevel=4)
+
+def _with_example_shapes(graph: Graph, plan: AxisPlan) -> Graph:
+    """The graph with the user's example shapes on its inputs (a widened axis is dynamic, so
+    any size fits it; the graph was built at size 2 there)."""
+    from dataclasses import replace
+
+    if not plan.widened or len(graph.inputs) != len(plan.shapes):
+        return graph
+    inputs = tuple(replace(s, shape=shape) for s, shape in zip(graph.inputs, plan.shapes))
+    return replace(graph, inputs=inputs)
+
+
+def _static(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Graph:
+    try:
+        return _import(torch, module, _export(torch, module, args, kwargs, None)[1])
+    except UnsupportedOperationError:
+        raise
+    except Exception as exc:
+        raise _refuse(module, exc) from exc
+
+
+def _export_planned(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    spec: Any) -> tuple[AxisPlan, Any, Any]:
+    """Export with the axes ``spec`` marks dynamic, size-1 ones widened to 2. Where the widened
+    trace fixes a widened axis (the model's code needs its size), or fails, export the user's
+    example as it is: torch then fixes the size-1 axes, and the warning names them."""
+    plan = plan_axes(torch, module, args, kwargs, spec)
+    if plan.widened:
+        try:
+            traced, ep = _export(torch, module, plan.args, plan.kwargs, spec)
+        except Exception as exc:  # noqa: BLE001 - kept as the warning's reason; the user's example is exported next
+            failure = f"the export failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        else:
+            fixed = [(a, why) for a, why in fixed_axes(torch, traced, plan) if (a.leaf, a.axis) in plan.widened]
+            if not fixed:
+                return plan, traced, ep
+            failure = "it came out fixed there too (" + "; ".join(why for _, why in fixed) + ")"
+        plan = plan_axes(torch, module, args, kwargs, spec, widen=False)
+        plan.widen_failure = failure
+    traced, ep = _export(torch, module, plan.args, plan.kwargs, spec)
+    return plan, traced, ep
 
 
 def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, dynamic_shapes: Any = None,
@@ -750,40 +760,40 @@ def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     """The Graph of ``module`` called as ``module(*args, **kwargs)`` (example inputs).
 
     Dynamic axes: ``dynamic_shapes`` as torch.export takes it, else the default (axis 0 of every
-    input, axis 1 of rank-2 integer inputs); ``static=True`` exports the example's shapes only.
+    input, axis 1 of rank-2 integer inputs), whatever their example sizes (a size-1 axis is
+    traced at size 2: torch_axes); each one that comes out fixed is named in one warning.
+    ``static=True`` exports the example's shapes only.
     """
     import torch
 
     if module.training:
         module = module.eval()  # inference graphs: dropout off, batch norm on running statistics
     if static:
-        try:
-            return _import(torch, module, _export(torch, module, args, kwargs, None))
-        except UnsupportedOperationError:
-            raise
-        except Exception as exc:
-            raise _refuse(module, exc) from exc
+        return _static(torch, module, args, kwargs)
     explicit = dynamic_shapes is not None
-    spec = dynamic_shapes if explicit else _default_dynamic(torch, module, args, kwargs)
+    spec = dynamic_shapes if explicit else default_spec(torch, module, args, kwargs)
     try:
-        ep = _export(torch, module, args, kwargs, spec)
+        plan, traced, ep = _export_planned(torch, module, args, kwargs, spec)
     except Exception as exc:
         if explicit:
             raise _refuse(module, exc) from exc
         why = f"torch.export refused dynamic axes ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-        graph = import_module(module, args, kwargs, static=True)
-        _static_fallback(module, why)
+        graph = _static(torch, module, args, kwargs)
+        _static_fallback(module, plan_axes(torch, module, args, kwargs, spec, widen=False), why)
         return graph
     try:
-        return _import(torch, module, ep)
+        graph = _import(torch, module, ep)
     except NotSymbolicError as exc:
         why = str(exc)
     except UnsupportedOperationError as exc:
         # Dynamic export can route a model through ops the static one folds away; if the
         # static import works, the user still gets a model (and is told), else its error.
         why = f"the dynamic graph has an unsupported part ({exc})"
-    graph = import_module(module, args, kwargs, static=True)
-    _static_fallback(module, why)
+    else:
+        warn_fixed(module, fixed_axes(torch, traced, plan))
+        return _with_example_shapes(graph, plan)
+    graph = _static(torch, module, args, kwargs)
+    _static_fallback(module, plan, why)
     return graph
 
 
