@@ -640,12 +640,29 @@ def _import_any(proto: Any, input_shapes: Any, static: bool) -> tuple[Graph, str
         from neurenix_core.tensor.fallback import get_fallback_policy
 
         graph, name = _import(proto, input_shapes or _example_shapes(proto), True)
-        msg = (f"from_onnx({name}): imported with static input shapes {[s.shape for s in graph.inputs]} only, because {exc}; "
-               "pass input_shapes= for the shapes you run (or static=True to silence this)")
+        fixed = _fixed_dims(proto, graph)
+        msg = (f"from_onnx({name}): {len(fixed)} dynamic {'axis' if len(fixed) == 1 else 'axes'} came out fixed at the example's "
+               f"size, so calls must use that size there: {'; '.join(fixed)}: the model was imported with static input shapes "
+               f"{[s.shape for s in graph.inputs]} only, because {exc}. Remedy: pass input_shapes= for the shapes you run "
+               "(or static=True to silence this)")
         if get_fallback_policy() == "error":
             raise FallbackError(msg) from exc
         warnings.warn(msg, NeurenixWarning, stacklevel=3)
         return graph, name
+
+
+def _fixed_dims(proto: Any, graph: Graph) -> list[str]:
+    """Each symbolic input dimension (a dim_param, or none named) of ``proto`` with the size
+    ``graph`` (its static import) fixed it at: what the fallback warning names."""
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [vi for vi in proto.graph.input if vi.name not in inits]
+    out = []
+    for vi, spec in zip(inputs, graph.inputs):
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if not d.HasField("dim_value"):
+                param = f"dim_param {d.dim_param!r}" if d.dim_param else "an unnamed dimension"
+                out.append(f"input {vi.name!r} axis {axis} ({param}, example size {spec.shape[axis]})")
+    return out
 
 
 def _default_opset(proto: Any) -> int:
@@ -729,7 +746,11 @@ def _import_node(b: GraphBuilder, node: Any, index: int, env: dict[str, Any], pr
     handler = HANDLERS.get(node.op_type)
     symbolic = any(_symbolic_const(v) for v in n.inputs)
     constant = all(v is None or isinstance(v, Const) for v in n.inputs)
-    if constant and (symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Range") or handler is None and node.op_type == "Mod"):
+    # A Slice of a constant tensor (position ids sliced to the sequence length) is a slice op
+    # with a symbolic end; only a Slice of shape values is shape arithmetic.
+    tensor_slice = node.op_type == "Slice" and bool(n.inputs) and not _symbolic_const(n.inputs[0])
+    if constant and (symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Range") and not tensor_slice
+                     or handler is None and node.op_type == "Mod"):
         out = _symbolic_fold(n)  # shape arithmetic (Mod has no graph mapping, only this one)
     elif handler is None:
         raise _fail(b, n, "has no mapping to the neurenix opset")
