@@ -28,7 +28,7 @@ from typing import Any
 
 from neurenix_core.errors import FallbackError, NeurenixWarning
 
-__all__ = ["Axis", "AxisPlan", "default_spec", "plan_axes", "fixed_axes", "warn_fixed"]
+__all__ = ["Axis", "AxisPlan", "default_spec", "fixed_axes", "plan_axes", "warn_fixed"]
 
 
 @dataclass(frozen=True)
