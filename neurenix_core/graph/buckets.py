@@ -230,7 +230,18 @@ class _V:
     tags: tuple[Src | None, ...]
     fill: dict[int, Any] = field(default_factory=dict)
     nonfinite: frozenset[Src] = frozenset()  # _ANY: every class
+    sign: str | None = None  # "pos" (> 0 everywhere) or "nonneg" (>= 0): poles it cannot reach
     const: np.ndarray | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Merged:
+    """An axis that is several axes merged in row-major order (GPT-2's (batch * length, features)
+    rows before a matrix product): each part is a padded class or a fixed size. Row-wise ops keep
+    it; a reshape that splits it back into the same parts restores them; nothing else may use it."""
+
+    parts: tuple[Any, ...]  # Src or int
 
 
 class _Refused(Exception):
@@ -282,7 +293,13 @@ class _Analysis:
             s = self.parent[s]
         return s
 
-    def union(self, a: Src, b: Src) -> Src:
+    def union(self, a: Any, b: Any) -> Any:
+        if isinstance(a, _Merged) or isinstance(b, _Merged):
+            ok = isinstance(a, _Merged) and isinstance(b, _Merged) and len(a.parts) == len(b.parts)
+            ok = ok and all(isinstance(p, int) == isinstance(q, int) and (not isinstance(p, int) or p == q) for p, q in zip(a.parts, b.parts))
+            if not ok:
+                raise _Refused(f"it combines merged axes {a} and {b} that do not hold the same parts")
+            return _Merged(tuple(p if isinstance(p, int) else self.union(p, q) for p, q in zip(a.parts, b.parts)))
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             if self.size[ra] != self.size[rb]:
@@ -297,8 +314,46 @@ class _Analysis:
             return False
         return t is None or self.find(t) not in {self.find(c) for c in v.nonfinite}
 
-    def tag(self, t: Src | None) -> Src | None:
+    def tag(self, t: Any) -> Any:
+        if isinstance(t, _Merged):
+            return _Merged(tuple(p if isinstance(p, int) else self.find(p) for p in t.parts))
         return None if t is None else self.find(t)
+
+    def classes_in(self, tags: Sequence[Any]) -> frozenset[Src]:
+        out: set[Src] = set()
+        for t in tags:
+            if isinstance(t, _Merged):
+                out.update(self.find(p) for p in t.parts if not isinstance(p, int))
+            elif t is not None:
+                out.add(self.find(t))
+        return frozenset(out)
+
+    def extent(self, t: Any) -> int:
+        if isinstance(t, _Merged):
+            return int(np.prod([p if isinstance(p, int) else self.size[self.find(p)] for p in t.parts]))
+        return self.size[self.find(t)]
+
+    def follows_product(self, want: Any, merged: _Merged) -> bool:
+        """Whether a size attribute is the merged axis's size at every size of its classes."""
+        from neurenix_core.graph.symbolic import SymDim
+
+        if isinstance(want, (int, np.integer)):
+            return int(want) == -1
+        if not isinstance(want, SymDim):
+            return False
+        classes = [self.find(p) for p in merged.parts if not isinstance(p, int)]
+        members = {v: self.find(v) for v in want.variables if v in self.parent}
+        if set(members.values()) != set(classes) or len(set(classes)) != len(classes):
+            return False
+        # input sizes that are not padded are the call's own: bound as at this bucket shape
+        fixed_vars = {(i, a): int(self.shaped.inputs[i].shape[a]) for i, a in want.variables if (i, a) not in members}
+        fixed = int(np.prod([p for p in merged.parts if isinstance(p, int)] or [1]))
+        for trial in ((3, 5, 7, 11), (2, 9, 4, 13)):
+            value = dict(zip(classes, trial))
+            want_size = fixed * int(np.prod([value[c] for c in classes]))
+            if want.evaluate({**fixed_vars, **{v: value[c] for v, c in members.items()}}) != want_size:
+                return False
+        return True
 
     def var_class(self, value: Any) -> Src | None:
         """The class a size attribute follows exactly (a SymDim equal to one padded input axis), else None."""
@@ -339,6 +394,7 @@ class _Analysis:
                     f"padding {self.described(ins)} is not proven safe: node {node.name!r} (op {node.op}){axis}: {exc.reason}"
                 ) from None
             self.check(node, out)
+            out.sign = _sign(node.op, shaped.attrs, ins, node.inputs)
             out.const = out.const if out.const is not None else self.evaluate(shaped, ins)
             if out.const is not None and out.const.size and out.const.dtype.kind in "fc" and not np.isfinite(out.const).all():
                 out.nonfinite = frozenset({_ANY})
@@ -351,13 +407,13 @@ class _Analysis:
     def check(self, node: Any, out: _V) -> None:
         """A rule's result must describe its value: one tag per axis, each on an axis of its class's size."""
         shape = self.shape(node.output)
-        bad = len(out.tags) != len(shape) or any(t is not None and shape[k] != self.size[self.find(t)] for k, t in enumerate(out.tags))
+        bad = len(out.tags) != len(shape) or any(t is not None and shape[k] != self.extent(t) for k, t in enumerate(out.tags))
         if bad:
             raise PaddingRefusedError(f"padding is not proven safe: node {node.name!r} (op {node.op}) gives shape {shape}, which "
                                       f"the padding analysis cannot follow (axis classes {out.tags})")
 
     def described(self, ins: list[_V]) -> str:
-        srcs = sorted({self.find(t) for v in ins for t in v.tags if t is not None} or set(self.parent))
+        srcs = sorted(set().union(*(self.classes_in(v.tags) for v in ins)) or set(self.parent))
         return ", ".join(f"input {self.shaped.inputs[i].name!r} axis {a}" for i, a in srcs)
 
     def evaluate(self, node: Any, ins: list[_V]) -> np.ndarray | None:
@@ -422,7 +478,8 @@ class _Analysis:
         shapes = [self.shape(i) for i in node.inputs]
         out_rank = len(self.shape(node.output))
         tags = self.aligned(ins, shapes, out_rank, f"op {node.op}")
-        nonfinite = _nf(ins) | (frozenset(t for t in tags if t is not None) if node.op in _POLES else frozenset())
+        pole = node.op in _POLES and not _pole_free(node.op, ins)
+        nonfinite = _nf(ins) | (self.classes_in(tags) if pole else frozenset())
         fill: dict[int, Any] = {}
         for k, t in enumerate(tags):
             if t is None:
@@ -495,7 +552,7 @@ class _Analysis:
         tags = [None if k in axes else self.tag(t) for k, t in enumerate(x.tags)]
         if not keepdims:
             tags = [t for k, t in enumerate(tags) if k not in axes]
-        poles = frozenset(t for t in tags if t is not None) if op == "reduce_log_sum" else frozenset()
+        poles = self.classes_in(tags) if op == "reduce_log_sum" else frozenset()
         return _V(tuple(tags), {}, x.nonfinite | poles)
 
     def linear(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
@@ -519,6 +576,8 @@ class _Analysis:
         ta, tb = self.tag(a.tags[ax]), self.tag(b.tags[bx])
         if ta is None and tb is None:
             return
+        if isinstance(ta, _Merged) or isinstance(tb, _Merged):
+            raise _Refused("a matrix product sums over an axis that merges padded axes", ax)
         if ta is None or tb is None:
             raise _Refused("a contraction pairs a padded axis with a fixed-size one", ax)
         self.union(ta, tb)
@@ -631,24 +690,60 @@ class _Analysis:
                         raise _Refused(f"reshape target dim {o} ({target[o]!r}) depends on a padded size on an axis that does not carry it", None)
                 continue
             big_in, big_out = [a for a in g_in if src[a] != 1], [o for o in g_out if dst[o] != 1]
-            if len(big_in) != 1 or len(big_out) != 1:
+            if len(big_in) == 1 and len(big_out) == 1:
+                a, o = big_in[0], big_out[0]
+                out[o] = self.reshape_keep(x, a, o, target)
+                if a in x.fill:
+                    fill[o] = x.fill[a]
+            elif len(big_out) == 1:  # axes merged into one (rows for a matrix product)
+                parts: list[Any] = []
+                for a in big_in:
+                    t = self.tag(x.tags[a])
+                    parts.extend(t.parts if isinstance(t, _Merged) else [src[a] if t is None else t])
+                merged = _Merged(tuple(parts))
+                o = big_out[0]
+                if not self.follows_product(target[o] if o < len(target) else -1, merged):
+                    raise _Refused(f"reshape target dim {o} ({target[o] if o < len(target) else None!r}) is not the size of the "
+                                   "padded axes it merges at every size", tagged[0])
+                out[o] = merged
+            elif len(big_in) == 1 and isinstance(x.tags[big_in[0]], _Merged):  # a merged axis split back
+                merged = self.tag(x.tags[big_in[0]])
+                if len(merged.parts) != len(big_out):
+                    raise _Refused(f"reshape {src} -> {dst} splits a merged axis into other parts", big_in[0])
+                for part, o in zip(merged.parts, big_out):
+                    want = target[o] if o < len(target) else None
+                    if isinstance(part, int):
+                        if dst[o] != part or self.depends_on_padding(want):
+                            raise _Refused(f"reshape {src} -> {dst} splits a merged axis into other parts", big_in[0])
+                        continue
+                    cls = self.var_class(want)
+                    if cls is None and not (isinstance(want, (int, np.integer)) and int(want) == -1):
+                        raise _Refused(f"reshape target dim {o} is {want!r}, not the padded size it splits out", big_in[0])
+                    out[o] = part if cls is None else self.union(part, cls)
+            else:
                 raise _Refused(f"reshape {src} -> {dst} merges or splits this padded axis", tagged[0])
-            a, o = tagged[0], big_out[0]
-            t = self.tag(x.tags[a])
-            want = target[o] if o < len(target) else None
-            cls = self.var_class(want)
-            if cls is not None:
-                t = self.union(t, cls)  # type: ignore[arg-type]
-            elif not (isinstance(want, (int, np.integer)) and (int(want) == -1 or (int(want) == 0 and o == a))):
-                raise _Refused(f"reshape target dim {o} is {want!r}, a fixed size where the padded axis runs: "
-                               "the model would not run at the real size", a)
-            out[o] = t
-            if a in x.fill:
-                fill[o] = x.fill[a]
         for o, want in enumerate(target):
             if out[o] is None and self.depends_on_padding(want):
                 raise _Refused(f"reshape target dim {o} ({want!r}) depends on a padded size on an axis that does not carry it")
         return _V(tuple(out), fill, x.nonfinite)
+
+    def reshape_keep(self, x: _V, a: int, o: int, target: tuple[Any, ...]) -> Any:
+        """Input axis a stays whole as output axis o: its target must follow its size."""
+        t = self.tag(x.tags[a])
+        want = target[o] if o < len(target) else None
+        if isinstance(t, _Merged):
+            if not (self.follows_product(want, t) or (isinstance(want, (int, np.integer)) and int(want) == 0 and o == a)):
+                raise _Refused(f"reshape target dim {o} is {want!r} where a merged padded axis runs", a)
+            return t
+        cls = self.var_class(want)
+        if cls is not None:
+            return self.union(t, cls)
+        if self.follows_product(want, _Merged((t,))):  # (batch * length) with a batch of 1 that is not padded
+            return t
+        if not (isinstance(want, (int, np.integer)) and (int(want) == -1 or (int(want) == 0 and o == a))):
+            raise _Refused(f"reshape target dim {o} is {want!r}, a fixed size where the padded axis runs: "
+                           "the model would not run at the real size", a)
+        return t
 
     def expand(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         x = ins[0]
@@ -865,6 +960,8 @@ class _Analysis:
             raise _Refused("keys and values disagree on padding their length axis", len(k.tags) - 2)
         lead = self.aligned([_V(q.tags[:-2]), _V(k.tags[:-2]), _V(v.tags[:-2])], [sq[:-2], sk[:-2], sv[:-2]],
                             max(len(sq), len(sk), len(sv)) - 2, "attention")
+        if any(isinstance(t, _Merged) for val in (q, k, v) for t in val.tags):
+            raise _Refused("attention over an axis that merges padded axes")
         rows, keys = self.tag(q.tags[-2]), self.tag(k.tags[-2])
         if keys is not None and v.tags[-2] is not None:
             keys = self.union(keys, v.tags[-2])
@@ -913,6 +1010,59 @@ class _Analysis:
         tags: list[Src | None] = [None, None, None]
         tags[b], tags[l] = out.tags[0], out.tags[2]
         return _V(tuple(tags), {}, out.nonfinite)
+
+
+def _pole_free(op: str, ins: Sequence[_V]) -> bool:
+    """A pole op that cannot reach its pole here: x ** k for constant non-negative integers k
+    (GELU's x ** 3) or a non-negative base, division by constant non-zero numbers or a positive
+    divisor, rsqrt / reciprocal / log of a positive value (RMSNorm's rsqrt(mean(x * x) + eps)),
+    sqrt of a non-negative one."""
+    first = ins[0].sign
+    if op in ("rsqrt", "reciprocal", "log") and first == "pos" or op == "sqrt" and first in ("pos", "nonneg"):
+        return True
+    if op == "div" and len(ins) > 1 and ins[1].sign == "pos":
+        return True
+    other = ins[1].const if len(ins) > 1 else None
+    if other is None or not other.size or other.dtype.kind not in "fiu":
+        return False
+    if op == "pow":
+        return bool(np.all(other >= 0) and (first in ("pos", "nonneg") or np.all(np.mod(other, 1) == 0)))
+    if op in ("div", "mod"):
+        return bool(np.all(other != 0) and np.all(np.isfinite(other)))
+    return False
+
+
+def _const_sign(v: _V) -> str | None:
+    if v.sign is not None:
+        return v.sign
+    c = v.const
+    if c is None or not c.size or c.dtype.kind not in "fiub":
+        return None
+    return "pos" if bool(np.all(c > 0)) else "nonneg" if bool(np.all(c >= 0)) else None
+
+
+def _sign(op: str, attrs: Any, ins: Sequence[_V], names: Sequence[str]) -> str | None:
+    """Whether a value is > 0 ("pos") or >= 0 ("nonneg") at every position, padded ones included
+    (pad values of any sign are ordinary inputs here), from its op and its inputs' signs."""
+    signs = [_const_sign(v) for v in ins]
+    if op in ("relu", "abs", "sigmoid", "softmax", "exp", "reduce_sum_square", "reduce_l1", "reduce_l2", "sqrt", "softplus"):
+        return "nonneg" if op not in ("sqrt",) or signs[0] else None
+    if op == "pow" and ins[1].const is not None and ins[1].const.size and bool(np.all(np.mod(ins[1].const, 2) == 0)):
+        return "nonneg"
+    if op == "mul" and len(names) == 2 and names[0] == names[1]:
+        return "nonneg"
+    if op in ("mul", "add", "maximum") and all(x in ("pos", "nonneg") for x in signs):
+        return "pos" if op != "mul" and "pos" in signs else "nonneg"  # a product of tiny positives may underflow to 0
+    if op == "maximum" and "pos" in signs:
+        return "pos"
+    if op == "div" and signs[1] == "pos" and signs[0] in ("pos", "nonneg"):
+        return "nonneg"
+    if op == "cast" and signs[0] in ("pos", "nonneg"):
+        return "nonneg"  # 0.5 cast to an integer is 0
+    if op in ("reduce_mean", "reduce_sum", "reduce_max", "identity", "expand", "reshape", "transpose", "unsqueeze", "squeeze",
+              "flatten", "slice", "gather", "rsqrt", "reciprocal"):
+        return signs[0] if signs[0] in ("pos", "nonneg") and (op not in ("rsqrt", "reciprocal") or signs[0] == "pos") else None
+    return None
 
 
 def _nf(ins: Sequence[_V]) -> frozenset[Src]:
@@ -997,6 +1147,9 @@ def prove_padding(graph: Any, bucket_shapes: tuple[tuple[int, ...], ...], policy
     outs = []
     for name in graph.outputs:
         v = analysis.values[name]
+        if any(isinstance(t, _Merged) for t in v.tags):
+            raise PaddingRefusedError(f"padding is not proven safe: output {name!r} has an axis that merges padded axes "
+                                      "(padded positions inside it cannot be cut away)")
         outs.append(tuple(None if t is None else index[analysis.find(t)] for t in v.tags))
     return PaddingProof(classes, tuple(outs))
 
