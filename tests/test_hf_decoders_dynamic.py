@@ -123,3 +123,24 @@ def test_arange_over_a_size_expression_is_counted_at_run_time() -> None:
     for batch in (1, 5):
         x = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
         np.testing.assert_array_equal(compiled(x).numpy(), x.sum(1) + np.arange(0, 2 * batch, 2, dtype=np.float32))
+
+
+def test_cache_idioms_stay_dynamic() -> None:
+    """What a transformers DynamicCache built inside forward does (the KV-cache step model): a
+    layer starts as torch.tensor([]) concatenated with the past keys, and positions are
+    arange(new) + past length (a tensor plus a size)."""
+
+    class Step(torch.nn.Module):
+        def forward(self, past: Any, new: Any) -> Any:
+            keys = torch.cat([torch.tensor([]), past, new], dim=-2)
+            return keys, torch.arange(new.shape[1]) + past.shape[1]
+
+    dims = {"past": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}, "new": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NeurenixWarning)
+        module = nn.from_torch(Step(), {"past": torch.ones(2, 6, 4), "new": torch.ones(2, 3, 4)}, dynamic_shapes=dims)
+    compiled = nx.compile(module, device="cpu:0")
+    past, new = np.full((3, 9, 4), 1.0, np.float32), np.full((3, 2, 4), 2.0, np.float32)
+    keys, positions = compiled(past, new)
+    np.testing.assert_array_equal(keys.numpy(), np.concatenate([past, new], axis=1))
+    np.testing.assert_array_equal(positions.numpy(), [9, 10])

@@ -35,9 +35,9 @@ import numpy as np
 
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
-from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
-from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd
 from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, fixed_axes, plan_axes, warn_fixed
+from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
+from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
@@ -146,7 +146,7 @@ def _unary(op: str) -> Handler:
 
 def _binary(op: str) -> Handler:
     def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-        x, y = a[0], a[1]
+        x, y = (_size_operand(c, n, v, a[1 - i], f"s{i}") for i, v in enumerate(a[:2]))
         x = c.tensor_value(x, y if isinstance(y, (str, Const)) else None)
         y = c.tensor_value(y, x)
         alpha = k.get("alpha", a[2] if len(a) > 2 else 1)
@@ -155,6 +155,14 @@ def _binary(op: str) -> Handler:
         return c.b.emit(c.name(n), op, [x, y])
 
     return run
+
+
+def _size_operand(c: _Ctx, n: Any, v: Any, other: Any, tag: str) -> Any:
+    """A symbolic size operand (tensor + SymInt) as a 0-d tensor in the other operand's dtype."""
+    if not isinstance(v, SymDim):
+        return v
+    dtype = c.b.spec(other).dtype if isinstance(other, (str, Const)) else "int64"
+    return size_value(c, n, v, dtype, tag)
 
 
 def _rsub(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -405,7 +413,19 @@ def _full(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 
 def _cat(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     dim = int(a[1]) if len(a) > 1 else 0
-    return c.b.emit(c.name(n), "concat", list(a[0]), {"axis": dim})
+    rank = len(c.sym_shape(n))
+    # torch.cat skips 1-D empty tensors next to higher-rank ones (a transformers DynamicCache
+    # layer starts as torch.tensor([]) and is concatenated with the first keys it gets)
+    parts = [v for v, fx in zip(a[0], n.args[0]) if rank == 1 or _sym_shape_of(c, fx) != (0,)]
+    if len(parts) == 1:
+        return parts[0]
+    return c.b.emit(c.name(n), "concat", parts, {"axis": dim})
+
+
+def _sym_shape_of(c: _Ctx, arg: Any) -> tuple[int | SymDim, ...] | None:
+    """The symbolic shape of an fx argument (None for a Python value)."""
+    val = getattr(arg, "meta", {}).get("val")
+    return tuple(c.dim(d) for d in val.shape) if hasattr(val, "shape") else None
 
 
 def _stack(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:

@@ -25,7 +25,7 @@ import numpy as np
 from neurenix_core.graph.importers.builder import Const, Value
 from neurenix_core.graph.symbolic import NotSymbolicError, SymDim
 
-__all__ = ["HANDLERS", "Unavailable", "conv_nd", "conv_transpose_nd", "batch_norm_nd"]
+__all__ = ["HANDLERS", "Unavailable", "conv_nd", "conv_transpose_nd", "batch_norm_nd", "size_value"]
 
 Handler = Callable[[Any, Any, list[Any], dict[str, Any]], Any]
 _BIG: Final = 2**62
@@ -69,10 +69,21 @@ def _scalar(value: float | int | bool, dtype: str) -> Const:
     return Const(np.asarray(value, np.dtype(dtype) if dtype != "bfloat16" else np.float32))
 
 
+def size_value(c: Any, n: Any, size: SymDim, dtype: str, tag: str) -> Value:
+    """A size computed from the input dimensions (a SymInt operand: the past length of a KV
+    cache added to positions) as a 0-d tensor of ``dtype``: the sum of that many ones, which
+    ``nx.compile`` folds to a constant once the input shapes are known."""
+    ones = _emit(c, n, f"{tag}.ones", "expand", [Const(np.ones((1,), np.int64))], {"shape": (size,)})
+    total = _emit(c, n, f"{tag}.size", "reduce_sum", [ones], {"axes": (0,), "keepdims": False})
+    return c.b.cast_to(f"{c.name(n)}.{tag}.size", total, dtype)
+
+
 def _as(c: Any, n: Any, v: Any, dtype: str, tag: str) -> Value:
-    """``v`` (a value or a Python scalar) as ``dtype``: torch computes in the result dtype."""
+    """``v`` (a value, a Python scalar or a symbolic size) as ``dtype``: torch computes in the result dtype."""
     if isinstance(v, (str, Const)):
         return c.b.cast_to(f"{c.name(n)}.{tag}", v, dtype)
+    if isinstance(v, SymDim):
+        return size_value(c, n, v, dtype, tag)
     return _scalar(v, dtype)
 
 
