@@ -205,3 +205,10 @@ def test_the_example_runs() -> None:
     assert "compiled_shapes = [((1, 16),), ((4, 16),), ((8, 16),), ((16, 16),), ((32, 16),)]" in proc.stdout
     assert "compiled_shapes = [((2, 8, 8), (2, 8)), ((2, 16, 8), (2, 16))]" in proc.stdout
     assert "refused: cpu:0: buckets" in proc.stdout and "node 'average' (op reduce_mean)" in proc.stdout
+
+
+def test_bert_with_a_pad_token_outside_the_vocabulary_is_refused(bert: tuple[Any, Any, Any]) -> None:
+    _, _, imported = bert  # 128 tokens: id 500 would read past the embedding table at the padded positions
+    with pytest.raises(PaddingRefusedError, match="may hold inf/NaN at padded keys"):
+        nx.compile(imported, device="cpu", buckets=BERT_BUCKETS, pad_values={"input_ids": 500})
+    nx.compile(imported, device="cpu", buckets=BERT_BUCKETS, pad_values={"input_ids": 1})  # a real token id pads fine

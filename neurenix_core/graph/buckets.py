@@ -193,6 +193,9 @@ def parse_buckets(buckets: Any, graph: Any, pad_values: Mapping[Any, Any] | None
         i = _input_index(key, names, "pad_values")
         if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(float(value)):
             raise CompilationError(f"pad_values[{key!r}] must be a finite number, got {value!r}")
+        kind = str(graph.inputs[i].dtype)
+        if (kind.startswith(("int", "uint")) or kind == "bool") and not float(value).is_integer():
+            raise CompilationError(f"pad_values[{key!r}] = {value!r} is not a value of the {kind} input {names[i]!r}")
         pads[i] = value
     caps = {(i, a): most for i, a, most in getattr(graph, "limits", ()) if axes.get((i, a)) == "pow2"}
     return BucketPolicy(axes, names, tuple(pads), caps)
@@ -858,7 +861,21 @@ class _Analysis:
         return _V(tags, fill, x.nonfinite)
 
     def embedding(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
-        return _V(tuple(self.tag(t) for t in ins[0].tags) + (None,), {})
+        rows = int(np.asarray(node.params["weight"]).shape[0])
+        return _V(tuple(self.tag(t) for t in ins[0].tags) + (None,), {}, self.out_of_range(ins[0], rows))
+
+    def out_of_range(self, idx: _V, size: int) -> frozenset[Src]:
+        """The classes whose padded indices may fall outside a table of ``size`` rows: a pad
+        token id beyond the vocabulary reads garbage there (NaN on XLA, an error on cpu:0)."""
+        if idx.const is not None and idx.const.size:  # known indices (position ids): checked whole
+            inside = bool(np.all((idx.const >= -size) & (idx.const < size)))
+            return idx.nonfinite if inside else frozenset(self.classes_in(idx.tags)) | idx.nonfinite
+        bad = set()
+        for a, t in enumerate(idx.tags):
+            fill = idx.fill.get(a)
+            if t is not None and not (isinstance(fill, (int, float, np.number)) and -size <= fill < size and float(fill).is_integer()):
+                bad |= self.classes_in([t])
+        return frozenset(bad) | idx.nonfinite
 
     def gather(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         data, idx = ins
@@ -867,7 +884,8 @@ class _Analysis:
         if data.tags[axis] is not None:
             self.nonnegative(idx, axis)
         tags = [self.tag(t) for t in data.tags[:axis]] + [self.tag(t) for t in idx.tags] + [self.tag(t) for t in data.tags[axis + 1:]]
-        return _V(tuple(tags), {}, data.nonfinite)
+        size = self.shape(node.inputs[0])[axis]
+        return _V(tuple(tags), {}, data.nonfinite | self.out_of_range(idx, size))
 
     def nonnegative(self, idx: _V, axis: int) -> None:
         if idx.const is None or (idx.const.size and int(idx.const.min()) < 0):
