@@ -449,7 +449,7 @@ class _Analysis:
             handler = _Analysis.elementwise
         if handler is None:
             if not tagged and not self.depends_on_padding(dict(node.attrs)):
-                return _V((None,) * rank, nonnonfinite=_nf(ins))
+                return _V((None,) * rank, nonfinite=_nf(ins))
             if op in _BATCH_ONLY:
                 return self.batch_only(node, ins)
             if op in _REDUCE or op in _AXIS_MIXING or op in ("cumsum", "cumprod"):
@@ -1202,6 +1202,9 @@ def _proof(compiled: Any, key: tuple[tuple[int, ...], ...]) -> PaddingProof:
     if proof is None:
         try:
             proof = prove_padding(compiled.graph, key, compiled._buckets)
+        except ShapeError:
+            _runner(compiled, key)  # the model does not fit the bucket shapes: the compiler's own message, naming the layer
+            raise
         except PaddingRefusedError as exc:
             raise PaddingRefusedError(
                 f"{compiled.device}: buckets ({compiled._buckets.describe()}) at bucket shapes {list(key)}: {exc}. Compile without "
@@ -1218,9 +1221,13 @@ def check_early(compiled: Any) -> None:
         return
     try:
         key = compiled._buckets.shapes_for(shapes)
+        proof = prove_padding(compiled.graph, key, compiled._buckets)
     except ShapeError:
-        return  # the example is above a bucket: that call would be refused, other calls may fit
-    _proof(compiled, key)
+        return  # the example is above a bucket, or the model does not fit it: said at the call, as without buckets
+    except PaddingRefusedError:
+        _proof(compiled, key)  # raises it again with the device and the buckets named
+        raise
+    compiled._proofs[key] = proof
 
 
 def call_bucketed(compiled: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
