@@ -8,7 +8,7 @@ at positions 16, 64 and 256, pinned to 1 and to 2 threads.
 
 Models: small GPT-2 and Llama configs built from configs (random weights, nothing downloaded;
 4 layers, width 256, vocabulary 2048, 512 positions). A prompt of 8 tokens, then greedy decoding
-of 252 tokens with no stop token; the time of each step is read as the tokens come out (nx's
+of 256 tokens with no stop token; the time of each step is read as the tokens come out (nx's
 ``stream=True``, a transformers streamer), and the time per token at position p is the median of
 the steps p-4 .. p+4, best over rounds. Rounds are interleaved (nx dynamic, nx fixed, torch, in a
 shuffled order per round) so load on the shared machine hits every contender alike. Each thread
@@ -30,7 +30,7 @@ from typing import Any
 
 POSITIONS = (16, 64, 256)
 PROMPT = 8
-NEW = 252
+NEW = 256
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _SMALL = dict(vocab_size=2048, hidden_size=256, num_hidden_layers=4, num_attention_heads=8, intermediate_size=1024,
               max_position_embeddings=512)
