@@ -156,7 +156,7 @@ BERT_BUCKETS = {name: {0: [2, 4], 1: [8, 16, 32]} for name in ("input_ids", "att
 
 
 def test_bert_compiles_once_per_bucket_and_padding_the_mask_changes_nothing(bert: tuple[Any, Any, Any]) -> None:
-    model, inputs, imported = bert
+    _, inputs, imported = bert
     bucketed = nx.compile(imported, device="cpu", buckets=BERT_BUCKETS)
     exact = nx.compile(imported, device="cpu")
     rng = np.random.default_rng(2)

@@ -54,8 +54,18 @@ import numpy as np
 from neurenix_core.errors import CompilationError, ShapeError
 
 __all__ = [
-    "BucketPolicy", "PaddingRefusedError", "PaddingProof", "prove_padding", "parse_buckets", "pow2_bucket",
-    "pad_array", "MASK_NEGATIVE", "BucketStats", "call_bucketed", "check_early", "bucket_report",
+    "MASK_NEGATIVE",
+    "BucketPolicy",
+    "BucketStats",
+    "PaddingProof",
+    "PaddingRefusedError",
+    "bucket_report",
+    "call_bucketed",
+    "check_early",
+    "pad_array",
+    "parse_buckets",
+    "pow2_bucket",
+    "prove_padding",
 ]
 
 #: An additive attention mask at or below this is taken to remove the key exactly (exp underflows to 0).
@@ -219,10 +229,17 @@ class PaddingProof:
 
     classes: tuple[tuple[Src, ...], ...]
     outputs: tuple[tuple[int | None, ...], ...]  # per output, per axis: index into classes or None
+    #: per class, the smallest real size the model's constant indices along it need (1 + the largest)
+    least: tuple[int, ...] = ()
 
     def consistent(self, shapes: tuple[tuple[int, ...], ...]) -> bool:
-        """Whether every class has one real size in this call."""
-        return all(len({shapes[i][a] for i, a in members}) == 1 for members in self.classes)
+        """Whether every class has one real size in this call, at least as large as the model's
+        constant indices along it need (a shorter input would fail unpadded; padded it must too)."""
+        for k, members in enumerate(self.classes):
+            sizes = {shapes[i][a] for i, a in members}
+            if len(sizes) != 1 or (self.least and next(iter(sizes)) < self.least[k]):
+                return False
+        return True
 
     def sizes(self, shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
         return tuple(shapes[members[0][0]][members[0][1]] for members in self.classes)
@@ -284,6 +301,7 @@ class _Analysis:
         self.parent: dict[Src, Src] = {s: s for s in padded}
         self.size = {s: int(shaped.inputs[s[0]].shape[s[1]]) for s in padded}
         self.values: dict[str, _V] = {}
+        self.least: dict[Src, int] = {}
         for i, spec in enumerate(shaped.inputs):
             tags = tuple((i, a) if (i, a) in self.parent else None for a in range(len(spec.shape)))
             fill = {a: pad_values[i] for a, t in enumerate(tags) if t is not None}
@@ -882,15 +900,22 @@ class _Analysis:
         rank = len(data.tags)
         axis = int(shaped.attrs.get("axis", 0)) % rank
         if data.tags[axis] is not None:
-            self.nonnegative(idx, axis)
+            self.nonnegative(idx, axis, data)
         tags = [self.tag(t) for t in data.tags[:axis]] + [self.tag(t) for t in idx.tags] + [self.tag(t) for t in data.tags[axis + 1:]]
         size = self.shape(node.inputs[0])[axis]
         return _V(tuple(tags), {}, data.nonfinite | self.out_of_range(idx, size))
 
-    def nonnegative(self, idx: _V, axis: int) -> None:
+    def nonnegative(self, idx: _V, axis: int, data: _V | None = None, component: np.ndarray | None = None) -> None:
         if idx.const is None or (idx.const.size and int(idx.const.min()) < 0):
             why = "are computed at run time" if idx.const is None else "include negative ones (counted from the padded end)"
             raise _Refused(f"the gather indices into this padded axis {why}: they could read padded positions", axis)
+        values = idx.const if component is None else component
+        t = None if data is None else data.tags[axis]
+        if t is not None and values.size and not any(v.tags and any(x is not None for x in v.tags) for v in (idx,)):
+            # fixed indices (a CLS token at 0): a real size below them fails unpadded, so the call runs exactly
+            root = self.find(t) if not isinstance(t, _Merged) else None
+            if root is not None:
+                self.least[root] = max(self.least.get(root, 1), int(values.max()) + 1)
 
     def gather_elements(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
         data, idx = ins
@@ -922,7 +947,7 @@ class _Analysis:
             raise _Refused("gather_nd index tuples along a padded axis", len(ishape) - 1)
         for d in range(depth):
             if data.tags[d] is not None:
-                self.nonnegative(idx, d)
+                self.nonnegative(idx, d, data, idx.const[..., d] if idx.const is not None else None)
         lead = [self.tag(t) for t in idx.tags[:-1]]
         tags = lead + [self.tag(t) for t in data.tags[depth:]]
         fill: dict[int, Any] = {}
@@ -1022,7 +1047,7 @@ class _Analysis:
         first = bool(shaped.attrs.get("batch_first"))
         b, l = (0, 1) if first else (1, 0)
         def four(x: _V) -> _V:  # (batch, heads, length, head size)
-            return _V((x.tags[b], None, x.tags[l], x.tags[2]), dict(), x.nonfinite)
+            return _V((x.tags[b], None, x.tags[l], x.tags[2]), {}, x.nonfinite)
         one = (2, 1, 2, 2)
         out = self.sdpa(node, four(q), four(k), four(v), one, one, one, mask, mask_shape, False)
         tags: list[Src | None] = [None, None, None]
@@ -1169,7 +1194,8 @@ def prove_padding(graph: Any, bucket_shapes: tuple[tuple[int, ...], ...], policy
             raise PaddingRefusedError(f"padding is not proven safe: output {name!r} has an axis that merges padded axes "
                                       "(padded positions inside it cannot be cut away)")
         outs.append(tuple(None if t is None else index[analysis.find(t)] for t in v.tags))
-    return PaddingProof(classes, tuple(outs))
+    least = tuple(max([analysis.least.get(s, 1) for s in padded if analysis.find(s) == r] or [1]) for r in roots)
+    return PaddingProof(classes, tuple(outs), least)
 
 
 # ============================================================================ calling
