@@ -212,3 +212,26 @@ def test_bert_with_a_pad_token_outside_the_vocabulary_is_refused(bert: tuple[Any
     with pytest.raises(PaddingRefusedError, match="may hold inf/NaN at padded keys"):
         nx.compile(imported, device="cpu", buckets=BERT_BUCKETS, pad_values={"input_ids": 500})
     nx.compile(imported, device="cpu", buckets=BERT_BUCKETS, pad_values={"input_ids": 1})  # a real token id pads fine
+
+
+def test_a_causal_mask_built_from_positions_pads_the_length() -> None:
+    """mask = positions[None, :] <= positions[:, None]: a real row i < n never sees a padded column j >= n."""
+    from neurenix_core.graph.symbolic import SymDim
+
+    nodes = [
+        Node("positions.const", "constant", (), "positions.const", {}, {"value": np.arange(64, dtype=np.int64)}),
+        Node("positions", "slice", ("positions.const",), "positions", {"starts": (0,), "ends": (SymDim("d0_1"),), "axes": (0,)}),
+        Node("cols", "unsqueeze", ("positions",), "cols", {"axes": (0,)}),
+        Node("rows", "unsqueeze", ("positions",), "rows", {"axes": (1,)}),
+        Node("causal", "less_equal", ("cols", "rows"), "causal"),
+        Node("attn", "scaled_dot_product_attention", ("x", "x", "x", "causal"), "y"),
+    ]
+    graph = _graph(nodes, [TensorSpec("x", (2, 4, 8), dynamic=(0, 1))], "y")
+    compiled, exact = nx.compile(graph, device="cpu", buckets={"x": {1: [8, 16]}}), nx.compile(graph, device="cpu")
+    for s in (3, 11):
+        x = np.random.default_rng(s).standard_normal((2, s, 8)).astype(np.float32)
+        np.testing.assert_allclose(compiled(x).numpy(), exact(x).numpy(), rtol=0, atol=1e-6)
+    assert compiled.compiled_shapes == [((2, 8, 8),), ((2, 16, 8),)]
+    nodes[4] = Node("causal", "greater_equal", ("cols", "rows"), "causal")  # the upper triangle: later keys, refused
+    with pytest.raises(PaddingRefusedError, match="attention sums over the padded keys"):
+        nx.compile(_graph(nodes, [TensorSpec("x", (2, 4, 8), dynamic=(0, 1))], "y"), device="cpu", buckets={"x": {1: [8, 16]}})

@@ -251,6 +251,7 @@ class _V:
     fill: dict[int, Any] = field(default_factory=dict)
     nonfinite: frozenset[Src] = frozenset()  # _ANY: every class
     sign: str | None = None  # "pos" (> 0 everywhere) or "nonneg" (>= 0): poles it cannot reach
+    iota: tuple[int, int] | None = None  # (axis, c): the value is its position along a padded axis plus c
     const: np.ndarray | None = None
 
 
@@ -278,6 +279,8 @@ _ELEMENTWISE: Final = frozenset({
     "bitwise_not", "bitwise_or", "bitwise_xor", "cast", "where", "celu", "elu", "gelu", "hardsigmoid", "hardswish", "leaky_relu",
     "prelu", "selu", "shrink", "silu", "thresholded_relu", "swiglu",
 })
+#: Comparisons a causal mask is built from.
+_ORDER: Final = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
 #: Elementwise ops that can make inf/NaN from finite numbers (a pole or a domain edge).
 _POLES: Final = frozenset({"acos", "acosh", "asin", "atanh", "div", "log", "mod", "pow", "reciprocal", "rsqrt", "sqrt", "tan"})
 _REDUCE: Final = frozenset({
@@ -419,11 +422,22 @@ class _Analysis:
             out.const = out.const if out.const is not None else self.evaluate(shaped, ins)
             if out.const is not None and out.const.size and out.const.dtype.kind in "fc" and not np.isfinite(out.const).all():
                 out.nonfinite = frozenset({_ANY})
+            out.iota = self.ramp(out)
             if out.const is not None and out.const.size:
                 flat = out.const.reshape(-1)
                 if (flat == flat[0]).all():  # a uniform value: known in every region
                     out.fill = {a: flat[0].item() for a, t in enumerate(out.tags) if t is not None}
             self.values[node.output] = out
+
+    def ramp(self, v: _V) -> tuple[int, int] | None:
+        """(axis, c) when a constant integer value is its position along one padded axis plus c."""
+        c = v.const
+        if c is None or not c.size or c.dtype.kind not in "iu":
+            return None
+        for axis, t in enumerate(v.tags):
+            if t is not None and _is_iota(c - c.reshape(-1)[0], axis):
+                return axis, int(c.reshape(-1)[0])
+        return None
 
     def check(self, node: Any, out: _V) -> None:
         """A rule's result must describe its value: one tag per axis, each on an axis of its class's size."""
@@ -513,9 +527,35 @@ class _Analysis:
                     value = np.asarray(opset.evaluate(node.op, shaped.attrs, arrays, {})).item()
                 except (ValueError, TypeError, IndexError, OverflowError):
                     value = None
+            if value is None and node.op in _ORDER and len(ins) == 2:
+                value = self.causal(node.op, ins, shapes, k, out_rank, tags)
             if value is not None:
                 fill[k] = value
         return _V(tuple(tags), fill, nonfinite)
+
+    def causal(self, op: str, ins: list[_V], shapes: list[tuple[int, ...]], k: int, out_rank: int, tags: list[Any]) -> Any:
+        """A comparison of two position ramps of one class (a causal mask ``j <= i``): at a padded
+        column ``j >= n`` of a real row ``i < n``, ``j > i``, so the result is known there."""
+        ramps = []
+        for v, shp in zip(ins, shapes):
+            if v.iota is None:
+                return None
+            ramps.append((v.iota[0] + out_rank - len(shp), v.iota[1]))
+        (a0, c0), (a1, c1) = ramps
+        if a0 == a1 or k not in (a0, a1) or tags[a0] is None or tags[a1] is None or self.tag(tags[a0]) != self.tag(tags[a1]):
+            return None
+        # j: the ramp along the padded column k; i: the real row. j - i >= 1 + (cj - ci) there.
+        cj, ci = (c0, c1) if a0 == k else (c1, c0)
+        gap = 1 + cj - ci  # the least value of (j + cj) - (i + ci)
+        j_first = a0 == k
+        if gap <= 0:
+            return None
+        # with d = (j + cj) - (i + ci) >= gap >= 1: j > i, j >= i, not j < i, not j <= i
+        first_larger = {"less": False, "less_equal": False, "greater": True, "greater_equal": True, "equal": False, "not_equal": True}
+        result = first_larger[op]
+        if not j_first and op not in ("equal", "not_equal"):
+            result = not result
+        return result
 
     def fill_at(self, v: _V, shp: tuple[int, ...], k: int, out_rank: int) -> Any:
         """The input's value in the output's padded region along output axis k, where known."""
