@@ -26,13 +26,20 @@ for every value:
   mask removes entirely); a masked contraction needs the other operand finite there (0 * inf is
   NaN).
 - ``const``: the value itself when it is computed from constants only (index grids, position
-  ids), evaluated at the bucket's shapes.
+  ids), evaluated at the bucket's shapes; ``iota`` when it is a position ramp along a padded
+  axis (a causal mask compares two of them);
+- ``sign``: > 0 or >= 0 everywhere, so that poles that cannot be reached (RMSNorm's
+  ``rsqrt(mean(x * x) + eps)``) are not counted.
+
+A reshape that merges padded axes into one row axis (GPT-2's ``(batch * length, features)``
+around its matrix products) tags it with a :class:`_Merged` of its parts; row-wise ops keep it
+and a later reshape must split it back into the same parts.
 
 Each op keeps positions along a tagged axis independent (elementwise and broadcast ops, matmul
 and linear over other axes, reductions and norms over other axes, reshapes and transposes that
 keep the axis whole, gathers with non-negative indices), or mixes along it only where it is proven
 masked: attention whose padded keys are masked by a ``False`` / ``-inf`` / very negative (<=
--1e4) mask or by causality (``is_causal``, a ``trilu`` mask), sums over zero-filled axes, max
+-1e4) mask or by causality (``is_causal``, a ``trilu`` mask, compared position ramps), sums over zero-filled axes, max
 over ``-inf`` ones, forward cumulative sums. Anything else on a padded axis is refused with
 :class:`PaddingRefusedError`, naming the node, its op, the axis and the reason.
 
@@ -962,8 +969,7 @@ class _Analysis:
         rank = len(data.tags)
         axis = int(shaped.attrs.get("axis", 0)) % rank
         if data.tags[axis] is not None:
-            self.nonnegative(idx, axis)
-        dshape, ishape = self.shape(node.inputs[0]), self.shape(node.inputs[1])
+            self.nonnegative(idx, axis, data)
         tags: list[Src | None] = []
         for k in range(rank):
             dt, it = self.tag(data.tags[k]), self.tag(idx.tags[k])
@@ -972,7 +978,6 @@ class _Analysis:
             if k != axis and dt is not None and it is not None:
                 self.union(dt, it)
             tags.append(it)
-        del dshape, ishape
         return _V(tuple(tags), {}, data.nonfinite)
 
     def gather_nd(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
@@ -1050,11 +1055,10 @@ class _Analysis:
             keys = self.union(keys, v.tags[-2])
         if mask is not None:
             assert mask_shape is not None
-            rank = max(len(sq), len(sk)) + 0
-            full = tuple(lead) + (rows, keys)
-            mtags = self.aligned([_V(full), mask], [tuple(1 for _ in full), mask_shape], max(len(full), len(mask_shape)), "attention mask")
+            full = tuple(lead) + (rows, keys)  # the scores (..., queries, keys) the mask broadcasts to
+            scores = tuple(int(d) for d in np.broadcast_shapes(sq[:-2], sk[:-2])) + (sq[-2], sk[-2])
+            mtags = self.aligned([_V(full), mask], [scores, mask_shape], max(len(full), len(mask_shape)), "attention mask")
             rows, keys = mtags[-2], mtags[-1]
-            del rank
         if keys is not None:
             proofs = []
             if mask is not None and mask.tags and mask.tags[-1] is not None and self.masks_out(mask.fill.get(len(mask.tags) - 1)):
@@ -1088,8 +1092,13 @@ class _Analysis:
         b, l = (0, 1) if first else (1, 0)
         def four(x: _V) -> _V:  # (batch, heads, length, head size)
             return _V((x.tags[b], None, x.tags[l], x.tags[2]), {}, x.nonfinite)
-        one = (2, 1, 2, 2)
-        out = self.sdpa(node, four(q), four(k), four(v), one, one, one, mask, mask_shape, False)
+
+        def shape4(name: str) -> tuple[int, ...]:
+            s3 = self.shape(name)
+            return (s3[b], 1, s3[l], s3[2])
+
+        sq, sk, sv = (shape4(i) for i in node.inputs[:3])
+        out = self.sdpa(node, four(q), four(k), four(v), sq, sk, sv, mask, mask_shape, False)
         tags: list[Src | None] = [None, None, None]
         tags[b], tags[l] = out.tags[0], out.tags[2]
         return _V(tuple(tags), {}, out.nonfinite)
