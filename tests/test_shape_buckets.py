@@ -192,21 +192,6 @@ def test_bert_with_the_mask_padded_by_1_is_refused(bert: tuple[Any, Any, Any]) -
         nx.compile(imported, device="cpu", buckets=BERT_BUCKETS, pad_values={"attention_mask": 1})
 
 
-def test_the_example_runs() -> None:
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "examples" / "shape_buckets.py"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
-    proc = subprocess.run([sys.executable, str(script), "--device", "cpu:0"], capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "compiled_shapes = [((1, 16),), ((4, 16),), ((8, 16),), ((16, 16),), ((32, 16),)]" in proc.stdout
-    assert "compiled_shapes = [((2, 8, 8), (2, 8)), ((2, 16, 8), (2, 16))]" in proc.stdout
-    assert "refused: cpu:0: buckets" in proc.stdout and "node 'average' (op reduce_mean)" in proc.stdout
-
-
 def test_bert_with_a_pad_token_outside_the_vocabulary_is_refused(bert: tuple[Any, Any, Any]) -> None:
     _, _, imported = bert  # 128 tokens: id 500 would read past the embedding table at the padded positions
     with pytest.raises(PaddingRefusedError, match="may hold inf/NaN at padded keys"):
