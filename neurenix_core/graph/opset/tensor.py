@@ -327,6 +327,11 @@ def convert(x: np.ndarray, to: str, saturate: bool = True, round_mode: str = "up
         # integers in float64: the bounds are exact in each, so only the final conversion rounds.
         v = _as_float32(x) if x.dtype.kind == "V" or x.dtype.itemsize == 1 and x.dtype.kind == "f" else x
         return np.clip(v, float(info.min), float(info.max)).astype(target)
+    if x.dtype.kind == "f" and np.dtype(target).kind in "iu":
+        # NaN / inf to an integer is undefined (ONNX and torch alike); models that produce one
+        # drop it with a where (T5's relative-position buckets take log(0)): no NumPy warning
+        with np.errstate(invalid="ignore"):
+            return x.astype(target)
     return x.astype(target)
 
 
