@@ -351,6 +351,8 @@ def _arange(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     any other symbolic arange (a start or end computed from several sizes, a step) is counted
     at run time (:func:`_runtime_arange`)."""
     start, end, step = (0, a[0], 1) if len(a) == 1 else (a[0], a[1], a[2] if len(a) > 2 else k.get("step", 1))
+    if any(isinstance(v, float) for v in (start, end, step)):
+        raise NotSymbolicError(f"node {c.name(n)!r}: arange({start}, {end}, {step}) with a fractional bound and a symbolic one")
     start, end = c.dim(start), c.dim(end)
     if not isinstance(step, int) or step <= 0:
         raise NotSymbolicError(f"node {c.name(n)!r}: arange({start}, {end}, {step}) with a symbolic or negative step")
