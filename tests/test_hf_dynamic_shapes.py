@@ -139,6 +139,20 @@ def test_a_size_1_axis_the_model_fixes_says_why() -> None:
         nn.from_torch(ViewFourByFour(), torch.randn(1, 16))
 
 
+def test_code_that_branches_on_size_1_keeps_the_example_size() -> None:
+    """A size-2 trace cannot see ``if batch == 1`` (torch assumes sizes >= 2 and records no
+    guard); the import checks the graph at the example's size and keeps batch 1 instead."""
+
+    class BranchOnOne(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x * 2 if x.shape[0] == 1 else x * 3
+
+    with pytest.warns(NeurenixWarning, match=r"input 'x' axis 0 \(example size 1\).*computes differently when that size is 1"):
+        imported = nn.from_torch(BranchOnOne(), torch.randn(1, 4))
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal(nx.compile(imported, device="cpu:0")(x).numpy(), x * 2)
+
+
 def test_a_fixed_axis_is_a_fallback_error_under_policy_error() -> None:
     with nx.fallback_policy("error"), pytest.raises(FallbackError, match=r"input 'x' axis 0 \(example size 4\)"):
         nn.from_torch(_FixesTheBatch(), torch.randn(4, 16))

@@ -249,7 +249,19 @@ def describe(a: Axis) -> str:
     return f"input {a.name!r} axis {a.axis} (example size {a.size})"
 
 
-def warn_fixed(module: Any, fixed: list[tuple[Axis, str]], *, stacklevel: int = 4) -> None:
+def _caller_level() -> int:
+    """warnings' stacklevel of the first frame outside neurenix_core (the user's from_torch call)."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    frame, level = sys._getframe(2), 2  # level 1 is warn_fixed, 2 its caller
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_fixed(module: Any, fixed: list[tuple[Axis, str]]) -> None:
     """One NeurenixWarning naming every axis meant dynamic that was fixed, with the reason
     (a FallbackError under ``nx.fallback_policy('error')``)."""
     from neurenix_core.tensor.fallback import get_fallback_policy
@@ -263,4 +275,33 @@ def warn_fixed(module: Any, fixed: list[tuple[Axis, str]], *, stacklevel: int = 
            "to choose the dynamic axes yourself, or static=True to import the example's shapes without this warning")
     if get_fallback_policy() == "error":
         raise FallbackError(msg)
-    warnings.warn(msg, NeurenixWarning, stacklevel=stacklevel)
+    warnings.warn(msg, NeurenixWarning, stacklevel=_caller_level())
+
+
+def differs_at_example(torch: Any, module: Any, graph: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Empty when ``graph`` (traced with size-1 axes widened to 2) gives PyTorch's result at the
+    user's example; else what differs. A size-2 trace cannot see code that branches on a size
+    being 1 (torch then assumes sizes >= 2 and records no guard), so the import checks the one
+    size-1 shape it knows: the example's, on the NumPy interpreter."""
+    import numpy as np
+    import torch.utils._pytree as pytree
+
+    from neurenix_core.graph.reference import run_graph
+
+    with torch.no_grad():
+        want = [x.detach().cpu().numpy() for x in pytree.tree_leaves(module(*args, **kwargs)) if isinstance(x, torch.Tensor)]
+    inputs = [x.detach().cpu().numpy() for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    got = run_graph(graph, *inputs, float_dtype=None)
+    got = list(got) if isinstance(got, tuple) else [got]
+    if len(got) != len(want):
+        return f"the graph gives {len(got)} outputs at the example's shapes and PyTorch {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        if g64.shape != w64.shape:
+            return f"output {i} has shape {g64.shape} at the example's shapes and PyTorch's has {w64.shape}"
+        both_nan = np.isnan(g64) & np.isnan(w64)
+        err = float(np.where(both_nan, 0.0, np.abs(g64 - w64)).max(initial=0.0)) / max(float(np.nanmax(np.abs(w64), initial=0.0)), 1.0)
+        if not err <= 1e-3:  # fp32 rounding is ~1e-6; a different branch is far off (NaN included)
+            return (f"output {i} differs from PyTorch's by {err:.1e} (relative) at the example's shapes: the model's code "
+                    "computes differently when that size is 1")
+    return ""

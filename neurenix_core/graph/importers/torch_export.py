@@ -35,7 +35,7 @@ import numpy as np
 
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
-from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, fixed_axes, plan_axes, warn_fixed
+from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, differs_at_example, fixed_axes, plan_axes, warn_fixed
 from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
 from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value
 from neurenix_core.graph.ir import Graph
@@ -731,8 +731,7 @@ def _refuse(module: Any, exc: Exception) -> UnsupportedOperationError:
 
 def _static_fallback(module: Any, plan: AxisPlan, why: str) -> None:
     """Say (or refuse, under policy 'error') that every axis meant dynamic keeps the example's size."""
-    warn_fixed(module, [(a, f"the whole model was imported with the example's static shapes, because {why}") for a in plan.meant],
-               stacklevel=5)
+    warn_fixed(module, [(a, f"the whole model was imported with the example's static shapes, because {why}") for a in plan.meant])
 
 
 def _with_example_shapes(graph: Graph, plan: AxisPlan) -> Graph:
@@ -794,8 +793,20 @@ def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
         return _static(torch, module, args, kwargs)
     explicit = dynamic_shapes is not None
     spec = dynamic_shapes if explicit else default_spec(torch, module, args, kwargs)
+    return _import_dynamic(torch, module, args, kwargs, spec, explicit)
+
+
+def _import_dynamic(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, explicit: bool,
+                    as_given: str = "") -> Graph:
+    """The dynamic import of ``spec``'s axes (size-1 ones widened to 2, unless ``as_given`` says
+    why the example is exported as it is), else the static one with the warning."""
     try:
-        plan, traced, ep = _export_planned(torch, module, args, kwargs, spec)
+        if as_given:
+            plan = plan_axes(torch, module, args, kwargs, spec, widen=False)
+            plan.widen_failure = as_given
+            traced, ep = _export(torch, module, args, kwargs, spec)
+        else:
+            plan, traced, ep = _export_planned(torch, module, args, kwargs, spec)
     except Exception as exc:
         if explicit:
             raise _refuse(module, exc) from exc
@@ -812,8 +823,12 @@ def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
         # static import works, the user still gets a model (and is told), else its error.
         why = f"the dynamic graph has an unsupported part ({exc})"
     else:
+        graph = _with_example_shapes(graph, plan)
+        differs = differs_at_example(torch, module, graph, args, kwargs) if plan.widened else ""
+        if differs:  # the size-2 trace is not the model at the example's size 1
+            return _import_dynamic(torch, module, args, kwargs, spec, explicit, f"the import {differs}")
         warn_fixed(module, fixed_axes(torch, traced, plan))
-        return _with_example_shapes(graph, plan)
+        return graph
     graph = _static(torch, module, args, kwargs)
     _static_fallback(module, plan, why)
     return graph
