@@ -7,6 +7,9 @@ or the axes ``dynamic_shapes=`` marks with a ``Dim``, ``Dim.AUTO`` or ``Dim.DYNA
 example size is 1 is *widened* to 2 for the trace: the example is repeated along that axis
 (``torch.cat([x, x], axis)``), which gives the graph torch.export captures for every size >= 2,
 the same graph a batch-2 example gives. The imported graph keeps the user's example shapes.
+A size-2 trace cannot see code that branches on a size being 1, so the widened graph is run at
+the user's example on the NumPy interpreter and compared with PyTorch (``differs_at_example``);
+where it differs, or the widened trace fails or fixes the axis, the example is exported as given.
 
 Why not ``torch.fx.experimental._config.backed_size_oblivious``: with it, torch 2.13's fake
 tensors computed wrong shapes for some models (Swin: a reshape of an expanded window mask
@@ -28,7 +31,7 @@ from typing import Any
 
 from neurenix_core.errors import FallbackError, NeurenixWarning
 
-__all__ = ["Axis", "AxisPlan", "default_spec", "fixed_axes", "plan_axes", "warn_fixed"]
+__all__ = ["Axis", "AxisPlan", "default_spec", "differs_at_example", "fixed_axes", "plan_axes", "warn_fixed"]
 
 
 @dataclass(frozen=True)
