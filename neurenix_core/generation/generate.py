@@ -117,6 +117,10 @@ class CausalLM:
             max_new = getattr(gc, "max_new_tokens", None) or max(1, int(getattr(gc, "max_length", None) or 20) - prompt)
         if not isinstance(max_new, (int, np.integer)) or isinstance(max_new, bool) or max_new < 1:
             raise GenerationError(f"{self.device}: max_new_tokens={max_new!r}; give an integer >= 1")
+        limit = self.spec.max_positions
+        if limit is not None and prompt + max_new - 1 > limit:
+            raise GenerationError(f"{self.model_name} has learned positions 0..{limit - 1}; a prompt of {prompt} tokens and "
+                                  f"{max_new} new ones would need {prompt + max_new - 1}: give max_new_tokens <= {limit - prompt + 1}")
         if eos is None:
             eos = getattr(gc, "eos_token_id", None)
         stops = tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]))

@@ -37,6 +37,8 @@ class StepSpec:
     kv_heads: int
     head_dim: int
     vocab: int
+    #: The length of a learned position-embedding table (GPT-2's wpe), past which the model has no
+    #: position to look up; None for rotary models, which transformers lets run past their config.
     max_positions: int | None
 
 
@@ -57,8 +59,11 @@ def spec_of(model: Any) -> StepSpec:
     heads = int(text.num_attention_heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
     kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
-    limit = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
-    return StepSpec(int(text.num_hidden_layers), kv_heads, head_dim, int(text.vocab_size), None if limit is None else int(limit))
+    limit = getattr(text, "max_position_embeddings", None)
+    tokens = model.get_input_embeddings()
+    tables = {m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding) and m is not tokens}
+    learned = limit is not None and int(limit) in tables
+    return StepSpec(int(text.num_hidden_layers), kv_heads, head_dim, int(text.vocab_size), int(limit) if learned else None)
 
 
 def _wrapper(model: Any, spec: StepSpec, window: bool) -> Any:
