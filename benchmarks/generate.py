@@ -32,8 +32,8 @@ POSITIONS = (16, 64, 256)
 PROMPT = 8
 NEW = 256
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-_SMALL = dict(vocab_size=2048, hidden_size=256, num_hidden_layers=4, num_attention_heads=8, intermediate_size=1024,
-              max_position_embeddings=512)
+_SMALL = {"vocab_size": 2048, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "intermediate_size": 1024,
+          "max_position_embeddings": 512}
 
 
 def _model(name: str) -> Any:
@@ -61,8 +61,9 @@ class _Clock:
 
 def _per_token(start: float, stamps: list[float]) -> list[float]:
     """Seconds per step: step i produced the token at position PROMPT + i."""
-    edges = [start, *stamps]
-    return [b - a for a, b in zip(edges, edges[1:])]
+    from itertools import pairwise
+
+    return [b - a for a, b in pairwise([start, *stamps])]
 
 
 def _at(steps: list[float], position: int) -> float:
@@ -88,7 +89,7 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
         ids = np.random.default_rng(0).integers(3, 2000, (1, PROMPT))
         lms = {kind: nx.generation.CausalLM(model, "cpu:0", cache=kind) for kind in ("dynamic", "fixed")}
 
-        def run_nx(kind: str) -> tuple[list[float], Any]:
+        def run_nx(kind: str, lms: dict[str, Any] = lms, ids: Any = ids) -> tuple[list[float], Any]:
             start = time.perf_counter()
             stamps, toks = [], []
             for tok in lms[kind].generate(ids, max_new_tokens=new, eos_token_id=[], stream=True, progress=False):
@@ -96,7 +97,7 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
                 toks.append(int(tok[0]))
             return _per_token(start, stamps), toks
 
-        def run_torch() -> tuple[list[float], Any]:
+        def run_torch(model: Any = model, ids: Any = ids) -> tuple[list[float], Any]:
             clock = _Clock()
             start = time.perf_counter()
             with torch.no_grad():
@@ -134,7 +135,7 @@ def _child(threads: int, quick: bool) -> list[dict[str, Any]]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     cols = [k for k in rows[0] if k.startswith("tok_s@")]
-    head = f"{'model':<7}{'thr':>4}  {'runtime':<11}" + "".join(f"{c.replace('tok_s@', 'tok/s @'):>12}" for c in cols) + f"{'p256/p16':>10}  same tokens"
+    head = f"{'model':<7}{'thr':>4}  {'runtime':<11}" + "".join(f"{c.replace('tok_s@', 'tok/s @'):>12}" for c in cols) + f"{'p' + cols[-1][6:] + '/p' + cols[0][6:]:>10}  same tokens"
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['model']:<7}{r['threads']:>4}  {r['runtime']:<11}" + "".join(f"{r[c]:>12.1f}" for c in cols)

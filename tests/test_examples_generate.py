@@ -25,11 +25,11 @@ def test_example_generates() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "same as transformers' generate: True" in out, out
-    greedy = re.search(r"^greedy: +(\[.*\])$", out, re.M)
-    streamed = re.search(r"^streamed: (.*)$", out, re.M)
+    greedy = re.search(r"^greedy: +(\[.*\])$", out, re.MULTILINE)
+    streamed = re.search(r"^streamed: (.*)$", out, re.MULTILINE)
     assert greedy and streamed, out
     assert [int(t) for t in streamed.group(1).split()] == json.loads(greedy.group(1))
-    compilations = int(re.search(r"^compilations: (\d+)", out, re.M).group(1))  # type: ignore[union-attr]
+    compilations = int(re.search(r"^compilations: (\d+)", out, re.MULTILINE).group(1))  # type: ignore[union-attr]
     # batch 1: the prompt's bucket (8) and the decode step (capacity 32) for greedy, sampled and
     # streamed alike; batch 2: its prompt bucket and decode step (capacity 16)
     assert "fixed cache" in out and compilations == 4, out

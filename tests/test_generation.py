@@ -18,10 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import hf_zoo as hz  # noqa: E402
+import hf_zoo as hz
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.generation import CausalLM, GenerationError, NotACausalLMError  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.generation import CausalLM, GenerationError, NotACausalLMError
 
 NEW = 32
 PROMPT = 6

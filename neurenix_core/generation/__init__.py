@@ -11,4 +11,4 @@ from neurenix_core.generation.errors import CacheCapacityError, GenerationError,
 from neurenix_core.generation.generate import CACHE_KINDS, CausalLM, clear, generate
 from neurenix_core.generation.sampling import Sampler
 
-__all__ = ["CausalLM", "generate", "clear", "Sampler", "CACHE_KINDS", "GenerationError", "NotACausalLMError", "CacheCapacityError"]
+__all__ = ["CACHE_KINDS", "CacheCapacityError", "CausalLM", "GenerationError", "NotACausalLMError", "Sampler", "clear", "generate"]

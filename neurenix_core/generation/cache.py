@@ -22,7 +22,7 @@ import numpy as np
 from neurenix_core.generation.errors import CacheCapacityError
 from neurenix_core.generation.step import StepSpec
 
-__all__ = ["KVCache", "MASKED"]
+__all__ = ["MASKED", "KVCache"]
 
 #: The additive mask value of a slot a query must not see (transformers uses the dtype's minimum):
 #: exp(MASKED - max) is exactly 0 in float32, and a row with nothing to see stays finite.
@@ -32,7 +32,7 @@ MASKED = float(np.finfo(np.float32).min)
 class KVCache:
     """One generation's cache: device tensors plus the host's slot and position bookkeeping."""
 
-    __slots__ = ("past", "valid", "positions", "window")
+    __slots__ = ("past", "positions", "valid", "window")
 
     def __init__(self, spec: StepSpec, batch: int, slots: int, device: Any, *, window: bool) -> None:
         from neurenix_core.tensor.creation import zeros

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from neurenix_core.errors import NeurenixError
 
-__all__ = ["GenerationError", "NotACausalLMError", "CacheCapacityError"]
+__all__ = ["CacheCapacityError", "GenerationError", "NotACausalLMError"]
 
 
 class GenerationError(NeurenixError, ValueError):

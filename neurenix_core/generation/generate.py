@@ -21,7 +21,7 @@ from neurenix_core.generation.errors import GenerationError
 from neurenix_core.generation.sampling import Sampler
 from neurenix_core.generation.step import StepSpec, export_step, spec_of
 
-__all__ = ["CausalLM", "generate", "clear", "CACHE_KINDS"]
+__all__ = ["CACHE_KINDS", "CausalLM", "clear", "generate"]
 
 #: "dynamic": the cache grows per step (one input shape per step); "fixed": a capacity chosen per
 #: generation, one compiled shape for every decode step (static-shape devices).

@@ -17,16 +17,15 @@ PyTorch and transformers are imported here only.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
-
-import weakref
 
 import numpy as np
 
 from neurenix_core.generation.errors import NotACausalLMError
 
-__all__ = ["StepSpec", "spec_of", "export_step", "clear"]
+__all__ = ["StepSpec", "clear", "export_step", "spec_of"]
 
 
 @dataclass(frozen=True, slots=True)
