@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import timeit
 from collections.abc import Callable
 from typing import Any
 
+from neurenix_core.cli.benchkit import run_child
+
 CASES = [("add", 4), ("add", 64), ("matmul", 4), ("matmul", 64), ("exp", 4), ("sum", 4)]
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _best(fn: Callable[[], Any], number: int, repeat: int) -> float:
@@ -110,12 +109,7 @@ def _contenders(
 
 
 def _child(threads: int, quick: bool) -> list[dict[str, Any]]:
-    env = {**os.environ, **{v: str(threads) for v in _THREAD_VARS}, "NEURENIX_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    cmd = [sys.executable, __file__, "--child", str(threads), *(["--quick"] if quick else [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark child ({threads} threads) failed:\n{proc.stderr[-3000:]}")
-    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return run_child(__file__, threads, quick, env={"NEURENIX_DISABLE_PLUGIN_AUTOLOAD": "1"}, timeout=600)
 
 
 def table(rows: list[dict[str, Any]]) -> str:

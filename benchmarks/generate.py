@@ -23,15 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from typing import Any
+
+from neurenix_core.cli.benchkit import THREAD_VARS as _THREAD_VARS
+from neurenix_core.cli.benchkit import run_child
 
 POSITIONS = (16, 64, 256)
 PROMPT = 8
 NEW = 256
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
 _SMALL = {"vocab_size": 2048, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "intermediate_size": 1024,
           "max_position_embeddings": 512}
 
@@ -125,12 +126,7 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
 
 
 def _child(threads: int, quick: bool) -> list[dict[str, Any]]:
-    env = {**os.environ, **{v: str(threads) for v in _THREAD_VARS}, "NEURENIX_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    cmd = [sys.executable, __file__, "--child", str(threads), *(["--quick"] if quick else [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark child ({threads} threads) failed:\n{proc.stderr[-3000:]}")
-    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return run_child(__file__, threads, quick, env={"NEURENIX_DISABLE_PLUGIN_AUTOLOAD": "1"}, timeout=3600)
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -32,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.cli.benchkit import run_child
+
 BATCH, SIZE, LR, MOMENTUM = 64, 16, 0.05, 0.9
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def cpu_model() -> str:
@@ -191,16 +191,12 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
 
 
 def _child(threads: int, quick: bool) -> list[dict[str, Any]]:
-    env = {**os.environ, **{v: str(threads) for v in _THREAD_VARS}, "NEURENIX_EMULATE": "cuda,tpu", "JAX_PLATFORMS": "cpu"}
+    env = {"NEURENIX_EMULATE": "cuda,tpu", "JAX_PLATFORMS": "cpu"}
     if threads == 1:
         env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
     cpus = sorted(os.sched_getaffinity(0))[:threads] if hasattr(os, "sched_getaffinity") else []
     prefix = ["taskset", "-c", ",".join(map(str, cpus))] if cpus and len(cpus) == threads and _has_taskset() else []
-    cmd = [*prefix, sys.executable, __file__, "--child", str(threads), *(["--quick"] if quick else [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark child ({threads} threads) failed:\n{proc.stderr[-3000:]}")
-    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return run_child(__file__, threads, quick, env=env, prefix=prefix)
 
 
 def _has_taskset() -> bool:

@@ -21,9 +21,24 @@ from pathlib import Path
 from typing import Any, Final
 
 __all__ = [
-    "ROW_KEYS", "cpu_model", "machine", "config_diff", "row", "interleaved", "table", "config_lines",
-    "write_json", "parser", "report",
+    "ROW_KEYS",
+    "THREAD_VARS",
+    "config_diff",
+    "config_lines",
+    "cpu_model",
+    "interleaved",
+    "machine",
+    "parser",
+    "report",
+    "row",
+    "run_child",
+    "table",
+    "write_json",
 ]
+
+#: The BLAS / OpenMP pool sizes a benchmark child is pinned with (read at library load, so set
+#: in the child's environment, never in the running process).
+THREAD_VARS: Final = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 #: Keys of every row, in the order tables show them.
 ROW_KEYS: Final = ("benchmark", "model", "precision", "batch", "threads", "neurenix_us", "native_us", "ratio", "refused",
@@ -192,3 +207,18 @@ def report(benchmark: str, rows: Sequence[Mapping[str, Any]], args: argparse.Nam
         print(f"{len(refused)} row(s) refused: the two sides ran with different configurations")
     if args.json:
         write_json(args.json, benchmark, rows, quick=bool(args.quick), **meta)
+
+
+def run_child(script: str, threads: int, quick: bool, *, env: Mapping[str, str] | None = None, prefix: Sequence[str] = (),
+              timeout: float = 900) -> list[dict[str, Any]]:
+    """Run ``script --child THREADS [--quick]`` in a fresh interpreter with every pool pinned to
+    ``threads`` (plus ``env``), and return the JSON rows its last stdout line holds."""
+    import subprocess
+    import sys
+
+    full_env = {**os.environ, **{v: str(threads) for v in THREAD_VARS}, **(env or {})}
+    cmd = [*prefix, sys.executable, script, "--child", str(threads), *(["--quick"] if quick else [])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, check=False, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark child ({threads} threads) failed:\n{proc.stderr[-3000:]}")
+    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
