@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(measure(args.child, args.quick)))
         return 0
-    from neurenix_core.cli.benchkit import machine
+    from neurenix_core.cli.benchkit import machine, write_json
 
     rows: list[dict[str, Any]] = []
     for threads in args.threads:
@@ -161,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"  {r['model']} {r['runtime']}: {r['config']}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"benchmark": "generate", "machine": m, "rows": rows}, fh, indent=2)
+        write_json(args.json, "generate", rows)
     return 0
 
 

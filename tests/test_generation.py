@@ -170,3 +170,5 @@ def test_refusals(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM]) 
             lm.generate(ids, **kwargs)
     with pytest.raises(GenerationError, match="capacity"):
         CausalLM(models["gpt2"][0], "cpu:0", cache="fixed", capacity=8).generate(ids, max_new_tokens=16)
+    with pytest.raises(GenerationError, match="already prepared"):  # a prepared model never moves silently
+        nx.generate(lm, ids, max_new_tokens=2, device="npu:0")

@@ -169,7 +169,7 @@ class CausalLM:
         return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
 
 
-def _as_array(x: Any, name: str, what: str = "integer token ids") -> np.ndarray:
+def _as_array(x: Any, name: str, what: str = "integer token ids", *, floats: bool = False) -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
     elif hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # a neurenix Tensor
@@ -177,7 +177,7 @@ def _as_array(x: Any, name: str, what: str = "integer token ids") -> np.ndarray:
     arr = np.asarray(x)
     if arr.ndim == 1:
         arr = arr[None]
-    numeric = np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool or (what != "integer token ids" and np.issubdtype(arr.dtype, np.floating))
+    numeric = np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool or (floats and np.issubdtype(arr.dtype, np.floating))
     if arr.ndim != 2 or arr.shape[1] == 0 or not numeric:
         raise GenerationError(f"{name} must be {what} of shape (batch, length) or (length,), got {arr.dtype} {arr.shape}")
     return arr
@@ -188,7 +188,7 @@ def _prompts(input_ids: Any, attention_mask: Any) -> tuple[np.ndarray, np.ndarra
     ids = _as_array(input_ids, "input_ids").astype(np.int64)
     if attention_mask is None:
         return ids, np.ones(ids.shape, bool)
-    mask = _as_array(attention_mask, "attention_mask", "ones and zeros").astype(bool)
+    mask = _as_array(attention_mask, "attention_mask", "ones and zeros", floats=True).astype(bool)
     if mask.shape != ids.shape:
         raise GenerationError(f"attention_mask {mask.shape} does not match input_ids {ids.shape}")
     if not mask[:, -1].all() or (np.diff(mask.astype(np.int8), axis=1) < 0).any():
@@ -229,6 +229,10 @@ def generate(model: Any, input_ids: Any, *, attention_mask: Any = None, max_new_
     the arguments are :meth:`CausalLM.generate`'s.
     """
     if isinstance(model, CausalLM):
+        given = {k: v for k, v in (("device", device), ("cache", cache), ("precision", precision)) if v is not None}
+        if given:  # the prepared model has its own; never generate somewhere else than asked
+            raise GenerationError(f"{model!r} is already prepared, so {sorted(given)} cannot change here; "
+                                  "pass them to CausalLM(...) or give nx.generate the transformers model")
         lm = model
     else:
         from neurenix_core.tensor.placement import default_backend

@@ -288,11 +288,7 @@ class Compiled:
         if self._values is not None:
             runner = self._value_runner(shapes, natives)
         else:
-            runner = self._runners.get(shapes)
-            if runner is None:
-                runner = self._build(shapes)
-                self._runners[shapes] = runner
-                self._set_fast(shapes)
+            runner = self._runner_for(shapes)
         outs = runner(*natives)
         if self.outputs != "device":
             outs = _deliver(outs, self.outputs)
@@ -310,6 +306,16 @@ class Compiled:
         if runner is None:
             runner = self._build(shapes, hosts)
             self._runners[self._value_key(shapes, hosts)] = runner
+        return runner
+
+    def _runner_for(self, shapes: tuple[tuple[int, ...], ...]) -> Runner:
+        """The runner for these input shapes, built on the first call with them (a bucketed
+        model's calls are counted per bucket, so it never takes the one-input fast path)."""
+        runner = self._runners.get(shapes)
+        if runner is None:
+            runner = self._runners[shapes] = self._build(shapes)
+            if self._buckets is None:
+                self._set_fast(shapes)
         return runner
 
     def _set_fast(self, shapes: tuple[tuple[int, ...], ...]) -> None:

@@ -32,21 +32,13 @@ class BucketStats:
             self.shapes.append(shapes)
 
 
-def _runner(compiled: Any, shapes: tuple[tuple[int, ...], ...]) -> Any:
-    runner = compiled._runners.get(shapes)
-    if runner is None:
-        runner = compiled._build(shapes)
-        compiled._runners[shapes] = runner
-    return runner
-
-
 def _proof(compiled: Any, key: tuple[tuple[int, ...], ...]) -> PaddingProof:
     proof = compiled._proofs.get(key)
     if proof is None:
         try:
             proof = prove_padding(compiled.graph, key, compiled._buckets)
         except ShapeError:
-            _runner(compiled, key)  # the model does not fit the bucket shapes: the compiler's own message, naming the layer
+            compiled._runner_for(key)  # the model does not fit the bucket shapes: the compiler's own message, naming the layer
             raise
         except PaddingRefusedError as exc:
             raise PaddingRefusedError(
@@ -83,14 +75,14 @@ def call_bucketed(compiled: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
     key = policy.shapes_for(shapes)
     if key == shapes:
         compiled._bucket_stats.setdefault(key, BucketStats()).note(shapes, False)
-        return tuple(_runner(compiled, key)(*natives))
+        return tuple(compiled._runner_for(key)(*natives))
     proof = _proof(compiled, key)
     if not proof.consistent(shapes):
         # Input axes the model combines position by position came with different sizes (one
         # broadcasting from size 1): padding them to one bucket would change the broadcast, so
         # this call compiles for its own shapes.
         compiled._bucket_stats.setdefault(shapes, BucketStats(exact=True)).note(shapes, False)
-        return tuple(_runner(compiled, shapes)(*natives))
+        return tuple(compiled._runner_for(shapes)(*natives))
     to_host = compiled._backend._to_host
     padded = []
     for i, (n, shape) in enumerate(zip(natives, key)):
@@ -100,7 +92,7 @@ def call_bucketed(compiled: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
         host = n if isinstance(n, np.ndarray) else np.asarray(to_host(n))
         padded.append(compiled._native(pad_array(host, shape, policy.pad_values[i]), i))
     with np.errstate(invalid="ignore", divide="ignore"):  # padded rows of a NumPy runner may be 0/0 (fully masked); never read
-        outs = _runner(compiled, key)(*padded)
+        outs = compiled._runner_for(key)(*padded)
     compiled._bucket_stats.setdefault(key, BucketStats()).note(shapes, True)
     sizes = proof.sizes(shapes)
     return tuple(_cut(compiled, o, tags, sizes) for o, tags in zip(outs, proof.outputs))

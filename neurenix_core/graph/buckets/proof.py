@@ -799,7 +799,7 @@ class _Analysis:
             raise _Refused(f"the gather indices into this padded axis {why}: they could read padded positions", axis)
         values = idx.const if component is None else component
         t = None if data is None else data.tags[axis]
-        if t is not None and values.size and not any(v.tags and any(x is not None for x in v.tags) for v in (idx,)):
+        if t is not None and values.size and not any(x is not None for x in idx.tags):
             # fixed indices (a CLS token at 0): a real size below them fails unpadded, so the call runs exactly
             root = self.find(t) if not isinstance(t, _Merged) else None
             if root is not None:

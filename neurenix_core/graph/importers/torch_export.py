@@ -755,11 +755,12 @@ def _static(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, An
 
 
 def _export_planned(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    spec: Any) -> tuple[AxisPlan, Any, Any]:
+                    spec: Any, as_given: str = "") -> tuple[AxisPlan, Any, Any]:
     """Export with the axes ``spec`` marks dynamic, size-1 ones widened to 2. Where the widened
-    trace fixes a widened axis (the model's code needs its size), or fails, export the user's
-    example as it is: torch then fixes the size-1 axes, and the warning names them."""
-    plan = plan_axes(torch, module, args, kwargs, spec)
+    trace fixes a widened axis (the model's code needs its size), or fails, or ``as_given``
+    already says why it does not work, export the user's example as it is: torch then fixes
+    the size-1 axes, and the warning names them with that reason."""
+    plan = plan_axes(torch, module, args, kwargs, spec, widen=not as_given)
     if plan.widened:
         try:
             traced, ep = _export(torch, module, plan.args, plan.kwargs, spec)
@@ -770,8 +771,8 @@ def _export_planned(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict
             if not fixed:
                 return plan, traced, ep
             failure = "it came out fixed there too (" + "; ".join(why for _, why in fixed) + ")"
-        plan = plan_axes(torch, module, args, kwargs, spec, widen=False)
-        plan.widen_failure = failure
+        plan, as_given = plan_axes(torch, module, args, kwargs, spec, widen=False), failure
+    plan.widen_failure = as_given
     traced, ep = _export(torch, module, plan.args, plan.kwargs, spec)
     return plan, traced, ep
 
@@ -801,12 +802,7 @@ def _import_dynamic(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict
     """The dynamic import of ``spec``'s axes (size-1 ones widened to 2, unless ``as_given`` says
     why the example is exported as it is), else the static one with the warning."""
     try:
-        if as_given:
-            plan = plan_axes(torch, module, args, kwargs, spec, widen=False)
-            plan.widen_failure = as_given
-            traced, ep = _export(torch, module, args, kwargs, spec)
-        else:
-            plan, traced, ep = _export_planned(torch, module, args, kwargs, spec)
+        plan, traced, ep = _export_planned(torch, module, args, kwargs, spec, as_given)
     except Exception as exc:
         if explicit:
             raise _refuse(module, exc) from exc
