@@ -40,6 +40,7 @@ from neurenix_core.graph.shapes import ValueSpec, infer_values
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_elementwise import ElementwiseOps
+from neurenix_edgetpu.lower_pad import PaddingOps, spatial_values
 from neurenix_edgetpu.lower_s2d import SpaceToDepthOps
 from neurenix_edgetpu.lower_tensor import TensorOps
 from neurenix_edgetpu.lower_values import TO_NCHW as _TO_NCHW
@@ -60,8 +61,6 @@ PRECISIONS: Final = ("fp32", "int8")
 IO_KINDS: Final = ("float", "int8")
 #: Producers a following ReLU is fused into (as the TFLite converter does).
 _FUSABLE: Final = frozenset({"linear", "conv2d", "add", "mul", "sub"})
-#: Ops that read an image in the device's NHWC layout; a 4-D graph input they read is stored NHWC.
-_SPATIAL: Final = frozenset({"conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm2d"})
 
 # Versions the TFLite converter writes for int8 kernels; the Edge TPU compiler checks them.
 _INT8_VERSION: Final = {
@@ -104,7 +103,7 @@ class Lowered:
 
 
 @dataclass(slots=True)
-class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
+class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps, PaddingOps):
     graph: Graph
     precision: str
     plan: QuantizationPlan | None
@@ -119,6 +118,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
     consts: dict[str, np.ndarray] = field(default_factory=dict)  # constant nodes, written where used
     const_tensors: dict[tuple[str, bool], int] = field(default_factory=dict)
     core_cache: dict[str, int] = field(default_factory=dict)  # NHWC values transposed back to NCHW
+    nhwc_cache: dict[str, int] = field(default_factory=dict)  # NCHW images transposed to NHWC (lower_pad.py)
     spatial: set[str] = field(default_factory=set)
     s2d_stems: dict[str, str] = field(default_factory=dict)  # space-to-depth stems: A -> its successor B
     s2d_next: set[str] = field(default_factory=set)
@@ -138,7 +138,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
             self.specs = infer_values(self.graph)
         except ShapeError as exc:
             raise ShapeError(f"edgetpu: the graph's shapes must be static and consistent to write a TFLite model: {exc}") from exc
-        self.spatial = {n.inputs[0] for n in self.graph.nodes if n.op in _SPATIAL}
+        self.spatial = spatial_values(self.graph)  # 4-D graph inputs an image op reads are stored NHWC
         self._plan_fusion()
         if self.int8 and self.stem == "space_to_depth":
             self._plan_s2d({name: tuple(spec.shape) for name, spec in self.specs.items()})
@@ -435,9 +435,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
         if node.name in self.s2d_next:
             self._s2d_successor(node)
             return
-        v = self._get(node)
-        if not v.nhwc:
-            raise UnsupportedOperationError(f"layer {node.name!r} (conv2d) needs a 4-D NCHW input")
+        v = self._image_input(node)
         a = node.attrs
         weight = np.asarray(node.params["weight"], np.float32)
         groups, cin = int(a.get("groups", 1)), self.m.shape_of(v.index)[3]
@@ -472,9 +470,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
         output_padding - padding)`` rows/columns larger (those positions receive only the bias, as
         in the core's definition) and STRIDED_SLICE crops ``padding`` from each side."""
         self._float_only(node)  # the plan has no weight parameters for transposed convolutions
-        v = self._get(node)
-        if not v.nhwc:
-            raise UnsupportedOperationError(f"layer {node.name!r} (conv_transpose2d) needs a 4-D NCHW input")
+        v = self._image_input(node)
         from neurenix_core.graph.opset import attrs_of
 
         a = attrs_of("conv_transpose2d", node.attrs)
@@ -523,56 +519,30 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
                        options_type=w.OPTIONS.StridedSliceOptions, options=w.strided_slice_options())
         self.values[node.output] = _Value(out, True)
 
-    def _pad(self, node: Node, index: int, kernel: tuple[int, ...], stride: tuple[int, int], dil: tuple[int, int], pad: tuple[int, int]) -> tuple[int, int]:
-        """(input tensor, TFLite padding): SAME/VALID when they match the layer, else an explicit PAD."""
+    def _pool(self, node: Node, opcode: int, kernel: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int] = (0, 0)) -> None:
+        v = self._image_input(node)
+        index, padding = self._pool_input(node, v.index, kernel, stride, pad)  # explicit PAD where SAME/VALID cannot say it
         n, h, wd, c = self.m.shape_of(index)
-        if pad == (0, 0):
-            return index, PAD_VALID
-        if _same_matches(h, kernel[0], stride[0], dil[0], pad[0]) and _same_matches(wd, kernel[1], stride[1], dil[1], pad[1]):
-            return index, PAD_SAME
-        # The PAD output keeps the input quantization: int8 PAD fills with the zero point, i.e. real 0.
-        shape = (n, h + 2 * pad[0], wd + 2 * pad[1], c)
-        out = self._new(f"{node.name}/pad", shape, like=index)
-        pads = self.m.constant(f"{node.name}/paddings", np.array([[0, 0], [pad[0]] * 2, [pad[1]] * 2, [0, 0]], np.int32))
-        self._emit(OP.PAD, [index, pads], [out])
-        return out, PAD_VALID
-
-    def _pool(self, node: Node, opcode: int, padding: int, kernel: tuple[int, int], stride: tuple[int, int]) -> None:
-        v = self._get(node)
-        n, h, wd, c = self.m.shape_of(v.index)
         shape = (n, _out_size(h, kernel[0], stride[0], 1, padding), _out_size(wd, kernel[1], stride[1], 1, padding), c)
         # TFLite int8 pooling requires identical input and output quantization; where the plan
         # gives the output its own parameters, one requantization follows.
-        out = self._new(node.output, shape, like=v.index)
-        self._emit(opcode, [v.index], [out], options_type=w.OPTIONS.Pool2DOptions, options=w.pool_options(kernel, stride, padding))
+        out = self._new(node.output, shape, like=index)
+        self._emit(opcode, [index], [out], options_type=w.OPTIONS.Pool2DOptions, options=w.pool_options(kernel, stride, padding))
         self.values[node.output] = _Value(self._follow_plan(node.output, out), True)
 
-    def _pool_padding(self, node: Node, allow_same: bool) -> tuple[int, tuple[int, int], tuple[int, int]]:
-        v = self._get(node)
+    def _pool_attrs(self, node: Node) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         a = node.attrs
         kernel = _pair(a["kernel_size"])
-        stride = _pair(a.get("stride") or kernel)
-        pad = _pair(a.get("padding", 0))
-        _, h, wd, _ = self.m.shape_of(v.index)
-        if pad == (0, 0):
-            return PAD_VALID, kernel, stride
-        if allow_same and _same_matches(h, kernel[0], stride[0], 1, pad[0]) and _same_matches(wd, kernel[1], stride[1], 1, pad[1]):
-            return PAD_SAME, kernel, stride
-        raise UnsupportedOperationError(
-            f"layer {node.name!r} ({node.op}, padding={pad}): TFLite pooling has only SAME/VALID padding "
-            "(and SAME average pooling excludes the padding from the count); use padding=0 or a SAME-equivalent padding"
-        )
+        return kernel, _pair(a.get("stride") or kernel), _pair(a.get("padding", 0))
 
     def _op_max_pool2d(self, node: Node) -> None:
-        padding, kernel, stride = self._pool_padding(node, True)
-        self._pool(node, OP.MAX_POOL_2D, padding, kernel, stride)
+        self._pool(node, OP.MAX_POOL_2D, *self._pool_attrs(node))
 
     def _op_avg_pool2d(self, node: Node) -> None:
-        padding, kernel, stride = self._pool_padding(node, not node.attrs.get("count_include_pad", True))
-        self._pool(node, OP.AVERAGE_POOL_2D, padding, kernel, stride)
+        self._pool(node, OP.AVERAGE_POOL_2D, *self._pool_attrs(node))
 
     def _op_adaptive_avg_pool2d(self, node: Node) -> None:
-        v = self._get(node)
+        v = self._image_input(node)
         n, h, wd, c = self.m.shape_of(v.index)
         oh, ow = _pair(node.attrs["output_size"])
         if (oh, ow) == (h, wd):
@@ -583,7 +553,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
             self._emit(OP.MEAN, [v.index, axes], [out], options_type=w.OPTIONS.ReducerOptions, options=w.reducer_options(True))
             self.values[node.output] = _Value(out, True)
         elif h % oh == 0 and wd % ow == 0:
-            self._pool(node, OP.AVERAGE_POOL_2D, PAD_VALID, (h // oh, wd // ow), (h // oh, wd // ow))
+            self._pool(node, OP.AVERAGE_POOL_2D, (h // oh, wd // ow), (h // oh, wd // ow))
         else:
             raise UnsupportedOperationError(f"layer {node.name!r} (adaptive_avg_pool2d {oh}x{ow} of {h}x{wd}): only 1x1 or divisible sizes are expressible")
 
@@ -642,7 +612,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps):
 
     def _op_batch_norm2d(self, node: Node) -> None:
         self._float_only(node)
-        v = self._get(node)
+        v = self._image_input(node)  # the per-channel scale broadcasts over NHWC's last axis
         p = node.params
         scale = np.asarray(p["weight"], np.float64) / np.sqrt(np.asarray(p["running_var"], np.float64) + float(node.attrs.get("eps", 1e-5)))
         shift = np.asarray(p["bias"], np.float64) - np.asarray(p["running_mean"], np.float64) * scale
@@ -715,12 +685,3 @@ def _out_size(size: int, k: int, s: int, d: int, padding: int) -> int:
     if padding == PAD_SAME:
         return -(-size // s)
     return (size - eff) // s + 1
-
-
-def _same_matches(size: int, k: int, s: int, d: int, pad: int) -> bool:
-    # TFLite SAME: out = ceil(size / s), pad_before = total // 2. Equal to symmetric padding `pad`
-    # when both the output size and the leading pad agree.
-    eff = (k - 1) * d + 1
-    out = -(-size // s)
-    total = max((out - 1) * s + eff - size, 0)
-    return out == (size + 2 * pad - eff) // s + 1 and total // 2 == pad
