@@ -239,9 +239,9 @@ def test_quantized_model_partitions_with_the_sub_plans_and_matches_the_integer_r
     site = plugin_site("qdev", QPLUGIN, module="nx_plugin_qdev")
     out = run_neurenix(
         QMODEL + """
-c = nx.compile(graph, device="qdev:0", quantize="int8", calibration=calib, progress=False)
-with warnings.catch_warnings(record=True) as caught:
+with warnings.catch_warnings(record=True) as caught:  # the compile verifies on a calibration batch: it partitions then
     warnings.simplefilter("always")
+    c = nx.compile(graph, device="qdev:0", quantize="int8", calibration=calib, progress=False)
     y = c(x).numpy()
 want = run_quantized(c.graph, c.plan, x)
 step = float(c.plan.activations["head"].scale[0])

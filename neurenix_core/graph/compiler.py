@@ -10,8 +10,9 @@ computed here, once, by ``neurenix_core.graph.quantization``; backends only lowe
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,7 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     outputs: str = "device",
     buckets: Any = None,
     pad_values: Mapping[Any, Any] | None = None,
+    verify: bool = True,
     **extra: Any,
 ) -> Compiled:
     """Compile ``model`` (a ``neurenix_core.nn`` Module or a Graph) for ``device``.
@@ -62,6 +64,9 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     ``buckets`` (True / "pow2", a list of batch sizes, or {input: {axis: sizes}}) compiles once
     per bucket and pads to it where the graph proves padding changes no result; ``pad_values``
     ({input: value}, default 0) fills the padding (``neurenix_core.graph.buckets``, docs/shape-buckets.md).
+    ``verify``: a static int8/int16 compile with ``calibration`` runs its first batches through the
+    compiled model and the core's integer and float references and raises CompilationError where
+    they disagree beyond rounding (``neurenix_core.graph.verify``); the result is in ``.summary``.
     """
     from neurenix_core.plugins.state import registry
     from neurenix_core.tensor.placement import default_backend
@@ -73,6 +78,13 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     if values is not None and (quantize or precision in ("int8", "int16")):
         raise QuantizationError(f"{dev}: {model!r} is built per value of its inputs {list(values.value_inputs)}, so it has no one graph "
                                 "to calibrate; give those inputs as initializers (constants) in the model to quantize it")
+    own_plan = getattr(model, "quantization_plan", None)
+    if own_plan is not None and quantize in (None, True, "int8", "int16") and precision in (None, "int8", "int16"):
+        # A model that arrived quantized (an ONNX QDQ file, a PT2E export) runs with its own
+        # scales: no recalibration; ``calibration`` batches, if given, only verify the compile.
+        quantize = own_plan
+    if calibration is not None and not isinstance(calibration, Sequence):
+        calibration = list(calibration)  # read twice: calibration, then verification
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
     compiled._values = values
@@ -86,6 +98,8 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
         check_early(compiled)
     elif pad_values:
         raise CompilationError(f"{dev}: pad_values= is for bucketed models; pass buckets= too")
+    if verify and plan is not None and not plan.dynamic and calibration:
+        compiled.verify(calibration)  # type: ignore[arg-type]
     return compiled
 
 
@@ -157,6 +171,23 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
     return bits_name, plan, folded
 
 
+def _batch_inputs(batch: Any, n_inputs: int) -> tuple[np.ndarray, ...]:
+    """One calibration batch as host arrays in their own dtypes (token ids stay integers)."""
+    items = tuple(batch) if isinstance(batch, (tuple, list)) and n_inputs > 1 else (batch,)
+    if len(items) != n_inputs:
+        raise QuantizationError(f"a verification batch has {len(items)} input(s), the model takes {n_inputs}")
+    return tuple(np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x) for x in items)
+
+
+def _host_runner(compiled: Compiled) -> Callable[..., list[np.ndarray]]:
+    """``compiled`` as host arrays in -> a list of host arrays out, whatever its ``outputs=``."""
+    def run(*inputs: np.ndarray) -> list[np.ndarray]:
+        out = compiled(*inputs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return [np.asarray(o.numpy() if hasattr(o, "numpy") and not isinstance(o, np.ndarray) else o) for o in outs]
+    return run
+
+
 class Compiled:
     """A compiled model: call it with Tensors on its device or host data (copied in; see
     ``neurenix_core.graph.inputs``); results are Tensors on its device, or NumPy arrays when
@@ -198,6 +229,7 @@ class Compiled:
         self._buckets: Any = None
         self._proofs: dict[tuple[tuple[int, ...], ...], Any] = {}
         self._bucket_stats: dict[tuple[tuple[int, ...], ...], Any] = {}
+        self._verification: Any = None  # graph.verify.Verification of a quantized compile
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -214,6 +246,8 @@ class Compiled:
             from neurenix_core.graph.buckets import bucket_report
 
             text += "; " + bucket_report(self)
+        if self._verification is not None:
+            text += "; " + self._verification.line()
         return text
 
     def __repr__(self) -> str:
@@ -230,6 +264,30 @@ class Compiled:
         if key not in self._runners:
             raise ShapeError(f"compiled model on {self.device} was not compiled for {list(key)}; call it once with inputs of that shape")
         return self._natives.get(key)
+
+    @property
+    def verification(self) -> Any:
+        """The last :meth:`verify` result (``graph.verify.Verification``), or None."""
+        return self._verification
+
+    def verify(self, batches: Sequence[Any]) -> Any:
+        """Run the first ``verify.VERIFY_BATCHES`` of ``batches`` (calibration-style: an array per
+        batch, or a tuple for several inputs) through this quantized model and the core's integer
+        and float references; CompilationError names the first diverging layer where they disagree
+        beyond rounding. The agreement goes into ``.summary`` and the placement report."""
+        from neurenix_core.graph import verify as V
+
+        if self.plan is None or self.plan.dynamic:
+            raise CompilationError(f"{self.device}: verify() checks a static int8/int16 compile; this model has {self.precision or 'no'} precision plan")
+        chosen = [_batch_inputs(b, len(self.graph.inputs)) for b in list(batches)[: V.VERIFY_BATCHES]]
+        extra = dict(self.extra)
+        extra.pop("shape_buckets", None)
+
+        def locate(graph: Graph) -> Callable[..., list[np.ndarray]]:
+            return _host_runner(compile(graph, self.device, quantize=self.plan, outputs="host", verify=False, progress=False, **extra))
+
+        self._verification = V.verify_outputs(self.graph, self.plan, chosen, _host_runner(self), device=str(self.device), locate=locate)
+        return self._verification
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *inputs: Any) -> Any:
@@ -448,7 +506,8 @@ class Compiled:
             if not all(shapes):
                 raise CompilationError(f"{self.device}: the placement is decided per input shape; call the compiled model once first")
             self._runners[shapes] = self._build(shapes)
-        return list(self._placements.values())[-1]
+        last = list(self._placements.values())[-1]
+        return last if self._verification is None else dataclasses.replace(last, verification=self._verification.line())
 
     def _partitioned(self, placement: Any, compiles: bool) -> tuple[Runner, str]:
         where = f"{self.device} (plugin {self._record.name})"

@@ -66,6 +66,8 @@ class Placement:
     nodes: Mapping[str, int]
     flops: Mapping[str, int]
     off_device: tuple[OffDevice, ...] = field(default=())
+    #: A quantized compile's agreement with the core's integer reference (graph.verify), if run.
+    verification: str = ""
 
     @property
     def partitioned(self) -> bool:
@@ -97,6 +99,8 @@ class Placement:
             lines.append(f"  segment on {where}: {_nodes(len(seg.nodes))}, {span}")
         for o in self.off_device:
             lines.append(f"  off {self.device}: {o.node} ({o.op}): {o.reason}")
+        if self.verification:
+            lines.append(f"  {self.verification}")
         return "\n".join(lines)
 
 

@@ -357,7 +357,11 @@ def test_int8_transformers_run_their_linear_layers_in_int8_on_the_device(npu: An
     assert not placement.partitioned and not placement.off_device, placement.line()
     match = re.search(r"(\d+)/(\d+) conv/FC layer\(s\) in integer precision", compiled.summary)
     assert match, compiled.summary
-    assert int(match.group(1)) == int(match.group(2)) >= layers, (compiled.summary, layers)
+    # Every linear/conv is integer; the rest are attention's activation x activation matmuls
+    # (q k^T, p v: 2 per layer), which run in f32 as in the integer reference. Before Snippets
+    # were turned off for int8 models (config.QUANTIZED_CPU_PROPERTIES) they hid in a fused Subgraph.
+    attention = 2 * sum(1 for n in imported.to_graph().nodes if n.op in ("softmax", "scaled_dot_product_attention", "multihead_attention"))
+    assert int(match.group(1)) >= layers and int(match.group(2)) - int(match.group(1)) <= attention, (compiled.summary, layers)
     got0 = np.asarray(got[0] if isinstance(got, tuple) else got, np.float64)
     want0 = np.asarray(want[0] if isinstance(want, tuple) else want, np.float64)
     step = float(compiled.plan.activations[imported.to_graph().outputs[0]].scale[0])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import numpy as np
@@ -18,7 +18,7 @@ import numpy as np
 from neurenix_core.plugins.backend import Backend
 from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_core.errors import BackendUnavailableError, CompilationError, UnsupportedDTypeError, UnsupportedOperationError
-from neurenix_npu_openvino.config import check_precision, performance_properties, precision_hint
+from neurenix_npu_openvino.config import QUANTIZED_CPU_PROPERTIES, check_precision, performance_properties, precision_hint
 from neurenix_npu_openvino.telemetry import keep_telemetry_out
 
 __all__ = ["NPUOpenVINOBackend"]
@@ -141,7 +141,10 @@ class NPUOpenVINOBackend(Backend):
         if self.memory_optimization:
             # One stream: one set of intermediate buffers instead of one per stream.
             props["NUM_STREAMS"] = 1
-        return {k: v for k, v in props.items() if k in self._supported}
+        props = {k: v for k, v in props.items() if k in self._supported}
+        if self.ov_device == "CPU" and precision in ("int8", "int16"):
+            props.update(QUANTIZED_CPU_PROPERTIES)
+        return props
 
     def compile_eager(self, model: Any, dtype: np.dtype[Any]) -> Any:
         precision = "fp16" if dtype == np.float16 else "fp32"
@@ -150,10 +153,12 @@ class NPUOpenVINOBackend(Backend):
             props["INFERENCE_NUM_THREADS"] = self.threads
         return self.core.compile_model(model, self.ov_device, {k: v for k, v in props.items() if k in self._supported})
 
-    def compile_model(self, model: Any, precision: str, optimize_for: str | None = None, *, threads: int | None = None) -> Any:
-        """Compile an ``openvino.Model`` with an explicit precision; errors keep OpenVINO's cause."""
+    def compile_model(self, model: Any, precision: str, optimize_for: str | None = None, *, threads: int | None = None,
+                      properties: Mapping[str, Any] | None = None) -> Any:
+        """Compile an ``openvino.Model`` with an explicit precision; errors keep OpenVINO's cause.
+        ``properties`` (``nx.compile(..., ov_properties={...})``) override neurenix's own."""
         check_precision(precision, self.device_label(), self.capabilities)
-        props = self.properties(precision, optimize_for, threads)
+        props = {**self.properties(precision, optimize_for, threads), **(properties or {})}
         try:
             return self.core.compile_model(model, self.ov_device, props)
         except RuntimeError as exc:

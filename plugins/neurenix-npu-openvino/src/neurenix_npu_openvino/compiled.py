@@ -16,6 +16,7 @@ from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDType
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_npu_openvino.config import check_precision, precision_hint
 from neurenix_npu_openvino.lowering import lower_graph
+from neurenix_npu_openvino.config import user_properties
 from neurenix_npu_openvino.quantize import check_plan
 
 if TYPE_CHECKING:
@@ -220,11 +221,13 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
     precision = resolve_precision(backend, options.precision, plan)
     optimize_for = options.extra.get("optimize_for")
     threads = options.extra.get("threads", backend.threads)
-    key = ("graph", graph.fingerprint(), precision, backend.ov_device, plan_fingerprint(plan), optimize_for, threads, backend.memory_optimization)
+    properties = user_properties(options.extra.get("ov_properties"), backend.device_label())
+    key = ("graph", graph.fingerprint(), precision, backend.ov_device, plan_fingerprint(plan), optimize_for, threads, backend.memory_optimization,
+           tuple(sorted(properties.items())))
 
     def build() -> Any:
         model = lower_graph(graph, plan, device=backend.device_label())
-        return backend.compile_model(model, precision, optimize_for, threads=threads)
+        return backend.compile_model(model, precision, optimize_for, threads=threads, properties=properties)
 
     compiled = backend.cached_model(key, build)
     specs = [(s.name, tuple(s.shape), np.dtype(s.dtype)) for s in graph.inputs]

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from neurenix_core.errors import CompilationError, QuantizationError
 
-__all__ = ["PRECISIONS", "OPTIMIZE_FOR", "precision_hint", "performance_properties", "check_precision"]
+__all__ = ["PRECISIONS", "OPTIMIZE_FOR", "QUANTIZED_CPU_PROPERTIES", "precision_hint", "user_properties", "performance_properties", "check_precision"]
 
 #: neurenix precision -> (INFERENCE_PRECISION_HINT, OPTIMIZATION_CAPABILITIES entry it needs).
 #: int8/int16 keep the float parts of the graph in f32; the quantized layers run in integers.
@@ -32,6 +32,16 @@ OPTIMIZE_FOR: Final[Mapping[str, Mapping[str, str]]] = {
     "throughput": {"PERFORMANCE_HINT": "THROUGHPUT"},
     "accuracy": {"PERFORMANCE_HINT": "LATENCY", "EXECUTION_MODE_HINT": "ACCURACY"},
 }
+
+#: Extra properties for a FakeQuantize (int8/int16) model on OpenVINO's CPU device. Its Snippets
+#: JIT tokenizes a quantized MatMul -> activation -> MatMul chain into one fused Subgraph
+#: (TokenizeMLPSeqSnippets) whose results are wrong by orders of magnitude when a layer's bias is
+#: zero or small (measured with OpenVINO 2026.4: Linear-Tanh-Linear, zero biases, 5e4 off the
+#: integer reference; Hugging Face initialises every bias to zero). With Snippets off, the
+#: low-precision pass gives int8 FullyConnected/Convolution kernels that match the core's integer
+#: reference to float rounding. The property is not listed in SUPPORTED_PROPERTIES but is
+#: accepted by compile_model; the NPU device does not use Snippets and never gets it.
+QUANTIZED_CPU_PROPERTIES: Final[Mapping[str, str]] = {"SNIPPETS_MODE": "DISABLE"}
 
 
 def check_precision(precision: str, device: str, capabilities: tuple[str, ...]) -> None:
@@ -65,3 +75,16 @@ def performance_properties(optimize_for: str | None, precision: str, threads: in
     if threads is not None:
         props["INFERENCE_NUM_THREADS"] = int(threads)
     return props
+
+
+def user_properties(value: Any, device: str) -> dict[str, Any]:
+    """``nx.compile(..., ov_properties={...})``: OpenVINO compile properties passed as they are
+    (they override neurenix's, e.g. ``{"SNIPPETS_MODE": "ENABLE"}``), except the precision hint,
+    which ``precision=`` owns (a hint that contradicts it would relabel the model's numerics)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise CompilationError(f"{device}: ov_properties must be a dict of OpenVINO property names to values, got {type(value).__name__}")
+    if "INFERENCE_PRECISION_HINT" in value:
+        raise CompilationError(f"{device}: set the precision with nx.compile(..., precision=...), not ov_properties['INFERENCE_PRECISION_HINT']")
+    return dict(value)
