@@ -33,11 +33,14 @@ def _is_weight(arr: Any) -> bool:
 class GraphModule(Module):
     """An imported graph as a Module. ``input_names``/``output_names`` say what it takes and returns."""
 
-    def __init__(self, graph: Graph, source: str = "graph", *, values: Any = None) -> None:
+    def __init__(self, graph: Graph, source: str = "graph", *, values: Any = None, quantization_plan: Any = None) -> None:
         super().__init__()
         from neurenix_core.tensor.creation import asarray
 
         object.__setattr__(self, "_graph", graph)
+        # The scales a pre-quantized import carried (ONNX QDQ, PT2E): nx.compile lowers them as
+        # they are instead of calibrating (neurenix_core.graph.compiler.compile).
+        object.__setattr__(self, "quantization_plan", quantization_plan)
         object.__setattr__(self, "_source", source)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_compiled", {})
