@@ -70,11 +70,12 @@ def activation_params(lo: float, hi: float, bits: int = 8) -> QuantParams:
         raise QuantizationError(f"activation range [{lo}, {hi}] is not finite")
     qmin, qmax = int_range(bits)
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    tiny = np.finfo(np.float32).tiny  # an empty or vanishing range (a dead ReLU, a constant 0) gets scale 1: 0 stays exact
     if bits == 16:
         bound = max(-lo, hi)
-        scale = np.float32(bound / qmax if bound > 0 else 1.0)
+        scale = np.float32(bound / qmax) if np.float32(bound / qmax) >= tiny else np.float32(1.0)
         return QuantParams(np.array([scale], np.float32), np.zeros(1, np.int64), 16, None, qmin, qmax)
-    scale = np.float32((hi - lo) / (qmax - qmin) if hi > lo else 1.0)
+    scale = np.float32((hi - lo) / (qmax - qmin)) if np.float32((hi - lo) / (qmax - qmin)) >= tiny else np.float32(1.0)
     zp = int(np.clip(round_half_away(np.array(qmin - lo / np.float64(scale))), qmin, qmax))
     return QuantParams(np.array([scale], np.float32), np.array([zp], np.int64), 8, None, qmin, qmax)
 
@@ -86,7 +87,11 @@ def weight_params(weight: np.ndarray, axis: int = 0) -> QuantParams:
     axis = axis % w.ndim
     w = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     bound = np.abs(w).max(axis=1)
-    scale = np.where(bound > 0, bound / 127.0, 1.0).astype(np.float32)
+    # A channel whose step would not be a normal float32 (all zeros, or weights below ~1e-36:
+    # a step that underflows to 0 or a denormal whose reciprocal is inf) quantizes to zeros with
+    # scale 1: its contribution is below any int8 step of the output anyway.
+    step = (bound / 127.0).astype(np.float32)
+    scale = np.where(step >= np.finfo(np.float32).tiny, step, np.float32(1.0)).astype(np.float32)
     return QuantParams(scale, np.zeros(scale.shape, np.int64), 8, axis, -127, 127)
 
 
