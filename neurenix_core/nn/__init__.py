@@ -51,14 +51,16 @@ def from_torch(module: Any, example_inputs: Any = None, *, dynamic_shapes: Any =
     return from_torch_export(module, example_inputs, dynamic_shapes=dynamic_shapes, static=static)
 
 
-def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> Module:
+def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False, qdq: str = "plan") -> Module:
     """A neurenix model from an ONNX file path, bytes or ``onnx.ModelProto`` (opset 13+);
     the ``onnx`` package is imported only here. Input dimensions with a ``dim_param`` (dynamic
     axes of the export) stay dynamic; ``input_shapes`` (one per input) gives the sizes to build
-    with, and ``static=True`` fixes them there."""
+    with, and ``static=True`` fixes them there. A pre-quantized (QDQ) file becomes a float graph
+    with the file's int8 plan (``model.quantization_plan``, which ``nx.compile`` lowers);
+    ``qdq="ops"`` imports its Q/DQ nodes as float ops instead (docs/quantization.md)."""
     from neurenix_core.nn.importing import from_onnx as convert
 
-    return convert(model, input_shapes=input_shapes, static=static)
+    return convert(model, input_shapes=input_shapes, static=static, qdq=qdq)
 
 
 def save(model_or_state: Module | dict[str, Any], path: Any) -> None:

@@ -69,14 +69,15 @@ def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any =
     return GraphModule(graph, f"from_torch({type(module).__name__})")
 
 
-def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -> GraphModule:
+def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False, qdq: str = "plan") -> GraphModule:
     try:
         import onnx  # noqa: F401
     except ImportError as exc:
         raise UnsupportedOperationError("from_onnx needs the onnx package: pip install onnx") from exc
-    from neurenix_core.graph.importers.onnx_import import import_onnx
+    from neurenix_core.graph.importers.onnx_import import import_onnx_quantized
 
-    graph, name = import_onnx(model, input_shapes=input_shapes, static=static)
+    # A pre-quantized (QDQ) file gives its own int8 plan, which nx.compile lowers as it is.
+    graph, name, plan = import_onnx_quantized(model, input_shapes=input_shapes, static=static, qdq=qdq)
     if isinstance(graph, Graph):
-        return GraphModule(graph, f"from_onnx({name})")
+        return GraphModule(graph, f"from_onnx({name})", quantization_plan=plan)
     return GraphModule(graph.template(), f"from_onnx({name})", values=graph)

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixWarning, UnsupportedOperationError
+from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixWarning, QuantizationError, UnsupportedOperationError
 from neurenix_core.graph.importers import (
-    onnx_attention, onnx_controlflow, onnx_image, onnx_math, onnx_nn, onnx_quantization, onnx_reduction, onnx_rnn, onnx_signal,
-    onnx_tensor,
+    onnx_attention, onnx_controlflow, onnx_image, onnx_math, onnx_nn, onnx_qdq, onnx_quantization, onnx_reduction, onnx_rnn,
+    onnx_signal, onnx_tensor,
 )
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import REMEDY as _REMEDY
@@ -46,13 +46,13 @@ from neurenix_core.graph.importers.onnx_common import simple as _simple
 from neurenix_core.graph.importers.onnx_common import symbolic_const as _symbolic_const
 from neurenix_core.graph.importers.onnx_common import variadic as _variadic
 from neurenix_core.graph.importers.onnx_common import ValueInputNeeded
-from neurenix_core.graph.ir import Graph
+from neurenix_core.graph.ir import Graph, QuantizationPlan
 from neurenix_core.graph.opset import DTYPES
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
-__all__ = ["import_onnx", "build_for_values", "HANDLERS", "ValueImport"]
+__all__ = ["import_onnx", "import_onnx_quantized", "build_for_values", "HANDLERS", "ValueImport"]
 
 MIN_OPSET = 13
 
@@ -631,15 +631,42 @@ def import_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -
         return ValueImport(proto, exc.input_name), proto.graph.name or "model"
 
 
-def _import_any(proto: Any, input_shapes: Any, static: bool) -> tuple[Graph, str]:
-    if static:
-        return _import(proto, input_shapes, True)
+def import_onnx_quantized(model: Any, *, input_shapes: Any = None, static: bool = False,
+                          qdq: str = "plan") -> tuple[Graph | ValueImport, str, QuantizationPlan | None]:
+    """:func:`import_onnx`, plus the file's own int8 plan for a pre-quantized (QDQ) model.
+
+    ``qdq="plan"``: a QDQ model's Q/DQ nodes are folded into a float graph and a
+    QuantizationPlan with the file's scales (``onnx_qdq``; what the core's int8 scheme cannot
+    hold raises QuantizationError). ``qdq="ops"``: Q/DQ import as ordinary ops (float fake
+    quantization), and the plan is None, as for a float model."""
+    if qdq not in ("plan", "ops"):
+        raise QuantizationError(f"from_onnx: qdq={qdq!r}; use 'plan' (the file's scales as an int8 plan) or 'ops' (Q/DQ as float ops)")
+    proto = _lift_opset(_load(model))
+    if qdq == "ops" or not onnx_qdq.is_qdq(proto):
+        try:
+            return (*_import_any(proto, input_shapes, static), None)
+        except ValueInputNeeded as exc:
+            return ValueImport(proto, exc.input_name), proto.graph.name or "model", None
+    fold = onnx_qdq.fold_qdq(proto)
+    env: dict[str, Any] = {}
     try:
-        return _import(proto, input_shapes, False)
+        graph, name = _import_any(fold.proto, input_shapes, static, env)
+    except ValueInputNeeded as exc:
+        raise QuantizationError(f"from_onnx({fold.name}): the quantized model reads input {exc.input_name!r} as a value (a shape or "
+                                "axes), so it has no one graph to hold an int8 plan; make that input an initializer, or import "
+                                "with qdq='ops'") from exc
+    return graph, name, onnx_qdq.quantization_plan(fold, graph, env)
+
+
+def _import_any(proto: Any, input_shapes: Any, static: bool, env_out: dict[str, Any] | None = None) -> tuple[Graph, str]:
+    if static:
+        return _import(proto, input_shapes, True, env_out=env_out)
+    try:
+        return _import(proto, input_shapes, False, env_out=env_out)
     except NotSymbolicError as exc:
         from neurenix_core.tensor.fallback import get_fallback_policy
 
-        graph, name = _import(proto, input_shapes or _example_shapes(proto), True)
+        graph, name = _import(proto, input_shapes or _example_shapes(proto), True, env_out=env_out)
         fixed = _fixed_dims(proto, graph)
         msg = (f"from_onnx({name}): {len(fixed)} dynamic {'axis' if len(fixed) == 1 else 'axes'} came out fixed at the example's "
                f"size, so calls must use that size there: {'; '.join(fixed)}: the model was imported with static input shapes "
@@ -701,7 +728,9 @@ def _example_shapes(proto: Any) -> list[tuple[int, ...]]:
             for vi in proto.graph.input if vi.name not in inits]
 
 
-def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None) -> tuple[Graph, str]:
+def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None, env_out: dict[str, Any] | None = None) -> tuple[Graph, str]:
+    """The Graph of ``proto``; ``env_out`` receives each ONNX tensor name's Value (a graph value
+    name or a Const), which a QDQ import keys its plan by."""
     from onnx import numpy_helper
 
     name = proto.graph.name or "model"
@@ -725,7 +754,11 @@ def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None) -> 
     b.onnx_model, b.onnx_env = proto, env  # type: ignore[attr-defined]  # control flow: declared types, outer-scope values
     for i, node in enumerate(proto.graph.node):
         _import_node(b, node, i, env)
-    return b.graph([env[o.name] for o in proto.graph.output]), name
+    graph = b.graph([env[o.name] for o in proto.graph.output])
+    if env_out is not None:
+        env_out.clear()
+        env_out.update(env)
+    return graph, name
 
 
 def _import_node(b: GraphBuilder, node: Any, index: int, env: dict[str, Any], prefix: str = "") -> None:
