@@ -159,8 +159,8 @@ class PaddingOps:
             return index, PAD_SAME
         raise UnsupportedOperationError(
             f"layer {node.name!r} (avg_pool2d, padding={pad}, count_include_pad=False): its border windows divide by "
-            "their real elements only, which TFLite's AVERAGE_POOL_2D expresses for SAME padding alone; the Edge TPU "
-            "plugin leaves this node to cpu:0 (or use count_include_pad=True / a SAME-equivalent padding)"
+            "their real elements only, which TFLite's AVERAGE_POOL_2D (plugin edgetpu) expresses for SAME padding alone; "
+            "use count_include_pad=True or a SAME-equivalent padding, or compile with precision='fp32'"
         )
 
     def _non_negative(self, value: str) -> bool:
