@@ -78,7 +78,14 @@ class UnsupportedDTypeError(NeurenixError, TypeError):
 
 
 class UnsupportedOperationError(NeurenixError):
-    """An operation or layer cannot run on, or be lowered to, the device asked for."""
+    """An operation or layer cannot run on, or be lowered to, the device asked for.
+
+    ``node`` names the graph node a plugin's lowering refused (set by the lowering loop): the core
+    then places that node on cpu:0 and compiles the rest, instead of refusing the whole model."""
+
+    def __init__(self, *args: object, node: str | None = None) -> None:
+        super().__init__(*args)
+        self.node = node
 
 
 class NotDifferentiableError(UnsupportedOperationError):

@@ -171,6 +171,14 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
     return bits_name, plan, folded
 
 
+class _NodeRefused(Exception):
+    """Internal: a plugin refused one node of a quantized model; place it on cpu:0 and retry."""
+
+    def __init__(self, node: str, reason: str) -> None:
+        super().__init__(node)
+        self.node, self.reason = node, reason
+
+
 def _batch_inputs(batch: Any, n_inputs: int) -> tuple[np.ndarray, ...]:
     """One calibration batch as host arrays in their own dtypes (token ids stay integers)."""
     items = tuple(batch) if isinstance(batch, (tuple, list)) and n_inputs > 1 else (batch,)
@@ -454,7 +462,20 @@ class Compiled:
 
         reg, rec = registry(), self._record
         compiles = bool(rec.manifest.capabilities.compiles_models and reg.implements(rec, "neurenix_compile"))
-        placement = self._place(graph, compiles)
+        refused: dict[str, str] = {}
+        while True:
+            try:
+                return self._lower_placed(graph, compiles, refused)
+            except _NodeRefused as retry:
+                # The plugin's lowering refused one node of a quantized model: that node goes to
+                # cpu:0 (the integer reference) and the rest is placed and compiled again.
+                refused[retry.node] = retry.reason
+
+    def _lower_placed(self, graph: Graph, compiles: bool, refused: Mapping[str, str]) -> tuple[Runner, str]:
+        from neurenix_core.plugins.state import registry
+
+        reg, rec = registry(), self._record
+        placement = self._place(graph, compiles, refused)
         self._placements[tuple(s.shape for s in graph.inputs)] = placement
         if placement.partitioned:
             return self._partitioned(placement, compiles)
@@ -468,13 +489,22 @@ class Compiled:
             try:
                 native = reg.call(rec, "neurenix_compile", backend=self._backend, graph=placement.graph, options=options)
             except UnsupportedOperationError as exc:
+                self._check_refused(exc, placement.graph, refused)
                 return self._fallback(exc, graph)
             if native is not None:
                 self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = native
                 return self._native_runner(native), str(getattr(native, "summary", "") or f"compiled by plugin {rec.name}")
         return self._local_runner(graph)
 
-    def _place(self, graph: Graph, compiles: bool) -> Any:
+    def _check_refused(self, exc: Exception, graph: Graph, refused: Mapping[str, str]) -> None:
+        """Raise _NodeRefused when a quantized model's lowering refused one named node it had not
+        refused before (the caller places it on cpu:0 and tries again); else return."""
+        node = getattr(exc, "node", None)
+        if self.plan is None or node is None or node in refused or node not in {n.name for n in graph.nodes}:
+            return
+        raise _NodeRefused(node, f"plugin {self._record.name} cannot lower it: {exc}") from exc
+
+    def _place(self, graph: Graph, compiles: bool, refused: Mapping[str, str] | None = None) -> Any:
         """Which nodes the device runs: declared ops and dtypes (capabilities as data)."""
         from neurenix_core.graph import opset
         from neurenix_core.graph.executor import EAGER_OPS
@@ -494,7 +524,7 @@ class Compiled:
             declared, dtypes = set(EAGER_OPS), {"float32"}
             missing = f"op has no eager form on {self.device} (plugin {plugin} runs this model op by op)"
         # A quantized model keeps its composites whole: its plan names the calibrated graph's values.
-        return place(graph, declared, dtypes, str(self.device), plugin, decompose=self.plan is None, missing=missing)
+        return place(graph, declared, dtypes, str(self.device), plugin, decompose=self.plan is None, missing=missing, refused=refused)
 
     @property
     def placement(self) -> Any:
@@ -565,6 +595,7 @@ class Compiled:
                     steps.append((True, seg, self._segment_fn(sub, compiles)))
                     continue
                 except (UnsupportedOperationError, QuantizationError) as exc:
+                    self._check_refused(exc, sub, {o.node: o.reason for o in placement.off_device})
                     # A quantized segment may read a value without plan parameters (a constant
                     # fed as an input where the device does not declare `constant`): the plugin
                     # refuses it, and the segment runs on the integer reference, reported.

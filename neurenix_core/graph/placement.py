@@ -168,13 +168,14 @@ def _segments(nodes: list[Node], on: list[bool], graph: Graph, host_consts: set[
 
 
 def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], device: str, plugin: str, *,
-          decompose: bool = True, missing: str | None = None) -> Placement:
+          decompose: bool = True, missing: str | None = None, refused: Mapping[str, str] | None = None) -> Placement:
     """Decompose what ``declared`` lacks, assign every node, cut segments and count the work.
 
     ``decompose=False`` keeps composites whole (an undeclared one runs on the CPU): a quantized
     model's plan names the values of the graph it was calibrated on, and a decomposition would
     create values the plan has no parameters for. ``missing`` is the reason reported for an op
-    outside ``declared`` (default "op not declared by plugin ...")."""
+    outside ``declared`` (default "op not declared by plugin ..."). ``refused`` (node name ->
+    reason) sends nodes the plugin's lowering refused to the CPU whatever they declare."""
     legal = legalize(graph, keep=lambda n: n.op in declared) if decompose else graph
     specs = infer_values(legal)
     consts_on_device = "constant" in declared
@@ -185,7 +186,9 @@ def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], devi
     flops: Counter[str] = Counter()
     host_consts: set[str] = set()
     consumers_on: dict[str, list[bool]] = {}
-    reasons = {n.name: _reason(n, specs, declared, dtypes, plugin, missing, device == CPU) for n in nodes if n.op != "constant"}
+    refused = refused or {}
+    reasons = {n.name: refused.get(n.name) or _reason(n, specs, declared, dtypes, plugin, missing, device == CPU)
+               for n in nodes if n.op != "constant"}
     for n in nodes:
         for i in n.inputs:
             consumers_on.setdefault(i, []).append(n.op != "constant" and reasons[n.name] is None)

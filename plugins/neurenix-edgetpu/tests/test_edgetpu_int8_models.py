@@ -111,6 +111,40 @@ def test_avg_pool_excluding_padding_is_refused_by_the_node():
         lower(graph, "fp32")
 
 
+def test_an_int8_model_with_a_node_the_writer_refuses_runs_the_rest_on_the_device():
+    """The refused node (an avg pool excluding its padding) goes to cpu:0 on the integer
+    reference, the conv before it and the linear after it stay on edgetpu:0, the report names
+    the node and the plugin's reason, and the result is the all-CPU integer model's."""
+    import warnings
+
+    import neurenix_core as nx
+
+    rng = np.random.default_rng(5)
+    conv = {"in_channels": 3, "out_channels": 4, "kernel_size": (3, 3), "groups": 1, "stride": (1, 1), "padding": (1, 1), "dilation": (1, 1)}
+    graph = Graph((TensorSpec("x", (4, 3, HW, HW), "float32"),), (
+        Node("conv", "conv2d", ("x",), "c", conv, _conv_params(rng, 4, 3, 3)),
+        Node("act", "relu", ("c",), "r"),
+        Node("p", "avg_pool2d", ("r",), "p", {"kernel_size": (3, 3), "stride": (2, 2), "padding": (1, 1), "count_include_pad": False}),
+        Node("flat", "flatten", ("p",), "f", {"start_dim": 1}),
+        Node("head", "linear", ("f",), "y", {}, {"weight": rng.normal(0, 0.1, (5, 4 * 8 * 8)).astype(np.float32),
+                                                 "bias": rng.normal(0, 0.1, 5).astype(np.float32)}),
+    ), ("y",))
+    calibration = [rng.standard_normal((4, 3, HW, HW)).astype(np.float32) for _ in range(4)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = nx.compile(graph, device="edgetpu:0", quantize="int8", calibration=calibration, progress=False)
+    placement = compiled.placement
+    assert [(o.node, o.op) for o in placement.off_device] == [("p", "avg_pool2d")]
+    assert "plugin edgetpu cannot lower it" in placement.off_device[0].reason and "count_include_pad" in placement.off_device[0].reason
+    assert [[n.op for n in s.nodes] for s in placement.segments if s.on_device][0][0] == "conv2d"
+    assert any("1 node on cpu:0: avg_pool2d" in str(w.message) for w in caught)
+    step = float(compiled.plan.activations["y"].scale[0])
+    want = run_quantized(compiled.graph, compiled.plan, calibration[2])
+    assert np.abs(compiled(calibration[2]).numpy() - want).max() <= 1.0 * step + 1e-6
+    with nx.fallback_policy("error"), pytest.raises(nx.CompilationError, match=r"node 'p' \(op avg_pool2d\): plugin edgetpu cannot lower it"):
+        nx.compile(graph, device="edgetpu:0", quantize="int8", calibration=calibration, progress=False)
+
+
 # ---------------------------------------------------------------------- imported torch CNNs
 torch = pytest.importorskip("torch")
 tnn = torch.nn

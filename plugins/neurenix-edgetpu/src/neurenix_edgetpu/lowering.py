@@ -150,9 +150,13 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps, PaddingOps):
             if handler is None:
                 raise UnsupportedOperationError(
                     f"layer {node.name!r} ({node.op}) cannot be expressed in a TFLite model for the Edge TPU; "
-                    f"the writer handles {', '.join(sorted(_HANDLED))}. Run the model eagerly or on another device."
+                    f"the writer handles {', '.join(sorted(_HANDLED))}. Run the model eagerly or on another device.", node=node.name
                 )
-            handler(node)
+            try:
+                handler(node)
+            except UnsupportedOperationError as exc:
+                exc.node = exc.node or node.name  # the core places this node on cpu:0 and compiles the rest
+                raise
         outs = [self._output(name) for name in self.graph.outputs]
         data = self.m.finish([s.index for s in ins], [s.index for s in outs])
         return Lowered(data, tuple(ins), tuple(outs), self.precision, dict(self.counts), self.io,

@@ -78,7 +78,11 @@ class Lowering:
             self.values[spec.name] = self._quantize_value(spec.name, param.output(0))
             self.specs[spec.name] = ValueSpec(tuple(spec.shape), spec.dtype)
         for node in self.graph.nodes:
-            self._lower(node)
+            try:
+                self._lower(node)
+            except UnsupportedOperationError as exc:
+                exc.node = exc.node or node.name  # the core places this node on cpu:0 and compiles the rest
+                raise
         results = []
         for name in self.graph.outputs:
             result = self.op.result(self.values[name])
