@@ -172,6 +172,19 @@ def test_compiled_int8_agrees_with_onnxruntime(qdq_files: dict[tuple[str, bool],
     assert np.abs(got - want).max() <= 3 * step + 1e-6
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_calibration_batches_verify_the_files_plan_without_recalibrating(qdq_files: dict[tuple[str, bool], Path], device: str) -> None:
+    """``calibration=`` with a pre-quantized model only verifies the compile (graph.verify): the
+    plan stays the file's, and the agreement is in the summary."""
+    model = nx.nn.from_onnx(qdq_files[("cnn", True)])
+    x = _eval_inputs("cnn")
+    compiled = nx.compile(model, device=device, calibration=[x[:32], x[32:64]], progress=False)
+    assert compiled.plan is model.quantization_plan
+    v = compiled.verification
+    assert v is not None and v.batches == 2 and v.device_relative <= v.device_bound and v.plan_relative < 0.3
+    assert "verified on 2 calibration batches" in compiled.summary
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
 @pytest.mark.parametrize("kind", ["cnn", "mlp"])
 def test_integer_reference_agrees_with_onnxruntime(qdq_files: dict[tuple[str, bool], Path], kind: str, per_channel: bool) -> None:
