@@ -631,14 +631,15 @@ def import_onnx(model: Any, *, input_shapes: Any = None, static: bool = False) -
         return ValueImport(proto, exc.input_name), proto.graph.name or "model"
 
 
-def import_onnx_quantized(model: Any, *, input_shapes: Any = None, static: bool = False,
-                          qdq: str = "plan") -> tuple[Graph | ValueImport, str, QuantizationPlan | None]:
+def import_onnx_quantized(model: Any, *, input_shapes: Any = None, static: bool = False, qdq: str = "plan",
+                          reader: onnx_qdq.Reader | None = None) -> tuple[Graph | ValueImport, str, QuantizationPlan | None]:
     """:func:`import_onnx`, plus the file's own int8 plan for a pre-quantized (QDQ) model.
 
     ``qdq="plan"``: a QDQ model's Q/DQ nodes are folded into a float graph and a
     QuantizationPlan with the file's scales (``onnx_qdq``; what the core's int8 scheme cannot
     hold raises QuantizationError). ``qdq="ops"``: Q/DQ import as ordinary ops (float fake
-    quantization), and the plan is None, as for a float model."""
+    quantization), and the plan is None, as for a float model. ``reader`` words the refusals
+    for another caller than ``from_onnx`` (``from_torch`` on a PT2E model: ``torch_pt2e``)."""
     if qdq not in ("plan", "ops"):
         raise QuantizationError(f"from_onnx: qdq={qdq!r}; use 'plan' (the file's scales as an int8 plan) or 'ops' (Q/DQ as float ops)")
     proto = _lift_opset(_load(model))
@@ -647,12 +648,12 @@ def import_onnx_quantized(model: Any, *, input_shapes: Any = None, static: bool 
             return (*_import_any(proto, input_shapes, static), None)
         except ValueInputNeeded as exc:
             return ValueImport(proto, exc.input_name), proto.graph.name or "model", None
-    fold = onnx_qdq.fold_qdq(proto)
+    fold = onnx_qdq.fold_qdq(proto, reader or onnx_qdq.Reader())
     env: dict[str, Any] = {}
     try:
         graph, name = _import_any(fold.proto, input_shapes, static, env)
     except ValueInputNeeded as exc:
-        raise QuantizationError(f"from_onnx({fold.name}): the quantized model reads input {exc.input_name!r} as a value (a shape or "
+        raise QuantizationError(f"{fold.model}: the quantized model reads input {exc.input_name!r} as a value (a shape or "
                                 "axes), so it has no one graph to hold an int8 plan; make that input an initializer, or import "
                                 "with qdq='ops'") from exc
     return graph, name, onnx_qdq.quantization_plan(fold, graph, env)

@@ -40,7 +40,7 @@ from neurenix_core.graph import qmath as Q
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.shapes import infer_values
 
-__all__ = ["QdqFold", "is_qdq", "fold_qdq", "quantization_plan", "METHOD"]
+__all__ = ["QdqFold", "Reader", "is_qdq", "fold_qdq", "quantization_plan", "METHOD"]
 
 #: ``QuantizationPlan.method`` of a plan read from a file (no calibration ran).
 METHOD = "onnx-qdq"
@@ -53,6 +53,27 @@ _RELU_PRODUCERS = frozenset({"Conv", "Gemm", "MatMul", "Add"})
 #: activation storage types the core's int8 scheme holds, with the offset to int8.
 _INT8_OFFSET = {"int8": 0, "uint8": -128}
 _REMEDY_OPS = "or import it with nx.nn.from_onnx(path, qdq='ops') to run the file's Q/DQ nodes as float ops on cpu:0"
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """Who reads the QDQ model, for the errors: the call they name and the way out they end with.
+    ``from_onnx`` offers ``qdq='ops'``; ``from_torch`` reads a PT2E model through this module too
+    (``torch_pt2e``) and offers its own way out, since its user has no file to re-import."""
+
+    call: str = "from_onnx"
+    remedy: str = _REMEDY_OPS
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    """The model's name and its reader: formats as ``from_onnx(name)`` at the head of an error."""
+
+    name: str
+    reader: Reader
+
+    def __str__(self) -> str:
+        return f"{self.reader.call}({self.name})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +95,11 @@ class QdqFold:
     activations: Mapping[str, QuantParams]
     constants: Mapping[str, _Weight]
     name: str
+    reader: Reader = Reader()
+
+    @property
+    def model(self) -> _Model:
+        return _Model(self.name, self.reader)
 
 
 def is_qdq(proto: Any) -> bool:
@@ -105,9 +131,9 @@ def _constants(proto: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def _refuse(model: str, node: Any, why: str, remedy: str = "") -> QuantizationError:
+def _refuse(model: _Model, node: Any, why: str, remedy: str = "") -> QuantizationError:
     tail = f"; {remedy}" if remedy else ""
-    return QuantizationError(f"from_onnx({model}): node {node.name or node.output[0]!r} ({node.op_type}) {why}{tail} {_REMEDY_OPS}")
+    return QuantizationError(f"{model}: node {node.name or node.output[0]!r} ({node.op_type}) {why}{tail} {model.reader.remedy}")
 
 
 def _attr(node: Any, name: str, default: int) -> int:
@@ -117,7 +143,7 @@ def _attr(node: Any, name: str, default: int) -> int:
     return default if a is None else int(helper.get_attribute_value(a))
 
 
-def _operands(model: str, node: Any, consts: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _operands(model: _Model, node: Any, consts: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """A Q/DQ node's scale and zero point, which must be constants (a computed scale has no plan)."""
     if node.input[1] not in consts:
         raise _refuse(model, node, "computes its scale at run time; the core's int8 plan needs constant scales")
@@ -135,7 +161,7 @@ def _operands(model: str, node: Any, consts: Mapping[str, np.ndarray]) -> tuple[
     return scale, zp
 
 
-def _activation(model: str, node: Any, scale: np.ndarray, zp: np.ndarray) -> QuantParams:
+def _activation(model: _Model, node: Any, scale: np.ndarray, zp: np.ndarray) -> QuantParams:
     """The int8 plan's per-tensor parameters for an activation pair (uint8 shifted by -128)."""
     if scale.size != 1:
         raise _refuse(model, node, f"quantizes an activation per channel ({scale.size} scales); the core's activations are per tensor")
@@ -155,7 +181,7 @@ def _dequantized(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int | N
     return diff * scale.astype(np.float32).reshape(shape)
 
 
-def _weight(model: str, node: Any, q: np.ndarray, consts: Mapping[str, np.ndarray]) -> _Weight:
+def _weight(model: _Model, node: Any, q: np.ndarray, consts: Mapping[str, np.ndarray]) -> _Weight:
     scale, zp = _operands(model, node, consts)
     if str(q.dtype) not in ("int8", "uint8", "int32"):
         raise _refuse(model, node, f"dequantizes a {q.dtype} constant; the core's int8 plan holds int8 weights and int32 biases")
@@ -163,7 +189,7 @@ def _weight(model: str, node: Any, q: np.ndarray, consts: Mapping[str, np.ndarra
     return _Weight(q, scale.ravel().astype(np.float32), zp.ravel(), axis, node.name or node.output[0])
 
 
-def _quantized_constant(model: str, node: Any, w: np.ndarray, consts: Mapping[str, np.ndarray]) -> np.ndarray:
+def _quantized_constant(model: _Model, node: Any, w: np.ndarray, consts: Mapping[str, np.ndarray]) -> np.ndarray:
     """``QuantizeLinear`` of a float constant (a fake-quantized weight): ONNX's rounding (half to
     even) and saturation, so the plan holds the integers the file's runtime would."""
     scale, zp = _operands(model, node, consts)
@@ -179,13 +205,14 @@ def _quantized_constant(model: str, node: Any, w: np.ndarray, consts: Mapping[st
 
 
 # ----------------------------------------------------------------------------- folding
-def fold_qdq(proto: Any) -> QdqFold:
+def fold_qdq(proto: Any, reader: Reader = Reader()) -> QdqFold:
     """The float model of a QDQ file and its parameters (see the module docstring); raises
-    :class:`QuantizationError` on a Q/DQ pattern the core's int8 scheme cannot hold."""
+    :class:`QuantizationError` on a Q/DQ pattern the core's int8 scheme cannot hold, worded
+    for ``reader``."""
     import onnx
     from onnx import numpy_helper
 
-    model = proto.graph.name or "model"
+    model = _Model(proto.graph.name or "model", reader)
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     g = out.graph
@@ -262,7 +289,7 @@ def fold_qdq(proto: Any) -> QdqFold:
     g.ClearField("input")
     g.input.extend(inputs)
     g.ClearField("value_info")  # types of removed int8 tensors; the importer infers what it needs
-    return QdqFold(out, acts, {k: v for k, v in weights.items() if k in used}, model)
+    return QdqFold(out, acts, {k: v for k, v in weights.items() if k in used}, model.name, reader)
 
 
 def _restore_relus(nodes: list[Any], acts: dict[str, QuantParams], outputs: Any) -> list[Any]:
@@ -316,7 +343,7 @@ def _graph_weight(node: Node, producers: Mapping[str, Node]) -> tuple[np.ndarray
 def _plan_weight(fold: QdqFold, onnx_node: Any, node: Node, w: np.ndarray, axis: int) -> QuantParams:
     """The file's weight parameters as the core's per-channel symmetric int8, checked on the
     graph's weight: requantizing it with them gives the file's integers back."""
-    model = fold.name
+    model = fold.model
     dq = fold.constants[onnx_node.input[1]]
     if str(dq.q.dtype) != "int8" or np.any(dq.zero_point != 0):
         raise _refuse(model, onnx_node, f"has an asymmetric or {dq.q.dtype} weight (zero point {dq.zero_point.ravel()[:4]}); the "
@@ -344,12 +371,12 @@ def _check_bias(fold: QdqFold, onnx_node: Any, node: Node, bias: np.ndarray | No
     if dq is None or bias is None or in_qp is None:
         return  # a float bias (the core rounds it to int32 itself), or no bias
     if str(dq.q.dtype) != "int32" or np.any(dq.zero_point != 0):
-        raise _refuse(fold.name, onnx_node, f"has a {dq.q.dtype} bias with zero point {dq.zero_point.ravel()[:4]}; the core's bias is int32, zero point 0")
+        raise _refuse(fold.model, onnx_node, f"has a {dq.q.dtype} bias with zero point {dq.zero_point.ravel()[:4]}; the core's bias is int32, zero point 0")
     channels = wqp.scale.size
     got = Q.quantize_bias(np.broadcast_to(np.asarray(bias, np.float64).ravel(), (channels,)), in_qp, wqp, channels)
     want = np.broadcast_to(dq.q.astype(np.int64).ravel(), (channels,))
     if not np.array_equal(got.astype(np.int64), want):
-        raise _refuse(fold.name, onnx_node, "has an int32 bias whose scale is not input_scale * weight_scale, so the core's "
+        raise _refuse(fold.model, onnx_node, "has an int32 bias whose scale is not input_scale * weight_scale, so the core's "
                       "integer kernels would add another bias", "re-quantize the model with ONNX Runtime's quantize_static")
 
 
@@ -378,7 +405,7 @@ def _same(a: QuantParams, b: QuantParams) -> bool:
     return bool(np.array_equal(a.scale, b.scale) and np.array_equal(a.zero_point, b.zero_point))
 
 
-def _complete(model: str, graph: Graph, acts: dict[str, QuantParams]) -> None:
+def _complete(model: _Model, graph: Graph, acts: dict[str, QuantParams]) -> None:
     """Parameters where the core's integer kernels need them and the file is silent, where that
     changes no number: a pass-through op (pooling, flatten, a pad or reshape of a quantized
     value) takes its input's (its output lies on the input's grid), and a linear/conv read only
@@ -399,9 +426,9 @@ def _complete(model: str, graph: Graph, acts: dict[str, QuantParams]) -> None:
                 acts[n.output] = src
             elif not _same(own, src) and n.op in Q.PASS_THROUGH:
                 raise QuantizationError(
-                    f"from_onnx({model}): node {n.name!r} ({n.op}) has output scale/zero point {own.scale[0]}/{own.zero_point[0]} "
+                    f"{model}: node {n.name!r} ({n.op}) has output scale/zero point {own.scale[0]}/{own.zero_point[0]} "
                     f"but input {src.scale[0]}/{src.zero_point[0]}; the core's integer {n.op} keeps its input's parameters "
-                    f"(as TFLite does). Re-quantize the model so they match (ONNX Runtime does) {_REMEDY_OPS}")
+                    f"(as TFLite does). Re-quantize the model so they match (ONNX Runtime does) {model.reader.remedy}")
     producers = {n.output: n for n in graph.nodes}
     for n in graph.nodes:
         if n.op == "relu" and n.output in acts:
@@ -410,7 +437,7 @@ def _complete(model: str, graph: Graph, acts: dict[str, QuantParams]) -> None:
                 acts[src_node.output] = acts[n.output]
 
 
-def _check_fixed(model: str, graph: Graph, acts: Mapping[str, QuantParams]) -> None:
+def _check_fixed(model: _Model, graph: Graph, acts: Mapping[str, QuantParams]) -> None:
     """softmax / sigmoid / tanh outputs must have TFLite's fixed parameters, which integer
     backends write whatever the plan says (``qmath.fixed_output_params``)."""
     for n in graph.nodes:
@@ -418,9 +445,9 @@ def _check_fixed(model: str, graph: Graph, acts: Mapping[str, QuantParams]) -> N
         own = acts.get(n.output)
         if fixed is not None and own is not None and not _same(fixed, own):
             raise QuantizationError(
-                f"from_onnx({model}): node {n.name!r} ({n.op}) output is quantized with scale {own.scale[0]}, zero point "
+                f"{model}: node {n.name!r} ({n.op}) output is quantized with scale {own.scale[0]}, zero point "
                 f"{own.zero_point[0]}; integer backends use the fixed {fixed.scale[0]}, {fixed.zero_point[0]} for {n.op}. "
-                f"Quantize the model without this op (op_types_to_quantize) {_REMEDY_OPS}")
+                f"Quantize the model without this op (op_types_to_quantize) {model.reader.remedy}")
 
 
 def quantization_plan(fold: QdqFold, graph: Graph, env: Mapping[str, Any]) -> QuantizationPlan:
@@ -432,13 +459,13 @@ def quantization_plan(fold: QdqFold, graph: Graph, env: Mapping[str, Any]) -> Qu
         value = env.get(onnx_name)
         if isinstance(value, str):
             acts[value] = qp
-    _complete(fold.name, graph, acts)
-    _check_fixed(fold.name, graph, acts)
+    _complete(fold.model, graph, acts)
+    _check_fixed(fold.model, graph, acts)
     weights = _layers(fold, graph, env, acts)
     plan = QuantizationPlan(bits=8, activations=acts, weights=weights, method=METHOD, dynamic=False)
     try:
         Q.check_plan(graph, plan)
     except QuantizationError as exc:
-        raise QuantizationError(f"from_onnx({fold.name}): the file leaves values the core's int8 kernels read unquantized: {exc}. "
-                                "Quantize those ops too (op_types_to_quantize) " + _REMEDY_OPS) from exc
+        raise QuantizationError(f"{fold.model}: the file leaves values the core's int8 kernels read unquantized: {exc}. "
+                                "Quantize those ops too (op_types_to_quantize) " + fold.reader.remedy) from exc
     return plan
