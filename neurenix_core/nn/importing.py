@@ -62,8 +62,13 @@ def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any =
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"from_torch expects a torch.nn.Module, got {type(module).__name__}")
     from neurenix_core.graph.importers.torch_export import import_module
+    from neurenix_core.graph.importers.torch_pt2e import import_pt2e, is_pt2e
 
     args, kwargs = _torch_inputs(torch, example_inputs)
+    if is_pt2e(module):
+        # A PT2E-quantized model carries its own int8 plan, which nx.compile lowers as it is.
+        graph, plan = import_pt2e(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static)
+        return GraphModule(graph, f"from_torch({type(module).__name__}, PT2E)", quantization_plan=plan)
     with _without_cache(module, args, kwargs):
         graph = import_module(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static)
     return GraphModule(graph, f"from_torch({type(module).__name__})")
