@@ -238,6 +238,7 @@ class Compiled:
         self._proofs: dict[tuple[tuple[int, ...], ...], Any] = {}
         self._bucket_stats: dict[tuple[tuple[int, ...], ...], Any] = {}
         self._verification: Any = None  # graph.verify.Verification of a quantized compile
+        self._host_lines: list[str] = []  # which host runtime runs each cpu:0 graph or segment, and why
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -463,9 +464,14 @@ class Compiled:
         reg, rec = registry(), self._record
         compiles = bool(rec.manifest.capabilities.compiles_models and reg.implements(rec, "neurenix_compile"))
         refused: dict[str, str] = {}
+        key = tuple(s.shape for s in graph.inputs)
         while True:
+            self._host_lines = []
             try:
-                return self._lower_placed(graph, compiles, refused)
+                result = self._lower_placed(graph, compiles, refused)
+                if self._host_lines and key in self._placements:
+                    self._placements[key] = dataclasses.replace(self._placements[key], host_runtime="; ".join(self._host_lines))
+                return result
             except _NodeRefused as retry:
                 # The plugin's lowering refused one node of a quantized model: that node goes to
                 # cpu:0 (the integer reference) and the rest is placed and compiled again.
@@ -650,7 +656,11 @@ class Compiled:
         from neurenix_core.graph.reference import run_graph, run_quantized
 
         if self.plan is None:
-            return lambda *hosts: run_graph(sub, *hosts, float_dtype=None)
+            interpret = lambda *hosts: run_graph(sub, *hosts, float_dtype=None)  # noqa: E731
+            choice = self._choose_host(sub, interpret, f"segment {sub.nodes[0].name!r}" if sub.nodes else "segment")
+            if choice is None or choice.model is None:
+                return interpret
+            return choice.model
         from neurenix_core.graph.qmath import restrict_plan
 
         # Constants the segment reads are data: they go into its graph rather than arrive as
@@ -721,7 +731,7 @@ class Compiled:
                 "needs a plugin that compiles models (or leave precision unset)"
             )
         if str(self.device.type) == "cpu":
-            return self._interpreter_runner(graph), f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(graph.nodes)} nodes"
+            return self._cpu_runner(graph)
         if self.graph.dynamic or self._values is not None:  # the graph differs per input shape (or value): one eager graph each
             from neurenix_core.graph.executor import EagerGraph
 
@@ -733,6 +743,53 @@ class Compiled:
             eager = EagerGraph(self.graph, self.device)
             self._eager = lambda *natives: eager(*self._tensors(natives))
         return self._eager, f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(self.graph.nodes)} layers"
+
+    def _choose_host(self, graph: Graph, interpret: Callable[..., Any], what: str) -> Any:
+        """The host runtime for ``graph`` on cpu:0 (graph.host_select), noted for the placement
+        report; None where the graph cannot leave the interpreter (sequences, optionals)."""
+        from neurenix_core.graph import host_select
+        from neurenix_core.graph.placement import node_flops
+        from neurenix_core.graph.shapes import infer_values
+        from neurenix_core.plugins.state import registry
+
+        if any(s.dtype in VALUE_KINDS for s in graph.inputs) or not graph.nodes:
+            return None
+        specs = infer_values(graph)
+        if any(v.dtype in VALUE_KINDS for v in specs.values()):
+            return None
+
+        def reference(*hosts: Any) -> list[np.ndarray]:
+            out = interpret(*hosts)
+            return list(out) if isinstance(out, (tuple, list)) else [out]
+
+        choice = host_select.choose(graph, threads=self.extra.get("threads"), runtime=host_select.requested_runtime(self.extra),
+                                    interpreter=reference, flops=sum(node_flops(n, specs) for n in graph.nodes),
+                                    state_dir=registry().config.state_dir)
+        self._host_lines.append(f"{what} on cpu:0: {choice.line()}")
+        return choice
+
+    def _cpu_runner(self, graph: Graph) -> tuple[Runner, str]:
+        """A cpu:0 fp32 graph on the host runtime host_select chooses, the interpreter last."""
+        from neurenix_core.graph.reference import run_graph
+
+        interpreter = self._interpreter_runner(graph)
+        eager = f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(graph.nodes)} nodes"
+        if self._values is not None:  # a graph per input value: measuring runtimes for each would cost more than it saves
+            return interpreter, eager
+        choice = self._choose_host(graph, lambda *hosts: run_graph(graph, *hosts, float_dtype=None), "model")
+        if choice is None or choice.model is None:
+            return interpreter, eager + ("" if choice is None else f"; {choice.line()}")
+        return self._host_model_runner(choice.model), f"{choice.model.summary}; {choice.line()}"
+
+    def _host_model_runner(self, model: Any) -> Runner:
+        from neurenix_core.tensor.tensor import wrap_on
+
+        p, to_host = self._backend.placement(self.device.index), self._backend._to_host
+
+        def run(*natives: Any) -> tuple[Tensor, ...]:
+            return tuple(wrap_on(contiguous(np.asarray(o)), p) for o in model(*(to_host(n) for n in natives)))
+
+        return run
 
     def _interpreter_runner(self, graph: Graph) -> Runner:
         """The CPU backend's whole-opset path: the reference semantics on host arrays, every value

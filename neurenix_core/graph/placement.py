@@ -68,6 +68,8 @@ class Placement:
     off_device: tuple[OffDevice, ...] = field(default=())
     #: A quantized compile's agreement with the core's integer reference (graph.verify), if run.
     verification: str = ""
+    #: Which runtime runs the cpu:0 graph or segments (graph.host_select), and why.
+    host_runtime: str = ""
 
     @property
     def partitioned(self) -> bool:
@@ -99,6 +101,8 @@ class Placement:
             lines.append(f"  segment on {where}: {_nodes(len(seg.nodes))}, {span}")
         for o in self.off_device:
             lines.append(f"  off {self.device}: {o.node} ({o.op}): {o.reason}")
+        if self.host_runtime:
+            lines.append(f"  {self.host_runtime}")
         if self.verification:
             lines.append(f"  {self.verification}")
         return "\n".join(lines)

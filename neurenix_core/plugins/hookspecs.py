@@ -19,7 +19,8 @@ recorded (plugin, distribution, phase, cause), shown by ``neurenix doctor`` and
 2. Probe     -- ``neurenix_probe`` (and optionally ``neurenix_native_probe``): cheap hardware
    detection at import, bounded in time.
 3. Backend   -- ``neurenix_backend``: the lazy factory, called on first use of a device; the only
-   place where the framework is imported. ``neurenix_compile`` lowers whole models.
+   place where the framework is imported. ``neurenix_compile`` lowers whole models;
+   ``neurenix_host_runtime`` (API 1.2) offers the plugin's runtime to compile graphs for ``cpu:0``.
 
 The core calls each hook on one plugin at a time (never a broadcast), so one plugin's answer
 cannot shadow another's. Per-op dispatch never goes through these hooks: the core resolves a
@@ -40,6 +41,7 @@ from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.plugins.host import HostRuntime
     from neurenix_core.plugins.manifest import Manifest, ProbeContext, ProbeResult
 
 __all__ = ["NEURENIX_API_VERSION", "PROJECT", "hookspec", "hookimpl"]
@@ -167,4 +169,22 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
 
     Implement: walk ``graph.nodes`` once; cache by (graph fingerprint, input shapes, precision,
     device).
+    """
+
+
+@hookspec
+def neurenix_host_runtime() -> HostRuntime:
+    """Offer this plugin's runtime to compile graphs for ``cpu:0`` (API 1.2).
+
+    Called by: the core, lazily, the first time a ``cpu:0`` model (or a fallback segment of
+    another device's model) is compiled, for plugins whose manifest declares
+    ``capabilities.host_runtime``. It is called whether or not the plugin's own device is present:
+    OpenVINO's CPU device runs on a laptop without an NPU. Not called for a denied plugin.
+
+    Return: a :class:`~neurenix_core.plugins.host.HostRuntime`. Raise
+    ``BackendUnavailableError`` naming what is missing when the runtime cannot start (the core
+    records it and uses the next runtime, the NumPy interpreter last).
+
+    Implement: import the framework here (never at module import); keep one runtime object per
+    process (the core caches what this returns).
     """

@@ -28,8 +28,9 @@ __all__ = [
 #: The version of the contract in hookspecs.py. A plugin declares the range it was written
 #: for (``api=">=1.0,<2"``); the core refuses a plugin whose range excludes this version
 #: before calling anything but its manifest hook. Minor bumps add optional hooks or fields.
-#: 1.1 added ``Capabilities.graph_ops`` / ``graph_dtypes`` (the ops a compiling plugin lowers).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 1)
+#: 1.1 added ``Capabilities.graph_ops`` / ``graph_dtypes`` (the ops a compiling plugin lowers);
+#: 1.2 ``Capabilities.host_runtime`` and the ``neurenix_host_runtime`` hook (runtimes for cpu:0).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 2)
 
 
 _REQUIRED: Final = object()
@@ -138,6 +139,9 @@ class Capabilities(_Record):
     #: Value dtypes those compiled graphs take and produce; a node touching another dtype (int64
     #: token ids, bool masks) runs on the CPU.
     graph_dtypes: tuple[str, ...]
+    #: API 1.2: the name of a runtime this plugin offers to compile graphs for ``cpu:0`` through
+    #: ``neurenix_host_runtime`` (``"openvino"``, ``"litert"``, ...); None offers none.
+    host_runtime: str | None
 
     _SPEC = {
         "dtypes": ("float32",),
@@ -149,6 +153,7 @@ class Capabilities(_Record):
         "extra": _Factory(dict),
         "graph_ops": None,
         "graph_dtypes": ("float32",),
+        "host_runtime": None,
     }
     __slots__ = tuple(_SPEC)
 
@@ -163,6 +168,7 @@ class Capabilities(_Record):
             "extra": dict(self.extra),
             "graph_ops": None if self.graph_ops is None else list(self.graph_ops),
             "graph_dtypes": list(self.graph_dtypes),
+            "host_runtime": self.host_runtime,
         }
 
 
@@ -394,6 +400,9 @@ def _check_fields(m: Manifest) -> None:
     dts = m.capabilities.graph_dtypes
     if not isinstance(dts, (tuple, list)) or not all(isinstance(d, str) for d in dts):
         raise ValueError("field 'capabilities.graph_dtypes' must be a tuple of dtype names")
+    host = m.capabilities.host_runtime
+    if host is not None and (not isinstance(host, str) or not _valid_name(host)):
+        raise ValueError(f"field 'capabilities.host_runtime' must be None or a runtime name (lower-case letters, digits, '-' or '_'), got {host!r}")
     if m.emulation is not None and not isinstance(m.emulation, str):
         raise ValueError("field 'emulation' must be a string token or None")
     if not isinstance(m.exports, Mapping) or not all(

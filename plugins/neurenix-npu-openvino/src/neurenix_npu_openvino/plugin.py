@@ -16,8 +16,9 @@ from neurenix_npu_openvino import probe as _probe
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.plugins.host import HostRuntime
 
-__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_backend", "neurenix_compile"]
+__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_backend", "neurenix_compile", "neurenix_host_runtime"]
 
 _VERSION: Final = "0.1.0"
 # Kept in sync with eager.NATIVE_OPS (a test checks it) so the manifest stays import-free.
@@ -46,7 +47,7 @@ def neurenix_manifest() -> Manifest:
         name="npu-openvino",
         distribution="neurenix-npu-openvino",
         version=_VERSION,
-        api=">=1.0,<2",
+        api=">=1.2,<2",
         device_types=("npu",),
         band=PriorityBand.NPU,
         priority=50,
@@ -62,6 +63,7 @@ def neurenix_manifest() -> Manifest:
             quantization=("int8",),
             dlpack=False,
             extra={"runtime": "OpenVINO", "async_batches": True, "compute_dtypes": ("float32", "float16")},
+            host_runtime="openvino",  # OpenVINO's CPU device compiles cpu:0 graphs too (host.py)
         ),
         install_hint="pip install neurenix-npu-openvino (OpenVINO) and the Intel NPU driver (intel_vpu, linux-npu-driver)",
         emulation="npu",
@@ -100,3 +102,10 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
     if not isinstance(backend, NPUOpenVINOBackend):
         raise TypeError(f"npu-openvino's neurenix_compile got a {type(backend).__name__}, not its own backend")
     return compile_graph(backend, graph, options)
+
+
+@hookimpl
+def neurenix_host_runtime() -> HostRuntime:
+    from neurenix_npu_openvino.host import OpenVINOHostRuntime
+
+    return OpenVINOHostRuntime()

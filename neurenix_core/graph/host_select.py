@@ -1,0 +1,305 @@
+"""Which runtime runs a ``cpu:0`` graph: the host runtimes plugins offer, or the NumPy interpreter.
+
+A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0``
+(``neurenix_core.plugins.host``). For a graph at its input shapes, :func:`choose`:
+
+1. ``runtime="numpy"`` or ``runtime="<name>"`` (``nx.compile(..., runtime=...)``, or the
+   ``NEURENIX_CPU_RUNTIME`` environment variable) names one: that one, or a typed error saying
+   why it cannot (never a silent substitute);
+2. a graph below :data:`FLOP_FLOOR` estimated FLOPs runs on the interpreter without measuring:
+   every runtime's per-call overhead (an OpenVINO infer request, a LiteRT invoke) is larger than
+   such a graph's whole cost in NumPy;
+3. otherwise each installed runtime that lowers every op of the graph is compiled and timed (and
+   its result compared with the interpreter's: a runtime that is wrong is skipped, with the
+   difference as the reason), the interpreter too, and the fastest wins. The choice and the
+   times are cached in the state folder (``host_runtimes.json``), keyed by graph fingerprint,
+   shapes, threads, CPU model and runtime versions, so a later process compiles only the winner.
+
+A runtime that is missing, fails to start or refuses the graph is skipped with its reason; the
+result says which runtime runs the graph and why (``HostChoice.line``), and ``compiled.summary``
+and the placement report carry that line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from neurenix_core.errors import BackendUnavailableError, ConfigurationError, NeurenixError
+from neurenix_core.graph.ir import Graph
+from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
+
+__all__ = ["FLOP_FLOOR", "INTERPRETER", "HostChoice", "choose", "host_runtimes", "clear_cache"]
+
+#: Graphs estimated below this many FLOPs stay on the interpreter without measuring.
+FLOP_FLOOR: Final = 1_000_000
+#: The name of the last resort, always available.
+INTERPRETER: Final = "numpy"
+#: Entries kept in the choice cache (the oldest are dropped).
+_CACHE_ENTRIES: Final = 512
+_CACHE_FILE: Final = "host_runtimes.json"
+#: Timing per candidate: calls after one warm-up, and the time budget that may end them sooner.
+_CALLS: Final = 7
+_BUDGET_S: Final = 0.25
+#: A runtime whose result is further than this (relative to the largest |value|) from the
+#: interpreter's is wrong for this graph, and skipped.
+_AGREEMENT: Final = 1e-4
+
+_lock = threading.Lock()
+_runtimes: dict[str, HostRuntime | str] | None = None  # name -> runtime, or why it is unavailable
+
+
+@dataclass(frozen=True)
+class HostChoice:
+    """The runtime that runs a cpu:0 graph (``model`` None: the NumPy interpreter) and why."""
+
+    runtime: str
+    reason: str
+    model: HostModel | None = None
+    times_ms: Mapping[str, float] = field(default_factory=dict)
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        times = ", ".join(f"{k} {v:.3g} ms" for k, v in sorted(self.times_ms.items(), key=lambda kv: kv[1]))
+        skipped = "; not used: " + "; ".join(f"{k}: {v}" for k, v in self.skipped.items()) if self.skipped else ""
+        return f"runtime {self.runtime} ({self.reason}{f'; measured {times}' if times else ''}){skipped}"
+
+
+def host_runtimes() -> dict[str, HostRuntime | str]:
+    """Every host runtime the installed plugins offer, started once per process: name -> the
+    runtime, or the reason it is unavailable (missing framework, failed start)."""
+    global _runtimes
+    with _lock:
+        if _runtimes is None:
+            _runtimes = _discover()
+        return dict(_runtimes)
+
+
+def _discover() -> dict[str, HostRuntime | str]:
+    from neurenix_core.plugins.state import registry
+
+    reg = registry()
+    found: dict[str, HostRuntime | str] = {}
+    for rec in reg.records:
+        name = rec.manifest.capabilities.host_runtime if rec.manifest is not None else None
+        if name is None or rec.failure is not None or rec.denied is not None:
+            continue
+        if not reg.implements(rec, "neurenix_host_runtime"):
+            found[name] = f"plugin {rec.name} declares host_runtime={name!r} but does not implement neurenix_host_runtime"
+            continue
+        try:
+            runtime = reg.call(rec, "neurenix_host_runtime")
+        except NeurenixError as exc:
+            found[name] = f"plugin {rec.name}: {exc}"
+            continue
+        except Exception as exc:  # noqa: BLE001 - a third-party runtime's start failure is recorded, and the next runtime used
+            found[name] = f"plugin {rec.name} failed to start its runtime: {type(exc).__name__}: {exc}"
+            continue
+        if not isinstance(runtime, HostRuntime):
+            found[name] = f"plugin {rec.name}'s neurenix_host_runtime returned {type(runtime).__name__}, not a HostRuntime"
+            continue
+        found[name] = runtime
+    return found
+
+
+def requested_runtime(extra: Mapping[str, Any]) -> str | None:
+    """``runtime=`` of nx.compile, else NEURENIX_CPU_RUNTIME, else None (choose); "auto" is None."""
+    value = extra.get("runtime", os.environ.get("NEURENIX_CPU_RUNTIME", "").strip() or None)
+    if value is None or value == "auto":
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"cpu:0: runtime={value!r} must be a runtime name such as 'openvino', 'numpy' or 'auto'")
+    return value
+
+
+def choose(graph: Graph, *, threads: int | None, runtime: str | None, interpreter: Callable[..., Sequence[np.ndarray]],
+           flops: int, state_dir: str | None) -> HostChoice:
+    """The runtime for ``graph`` (static shapes) on cpu:0; ``interpreter`` runs it in NumPy."""
+    options = HostOptions(threads=threads)
+    if runtime == INTERPRETER:
+        return HostChoice(INTERPRETER, "runtime='numpy' asked")
+    available = host_runtimes()
+    if runtime is not None:
+        return _named(graph, runtime, available, options)
+    skipped: dict[str, str] = {}
+    candidates: dict[str, HostRuntime] = {}
+    for name, rt in available.items():
+        why = rt if isinstance(rt, str) else rt.covers(graph)
+        if why is None and isinstance(rt, HostRuntime):
+            candidates[name] = rt
+        else:
+            skipped[name] = str(why)
+    if not candidates:
+        return HostChoice(INTERPRETER, "no installed host runtime takes this graph" if available else "no host runtime installed", skipped=skipped)
+    if flops < FLOP_FLOOR:
+        return HostChoice(INTERPRETER, f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}: a runtime call costs more than the graph")
+    key = _cache_key(graph, threads, candidates)
+    cached = _cache_read(state_dir).get(key)
+    if cached is not None and (cached["runtime"] == INTERPRETER or cached["runtime"] in candidates):
+        return _from_cache(graph, cached, candidates, options, skipped)
+    return _measure(graph, candidates, options, interpreter, skipped, key, state_dir)
+
+
+def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str], options: HostOptions) -> HostChoice:
+    rt = available.get(runtime)
+    if rt is None:
+        names = ", ".join([INTERPRETER, *sorted(available)])
+        raise BackendUnavailableError(f"cpu:0: no host runtime named {runtime!r} is installed (available: {names}); "
+                                      "install the plugin that offers it, or pass runtime='auto'")
+    if isinstance(rt, str):
+        raise BackendUnavailableError(f"cpu:0: host runtime {runtime!r} cannot start: {rt}")
+    why = rt.covers(graph)
+    if why is not None:
+        from neurenix_core.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError(f"cpu:0: runtime={runtime!r} was asked, but {why}; pass runtime='auto' to choose another")
+    return HostChoice(runtime, f"runtime={runtime!r} asked", rt.compile(graph, options))
+
+
+def _inputs(graph: Graph) -> list[np.ndarray]:
+    """Measurement inputs: seeded normal floats, zero integers (valid ids and indices), True masks."""
+    rng = np.random.default_rng(0)
+    out = []
+    for spec in graph.inputs:
+        dtype = np.dtype(spec.dtype)
+        shape = tuple(int(d) for d in spec.shape)
+        if dtype.kind == "f":
+            out.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype.kind == "b":
+            out.append(np.ones(shape, dtype))
+        else:
+            out.append(np.zeros(shape, dtype))
+    return out
+
+
+def _time(run: Callable[..., Any], inputs: Sequence[np.ndarray]) -> tuple[float, Any]:
+    first = run(*inputs)  # warm-up (first-call allocations, lazy initialisation)
+    times = []
+    start = time.perf_counter()
+    for _ in range(_CALLS):
+        t0 = time.perf_counter()
+        run(*inputs)
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > _BUDGET_S:
+            break
+    return float(np.median(times)) * 1e3, first
+
+
+def _disagreement(got: Sequence[Any], want: Sequence[Any]) -> str | None:
+    for k, (a, b) in enumerate(zip(got, want)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return f"output {k} has shape {a.shape}, the reference {b.shape}"
+        if b.dtype.kind in "fc":
+            scale = float(np.max(np.abs(b))) if b.size else 0.0
+            err = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if b.size else 0.0
+            if not np.isfinite(err) and np.array_equal(np.isnan(a), np.isnan(b)):
+                continue
+            if err > _AGREEMENT * max(scale, 1.0):
+                return f"output {k} is {err:.3g} off the interpreter's (largest |value| {scale:.3g})"
+        elif not np.array_equal(a, b):
+            return f"output {k} differs from the interpreter's"
+    return None
+
+
+def _measure(graph: Graph, candidates: Mapping[str, HostRuntime], options: HostOptions, interpreter: Callable[..., Sequence[np.ndarray]],
+             skipped: dict[str, str], key: str, state_dir: str | None) -> HostChoice:
+    inputs = _inputs(graph)
+    ms, reference = _time(interpreter, inputs)
+    times = {INTERPRETER: ms}
+    models: dict[str, HostModel] = {}
+    for name, rt in candidates.items():
+        try:
+            model = rt.compile(graph, options)
+            ms, got = _time(model, inputs)
+        except NeurenixError as exc:
+            skipped[name] = str(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - a runtime that crashes on this graph is skipped with the cause, the next one used
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        wrong = _disagreement(got, reference)
+        if wrong is not None:
+            skipped[name] = f"wrong result: {wrong}"
+            continue
+        times[name], models[name] = ms, model
+    best = min(times, key=lambda k: times[k])
+    _cache_write(state_dir, key, {"runtime": best, "times_ms": times})
+    return HostChoice(best, "fastest, measured at compile time", models.get(best), times, skipped)
+
+
+def _from_cache(graph: Graph, cached: Mapping[str, Any], candidates: Mapping[str, HostRuntime], options: HostOptions,
+                skipped: dict[str, str]) -> HostChoice:
+    times = {str(k): float(v) for k, v in dict(cached.get("times_ms", {})).items()}
+    best = str(cached["runtime"])
+    model = None if best == INTERPRETER else candidates[best].compile(graph, options)
+    return HostChoice(best, "fastest, measured by an earlier compile (cached)", model, times, skipped)
+
+
+# ------------------------------------------------------------------------------ the choice cache
+def _cache_key(graph: Graph, threads: int | None, candidates: Mapping[str, HostRuntime]) -> str:
+    from neurenix_core.cli.benchkit import cpu_model
+
+    versions = sorted((name, rt.version) for name, rt in candidates.items())
+    shapes = [(s.name, tuple(s.shape), s.dtype) for s in graph.inputs]
+    text = json.dumps([graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), versions], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _cache_path(state_dir: str | None) -> str | None:
+    return None if not state_dir else os.path.join(state_dir, _CACHE_FILE)
+
+
+def _cache_read(state_dir: str | None) -> dict[str, Any]:
+    path = _cache_path(state_dir)
+    if path is None or not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}  # unreadable or half-written by a crashed process: measured again and rewritten whole
+    return data if isinstance(data, dict) else {}
+
+
+def _cache_write(state_dir: str | None, key: str, entry: Mapping[str, Any]) -> None:
+    """Add ``entry`` and rewrite the file atomically (a temporary file renamed over it), so a
+    concurrent process reads the old or the new file, never half of one; the last writer wins."""
+    path = _cache_path(state_dir)
+    if path is None:
+        return
+    data = _cache_read(state_dir)
+    data.pop(key, None)
+    data[key] = dict(entry)
+    while len(data) > _CACHE_ENTRIES:
+        data.pop(next(iter(data)))
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".host_runtimes.", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        # A read-only or full state folder: the choice still holds for this process; the next
+        # one measures again. Nothing else depends on the file.
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)
+
+
+def clear_cache(state_dir: str | None) -> int:
+    """Remove the cached choices; returns how many there were."""
+    path = _cache_path(state_dir)
+    n = len(_cache_read(state_dir))
+    if path is not None and os.path.isfile(path):
+        os.unlink(path)
+    return n

@@ -1,0 +1,88 @@
+"""Host runtimes: a plugin's runtime offered to compile graphs for ``cpu:0`` (API 1.2).
+
+OpenVINO's CPU device, LiteRT with XNNPACK, XLA:CPU and PyTorch CPU are production CPU runtimes,
+not only the way their plugins emulate an accelerator. A plugin whose runtime runs on the host
+declares ``Capabilities.host_runtime`` (the runtime's name, e.g. ``"openvino"``) and implements
+the ``neurenix_host_runtime`` hook, which returns a :class:`HostRuntime`. The core then may
+compile a ``cpu:0`` model, or a fallback segment of another device's model, on it
+(``neurenix_core.graph.host_select`` chooses among the installed ones, the NumPy interpreter
+being the last resort). ``cpu:0`` stays the CPU device: nothing here is emulation.
+
+Contract for implementers:
+
+* ``HostRuntime.compile(graph, options)`` gets a ``neurenix_core.graph.ir.Graph`` with static
+  input shapes, holding only ops in ``graph_ops`` on values of ``graph_dtypes``, and returns a
+  :class:`HostModel`: NumPy arrays in (the graph inputs' dtypes, C-contiguous), a tuple of NumPy
+  arrays out (one per graph output, the opset's dtypes and shapes). fp32 results must match the
+  core's float64 reference within 1e-5 relative: set the runtime's precision explicitly (OpenVINO
+  defaults to bf16 on CPUs that have it).
+* ``options.threads`` (None: the runtime's default) is applied where the runtime allows it per
+  model; ``HostModel.threads`` reads back what the runtime uses (None where it cannot say).
+* Raise ``UnsupportedOperationError`` for a graph the runtime cannot take and
+  ``BackendUnavailableError`` when the runtime is not installed or cannot start; the core records
+  the reason and uses the next runtime. Import the framework inside the hook or ``compile``,
+  never at module import.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from neurenix_core.graph.ir import Graph
+
+__all__ = ["HostOptions", "HostModel", "HostRuntime"]
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """What the core asks of a host compile: fp32 (the only host precision so far) and threads."""
+
+    precision: str = "fp32"
+    threads: int | None = None
+
+
+class HostModel(ABC):
+    """A graph compiled by a host runtime for ``cpu:0``."""
+
+    #: One line for ``compiled.summary``: the runtime, its device or delegate, precision, threads.
+    summary: str = ""
+    #: Threads the runtime uses for this model, read back (None where it cannot say).
+    threads: int | None = None
+
+    @abstractmethod
+    def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Run on host arrays; one host array per graph output."""
+
+
+class HostRuntime(ABC):
+    """A CPU runtime a plugin offers for ``cpu:0`` (returned by ``neurenix_host_runtime``)."""
+
+    #: Short lower-case name users pass as ``runtime=`` (``"openvino"``, ``"litert"``, ``"xla"``, ``"torch"``).
+    name: str = ""
+    #: The runtime's own version (part of the compile-choice cache key).
+    version: str = ""
+    #: Graph ops (``neurenix_core.graph.opset`` names) and value dtypes ``compile`` lowers.
+    graph_ops: frozenset[str] = frozenset()
+    graph_dtypes: frozenset[str] = frozenset({"float32"})
+
+    @abstractmethod
+    def compile(self, graph: Graph, options: HostOptions) -> HostModel:
+        """Compile ``graph`` (static shapes) for the host CPU."""
+
+    def covers(self, graph: Graph) -> str | None:
+        """Why this runtime cannot take ``graph`` (None: it can): an op or a value dtype it lacks."""
+        from neurenix_core.graph.shapes import infer_values
+
+        missing = sorted({n.op for n in graph.nodes if n.op not in self.graph_ops})
+        if missing:
+            return f"{self.name} does not lower op(s) {', '.join(missing[:4])}"
+        dtypes = sorted({str(v.dtype) for v in infer_values(graph).values() if str(v.dtype) not in self.graph_dtypes})
+        return f"{self.name} does not take {', '.join(dtypes)} values" if dtypes else None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}

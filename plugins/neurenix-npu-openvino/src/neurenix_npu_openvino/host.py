@@ -1,0 +1,87 @@
+"""OpenVINO's CPU device as a host runtime for ``cpu:0`` (``runtime="openvino"``, API 1.2).
+
+The same lowering as the npu device (``lowering.lower_graph``), compiled for OpenVINO's ``CPU``
+device in f32: ``INFERENCE_PRECISION_HINT=f32`` always (the CPU device defaults to bf16 on CPUs
+that have it, which would put a matmul ~1e-2 off), ``PERFORMANCE_HINT=LATENCY``, and
+``INFERENCE_NUM_THREADS`` when ``threads=`` is given (read back from the compiled model).
+This is OpenVINO doing what it is for, not emulation: the device stays ``cpu:0``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.errors import BackendUnavailableError, CompilationError
+from neurenix_core.graph.ir import Graph
+from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
+
+__all__ = ["OpenVINOHostRuntime", "OpenVINOHostModel"]
+
+
+class OpenVINOHostModel(HostModel):
+    """One compiled model on OpenVINO's CPU device with one infer request (calls are serialized)."""
+
+    def __init__(self, compiled: Any, tensor: Any, threads: int | None) -> None:
+        from neurenix_npu_openvino.compiled import _native_infer
+
+        self.compiled = compiled
+        self._request = compiled.create_infer_request()
+        self._infer = _native_infer(self._request)
+        self._tensor = tensor
+        self._outputs = len(compiled.outputs)
+        self._lock = threading.Lock()
+        self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or threads
+        hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+        hint = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+        self.summary = f"OpenVINO {compiled.get_property('EXECUTION_DEVICES')[0]} on cpu:0, INFERENCE_PRECISION_HINT={hint}, {self.threads or 'default'} thread(s)"
+
+    def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        request = self._request
+        with self._lock:
+            # Inputs wrapped without a copy; outputs copied, since the request reuses its buffers.
+            self._infer(request, {i: self._tensor(np.ascontiguousarray(x), shared_memory=True) for i, x in enumerate(inputs)}, True, False)
+            return tuple(request.get_output_tensor(i).data.copy() for i in range(self._outputs))
+
+
+class OpenVINOHostRuntime(HostRuntime):
+    """OpenVINO's CPU device, started once per process."""
+
+    name = "openvino"
+
+    def __init__(self) -> None:
+        from neurenix_npu_openvino.telemetry import keep_telemetry_out
+
+        keep_telemetry_out()  # before the first import: OpenVINO's telemetry forks (see telemetry.py)
+        try:
+            import openvino as ov
+        except ImportError as exc:
+            raise BackendUnavailableError(f"host runtime openvino (plugin npu-openvino): OpenVINO is not importable ({exc}); pip install openvino") from exc
+        from neurenix_npu_openvino.lowering import HANDLERS
+        from neurenix_npu_openvino.plugin import _GRAPH_DTYPES
+
+        self.ov = ov
+        self.core = ov.Core()
+        if "CPU" not in self.core.available_devices:
+            raise BackendUnavailableError(f"host runtime openvino: OpenVINO {ov.get_version()} lists no CPU device ({self.core.available_devices})")
+        self.version = str(ov.get_version())
+        self.graph_ops = frozenset(HANDLERS)
+        self.graph_dtypes = frozenset(_GRAPH_DTYPES)
+
+    def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
+        from neurenix_npu_openvino.lowering import lower_graph
+
+        if options.precision != "fp32":
+            raise CompilationError(f"host runtime openvino compiles cpu:0 graphs in fp32, not {options.precision!r}")
+        props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+        if options.threads is not None:
+            props["INFERENCE_NUM_THREADS"] = int(options.threads)
+        model = lower_graph(graph, None, device="cpu:0")
+        try:
+            compiled = self.core.compile_model(model, "CPU", props)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
+        return OpenVINOHostModel(compiled, self.ov.Tensor, options.threads)
