@@ -1,0 +1,181 @@
+"""Host runtimes for cpu:0 (issue #31): which runtime runs a cpu:0 graph, and why.
+
+The first-party plugins offer their runtimes (OpenVINO's CPU device, LiteRT, XLA:CPU, PyTorch
+CPU) through ``neurenix_host_runtime``; ``graph.host_select`` measures the candidates, checks
+them against the interpreter, caches the choice, honours ``runtime=``, and skips a broken or
+wrong runtime with the reason. Third-party runtimes below are real plugins written for the test
+(NumPy standing in for their hardware), as a vendor would ship them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+from neurenix_core.graph import host_select
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph
+
+RUNTIMES = sorted(name for name, rt in host_select.host_runtimes().items() if not isinstance(rt, str))
+
+
+def _mlp_graph(batch: int = 16, width: int = 256) -> Graph:
+    """About 4 MFLOPs at batch 16: above the measuring floor."""
+    rng = np.random.default_rng(0)
+    p = {"weight": (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
+         "bias": rng.standard_normal(width).astype(np.float32) * 0.1}
+    q = {"weight": (rng.standard_normal((10, width)) / np.sqrt(width)).astype(np.float32), "bias": np.zeros(10, np.float32)}
+    return Graph((TensorSpec("x", (batch, width)),), (
+        Node("fc1", "linear", ("x",), "h", {}, p),
+        Node("act", "tanh", ("h",), "a"),
+        Node("fc2", "linear", ("a",), "y", {}, q),
+    ), ("y",))
+
+
+def _x(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def state(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh state folder for the choice cache (the registry reads it at import)."""
+    from neurenix_core.plugins.state import registry
+
+    monkeypatch.setattr(registry().config, "state_dir", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_every_host_runtime_matches_the_reference(runtime: str) -> None:
+    graph = _mlp_graph()
+    x = _x((16, 256))
+    compiled = nx.compile(graph, device="cpu", runtime=runtime)
+    got = compiled(x).numpy()
+    want = run_graph(graph, x)
+    assert float(np.abs(got - want).max() / np.abs(want).max()) <= 1e-5
+    assert f"runtime {runtime} (runtime={runtime!r} asked)" in compiled.summary
+    assert f"model on cpu:0: runtime {runtime}" in str(compiled.placement)
+
+
+def test_numpy_is_the_interpreter_and_can_be_named() -> None:
+    compiled = nx.compile(_mlp_graph(), device="cpu", runtime="numpy")
+    compiled(_x((16, 256)))
+    assert "the NumPy opset interpreter" in compiled.summary and "runtime numpy (runtime='numpy' asked)" in compiled.summary
+
+
+def test_an_unknown_runtime_is_refused_with_the_available_ones() -> None:
+    compiled = nx.compile(_mlp_graph(), device="cpu", runtime="tensorrt")
+    with pytest.raises(nx.BackendUnavailableError, match=r"no host runtime named 'tensorrt'.*available: numpy"):
+        compiled(_x((16, 256)))
+
+
+def test_small_graphs_stay_on_the_interpreter_without_measuring(state: Any) -> None:
+    compiled = nx.compile(_mlp_graph(batch=1, width=32), device="cpu")
+    compiled(_x((1, 32)))
+    if RUNTIMES:
+        assert "below 1,000,000: a runtime call costs more than the graph" in compiled.summary
+    assert not (state / "host_runtimes.json").exists()
+
+
+@pytest.mark.skipif(not RUNTIMES, reason="no host runtime plugin is installed (neurenix-core alone): the interpreter runs everything")
+def test_the_choice_is_measured_then_cached_for_the_next_process(state: Any, run_neurenix: Any) -> None:
+    graph = _mlp_graph()
+    compiled = nx.compile(graph, device="cpu")
+    y = compiled(_x((16, 256))).numpy()
+    assert "measured at compile time; measured" in compiled.summary and "numpy" in compiled.summary
+    cache = json.loads((state / "host_runtimes.json").read_text())
+    (entry,) = cache.values()
+    assert entry["runtime"] in [*RUNTIMES, "numpy"] and set(entry["times_ms"]) >= {"numpy"}
+    assert entry["runtime"] == min(entry["times_ms"], key=entry["times_ms"].get)
+    np.testing.assert_allclose(y, run_graph(graph, _x((16, 256))), rtol=1e-5, atol=1e-5)
+    out = run_neurenix(
+        """
+import json, numpy as np, neurenix_core as nx
+import test_host_runtimes as t
+c = nx.compile(t._mlp_graph(), device="cpu")
+c(t._x((16, 256)))
+print(json.dumps({"summary": c.summary}))
+""",
+        env={"NEURENIX_STATE_DIR": str(state), "PYTHONPATH": str(__import__("pathlib").Path(__file__).parent)},
+    )
+    assert f"runtime {entry['runtime']} (fastest, measured by an earlier compile (cached)" in out["summary"]
+
+
+# A third-party plugin offering two runtimes' worth of trouble: "broken" fails to compile, "wrong"
+# compiles and returns zeros. NumPy stands in for their hardware, as in the vendor template.
+BAD_RUNTIMES = '''
+from __future__ import annotations
+import numpy as np
+from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult
+from neurenix_core.plugins.host import HostModel, HostRuntime
+
+KIND = "{kind}"
+
+class Zeros(HostModel):
+    summary = "zeros"
+    def __init__(self, graph):
+        self.graph = graph
+    def __call__(self, *xs):
+        return (np.zeros((16, 10), np.float32),)
+
+class Runtime(HostRuntime):
+    name = KIND
+    version = "1.0"
+    graph_ops = frozenset({{"linear", "tanh"}})
+    def compile(self, graph, options):
+        if KIND == "broken":
+            raise RuntimeError("the vendor driver crashed")
+        return Zeros(graph)
+
+@hookimpl
+def neurenix_manifest():
+    return Manifest(name=KIND, distribution=f"neurenix-{{KIND}}", version="1.0", api=">=1.2,<2", device_types=(KIND,),
+                    band=PriorityBand.ACCELERATOR, capabilities=Capabilities(host_runtime=KIND))
+
+@hookimpl
+def neurenix_probe(context):
+    return ProbeResult.missing("no such device here; the plugin offers its host runtime only")
+
+@hookimpl
+def neurenix_backend(manifest, probe):
+    from neurenix_core.errors import BackendUnavailableError
+    raise BackendUnavailableError(f"{{KIND}}: no device here")
+
+@hookimpl
+def neurenix_host_runtime():
+    return Runtime()
+'''
+
+
+def test_a_broken_or_wrong_runtime_is_skipped_with_the_reason(plugin_site: Any, run_neurenix: Any, tmp_path: Any) -> None:
+    plugin_site("broken", BAD_RUNTIMES.format(kind="broken"), module="nx_plugin_broken")
+    site = plugin_site("wrong", BAD_RUNTIMES.format(kind="wrong"), module="nx_plugin_wrong")
+    out = run_neurenix(
+        """
+import json, numpy as np, neurenix_core as nx
+from neurenix_core.graph import host_select
+from neurenix_core.graph.reference import run_graph
+import test_host_runtimes as t
+g = t._mlp_graph()
+c = nx.compile(g, device="cpu")
+y = c(t._x((16, 256))).numpy()
+res = {"summary": c.summary, "err": float(np.abs(y - run_graph(g, t._x((16, 256)))).max()), "runtimes": sorted(host_select.host_runtimes())}
+try:
+    nx.compile(g, device="cpu", runtime="wrong")(t._x((16, 256)))
+    res["named"] = "ran"
+except Exception as e:
+    res["named"] = type(e).__name__
+print(json.dumps(res))
+""",
+        site=site,
+        env={"NEURENIX_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": f"{site}:{__import__('pathlib').Path(__file__).parent}"},
+    )
+    assert {"broken", "wrong"} <= set(out["runtimes"])
+    assert "broken: RuntimeError: the vendor driver crashed" in out["summary"]
+    assert "wrong: wrong result: output 0 is" in out["summary"]
+    assert out["err"] < 1e-4  # the answer came from a runtime that is right
+    assert out["named"] == "ran"  # a runtime the user names explicitly is the user's call: not second-guessed
