@@ -17,3 +17,5 @@ def test_quickstart_runs_on_the_default_device():
     assert err < 1e-3
     model_err = float(proc.stdout.split("max relative error vs float64 = ")[1].split()[0])
     assert model_err < 1e-5
+    # The summary names the runtime that ran the model on cpu:0 and why (graph.host_select).
+    assert " runtime " in proc.stdout.split("max relative error vs float64")[1]
