@@ -179,3 +179,45 @@ print(json.dumps(res))
     assert "wrong: wrong result: output 0 is" in out["summary"]
     assert out["err"] < 1e-4  # the answer came from a runtime that is right
     assert out["named"] == "ran"  # a runtime the user names explicitly is the user's call: not second-guessed
+
+
+@pytest.mark.skipif(not RUNTIMES, reason="no host runtime plugin is installed (neurenix-core alone): the interpreter runs everything")
+def test_a_fallback_segment_is_compiled_on_a_host_runtime_and_reported(plugin_site: Any, run_neurenix: Any, tmp_path: Any) -> None:
+    """A device that lowers conv2d only: the linear layers after it form one cpu:0 segment, which
+    is compiled on a host runtime (not run node by node in NumPy), and the report says which."""
+    import importlib.util
+    from pathlib import Path
+
+    # The convdev plugin of test_placement.py (tests import in importlib mode: load it by path).
+    spec = importlib.util.spec_from_file_location("_placement_cases", Path(__file__).with_name("test_placement.py"))
+    assert spec is not None and spec.loader is not None
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    plugin = cases.PLUGIN.replace('graph_ops=("conv2d", "matmul")', 'graph_ops=("conv2d",)')  # conv only: the linears go to cpu:0
+    site = plugin_site("convdev", plugin, module="nx_plugin_convdev")
+    out = run_neurenix(
+        """
+import json, numpy as np, neurenix_core as nx
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph
+rng = np.random.default_rng(0)
+conv = {"in_channels": 3, "out_channels": 16, "kernel_size": (3, 3), "padding": (1, 1)}
+graph = Graph((TensorSpec("x", (16, 3, 4, 4)),), (
+    Node("conv", "conv2d", ("x",), "c", conv, {"weight": rng.standard_normal((16, 3, 3, 3)).astype(np.float32) * 0.3}),
+    Node("flat", "reshape", ("c",), "f", {"shape": (16, 256)}),
+    Node("fc1", "linear", ("f",), "h", {}, {"weight": rng.standard_normal((256, 256)).astype(np.float32) / 16, "bias": np.zeros(256, np.float32)}),
+    Node("act", "tanh", ("h",), "a"),
+    Node("fc2", "linear", ("a",), "y", {}, {"weight": rng.standard_normal((10, 256)).astype(np.float32) / 16, "bias": np.zeros(10, np.float32)}),
+), ("y",))
+x = rng.standard_normal((16, 3, 4, 4)).astype(np.float32)
+with nx.fallback_policy("allow"):
+    c = nx.compile(graph, device="convdev:0")
+    y = c(x).numpy()
+print(json.dumps({"err": float(np.abs(y - run_graph(graph, x)).max()), "report": str(c.placement), "summary": c.summary}))
+""",
+        site=site,
+        env={"NEURENIX_EMULATE": "convdev", "NEURENIX_STATE_DIR": str(tmp_path / "state")},
+    )
+    assert out["err"] < 1e-4
+    line = out["report"].splitlines()[-1]
+    assert "segment 'flat' on cpu:0: runtime" in line and "measured at compile time" in line and "numpy" in line, out["report"]
