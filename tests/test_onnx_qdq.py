@@ -19,6 +19,8 @@ import neurenix as nx  # noqa: E402
 from neurenix_core.errors import QuantizationError  # noqa: E402
 from neurenix_core.graph.importers.onnx_qdq import METHOD  # noqa: E402
 from neurenix_core.graph.reference import run_quantized  # noqa: E402
+from quantized_models import dataset as _data  # noqa: E402  (tests/support: shared with test_pt2e.py)
+from quantized_models import trained as _trained  # noqa: E402
 
 N_CALIB, N_EVAL = 64, 300
 DEVICES = ("cpu", "npu", "edgetpu")
@@ -30,48 +32,6 @@ class _Reader(CalibrationDataReader):  # type: ignore[misc]
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._it, None)
-
-
-def _cnn() -> torch.nn.Module:
-    nn = torch.nn
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.AvgPool2d(2),
-                         nn.Flatten(), nn.Linear(16 * 4 * 4, 10))
-
-
-def _mlp() -> torch.nn.Module:
-    nn = torch.nn
-    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 6))
-
-
-def _data(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Noisy inputs around one fixed random template per class (a task the models can learn,
-    so their logits have margins; random weights leave many near-ties that one rounding step
-    flips)."""
-    shape = (3, 32, 32) if kind == "cnn" else (32,)
-    classes = 10 if kind == "cnn" else 6
-    templates = np.random.default_rng(123).standard_normal((classes, *shape))
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, classes, n)
-    x = 0.6 * templates[labels] + rng.standard_normal((n, *shape))
-    return x.astype(np.float32), labels
-
-
-def _trained(kind: str) -> torch.nn.Module:
-    """A few hundred Adam steps (seconds on a CPU); then BN in eval mode as exported."""
-    torch.manual_seed(0)
-    model = _cnn() if kind == "cnn" else _mlp()
-    x, y = _data(kind, 1024, seed=7)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(60):
-        idx = slice((step * 64) % 1024, (step * 64) % 1024 + 64)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
-        opt.step()
-    return model.eval()
 
 
 def _files(tmp: Path, kind: str) -> tuple[Path, np.ndarray]:
