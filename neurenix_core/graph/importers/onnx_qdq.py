@@ -28,6 +28,7 @@ float model computes what the file does, and the int8 plan is unchanged by it.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.errors import QuantizationError
+from neurenix_core.errors import NeurenixWarning, QuantizationError
 from neurenix_core.graph import qmath as Q
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.shapes import infer_values
@@ -410,8 +411,12 @@ def _complete(model: _Model, graph: Graph, acts: dict[str, QuantParams]) -> None
     changes no number: a pass-through op (pooling, flatten, a pad or reshape of a quantized
     value) takes its input's (its output lies on the input's grid), and a linear/conv read only
     by a ReLU takes the ReLU's (the fused ReLU, as calibration ties them). A pass-through op the
-    file gives other output parameters is refused: the core's integer pooling keeps the scale."""
+    file gives other output parameters is refused: the core's integer pooling keeps the scale.
+    An average the file leaves unquantized but quantizes further on with other parameters (PT2E's
+    XNNPACK quantizer does not annotate avg_pool2d) is rounded onto its input's grid by the core
+    and not by the model: that one is kept, and named in a warning (:func:`_warn_rounded_means`)."""
     shapes = {k: v.shape for k, v in infer_values(graph).items()}
+    given = dict(acts)  # the file's own parameters, before completion
     consumers: dict[str, list[Node]] = defaultdict(list)
     for n in graph.nodes:
         for i in n.inputs:
@@ -424,6 +429,7 @@ def _complete(model: _Model, graph: Graph, acts: dict[str, QuantParams]) -> None
             own = acts.get(n.output)
             if own is None:
                 acts[n.output] = src
+                _warn_rounded_means(model, n, src, given, consumers)
             elif not _same(own, src) and n.op in Q.PASS_THROUGH:
                 raise QuantizationError(
                     f"{model}: node {n.name!r} ({n.op}) has output scale/zero point {own.scale[0]}/{own.zero_point[0]} "
@@ -435,6 +441,37 @@ def _complete(model: _Model, graph: Graph, acts: dict[str, QuantParams]) -> None
             src_node = producers.get(n.inputs[0])
             if src_node is not None and src_node.op in ("linear", "conv2d") and src_node.output not in acts and len(consumers[src_node.output]) == 1:
                 acts[src_node.output] = acts[n.output]
+
+
+def _downstream(node: Node, given: Mapping[str, QuantParams], consumers: Mapping[str, list[Node]]) -> QuantParams | None:
+    """The parameters the file quantizes ``node``'s output with further on, through a chain of
+    single reshapes (the flatten before a linear), or None where it does not."""
+    value = node.output
+    while value not in given:
+        users = consumers.get(value, [])
+        if len(users) != 1 or users[0].op not in ("reshape", "flatten", "identity"):
+            return None
+        value = users[0].output
+    return given[value]
+
+
+def _warn_rounded_means(model: _Model, node: Node, src: QuantParams, given: Mapping[str, QuantParams],
+                        consumers: Mapping[str, list[Node]]) -> None:
+    """Name an average pool whose completed parameters add a rounding the model does not have:
+    the core's integer average keeps its input's grid (TFLite's AVERAGE_POOL_2D requires it),
+    while the model averages in float and quantizes later with other parameters. Max pooling and
+    reshapes select values already on the grid, so they never round."""
+    if node.op not in ("avg_pool2d", "adaptive_avg_pool2d"):
+        return
+    later = _downstream(node, given, consumers)
+    if later is not None and _same(later, src):
+        return  # the model's own quantization after the average is the same rounding
+    warnings.warn(
+        f"{model}: node {node.name!r} ({node.op}) is not quantized by the model, which averages in float"
+        + ("" if later is None else f" and quantizes later with scale {later.scale[0]:.6g}")
+        + f"; the core's integer {node.op} rounds its output to its input's scale {src.scale[0]:.6g} (TFLite requires it), "
+        f"one rounding step the model does not have. Quantize that op in the model with its input's parameters to match "
+        f"exactly (a quantizer that annotates {node.op})", NeurenixWarning, stacklevel=2)
 
 
 def _check_fixed(model: _Model, graph: Graph, acts: Mapping[str, QuantParams]) -> None:

@@ -130,6 +130,7 @@ def export_qdq(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str,
                                     optimize=True, verbose=False)
     proto = program.model_proto
     _rename_after_fx(proto)
+    proto.graph.name = "PT2E model"  # errors and warnings then read from_torch(PT2E model), as check_pt2e's do
     return proto
 
 
