@@ -1,7 +1,8 @@
 """Hook implementations of neurenix-tpu (entry point ``tpu`` in group ``neurenix.backends``).
 
 Imported by ``import neurenix_core``: nothing heavy here. JAX is imported by the backend
-factory and the compile hook, which the core calls only when a ``tpu`` device is used.
+factory and the compile hook, which the core calls only when a ``tpu`` device is used, and by
+the host-runtime hook, which the core calls when it compiles a ``cpu:0`` model (XLA:CPU).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from neurenix_tpu.probe import probe
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.plugins.host import HostRuntime
 
 #: Precision modes nx.compile accepts for tpu devices (None means "bf16", the TPU default);
 #: int8/int16 need the core's quantization plan (quantize=..., calibration=...).
@@ -39,7 +41,7 @@ def neurenix_manifest() -> Manifest:
         name="tpu",
         distribution="neurenix-tpu",
         version=__version__,
-        api=">=1.0,<2",
+        api=">=1.2,<2",
         device_types=("tpu",),
         band=PriorityBand.ACCELERATOR,
         priority=50,
@@ -54,6 +56,7 @@ def neurenix_manifest() -> Manifest:
             quantization=("int8", "int16"),
             dlpack=True,
             extra={"data_parallel": True, "batch_buckets": True, "runtime": "JAX/PJRT"},
+            host_runtime="xla",  # XLA:CPU compiles cpu:0 graphs too, on JAX's CPU device (host.py)
         ),
         install_hint="pip install 'neurenix-tpu[tpu]' on a Cloud TPU VM (JAX with libtpu)",
         emulation="tpu",
@@ -79,3 +82,10 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
     from neurenix_tpu.compiled import compile_graph
 
     return compile_graph(backend, graph, options)
+
+
+@hookimpl
+def neurenix_host_runtime() -> HostRuntime:
+    from neurenix_tpu.host import XLAHostRuntime
+
+    return XLAHostRuntime()

@@ -1,0 +1,130 @@
+"""XLA:CPU as a host runtime for cpu:0 (``runtime="xla"``, issue #31): the tpu plugin's JAX
+lowering jitted on JAX's CPU device, fp32, compiled ahead of time, against PyTorch fp32 and the
+core's float reference; named in the summary and placement report; refusals typed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+from neurenix_core.graph import host_select
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph
+from neurenix_core.plugins.host import HostOptions, HostRuntime
+
+torch = pytest.importorskip("torch")
+
+
+def _cnn() -> Any:
+    """conv/BN/ReLU/pool twice, then linear: plain torch.nn, BN statistics away from identity."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
+    ).eval()
+    with torch.no_grad():
+        for bn in (model[1], model[5]):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def _mlp() -> Any:
+    torch.manual_seed(1)
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10)).eval()
+
+
+def _x(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+
+
+@pytest.fixture(scope="module")
+def xla() -> HostRuntime:
+    runtime = host_select.host_runtimes().get("xla")
+    assert isinstance(runtime, HostRuntime), f"the tpu plugin's host runtime did not start: {runtime}"
+    return runtime
+
+
+def test_host_runtimes_lists_xla_on_the_cpu_device(xla: HostRuntime) -> None:
+    import jax
+
+    assert xla.name == "xla" and xla.version == f"jax {jax.__version__}, jaxlib {jax.__version__}"
+    assert xla.device.platform == "cpu"  # type: ignore[attr-defined]  # JAX's CPU device, whatever the default backend
+    assert {"conv2d", "batch_norm2d", "linear", "max_pool2d"} <= xla.graph_ops
+
+
+@pytest.mark.parametrize(("make", "shape"), [(_cnn, (8, 3, 32, 32)), (_mlp, (16, 64))], ids=["cnn", "mlp"])
+def test_xla_matches_torch_fp32_and_the_reference(xla: HostRuntime, make: Any, shape: tuple[int, ...]) -> None:
+    module = make()
+    x = _x(*shape)
+    model = nx.nn.from_torch(module, (torch.from_numpy(x),))
+    compiled = nx.compile(model, device="cpu", runtime="xla")
+    got = compiled(x).numpy()
+    with torch.no_grad():
+        want_torch = module(torch.from_numpy(x)).double().numpy()
+    want_ref = np.asarray(run_graph(model.to_graph(shape), x), np.float64)
+    assert got.dtype == np.float32 and got.shape == want_ref.shape
+    assert _rel(got, want_torch) <= 1e-5
+    assert _rel(got, want_ref) <= 1e-5
+    assert "XLA:CPU" in compiled.summary and "runtime xla (runtime='xla' asked)" in compiled.summary
+    assert "model on cpu:0: runtime xla" in str(compiled.placement)
+
+
+def test_a_second_call_reuses_the_executable_and_results_are_writable(xla: HostRuntime) -> None:
+    graph = _mlp_graph()
+    model = xla.compile(graph, HostOptions())
+    x = _x(4, 64)
+    first, second = model(x)[0], model(x)[0]
+    np.testing.assert_array_equal(first, second)
+    assert first.flags.writeable and type(first) is np.ndarray  # a cpu:0 tensor may be written in place
+    first[...] = 0
+    np.testing.assert_array_equal(model(x)[0], second)
+
+
+def test_threads_are_not_applied_per_model_and_the_summary_says_so(xla: HostRuntime) -> None:
+    model = xla.compile(_mlp_graph(), HostOptions(threads=1))
+    assert model.threads is None
+    assert "threads=1 not applied: XLA:CPU's pool is fixed at JAX start" in model.summary
+
+
+def test_int64_token_ids_stay_int64_without_touching_the_users_jax(xla: HostRuntime) -> None:
+    import jax
+
+    before = bool(jax.config.jax_enable_x64)
+    table = _x(50, 8)
+    graph = Graph((TensorSpec("ids", (2, 5), "int64"),), (Node("emb", "embedding", ("ids",), "e", {}, {"weight": table}),), ("e",))
+    ids = np.array([[0, 1, 2, 3, 49], [7, 7, 8, 9, 10]], np.int64)
+    (got,) = xla.compile(graph, HostOptions())(ids)
+    np.testing.assert_array_equal(got, table[ids])
+    assert bool(jax.config.jax_enable_x64) == before  # the 64-bit scope is per compile and per call
+
+
+def test_an_op_the_lowering_lacks_is_refused_for_runtime_xla(xla: HostRuntime) -> None:
+    assert "cumsum" not in xla.graph_ops  # if the lowering gains it, pick another op here
+    graph = Graph((TensorSpec("x", (4, 8)),), (Node("c", "cumsum", ("x",), "y", {"axis": 1}),), ("y",))
+    compiled = nx.compile(graph, device="cpu", runtime="xla")
+    with pytest.raises(nx.UnsupportedOperationError, match=r"runtime='xla' was asked, but xla does not lower op\(s\) cumsum"):
+        compiled(_x(4, 8))
+
+
+def test_precisions_other_than_fp32_are_refused(xla: HostRuntime) -> None:
+    with pytest.raises(nx.CompilationError, match=r"host runtime xla .* fp32, not 'bf16'"):
+        xla.compile(_mlp_graph(), HostOptions(precision="bf16"))
+
+
+def _mlp_graph() -> Graph:
+    rng = np.random.default_rng(2)
+    return Graph((TensorSpec("x", (4, 64)),), (
+        Node("fc", "linear", ("x",), "h", {}, {"weight": rng.standard_normal((32, 64)).astype(np.float32), "bias": np.zeros(32, np.float32)}),
+        Node("act", "tanh", ("h",), "y"),
+    ), ("y",))
