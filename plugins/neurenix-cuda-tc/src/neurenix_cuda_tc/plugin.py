@@ -13,6 +13,7 @@ from neurenix_cuda_tc import probe as _probe
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.plugins.host import HostRuntime
 
 NATIVE_OPS = (
     "matmul", "add", "multiply", "nn.linear", "nn.conv2d", "nn.relu", "nn.gelu", "nn.softmax",
@@ -36,7 +37,7 @@ def neurenix_manifest() -> Manifest:
         name="cuda-tc",
         distribution="neurenix-cuda-tc",
         version=__version__,
-        api=">=1.1,<2",
+        api=">=1.2,<2",
         device_types=("cuda",),
         band=PriorityBand.ACCELERATOR,
         priority=60,
@@ -50,6 +51,7 @@ def neurenix_manifest() -> Manifest:
             quantization=(),
             dlpack=True,
             extra={"tensor_cores": "compute capability >= 7.0", "runtime": "PyTorch"},
+            host_runtime="torch",  # PyTorch's CPU kernels compile cpu:0 graphs too, in float32 (host.py)
         ),
         install_hint="pip install neurenix-cuda-tc -c constraints.txt (needs an NVIDIA driver; NEURENIX_EMULATE=cuda runs on the CPU)",
         emulation="cuda",
@@ -81,3 +83,10 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
     from neurenix_cuda_tc.compiled import compile_graph
 
     return compile_graph(backend, graph, options)
+
+
+@hookimpl
+def neurenix_host_runtime() -> HostRuntime:
+    from neurenix_cuda_tc.host import TorchHostRuntime
+
+    return TorchHostRuntime()

@@ -1,0 +1,146 @@
+"""PyTorch CPU as a host runtime for cpu:0 (``runtime="torch"``, issue #31): the cuda-tc
+plugin's torch lowering run on the CPU in float32 under inference_mode, against PyTorch fp32 and
+the core's float reference; named in the summary and placement report; refusals typed; the
+process-wide thread pool left alone."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+from neurenix_core.graph import host_select
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.reference import run_graph
+from neurenix_core.plugins.host import HostOptions, HostRuntime
+
+torch = pytest.importorskip("torch")
+
+
+def _cnn() -> Any:
+    """conv/BN/ReLU/pool twice, then linear: plain torch.nn, BN statistics away from identity."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
+    ).eval()
+    with torch.no_grad():
+        for bn in (model[1], model[5]):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def _mlp() -> Any:
+    torch.manual_seed(1)
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10)).eval()
+
+
+def _x(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+
+
+@pytest.fixture(scope="module")
+def rt() -> HostRuntime:
+    runtime = host_select.host_runtimes().get("torch")
+    assert isinstance(runtime, HostRuntime), f"the cuda-tc plugin's host runtime did not start: {runtime}"
+    return runtime
+
+
+def test_host_runtimes_lists_torch(rt: HostRuntime) -> None:
+    assert rt.name == "torch" and rt.version == torch.__version__
+    assert {"conv2d", "batch_norm2d", "linear", "max_pool2d"} <= rt.graph_ops
+
+
+@pytest.mark.parametrize(("make", "shape"), [(_cnn, (8, 3, 32, 32)), (_mlp, (16, 64))], ids=["cnn", "mlp"])
+def test_torch_matches_torch_fp32_and_the_reference(rt: HostRuntime, make: Any, shape: tuple[int, ...]) -> None:
+    module = make()
+    x = _x(*shape)
+    model = nx.nn.from_torch(module, (torch.from_numpy(x),))
+    compiled = nx.compile(model, device="cpu", runtime="torch")
+    got = compiled(x).numpy()
+    with torch.no_grad():
+        want_torch = module(torch.from_numpy(x)).double().numpy()
+    want_ref = np.asarray(run_graph(model.to_graph(shape), x), np.float64)
+    assert got.dtype == np.float32 and got.shape == want_ref.shape
+    assert _rel(got, want_torch) <= 1e-5
+    assert _rel(got, want_ref) <= 1e-5
+    assert "PyTorch" in compiled.summary and "CPU on cpu:0, fp32" in compiled.summary
+    assert "runtime torch (runtime='torch' asked)" in compiled.summary
+    assert "model on cpu:0: runtime torch" in str(compiled.placement)
+
+
+def test_inputs_are_shared_and_read_only_ones_accepted(rt: HostRuntime) -> None:
+    model = rt.compile(_mlp_graph(), HostOptions())
+    x = _x(4, 64)
+    want = model(x)[0]
+    frozen = x.copy()
+    frozen.flags.writeable = False  # e.g. a NumPy view of another runtime's buffer
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch.from_numpy warns on a read-only array (once per process)
+        got = model(frozen)[0]
+    np.testing.assert_array_equal(got, want)
+    assert want.flags.writeable
+
+
+def test_a_constant_output_is_copied_so_the_model_cannot_be_overwritten(rt: HostRuntime) -> None:
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    graph = Graph((TensorSpec("x", (2, 3)),), (
+        Node("k", "constant", (), "k", {}, {"value": value}),
+        Node("r", "relu", ("x",), "y"),
+    ), ("y", "k"))
+    model = rt.compile(graph, HostOptions())
+    _, k = model(_x(2, 3))
+    k[...] = -1
+    np.testing.assert_array_equal(model(_x(2, 3))[1], value)
+
+
+def test_threads_are_read_back_not_changed(rt: HostRuntime) -> None:
+    before = torch.get_num_threads()
+    model = rt.compile(_mlp_graph(), HostOptions(threads=1))
+    assert torch.get_num_threads() == before == model.threads  # process-wide: never changed behind the user's back
+    assert "threads=1 not applied: PyTorch's pool is process-wide" in model.summary
+
+
+def test_reduced_float32_precision_in_force_is_refused(rt: HostRuntime) -> None:
+    matmul = torch.backends.mkldnn.matmul
+    if not hasattr(matmul, "fp32_precision"):
+        pytest.skip(f"PyTorch {torch.__version__} has no torch.backends.mkldnn.matmul.fp32_precision")
+    old = matmul.fp32_precision
+    matmul.fp32_precision = "bf16"
+    try:
+        with pytest.raises(nx.CompilationError, match=r"host runtime torch .*mkldnn.matmul.fp32_precision='bf16'.*'ieee'"):
+            rt.compile(_mlp_graph(), HostOptions())
+    finally:
+        matmul.fp32_precision = old
+
+
+def test_an_op_the_lowering_lacks_is_refused_for_runtime_torch(rt: HostRuntime) -> None:
+    assert "cumsum" not in rt.graph_ops  # if the lowering gains it, pick another op here
+    graph = Graph((TensorSpec("x", (4, 8)),), (Node("c", "cumsum", ("x",), "y", {"axis": 1}),), ("y",))
+    compiled = nx.compile(graph, device="cpu", runtime="torch")
+    with pytest.raises(nx.UnsupportedOperationError, match=r"runtime='torch' was asked, but torch does not lower op\(s\) cumsum"):
+        compiled(_x(4, 8))
+
+
+def test_precisions_other_than_fp32_are_refused(rt: HostRuntime) -> None:
+    with pytest.raises(nx.CompilationError, match=r"host runtime torch .* fp32, not 'fp16'"):
+        rt.compile(_mlp_graph(), HostOptions(precision="fp16"))
+
+
+def _mlp_graph() -> Graph:
+    rng = np.random.default_rng(2)
+    return Graph((TensorSpec("x", (4, 64)),), (
+        Node("fc", "linear", ("x",), "h", {}, {"weight": rng.standard_normal((32, 64)).astype(np.float32), "bias": np.zeros(32, np.float32)}),
+        Node("act", "tanh", ("h",), "y"),
+    ), ("y",))
