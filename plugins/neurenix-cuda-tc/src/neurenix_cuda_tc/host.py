@@ -21,6 +21,7 @@ are for, not CUDA emulation: the device stays ``cpu:0``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final
 
 import numpy as np
@@ -67,18 +68,19 @@ class TorchHostRuntime(HostRuntime):
 
     name = "torch"
 
-    def __init__(self) -> None:
+    def __init__(self, graph_dtypes: Iterable[str]) -> None:
+        # The dtypes come from the manifest (plugin.py hands them over): importing plugin.py here
+        # would make the two modules import each other.
         try:
             import torch
         except ImportError as exc:
             raise BackendUnavailableError(f"{_WHO}: PyTorch is not importable ({exc}); pip install torch -c constraints.txt") from exc
         from neurenix_cuda_tc.lowering import LOWERED_OPS
-        from neurenix_cuda_tc.plugin import GRAPH_DTYPES
 
         self.torch = torch
         self.version = str(torch.__version__)
         self.graph_ops = frozenset(LOWERED_OPS)
-        self.graph_dtypes = frozenset(GRAPH_DTYPES)
+        self.graph_dtypes = frozenset(graph_dtypes)
 
     def compile(self, graph: Graph, options: HostOptions) -> TorchHostModel:
         from neurenix_cuda_tc.lowering import lower_graph

@@ -89,4 +89,4 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
 def neurenix_host_runtime() -> HostRuntime:
     from neurenix_cuda_tc.host import TorchHostRuntime
 
-    return TorchHostRuntime()
+    return TorchHostRuntime(GRAPH_DTYPES)

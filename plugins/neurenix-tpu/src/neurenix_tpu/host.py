@@ -22,7 +22,7 @@ it is for, not TPU emulation: the device stays ``cpu:0``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import numpy as np
@@ -63,16 +63,17 @@ class XLAHostRuntime(HostRuntime):
 
     name = "xla"
 
-    def __init__(self) -> None:
+    def __init__(self, graph_dtypes: Iterable[str]) -> None:
+        # The dtypes come from the manifest (plugin.py hands them over): importing plugin.py here
+        # would make the two modules import each other.
         jax = _import_jax()
         from neurenix_tpu.optable import LOWERINGS
-        from neurenix_tpu.plugin import GRAPH_DTYPES
 
         self.jax = jax
         self.device = _cpu_device(jax)
         self.version = f"jax {jax.__version__}, jaxlib {_jaxlib_version()}"
         self.graph_ops = frozenset(LOWERINGS)
-        self.graph_dtypes = frozenset(GRAPH_DTYPES)
+        self.graph_dtypes = frozenset(graph_dtypes)
 
     def compile(self, graph: Graph, options: HostOptions) -> XLAHostModel:
         from neurenix_tpu.compiled import _on_leaves

@@ -88,4 +88,4 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
 def neurenix_host_runtime() -> HostRuntime:
     from neurenix_tpu.host import XLAHostRuntime
 
-    return XLAHostRuntime()
+    return XLAHostRuntime(GRAPH_DTYPES)
