@@ -29,7 +29,10 @@ __all__ = ["register", "run", "chart", "BENCHMARKS"]
 
 #: Plugin entry point name -> its benchmark scripts (in the benchmarks folder of a checkout):
 #: the seed models, then the model zoo's ResNet/MobileNet blocks where the plugin has them.
+#: ``cpu`` (the core's own entry point, always installed): cpu:0 on the runtime neurenix chooses
+#: against every installed CPU runtime used directly (issue #31).
 BENCHMARKS: Final[Mapping[str, tuple[str, ...]]] = {
+    "cpu": ("cpu.py",),
     "cuda-tc": ("tensor_cores.py",),
     "edgetpu": ("edgetpu.py",),
     "npu-openvino": ("openvino.py", "npu_models.py"),
