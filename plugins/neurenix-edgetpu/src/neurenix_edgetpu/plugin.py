@@ -1,4 +1,5 @@
-"""Hook implementations of neurenix-edgetpu. Imports nothing heavy: LiteRT loads in the factory."""
+"""Hook implementations of neurenix-edgetpu. Imports nothing heavy: LiteRT loads in the factory,
+and in the host-runtime hook, which the core calls when it compiles a ``cpu:0`` model (host.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from neurenix_edgetpu import __version__, probe
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.plugins.host import HostRuntime
 
-__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_native_probe", "neurenix_backend", "neurenix_compile"]
+__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_native_probe", "neurenix_backend", "neurenix_compile",
+           "neurenix_host_runtime"]
 
 #: Ops the backend runs through cached single-op TFLite models (see backend.py).
 NATIVE_OPS = (
@@ -55,7 +58,7 @@ def neurenix_manifest() -> Manifest:
         name="edgetpu",
         distribution="neurenix-edgetpu",
         version=__version__,
-        api=">=1.0,<2",
+        api=">=1.2,<2",
         device_types=("edgetpu",),
         band=PriorityBand.EDGE,
         priority=50,
@@ -70,6 +73,7 @@ def neurenix_manifest() -> Manifest:
             graph_dtypes=GRAPH_DTYPES,
             quantization=("int8",),
             extra={"model_format": "tflite", "runtime": "LiteRT", "delegate": "libedgetpu.so.1"},
+            host_runtime="litert",  # LiteRT with XNNPACK compiles cpu:0 graphs too, fp32 (host.py)
         ),
         install_hint="pip install neurenix-edgetpu; apt-get install libedgetpu1-std (Coral runtime)",
         emulation="edgetpu",
@@ -126,3 +130,10 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
     from neurenix_edgetpu.compiled import compile_graph
 
     return compile_graph(backend, graph, options)
+
+
+@hookimpl
+def neurenix_host_runtime() -> HostRuntime:
+    from neurenix_edgetpu.host import LiteRTHostRuntime
+
+    return LiteRTHostRuntime(GRAPH_OPS, GRAPH_DTYPES)  # the fp32 writer lowers every declared op
