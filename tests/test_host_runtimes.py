@@ -221,3 +221,11 @@ print(json.dumps({"err": float(np.abs(y - run_graph(graph, x)).max()), "report":
     assert out["err"] < 1e-4
     line = out["report"].splitlines()[-1]
     assert "segment 'flat' on cpu:0: runtime" in line and "measured at compile time" in line and "numpy" in line, out["report"]
+
+
+@pytest.mark.skipif(not {"xla", "torch"} & set(RUNTIMES), reason="needs a runtime whose thread pool is process-wide (xla, torch)")
+def test_threads_given_skip_runtimes_that_cannot_apply_them(state: Any) -> None:
+    compiled = nx.compile(_mlp_graph(), device="cpu", threads=1)
+    compiled(_x((16, 256)))
+    for name in {"xla", "torch"} & set(RUNTIMES):
+        assert f"{name}: cannot apply threads=1 per model" in compiled.summary, compiled.summary

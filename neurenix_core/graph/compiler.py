@@ -752,17 +752,19 @@ class Compiled:
         from neurenix_core.graph.shapes import infer_values
         from neurenix_core.plugins.state import registry
 
-        if any(s.dtype in VALUE_KINDS for s in graph.inputs) or not graph.nodes:
-            return None
-        specs = infer_values(graph)
-        if any(v.dtype in VALUE_KINDS for v in specs.values()):
+        runtime = host_select.requested_runtime(self.extra)
+        specs = infer_values(graph) if graph.nodes else {}
+        if not graph.nodes or any(v.dtype in VALUE_KINDS for v in (*specs.values(), *graph.inputs)):
+            if runtime not in (None, host_select.INTERPRETER) and graph.nodes:
+                raise UnsupportedOperationError(f"cpu:0: runtime={runtime!r} was asked, but the {what} carries sequences or optionals, "
+                                                "which only the NumPy interpreter runs; pass runtime='auto' or 'numpy'")
             return None
 
         def reference(*hosts: Any) -> list[np.ndarray]:
             out = interpret(*hosts)
             return list(out) if isinstance(out, (tuple, list)) else [out]
 
-        choice = host_select.choose(graph, threads=self.extra.get("threads"), runtime=host_select.requested_runtime(self.extra),
+        choice = host_select.choose(graph, threads=self.extra.get("threads"), runtime=runtime,
                                     interpreter=reference, flops=sum(node_flops(n, specs) for n in graph.nodes),
                                     state_dir=registry().config.state_dir)
         self._host_lines.append(f"{what} on cpu:0: {choice.line()}")

@@ -11,7 +11,8 @@ A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0`
    such a graph's whole cost in NumPy;
 3. otherwise each installed runtime that lowers every op of the graph is compiled and timed (and
    its result compared with the interpreter's: a runtime that is wrong is skipped, with the
-   difference as the reason), the interpreter too, and the fastest wins. The choice and the
+   difference as the reason; with ``threads=`` given, so is a runtime that cannot apply it per
+   model), the interpreter too, and the fastest wins. The choice and the
    times are cached in the state folder (``host_runtimes.json``), keyed by graph fingerprint,
    shapes, threads, CPU model and runtime versions, so a later process compiles only the winner.
 
@@ -142,7 +143,8 @@ def choose(graph: Graph, *, threads: int | None, runtime: str | None, interprete
     if not candidates:
         return HostChoice(INTERPRETER, "no installed host runtime takes this graph" if available else "no host runtime installed", skipped=skipped)
     if flops < FLOP_FLOOR:
-        return HostChoice(INTERPRETER, f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}: a runtime call costs more than the graph")
+        return HostChoice(INTERPRETER, f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}: a runtime call costs more than the graph",
+                          skipped=skipped)
     key = _cache_key(graph, threads, candidates)
     cached = _cache_read(state_dir).get(key)
     if cached is not None and (cached["runtime"] == INTERPRETER or cached["runtime"] in candidates):
@@ -183,6 +185,8 @@ def _inputs(graph: Graph) -> list[np.ndarray]:
 
 
 def _time(run: Callable[..., Any], inputs: Sequence[np.ndarray]) -> tuple[float, Any]:
+    """The fastest of a few calls after a warm-up: the least disturbed by other work on the
+    machine (a shared CPU slows calls down, never speeds them up)."""
     first = run(*inputs)  # warm-up (first-call allocations, lazy initialisation)
     times = []
     start = time.perf_counter()
@@ -192,7 +196,7 @@ def _time(run: Callable[..., Any], inputs: Sequence[np.ndarray]) -> tuple[float,
         times.append(time.perf_counter() - t0)
         if time.perf_counter() - start > _BUDGET_S:
             break
-    return float(np.median(times)) * 1e3, first
+    return float(np.min(times)) * 1e3, first
 
 
 def _disagreement(got: Sequence[Any], want: Sequence[Any]) -> str | None:
@@ -227,6 +231,11 @@ def _measure(graph: Graph, candidates: Mapping[str, HostRuntime], options: HostO
             continue
         except Exception as exc:  # noqa: BLE001 - a runtime that crashes on this graph is skipped with the cause, the next one used
             skipped[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if options.threads is not None and model.threads != options.threads:
+            # Compared at another thread count than asked, a runtime whose pool is process-wide
+            # (XLA, PyTorch) would win or lose for the wrong reason.
+            skipped[name] = f"cannot apply threads={options.threads} per model (uses {model.threads or 'its process-wide pool'})"
             continue
         wrong = _disagreement(got, reference)
         if wrong is not None:

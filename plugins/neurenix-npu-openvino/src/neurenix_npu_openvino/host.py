@@ -51,7 +51,7 @@ class OpenVINOHostRuntime(HostRuntime):
 
     name = "openvino"
 
-    def __init__(self) -> None:
+    def __init__(self, graph_dtypes: tuple[str, ...]) -> None:
         from neurenix_npu_openvino.telemetry import keep_telemetry_out
 
         keep_telemetry_out()  # before the first import: OpenVINO's telemetry forks (see telemetry.py)
@@ -60,7 +60,6 @@ class OpenVINOHostRuntime(HostRuntime):
         except ImportError as exc:
             raise BackendUnavailableError(f"host runtime openvino (plugin npu-openvino): OpenVINO is not importable ({exc}); pip install openvino") from exc
         from neurenix_npu_openvino.lowering import HANDLERS
-        from neurenix_npu_openvino.plugin import _GRAPH_DTYPES
 
         self.ov = ov
         self.core = ov.Core()
@@ -68,7 +67,7 @@ class OpenVINOHostRuntime(HostRuntime):
             raise BackendUnavailableError(f"host runtime openvino: OpenVINO {ov.get_version()} lists no CPU device ({self.core.available_devices})")
         self.version = str(ov.get_version())
         self.graph_ops = frozenset(HANDLERS)
-        self.graph_dtypes = frozenset(_GRAPH_DTYPES)
+        self.graph_dtypes = frozenset(graph_dtypes)  # the plugin's declaration, handed over (host.py does not import plugin.py)
 
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
         from neurenix_npu_openvino.lowering import lower_graph

@@ -108,4 +108,4 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
 def neurenix_host_runtime() -> HostRuntime:
     from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
-    return OpenVINOHostRuntime()
+    return OpenVINOHostRuntime(_GRAPH_DTYPES)
