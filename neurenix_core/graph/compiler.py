@@ -27,6 +27,7 @@ from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES, VALUE_KINDS
 from neurenix_core.plugins.backend import CompiledModel
+from neurenix_core.plugins.host import HostModel
 from neurenix_core.tensor.dtypes import contiguous
 from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
 
@@ -399,6 +400,10 @@ class Compiled:
         if isinstance(native, CompiledModel):  # natives in: the hook's contract
             # The plugin's entry for exactly this array type and shape (checked below), else _run.
             call = native.fast_entry(shapes[0]) or native._run
+        elif isinstance(native, HostModel):  # a cpu:0 host runtime: host arrays in, a tuple out
+            if len(self.graph.outputs) != 1:
+                return
+            call = lambda x, model=native: model(x)[0]  # noqa: E731 - one call frame on the hot path
         shape_of = None if type(be)._shape_of is Backend._shape_of else be._shape_of
         nbytes_of = None if p.native_nbytes else be._nbytes_of
         dtype_of = None if p.array_type is np.ndarray else be._dtype_of
@@ -781,6 +786,7 @@ class Compiled:
         choice = self._choose_host(graph, lambda *hosts: run_graph(graph, *hosts, float_dtype=None), "model")
         if choice is None or choice.model is None:
             return interpreter, eager + ("" if choice is None else f"; {choice.line()}")
+        self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = choice.model  # .native(), and the one-input fast path
         return self._host_model_runner(choice.model), f"{choice.model.summary}; {choice.line()}"
 
     def _host_model_runner(self, model: Any) -> Runner:
