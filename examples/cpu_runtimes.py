@@ -1,0 +1,60 @@
+"""cpu:0 on the CPU runtimes installed: which ones there are, which one a model gets, and why.
+
+    python examples/cpu_runtimes.py
+
+Lists the host runtimes the installed plugins offer (OpenVINO's CPU device, LiteRT/XNNPACK,
+XLA:CPU, PyTorch CPU; the NumPy interpreter is always there), compiles a small CNN for cpu:0
+with the automatic choice (measured, cached in the state folder) and then on each runtime by
+name, and checks every result against the float64 reference.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.graph import host_select
+from neurenix_core.graph.reference import run_graph
+
+
+def _cnn() -> nn.Module:
+    nn.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(64, 10),
+    )
+
+
+def _ms(compiled: Any, x: np.ndarray, calls: int = 20) -> float:
+    compiled(x)
+    start = time.perf_counter()
+    for _ in range(calls):
+        compiled(x)
+    return (time.perf_counter() - start) / calls * 1e3
+
+
+def main() -> None:
+    runtimes = host_select.host_runtimes()
+    print("host runtimes:", ", ".join(f"{k} ({v if isinstance(v, str) else v.version})" for k, v in runtimes.items()) or "none",
+          "+ numpy (the interpreter)")
+    model = _cnn()
+    x = np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    want = run_graph(model.to_graph(), x)
+
+    auto = nx.compile(model, device="cpu")
+    y = auto(x).numpy()
+    print(f"auto: {auto.summary}")
+    print(f"  max relative error vs float64: {np.abs(y - want).max() / np.abs(want).max():.1e}")
+    for name in ["numpy", *sorted(k for k, v in runtimes.items() if not isinstance(v, str))]:
+        compiled = nx.compile(model, device="cpu", runtime=name, threads=1)
+        err = np.abs(compiled(x).numpy() - want).max() / np.abs(want).max()
+        print(f"runtime={name!r:<11} {_ms(compiled, x):7.3f} ms per call (1 thread), max relative error {err:.1e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""examples/cpu_runtimes.py runs: the automatic choice and every installed runtime by name agree with float64."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cpu_runtimes_example_runs(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "NEURENIX_STATE_DIR": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "cpu_runtimes.py")], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "auto: ((8, 3, 32, 32),): " in out and "; runtime " in out, out
+    errors = [float(e) for e in re.findall(r"max relative error(?: vs float64:)? ([0-9.e+-]+)", out)]
+    named = re.findall(r"runtime='(\w+)'", out)
+    assert "numpy" in named and len(errors) == len(named) + 1 and max(errors) < 1e-5, out
