@@ -23,6 +23,7 @@ from neurenix_onnxruntime import __version__
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.plugins.host import HostRuntime
 
 __all__ = ["NATIVE_OPS", "GRAPH_OPS", "GRAPH_DTYPES"]
 
@@ -51,7 +52,7 @@ def neurenix_manifest() -> Manifest:
         name="onnxruntime",
         distribution="neurenix-onnxruntime",
         version=__version__,
-        api=">=1.1,<2",
+        api=">=1.2,<2",
         device_types=("ort",),
         band=PriorityBand.CPU,
         priority=40,
@@ -65,6 +66,7 @@ def neurenix_manifest() -> Manifest:
             quantization=("int8",),
             dlpack=False,
             extra={"runtime": "ONNX Runtime", "devices": "one per execution provider present, best first"},
+            host_runtime="onnxruntime",  # its CPU provider also compiles cpu:0 graphs (host.py)
         ),
         install_hint="pip install neurenix-onnxruntime (pulls onnxruntime and onnx from PyPI)",
         emulation=None,
@@ -92,3 +94,10 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
     from neurenix_onnxruntime.compiled import compile_graph
 
     return compile_graph(backend, graph, options)
+
+
+@hookimpl
+def neurenix_host_runtime() -> HostRuntime:
+    from neurenix_onnxruntime.host import ORTHostRuntime
+
+    return ORTHostRuntime(GRAPH_OPS, GRAPH_DTYPES)

@@ -1,0 +1,72 @@
+"""ONNX Runtime's CPU execution provider as a host runtime for ``cpu:0`` (``runtime="onnxruntime"``).
+
+A third-party plugin offers its runtime to the core the same way the first-party ones do
+(``neurenix_core.plugins.host``, API 1.2): the graph is exported with this plugin's ONNX
+exporter (``lowering.lower``, fp32) and run in an ``InferenceSession`` on
+``CPUExecutionProvider`` with every graph optimization, ``intra_op_num_threads`` set from
+``threads=`` (read back from the session). The device stays ``cpu:0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.errors import BackendUnavailableError, CompilationError
+from neurenix_core.graph.ir import Graph
+from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
+
+__all__ = ["ORTHostRuntime", "ORTHostModel"]
+
+
+class ORTHostModel(HostModel):
+    """One ONNX model in one CPU session; host arrays in, a tuple of host arrays out."""
+
+    def __init__(self, session: Any, input_names: list[str], output_names: list[str], version: str) -> None:
+        self.session = session
+        self._inputs = input_names
+        self._outputs = output_names
+        opts = session.get_session_options()
+        self.threads = int(opts.intra_op_num_threads) or None  # 0: ORT's default (one per physical core)
+        self.summary = f"ONNX Runtime {version} CPUExecutionProvider on cpu:0, fp32, {self.threads or 'default'} intra-op thread(s)"
+
+    def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tuple(self.session.run(self._outputs, dict(zip(self._inputs, inputs))))
+
+
+class ORTHostRuntime(HostRuntime):
+    """ONNX Runtime on the CPU, started once per process."""
+
+    name = "onnxruntime"
+
+    def __init__(self, graph_ops: tuple[str, ...], graph_dtypes: tuple[str, ...]) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise BackendUnavailableError(f"host runtime onnxruntime (plugin onnxruntime): {exc}; pip install onnxruntime") from exc
+        if "CPUExecutionProvider" not in ort.get_available_providers():
+            raise BackendUnavailableError(f"host runtime onnxruntime: ONNX Runtime {ort.__version__} has no CPUExecutionProvider")
+        self.ort = ort
+        self.version = str(ort.__version__)
+        self.graph_ops = frozenset(graph_ops)
+        self.graph_dtypes = frozenset(graph_dtypes)
+
+    def compile(self, graph: Graph, options: HostOptions) -> ORTHostModel:
+        from neurenix_onnxruntime.compiled import REJECTED_BY_ORT
+        from neurenix_onnxruntime.lowering import lower
+
+        if options.precision != "fp32":
+            raise CompilationError(f"host runtime onnxruntime compiles cpu:0 graphs in fp32, not {options.precision!r}")
+        lowered = lower(graph, "fp32")
+        opts = self.ort.SessionOptions()
+        opts.graph_optimization_level = self.ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3  # errors only: ORT's warnings would go to the user's stderr
+        if options.threads is not None:
+            opts.intra_op_num_threads = int(options.threads)
+            opts.inter_op_num_threads = 1
+        try:
+            session = self.ort.InferenceSession(lowered.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except REJECTED_BY_ORT as exc:
+            raise CompilationError(f"host runtime onnxruntime rejected the cpu:0 graph: {exc}; pass runtime='auto' to use another") from exc
+        return ORTHostModel(session, lowered.input_names, lowered.output_names, self.version)
