@@ -20,6 +20,8 @@ from neurenix_core.graph import opset
 from neurenix_core.graph import qmath as Q
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
+from neurenix_core.graph.interpreter import input_array as _input_array
+from neurenix_core.graph.interpreter import run_planned, specialized
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.opset.schema import VALUE_KINDS
 
@@ -66,27 +68,6 @@ def _fq_params(node: Node, plan: QuantizationPlan) -> Mapping[str, np.ndarray] |
     return dict(node.params) | {"weight": Q.fake_quantize(np.asarray(node.params["weight"]), qp)}
 
 
-def _input_array(x: Any, dtype: str, float_dtype: Any) -> Any:
-    if dtype in VALUE_KINDS:  # a sequence (list of arrays) or optional (array or None)
-        return x if x is None else [np.asarray(v) for v in x] if isinstance(x, (list, tuple)) else np.asarray(x)
-    arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)
-    if dtype.startswith(("float", "bfloat")) and float_dtype is not None:
-        return arr.astype(float_dtype, copy=False)
-    return arr.astype(opset._np_dtype(dtype), copy=False)
-
-
-def specialized(graph: Graph, inputs: Sequence[Any]) -> Graph:
-    """A graph with dynamic input axes at these inputs' shapes: SymDims resolved and the
-    constants they built folded (what nx.compile lowers; the same value names)."""
-    if not graph.dynamic:
-        return graph
-    from neurenix_core.graph.specialize import fold_size_constants  # what nx.compile runs: same value names
-
-    shapes = (() if s.dtype in VALUE_KINDS else tuple(np.shape(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x))
-              for s, x in zip(graph.inputs, inputs))
-    return fold_size_constants(graph.with_input_shapes(*shapes))
-
-
 def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, return_values: bool = False,
               float_dtype: Any = np.float64) -> Any:
     """Evaluate ``graph`` with the opset's semantics, floats in ``float_dtype`` (float64: the
@@ -94,6 +75,9 @@ def run_graph(graph: Graph, *inputs: Any, plan: QuantizationPlan | None = None, 
     outputs), or every value by name with ``return_values=True``. With ``plan`` (static), weights
     and activations are fake-quantized as an integer runtime would represent them."""
     _check_inputs(graph, inputs)
+    if float_dtype is None and plan is None and not return_values:
+        # The CPU backend's path: planned once per graph (attributes, weights, fusion), then run.
+        return run_planned(graph, inputs)
     graph = specialized(graph, inputs)
     values: dict[str, np.ndarray] = {}
     quantized = plan is not None and not plan.dynamic

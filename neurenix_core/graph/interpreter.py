@@ -1,0 +1,403 @@
+"""The CPU backend's fast path through the opset interpreter: a graph planned once, run per call.
+
+``run_graph(graph, *inputs, float_dtype=None)`` (every value in the dtype the graph declares: what
+cpu:0 runs when no host runtime is installed) used to redo per call what depends on the graph
+alone: completing each node's attributes with the opset defaults, casting its weights, looking
+its op up. A :class:`Plan` does that once: each node becomes a step (a callable on its input
+arrays, the slots it reads and writes, the slots that die after it, so large activations are
+freed as soon as nothing reads them). Where the semantics allow it, float32 steps are fused:
+
+- ``conv2d`` absorbs a ``batch_norm2d`` that is its only reader (the affine folded into the
+  weight and bias in float64, then cast once), then a ``relu`` that is the only reader of that,
+  computed in place on the convolution's fresh output;
+- ``linear`` and ``batch_norm2d`` keep their weights pre-cast, ``gelu`` runs in float32 (erfc
+  form, no cancellation in the negative tail) instead of through float64.
+
+A fused step checks its input's dtype at run time and runs its nodes' plain opset references
+otherwise, so a float16 or float64 graph computes exactly as before. The float64 reference mode
+(``float_dtype=np.float64``, quantization and verification) never uses a plan.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from neurenix_core.backends import cpu_nn as K
+from neurenix_core.errors import ShapeError
+from neurenix_core.graph import opset
+from neurenix_core.graph.ir import Graph, Node
+from neurenix_core.graph.opset.schema import VALUE_KINDS
+
+__all__ = ["Plan", "build_plan", "input_array", "plan_for", "run_planned", "specialized"]
+
+Arrays = list[Any]
+StepFn = Callable[[Arrays], Any]
+
+_F32: Final = np.dtype(np.float32)
+#: Categories whose ops may return a sequence (list) or an empty optional (None): run through
+#: ``eval_node`` as they are (their per-call cost is not what the fast path is for).
+_VALUE_CATEGORIES: Final = frozenset({"sequence", "control"})
+#: How many planned graphs are kept (a compiled model holds one graph per input shape).
+_CACHE_SIZE: Final = 64
+#: Plans kept per dynamic graph (one per input shape seen).
+_SHAPES_PER_GRAPH: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One call: ``fn`` on the values in ``ins`` writes slot ``out``; ``free`` slots die after it.
+    ``nodes`` are the graph nodes it computes (several when fused), for error messages."""
+
+    fn: StepFn
+    ins: tuple[int, ...]
+    out: int
+    free: tuple[int, ...]
+    nodes: tuple[Node, ...]
+
+
+# ----------------------------------------------------------------------------- per-node steps
+def _node_params(node: Node) -> dict[str, Any]:
+    """``eval_node``'s parameter view with ``float_dtype=None``: arrays as they are, None dropped."""
+    return {k: ([np.asarray(e) for e in v] if isinstance(v, list) else np.asarray(v)) for k, v in node.params.items() if v is not None}
+
+
+def _cast(a: Any) -> Any:
+    """``eval_node``'s input view with ``float_dtype=None``: arrays as arrays, sequences element by element."""
+    if a is None or isinstance(a, list):
+        return a if a is None else [_cast(v) for v in a]
+    return np.asarray(a)
+
+
+def _generic(node: Node) -> StepFn:
+    """``opset.evaluate`` with the attributes completed once (the same ref, the same result)."""
+    d = opset.OPSET[node.op]
+    if d.category in _VALUE_CATEGORIES or node.op == "identity" or any(isinstance(v, list) for v in node.params.values()):
+        # Sequences and optionals (lists, None): evaluate() as eval_node calls it, inputs cast per call.
+        op, attrs, params = node.op, node.attrs, _node_params(node)
+        return lambda xs: opset.evaluate(op, attrs, [_cast(a) for a in xs], params)
+    attrs, params, ref = opset.attrs_of(node.op, node.attrs), _node_params(node), d.ref
+    return lambda xs: np.asarray(ref(attrs, xs, params))
+
+
+def _chain(fns: Sequence[StepFn]) -> StepFn:
+    """Several single-input steps one after the other (a fused step's exact fallback)."""
+    def run(xs: Arrays) -> Any:
+        out = fns[0](xs)
+        for fn in fns[1:]:
+            out = fn([out])
+        return out
+
+    return run
+
+
+def _f32(v: Any) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(v, np.float64).astype(np.float32))
+
+
+def _bn_affine(bn: Node) -> tuple[np.ndarray, np.ndarray]:
+    """A batch_norm2d node as y = x * scale + shift per channel, in float64."""
+    p, eps = bn.params, float(opset.attrs_of(bn.op, bn.attrs)["eps"])
+    scale = 1.0 / np.sqrt(np.asarray(p["running_var"], np.float64) + eps)
+    if p.get("weight") is not None:
+        scale = scale * np.asarray(p["weight"], np.float64)
+    shift = -np.asarray(p["running_mean"], np.float64) * scale
+    if p.get("bias") is not None:
+        shift = shift + np.asarray(p["bias"], np.float64)
+    return scale, shift
+
+
+def _conv_step(conv: Node, bn: Node | None, relu: bool, fallback: StepFn) -> StepFn:
+    """conv2d [+ batch_norm2d] [+ relu] on float32: weights (BN folded in float64) cast once."""
+    a = opset.attrs_of(conv.op, conv.attrs)
+    w = np.asarray(conv.params["weight"], np.float64)
+    b = np.zeros(w.shape[0]) if conv.params.get("bias") is None else np.asarray(conv.params["bias"], np.float64)
+    if bn is not None:
+        scale, shift = _bn_affine(bn)
+        w, b = w * scale.reshape(-1, 1, 1, 1), b * scale + shift
+    has_bias = bn is not None or conv.params.get("bias") is not None
+    weight, bias = _f32(w), _f32(b).reshape(1, -1, 1, 1)
+    stride, padding, dilation, groups = K._pair(a["stride"]), K._pair(a["padding"]), K._pair(a["dilation"]), int(a["groups"])
+    cg = weight.shape[1]
+
+    def run(xs: Arrays) -> Any:
+        x = xs[0]
+        if x.dtype != _F32 or x.ndim != 4 or x.shape[1] != cg * groups:
+            return fallback(xs)  # another dtype, or a shape error the reference words
+        out = K.conv2d_nobias(K._pad(x, padding), weight, stride, dilation, groups)
+        if has_bias:
+            out += bias
+        if relu:
+            np.maximum(out, 0, out=out)
+        return out
+
+    return run
+
+
+def _linear_step(node: Node, fallback: StepFn) -> StepFn:
+    weight_t = _f32(node.params["weight"]).T  # x @ W.T: BLAS reads the transposed view as it is
+    bias = None if node.params.get("bias") is None else _f32(node.params["bias"])
+
+    def run(xs: Arrays) -> Any:
+        x = xs[0]
+        if x.dtype != _F32 or x.ndim == 0 or x.shape[-1] != weight_t.shape[0]:
+            return fallback(xs)
+        out = np.matmul(x, weight_t)
+        if bias is not None:
+            out += bias
+        return out
+
+    return run
+
+
+def _bn_step(node: Node, fallback: StepFn) -> StepFn:
+    scale, shift = (_f32(v).reshape(-1, 1, 1) for v in _bn_affine(node))
+
+    def run(xs: Arrays) -> Any:
+        x = xs[0]
+        if x.dtype != _F32 or x.ndim != 4 or x.shape[1] != scale.shape[0]:
+            return fallback(xs)
+        out = np.multiply(x, scale)
+        out += shift
+        return out
+
+    return run
+
+
+# erfc(z), z >= 0: the Numerical Recipes fit cpu_nn.erf uses (fractional error < 1.2e-7), in float32.
+_ERFC_COEF32: Final = tuple(np.float32(c) for c in reversed(K._ERFC_COEF))
+
+
+def _gelu32(x: np.ndarray) -> np.ndarray:
+    """0.5 * x * erfc(-x / sqrt(2)) in float32. erfc is evaluated at |z| and reflected
+    (erfc(-z) = 2 - erfc(z)), so the negative tail, where 1 + erf(z) would cancel, keeps its
+    relative precision; every pass reuses two buffers."""
+    z = np.multiply(x, np.float32(-1.0 / math.sqrt(2.0)))  # z = -x / sqrt(2); gelu = 0.5 x erfc(z)
+    az = np.abs(z)
+    t = np.multiply(az, np.float32(0.5))
+    t += np.float32(1.0)
+    np.reciprocal(t, out=t)
+    poly = np.full_like(x, _ERFC_COEF32[0])
+    for c in _ERFC_COEF32[1:]:
+        poly *= t
+        poly += c
+    np.multiply(az, az, out=az)
+    np.subtract(poly, az, out=poly)
+    np.exp(poly, out=poly)
+    poly *= t  # erfc(|z|)
+    np.copyto(poly, np.float32(2.0) - poly, where=z < 0)  # erfc(z) for z < 0
+    poly *= x
+    poly *= np.float32(0.5)
+    return poly
+
+
+def _gelu_step(node: Node, fallback: StepFn) -> StepFn:
+    if opset.attrs_of(node.op, node.attrs)["approximate"] != "none":
+        return fallback
+    return lambda xs: _gelu32(xs[0]) if xs[0].dtype == _F32 else fallback(xs)
+
+
+def _relu_step(fallback: StepFn) -> StepFn:
+    zero = np.float32(0)
+    return lambda xs: np.maximum(xs[0], zero) if xs[0].dtype == _F32 else fallback(xs)
+
+
+_BINARY: Final = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+
+
+def _binary_step(node: Node, fallback: StepFn) -> StepFn:
+    """float32 (op) float32 is float32 in the opset's promotion: call the ufunc directly."""
+    fn = _BINARY[node.op]
+
+    def run(xs: Arrays) -> Any:
+        a, b = xs
+        if a.dtype != _F32 or b.dtype != _F32:
+            return fallback(xs)
+        with np.errstate(all="ignore"):  # overflow is inf, as in the opset's binary reference
+            return fn(a, b)
+
+    return run
+
+
+# ----------------------------------------------------------------------------- inputs and shapes
+def input_array(x: Any, dtype: str, float_dtype: Any) -> Any:
+    """A graph input as the interpreter holds it: a host array in the declared dtype (floats in
+    ``float_dtype`` when given), a sequence as a list of arrays, an empty optional as None."""
+    if dtype in VALUE_KINDS:  # a sequence (list of arrays) or optional (array or None)
+        return x if x is None else [np.asarray(v) for v in x] if isinstance(x, (list, tuple)) else np.asarray(x)
+    arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)
+    if dtype.startswith(("float", "bfloat")) and float_dtype is not None:
+        return arr.astype(float_dtype, copy=False)
+    return arr.astype(opset._np_dtype(dtype), copy=False)
+
+
+def _shapes(graph: Graph, inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+    return tuple(() if s.dtype in VALUE_KINDS else tuple(np.shape(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x))
+                 for s, x in zip(graph.inputs, inputs))
+
+
+def specialized(graph: Graph, inputs: Sequence[Any]) -> Graph:
+    """A graph with dynamic input axes at these inputs' shapes: SymDims resolved and the
+    constants they built folded (what nx.compile lowers; the same value names)."""
+    if not graph.dynamic:
+        return graph
+    from neurenix_core.graph.specialize import fold_size_constants  # what nx.compile runs: same value names
+
+    return fold_size_constants(graph.with_input_shapes(*_shapes(graph, inputs)))
+
+
+# ----------------------------------------------------------------------------- the plan
+def _readers(graph: Graph) -> dict[str, int]:
+    """How many times each value is read (a graph output counts as a reader)."""
+    count: dict[str, int] = {}
+    for node in graph.nodes:
+        for i in node.inputs:
+            count[i] = count.get(i, 0) + 1
+    for o in graph.outputs:
+        count[o] = count.get(o, 0) + 1
+    return count
+
+
+def _fusible_tail(graph: Graph, by_input: Mapping[str, Node], readers: Mapping[str, int], value: str, op: str) -> Node | None:
+    """The node of kind ``op`` that is the only reader of ``value``, else None."""
+    node = by_input.get(value)
+    return node if node is not None and node.op == op and readers.get(value) == 1 and node.inputs == (value,) else None
+
+
+def _plain_weights(node: Node, *names: str) -> bool:
+    return all(isinstance(node.params.get(k), np.ndarray) and node.params[k].dtype.kind == "f" for k in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A static graph ready to run: steps over numbered value slots."""
+
+    graph: Graph
+    steps: tuple[_Step, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    slots: int
+
+    def run(self, inputs: Sequence[Any]) -> Any:
+        env: list[Any] = [None] * self.slots
+        for slot, spec, x in zip(self.inputs, self.graph.inputs, inputs):
+            env[slot] = input_array(x, spec.dtype, None)
+        step = None
+        try:
+            for step in self.steps:
+                env[step.out] = step.fn([env[i] for i in step.ins])
+                for f in step.free:
+                    env[f] = None
+        except ValueError as exc:
+            assert step is not None
+            first = step.nodes[0]
+            xs = [env[i] for i in step.ins]
+            shapes = [f"sequence of {len(a)}" if isinstance(a, list) else tuple(np.shape(a)) for a in xs]
+            raise ShapeError(f"layer {first.name!r} ({first.op}) cannot take input shape(s) {shapes}: {exc}") from exc
+        outs = tuple(env[o] for o in self.outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+
+def _fused(node: Node, graph: Graph, by_input: Mapping[str, Node], readers: Mapping[str, int]) -> tuple[StepFn, tuple[Node, ...]]:
+    """The step computing ``node`` (and the readers it absorbs), with the nodes it covers."""
+    plain = _generic(node)
+    if node.op == "conv2d" and _plain_weights(node, "weight"):
+        nodes = [node]
+        bn = _fusible_tail(graph, by_input, readers, node.output, "batch_norm2d")
+        if bn is not None and _plain_weights(bn, "running_mean", "running_var"):
+            nodes.append(bn)
+        relu = _fusible_tail(graph, by_input, readers, nodes[-1].output, "relu")
+        if relu is not None:
+            nodes.append(relu)
+        return _conv_step(node, bn if len(nodes) > 1 and nodes[1] is bn else None, relu is not None,
+                          _chain([_generic(n) for n in nodes])), tuple(nodes)
+    if node.op == "linear" and _plain_weights(node, "weight"):
+        return _linear_step(node, plain), (node,)
+    if node.op == "batch_norm2d" and _plain_weights(node, "running_mean", "running_var"):
+        return _bn_step(node, plain), (node,)
+    if node.op == "gelu":
+        return _gelu_step(node, plain), (node,)
+    if node.op == "relu":
+        return _relu_step(plain), (node,)
+    if node.op in _BINARY and len(node.inputs) == 2:
+        return _binary_step(node, plain), (node,)
+    return plain, (node,)
+
+
+def build_plan(graph: Graph) -> Plan:
+    """Plan a static graph: one step per node or fused group, each value a numbered slot."""
+    slot: dict[str, int] = {}
+
+    def at(name: str) -> int:
+        return slot.setdefault(name, len(slot))
+
+    inputs = tuple(at(s.name) for s in graph.inputs)
+    readers = _readers(graph)
+    by_input: dict[str, Node] = {}
+    for node in graph.nodes:
+        for i in node.inputs:
+            by_input.setdefault(i, node)  # with one reader (all fusion asks for) this is that reader
+    absorbed: set[int] = set()
+    raw: list[tuple[StepFn, tuple[Node, ...]]] = []
+    for node in graph.nodes:
+        if id(node) in absorbed:
+            continue
+        fn, covered = _fused(node, graph, by_input, readers)
+        absorbed.update(id(n) for n in covered[1:])
+        raw.append((fn, covered))
+    # Liveness: a value dies after the last step that reads it, unless the graph returns it.
+    last: dict[str, int] = {}
+    for k, (_, covered) in enumerate(raw):
+        for i in covered[0].inputs:
+            last[i] = k
+    keep = set(graph.outputs)
+    dying: dict[int, list[str]] = {}
+    for name, k in last.items():
+        if name not in keep:
+            dying.setdefault(k, []).append(name)
+    steps = tuple(_Step(fn, tuple(at(i) for i in covered[0].inputs), at(covered[-1].output),
+                        tuple(slot[n] for n in dying.get(k, ()) if n != covered[-1].output), covered)
+                  for k, (fn, covered) in enumerate(raw))
+    return Plan(graph, steps, inputs, tuple(at(o) for o in graph.outputs), len(slot))
+
+
+# ----------------------------------------------------------------------------- the cache
+_lock = threading.Lock()
+#: id(graph) -> (graph, {input shapes: plan}); the graph is held so its id is never reused while cached.
+_plans: OrderedDict[int, tuple[Graph, dict[tuple[Any, ...], Plan]]] = OrderedDict()
+
+
+def plan_for(graph: Graph, inputs: Sequence[Any]) -> Plan:
+    """The plan of ``graph`` at these inputs' shapes (a dynamic graph is specialized per shape
+    first, as ``run_graph`` does), built on first use and kept for the next call."""
+    key = _shapes(graph, inputs) if graph.dynamic else ()
+    with _lock:
+        entry = _plans.get(id(graph))
+        if entry is not None and entry[0] is graph:
+            _plans.move_to_end(id(graph))
+            plan = entry[1].get(key)
+            if plan is not None:
+                return plan
+    plan = build_plan(specialized(graph, inputs))
+    with _lock:
+        entry = _plans.get(id(graph))
+        if entry is None or entry[0] is not graph:
+            entry = (graph, {})
+            _plans[id(graph)] = entry
+        if len(entry[1]) >= _SHAPES_PER_GRAPH:  # a model called at ever new shapes: keep the recent ones only
+            entry[1].pop(next(iter(entry[1])))
+        entry[1][key] = plan
+        while len(_plans) > _CACHE_SIZE:
+            _plans.popitem(last=False)
+    return plan
+
+
+def run_planned(graph: Graph, inputs: Sequence[Any]) -> Any:
+    """``run_graph(graph, *inputs, float_dtype=None)`` through the cached plan."""
+    return plan_for(graph, inputs).run(inputs)
