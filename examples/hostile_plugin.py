@@ -1,8 +1,9 @@
-"""A plugin whose probe kills the process: it does so once, then neurenix quarantines and explains it.
+"""A plugin whose probe kills the process: it kills only a child, then neurenix quarantines and explains it.
 
 Installs a tiny third-party plugin (a real ``*.dist-info`` folder in a temporary directory put on
 ``PYTHONPATH``) whose probe calls ``os._exit(7)``, then runs ``import neurenix_core`` in fresh
-interpreters, as a user would, with the crash journal in a temporary ``NEURENIX_STATE_DIR``:
+interpreters, as a user would, with a fresh ``NEURENIX_STATE_DIR``: first-run protection tries the
+unseen plugin in a child interpreter, which dies instead of the user's import:
 
     python examples/hostile_plugin.py
 
@@ -62,10 +63,12 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
         env.update(PYTHONPATH=str(site), NEURENIX_STATE_DIR=str(Path(tmp) / "state"), PYTHONDONTWRITEBYTECODE="1")
         install(site, "import os; os._exit(7)")
-        first = python("import neurenix_core", env)
-        print(f"1st import: the probe killed the process, exit status {first.returncode}")
+        # A fresh state folder: acme's version was never seen, so its probe runs in a child first.
+        first = json.loads(python(REPORT, env).stdout)
+        cause = first["failure"]["cause"].split(" during ")[0]
+        print(f"1st import: survived; acme is {first['acme']} at phase {first['failure']['phase']}: {cause}")
         second = json.loads(python(REPORT, env).stdout)
-        print(f"2nd import: survived; acme is {second['acme']} at phase {second['failure']['phase']}: {second['failure']['cause']}")
+        print(f"2nd import: acme is still {second['acme']} at phase {second['failure']['phase']} (quarantined, not tried again)")
         print(f"            cpu:0 works: {second['cpu']}")
         install(site, "return ProbeResult.missing('no /dev/acme0: install the ACME driver')")  # the vendor's fix
         retry = subprocess.run(

@@ -94,8 +94,12 @@ def _retry(name: str) -> int | None:
         return 2
     print(f"neurenix: retrying {name} ({entry.distribution} {entry.version}) in a fresh interpreter...", file=sys.stderr)
     proc = subprocess.run([sys.executable, "-c", "import neurenix_core"], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
+    # The child survives a plugin that still crashes when first-run protection tried it in a
+    # grandchild (plugins/first_run.py): the quarantine list, not the exit status, tells.
+    again = read_quarantine(state_dir).get(name)
+    if proc.returncode != 0 or again is not None:
         how = f"{signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        how = again.status if again is not None and again.status else how
         print(f"neurenix: {name} still kills the process ({how}); it is quarantined again", file=sys.stderr)
     state.initialize()  # this process's registry was built while the plugin was quarantined
     return None

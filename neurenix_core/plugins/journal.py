@@ -29,10 +29,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Final, final
 
-__all__ = ["Entry", "Journal", "open_journal", "read_quarantine", "lift", "quarantine_cause"]
+__all__ = [
+    "Entry", "Journal", "open_journal", "read_quarantine", "lift", "quarantine_cause", "set_status", "read_seen", "mark_seen", "supported",
+]
 
 _JOURNAL_PREFIX: Final = "journal-"
 _QUARANTINE: Final = "quarantine.tsv"
+# Third-party plugin versions whose import and probe returned in a first-run child (first_run.py).
+_SEEN: Final = "seen.tsv"
 _HEADER: Final = "neurenix-journal 1"
 # One file per discovery: nx.rediscover() while an earlier journal is still held (an abandoned
 # probe) must not flock the same file twice, which would block this process on itself.
@@ -43,22 +47,28 @@ _SERIAL: Final = itertools.count()
 class Entry:
     """One quarantined plugin: which distribution and version killed a process, in which phase, when."""
 
-    __slots__ = ("name", "distribution", "version", "phase", "at", "abandoned")
+    __slots__ = ("name", "distribution", "version", "phase", "at", "abandoned", "status")
 
-    def __init__(self, name: str, distribution: str, version: str, phase: str, at: str, abandoned: bool = False) -> None:
+    def __init__(
+        self, name: str, distribution: str, version: str, phase: str, at: str, abandoned: bool = False, status: str = ""
+    ) -> None:
         self.name = name
         self.distribution = distribution
         self.version = version
         self.phase = phase
         self.at = at
         self.abandoned = abandoned
+        #: How a first-run child ended ("exit status 7", "SIGSEGV", ...); "" when this process died
+        #: itself (the journal of a dead process carries no exit status).
+        self.status = status
 
     def matches(self, distribution: str | None, version: str | None) -> bool:
         # A new version of the distribution gets a fresh chance: upgrading is the usual fix.
         return (self.distribution, self.version) == (distribution or "-", version or "-")
 
     def line(self) -> str:
-        return "\t".join((self.name, self.distribution, self.version, self.phase, self.at, "abandoned" if self.abandoned else "")) + "\n"
+        fields = (self.name, self.distribution, self.version, self.phase, self.at, "abandoned" if self.abandoned else "", self.status)
+        return "\t".join(fields) + "\n"
 
     def __repr__(self) -> str:
         return f"Entry(name={self.name!r}, distribution={self.distribution!r}, version={self.version!r}, phase={self.phase!r}, at={self.at!r})"
@@ -67,6 +77,13 @@ class Entry:
 def quarantine_cause(entry: Entry) -> str:
     """The failure cause the registry records for a quarantined plugin."""
     what = f"killed the process during its {entry.phase} at {entry.at}"
+    if entry.status:
+        # The first-run child died, not the user's process (first_run.py).
+        return (
+            f"killed its first-run child process ({entry.status}) during its {entry.phase} at {entry.at}, "
+            f"before it ran in this process; it is quarantined and not loaded. "
+            f"Run `neurenix doctor --retry {entry.name}` after fixing (or upgrading) {entry.distribution}"
+        )
     if entry.abandoned:
         what = (
             f"its {entry.phase} overran its deadline and was still running when the process died "
@@ -82,6 +99,11 @@ def _fcntl() -> ModuleType | None:
     except ImportError:  # Windows: no flock; the journal is off and doctor says so
         return None
     return fcntl
+
+
+def supported() -> bool:
+    """Whether journal and quarantine work here (they need ``fcntl.flock``: POSIX)."""
+    return _fcntl() is not None
 
 
 def _now() -> str:
@@ -192,6 +214,41 @@ def lift(state_dir: str | None, name: str) -> Entry | None:
     return removed[0] if removed else None
 
 
+def set_status(state_dir: str, name: str, status: str) -> Entry | None:
+    """Note how ``name``'s first-run child ended on its quarantine entry; the entry, or None."""
+    noted: list[Entry] = []
+
+    def change(entries: dict[str, Entry]) -> None:
+        entry = entries.get(name)
+        if entry is not None:
+            entry.status = status
+            noted.append(entry)
+
+    _update(state_dir, change)
+    return noted[0] if noted else None
+
+
+# ---------------------------------------------------------------------- seen list
+def read_seen(state_dir: str | None) -> dict[str, tuple[str, str]]:
+    """name -> (distribution, version) of third-party plugins whose first run returned."""
+    if state_dir is None:
+        return {}
+    try:
+        with open(os.path.join(state_dir, _SEEN), encoding="utf-8", errors="replace") as fh:
+            rows = [line.rstrip("\n").split("\t") for line in fh]
+    except OSError:  # a fresh machine: nothing seen yet
+        return {}
+    return {r[0]: (r[1], r[2]) for r in rows if len(r) == 3}
+
+
+def mark_seen(state_dir: str, name: str, distribution: str | None, version: str | None) -> None:
+    """Remember that this version of ``name`` imported and probed without killing its child.
+
+    One row per plugin name: an upgrade replaces the row, so the file never grows with history.
+    """
+    _update_file(state_dir, _SEEN, lambda rows: rows.update({name: (distribution or "-", version or "-")}), read_seen)
+
+
 def _recover(path: str) -> list[Entry]:
     """Entries for the plugins a dead process was running; [] while the owner is alive."""
     fcntl = _fcntl()
@@ -251,22 +308,45 @@ def _read(path: str) -> dict[str, Entry]:
             rows = [line.rstrip("\n").split("\t") for line in fh]
     except OSError:  # no quarantine list: nothing ever crashed
         return {}
-    return {r[0]: Entry(*r[:5], abandoned=r[5] == "abandoned") for r in rows if len(r) == 6}
+    # Six columns before first-run children existed; the seventh is the child's exit status.
+    return {r[0]: Entry(*r[:5], abandoned=r[5] == "abandoned", status=r[6] if len(r) == 7 else "") for r in rows if len(r) in (6, 7)}
 
 
 def _update(state_dir: str, change: Callable[[dict[str, Entry]], object]) -> None:
     """Read-modify-write the quarantine list under a lock on the folder, replaced atomically."""
+
+    def lines(entries: dict[str, Entry]) -> list[str]:
+        change(entries)
+        return [e.line() for e in entries.values()]
+
+    _rewrite(state_dir, os.path.join(state_dir, _QUARANTINE), lambda path: lines(_read(path)))
+
+
+def _update_file(
+    state_dir: str,
+    file: str,
+    change: Callable[[dict[str, tuple[str, str]]], object],
+    read: Callable[[str | None], dict[str, tuple[str, str]]],
+) -> None:
+    def lines(_path: str) -> list[str]:
+        rows = read(state_dir)
+        change(rows)
+        return ["\t".join((name, *rest)) + "\n" for name, rest in rows.items()]
+
+    _rewrite(state_dir, os.path.join(state_dir, file), lines)
+
+
+def _rewrite(state_dir: str, path: str, lines: Callable[[str], list[str]]) -> None:
+    """Replace ``path`` with ``lines(path)`` under a lock on the folder, atomically."""
     fcntl = _fcntl()
     assert fcntl is not None
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
     lock = os.open(state_dir, os.O_RDONLY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        path = os.path.join(state_dir, _QUARANTINE)
-        entries = _read(path)
-        change(entries)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(e.line() for e in entries.values())
+            fh.writelines(lines(path))
         os.replace(tmp, path)
     finally:
         os.close(lock)

@@ -153,12 +153,14 @@ class Registry:
         self._auto_default: Device | None = None
         self._journal: Journal | None = None
         self._env: envwatch.Snapshot = ({}, [])
+        #: Plugins whose probe overran its deadline (abandoned in its thread) in this discovery.
+        self._abandoned: set[str] = set()
 
     # ------------------------------------------------------------------ discovery
     def discover(self, eps: Iterable[EntryPoint] | None = None) -> None:
         eps = list(cached_entry_points(ENTRY_POINT_GROUP, self.config.state_dir) if eps is None else eps)
         to_load = self._admit(eps)
-        self._journal = self._open_journal([r for r, _ in to_load if not r.trusted])
+        self._journal = self._open_journal([(r, ep) for r, ep in to_load if not r.trusted])
         try:
             self._env = envwatch.snapshot()
             for record, ep in to_load:
@@ -196,16 +198,18 @@ class Registry:
                 to_load.append((record, ep))
         return to_load
 
-    def _open_journal(self, untrusted: list[PluginRecord]) -> Journal | None:
-        """Quarantine plugins that killed an earlier process; journal the rest while they run.
+    def _open_journal(self, pairs: list[tuple[PluginRecord, EntryPoint]]) -> Journal | None:
+        """Quarantine plugins that killed an earlier process, try unseen versions in a child first,
+        and journal the rest while they run.
 
         Nothing happens (no file is read or written) when every plugin is this repository's own.
         """
-        if not untrusted:
+        if not pairs:
             return None
         # Loaded only here: an install whose plugins are all this repository's never needs it.
-        from neurenix_core.plugins.journal import lift, open_journal, quarantine_cause, read_quarantine
+        from neurenix_core.plugins.journal import lift, quarantine_cause, read_quarantine
 
+        untrusted = [r for r, _ in pairs]
         quarantined = read_quarantine(self.config.state_dir)
         for record in untrusted:
             entry = quarantined.get(record.name)
@@ -215,13 +219,62 @@ class Registry:
                 self._fail(record, entry.phase, quarantine_cause(entry))
             else:  # another version is installed now: it gets its chance, and the list stays short
                 lift(self.config.state_dir, record.name)
+        self._first_runs([(r, ep) for r, ep in pairs if r.failure is None])
         if all(r.failure is not None for r in untrusted):
             return None
+        return self._start_journal()
+
+    def _first_runs(self, pairs: list[tuple[PluginRecord, EntryPoint]]) -> None:
+        """A third-party version never seen to return is imported and probed in a child first.
+
+        The journal alone protects only the second import: on a fresh machine a probe calling
+        ``os._exit`` would take the first one down (first_run.py). Needs the state folder and
+        ``flock`` (the quarantine); without them plugins load here as before and doctor notes why.
+        """
+        from neurenix_core.plugins.journal import read_seen, supported
+
+        state_dir = self.config.state_dir
+        if state_dir is None or not supported():
+            return
+        seen = read_seen(state_dir)
+        fresh = [(r, ep) for r, ep in pairs if seen.get(r.name) != (r.distribution or "-", r.version or "-")]
+        if not fresh:
+            return
+        # Loaded only for an unseen version: subprocess and json cost import time otherwise.
+        from neurenix_core.plugins.first_run import first_run
+
+        for record, ep in fresh:
+            verdict = first_run(ep, (record.name, record.distribution or "-", record.version or "-"), state_dir, self.config.probe_timeout)
+            if verdict is not None:
+                self._fail(record, *verdict)
+
+    def _start_journal(self) -> Journal | None:
+        from neurenix_core.plugins.journal import open_journal
+
         journal = open_journal(self.config.state_dir)
         if isinstance(journal, str):
             self.notes.append(journal)
             return None
         return journal
+
+    def trial(self, ep: EntryPoint) -> bool:
+        """Import, register and probe one plugin in this process, journaled, as discovery would.
+
+        The body of the first-run child (first_run_child.py), where dying is safe. Returns whether
+        the probe overran its deadline (it has then not been seen to return).
+        """
+        record = self._record_for(ep)
+        self.records.append(record)
+        self._journal = None if record.trusted else self._start_journal()
+        try:
+            self._env = envwatch.snapshot()
+            self._load(record, ep)
+            if record.manifest is not None and record.failure is None:
+                self._probe_all([record])
+        finally:
+            if self._journal is not None:
+                self._journal.finish()
+        return record.name in self._abandoned
 
     def _record_for(self, ep: EntryPoint) -> PluginRecord:
         # Names, distributions and versions come from files a package installed: cleaned here,
@@ -337,8 +390,10 @@ class Registry:
         outcomes = run_all_bounded(calls, self.config.probe_timeout)
         for record, ctx, outcome in zip(records, contexts, outcomes):
             try:
-                if isinstance(outcome, ProbeTimeout) and self._journal is not None and not record.trusted:
-                    self._journal.abandon(record.name)
+                if isinstance(outcome, ProbeTimeout):
+                    self._abandoned.add(record.name)
+                    if self._journal is not None and not record.trusted:
+                        self._journal.abandon(record.name)
                 if isinstance(outcome, ProbeFailure):
                     raise outcome
                 result = self._check_probe(outcome)

@@ -23,6 +23,7 @@ DEFERRED = (
     "neurenix_core.tensor.signatures",  # the generated ops need no table at import
     "neurenix_core.tensor.dtype_info",  # finfo/iinfo answer types
     "neurenix_core.plugins.journal",  # only with a third-party plugin
+    "neurenix_core.plugins.first_run",  # only for a third-party version never seen (subprocess, json)
     "fcntl",
 )
 
