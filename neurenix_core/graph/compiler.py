@@ -694,8 +694,13 @@ class Compiled:
             ) from exc
         fallback.record("nx.compile", self._record.name, str(self.device))
         # Eager execution covers the device's op table only (EAGER_OPS): the other nodes go to
-        # cpu:0 through the partitioned path, and the placement report names them.
-        placement = self._place(graph, compiles=False)
+        # cpu:0 through the partitioned path, and the placement report names them. The report
+        # also says the device's nodes are not one compiled model, and why (the refusal).
+        execution = (
+            f"eagerly, op by op, not compiled: plugin {self._record.name} refused the model ({exc}); "
+            f"an op without a kernel on {self.device} runs on cpu:0 under the fallback policy (nx.fallback_stats())"
+        )
+        placement = dataclasses.replace(self._place(graph, compiles=False), execution=execution)
         if placement.partitioned:
             runner, placement = self._partition_runner(placement, False)
             self._placements[tuple(s.shape for s in graph.inputs)] = placement

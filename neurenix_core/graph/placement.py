@@ -70,6 +70,9 @@ class Placement:
     verification: str = ""
     #: Which runtime runs the cpu:0 graph or segments (graph.host_select), and why.
     host_runtime: str = ""
+    #: Why the device's nodes do not run as one compiled model, when they do not (its plugin
+    #: refused the model: they run eagerly, op by op); part of :meth:`line`.
+    execution: str = ""
 
     @property
     def partitioned(self) -> bool:
@@ -85,6 +88,8 @@ class Placement:
         flops_total = sum(self.flops.values()) or 1
         share = 100.0 * self.flops.get(self.device, 0) / flops_total
         text = f"{self.device} runs {on}/{total} nodes ({share:.1f}% of FLOPs)"
+        if self.execution:
+            text = f"{text} {self.execution}"
         if not self.off_device:
             return text
         groups = Counter((o.op, o.reason) for o in self.off_device)
