@@ -360,6 +360,14 @@ def _slow_binary(name: str, x1: Any, x2: Any, function: bool) -> Any:
         other = x2 if type(x1) is Tensor else x1
         if type(other) is Tensor or isinstance(other, (int, float, complex, np.generic)):
             return _call(name, (x1, x2))
+        if hasattr(other, "__dlpack__"):
+            # A torch.Tensor or jax.Array: Python's own message would read "'Tensor' and 'Tensor'".
+            t = x1 if type(x1) is Tensor else x2
+            kind = f"{type(other).__module__.split('.')[0]}.{type(other).__qualname__}"
+            raise TypeError(
+                f"{name}: cannot combine a neurenix Tensor on {t.device} with a {kind}; "
+                f"convert it first with nx.asarray(value, device='{t.device}') (DLPack, zero copy where the devices allow)"
+            )
     if function:
         raise TypeError(
             f"{name}: operands must be neurenix Tensors or Python scalars, got "

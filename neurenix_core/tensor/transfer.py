@@ -77,6 +77,14 @@ def import_dlpack(x: Any, p: Placement, copy: bool | None) -> Any:
     try:
         native = p.backend._from_dlpack(x, p.index, copy)
     except _EXPORT_ERRORS as exc:
+        bits = _bfloat16_host(x)
+        if bits is not None:
+            # NumPy's DLPack import has no bfloat16; the same bits arrive through a uint16 view.
+            # Host-memory backends keep the view (shared, as DLPack would); others copy it in.
+            if p.array_type is np.ndarray:
+                check_dtype(p, bits.dtype)
+                return bits.copy() if copy else bits
+            return None
         raise TransferError(
             f"from_dlpack onto {p.device}: the producer {type(x).__name__} could not export ({exc}); "
             "non-contiguous (negative-stride) or device-resident arrays need a contiguous host copy first "
@@ -92,6 +100,11 @@ def host_from_dlpack(x: Any, p: Placement) -> Any:
     try:
         host = np.from_dlpack(x)
     except _EXPORT_ERRORS as exc:
+        host = _bfloat16_host(x)
+        if host is not None:
+            check_dtype(p, host.dtype)
+            reserve(p, int(host.nbytes))
+            return p.backend._from_host(contiguous(host), p.index)
         raise TransferError(
             f"from_dlpack onto {p.device}: the producer {type(x).__name__} could not export to host memory ({exc}); "
             "make it contiguous and move it to the host first"
@@ -99,6 +112,29 @@ def host_from_dlpack(x: Any, p: Placement) -> Any:
     check_dtype(p, host.dtype)
     reserve(p, int(host.nbytes))
     return p.backend._from_host(contiguous(host), p.index)
+
+
+def _bfloat16_host(x: Any) -> np.ndarray | None:
+    """A bfloat16 producer's host array (ml_dtypes.bfloat16), or None for any other producer.
+
+    ``np.from_dlpack`` refuses DLPack's bfloat16 code, though neurenix has the dtype. A PyTorch
+    tensor is read through a uint16 view of the same bits (shared for a CPU tensor); a JAX array
+    converts itself (``__array__`` gives ml_dtypes.bfloat16). torch is imported only when the
+    producer is a torch tensor, which means it is already loaded.
+    """
+    if not str(getattr(x, "dtype", "")).endswith("bfloat16"):
+        return None
+    import ml_dtypes
+
+    if type(x).__module__.split(".")[0] == "torch":
+        import torch
+
+        return x.detach().cpu().contiguous().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)  # type: ignore[no-any-return]
+    try:
+        host = np.asarray(x)
+    except _EXPORT_ERRORS:
+        return None
+    return host if host.dtype == np.dtype(ml_dtypes.bfloat16) else None
 
 
 def to_device(result: Any, p: Placement) -> Any:

@@ -134,6 +134,10 @@ class CudaBackend(ArrayNamespaceBackend):
         # standard; the core takes its hot-path ops (matmul) straight from torch.
         super().__init__(torch, device_type="cuda", device_count=device_count, emulated=emulated, compat=xp)
         self.torch = torch
+        # Native arrays are torch tensors: the core keys DLPack import (np.from_dlpack for a
+        # host-memory backend) and its result checks on this; left at np.ndarray, a NumPy array
+        # was stored on cuda:0 and failed at its first dtype lookup.
+        self.array_type = torch.Tensor
         self.ops.update(nn_ops())
         self._capabilities = capabilities
         #: Process-global PyTorch switches this backend (or a TensorCoresBackend on it) changed;
@@ -181,6 +185,17 @@ class CudaBackend(ArrayNamespaceBackend):
         if self.emulated:
             return 0 if dev.type == "cpu" else None
         return dev.index or 0 if dev.type == "cuda" else None
+
+    def _from_dlpack(self, producer: Any, index: int, copy: bool | None) -> Any:
+        """torch.from_dlpack: any producer, bfloat16 included, shared when it already lives on
+        ``index``'s device; moved there (a copy) otherwise, or None under copy=False (the core
+        then refuses with its message)."""
+        torch = self.torch
+        t = torch.from_dlpack(producer)
+        target = self._native_device(index)
+        if t.device == torch.device(target):
+            return t.clone() if copy else t
+        return None if copy is False else t.to(target, copy=True)
 
     def _from_host(self, array: np.ndarray, index: int) -> Any:
         torch = self.torch
