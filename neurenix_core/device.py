@@ -190,7 +190,7 @@ DeviceLike = Device | str
 
 def _parse(text: str) -> tuple[DeviceType, int]:
     kind, _, raw = text.strip().partition(":")
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # str.isdigit() is also true for '²', which int() refuses
         raise InvalidDeviceError(f"invalid device string {text!r}: expected 'type:index' such as 'npu:0'")
     return DeviceType(kind), int(raw)
 

@@ -13,6 +13,7 @@ __all__ = [
     "PluginError",
     "StrictModeError",
     "ConfigurationError",
+    "ConfigurationWarning",
     "InvalidDeviceError",
     "DeviceNotFoundError",
     "BackendUnavailableError",
@@ -55,6 +56,11 @@ class StrictModeError(NeurenixError):
 
 class ConfigurationError(NeurenixError):
     """An environment variable or setting has a value neurenix cannot use."""
+
+
+class ConfigurationWarning(NeurenixWarning):
+    """A NEURENIX_* value was read in a documented way that may not be what was meant (an unknown
+    plugin name, a clamped timeout); ``NEURENIX_STRICT=1`` makes these ConfigurationError."""
 
 
 class InvalidDeviceError(NeurenixError, ValueError):

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from neurenix_core.config import cpu_runtime
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, NeurenixError
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
@@ -115,7 +116,7 @@ def _discover() -> dict[str, HostRuntime | str]:
 
 def requested_runtime(extra: Mapping[str, Any]) -> str | None:
     """``runtime=`` of nx.compile, else NEURENIX_CPU_RUNTIME, else None (choose); "auto" is None."""
-    value = extra.get("runtime", os.environ.get("NEURENIX_CPU_RUNTIME", "").strip() or None)
+    value = extra["runtime"] if "runtime" in extra else cpu_runtime()  # config.py validates the variable's form
     if value is None or value == "auto":
         return None
     if not isinstance(value, str) or not value:

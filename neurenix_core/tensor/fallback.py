@@ -14,7 +14,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator
 
-from neurenix_core.config import FALLBACK_POLICIES, read_config
+from neurenix_core.config import FALLBACK_POLICIES, inspect_config
 from neurenix_core.errors import ConfigurationError, FallbackError, NeurenixWarning
 
 __all__ = ["fallback_policy", "get_fallback_policy", "set_fallback_policy", "fallback_stats", "reset_fallback_stats", "record", "FallbackWarning"]
@@ -24,7 +24,9 @@ class FallbackWarning(NeurenixWarning):
     """An op ran on the host CPU because the device's backend does not run it natively."""
 
 
-_global: str = read_config().fallback
+# The initial policy; an unusable NEURENIX_FALLBACK reads as 'warn' here and is raised as a
+# ConfigurationError by discovery (state.initialize), the one place configuration errors surface.
+_global: str = inspect_config().config.fallback
 _context: contextvars.ContextVar[str | None] = contextvars.ContextVar("neurenix_fallback", default=None)
 _stats: Counter[tuple[str, str]] = Counter()
 _warned: set[tuple[str, str]] = set()
