@@ -54,8 +54,24 @@ nan = float("nan")
 pi = 3.141592653589793
 newaxis = None
 
+
+
+def _run_by_the_neurenix_command() -> bool:
+    """True in the ``neurenix`` command's process (console script or ``-m neurenix_core.cli.main``).
+
+    This import runs before the command's main(), and ``neurenix doctor`` must report a broken
+    configuration instead of dying in it: that process defers configuration errors to main(),
+    which shows them (doctor) or raises them as ConfigurationError (every other subcommand).
+    """
+    argv = list(getattr(_sys, "orig_argv", ()))
+    if "-m" in argv[:-1] and argv[argv.index("-m") + 1] == "neurenix_core.cli.main":
+        return True
+    script = (getattr(_sys, "argv", None) or [""])[0]
+    return script.replace("\\", "/").rsplit("/", 1)[-1] == "neurenix"
+
+
 # Discovery runs at import: cheap by contract (manifests and probes only, no frameworks).
-_state.initialize()
+_state.initialize(defer_errors=_run_by_the_neurenix_command())
 _aliases.protect(_sys.modules[__name__])  # nx.backend stays the function when neurenix_core.backend (0.1) loads
 
 

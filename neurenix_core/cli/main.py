@@ -43,6 +43,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     data = doctor_data()
     if args.json:
         print(json.dumps(data, indent=2))
+        if any(p["level"] == "error" for p in data["configuration_problems"]):
+            return 2
         return 1 if data["failures"] and args.strict else 0
     from rich.table import Table
 
@@ -69,7 +71,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             console.print(f"[yellow]warning[/]: plugin {escape(b['name'])} ({escape(b['distribution'] or '-')}) {escape(warning)}")
     for note in data["notes"]:
         console.print(f"note: {escape(note)}")
+    _print_configuration(console, data)
+    if any(p["level"] == "error" for p in data["configuration_problems"]):
+        return 2
     return 1 if data["failures"] and args.strict else 0
+
+
+def _print_configuration(console: Any, data: dict[str, Any]) -> None:
+    """The NEURENIX_* settings in effect (value, effective value, source) and their problems."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="configuration", show_lines=False)
+    for col in ("variable", "value", "effective", "source"):
+        table.add_column(col, overflow="fold")
+    for s in data["configuration"]:
+        raw = "-" if s["value"] is None else repr(s["value"])
+        table.add_row(escape(s["variable"]), escape(raw), escape(s["effective"]), s["source"])
+    console.print(table)
+    for p in data["configuration_problems"]:
+        style = "bold red" if p["level"] == "error" else "yellow"
+        console.print(f"[{style}]configuration {p['level']}[/]: {escape(p['message'])}")
 
 
 def _retry(name: str) -> int | None:
@@ -167,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from neurenix_core.errors import NeurenixError
 
     try:
+        if args.command != "doctor":  # the doctor shows configuration problems; others stop on them
+            from neurenix_core.plugins.state import check_configuration
+
+            check_configuration()
         return int(args.func(args))
     except NeurenixError as exc:
         print(f"neurenix: error: {exc}", file=sys.stderr)

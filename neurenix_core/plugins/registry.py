@@ -15,7 +15,7 @@ import _thread
 import functools
 import types
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -387,7 +387,10 @@ class Registry:
         """Probe every plugin, each bounded by NEURENIX_PROBE_TIMEOUT, in one worker thread."""
         contexts = [self._context(r) for r in records]
         calls = [self._guarded(r, functools.partial(self.call, r, "neurenix_probe", context=c)) for r, c in zip(records, contexts)]
-        outcomes = run_all_bounded(calls, self.config.probe_timeout)
+        # The built-in CPU backend is probed inline, without a deadline: it is this package's own
+        # code and every process needs it, so no NEURENIX_PROBE_TIMEOUT may leave a process without it.
+        bounded = iter(run_all_bounded([c for r, c in zip(records, calls) if not r.builtin], self.config.probe_timeout))
+        outcomes = [_probe_inline(c) if r.builtin else next(bounded) for r, c in zip(records, calls)]
         for record, ctx, outcome in zip(records, contexts, outcomes):
             try:
                 if isinstance(outcome, ProbeTimeout):
@@ -582,12 +585,12 @@ class Registry:
 
         assert record.manifest is not None and record.probe is not None
         manifest, probe = record.manifest, record.probe
+        start = functools.partial(self.call, record, "neurenix_backend", manifest=manifest, probe=probe)
         try:
-            backend = run_with_deadline(
-                functools.partial(self.call, record, "neurenix_backend", manifest=manifest, probe=probe),
-                name=record.name,
-                package=record.module_name.split(".")[0],
-                timeout=self.config.backend_timeout,
+            # The built-in CPU backend starts inline: NEURENIX_BACKEND_TIMEOUT bounds plugins, whose
+            # drivers can hang; the host backend is this package's own and must always start.
+            backend = start() if record.builtin else run_with_deadline(
+                start, name=record.name, package=record.module_name.split(".")[0], timeout=self.config.backend_timeout
             )
         except FactoryTimeout as exc:
             record.stuck = (
@@ -696,3 +699,13 @@ class Registry:
         if r.usable:
             return r.probe.reason or f"{r.probe.device_count} device(s) found"
         return self._why_unusable(r).split(": ", 1)[-1]
+
+
+def _probe_inline(call: Callable[[], Any]) -> Any:
+    """``call()``'s result, or the ProbeFailure that run_all_bounded would have returned for it."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - reported as the probe's failure, like a bounded probe's
+        failure = ProbeFailure(f"probe raised {describe(exc)}")
+        failure.__cause__ = exc
+        return failure

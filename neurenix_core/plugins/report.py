@@ -36,6 +36,7 @@ def backends() -> list[BackendInfo]:
 
 def doctor_data() -> dict[str, Any]:
     reg = _state.registry()
+    config, problems = _state.configuration()
     default, default_error = _default()
     rows = [b.as_dict() for b in backends()]
     return {
@@ -51,17 +52,17 @@ def doctor_data() -> dict[str, Any]:
         ],
         "notes": list(reg.notes),
         "environment": _env(),
+        "configuration": [s.as_dict() for s in config.settings],
+        "configuration_problems": [p.as_dict() for p in problems],
     }
 
 
 def _env() -> dict[str, str | None]:
     import os
 
-    keys = (
-        "NEURENIX_DEVICE", "NEURENIX_BACKENDS", "NEURENIX_DISABLE_PLUGIN_AUTOLOAD", "NEURENIX_EMULATE", "NEURENIX_STRICT",
-        "NEURENIX_FALLBACK", "NEURENIX_PROBE_TIMEOUT", "NEURENIX_BACKEND_TIMEOUT", "NEURENIX_STATE_DIR",
-    )
-    return {k: os.environ.get(k) for k in keys}
+    from neurenix_core.config import VARIABLES
+
+    return {k: os.environ.get(k) for k in VARIABLES}
 
 
 def explain_text() -> str:

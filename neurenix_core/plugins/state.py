@@ -4,29 +4,76 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import Iterator
 
-from neurenix_core.config import read_config
+from neurenix_core.config import ConfigReport, Problem, enforce, inspect_config, plugin_problems
 from neurenix_core.device import Device, DeviceLike, as_device, use_directory
 from neurenix_core.plugins.registry import Registry
 
-__all__ = ["registry", "initialize", "default_device", "set_default_device", "device"]
+__all__ = ["registry", "initialize", "configuration", "check_configuration", "default_device", "set_default_device", "device"]
 
 _registry: Registry | None = None
+_report: ConfigReport | None = None
+_problems: list[Problem] = []
+_deferred = False  # the last initialize() kept its problems for check_configuration()
 _explicit_default: Device | None = None
 _context: contextvars.ContextVar[Device | None] = contextvars.ContextVar("neurenix_device", default=None)
 
 
-def initialize() -> Registry:
-    """(Re)discover plugins from the current environment and ``sys.path``."""
-    global _registry, _explicit_default
-    config = read_config()
+def initialize(*, defer_errors: bool = False) -> Registry:
+    """(Re)discover plugins from the current environment and ``sys.path``.
+
+    An error-level NEURENIX_* problem raises ConfigurationError before any plugin is imported;
+    warnings are emitted once discovery knows the installed plugin names (under NEURENIX_STRICT=1
+    they raise too). ``defer_errors`` (the ``neurenix`` command only) keeps every problem for
+    :func:`check_configuration` and the doctor, discovering with the safe value of each bad one.
+    """
+    global _registry, _explicit_default, _report, _problems, _deferred
+    report = inspect_config()
+    config = report.config
+    if not defer_errors and (report.errors or (config.strict and report.problems)):
+        enforce(report.problems, strict=config.strict)  # raises: nothing was imported yet
+    if defer_errors and report.errors:
+        # A broken configuration must not reach plugin code: the first-run and native-probe child
+        # interpreters inherit it, would fail to import, and a failing child quarantines its plugin.
+        config = inspect_config({**os.environ, "NEURENIX_DISABLE_PLUGIN_AUTOLOAD": "1"}).config
     reg = Registry(config)
+    if defer_errors and report.errors:
+        reg.notes.append("plugins were not loaded because the configuration has errors: fix them and run neurenix doctor again")
     reg.discover()
-    _registry = reg
+    problems = report.problems + _plugin_problems(reg)
+    if not defer_errors:
+        enforce(problems, strict=config.strict)
+    _registry, _report, _problems, _deferred = reg, report, problems, defer_errors
     use_directory(reg)
     _explicit_default = as_device(config.device) if config.device else None
     return reg
+
+
+def _plugin_problems(reg: Registry) -> list[Problem]:
+    loaded = [r for r in reg.records if r.manifest is not None]
+    tokens = [r.manifest.emulation for r in loaded if r.manifest is not None and r.manifest.emulation]
+    # A denied plugin was never imported, so its emulation token is unknown: NEURENIX_EMULATE is
+    # only judged when every plugin was loaded (the registry's note covers the other case).
+    complete = all(r.denied is None for r in reg.records)
+    problems = plugin_problems(reg.config, (r.name for r in reg.records), tokens)
+    return [p for p in problems if complete or p.variable != "NEURENIX_EMULATE"]
+
+
+def configuration() -> tuple[ConfigReport, list[Problem]]:
+    """The configuration discovery ran with, and every problem found in it (for the doctor)."""
+    registry()
+    assert _report is not None
+    return _report, list(_problems)
+
+
+def check_configuration() -> None:
+    """Raise (errors) or warn (warnings) the problems a deferred :func:`initialize` kept; a
+    normal initialize already did, so nothing is repeated then."""
+    report, problems = configuration()
+    if _deferred:
+        enforce(problems, strict=report.config.strict)
 
 
 def registry() -> Registry:
