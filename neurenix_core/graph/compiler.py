@@ -172,6 +172,12 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
     return bits_name, plan, folded
 
 
+#: NumPy dtypes a cpu:0 Tensor holds as they are (the interpreter's results are wrapped without asarray).
+_PLAIN_DTYPES: frozenset[np.dtype[Any]] = frozenset(np.dtype(d) for d in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
+    "complex64", "complex128"))
+
+
 class _NodeRefused(Exception):
     """Internal: a plugin refused one node of a quantized model; place it on cpu:0 and retry."""
 
@@ -815,12 +821,17 @@ class Compiled:
 
         kinds = [s.dtype in VALUE_KINDS for s in graph.inputs]
 
+        p = self._backend.placement(dev.index)
+
         def tensor(o: Any) -> Any:  # a sequence is a list of Tensors, an empty optional None
             if o is None or isinstance(o, list):
                 return o if o is None else [tensor(v) for v in o]
             arr = contiguous(np.asarray(o))
-            if str(arr.dtype) in STORAGE_DTYPES:  # float8 / int4 ... results: held as they are (no Tensor dtype for them)
-                return wrap_on(arr, self._backend.placement(dev.index))
+            # The interpreter's own results (plain NumPy dtypes, float8 / int4 storage dtypes held
+            # as they are) are wrapped directly: asarray's dtype resolution cost more than a small
+            # graph's whole run. Anything else goes through asarray's checks.
+            if arr.dtype in _PLAIN_DTYPES or str(arr.dtype) in STORAGE_DTYPES:
+                return wrap_on(arr, p)
             return asarray(arr, device=dev)
 
         def run(*natives: Any) -> tuple[Tensor, ...]:
