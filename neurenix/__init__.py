@@ -14,6 +14,10 @@ from neurenix_core import __all__ as _core_all
 from neurenix_core import __version__  # noqa: F401
 
 from neurenix import device  # noqa: E402 - the seed module (callable: nx.device("cpu"))
+from neurenix._exports import install_finder
+
+# `import neurenix.hardware.acme` for a facade module only a plugin's Manifest.exports names.
+install_finder()
 
 # The core's names that are already loaded, copied once; the rest (the core's lazy names, and the
 # seed modules nn, optim and hardware) load on first use, as they do on neurenix_core, so

@@ -11,6 +11,7 @@ __all__ = [
     "NeurenixError",
     "NeurenixWarning",
     "PluginError",
+    "FacadeExportError",
     "StrictModeError",
     "ConfigurationError",
     "ConfigurationWarning",
@@ -48,6 +49,16 @@ class PluginError(NeurenixError):
         self.plugin = plugin
         self.distribution = distribution
         self.phase = phase
+
+
+class FacadeExportError(PluginError, ImportError):
+    """A plugin's ``Manifest.exports`` names a module that cannot be imported; raised by
+    ``import neurenix.<facade>`` (an ImportError, so ``except ImportError`` still works)."""
+
+    def __init__(self, message: str, *, plugin: str, distribution: str | None, facade: str, module: str) -> None:
+        super().__init__(message, plugin=plugin, distribution=distribution, phase="exports")
+        self.facade = facade
+        self.module = module
 
 
 class StrictModeError(NeurenixError):
