@@ -19,13 +19,31 @@ from typing import Any, final
 
 import numpy as np
 
-from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.errors import ModelFormatError, ShapeError, UnsupportedOperationError
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node, TensorSpec, fresh_name
 from neurenix_core.graph.shapes import ValueSpec, node_spec
 from neurenix_core.graph.symbolic import SymDim, is_symbolic, resolve
 
-__all__ = ["Const", "GraphBuilder", "Value"]
+__all__ = ["Const", "GraphBuilder", "Value", "MAX_FOLDED_BYTES", "check_constant_bytes"]
+
+#: The largest constant an import may build by folding (ConstantOfShape, Range, Expand, Tile ...
+#: of constants) when it is larger than its operands: a model file of a few bytes must not make
+#: the importer allocate terabytes. Real models fold masks and index grids of megabytes.
+MAX_FOLDED_BYTES = 2 * 2**30
+
+
+def check_constant_bytes(source: str, node: str, op: str, shape: Sequence[int], dtype: Any, operand_bytes: int = 0) -> None:
+    """Refuse, before allocating it, a folded constant of ``shape`` that is above
+    MAX_FOLDED_BYTES and larger than its operands (copying a large weight is not growth)."""
+    if any(int(d) < 0 for d in shape):
+        raise ShapeError(f"{source}: node {node!r} ({op}) would build a constant of shape {tuple(shape)}; sizes are 0 or more; "
+                         "re-export or fix the model")
+    nbytes = int(np.prod([int(d) for d in shape], dtype=object)) * np.dtype(dtype).itemsize
+    if nbytes > MAX_FOLDED_BYTES and nbytes > operand_bytes:
+        raise ModelFormatError(f"{source}: node {node!r} ({op}) would build a constant of shape {tuple(int(d) for d in shape)} "
+                               f"({nbytes} bytes) at import, above the limit of {MAX_FOLDED_BYTES} bytes for folded constants; "
+                               "make that value an input of the model, or re-export it with smaller sizes")
 
 
 @final
@@ -103,9 +121,26 @@ class GraphBuilder:
         attrs, params = dict(attrs or {}), dict(params or {})
         if all(isinstance(v, Const) for v in inputs) and op != "constant" and not is_symbolic(attrs):
             arrays = [v.array for v in inputs]  # type: ignore[union-attr]
+            self._check_fold(name, op, inputs, attrs, params)
             return Const(opset.evaluate(op, attrs, arrays, {k: v for k, v in params.items() if v is not None}))
         names = [self.materialize(v, f"{name}.const") for v in inputs]
         return self._append(name, op, names, attrs, params)
+
+    def _check_fold(self, name: str, op: str, inputs: Sequence[Value], attrs: Mapping[str, Any], params: Mapping[str, Any]) -> None:
+        """The folded result's size from the opset's shape rule, before evaluating it."""
+        specs = [self.spec(v) for v in inputs]
+        try:
+            out = node_spec(Node(name, op, tuple(f"in{i}" for i in range(len(inputs))), name, dict(attrs), dict(params)), specs)
+        except Exception:  # noqa: BLE001 - no estimate: evaluating the op raises its own error for operands it cannot take
+            return
+        if out.dtype in ("object", "sequence", "optional") or not all(isinstance(d, int) for d in out.shape):
+            return
+        try:
+            dtype = opset._np_dtype(out.dtype)
+        except TypeError:
+            return  # a non-array result (a sequence or optional): its size is its operands'
+        in_bytes = sum(v.array.nbytes for v in inputs if isinstance(v, Const))
+        check_constant_bytes(self.source, name, op, out.shape, dtype, in_bytes)
 
     def reshape(self, name: str, x: Value, target: Sequence[int | SymDim], source: Sequence[int | SymDim] | None = None) -> Value:
         """A reshape that merges the trailing axes is the first release's ``flatten`` (which
