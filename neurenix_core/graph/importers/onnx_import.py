@@ -24,17 +24,17 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixWarning, QuantizationError, UnsupportedOperationError
+from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixError, NeurenixWarning, QuantizationError, UnsupportedOperationError
 from neurenix_core.graph.importers import (
     onnx_attention, onnx_controlflow, onnx_image, onnx_math, onnx_nn, onnx_qdq, onnx_quantization, onnx_reduction, onnx_rnn,
     onnx_signal, onnx_tensor,
 )
-from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
+from neurenix_core.graph.importers import onnx_validate
+from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value, check_constant_bytes
 from neurenix_core.graph.importers.onnx_common import REMEDY as _REMEDY
 from neurenix_core.graph.importers.onnx_common import Handler
 from neurenix_core.graph.importers.onnx_common import OnnxNode as _Node
@@ -325,13 +325,12 @@ def _shape(b: GraphBuilder, n: _Node) -> Value:
 
 
 def _constant_of_shape(b: GraphBuilder, n: _Node) -> Value:
-    from onnx import numpy_helper
-
-    value = numpy_helper.to_array(n.attrs["value"]) if "value" in n.attrs else np.zeros(1, np.float32)
+    value = _to_array(n.attrs["value"], f"{b.source}: node {n.name!r} value") if "value" in n.attrs else np.zeros(1, np.float32)
     if _symbolic_const(n.input(0)):
         shape = _dims(n.input(0).array)  # type: ignore[union-attr]
         return b.emit(n.name, "expand", [Const(np.full((1,) * len(shape), value.ravel()[0], dtype=value.dtype))], {"shape": shape})
     shape = _ints(_const(b, n, 0, "shape"))
+    check_constant_bytes(b.source, n.name, n.op, shape, value.dtype)
     return Const(np.full(shape, value.ravel()[0], dtype=value.dtype))
 
 
@@ -341,7 +340,12 @@ def _range(b: GraphBuilder, n: _Node) -> Value:
     if any(_symbolic_const(v) for v in n.inputs):
         return _symbolic_range(b, n)
     start, limit, delta = (_const(b, n, i, w) for i, w in ((0, "start"), (1, "limit"), (2, "delta")))
-    return Const(np.arange(start.item(), limit.item(), delta.item(), dtype=np.asarray(start).dtype))  # type: ignore[union-attr]
+    lo, hi, step = (np.asarray(v).item() for v in (start, limit, delta))
+    if step == 0 or not all(math.isfinite(x) for x in (lo, hi, step)):
+        raise ModelFormatError(f"{b.source}: node {n.name!r} (Range) has start {lo}, limit {hi}, delta {step}; the delta must be "
+                               "non-zero and all three finite; re-export or fix the model")
+    check_constant_bytes(b.source, n.name, n.op, (max(math.ceil((hi - lo) / step), 0),), np.asarray(start).dtype)
+    return Const(np.arange(lo, hi, step, dtype=np.asarray(start).dtype))
 
 
 def _symbolic_range(b: GraphBuilder, n: _Node) -> Value:
@@ -470,12 +474,21 @@ def _attr(a: Any) -> Any:
     return value
 
 
-def _constant_node(proto: Any) -> Const:
+def _to_array(tensor: Any, what: str) -> np.ndarray:
+    """A TensorProto's array; onnx_validate checked its bytes, so a failure here is a type
+    onnx cannot convert (raised typed, with onnx's error as the cause)."""
     from onnx import numpy_helper
 
+    try:
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ModelFormatError(f"{what}: its data cannot be read ({type(exc).__name__}: {str(exc)[:200]}); re-export the model") from exc
+
+
+def _constant_node(proto: Any) -> Const:
     a = {x.name: x for x in proto.attribute}
     if "value" in a:
-        return Const(numpy_helper.to_array(a["value"].t))
+        return Const(_to_array(a["value"].t, f"from_onnx: Constant node {proto.name!r}"))
     for key, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64), ("value_ints", np.int64)):
         if key in a:
             return Const(np.asarray(_attr(a[key]), dtype))
@@ -484,16 +497,11 @@ def _constant_node(proto: Any) -> Const:
 
 
 def _load(model: Any) -> Any:
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    path = Path(model)
-    if not path.is_file():
-        raise ModelFormatError(f"from_onnx: {path} is not a file; pass a path to a .onnx file, its bytes or an onnx.ModelProto")
-    return onnx.load(str(path))
+    """The checked ModelProto (onnx_validate: decoding, stored bytes, external data, the graph)
+    before anything is converted or built from it."""
+    proto = onnx_validate.load_model(model)
+    onnx_validate.check_graph(proto)
+    return proto
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -732,14 +740,12 @@ def _example_shapes(proto: Any) -> list[tuple[int, ...]]:
 def _import(proto: Any, input_shapes: Any, static: bool, values: Any = None, env_out: dict[str, Any] | None = None) -> tuple[Graph, str]:
     """The Graph of ``proto``; ``env_out`` receives each ONNX tensor name's Value (a graph value
     name or a Const), which a QDQ import keys its plan by."""
-    from onnx import numpy_helper
-
     name = proto.graph.name or "model"
     b = GraphBuilder(f"from_onnx({name})")
     b.onnx_opset = _default_opset(proto)  # type: ignore[attr-defined] # attribute defaults that changed between opsets
     env: dict[str, Any] = {"": None}
     for init in proto.graph.initializer:
-        env[init.name] = Const(numpy_helper.to_array(init))
+        env[init.name] = Const(_to_array(init, f"{b.source}: initializer {init.name!r}"))
     params: dict[str, str] = {}
     k = 0
     for vi in proto.graph.input:
@@ -785,14 +791,30 @@ def _import_node(b: GraphBuilder, node: Any, index: int, env: dict[str, Any], pr
     tensor_slice = node.op_type == "Slice" and bool(n.inputs) and not _symbolic_const(n.inputs[0])
     if constant and (symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Range") and not tensor_slice
                      or handler is None and node.op_type == "Mod"):
-        out = _symbolic_fold(n)  # shape arithmetic (Mod has no graph mapping, only this one)
+        out = _checked(b, n, lambda: _symbolic_fold(n))  # shape arithmetic (Mod has no graph mapping, only this one)
     elif handler is None:
         raise _fail(b, n, "has no mapping to the neurenix opset")
     elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):
         raise NotSymbolicError(f"node {n.name!r} ({node.op_type}) mixes a symbolic size with run-time values")
     else:
-        out = handler(b, n)
+        out = _checked(b, n, lambda: handler(b, n))  # type: ignore[misc]
     env.update(zip(node.output, out if isinstance(out, list) else [out]))
+
+
+def _checked(b: GraphBuilder, n: _Node, build: Any) -> Any:
+    """``build()`` (a handler), with an operand the handler cannot index or convert (a rank-1
+    Gemm weight, an attribute of the wrong type in a damaged file) raised as ModelFormatError
+    naming the node and its operand shapes instead of a bare IndexError (issue #28). The
+    importer's own signals (NeurenixError, NotSymbolicError) pass through."""
+    try:
+        return build()
+    except (NeurenixError, NotSymbolicError):
+        raise
+    except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        shapes = ["-" if v is None else b.spec(v).shape if isinstance(v, Const) or v in b.specs else "?" for v in n.inputs]
+        raise ModelFormatError(f"{b.source}: node {n.name!r} ({n.op}) cannot take its operands (shapes {shapes}, attributes "
+                               f"{sorted(n.attrs)}): {type(exc).__name__}: {str(exc)[:200]}; the node does not follow ONNX's "
+                               f"definition of {n.op}; re-export the model") from exc
 
 
 # Subgraph bodies (If, Loop, Scan, SequenceMap) run their nodes through the same per-node import.
