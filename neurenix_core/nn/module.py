@@ -210,9 +210,11 @@ class Module:
 
     def load(self, path: Any, strict: bool = True) -> Module:
         """Load weights saved by :meth:`save` (no pickle); returns the model."""
-        from neurenix_core.nn.serialization import load_state
+        from neurenix_core.nn.serialization import conform_dtypes, load_state
 
-        self.load_state_dict(load_state(path), strict=strict)
+        # A file in other dtypes than the model's is converted with a warning or refused (issue #28).
+        expected = {name: t.dtype for name, _, _, t in self._slots()}
+        self.load_state_dict(conform_dtypes(load_state(path), expected, path), strict=strict)
         return self
 
     # ------------------------------------------------------------------ devices

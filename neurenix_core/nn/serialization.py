@@ -6,16 +6,19 @@ over the destination only when complete, so an interrupted save never leaves hal
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import warnings
+
 import numpy as np
 
-from neurenix_core.errors import ModelFormatError
+from neurenix_core.errors import ModelFormatError, NeurenixWarning, UnsupportedDTypeError
 
-__all__ = ["save_state", "load_state", "FORMATS"]
+__all__ = ["save_state", "load_state", "conform_dtypes", "FORMATS"]
 
 FORMATS = (".npz", ".safetensors")
 
@@ -63,6 +66,7 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         raise ModelFormatError(f"{source}: no such weights file")
     try:
         if fmt == ".npz":
+            _check_npz(source)
             with np.load(source, allow_pickle=False) as data:
                 return {k: data[k] for k in data.files}
         return dict(_safetensors().numpy.load_file(str(source)))
@@ -83,3 +87,68 @@ def _safetensors() -> Any:
     except ImportError as exc:
         raise ModelFormatError("the .safetensors format needs the safetensors package: pip install safetensors (or save as .npz)") from exc
     return safetensors
+
+
+def _check_npz(source: Path) -> None:
+    """Each array's header (shape and dtype) against the bytes its member holds, before NumPy
+    allocates the shape the header claims (a 100-byte file may declare terabytes)."""
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    with zipfile.ZipFile(source) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as fh:
+                version = npy.read_magic(fh)
+                shape, _, dtype = npy.read_array_header_1_0(fh) if version == (1, 0) else npy.read_array_header_2_0(fh)
+                if dtype.hasobject:
+                    raise ModelFormatError(f"{source}: {info.filename} holds Python objects, which are never unpickled; save it "
+                                           "again with numeric arrays")
+                need = math.prod(shape) * dtype.itemsize
+                have = info.file_size - fh.tell()
+            if need != have:
+                raise ModelFormatError(f"{source}: {info.filename} declares shape {shape} of {dtype} ({need} bytes) but holds "
+                                       f"{have} bytes; the file is truncated or corrupted; save it again")
+
+
+def conform_dtypes(state: Mapping[str, np.ndarray], expected: Mapping[str, np.dtype[Any]], source: object) -> dict[str, np.ndarray]:
+    """``state`` in the dtypes the model holds (``expected``, by key).
+
+    A float array for a float parameter of another width (float64 weights for a float32 model)
+    is converted, with one NeurenixWarning naming the keys: that is what the model computes in,
+    and the file says which precision it came from. So is an integer array for an integer buffer
+    when every value fits. Anything else (float for an integer buffer, integer for a float
+    weight, bool, complex) changes what the values mean: UnsupportedDTypeError."""
+    out: dict[str, np.ndarray] = {}
+    converted: list[str] = []
+    for key, arr in state.items():
+        want = expected.get(key)
+        if want is None or arr.dtype == want:
+            out[key] = arr
+            continue
+        if not _convertible(arr, np.dtype(want)):
+            raise UnsupportedDTypeError(f"{source}: {key} is {arr.dtype} in the file, the model holds {want}; a {arr.dtype.kind!r}-kind "
+                                        f"array is not converted to {want} (its values would change meaning); save the weights "
+                                        "from a model of this architecture, or cast them before saving")
+        out[key] = arr.astype(want)
+        converted.append(f"{key} ({arr.dtype} -> {want})")
+    if converted:
+        warnings.warn(f"{source}: {len(converted)} weight(s) converted to the model's dtype: {', '.join(converted[:8])}"
+                      f"{' ...' if len(converted) > 8 else ''}; save the weights in the model's dtype to load them as they are",
+                      NeurenixWarning, stacklevel=3)
+    return out
+
+
+def _convertible(arr: np.ndarray, want: np.dtype[Any]) -> bool:
+    """Float to float of any width; integer to integer where every value fits."""
+    if _is_float(arr.dtype) and _is_float(want):
+        return True
+    if arr.dtype.kind in "iu" and want.kind in "iu":
+        info = np.iinfo(want)
+        return arr.size == 0 or (int(arr.min()) >= info.min and int(arr.max()) <= info.max)
+    return False
+
+
+def _is_float(dtype: np.dtype[Any]) -> bool:
+    # ml_dtypes' bfloat16 and float8 types have kind 'V' for NumPy, yet they are floats.
+    return dtype.kind == "f" or dtype.name == "bfloat16" or dtype.name.startswith("float8")
