@@ -24,9 +24,14 @@ from neurenix_core.graph.reference import run_graph
 def _cnn() -> nn.Module:
     nn.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(64, 10),
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
     )
 
 
@@ -40,8 +45,11 @@ def _ms(compiled: Any, x: np.ndarray, calls: int = 20) -> float:
 
 def main() -> None:
     runtimes = host_select.host_runtimes()
-    print("host runtimes:", ", ".join(f"{k} ({v if isinstance(v, str) else v.version})" for k, v in runtimes.items()) or "none",
-          "+ numpy (the interpreter)")
+    print(
+        "host runtimes:",
+        ", ".join(f"{k} ({v if isinstance(v, str) else v.version})" for k, v in runtimes.items()) or "none",
+        "+ numpy (the interpreter)",
+    )
     model = _cnn()
     x = np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32)
     want = run_graph(model.to_graph(), x)

@@ -32,8 +32,10 @@ def main() -> None:
     for device in devices:
         compiled = nx.compile(model, device=device, quantize="int8", calibration=calibration, progress=False)
         v = compiled.verification
-        print(f"{device}: device vs integer reference {v.device_relative:.2%} (bound {v.device_bound:.2%}), "
-              f"integer vs float {v.plan_relative:.2%}")
+        print(
+            f"{device}: device vs integer reference {v.device_relative:.2%} (bound {v.device_bound:.2%}), "
+            f"integer vs float {v.plan_relative:.2%}"
+        )
         print(f"  output[0, :4] = {np.round(np.asarray(compiled(x).numpy())[0, :4], 4)}")
 
     plan = compiled.plan

@@ -26,14 +26,20 @@ RUNTIMES = sorted(name for name, rt in host_select.host_runtimes().items() if no
 def _mlp_graph(batch: int = 16, width: int = 256) -> Graph:
     """About 4 MFLOPs at batch 16: above the measuring floor."""
     rng = np.random.default_rng(0)
-    p = {"weight": (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
-         "bias": rng.standard_normal(width).astype(np.float32) * 0.1}
+    p = {
+        "weight": (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
+        "bias": rng.standard_normal(width).astype(np.float32) * 0.1,
+    }
     q = {"weight": (rng.standard_normal((10, width)) / np.sqrt(width)).astype(np.float32), "bias": np.zeros(10, np.float32)}
-    return Graph((TensorSpec("x", (batch, width)),), (
-        Node("fc1", "linear", ("x",), "h", {}, p),
-        Node("act", "tanh", ("h",), "a"),
-        Node("fc2", "linear", ("a",), "y", {}, q),
-    ), ("y",))
+    return Graph(
+        (TensorSpec("x", (batch, width)),),
+        (
+            Node("fc1", "linear", ("x",), "h", {}, p),
+            Node("act", "tanh", ("h",), "a"),
+            Node("fc2", "linear", ("a",), "y", {}, q),
+        ),
+        ("y",),
+    )
 
 
 def _x(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
@@ -81,7 +87,9 @@ def test_small_graphs_stay_on_the_interpreter_without_measuring(state: Any) -> N
     assert not (state / "host_runtimes.json").exists()
 
 
-@pytest.mark.skipif(not RUNTIMES, reason="no host runtime plugin is installed (neurenix-core alone): the interpreter runs everything")
+@pytest.mark.skipif(
+    not RUNTIMES, reason="no host runtime plugin is installed (neurenix-core alone): the interpreter runs everything"
+)
 def test_the_choice_is_measured_then_cached_for_the_next_process(state: Any, run_neurenix: Any) -> None:
     graph = _mlp_graph()
     compiled = nx.compile(graph, device="cpu")
@@ -107,7 +115,7 @@ print(json.dumps({"summary": c.summary}))
 
 # A third-party plugin offering two runtimes' worth of trouble: "broken" fails to compile, "wrong"
 # compiles and returns zeros. NumPy stands in for their hardware, as in the vendor template.
-BAD_RUNTIMES = '''
+BAD_RUNTIMES = """
 from __future__ import annotations
 import numpy as np
 from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult
@@ -148,7 +156,7 @@ def neurenix_backend(manifest, probe):
 @hookimpl
 def neurenix_host_runtime():
     return Runtime()
-'''
+"""
 
 
 def test_a_broken_or_wrong_runtime_is_skipped_with_the_reason(plugin_site: Any, run_neurenix: Any, tmp_path: Any) -> None:
@@ -172,7 +180,10 @@ except Exception as e:
 print(json.dumps(res))
 """,
         site=site,
-        env={"NEURENIX_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": f"{site}:{__import__('pathlib').Path(__file__).parent}"},
+        env={
+            "NEURENIX_STATE_DIR": str(tmp_path / "state"),
+            "PYTHONPATH": f"{site}:{__import__('pathlib').Path(__file__).parent}",
+        },
     )
     assert {"broken", "wrong"} <= set(out["runtimes"])
     assert "broken: RuntimeError: the vendor driver crashed" in out["summary"]
@@ -181,8 +192,12 @@ print(json.dumps(res))
     assert out["named"] == "ran"  # a runtime the user names explicitly is the user's call: not second-guessed
 
 
-@pytest.mark.skipif(not RUNTIMES, reason="no host runtime plugin is installed (neurenix-core alone): the interpreter runs everything")
-def test_a_fallback_segment_is_compiled_on_a_host_runtime_and_reported(plugin_site: Any, run_neurenix: Any, tmp_path: Any) -> None:
+@pytest.mark.skipif(
+    not RUNTIMES, reason="no host runtime plugin is installed (neurenix-core alone): the interpreter runs everything"
+)
+def test_a_fallback_segment_is_compiled_on_a_host_runtime_and_reported(
+    plugin_site: Any, run_neurenix: Any, tmp_path: Any
+) -> None:
     """A device that lowers conv2d only: the linear layers after it form one cpu:0 segment, which
     is compiled on a host runtime (not run node by node in NumPy), and the report says which."""
     import importlib.util

@@ -73,8 +73,15 @@ def test_tiny_bert_with_zero_biases_int8_on_npu_matches_cpu_and_is_deterministic
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                     max_position_embeddings=64, num_labels=5)
+    cfg = BertConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=5,
+    )
     bert = BertForSequenceClassification(cfg).eval()
     assert all(float(p.abs().max()) == 0.0 for n, p in bert.named_parameters() if n.endswith(".bias") and "LayerNorm" not in n)
 
@@ -118,7 +125,9 @@ def test_a_plan_with_a_wrong_scale_is_refused_naming_its_layer(mlp: Any) -> None
     broken["linear"] = dataclasses.replace(broken["linear"], scale=broken["linear"].scale * np.float32(0.02))
     bad = dataclasses.replace(plan, activations=broken)
     for device in INT8_DEVICES:
-        with pytest.raises(nx.CompilationError, match=r"plan does not describe the model.*first layer over 30%: linear \(linear\)"):
+        with pytest.raises(
+            nx.CompilationError, match=r"plan does not describe the model.*first layer over 30%: linear \(linear\)"
+        ):
             nx.compile(model, device=device, quantize=bad, calibration=calibration, progress=False)
     # verify=False accepts it as given (the user's call), and nothing is checked or reported.
     accepted = nx.compile(model, device="cpu", quantize=bad, calibration=calibration, progress=False, verify=False)
@@ -144,11 +153,16 @@ def test_a_device_that_leaves_the_integer_reference_is_caught_and_the_layer_name
     behind the silent npu error); the verification must catch it and bisect to the layer."""
     _, model, calibration, x = mlp
     snippets = {"SNIPPETS_MODE": "ENABLE"}
-    unchecked = nx.compile(model, device="npu", quantize="int8", calibration=calibration, progress=False, verify=False, ov_properties=snippets)
+    unchecked = nx.compile(
+        model, device="npu", quantize="int8", calibration=calibration, progress=False, verify=False, ov_properties=snippets
+    )
     cpu = nx.compile(model, device="cpu", quantize="int8", calibration=calibration, progress=False)
     if np.abs(_host(unchecked(x)) - _host(cpu(x))).max() < 0.1:
         pytest.skip("this OpenVINO computes the fused quantized MLP correctly: nothing wrong to catch")
-    with pytest.raises(nx.CompilationError, match=r"does not compute what its quantization plan says.*first layer that differs is node 'linear_1'"):
+    with pytest.raises(
+        nx.CompilationError,
+        match=r"does not compute what its quantization plan says.*first layer that differs is node 'linear_1'",
+    ):
         nx.compile(model, device="npu", quantize="int8", calibration=calibration, progress=False, ov_properties=snippets)
 
 
@@ -156,7 +170,9 @@ def test_a_device_that_leaves_the_integer_reference_is_caught_and_the_layer_name
 def test_degenerate_ranges_quantize_to_finite_verified_models(device: str) -> None:
     """All-zero and vanishing (1e-40) weight channels, a ReLU that is always 0, constant inputs."""
     torch.manual_seed(2)
-    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    m = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)
+    ).eval()
     with torch.no_grad():
         m[0].weight[:4] = 0.0
         m[0].weight[4:8] = 1e-40

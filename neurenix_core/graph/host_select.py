@@ -124,8 +124,15 @@ def requested_runtime(extra: Mapping[str, Any]) -> str | None:
     return value
 
 
-def choose(graph: Graph, *, threads: int | None, runtime: str | None, interpreter: Callable[..., Sequence[np.ndarray]],
-           flops: int, state_dir: str | None) -> HostChoice:
+def choose(
+    graph: Graph,
+    *,
+    threads: int | None,
+    runtime: str | None,
+    interpreter: Callable[..., Sequence[np.ndarray]],
+    flops: int,
+    state_dir: str | None,
+) -> HostChoice:
     """The runtime for ``graph`` (static shapes) on cpu:0; ``interpreter`` runs it in NumPy."""
     options = HostOptions(threads=threads)
     if runtime == INTERPRETER:
@@ -142,10 +149,17 @@ def choose(graph: Graph, *, threads: int | None, runtime: str | None, interprete
         else:
             skipped[name] = str(why)
     if not candidates:
-        return HostChoice(INTERPRETER, "no installed host runtime takes this graph" if available else "no host runtime installed", skipped=skipped)
+        return HostChoice(
+            INTERPRETER,
+            "no installed host runtime takes this graph" if available else "no host runtime installed",
+            skipped=skipped,
+        )
     if flops < FLOP_FLOOR:
-        return HostChoice(INTERPRETER, f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}: a runtime call costs more than the graph",
-                          skipped=skipped)
+        return HostChoice(
+            INTERPRETER,
+            f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}: a runtime call costs more than the graph",
+            skipped=skipped,
+        )
     key = _cache_key(graph, threads, candidates)
     cached = _cache_read(state_dir).get(key)
     if cached is not None and (cached["runtime"] == INTERPRETER or cached["runtime"] in candidates):
@@ -157,8 +171,10 @@ def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str
     rt = available.get(runtime)
     if rt is None:
         names = ", ".join([INTERPRETER, *sorted(available)])
-        raise BackendUnavailableError(f"cpu:0: no host runtime named {runtime!r} is installed (available: {names}); "
-                                      "install the plugin that offers it, or pass runtime='auto'")
+        raise BackendUnavailableError(
+            f"cpu:0: no host runtime named {runtime!r} is installed (available: {names}); "
+            "install the plugin that offers it, or pass runtime='auto'"
+        )
     if isinstance(rt, str):
         raise BackendUnavailableError(f"cpu:0: host runtime {runtime!r} cannot start: {rt}")
     why = rt.covers(graph)
@@ -217,8 +233,15 @@ def _disagreement(got: Sequence[Any], want: Sequence[Any]) -> str | None:
     return None
 
 
-def _measure(graph: Graph, candidates: Mapping[str, HostRuntime], options: HostOptions, interpreter: Callable[..., Sequence[np.ndarray]],
-             skipped: dict[str, str], key: str, state_dir: str | None) -> HostChoice:
+def _measure(
+    graph: Graph,
+    candidates: Mapping[str, HostRuntime],
+    options: HostOptions,
+    interpreter: Callable[..., Sequence[np.ndarray]],
+    skipped: dict[str, str],
+    key: str,
+    state_dir: str | None,
+) -> HostChoice:
     inputs = _inputs(graph)
     ms, reference = _time(interpreter, inputs)
     times = {INTERPRETER: ms}
@@ -248,8 +271,9 @@ def _measure(graph: Graph, candidates: Mapping[str, HostRuntime], options: HostO
     return HostChoice(best, "fastest, measured at compile time", models.get(best), times, skipped)
 
 
-def _from_cache(graph: Graph, cached: Mapping[str, Any], candidates: Mapping[str, HostRuntime], options: HostOptions,
-                skipped: dict[str, str]) -> HostChoice:
+def _from_cache(
+    graph: Graph, cached: Mapping[str, Any], candidates: Mapping[str, HostRuntime], options: HostOptions, skipped: dict[str, str]
+) -> HostChoice:
     times = {str(k): float(v) for k, v in dict(cached.get("times_ms", {})).items()}
     best = str(cached["runtime"])
     model = None if best == INTERPRETER else candidates[best].compile(graph, options)

@@ -67,9 +67,11 @@ class Verification:
     plan_relative: float  # ||integer - float|| / ||float||
 
     def line(self) -> str:
-        return (f"verified on {self.batches} calibration batch{'es' if self.batches != 1 else ''}: device vs integer reference "
-                f"{self.device_relative:.2%} relative (max {self.device_steps:.1f} output steps; bound {self.device_bound:.2%}), "
-                f"integer vs float {self.plan_relative:.2%}")
+        return (
+            f"verified on {self.batches} calibration batch{'es' if self.batches != 1 else ''}: device vs integer reference "
+            f"{self.device_relative:.2%} relative (max {self.device_steps:.1f} output steps; bound {self.device_bound:.2%}), "
+            f"integer vs float {self.plan_relative:.2%}"
+        )
 
 
 def _relative(a: np.ndarray, b: np.ndarray) -> float:
@@ -103,7 +105,11 @@ def layer_errors(graph: Graph, plan: QuantizationPlan, *inputs: Any) -> list[Lay
         name = node.output
         if name not in plan.activations or name not in ints or np.asarray(exact[name]).dtype.kind != "f":
             continue
-        got = Q.dequantize(ints[name], plan.activations[name]) if np.asarray(ints[name]).dtype.kind in "iu" else np.asarray(ints[name])
+        got = (
+            Q.dequantize(ints[name], plan.activations[name])
+            if np.asarray(ints[name]).dtype.kind in "iu"
+            else np.asarray(ints[name])
+        )
         want = np.asarray(exact[name], np.float64)
         rows.append(LayerError(node.name, node.op, name, _relative(got, want), _steps(got, want, _scale(plan, name))))
     return rows
@@ -118,7 +124,11 @@ def _check_plan(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], re
         return
     rows = layer_errors(graph, plan, *batch)
     first = _first_over(rows, PLAN_TOLERANCE)
-    where = f"first layer over {PLAN_TOLERANCE:.0%}: {first.line()}" if first else "no single layer is over the bound; the error accumulates"
+    where = (
+        f"first layer over {PLAN_TOLERANCE:.0%}: {first.line()}"
+        if first
+        else "no single layer is over the bound; the error accumulates"
+    )
     scale = f" (scale {_scale(plan, first.value):.4g})" if first else ""
     raise CompilationError(
         f"{device}: the int{plan.bits} plan does not describe the model: the integer reference is {relative:.1%} away from float "
@@ -128,8 +138,15 @@ def _check_plan(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], re
     )
 
 
-def verify_outputs(graph: Graph, plan: QuantizationPlan, batches: Sequence[tuple[Any, ...]], run: Callable[..., Sequence[np.ndarray]],
-                   *, device: str, locate: Callable[[Graph], Callable[..., Sequence[np.ndarray]]] | None = None) -> Verification:
+def verify_outputs(
+    graph: Graph,
+    plan: QuantizationPlan,
+    batches: Sequence[tuple[Any, ...]],
+    run: Callable[..., Sequence[np.ndarray]],
+    *,
+    device: str,
+    locate: Callable[[Graph], Callable[..., Sequence[np.ndarray]]] | None = None,
+) -> Verification:
     """Check ``run`` (the compiled model: inputs -> host arrays of ``graph.outputs``) against the
     integer and float references on ``batches``; raise CompilationError outside the bounds.
     ``locate`` compiles a graph on the same device (used to find the first diverging layer)."""
@@ -148,14 +165,19 @@ def verify_outputs(graph: Graph, plan: QuantizationPlan, batches: Sequence[tuple
             have = np.asarray(got[k], np.float64).reshape(want_i.shape)
             scale = _scale(plan, name)
             dev_diff += float(np.sum((have - want_i) ** 2))
-            int_base += float(np.sum(want_i ** 2))
+            int_base += float(np.sum(want_i**2))
             plan_diff += float(np.sum((want_i - want_f) ** 2))
-            flt_base += float(np.sum(want_f ** 2))
+            flt_base += float(np.sum(want_f**2))
             bound += (2.0 * float(np.linalg.norm((want_i - want_f).ravel())) + _STEPS * scale * np.sqrt(want_i.size)) ** 2
             steps = max(steps, _steps(have, want_i, scale))
     norm = np.sqrt(int_base) or 1.0
-    result = Verification(len(batches), float(np.sqrt(dev_diff) / norm), steps, float(np.sqrt(bound) / norm),
-                          float(np.sqrt(plan_diff) / (np.sqrt(flt_base) or 1.0)))
+    result = Verification(
+        len(batches),
+        float(np.sqrt(dev_diff) / norm),
+        steps,
+        float(np.sqrt(bound) / norm),
+        float(np.sqrt(plan_diff) / (np.sqrt(flt_base) or 1.0)),
+    )
     if not np.isfinite(result.device_relative) or np.sqrt(dev_diff) > np.sqrt(bound):
         raise CompilationError(_device_message(graph, plan, batches[0], result, device, locate))
     _check_plan(graph, plan, batches[0], result.plan_relative, device)
@@ -166,8 +188,14 @@ def _as_tuple(x: Any) -> tuple[Any, ...]:
     return x if isinstance(x, tuple) else (x,)
 
 
-def _device_message(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], result: Verification, device: str,
-                    locate: Callable[[Graph], Callable[..., Sequence[np.ndarray]]] | None) -> str:
+def _device_message(
+    graph: Graph,
+    plan: QuantizationPlan,
+    batch: tuple[Any, ...],
+    result: Verification,
+    device: str,
+    locate: Callable[[Graph], Callable[..., Sequence[np.ndarray]]] | None,
+) -> str:
     where = _locate(graph, plan, batch, locate) if locate is not None else "the layer could not be located"
     return (
         f"{device}: the compiled int{plan.bits} model does not compute what its quantization plan says: on the calibration data it is "
@@ -178,7 +206,9 @@ def _device_message(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...]
     )
 
 
-def _locate(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], locate: Callable[[Graph], Callable[..., Sequence[np.ndarray]]]) -> str:
+def _locate(
+    graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], locate: Callable[[Graph], Callable[..., Sequence[np.ndarray]]]
+) -> str:
     """The first quantized value (topological order) where the device leaves the integer reference.
 
     Bisection over prefixes of the graph, each compiled alone with that value as its one output:
@@ -190,7 +220,9 @@ def _locate(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], locate
     spec = specialized(graph, batch)
     exact = run_graph(graph, *batch, return_values=True)
     ints = run_quantized(graph, plan, *batch, return_values=True)
-    order = [k for k, n in enumerate(spec.nodes) if n.output in plan.activations and np.asarray(exact[n.output]).dtype.kind == "f"]
+    order = [
+        k for k, n in enumerate(spec.nodes) if n.output in plan.activations and np.asarray(exact[n.output]).dtype.kind == "f"
+    ]
 
     def differs(k: int) -> float:
         node = spec.nodes[k]

@@ -12,49 +12,18 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.graph import host_select
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.reference import run_graph
 from neurenix_core.plugins.host import HostOptions, HostRuntime
 
 torch = pytest.importorskip("torch")
 
-
-def _cnn() -> Any:
-    """conv/BN/ReLU/pool twice, then linear: plain torch.nn, BN statistics away from identity."""
-    torch.manual_seed(0)
-    nn = torch.nn
-    model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
-    ).eval()
-    with torch.no_grad():
-        for bn in (model[1], model[5]):
-            bn.running_mean.uniform_(-0.5, 0.5)
-            bn.running_var.uniform_(0.5, 2.0)
-    return model
-
-
-def _mlp() -> Any:
-    torch.manual_seed(1)
-    nn = torch.nn
-    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10)).eval()
-
-
-def _x(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _rel(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+from host_models import host_runtime, inputs as _x, relative_error as _rel, torch_cnn as _cnn, torch_mlp as _mlp  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def rt() -> HostRuntime:
-    runtime = host_select.host_runtimes().get("torch")
-    assert isinstance(runtime, HostRuntime), f"the cuda-tc plugin's host runtime did not start: {runtime}"
-    return runtime
+    return host_runtime("torch")
 
 
 def test_host_runtimes_lists_torch(rt: HostRuntime) -> None:

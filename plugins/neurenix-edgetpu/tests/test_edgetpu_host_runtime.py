@@ -15,51 +15,26 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.graph import host_select
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.reference import run_graph
 from neurenix_core.plugins.host import HostOptions
 
 torch = pytest.importorskip("torch")
 
-_TOL = 1e-5
-
-
-def _litert() -> Any:
-    rt = host_select.host_runtimes().get("litert")
-    if isinstance(rt, str) or rt is None:
-        pytest.fail(f"the edgetpu plugin offers no litert host runtime: {rt}")
-    return rt
-
-
-def _rel(got: np.ndarray, want: np.ndarray) -> float:
-    want = np.asarray(want, np.float64)
-    return float(np.abs(np.asarray(got, np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
+from host_models import relative_error as _rel, torch_mlp as _mlp  # noqa: E402
+from host_models import host_runtime  # noqa: E402
 
 
 def _cnn() -> Any:
-    """conv/BN/ReLU/max pool, conv/BN/ReLU/avg pool, flatten, linear; BN statistics set away from
-    the (0, 1) defaults so folding them is checked."""
-    torch.manual_seed(0)
-    nn = torch.nn
-    m = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AvgPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
-    ).eval()
-    with torch.no_grad():
-        for bn in (m[1], m[5]):
-            bn.running_mean.uniform_(-0.5, 0.5)
-            bn.running_var.uniform_(0.5, 2.0)
-            bn.weight.uniform_(0.5, 1.5)
-            bn.bias.uniform_(-0.2, 0.2)
-    return m
+    from host_models import torch_cnn
+
+    return torch_cnn(second_pool="avg")  # the second pool an average: LiteRT's AVERAGE_POOL_2D checked too
 
 
-def _mlp() -> Any:
-    torch.manual_seed(1)
-    nn = torch.nn
-    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10)).eval()
+def _litert() -> Any:
+    return host_runtime("litert")
+
+_TOL = 1e-5
 
 
 def _x(shape: tuple[int, ...], seed: int = 2) -> np.ndarray:

@@ -1,0 +1,70 @@
+"""Models and checks shared by the host-runtime tests of every plugin (issue #31): a small torch
+CNN and MLP in plain ``torch.nn`` (torchvision does not load beside the CPU torch wheel), seeded
+inputs, the relative error, and the runtime itself from the core's discovery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+
+def torch_cnn(second_pool: str = "max") -> Any:
+    """conv/BN/ReLU/max pool, conv/BN/ReLU/``second_pool`` pool, flatten, linear (input 3x32x32);
+    BN statistics and affine parameters set away from their defaults, so folding them is checked."""
+    import torch
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    pool = nn.MaxPool2d(2) if second_pool == "max" else nn.AvgPool2d(2)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        pool,
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 10),
+    ).eval()
+    with torch.no_grad():
+        for bn in (model[1], model[5]):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.2, 0.2)
+    return model
+
+
+def torch_mlp() -> Any:
+    """64 -> 128 -> 128 -> 10 with ReLU and Tanh (input (batch, 64))."""
+    import torch
+
+    torch.manual_seed(1)
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10)).eval()
+
+
+def inputs(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def relative_error(got: Any, want: Any) -> float:
+    """max |got - want| over max |want|, in float64."""
+    want = np.asarray(want, np.float64)
+    return float(np.abs(np.asarray(got, np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+def host_runtime(name: str) -> Any:
+    """The started host runtime ``name`` from the core's discovery; the test fails with the reason
+    the plugin's runtime did not start."""
+    from neurenix_core.graph import host_select
+    from neurenix_core.plugins.host import HostRuntime
+
+    runtime = host_select.host_runtimes().get(name)
+    if not isinstance(runtime, HostRuntime):
+        pytest.fail(f"host runtime {name!r} is not available: {runtime}")
+    return runtime
