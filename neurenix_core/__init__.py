@@ -55,7 +55,6 @@ pi = 3.141592653589793
 newaxis = None
 
 
-
 def _run_by_the_neurenix_command() -> bool:
     """True in the ``neurenix`` command's process (console script or ``-m neurenix_core.cli.main``).
 
