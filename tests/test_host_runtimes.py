@@ -167,11 +167,19 @@ def test_a_broken_or_wrong_runtime_is_skipped_with_the_reason(plugin_site: Any, 
 import json, numpy as np, neurenix_core as nx
 from neurenix_core.graph import host_select
 from neurenix_core.graph.reference import run_graph
+from neurenix_core.plugins.state import registry
 import test_host_runtimes as t
 g = t._mlp_graph()
 c = nx.compile(g, device="cpu")
 y = c(t._x((16, 256))).numpy()
 res = {"summary": c.summary, "err": float(np.abs(y - run_graph(g, t._x((16, 256)))).max()), "runtimes": sorted(host_select.host_runtimes())}
+# A cached choice whose runtime no longer compiles the graph: measured again, the reason kept.
+rts = {k: v for k, v in host_select.host_runtimes().items() if not isinstance(v, str)}
+key = host_select._cache_key(g, None, {k: v for k, v in rts.items() if v.covers(g) is None})
+host_select._cache_write(registry().config.state_dir, key, {"runtime": "broken", "times_ms": {"broken": 0.001}})
+again = nx.compile(g, device="cpu")
+again(t._x((16, 256)))
+res["again"] = again.summary
 try:
     nx.compile(g, device="cpu", runtime="wrong")(t._x((16, 256)))
     res["named"] = "ran"
@@ -189,6 +197,8 @@ print(json.dumps(res))
     assert "broken: RuntimeError: the vendor driver crashed" in out["summary"]
     assert "wrong: wrong result: output 0 is" in out["summary"]
     assert out["err"] < 1e-4  # the answer came from a runtime that is right
+    assert "broken: the cached choice failed to compile (RuntimeError: the vendor driver crashed)" in out["again"]
+    assert "measured at compile time" in out["again"]
     assert out["named"] == "ran"  # a runtime the user names explicitly is the user's call: not second-guessed
 
 

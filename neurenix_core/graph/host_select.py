@@ -162,8 +162,12 @@ def choose(
         )
     key = _cache_key(graph, threads, candidates)
     cached = _cache_read(state_dir).get(key)
-    if cached is not None and (cached["runtime"] == INTERPRETER or cached["runtime"] in candidates):
-        return _from_cache(graph, cached, candidates, options, skipped)
+    if isinstance(cached, dict) and (cached.get("runtime") == INTERPRETER or cached.get("runtime") in candidates):
+        try:
+            return _from_cache(graph, cached, candidates, options, skipped)
+        except Exception as exc:  # noqa: BLE001 - the cached winner no longer compiles this graph: measured again, the reason kept
+            skipped[str(cached["runtime"])] = f"the cached choice failed to compile ({type(exc).__name__}: {exc})"
+            candidates = {k: v for k, v in candidates.items() if k != cached["runtime"]}
     return _measure(graph, candidates, options, interpreter, skipped, key, state_dir)
 
 
