@@ -38,7 +38,7 @@ class Placement:
     (backend, index), so "same device" is an identity check on the hot path.
     """
 
-    __slots__ = ("backend", "device", "index", "ops", "mem", "array_type", "native_nbytes")
+    __slots__ = ("backend", "device", "index", "ops", "mem", "array_type", "native_nbytes", "numpy_roots")
 
     def __init__(self, backend: Backend, index: int) -> None:
         self.backend = backend
@@ -50,6 +50,9 @@ class Placement:
         # True when ``native.nbytes`` is the size (the default ``_nbytes_of``): one attribute load
         # on the hot path instead of a method call.
         self.native_nbytes = type(backend)._nbytes_of is Backend._nbytes_of
+        # True when natives are NumPy arrays whose memory owner is found the default way (``.base``):
+        # the generic dispatch path then tells a fresh op result from a view without a method call.
+        self.numpy_roots = backend.array_type is np.ndarray and type(backend)._memory_root is Backend._memory_root
 
     def __repr__(self) -> str:
         return f"Placement({self.backend.name!r}, {self.device})"

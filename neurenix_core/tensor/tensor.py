@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _new = object.__new__
+_ndarray = np.ndarray  # one global load on the generic hot path instead of two
 # Exact types only: a NumPy scalar (np.float64 subclasses float) takes the slow, checked path.
 _SCALAR_TYPES = frozenset({bool, int, float, complex})
 
@@ -530,8 +531,126 @@ def rewrap(result: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ())
     return result
 
 
+#: Argument types handed to a native op as they are: ``_unwrap`` returns them unchanged and
+#: ``collect_tensors`` finds no Tensor in them (a tuple of ints, e.g. a shape, is checked apart).
+_PLAIN_TYPES = frozenset({bool, int, float, complex, str, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """True for an argument that holds no Tensor and needs no unwrapping (a scalar, a shape)."""
+    t = type(value)
+    if t in _PLAIN_TYPES:
+        return True
+    if t is not tuple:
+        return False
+    for v in value:
+        if type(v) is not int:
+            return False
+    return True
+
+
+def _plain_values(kwargs: dict[str, Any]) -> bool:
+    # A loop, not all(<generator>): the generator alone costs ~0.2 µs, most of the budget.
+    for v in kwargs.values():
+        if type(v) not in _PLAIN_TYPES and not _plain(v):
+            return False
+    return True
+
+
+def _natives(args: tuple[Any, ...], p: Placement) -> tuple[Any, ...] | None:
+    """The native operands when every argument is a Tensor on ``p`` itself or a plain value;
+    None otherwise (another placement, lists, NumPy values ...: the general path decides)."""
+    out = []
+    for a in args:
+        if type(a) is Tensor:
+            if a._p is not p:
+                return None
+            out.append(a._data)
+        elif _plain(a):
+            out.append(a)
+        else:
+            return None
+    return tuple(out)
+
+
+def _fresh(r: np.ndarray, args: tuple[Any, ...], p: Placement) -> bool:
+    """True when ``r`` (a base-less ndarray) shares memory with no Tensor argument: ``adopt``'s
+    view test, with the memory root of a base-less ndarray taken as the array itself."""
+    for a in args:
+        if type(a) is Tensor:
+            d = a._data
+            if r is d or ((type(d) is not np.ndarray or d.base is not None) and r is p.backend._memory_root(d)):
+                return False
+    return True
+
+
 def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
-    """Generic dispatch: find the tensors, check one device, run natively or fall back."""
+    """Generic dispatch: find the tensors, check one device, run natively or fall back.
+
+    The common case (no autograd recording, every Tensor argument on the first one's placement,
+    plain other arguments, a native op) is written out flat here: every call or attribute load
+    is paid by ``nx.exp(x)`` / ``nx.sum(x, axis=0)`` on every call (benchmarks/dispatch.py).
+    Anything else goes to ``_call_general``, which gives the same results and errors.
+    """
+    if record is None and args and type(args[0]) is Tensor:
+        p = args[0]._p
+        fn = p.ops.get(name)
+        if fn is not None and (not kwargs or _plain_values(kwargs)):
+            # One operand (most functions): its native directly, no tuple to build or unpack.
+            if len(args) == 1:
+                d = args[0]._data
+                nargs = None
+            else:
+                d = None
+                nargs = _natives(args, p)
+                if nargs is None:
+                    return _call_general(name, args, kwargs)
+            try:
+                if nargs is None:
+                    r = fn(d, **kwargs) if kwargs else fn(d)
+                else:
+                    r = fn(*nargs, **kwargs) if kwargs else fn(*nargs)
+                if type(r) is not _ndarray and p.numpy_roots and isinstance(r, np.generic):
+                    r = p.backend._coerce(r)  # a 0-d reduction's NumPy scalar: what adopt does first
+                # A NumPy result owning a new buffer (not a view of an argument: adopt's test,
+                # inline for one base-less operand) is charged here; the rest goes to rewrap.
+                if p.numpy_roots and type(r) is _ndarray and r.base is None and (
+                    (r is not d and type(d) is _ndarray and d.base is None) if nargs is None else _fresh(r, args, p)
+                ):
+                    n = r.nbytes if p.native_nbytes else p.backend._nbytes_of(r)
+                    # DeviceMemory.charge inlined, as in the binary operators (keep the copies in step).
+                    m = p.mem
+                    used = m.in_use + n
+                    if used > m.limit:
+                        raise m.refuse(n)
+                    m.in_use = used
+                    m.count += 1
+                    if used > m.peak:
+                        m.peak = used
+                    t = _new(Tensor)
+                    t._data = r
+                    t._p = p
+                    t._nbytes = n
+                    t._base = None
+                    return t
+                return rewrap(r, p, _tensors_in(args))
+            except NotImplementedError:
+                # As in _call_general: in the table, not for these arguments: the fallback policy decides.
+                return _call_general(name, args, kwargs, native=False)
+            except Exception as exc:
+                raise_op_error(name, p, _tensors_in(args), exc)
+    return _call_general(name, args, kwargs)
+
+
+def _tensors_in(args: tuple[Any, ...]) -> list[Tensor]:
+    out: list[Tensor] = []
+    collect_tensors(args, out)
+    return out
+
+
+def _call_general(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, native: bool = True) -> Any:
+    """Every case of ``_call``; ``native=False`` skips the op table (the native op already
+    raised NotImplementedError), going straight to the fallback policy."""
     kwargs = kwargs or {}
     tensors: list[Tensor] = []
     collect_tensors(args, tensors)
@@ -539,7 +658,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     if not tensors:
         raise TypeError(f"{name}: expected at least one neurenix Tensor argument; create one with nx.asarray(...)")
     p = check_same_device(name, tensors)._p
-    fn = p.ops.get(name)
+    fn = p.ops.get(name) if native else None
     if fn is None:
         out = _run_fallback(name, p, args, kwargs, tensors)
         return out if record is None else record(name, args, kwargs, out)
