@@ -16,7 +16,7 @@ from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.qmath import constant_weight_axis, int_range, activation_params, fixed_output_params, passes_through, weight_params
 from neurenix_core.graph.reference import run_graph, specialized
 
-__all__ = ["calibrate", "dynamic_plan", "plan_summary"]
+__all__ = ["batch_arrays", "calibrate", "dynamic_plan", "plan_summary"]
 
 
 class _Observer:
@@ -46,13 +46,19 @@ class _Observer:
         return float(np.percentile(data, 100.0 - percentile)), float(np.percentile(data, percentile))
 
 
-def _as_inputs(batch: Any, n_inputs: int, index: int) -> tuple[np.ndarray, ...]:
+def batch_arrays(batch: Any, n_inputs: int, index: int) -> tuple[np.ndarray, ...]:
+    """Calibration batch ``index`` (an array or Tensor, or a tuple of them for a multi-input model)
+    as host arrays in their own dtypes (token ids stay integers; verification runs them so)."""
     items = tuple(batch) if isinstance(batch, (tuple, list)) and n_inputs > 1 else (batch,)
     if len(items) != n_inputs:
         raise QuantizationError(f"calibration batch {index} has {len(items)} input(s), the model takes {n_inputs}")
+    return tuple(np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x) for x in items)
+
+
+def _as_inputs(batch: Any, n_inputs: int, index: int) -> tuple[np.ndarray, ...]:
     out = []
-    for x in items:
-        arr = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x, np.float64)
+    for x in batch_arrays(batch, n_inputs, index):
+        arr = np.asarray(x, np.float64)
         if not np.all(np.isfinite(arr)):
             raise QuantizationError(
                 f"calibration batch {index} contains NaN or inf; clean the data (np.nan_to_num) or drop that batch. Nothing was quantized"

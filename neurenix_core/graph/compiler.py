@@ -28,7 +28,7 @@ from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES, VALUE_KINDS
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.plugins.host import HostModel
-from neurenix_core.tensor.dtypes import contiguous
+from neurenix_core.tensor.dtypes import PLAIN_DTYPES, contiguous
 from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
 
 __all__ = ["compile", "Compiled", "PRECISIONS"]
@@ -172,12 +172,6 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
     return bits_name, plan, folded
 
 
-#: NumPy dtypes a cpu:0 Tensor holds as they are (the interpreter's results are wrapped without asarray).
-_PLAIN_DTYPES: frozenset[np.dtype[Any]] = frozenset(np.dtype(d) for d in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
-    "complex64", "complex128"))
-
-
 class _NodeRefused(Exception):
     """Internal: a plugin refused one node of a quantized model; place it on cpu:0 and retry."""
 
@@ -186,20 +180,11 @@ class _NodeRefused(Exception):
         self.node, self.reason = node, reason
 
 
-def _batch_inputs(batch: Any, n_inputs: int) -> tuple[np.ndarray, ...]:
-    """One calibration batch as host arrays in their own dtypes (token ids stay integers)."""
-    items = tuple(batch) if isinstance(batch, (tuple, list)) and n_inputs > 1 else (batch,)
-    if len(items) != n_inputs:
-        raise QuantizationError(f"a verification batch has {len(items)} input(s), the model takes {n_inputs}")
-    return tuple(np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x) for x in items)
-
-
 def _host_runner(compiled: Compiled) -> Callable[..., list[np.ndarray]]:
     """``compiled`` as host arrays in -> a list of host arrays out, whatever its ``outputs=``."""
     def run(*inputs: np.ndarray) -> list[np.ndarray]:
         out = compiled(*inputs)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        return [np.asarray(o.numpy() if hasattr(o, "numpy") and not isinstance(o, np.ndarray) else o) for o in outs]
+        return list(_deliver(tuple(out) if isinstance(out, tuple) else (out,), "host"))
     return run
 
 
@@ -292,10 +277,11 @@ class Compiled:
         and float references; CompilationError names the first diverging layer where they disagree
         beyond rounding. The agreement goes into ``.summary`` and the placement report."""
         from neurenix_core.graph import verify as V
+        from neurenix_core.graph.calibration import batch_arrays
 
         if self.plan is None or self.plan.dynamic:
             raise CompilationError(f"{self.device}: verify() checks a static int8/int16 compile; this model has {self.precision or 'no'} precision plan")
-        chosen = [_batch_inputs(b, len(self.graph.inputs)) for b in list(batches)[: V.VERIFY_BATCHES]]
+        chosen = [batch_arrays(b, len(self.graph.inputs), i) for i, b in enumerate(list(batches)[: V.VERIFY_BATCHES])]
         extra = dict(self.extra)
         extra.pop("shape_buckets", None)
 
@@ -830,7 +816,7 @@ class Compiled:
             # The interpreter's own results (plain NumPy dtypes, float8 / int4 storage dtypes held
             # as they are) are wrapped directly: asarray's dtype resolution cost more than a small
             # graph's whole run. Anything else goes through asarray's checks.
-            if arr.dtype in _PLAIN_DTYPES or str(arr.dtype) in STORAGE_DTYPES:
+            if arr.dtype in PLAIN_DTYPES or str(arr.dtype) in STORAGE_DTYPES:
                 return wrap_on(arr, p)
             return asarray(arr, device=dev)
 

@@ -41,7 +41,7 @@ from neurenix_core.errors import BackendUnavailableError, ConfigurationError, Ne
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["FLOP_FLOOR", "INTERPRETER", "HostChoice", "choose", "host_runtimes", "clear_cache"]
+__all__ = ["FLOP_FLOOR", "INTERPRETER", "HostChoice", "choose", "host_runtimes"]
 
 #: Graphs estimated below this many FLOPs stay on the interpreter without measuring.
 FLOP_FLOOR: Final = 1_000_000
@@ -321,6 +321,7 @@ def _cache_write(state_dir: str | None, key: str, entry: Mapping[str, Any]) -> N
     data[key] = dict(entry)
     while len(data) > _CACHE_ENTRIES:
         data.pop(next(iter(data)))
+    tmp: str | None = None
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".host_runtimes.", dir=os.path.dirname(path))
@@ -330,14 +331,7 @@ def _cache_write(state_dir: str | None, key: str, entry: Mapping[str, Any]) -> N
     except OSError:
         # A read-only or full state folder: the choice still holds for this process; the next
         # one measures again. Nothing else depends on the file.
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
-
-def clear_cache(state_dir: str | None) -> int:
-    """Remove the cached choices; returns how many there were."""
-    path = _cache_path(state_dir)
-    n = len(_cache_read(state_dir))
-    if path is not None and os.path.isfile(path):
-        os.unlink(path)
-    return n

@@ -84,8 +84,12 @@ def _steps(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(np.max(np.abs(a - b))) / scale if a.size else 0.0
 
 
-def _float_outputs(graph: Graph, plan: QuantizationPlan, values: dict[str, np.ndarray]) -> list[str]:
-    return [o for o in graph.outputs if o in plan.activations and np.asarray(values[o]).dtype.kind == "f"]
+def _real(value: Any, plan: QuantizationPlan, name: str) -> np.ndarray:
+    """An integer reference value as real numbers: dequantized when it is held as integers."""
+    from neurenix_core.graph import qmath as Q
+
+    arr = np.asarray(value)
+    return Q.dequantize(arr, plan.activations[name]) if arr.dtype.kind in "iu" else arr.astype(np.float64)
 
 
 def _scale(plan: QuantizationPlan, name: str) -> float:
@@ -95,7 +99,6 @@ def _scale(plan: QuantizationPlan, name: str) -> float:
 def layer_errors(graph: Graph, plan: QuantizationPlan, *inputs: Any) -> list[LayerError]:
     """Per quantized value, in topological order: the integer reference (dequantized) against the
     float64 reference on ``inputs``. The first rows that jump show where the plan loses the model."""
-    from neurenix_core.graph import qmath as Q
     from neurenix_core.graph.reference import run_graph, run_quantized, specialized
 
     exact = run_graph(graph, *inputs, return_values=True)
@@ -105,11 +108,7 @@ def layer_errors(graph: Graph, plan: QuantizationPlan, *inputs: Any) -> list[Lay
         name = node.output
         if name not in plan.activations or name not in ints or np.asarray(exact[name]).dtype.kind != "f":
             continue
-        got = (
-            Q.dequantize(ints[name], plan.activations[name])
-            if np.asarray(ints[name]).dtype.kind in "iu"
-            else np.asarray(ints[name])
-        )
+        got = _real(ints[name], plan, name)
         want = np.asarray(exact[name], np.float64)
         rows.append(LayerError(node.name, node.op, name, _relative(got, want), _steps(got, want, _scale(plan, name))))
     return rows
@@ -155,13 +154,13 @@ def verify_outputs(
     dev_diff = int_base = plan_diff = flt_base = bound = 0.0
     steps = 0.0
     for batch in batches:
-        exact = run_graph(graph, *batch, return_values=True)
+        exact = _as_tuple(run_graph(graph, *batch))
         ints = _as_tuple(run_quantized(graph, plan, *batch))
         got = list(run(*batch))
         for k, name in enumerate(graph.outputs):
-            if name not in _float_outputs(graph, plan, exact):
-                continue
-            want_i, want_f = np.asarray(ints[k], np.float64), np.asarray(exact[name], np.float64)
+            if name not in plan.activations or np.asarray(exact[k]).dtype.kind != "f":
+                continue  # integer or bool outputs (ids, masks) are not quantized
+            want_i, want_f = np.asarray(ints[k], np.float64), np.asarray(exact[k], np.float64)
             have = np.asarray(got[k], np.float64).reshape(want_i.shape)
             scale = _scale(plan, name)
             dev_diff += float(np.sum((have - want_i) ** 2))
@@ -214,7 +213,6 @@ def _locate(
     Bisection over prefixes of the graph, each compiled alone with that value as its one output:
     a prefix keeps the fusions the runtime makes in the whole model (a graph with every value as
     an output would not), and a divergence, once there, carries to every later value."""
-    from neurenix_core.graph import qmath as Q
     from neurenix_core.graph.reference import run_graph, run_quantized, specialized
 
     spec = specialized(graph, batch)
@@ -226,8 +224,7 @@ def _locate(
 
     def differs(k: int) -> float:
         node = spec.nodes[k]
-        want = np.asarray(ints[node.output])
-        want = Q.dequantize(want, plan.activations[node.output]) if want.dtype.kind in "iu" else want.astype(np.float64)
+        want = _real(ints[node.output], plan, node.output)
         have = np.asarray(locate(_prefix(spec, k))(*batch)[0], np.float64)
         return _steps(have.reshape(want.shape), want, _scale(plan, node.output))
 

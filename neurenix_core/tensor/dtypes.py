@@ -47,8 +47,9 @@ DTYPE_NAMES: tuple[str, ...] = (
 # the first time bfloat16, the full table or the dtype kinds are needed.
 _TABLE: dict[str, np.dtype[Any]] | None = None
 _KIND_TABLE: dict[str, tuple[np.dtype[Any], ...]] | None = None
-# Dtypes that need no ml_dtypes: the fast path of as_dtype checks against them.
-_KNOWN: frozenset[np.dtype[Any]] = frozenset(
+#: Dtypes that need no ml_dtypes (every neurenix dtype but bfloat16): as_dtype's fast path checks
+#: against them, and the compiled cpu:0 path wraps results of these dtypes without asarray.
+PLAIN_DTYPES: frozenset[np.dtype[Any]] = frozenset(
     (bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64, complex64, complex128)
 )
 
@@ -59,7 +60,7 @@ def dtype_table() -> dict[str, np.dtype[Any]]:
     if _TABLE is None:
         import ml_dtypes
 
-        by_name = {str(d): d for d in _KNOWN}
+        by_name = {str(d): d for d in PLAIN_DTYPES}
         by_name["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
         _TABLE = {name: by_name[name] for name in DTYPE_NAMES}
     return _TABLE
@@ -102,7 +103,7 @@ def as_dtype(value: Any) -> np.dtype[Any]:
     """A neurenix dtype from a dtype, a name ("bfloat16") or a Python type."""
     # Fast path first: a dtype object is the common case on the hot path, and str(dtype) costs
     # about a microsecond.
-    if isinstance(value, np.dtype) and value in _KNOWN:
+    if isinstance(value, np.dtype) and value in PLAIN_DTYPES:
         return value
     table = dtype_table()
     if isinstance(value, str) and value in table:

@@ -68,3 +68,29 @@ def host_runtime(name: str) -> Any:
     if not isinstance(runtime, HostRuntime):
         pytest.fail(f"host runtime {name!r} is not available: {runtime}")
     return runtime
+
+
+def mlp_graph() -> Any:
+    """A linear + tanh graph at static shape (4, 64), built directly (no torch)."""
+    from neurenix_core.graph.ir import Graph, Node, TensorSpec
+
+    rng = np.random.default_rng(2)
+    weight = {"weight": rng.standard_normal((32, 64)).astype(np.float32), "bias": np.zeros(32, np.float32)}
+    return Graph((TensorSpec("x", (4, 64)),), (
+        Node("fc", "linear", ("x",), "h", {}, weight),
+        Node("act", "tanh", ("h",), "y"),
+    ), ("y",))
+
+
+def check_unlowered_op_is_refused(runtime: Any) -> None:
+    """``runtime=<name>`` for a graph with an op the runtime does not lower (cumsum) is an
+    UnsupportedOperationError naming the runtime and the op, never a silent substitute."""
+    import neurenix_core as nx
+    from neurenix_core.graph.ir import Graph, Node, TensorSpec
+
+    assert "cumsum" not in runtime.graph_ops  # if the lowering gains it, pick another op here
+    graph = Graph((TensorSpec("x", (4, 8)),), (Node("c", "cumsum", ("x",), "y", {"axis": 1}),), ("y",))
+    compiled = nx.compile(graph, device="cpu", runtime=runtime.name)
+    pattern = rf"runtime='{runtime.name}' was asked, but {runtime.name} does not lower op\(s\) cumsum"
+    with pytest.raises(nx.UnsupportedOperationError, match=pattern):
+        compiled(inputs(4, 8))

@@ -18,7 +18,8 @@ from neurenix_core.plugins.host import HostOptions, HostRuntime
 
 torch = pytest.importorskip("torch")
 
-from host_models import host_runtime, inputs as _x, relative_error as _rel, torch_cnn as _cnn, torch_mlp as _mlp  # noqa: E402
+from host_models import check_unlowered_op_is_refused, host_runtime  # noqa: E402
+from host_models import inputs as _x, mlp_graph as _mlp_graph, relative_error as _rel, torch_cnn as _cnn, torch_mlp as _mlp  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -95,21 +96,10 @@ def test_reduced_float32_precision_in_force_is_refused(rt: HostRuntime) -> None:
 
 
 def test_an_op_the_lowering_lacks_is_refused_for_runtime_torch(rt: HostRuntime) -> None:
-    assert "cumsum" not in rt.graph_ops  # if the lowering gains it, pick another op here
-    graph = Graph((TensorSpec("x", (4, 8)),), (Node("c", "cumsum", ("x",), "y", {"axis": 1}),), ("y",))
-    compiled = nx.compile(graph, device="cpu", runtime="torch")
-    with pytest.raises(nx.UnsupportedOperationError, match=r"runtime='torch' was asked, but torch does not lower op\(s\) cumsum"):
-        compiled(_x(4, 8))
+    check_unlowered_op_is_refused(rt)
 
 
 def test_precisions_other_than_fp32_are_refused(rt: HostRuntime) -> None:
     with pytest.raises(nx.CompilationError, match=r"host runtime torch .* fp32, not 'fp16'"):
         rt.compile(_mlp_graph(), HostOptions(precision="fp16"))
 
-
-def _mlp_graph() -> Graph:
-    rng = np.random.default_rng(2)
-    return Graph((TensorSpec("x", (4, 64)),), (
-        Node("fc", "linear", ("x",), "h", {}, {"weight": rng.standard_normal((32, 64)).astype(np.float32), "bias": np.zeros(32, np.float32)}),
-        Node("act", "tanh", ("h",), "y"),
-    ), ("y",))
