@@ -68,9 +68,9 @@ from typing import Any, Final
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from neurenix_core.cli import benchkit  # noqa: E402
+from neurenix_core.cli import benchkit
 
 MODELS = ("resnet18", "mobilenetv3_small", "vit_tiny", "bert_tiny")
 QUICK_MODEL: Final = "mobilenetv3_small"

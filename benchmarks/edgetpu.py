@@ -35,10 +35,10 @@ from typing import Any
 
 os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.cli import benchkit  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.cli import benchkit
 
 MODELS = ("mlp", "cnn", "cnn-s2")
 

@@ -21,10 +21,10 @@ import timeit
 
 os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.cli import benchkit  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.cli import benchkit
 
 #: (in channels, out channels, kernel, stride, input H = W): the seed ``cnn``'s three convolutions,
 #: ``cnn-s2``'s three (benchmarks/edgetpu.py), then wider and 1x1 layers.

@@ -23,9 +23,9 @@ from typing import Any
 
 os.environ.setdefault("NEURENIX_DISABLE_PLUGIN_AUTOLOAD", "1")  # cpu:0 alone, as with neurenix-core only
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from neurenix_core.cli import benchkit  # noqa: E402
+from neurenix_core.cli import benchkit
 
 MODELS = ("resnet18", "resnet18-b32", "mobilenetv3s", "vit-tiny", "bert-tiny", "nodes")
 NODES = 200

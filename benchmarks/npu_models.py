@@ -36,10 +36,10 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE
 # The model zoo of the tests: the same architectures the acceptance test compiles on every backend.
 sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tests", "support"))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.cli import benchkit  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.cli import benchkit
 
 MODELS = ("resnet_block", "mobilenetv3_block")
 IMAGE = 32  # input H = W
@@ -69,7 +69,6 @@ def native(module: Any, threads: int, x: np.ndarray) -> tuple[Callable[[], np.nd
     """OpenVINO's own PyTorch path on the same module: convert_model + compile_model."""
     import openvino as ov
     import torch
-
     from neurenix_npu_openvino.compiled import runtime_config
 
     ov_model = ov.convert_model(module, example_input=torch.from_numpy(x), input=[list(x.shape)])
@@ -81,7 +80,6 @@ def native_int8(compiled_nx: Any, threads: int, x: np.ndarray) -> tuple[Callable
     """The ov.Model neurenix built for ``compiled_nx`` (its placement graph lowered with its plan:
     FakeQuantize on activations and weights), compiled and run through OpenVINO's own API."""
     import openvino as ov
-
     from neurenix_npu_openvino.compiled import runtime_config
     from neurenix_npu_openvino.lowering import lower_graph
 

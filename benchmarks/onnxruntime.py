@@ -21,7 +21,7 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-from neurenix_core.cli import benchkit  # noqa: E402
+from neurenix_core.cli import benchkit
 
 
 def _model() -> Any:
@@ -37,9 +37,9 @@ def _model() -> Any:
 
 def measure(batch: int, threads: int, rounds: int) -> dict[str, Any]:
     import onnxruntime as ort
+    from neurenix_onnxruntime.compiled import session_config
 
     import neurenix_core as nx
-    from neurenix_onnxruntime.compiled import session_config
 
     x_host = np.random.default_rng(0).standard_normal((batch, 3, 32, 32)).astype(np.float32)
     compiled = nx.compile(_model(), device="ort:0", threads=threads)

@@ -31,10 +31,10 @@ os.environ.setdefault("NEURENIX_EMULATE", "npu")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.cli import benchkit  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.cli import benchkit
 
 MODELS = ("cnn", "cnn-s2")
 
@@ -57,7 +57,6 @@ def torch_model(torch: Any, name: str) -> Any:
 def native(ov_model: Any, precision: str, threads: int, x: np.ndarray) -> tuple[Callable[[], Any], dict[str, str]]:
     """OpenVINO's own API on the same ov.Model: what its user would write."""
     import openvino as ov
-
     from neurenix_npu_openvino.compiled import runtime_config
 
     compiled = ov.Core().compile_model(ov_model, "CPU", {
@@ -75,10 +74,10 @@ def native(ov_model: Any, precision: str, threads: int, x: np.ndarray) -> tuple[
 
 def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, progress: Any = None) -> list[dict[str, Any]]:
     import torch
+    from neurenix_npu_openvino.lowering import lower_graph
 
     from neurenix_core.graph.quantization import calibrate, fold_batch_norm
     from neurenix_core.nn import from_torch
-    from neurenix_npu_openvino.lowering import lower_graph
 
     tm = torch_model(torch, name)
     graph = fold_batch_norm(from_torch(tm).to_graph((1, 3, 32, 32)))
@@ -101,11 +100,11 @@ def bench(name: str, batches: list[int], threads_list: list[int], rounds: int, p
                 model = compiled.native(x.shape)
                 run, native_config = native(lower_graph(graph.with_input_shapes(x.shape), quant, device="npu:0"), precision, threads, x)
                 np.testing.assert_allclose(run(), y.numpy(), rtol=1e-5, atol=1e-5)  # same model, same numbers
-                t = benchkit.interleaved({"neurenix": lambda c=compiled: c(xt), "native": run}, rounds=rounds)
+                t = benchkit.interleaved({"neurenix": lambda c=compiled, xt=xt: c(xt), "native": run}, rounds=rounds)
                 times[precision] = t["neurenix"]
                 rows.append(benchkit.row("openvino", name, precision, batch, threads, t["neurenix"], t["native"], model.config, native_config))
 
-            def torch_run() -> Any:
+            def torch_run(x_torch: Any = x_torch) -> Any:
                 with torch.inference_mode():
                     return tm(x_torch)
 

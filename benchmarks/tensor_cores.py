@@ -26,8 +26,8 @@ from typing import Any
 
 os.environ.setdefault("NEURENIX_EMULATE", "cuda")
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.cli import benchkit  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.cli import benchkit
 
 #: model name -> (precision, Tensor Core recipe: align + channels_last).
 CONFIGS: dict[str, tuple[str, bool]] = {

@@ -176,7 +176,6 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
 
     import neurenix_core as nx
     from neurenix_core import nn
-
     from neurenix_core.cli import benchkit
 
     budget_s = 0.05 if quick else 3.0
@@ -201,17 +200,18 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
                 # the machine alone makes of two identical programs ("control / JAX").
                 control, control_params = _plain_jax(model.to_graph(shape), precision)
                 contenders: dict[str, Callable[[], Any]] = {
-                    "neurenix": lambda: compiled(x),
-                    "plugin": lambda: plugin(xn),
-                    "jax": lambda: plain(params, xn),
-                    "control": lambda: control(control_params, xn),
+                    # Defaults bind this iteration's objects (the closures are called within it).
+                    "neurenix": lambda c=compiled, x=x: c(x),
+                    "plugin": lambda p=plugin, xn=xn: p(xn),
+                    "jax": lambda f=plain, w=params, xn=xn: f(w, xn),
+                    "control": lambda f=control, w=control_params, xn=xn: f(w, xn),
                 }
                 t = _best(contenders, budget_s)
                 if precision == "fp32":
                     # Eager is timed in its own phase: its many small XLA dispatches leave work
                     # and threads busy, which slowed whichever contender ran right after it (in
                     # the rotation that was neurenix three times in four: +10-15 µs per call).
-                    t["eager"] = _best({"eager": lambda: model(x)}, budget_s / 3)["eager"]
+                    t["eager"] = _best({"eager": lambda m=model, x=x: m(x)}, budget_s / 3)["eager"]
                 check = np.abs(np.asarray(_native(compiled(x)), np.float64) - np.asarray(plain(params, xn), np.float64)).max()
                 prog = plugin.program
                 nx_config = _jax_config(prog.jitted, prog.leaves, xn)
@@ -247,7 +247,7 @@ def run_threads(threads: int, quick: bool, models: list[str], batches: list[int]
     env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
     env["OMP_NUM_THREADS"] = str(threads)
     cmd = [sys.executable, script, "--child", str(threads), "--models", *models, "--batches", *map(str, batches)] + (["--quick"] if quick else [])
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800, check=False)  # the failure is reported below
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child ({threads} thread(s)) failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

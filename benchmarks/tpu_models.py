@@ -103,14 +103,14 @@ def _plain_jax(name: str, model: Any, precision: str) -> tuple[Callable[..., Any
 # ------------------------------------------------------------------ child: one thread setting
 def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> list[dict[str, Any]]:
     sys.path[:0] = [str(REPO / "tests" / "support"), str(REPO / "benchmarks")]
+    import model_zoo as zoo
     import numpy as np
     import torch
+    from tpu import _best, _jax_config, _native  # the TPU benchmarks' shared timing and read-back
 
-    import model_zoo as zoo
     import neurenix_core as nx
     from neurenix_core import nn
     from neurenix_core.cli import benchkit
-    from tpu import _best, _jax_config, _native  # the TPU benchmarks' shared timing and read-back
 
     budget_s = 0.05 if quick else 2.0
     rows = []
@@ -129,7 +129,8 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
                 native = compiled.native(shape)
                 if native is None or compiled.placement.off_device:
                     raise RuntimeError(f"{name}: nx.compile did not run the whole model in one TPU program: {compiled.placement.line()}")
-                t = _best({"neurenix": lambda: compiled(x), "plugin": lambda: native(xn), "jax": lambda: plain(params, xn)}, budget_s)
+                t = _best({"neurenix": lambda c=compiled, x=x: c(x), "plugin": lambda f=native, xn=xn: f(xn),
+                           "jax": lambda f=plain, w=params, xn=xn: f(w, xn)}, budget_s)
                 got = np.asarray(_native(compiled(x)), np.float64)
                 diff = float(np.abs(got - np.asarray(plain(params, xn), np.float64)).max())
                 torch_err = float(zoo.max_rel_err(got, model(torch.from_numpy(host)).detach().numpy()))
