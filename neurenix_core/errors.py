@@ -30,6 +30,10 @@ __all__ = [
     "ModelFormatError",
     "QuantizationError",
     "TransferError",
+    "ArtifactError",
+    "ArtifactFormatError",
+    "ArtifactMismatchError",
+    "ArtifactUnsupportedError",
 ]
 
 
@@ -147,3 +151,21 @@ class QuantizationError(NeurenixError, ValueError):
 
 class TransferError(NeurenixError):
     """A tensor could not be exchanged (DLPack, host copy) in the way requested."""
+
+
+class ArtifactError(NeurenixError):
+    """A compiled artifact (``compiled.save`` / ``nx.load_compiled``, docs/deploy.md) cannot be written or used."""
+
+
+class ArtifactFormatError(ArtifactError, ModelFormatError):
+    """A compiled artifact is corrupted, truncated, incomplete, or written by a newer neurenix."""
+
+
+class ArtifactMismatchError(ArtifactError):
+    """A compiled artifact was written for another plugin, plugin version, runtime or device type
+    than the one that would load it (or its plugin is not installed)."""
+
+
+class ArtifactUnsupportedError(ArtifactError):
+    """A compiled model cannot be saved as an artifact: its plugin does not implement the
+    artifact hooks (API 1.3), or it runs in a form with no artifact (a graph per input value)."""

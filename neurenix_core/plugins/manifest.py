@@ -29,8 +29,9 @@ __all__ = [
 #: for (``api=">=1.0,<2"``); the core refuses a plugin whose range excludes this version
 #: before calling anything but its manifest hook. Minor bumps add optional hooks or fields.
 #: 1.1 added ``Capabilities.graph_ops`` / ``graph_dtypes`` (the ops a compiling plugin lowers);
-#: 1.2 ``Capabilities.host_runtime`` and the ``neurenix_host_runtime`` hook (runtimes for cpu:0).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 2)
+#: 1.2 ``Capabilities.host_runtime`` and the ``neurenix_host_runtime`` hook (runtimes for cpu:0);
+#: 1.3 the optional ``neurenix_save_compiled`` / ``neurenix_load_compiled`` hooks (compiled artifacts).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 3)
 
 
 _REQUIRED: Final = object()
