@@ -20,7 +20,9 @@ recorded (plugin, distribution, phase, cause), shown by ``neurenix doctor`` and
    detection at import, bounded in time.
 3. Backend   -- ``neurenix_backend``: the lazy factory, called on first use of a device; the only
    place where the framework is imported. ``neurenix_compile`` lowers whole models;
-   ``neurenix_host_runtime`` (API 1.2) offers the plugin's runtime to compile graphs for ``cpu:0``.
+   ``neurenix_host_runtime`` (API 1.2) offers the plugin's runtime to compile graphs for ``cpu:0``;
+   ``neurenix_save_compiled`` / ``neurenix_load_compiled`` (API 1.3, optional) write and read
+   compiled artifacts (docs/deploy.md).
 
 The core calls each hook on one plugin at a time (never a broadcast), so one plugin's answer
 cannot shadow another's. Per-op dispatch never goes through these hooks: the core resolves a
@@ -187,4 +189,40 @@ def neurenix_host_runtime() -> HostRuntime:
 
     Implement: import the framework here (never at module import); keep one runtime object per
     process (the core caches what this returns).
+    """
+
+
+@hookspec
+def neurenix_save_compiled(backend: Backend, model: CompiledModel, directory: Any) -> dict[str, Any]:
+    """Write the plugin's native artifact of one compiled model (API 1.3, optional).
+
+    Called by: ``compiled.save(path)`` (``neurenix_core.deploy``), once per compiled model the
+    plugin returned from :func:`neurenix_compile` (one per input shape, one per device segment of
+    a partitioned model). ``directory`` is an empty ``pathlib.Path`` owned by this one model.
+
+    Return: a JSON-able dict the core stores in the artifact's manifest and hands back to
+    :func:`neurenix_load_compiled`: the file names written, the runtime version, whatever the
+    load needs (edge layouts, precision). Raise ``ArtifactUnsupportedError`` naming the plugin
+    and the remedy for a model it cannot write (e.g. a data-parallel program).
+
+    Implement: write the runtime's own format (OpenVINO IR, a .tflite, a serialized
+    ``jax.export`` module, a ``torch.export`` program), never pickle. A plugin without this hook
+    gets an ``ArtifactUnsupportedError`` naming it.
+    """
+
+
+@hookspec
+def neurenix_load_compiled(backend: Backend, directory: Any, meta: dict[str, Any], options: Any) -> CompiledModel:
+    """Load what :func:`neurenix_save_compiled` wrote (API 1.3, optional).
+
+    Called by: ``nx.load_compiled(path)``, with the same ``directory`` layout and ``meta`` dict,
+    and ``options`` a ``CompileOptions`` for the device it is loaded onto. The core has checked
+    the artifact's plugin name and version, device type and format version already.
+
+    Return: a :class:`~neurenix_core.plugins.backend.CompiledModel` that behaves as the saved one.
+    Raise ``ArtifactFormatError`` for a missing or corrupted file and ``ArtifactMismatchError``
+    when the runtime cannot use it (another runtime version for a version-bound blob), each
+    naming the plugin and the remedy (``neurenix export`` it again).
+
+    Implement: import only this plugin's runtime; never the framework the model came from.
     """
