@@ -45,7 +45,9 @@ def _import_jax(emulated: bool) -> Any:
 def _platform_devices(jax: Any, emulated: bool) -> list[Any]:
     platform = "cpu" if emulated else "tpu"
     try:
-        return list(jax.devices(platform))
+        # This process's devices: under jax.distributed (nx.distributed.init) jax.devices() lists
+        # every host's, and tpu:i must be one this process can address.
+        return list(jax.local_devices(backend=platform))
     except RuntimeError as exc:
         if emulated:
             raise BackendUnavailableError(

@@ -114,7 +114,7 @@ def _cpu_device(jax: Any) -> Any:
     """JAX's first CPU device, refusing to start JAX where that would also claim a TPU."""
     _refuse_claiming_a_tpu(jax)
     try:
-        return jax.devices("cpu")[0]
+        return jax.local_devices(backend="cpu")[0]  # this process's, also under jax.distributed
     except RuntimeError as exc:
         raise BackendUnavailableError(
             f"{_WHO}: JAX has no CPU platform ({exc}); include 'cpu' in JAX_PLATFORMS (e.g. JAX_PLATFORMS=tpu,cpu)"
