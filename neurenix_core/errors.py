@@ -34,6 +34,9 @@ __all__ = [
     "ArtifactFormatError",
     "ArtifactMismatchError",
     "ArtifactUnsupportedError",
+    "DistributedError",
+    "RankFailedError",
+    "WorldSizeMismatchError",
 ]
 
 
@@ -169,3 +172,21 @@ class ArtifactMismatchError(ArtifactError):
 class ArtifactUnsupportedError(ArtifactError):
     """A compiled model cannot be saved as an artifact: its plugin does not implement the
     artifact hooks (API 1.3), or it runs in a form with no artifact (a graph per input value)."""
+
+
+class DistributedError(NeurenixError):
+    """``nx.distributed``: the launch environment, the engine (torch.distributed, jax.distributed,
+    Ray) or a collective failed; the message names the rank(s) and the remedy."""
+
+
+class RankFailedError(DistributedError):
+    """Another process of the job died, failed or stopped answering during a collective;
+    ``ranks`` lists the ones that did (empty when they cannot be told apart)."""
+
+    def __init__(self, message: str, *, ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+
+
+class WorldSizeMismatchError(DistributedError):
+    """The processes of a job disagree on its world size, or fewer joined than it declares."""
