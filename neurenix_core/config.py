@@ -13,6 +13,9 @@ NEURENIX_BACKEND_TIMEOUT          seconds a backend factory may take on first us
 NEURENIX_CPU_RUNTIME              the runtime of cpu:0 models ("auto", "numpy", "openvino" ...; read at compile time)
 NEURENIX_STATE_DIR                where the crash journal, quarantine list and entry point cache live
                                   (default $XDG_STATE_HOME/neurenix, else ~/.local/state/neurenix)
+NEURENIX_COMPILE_CACHE            "0": no persistent compile cache (default on; read at compile time)
+NEURENIX_COMPILE_CACHE_MAX_BYTES  size limit of the compile cache: bytes, or with K/M/G suffix ("512M";
+                                  default 2G, at least 1M); least recently used entries are evicted
 
 Every NEURENIX_* value the core reads is parsed here, and nowhere else. ``inspect_config`` never
 raises: it returns the effective configuration (a safe value in place of each unusable one), where
@@ -38,7 +41,7 @@ from neurenix_core.errors import ConfigurationError, ConfigurationWarning
 
 __all__ = [
     "Config", "ConfigReport", "Problem", "Setting", "read_config", "inspect_config", "enforce", "plugin_problems",
-    "cpu_runtime", "FALLBACK_POLICIES", "VARIABLES", "MIN_TIMEOUT", "MAX_TIMEOUT", "MAX_DEVICE_INDEX",
+    "cpu_runtime", "compile_cache_enabled", "compile_cache_limit", "FALLBACK_POLICIES", "VARIABLES", "MIN_TIMEOUT", "MAX_TIMEOUT", "MAX_DEVICE_INDEX",
 ]
 
 FALLBACK_POLICIES: Final = ("error", "warn", "allow")
@@ -60,8 +63,14 @@ _NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV
 VARIABLES: Final = (
     "NEURENIX_DEVICE", "NEURENIX_BACKENDS", "NEURENIX_DISABLE_PLUGIN_AUTOLOAD", "NEURENIX_EMULATE", "NEURENIX_STRICT",
     "NEURENIX_FALLBACK", "NEURENIX_PROBE_TIMEOUT", "NEURENIX_NATIVE_PROBE_TIMEOUT", "NEURENIX_BACKEND_TIMEOUT",
-    "NEURENIX_CPU_RUNTIME", "NEURENIX_STATE_DIR",
+    "NEURENIX_CPU_RUNTIME", "NEURENIX_STATE_DIR", "NEURENIX_COMPILE_CACHE", "NEURENIX_COMPILE_CACHE_MAX_BYTES",
 )
+
+#: NEURENIX_COMPILE_CACHE_MAX_BYTES: the default, the smallest accepted (below it one BERT-sized
+#: entry would evict everything else at each store) and the suffixes.
+COMPILE_CACHE_DEFAULT_BYTES: Final = 2 << 30
+COMPILE_CACHE_MIN_BYTES: Final = 1 << 20
+_SIZE_SUFFIXES: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 Level = Literal["error", "warning"]
 Source = Literal["environment", "default", "default (value rejected)"]
@@ -356,6 +365,7 @@ def inspect_config(env: Mapping[str, str] | None = None) -> ConfigReport:
         cpu_runtime=_cpu_runtime_setting(r),
         state_dir=_state_dir(r),
     )
+    _compile_cache_settings(r)
     order = {k: i for i, k in enumerate(VARIABLES)}
     settings = tuple(sorted(r.settings, key=lambda s: order[s.variable]))
     return ConfigReport(config, settings, r.problems)
@@ -419,3 +429,55 @@ def cpu_runtime(env: Mapping[str, str] | None = None) -> str | None:
     if problem is not None:
         raise ConfigurationError(problem)
     return raw
+
+
+# ---------------------------------------------------------------------------- the compile cache (read at compile time)
+
+
+def _size_problem(raw: str) -> tuple[int | None, str | None]:
+    """(bytes, None) for a valid NEURENIX_COMPILE_CACHE_MAX_BYTES, else (None, why)."""
+    text = raw.strip().upper().removesuffix("B").removesuffix("I")  # "2G", "2GB", "2GiB"
+    unit = text[-1:] if text[-1:] in _SIZE_SUFFIXES and text[-1:] else ""
+    digits = text[: len(text) - len(unit)].strip()
+    if not digits.isdigit() or len(digits) > 15:
+        return None, (f"NEURENIX_COMPILE_CACHE_MAX_BYTES={raw!r} is not a size: give bytes or a number with K, M or G "
+                      "(e.g. 512M, 2G)")
+    value = int(digits) * _SIZE_SUFFIXES[unit]
+    if value < COMPILE_CACHE_MIN_BYTES:
+        return None, f"NEURENIX_COMPILE_CACHE_MAX_BYTES={raw!r} is below the 1M minimum: give at least 1M (or NEURENIX_COMPILE_CACHE=0 to turn the cache off)"
+    return value, None
+
+
+def _compile_cache_settings(r: _Reader) -> None:
+    """For the doctor and import-time validation; the values are read again at each compile."""
+    enabled = _flag(r, "NEURENIX_COMPILE_CACHE") if (r.raw("NEURENIX_COMPILE_CACHE") or "").strip() else True
+    if not (r.raw("NEURENIX_COMPILE_CACHE") or "").strip():
+        r.note("NEURENIX_COMPILE_CACHE", int(enabled))
+    key = "NEURENIX_COMPILE_CACHE_MAX_BYTES"
+    raw = (r.raw(key) or "").strip()
+    value, problem = _size_problem(raw) if raw else (COMPILE_CACHE_DEFAULT_BYTES, None)
+    if problem is not None:
+        r.error(key, problem)
+    r.note(key, value or COMPILE_CACHE_DEFAULT_BYTES)
+
+
+def compile_cache_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """NEURENIX_COMPILE_CACHE of ``env`` now (default on); ConfigurationError on a non-boolean."""
+    raw = ((os.environ if env is None else env).get("NEURENIX_COMPILE_CACHE") or "").strip().lower()
+    if raw in _TRUE or not raw:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigurationError(f"NEURENIX_COMPILE_CACHE={raw!r} is not a boolean: set it to 0 (off) or 1 (on), or unset it")
+
+
+def compile_cache_limit(env: Mapping[str, str] | None = None) -> int:
+    """NEURENIX_COMPILE_CACHE_MAX_BYTES of ``env`` now, in bytes (default 2 GiB); ConfigurationError
+    on a malformed or too small value."""
+    raw = ((os.environ if env is None else env).get("NEURENIX_COMPILE_CACHE_MAX_BYTES") or "").strip()
+    if not raw:
+        return COMPILE_CACHE_DEFAULT_BYTES
+    value, problem = _size_problem(raw)
+    if value is None:
+        raise ConfigurationError(str(problem))
+    return value
