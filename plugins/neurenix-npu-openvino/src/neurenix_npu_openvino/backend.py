@@ -153,12 +153,18 @@ class NPUOpenVINOBackend(Backend):
             props["INFERENCE_NUM_THREADS"] = self.threads
         return self.core.compile_model(model, self.ov_device, {k: v for k, v in props.items() if k in self._supported})
 
+    def compile_properties(self, precision: str, optimize_for: str | None, threads: int | None,
+                           properties: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The properties a model is compiled with: neurenix's, then the user's ``ov_properties``
+        over them (also what an import from the persistent compile cache is given)."""
+        return {**self.properties(precision, optimize_for, threads), **(properties or {})}
+
     def compile_model(self, model: Any, precision: str, optimize_for: str | None = None, *, threads: int | None = None,
                       properties: Mapping[str, Any] | None = None) -> Any:
         """Compile an ``openvino.Model`` with an explicit precision; errors keep OpenVINO's cause.
         ``properties`` (``nx.compile(..., ov_properties={...})``) override neurenix's own."""
         check_precision(precision, self.device_label(), self.capabilities)
-        props = {**self.properties(precision, optimize_for, threads), **(properties or {})}
+        props = self.compile_properties(precision, optimize_for, threads, properties)
         try:
             return self.core.compile_model(model, self.ov_device, props)
         except RuntimeError as exc:

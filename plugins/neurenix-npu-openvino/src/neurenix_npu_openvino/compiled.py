@@ -14,6 +14,7 @@ import numpy as np
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDTypeError, UnsupportedOperationError
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_npu_openvino.compile_cache import compile_cached
 from neurenix_npu_openvino.config import check_precision, precision_hint
 from neurenix_npu_openvino.lowering import lower_graph
 from neurenix_npu_openvino.config import user_properties
@@ -53,7 +54,7 @@ class OpenVINOCompiledModel(CompiledModel):
     """A compiled OpenVINO model with the static input shapes it was compiled for."""
 
     def __init__(self, backend: NPUOpenVINOBackend, compiled: Any, *, precision: str, input_specs: Sequence[tuple[str, tuple[int, ...], np.dtype[Any]]],
-                 optimize_for: str | None, nodes: int, source: str) -> None:
+                 optimize_for: str | None, nodes: int, source: str, cache: str = "") -> None:
         self.backend = backend
         self.compiled = compiled
         self.precision = precision
@@ -69,7 +70,7 @@ class OpenVINOCompiledModel(CompiledModel):
         self.summary = (
             f"{where}, precision {precision} (INFERENCE_PRECISION_HINT={precision_hint(precision)}), "
             f"optimize_for={self.optimize_for}, {nodes} {source} node(s), {self._int_summary()}"
-        )
+        ) + (f", {cache}" if cache else "")
 
     @property
     def input_shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -225,13 +226,20 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
     key = ("graph", graph.fingerprint(), precision, backend.ov_device, plan_fingerprint(plan), optimize_for, threads, backend.memory_optimization,
            tuple(sorted(properties.items())))
 
-    def build() -> Any:
+    def compile_now() -> Any:
         model = lower_graph(graph, plan, device=backend.device_label())
         return backend.compile_model(model, precision, optimize_for, threads=threads, properties=properties)
 
-    compiled = backend.cached_model(key, build)
+    def build() -> tuple[Any, str]:
+        # The persistent cache (other processes' compiles) behind this process's own.
+        props = backend.compile_properties(precision, optimize_for, threads, properties)
+        result = compile_cached(backend, graph, plan, props, compile_now)
+        return result.value, result.line()
+
+    compiled, cache_line = backend.cached_model(key, build)
     specs = [(s.name, tuple(s.shape), np.dtype(s.dtype)) for s in graph.inputs]
-    return OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=len(graph.nodes), source="neurenix graph")
+    return OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=len(graph.nodes),
+                                 source="neurenix graph", cache=cache_line)
 
 
 def compile_openvino_model(backend: NPUOpenVINOBackend, model: Any, *, precision: str | None, optimize_for: str | None, threads: int | None = None) -> OpenVINOCompiledModel:

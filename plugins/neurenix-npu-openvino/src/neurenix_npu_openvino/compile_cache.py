@@ -1,0 +1,54 @@
+"""The npu plugin's piece of the persistent compile cache (``neurenix_core.graph.compile_cache``).
+
+An entry holds OpenVINO's own export of the compiled model (``CompiledModel.export_model()``,
+the blob OpenVINO's CACHE_DIR would keep), so a later process skips both neurenix's lowering
+and OpenVINO's compile: ``Core.import_model`` gives the compiled model back with the same
+properties (threads, precision hint, streams) passed again.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from neurenix_core.graph import compile_cache
+from neurenix_core.graph.ir import Graph, QuantizationPlan
+
+if TYPE_CHECKING:
+    from neurenix_npu_openvino.backend import NPUOpenVINOBackend
+
+__all__ = ["compile_cached"]
+
+
+def _key(backend: NPUOpenVINOBackend, graph: Graph, plan: QuantizationPlan | None, props: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    from neurenix_npu_openvino.plugin import _VERSION
+
+    fingerprint = graph.fingerprint()
+    options = {
+        "shapes": [(s.name, list(s.shape), s.dtype) for s in graph.inputs],
+        "plan": compile_cache.plan_fingerprint(plan),
+        "device": backend.ov_device,
+        "properties": {k: str(v) for k, v in sorted(props.items())},
+    }
+    versions = {"neurenix-npu-openvino": _VERSION, "openvino": backend.ov.get_version()}
+    meta = {"fingerprint": fingerprint, "device": f"npu ({backend.ov_device})", "options": options, "versions": versions}
+    return compile_cache.cache_key("npu-openvino", fingerprint, options, versions), meta
+
+
+def compile_cached(backend: NPUOpenVINOBackend, graph: Graph, plan: QuantizationPlan | None, props: Mapping[str, Any],
+                   build: Callable[[], Any]) -> compile_cache.CacheResult[Any]:
+    """The compiled model of ``graph`` from the persistent cache, else ``build()`` (lower and
+    compile with ``props``) stored there. ``props`` are the exact compile properties."""
+    from neurenix_core.plugins.state import registry
+
+    key, meta = _key(backend, graph, plan, props)
+
+    def load(blob: bytes) -> Any:
+        return backend.core.import_model(io.BytesIO(blob), backend.ov_device, dict(props))
+
+    def dump(compiled: Any) -> bytes:
+        return bytes(compiled.export_model().getvalue())
+
+    return compile_cache.cached("npu-openvino", key, build=build, dump=dump, load=load, meta=meta,
+                                state_dir=registry().config.state_dir)
