@@ -95,6 +95,7 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
         if values is not None:
             raise CompilationError(f"{dev}: buckets= need one graph, but {model!r} is built per value of its inputs {list(values.value_inputs)}")
         compiled._buckets = parse_buckets(buckets, graph, pad_values)
+        compiled._bucket_args = (buckets, dict(pad_values) if pad_values else None)
         compiled.extra["shape_buckets"] = True  # plugins see bucket shapes only (the TPU plugin then gives no recompilation advice)
         check_early(compiled)
     elif pad_values:
@@ -231,6 +232,14 @@ class Compiled:
         self._bucket_stats: dict[tuple[tuple[int, ...], ...], Any] = {}
         self._verification: Any = None  # graph.verify.Verification of a quantized compile
         self._host_lines: list[str] = []  # which host runtime runs each cpu:0 graph or segment, and why
+        # Compiled artifacts (neurenix_core.deploy): every plugin-compiled model and host-runtime
+        # choice by part key (_part_key), so save() finds them; nx.load_compiled fills _restored
+        # and _host_pins so the same parts come back without the plugin compiling again.
+        self._parts: dict[str, Any] = {}
+        self._host_parts: dict[str, str] = {}
+        self._restored: dict[str, Any] = {}
+        self._host_pins: dict[str, str] = {}
+        self._bucket_args: tuple[Any, Any] | None = None  # buckets= and pad_values= as given, for the artifact manifest
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -253,6 +262,14 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"Compiled(device='{self.device}', precision={self.precision!r}, shapes={self.compiled_shapes})"
+
+    def save(self, path: Any) -> Any:
+        """Write this model, as compiled so far, to the folder ``path``: each plugin-compiled part
+        in the plugin's native format beside a JSON manifest (docs/deploy.md); returns the folder.
+        ``nx.load_compiled(path)`` reads it back with only the core and that plugin's runtime."""
+        from neurenix_core.deploy.artifact import save_compiled
+
+        return save_compiled(self, path)
 
     def native(self, *shapes: tuple[int, ...]) -> Any:
         """The plugin's compiled model for these input shapes (the only one when none are given);
@@ -464,6 +481,7 @@ class Compiled:
         key = tuple(s.shape for s in graph.inputs)
         while True:
             self._host_lines = []
+            kept = set(self._parts)
             try:
                 result = self._lower_placed(graph, compiles, refused)
                 if self._host_lines and key in self._placements:
@@ -471,13 +489,14 @@ class Compiled:
                 return result
             except _NodeRefused as retry:
                 # The plugin's lowering refused one node of a quantized model: that node goes to
-                # cpu:0 (the integer reference) and the rest is placed and compiled again.
+                # cpu:0 (the integer reference) and the rest is placed and compiled again. Parts
+                # compiled for the abandoned placement are not part of the model (nor its artifact).
+                for stale in set(self._parts) - kept:
+                    del self._parts[stale]
                 refused[retry.node] = retry.reason
 
     def _lower_placed(self, graph: Graph, compiles: bool, refused: Mapping[str, str]) -> tuple[Runner, str]:
-        from neurenix_core.plugins.state import registry
-
-        reg, rec = registry(), self._record
+        rec = self._record
         placement = self._place(graph, compiles, refused)
         self._placements[tuple(s.shape for s in graph.inputs)] = placement
         if placement.partitioned:
@@ -490,7 +509,7 @@ class Compiled:
         if compiles:
             options = CompileOptions(device=self.device, precision=self.precision, quantization=self.plan, extra=self.extra)
             try:
-                native = reg.call(rec, "neurenix_compile", backend=self._backend, graph=placement.graph, options=options)
+                native = self._plugin_compile(placement.graph, options)
             except UnsupportedOperationError as exc:
                 self._check_refused(exc, placement.graph, refused)
                 return self._fallback(exc, graph)
@@ -498,6 +517,19 @@ class Compiled:
                 self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = native
                 return self._native_runner(native), str(getattr(native, "summary", "") or f"compiled by plugin {rec.name}")
         return self._local_runner(graph)
+
+    def _plugin_compile(self, graph: Graph, options: CompileOptions) -> Any:
+        """The plugin's compiled model of ``graph`` (the whole model or one device segment): the one
+        nx.load_compiled restored for it, else the ``neurenix_compile`` hook's; kept for save()."""
+        from neurenix_core.plugins.state import registry
+
+        key = _part_key(graph)
+        native = self._restored.get(key)
+        if native is None:
+            native = registry().call(self._record, "neurenix_compile", backend=self._backend, graph=graph, options=options)
+        if native is not None:
+            self._parts[key] = native
+        return native
 
     def _check_refused(self, exc: Exception, graph: Graph, refused: Mapping[str, str]) -> None:
         """Raise _NodeRefused when a quantized model's lowering refused one named node it had not
@@ -557,7 +589,9 @@ class Compiled:
         self._placements[tuple(s.shape for s in placement.graph.inputs)] = placement
         if fallback.get_fallback_policy() == "warn":
             # The one default-visible line (policy 'allow' keeps it in compiled.placement only).
-            warnings.warn(placement.line(), fallback.FallbackWarning, stacklevel=5)
+            from neurenix_core.user_frame import user_stacklevel
+
+            warnings.warn(placement.line(), fallback.FallbackWarning, stacklevel=user_stacklevel())
         segs = sum(1 for s in placement.segments if s.on_device)
         rest = "in fp32" if self.plan is None else f"on the integer reference ({self.precision}; boundary values cross dequantized)"
         return runner, f"partitioned: {placement.line()} ({segs} device segment(s), the rest on the CPU backend {rest})"
@@ -567,12 +601,11 @@ class Compiled:
         quantized model's segment is compiled with the plan restricted to its values: it takes
         and returns float (dequantized) values, quantizing them with the whole plan's parameters."""
         from neurenix_core.graph.qmath import restrict_plan
-        from neurenix_core.plugins.state import registry
 
         if compiles:
             sub_plan = None if self.plan is None else restrict_plan(self.plan, sub)
             options = CompileOptions(device=self.device, precision=self.precision, quantization=sub_plan, extra=self.extra)
-            native = registry().call(self._record, "neurenix_compile", backend=self._backend, graph=sub, options=options)
+            native = self._plugin_compile(sub, options)
             if native is not None:
                 def run_native(*args: Any) -> tuple[Any, ...]:
                     out = native(*args)
@@ -754,7 +787,9 @@ class Compiled:
         from neurenix_core.graph.shapes import infer_values
         from neurenix_core.plugins.state import registry
 
-        runtime = host_select.requested_runtime(self.extra)
+        key = _part_key(graph)
+        # A loaded artifact runs each cpu:0 part on the runtime that ran it when saved.
+        runtime = self._host_pins.get(key) or host_select.requested_runtime(self.extra)
         specs = infer_values(graph) if graph.nodes else {}
         if not graph.nodes or any(v.dtype in VALUE_KINDS for v in (*specs.values(), *graph.inputs)):
             if runtime not in (None, host_select.INTERPRETER) and graph.nodes:
@@ -770,6 +805,7 @@ class Compiled:
                                     interpreter=reference, flops=sum(node_flops(n, specs) for n in graph.nodes),
                                     state_dir=registry().config.state_dir)
         self._host_lines.append(f"{what} on cpu:0: {choice.line()}")
+        self._host_parts[key] = choice.runtime
         return choice
 
     def _cpu_runner(self, graph: Graph) -> tuple[Runner, str]:
@@ -842,3 +878,10 @@ class Compiled:
             return tuple(asarray(np.asarray(o, np.float32), device=dev) for o in outs)
 
         return run
+
+
+def _part_key(graph: Graph) -> str:
+    """One compiled part of a model (the whole graph or a segment) at its input shapes: its input
+    names, shapes and dtypes and its outputs. Unique within one model; the artifact's index."""
+    inputs = ",".join(f"{s.name}:{'x'.join(map(str, s.shape))}:{s.dtype}" for s in graph.inputs)
+    return f"{inputs}->{','.join(graph.outputs)}"
