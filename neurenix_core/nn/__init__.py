@@ -63,12 +63,26 @@ def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False, qdq
     return convert(model, input_shapes=input_shapes, static=static, qdq=qdq)
 
 
-def save(model_or_state: Module | dict[str, Any], path: Any) -> None:
-    """Save a model's weights (or a state dict) to ``.npz`` / ``.safetensors``, atomically."""
+def save(model_or_state: Module | dict[str, Any], path: Any, *, quantization_plan: Any = None) -> None:
+    """Save a model to ``path``, atomically.
+
+    ``.npz`` / ``.safetensors``: the weights (a Module's ``state_dict``, or a state dict).
+    ``.nxm``: a self-contained model file of a GraphModule
+    (graph, weights, input specs, ``quantization_plan`` or the model's own; docs/model-files.md)
+    that :func:`load` reads back without the framework it was imported from."""
+    from neurenix_core.nn.model_file import is_model_file, save_model
+
+    if is_model_file(path):
+        save_model(model_or_state, path, quantization_plan=quantization_plan)
+        return
+    if quantization_plan is not None:
+        raise TypeError("nx.nn.save: quantization_plan= is saved in a model file (a GraphModule to a '.nxm' path), not in weights")
     state = model_or_state.state_dict() if isinstance(model_or_state, Module) else model_or_state
     save_state(state, path)
 
 
-def load(path: Any) -> dict[str, Any]:
-    """Read a weights file into a state dict (name -> NumPy array); never unpickles."""
-    return load_state(path)
+def load(path: Any) -> Any:
+    """A model file (``.nxm``) as a GraphModule on cpu:0; a weights file as a state dict (name -> NumPy array). Never unpickles."""
+    from neurenix_core.nn.model_file import is_model_file, load_model
+
+    return load_model(path) if is_model_file(path) else load_state(path)
