@@ -238,8 +238,11 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
 
     compiled, cache_line = backend.cached_model(key, build)
     specs = [(s.name, tuple(s.shape), np.dtype(s.dtype)) for s in graph.inputs]
-    return OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=len(graph.nodes),
-                                 source="neurenix graph", cache=cache_line)
+    model = OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=len(graph.nodes),
+                                  source="neurenix graph", cache=cache_line)
+    # What compiled.save needs to write the IR again and compile it the same way (artifact.py).
+    model.source_graph, model.plan, model.threads, model.properties = graph, plan, threads, dict(properties)
+    return model
 
 
 def compile_openvino_model(backend: NPUOpenVINOBackend, model: Any, *, precision: str | None, optimize_for: str | None, threads: int | None = None) -> OpenVINOCompiledModel:

@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
     from neurenix_core.plugins.host import HostRuntime
 
-__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_backend", "neurenix_compile", "neurenix_host_runtime"]
+__all__ = [
+    "neurenix_backend",
+    "neurenix_compile",
+    "neurenix_host_runtime",
+    "neurenix_load_compiled",
+    "neurenix_manifest",
+    "neurenix_probe",
+    "neurenix_save_compiled",
+]
 
 _VERSION: Final = "0.1.0"
 # Kept in sync with eager.NATIVE_OPS (a test checks it) so the manifest stays import-free.
@@ -47,7 +55,7 @@ def neurenix_manifest() -> Manifest:
         name="npu-openvino",
         distribution="neurenix-npu-openvino",
         version=_VERSION,
-        api=">=1.2,<2",
+        api=">=1.3,<2",
         device_types=("npu",),
         band=PriorityBand.NPU,
         priority=50,
@@ -109,3 +117,17 @@ def neurenix_host_runtime() -> HostRuntime:
     from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
     return OpenVINOHostRuntime(_GRAPH_DTYPES)
+
+
+@hookimpl
+def neurenix_save_compiled(backend: Backend, model: CompiledModel, directory: Any) -> dict[str, Any]:
+    from neurenix_npu_openvino.artifact import save_compiled
+
+    return save_compiled(backend, model, directory)  # type: ignore[arg-type]
+
+
+@hookimpl
+def neurenix_load_compiled(backend: Backend, directory: Any, meta: dict[str, Any], options: Any) -> CompiledModel:
+    from neurenix_npu_openvino.artifact import load_compiled
+
+    return load_compiled(backend, directory, meta)  # type: ignore[arg-type]

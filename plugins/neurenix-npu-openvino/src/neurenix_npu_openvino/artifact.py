@@ -1,0 +1,78 @@
+"""Compiled artifacts of the npu plugin (hooks neurenix_save_compiled / neurenix_load_compiled).
+
+Two files per compiled model: the OpenVINO IR (``model.xml`` + ``model.bin``, portable to any
+machine and OpenVINO version that reads IR) and the compiled blob (``compiled_model.export_model``,
+``model.blob``), which is bound to the OpenVINO version and device that built it. Loading imports
+the blob when both match (no compile: the fastest start) and compiles the IR otherwise; the
+summary says which one ran. A blob that fails to import is an error, never a silent recompile.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError
+from neurenix_npu_openvino.compiled import OpenVINOCompiledModel
+from neurenix_npu_openvino.lowering import lower_graph
+
+if TYPE_CHECKING:
+    from neurenix_npu_openvino.backend import NPUOpenVINOBackend
+
+__all__ = ["load_compiled", "save_compiled"]
+
+
+def _runtime(backend: NPUOpenVINOBackend) -> str:
+    return f"openvino {backend.ov.get_version()}"
+
+
+def save_compiled(backend: NPUOpenVINOBackend, model: Any, directory: Path) -> dict[str, Any]:
+    graph = getattr(model, "source_graph", None)
+    if not isinstance(model, OpenVINOCompiledModel) or graph is None:
+        raise ArtifactUnsupportedError(f"{backend.device_label()} (plugin npu-openvino): only models compiled by nx.compile can be saved "
+                                       f"as artifacts, not a {type(model).__name__}; compile the model with nx.compile first")
+    ir = lower_graph(graph, model.plan, device=backend.device_label())
+    backend.ov.save_model(ir, str(directory / "model.xml"), compress_to_fp16=False)
+    blob = None
+    try:
+        (directory / "model.blob").write_bytes(bytes(model.compiled.export_model().getvalue()))
+        blob = "model.blob"
+    except RuntimeError:  # a device without export support: the IR alone is the artifact
+        pass
+    return {
+        "runtime": _runtime(backend), "ov_device": backend.ov_device, "ir": "model.xml", "blob": blob,
+        "precision": model.precision, "optimize_for": model.optimize_for, "threads": model.threads,
+        "properties": {k: str(v) for k, v in model.properties.items()}, "nodes": len(graph.nodes),
+        "inputs": [[name, list(shape), str(dtype)] for name, shape, dtype in model.input_specs],
+    }
+
+
+def load_compiled(backend: NPUOpenVINOBackend, directory: Path, meta: dict[str, Any]) -> OpenVINOCompiledModel:
+    precision, optimize_for, threads = meta["precision"], meta["optimize_for"], meta["threads"]
+    properties = meta.get("properties") or {}
+    specs = [(name, tuple(shape), np.dtype(dtype)) for name, shape, dtype in meta["inputs"]]
+    same_runtime = meta["runtime"] == _runtime(backend) and meta["ov_device"] == backend.ov_device
+    if meta.get("blob") and same_runtime:
+        props = backend.compile_properties(precision, optimize_for, threads, properties)
+        try:
+            compiled = backend.core.import_model(io.BytesIO((directory / meta["blob"]).read_bytes()), backend.ov_device, props)
+        except RuntimeError as exc:
+            raise ArtifactFormatError(f"{backend.device_label()} (plugin npu-openvino): OpenVINO cannot import the compiled blob "
+                                      f"{directory / meta['blob']}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}; "
+                                      "export the model again") from exc
+        how = "imported from the compiled blob"
+    else:
+        try:
+            ir = backend.core.read_model(str(directory / meta["ir"]))
+        except RuntimeError as exc:
+            raise ArtifactFormatError(f"{backend.device_label()} (plugin npu-openvino): OpenVINO cannot read the IR {directory / meta['ir']}: "
+                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}; export the model again") from exc
+        compiled = backend.compile_model(ir, precision, optimize_for, threads=threads, properties=properties or None)
+        how = f"compiled from the IR (saved with {meta['runtime']} for {meta['ov_device']})"
+    model = OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=meta["nodes"],
+                                  source="neurenix graph")
+    model.summary += f"; loaded from {directory.parent.parent.name}: {how}"
+    return model
