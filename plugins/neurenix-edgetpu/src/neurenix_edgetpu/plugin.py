@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
     from neurenix_core.plugins.host import HostRuntime
 
-__all__ = ["neurenix_manifest", "neurenix_probe", "neurenix_native_probe", "neurenix_backend", "neurenix_compile",
+__all__ = ["neurenix_save_compiled", "neurenix_load_compiled", "neurenix_manifest", "neurenix_probe", "neurenix_native_probe", "neurenix_backend", "neurenix_compile",
            "neurenix_host_runtime"]
 
 #: Ops the backend runs through cached single-op TFLite models (see backend.py).
@@ -58,7 +58,7 @@ def neurenix_manifest() -> Manifest:
         name="edgetpu",
         distribution="neurenix-edgetpu",
         version=__version__,
-        api=">=1.2,<2",
+        api=">=1.3,<2",
         device_types=("edgetpu",),
         band=PriorityBand.EDGE,
         priority=50,
@@ -137,3 +137,17 @@ def neurenix_host_runtime() -> HostRuntime:
     from neurenix_edgetpu.host import LiteRTHostRuntime
 
     return LiteRTHostRuntime(GRAPH_OPS, GRAPH_DTYPES)  # the fp32 writer lowers every declared op
+
+
+@hookimpl
+def neurenix_save_compiled(backend: Backend, model: CompiledModel, directory: Any) -> dict[str, Any]:
+    from neurenix_edgetpu.artifact import save_compiled
+
+    return save_compiled(backend, model, directory)  # type: ignore[arg-type]
+
+
+@hookimpl
+def neurenix_load_compiled(backend: Backend, directory: Any, meta: dict[str, Any], options: Any) -> CompiledModel:
+    from neurenix_edgetpu.artifact import load_compiled
+
+    return load_compiled(backend, directory, meta, options)  # type: ignore[arg-type]
