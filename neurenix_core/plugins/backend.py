@@ -307,6 +307,41 @@ def _numpy_matmul(x1: Any, x2: Any, /) -> Any:
     return out
 
 
+def _numpy_reduction(ufunc: np.ufunc, name: str) -> Callable[..., Any]:
+    """``np.<name>`` as the ufunc's own ``reduce``: ``np.sum``/``np.prod``/``np.max``/``np.min``
+    are a Python dispatch layer over exactly this call (``_wrapreduction``) that costs about 1 µs,
+    more than the reduction of a small array itself (benchmarks/dispatch.py). Same results, dtypes
+    and errors (an empty max/min raises the same ValueError); ``axis`` defaults to every axis, as
+    in the standard, where ``ufunc.reduce`` would default to axis 0."""
+    reduce = ufunc.reduce
+
+    def reduction(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
+        return reduce(x, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    reduction.__name__ = reduction.__qualname__ = name
+    return reduction
+
+
+def _numpy_extremum(ufunc: np.ufunc, name: str) -> Callable[..., Any]:
+    """As ``_numpy_reduction`` for max/min, which take no ``dtype``."""
+    reduce = ufunc.reduce
+
+    def extremum(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> Any:
+        return reduce(x, axis=axis, keepdims=keepdims)
+
+    extremum.__name__ = extremum.__qualname__ = name
+    return extremum
+
+
+#: The CPU backend's reductions without NumPy's wrapper layer (see ``_numpy_reduction``).
+NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {
+    "sum": _numpy_reduction(np.add, "sum"),
+    "prod": _numpy_reduction(np.multiply, "prod"),
+    "max": _numpy_extremum(np.maximum, "max"),
+    "min": _numpy_extremum(np.minimum, "min"),
+}
+
+
 class ArrayNamespaceBackend(Backend):
     """A backend built from any array-API namespace ``xp`` in a few lines.
 
@@ -336,6 +371,7 @@ class ArrayNamespaceBackend(Backend):
             self.ops.update({n: getattr(xp, n) for n in self.direct_ops if hasattr(xp, n) and n in self.ops})
         if xp is np:
             self.ops["matmul"] = _numpy_matmul
+            self.ops.update(NUMPY_REDUCTIONS)
 
     def _op_table(self, xp: Any) -> Mapping[str, Callable[..., Any]]:
         table = {n: getattr(xp, n) for n in ARRAY_API_FUNCTIONS if hasattr(xp, n) and n not in self.excluded_ops}
