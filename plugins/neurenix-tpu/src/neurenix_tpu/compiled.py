@@ -258,6 +258,7 @@ def compile_graph(backend: JaxTPUBackend, graph: Graph, options: Any) -> TPUComp
         program._warned = True  # nx.compile's buckets bound the shapes already: no recompilation advice
     shapes = tuple(tuple(s.shape) for s in graph.inputs)
     model = TPUCompiledModel(program, shapes, _summary(backend, program, default), mode.name)
+    model.input_dtypes = tuple(np.dtype(s.dtype) for s in graph.inputs)  # what compiled.save exports for (artifact.py)
     padded = tuple((model.padded, *s[1:]) if s else s for s in shapes)
     program.note_shapes(padded)
     _warm_up(backend, model, graph)

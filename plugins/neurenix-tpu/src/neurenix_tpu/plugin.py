@@ -41,7 +41,7 @@ def neurenix_manifest() -> Manifest:
         name="tpu",
         distribution="neurenix-tpu",
         version=__version__,
-        api=">=1.2,<2",
+        api=">=1.3,<2",
         device_types=("tpu",),
         band=PriorityBand.ACCELERATOR,
         priority=50,
@@ -89,3 +89,17 @@ def neurenix_host_runtime() -> HostRuntime:
     from neurenix_tpu.host import XLAHostRuntime
 
     return XLAHostRuntime(GRAPH_DTYPES)
+
+
+@hookimpl
+def neurenix_save_compiled(backend: Backend, model: CompiledModel, directory: Any) -> dict[str, Any]:
+    from neurenix_tpu.artifact import save_compiled
+
+    return save_compiled(backend, model, directory)  # type: ignore[arg-type]
+
+
+@hookimpl
+def neurenix_load_compiled(backend: Backend, directory: Any, meta: dict[str, Any], options: Any) -> CompiledModel:
+    from neurenix_tpu.artifact import load_compiled
+
+    return load_compiled(backend, directory, meta, options)  # type: ignore[arg-type]
