@@ -138,6 +138,7 @@ _LAZY_MODULES = {
     "testing": "neurenix_core.testing",
     "graph": "neurenix_core.graph",
     "generation": "neurenix_core.generation",
+    "distributed": "neurenix_core.distributed",  # imports no engine: nx.distributed.init() does
 }
 
 
