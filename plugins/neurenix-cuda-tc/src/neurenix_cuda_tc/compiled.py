@@ -98,4 +98,5 @@ def compile_graph(backend: Any, graph: Graph, options: Any) -> TorchCompiledMode
                                switches=backend.switches)
     if requested in ("int8", "int16"):
         model.summary += f"; {requested} fake-quantized from the core's QuantizationPlan ({options.quantization.method})"
+    model.input_specs = tuple((tuple(s.shape), s.dtype) for s in graph.inputs)  # what compiled.save exports for (artifact.py)
     return model

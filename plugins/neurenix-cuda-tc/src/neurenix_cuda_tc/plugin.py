@@ -37,7 +37,7 @@ def neurenix_manifest() -> Manifest:
         name="cuda-tc",
         distribution="neurenix-cuda-tc",
         version=__version__,
-        api=">=1.2,<2",
+        api=">=1.3,<2",
         device_types=("cuda",),
         band=PriorityBand.ACCELERATOR,
         priority=60,
@@ -90,3 +90,17 @@ def neurenix_host_runtime() -> HostRuntime:
     from neurenix_cuda_tc.host import TorchHostRuntime
 
     return TorchHostRuntime(GRAPH_DTYPES)
+
+
+@hookimpl
+def neurenix_save_compiled(backend: Backend, model: CompiledModel, directory: Any) -> dict[str, Any]:
+    from neurenix_cuda_tc.artifact import save_compiled
+
+    return save_compiled(backend, model, directory)
+
+
+@hookimpl
+def neurenix_load_compiled(backend: Backend, directory: Any, meta: dict[str, Any], options: Any) -> CompiledModel:
+    from neurenix_cuda_tc.artifact import load_compiled
+
+    return load_compiled(backend, directory, meta, options)
