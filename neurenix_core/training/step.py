@@ -59,11 +59,16 @@ def swapped(tensors: Sequence[Tensor], natives: Sequence[Any]) -> Iterator[None]
             t._data = n
 
 
-def compile_step(loss_fn: LossFn, model: Any, optimizer: Any) -> Callable[..., Tensor]:
+def compile_step(loss_fn: LossFn, model: Any, optimizer: Any, *, data_parallel: bool = False) -> Callable[..., Tensor]:
     """A callable ``step(*batch) -> loss`` that trains ``model`` with ``optimizer`` on its device.
 
     ``loss_fn(model, *batch)`` returns a scalar loss Tensor. The step's ``engine`` attribute
     says what differentiates ("jax.value_and_grad + jax.jit", "torch.autograd", "neurenix tape").
+
+    ``data_parallel=True`` (after ``nx.distributed.init()``): every rank calls the step with its
+    shard of the global batch (``nx.distributed.shard``); rank 0's parameters are broadcast first
+    and the gradients are averaged over the ranks before each update (inside the jitted program on
+    tpu, a bucketed all-reduce elsewhere), so the ranks stay identical. docs/distributed.md.
     """
     params = list(model.parameters())
     if not params:
@@ -75,8 +80,32 @@ def compile_step(loss_fn: LossFn, model: Any, optimizer: Any) -> Callable[..., T
             f"compile_step: {device} (backend {backend.name}) runs inference only and cannot train. "
             f"Train on cpu, tpu or cuda, save the weights, then compile for it: nx.compile(model, device='{device}')"
         )
+    if data_parallel:
+        return _data_parallel_step(loss_fn, model, optimizer, device, backend)
     lowered = backend._compile_train_step(loss_fn, model, optimizer)
     return lowered if lowered is not None else TapeStep(loss_fn, model, optimizer)
+
+
+def _data_parallel_step(loss_fn: LossFn, model: Any, optimizer: Any, device: Any, backend: Any) -> Callable[..., Tensor]:
+    from neurenix_core.distributed.engine import current
+
+    engine = current("compile_step(data_parallel=True)")
+    if device.type != engine.device.type:
+        from neurenix_core.errors import DistributedError
+
+        raise DistributedError(
+            f"compile_step(data_parallel=True): the model is on {device} but nx.distributed.init() started "
+            f"{engine.name} for {engine.device}; move the model with model.to(nx.distributed.device())"
+        )
+    engine.broadcast_parameters(model)
+
+    def lower(opt: Any) -> Any:
+        lowered = backend._compile_train_step(loss_fn, model, opt)
+        return lowered if lowered is not None else TapeStep(loss_fn, model, opt)
+
+    step = engine.lower_step(lower, optimizer)
+    step.data_parallel = engine.name  # what keeps the ranks together, next to .engine
+    return step
 
 
 def replace_data(t: Tensor, native: Any) -> None:

@@ -38,8 +38,17 @@ class JaxTrainStep:
 
             raise ConfigurationError(f"compile_step: {len(missing)} model parameter(s) are not in the optimizer; pass model.parameters() to it")
         self.slot_index = [slots[id(p)] for p in self.params]
+        self._jit: Any = jax.jit
         self._grads = jax.jit(jax.value_and_grad(self._loss, has_aux=True))
         self._fused: dict[Any, Any] = {}
+
+    def distribute(self, jit: Any) -> None:
+        """Compile the step's programs with ``jit`` instead of ``jax.jit``: nx.distributed's
+        data-parallel jit (the batch, the last argument, sharded over the job's processes; the
+        rest replicated), so XLA averages the gradients inside the program."""
+        self._jit = jit
+        self._grads = jit(self.jax.value_and_grad(self._loss, has_aux=True))
+        self._fused.clear()
 
     # ------------------------------------------------------------------ traced pieces
     def _loss(self, params: tuple[Any, ...], buffers: tuple[Any, ...], batch: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
@@ -89,7 +98,7 @@ class JaxTrainStep:
             key = tuple(tuple(sorted((k, v) for k, v in g.items() if k not in ("params", "initial_lr"))) for g in opt.param_groups)
             fused = self._fused.get(key)
             if fused is None:  # hyperparameters are constants of the program: a scheduler's new lr compiles once more
-                fused = self._fused[key] = self.jax.jit(self._program)
+                fused = self._fused[key] = self._jit(self._program)
             # The step count enters as float32 data (Adam's bias correction), so the program is reused.
             traced_states = tuple({k: (v._data if type(v) is Tensor else np.float32(v)) for k, v in s.items()} for s in states)
             loss, new_buffers, new_params, new_states = fused(params, buffers, traced_states, natives)

@@ -1,0 +1,235 @@
+"""jax.distributed for tpu: one JAX process per host (per rank when emulated), every device of
+the job in one global view, XLA's own collectives (gloo across processes on JAX's CPU platform).
+
+Data-parallel training runs the tpu plugin's own jitted step over a one-axis mesh ("dp") with one
+device per process: parameters and optimizer state enter as replicated global arrays, each rank's
+batch as its shard of one global batch, so the loss is the global batch's and XLA inserts the
+gradient all-reduce inside the program. Results come back as this process's replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.device import Device
+from neurenix_core.distributed.engine import Engine
+from neurenix_core.distributed.launch import LaunchEnv
+from neurenix_core.errors import DistributedError, RankFailedError
+from neurenix_core.tensor.tensor import Tensor
+
+__all__ = ["JaxEngine"]
+
+
+class JaxEngine(Engine):
+    def __init__(self, launch: LaunchEnv, device: Device, timeout_s: float) -> None:
+        super().__init__(launch, device)
+        self.name = "jax.distributed"
+        self.platform = "cpu" if device.emulated else "tpu"
+        if device.emulated and "JAX_PLATFORMS" not in os.environ:
+            os.environ["JAX_PLATFORMS"] = "cpu"  # as the tpu plugin does: an emulated run must not claim a real TPU
+        import jax
+
+        self.jax = jax
+        _refuse_started(jax)
+        if device.emulated:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
+        self.rendezvous = _rendezvous(launch, timeout_s)
+        self._initialize(timeout_s)
+        if launch.source == "tpu-pod":  # only now known, from the pod's metadata
+            self.rank, self.world_size = jax.process_index(), jax.process_count()
+        self._checked: set[str] = set()
+        self._mesh()
+
+    # ------------------------------------------------------------------ start
+    def _initialize(self, timeout_s: float) -> None:
+        launch, jax = self.launch, self.jax
+        kwargs: dict[str, Any] = {"initialization_timeout": max(1, int(timeout_s))}
+        if launch.source != "tpu-pod":
+            kwargs.update(coordinator_address=self._coordinator(), num_processes=launch.world_size, process_id=launch.rank)
+        try:
+            jax.distributed.initialize(**kwargs)
+        except Exception as exc:  # XlaRuntimeError / ValueError from the coordination service
+            raise DistributedError(
+                f"nx.distributed.init (rank {launch.rank}, {launch.source}): jax.distributed.initialize failed ({exc}); "
+                "check that every rank was started with the same WORLD_SIZE and can reach rank 0"
+            ) from exc
+        if self.rendezvous is not None:
+            self.rendezvous.start_heartbeat()
+
+    def _coordinator(self) -> str:
+        """rank 0 picks a free port for JAX's coordinator and publishes it (MASTER_PORT is the store's)."""
+        launch, rdv = self.launch, self.rendezvous
+        if rdv is None:
+            return f"{launch.master_addr}:{launch.master_port}"
+        if launch.rank == 0:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+            rdv.store.set("jax/coordinator", f"{launch.master_addr}:{port}")
+        return str(rdv.store.get("jax/coordinator").decode())
+
+    def _mesh(self) -> None:
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        jax, index = self.jax, self.device.index
+        local = jax.local_devices(backend=self.platform)
+        if index >= len(local):
+            raise DistributedError(f"nx.distributed: {self.device} does not exist on rank {self.rank} ({len(local)} local devices)")
+        self.local_device = local[index]
+        every = jax.devices(self.platform)
+        per_process = [sorted((d for d in every if d.process_index == p), key=lambda d: d.id) for p in range(jax.process_count())]
+        # One device per process, the same tpu:i on each (checked once by the first collective below).
+        self.mesh = Mesh(np.array([devs[index] for devs in per_process]), ("dp",))
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.sharded = NamedSharding(self.mesh, PartitionSpec("dp"))
+        self._agree(f"device index {index}")
+
+    # ------------------------------------------------------------------ errors
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except DistributedError:
+            raise
+        except Exception as exc:  # JaxRuntimeError from a collective whose peer is gone
+            if self.rendezvous is not None:
+                raise self.rendezvous.diagnose(what, exc) from exc
+            raise RankFailedError(f"nx.distributed.{what} on rank {self.rank} of {self.world_size} failed: {exc}") from exc
+
+    def _agree(self, what: str) -> None:
+        """Every rank must pass the same ``what`` (batch shapes, device index): checked by digest."""
+        if what in self._checked:
+            return
+        from jax.experimental import multihost_utils
+
+        digest = np.frombuffer(hashlib.sha256(what.encode()).digest()[:8], dtype=np.int64)
+        with self._guard("check"):
+            seen = np.asarray(multihost_utils.process_allgather(digest)).reshape(-1)
+        differ = [r for r, d in enumerate(seen) if d != seen[0]]
+        if differ:
+            raise DistributedError(
+                f"nx.distributed (rank {self.rank}): rank(s) {differ} differ from rank 0 in {what.split(' ')[0]} (here: {what}); "
+                "every rank must use the same device index and pass batch shards of the same shape"
+            )
+        self._checked.add(what)
+
+    # ------------------------------------------------------------------ collectives
+    def _gather(self, x: Tensor, what: str) -> np.ndarray:
+        from jax.experimental import multihost_utils
+
+        with self._guard(what):
+            return np.asarray(multihost_utils.process_allgather(x.numpy(), tiled=False))
+
+    def _on_device(self, host: np.ndarray, like: Tensor) -> Tensor:
+        from neurenix_core.tensor.creation import asarray
+
+        return asarray(host.astype(like.dtype, copy=False), device=like.device)
+
+    def barrier(self) -> None:
+        from jax.experimental import multihost_utils
+
+        with self._guard("barrier"):
+            multihost_utils.sync_global_devices("neurenix barrier")
+
+    def all_reduce(self, x: Tensor, op: str) -> Tensor:
+        g = self._gather(x, "all_reduce")
+        out = {"sum": g.sum, "mean": g.mean, "max": g.max, "min": g.min}[op](axis=0)
+        return self._on_device(np.asarray(out), x)
+
+    def all_gather(self, x: Tensor) -> Tensor:
+        return self._on_device(self._gather(x, "all_gather"), x)
+
+    def broadcast(self, x: Tensor, src: int) -> Tensor:
+        from jax.experimental import multihost_utils
+
+        with self._guard("broadcast"):
+            out = multihost_utils.broadcast_one_to_all(x.numpy(), is_source=self.rank == src)
+        return self._on_device(np.asarray(out), x)
+
+    def average_gradients(self, params: Sequence[Tensor]) -> None:
+        from jax.experimental import multihost_utils
+
+        owners = [p for p in params if p.grad is not None]
+        with self._guard("average_gradients"):
+            stacked = multihost_utils.process_allgather(tuple(p.grad.numpy() for p in owners), tiled=False)  # type: ignore[union-attr]
+        for p, g in zip(owners, stacked):
+            p.grad = self._on_device(np.asarray(g).mean(axis=0), p.grad)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ the data-parallel step
+    def global_jit(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``jax.jit(fn)`` over the job: the last argument (the batch) is sharded over the ranks,
+        the others replicated; results come back as this process's replica."""
+        jax = self.jax
+        jitted = jax.jit(fn, out_shardings=self.replicated)
+
+        def call(*args: Any) -> Any:
+            *state, batch = args
+            self._agree("batch shapes " + repr([tuple(np.shape(b)) for b in batch]))
+            global_state = jax.tree.map(self._replicate, tuple(state))
+            global_batch = tuple(self._shard(b) for b in batch)
+            with self._guard("compile_step"):
+                out = jitted(*global_state, global_batch)
+                return jax.tree.map(lambda a: a.addressable_data(0), out)
+
+        return call
+
+    def _replicate(self, x: Any) -> Any:
+        local = self.jax.device_put(x, self.local_device)
+        return self.jax.make_array_from_single_device_arrays(local.shape, self.replicated, [local])
+
+    def _shard(self, x: Any) -> Any:
+        local = self.jax.device_put(x, self.local_device)
+        if local.ndim == 0:
+            raise DistributedError("data-parallel compile_step on tpu: every batch argument needs a leading batch axis")
+        shape = (local.shape[0] * self.world_size, *local.shape[1:])
+        return self.jax.make_array_from_single_device_arrays(shape, self.sharded, [local])
+
+    def lower_step(self, lower: Callable[[Any], Any], optimizer: Any) -> Any:
+        step = lower(optimizer)
+        distribute = getattr(step, "distribute", None)
+        if distribute is None:
+            raise DistributedError(
+                f"data-parallel compile_step on {self.device}: the step ({getattr(step, 'engine', type(step).__name__)}) cannot run "
+                "under jax.distributed; use the eager tape with nx.distributed.average_gradients(model) after loss.backward()"
+            )
+        distribute(self.global_jit)
+        return step
+
+    def shutdown(self) -> None:
+        try:
+            self.jax.distributed.shutdown()
+        finally:
+            if self.rendezvous is not None:
+                self.rendezvous.close()
+
+
+def _refuse_started(jax: Any) -> None:
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        raise DistributedError(
+            "nx.distributed.init on tpu: JAX has already started in this process (a tpu tensor or model exists); "
+            "call nx.distributed.init() first, before creating anything on tpu"
+        )
+
+
+def _rendezvous(launch: LaunchEnv, timeout_s: float) -> Any:
+    """torch's TCPStore where the launcher provides one (torchrun); None on a TPU pod or without torch."""
+    if not launch.rendezvous:
+        return None
+    try:
+        import torch.distributed  # noqa: F401 - the store only
+    except ImportError:
+        return None
+    from neurenix_core.distributed.rendezvous import Rendezvous
+
+    rdv = Rendezvous(launch, timeout_s)
+    rdv.join()
+    return rdv

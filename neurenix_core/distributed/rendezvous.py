@@ -1,0 +1,145 @@
+"""Meeting point and watchdog: torch's TCPStore at MASTER_ADDR:MASTER_PORT.
+
+Every rank writes the world size it was launched with and waits for the others, so a job whose
+processes disagree (or that is short of a rank) ends with WorldSizeMismatchError naming the ranks
+instead of waiting forever in the engine's own rendezvous. Afterwards each rank bumps a heartbeat
+counter in the store from a daemon thread; when a collective fails, the counters that stopped
+moving name the ranks that died. The store is torch's (torchrun's agent hosts it, or rank 0);
+nothing of ours goes on the wire besides these keys.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from neurenix_core.distributed.launch import LaunchEnv
+from neurenix_core.errors import DistributedError, RankFailedError, WorldSizeMismatchError
+
+__all__ = ["Rendezvous", "HEARTBEAT_S"]
+
+HEARTBEAT_S = 0.5  # a rank whose counter did not move for 3 periods is taken for dead
+
+
+class Rendezvous:
+    """The job's TCPStore, the world-size check, and the heartbeat watchdog."""
+
+    def __init__(self, launch: LaunchEnv, timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        self.dist, self.launch, self.timeout_s = dist, launch, timeout_s
+        self.prefix = f"neurenix/{launch.run_id}/"
+        self.hosts_store = launch.rank == 0 and not launch.agent_store
+        self.store = self._connect(is_master=self.hosts_store)
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ store
+    def _connect(self, *, is_master: bool) -> Any:
+        launch = self.launch
+        try:
+            raw = self.dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master,
+                                     timeout=timedelta(seconds=self.timeout_s), wait_for_workers=False,
+                                     use_libuv=True)
+        except (RuntimeError, OSError) as exc:
+            who = "host" if is_master else "reach"
+            raise DistributedError(
+                f"nx.distributed.init (rank {launch.rank}): could not {who} the rendezvous at "
+                f"{launch.master_addr}:{launch.master_port} within {self.timeout_s:g} s ({exc}); check MASTER_ADDR/MASTER_PORT "
+                "and that rank 0 is running"
+            ) from exc
+        return self.dist.PrefixStore(self.prefix, raw)
+
+    def key(self, name: str) -> str:
+        return name
+
+    # ------------------------------------------------------------------ world size
+    def join(self) -> None:
+        """Publish this rank's world size; wait for every rank; refuse disagreements."""
+        launch, store = self.launch, self.store
+        store.set(f"world/{launch.rank}", str(launch.world_size))
+        joined = store.add("joined", 1)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            seen = self._published()
+            wrong = {r: w for r, w in seen.items() if w != launch.world_size}
+            if wrong or joined > launch.world_size:
+                raise WorldSizeMismatchError(
+                    f"nx.distributed.init (rank {launch.rank}): launched with world size {launch.world_size}, but "
+                    + (", ".join(f"rank {r} with {w}" for r, w in sorted(wrong.items())) if wrong else f"{joined} processes joined")
+                    + "; start every process with the same WORLD_SIZE (torchrun --nnodes x --nproc-per-node)"
+                )
+            if len(seen) == launch.world_size:
+                return
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(launch.world_size)) - set(seen))
+                raise WorldSizeMismatchError(
+                    f"nx.distributed.init (rank {launch.rank}): world size {launch.world_size}, but rank(s) {missing} did not "
+                    f"join within {self.timeout_s:g} s; start them (or lower WORLD_SIZE), or raise init(timeout=...)"
+                )
+            time.sleep(0.05)
+            joined = store.add("joined", 0)
+
+    def _published(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for r in range(self.launch.world_size):
+            k = f"world/{r}"
+            if self.store.check([k]):
+                out[r] = int(self.store.get(k).decode())
+        return out
+
+    # ------------------------------------------------------------------ watchdog
+    def start_heartbeat(self) -> None:
+        # Its own client: the engine's calls on the main store must not queue behind ours.
+        store = self._connect(is_master=False) if not self.hosts_store else self.store
+        key = f"beat/{self.launch.rank}"
+
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_S):
+                try:
+                    store.add(key, 1)
+                except (RuntimeError, OSError):
+                    return  # the store's host is gone: diagnose() says so when a collective fails
+
+        store.add(key, 1)
+        self._beat = threading.Thread(target=beat, name="neurenix-heartbeat", daemon=True)
+        self._beat.start()
+
+    def _beats(self) -> dict[int, int]:
+        return {r: self.store.add(f"beat/{r}", 0) for r in range(self.launch.world_size) if r != self.launch.rank}
+
+    def failed_ranks(self) -> tuple[int, ...] | None:
+        """Ranks whose heartbeat stopped (None when the store itself cannot be reached)."""
+        try:
+            before = self._beats()
+            time.sleep(3 * HEARTBEAT_S + 0.2)
+            after = self._beats()
+        except (RuntimeError, OSError):
+            return None
+        return tuple(r for r in before if after[r] == before[r])
+
+    def diagnose(self, what: str, exc: BaseException) -> RankFailedError:
+        """The typed error for a collective that raised ``exc``."""
+        launch = self.launch
+        dead = self.failed_ranks()
+        if dead is None:
+            host = "rank 0" if not launch.agent_store else "the torchrun agent"
+            ranks: tuple[int, ...] = (0,) if not launch.agent_store else ()
+            cause = f"the rendezvous store ({host}, {launch.master_addr}:{launch.master_port}) is gone as well"
+        elif dead:
+            ranks, cause = dead, f"rank(s) {list(dead)} stopped (no heartbeat)"
+        else:
+            ranks, cause = (), "every other rank is alive: one of them did not enter the same collective in time"
+        return RankFailedError(
+            f"nx.distributed.{what} on rank {launch.rank} of {launch.world_size} failed: {cause} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). See the failed rank's own error; every rank must run the same "
+            "steps with the same batch shapes",
+            ranks=ranks,
+        )
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=2 * HEARTBEAT_S)
