@@ -73,7 +73,7 @@ def encode(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> li
     for key, value in tensors.items():
         arr = np.asarray(value)
         code = _code(arr, key)
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr, order="C")  # not ascontiguousarray, which makes a 0-d array 1-d
         # The file is little-endian whatever the host; non-native arrays are made native first.
         if not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))
