@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from neurenix_core.config import FALLBACK_POLICIES, inspect_config
 from neurenix_core.errors import ConfigurationError, FallbackError, NeurenixWarning
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["fallback_policy", "get_fallback_policy", "set_fallback_policy", "fallback_stats", "reset_fallback_stats", "record", "FallbackWarning"]
 
@@ -78,7 +79,7 @@ def record(op: str, backend: str, device: str) -> None:
             f"{op} is not native on {device} (backend {backend}); it ran on the host CPU and the result "
             f"was copied back to {device}. Silence with NEURENIX_FALLBACK=allow; forbid with NEURENIX_FALLBACK=error.",
             FallbackWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),  # the user's line, whichever operator, function or kernel got here
         )
 
 

@@ -717,8 +717,11 @@ def _constants(ep: Any) -> dict[str, np.ndarray]:
 
 def _export(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any) -> tuple[Any, Any]:
     """The exported program as traced (its ShapeEnv names what fixed a size) and decomposed."""
-    ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)
-    return ep, ep.run_decompositions({})
+    from neurenix_core.graph.importers.torch_quiet import quiet_export
+
+    with quiet_export():  # torch's internal FutureWarning and its 0/1-specialisation log line (torch_quiet)
+        ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)
+        return ep, ep.run_decompositions({})
 
 
 def _refuse(module: Any, exc: Exception) -> UnsupportedOperationError:

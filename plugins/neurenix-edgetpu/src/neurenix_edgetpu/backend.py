@@ -18,6 +18,7 @@ from neurenix_core.plugins.manifest import ProbeResult
 
 from neurenix_edgetpu import probe as probe_mod
 from neurenix_edgetpu.amx import xnnpack_amx
+from neurenix_edgetpu.native_log import native_stderr_to_logging
 from neurenix_edgetpu.runtime import KERNELS, Runner, load_litert
 from neurenix_edgetpu.verify import EDGETPU_CUSTOM_OP, ModelInfo
 
@@ -93,7 +94,8 @@ class LiteRTBackend(Backend):
         # A one-op float32 model through LiteRT's default XNNPACK delegate: creating the delegate
         # initialises XNNPACK, which asks Linux for AMX then (if the CPU has it), as any model would.
         it = self.litert.Interpreter(model_content=_one_op_model(), num_threads=1, experimental_op_resolver_type=self._resolver("xnnpack"))
-        it.allocate_tensors()
+        with native_stderr_to_logging():
+            it.allocate_tensors()
 
     @property
     def version(self) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 from neurenix_core.errors import BackendUnavailableError, CompilationError, ShapeError
 
 from neurenix_edgetpu.amx import amx_state
+from neurenix_edgetpu.native_log import native_stderr_to_logging
 
 __all__ = ["load_litert", "Runner", "delegation", "KERNELS"]
 
@@ -84,7 +85,8 @@ class Runner:
     def __init__(self, interpreter: Any, source: str, config: dict[str, Any] | None = None) -> None:
         self._where = source
         try:
-            interpreter.allocate_tensors()
+            with native_stderr_to_logging():  # LiteRT's "INFO: Created ... XNNPACK delegate" line goes to logging
+                interpreter.allocate_tensors()
         except RuntimeError as exc:
             raise CompilationError(f"{source}: LiteRT could not prepare the model: {exc}") from exc
         self.interpreter = interpreter

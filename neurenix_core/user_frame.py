@@ -1,0 +1,31 @@
+"""Warnings point at the user's line, not at the neurenix frame that noticed the problem.
+
+A fixed ``stacklevel`` is right for one call path only: a fallback is recorded under an operator
+(``x.sort()``), a generated namespace function (``nx.sort(x)``), the facade (``neurenix.*``) or a
+plugin's kernel, each a different depth below the user. :func:`user_stacklevel` walks the stack
+instead and counts the frames of neurenix's own packages (the core, the facade, the plugins,
+whose modules all start with ``neurenix``), so the warning names the first frame outside them.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType
+
+__all__ = ["user_stacklevel"]
+
+
+def _ours(frame: FrameType) -> bool:
+    # Module names rather than file paths: editable installs, wheels and zipapps all agree on them.
+    name = frame.f_globals.get("__name__", "")
+    return isinstance(name, str) and name.startswith("neurenix")
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` made by the caller of this function that
+    attributes the warning to the first frame outside neurenix (the outermost frame if all are)."""
+    frame = sys._getframe(2)  # 0 is this function, 1 the function that warns (stacklevel=1), 2 its caller
+    level = 2
+    while _ours(frame) and frame.f_back is not None:
+        frame, level = frame.f_back, level + 1
+    return level
