@@ -176,7 +176,8 @@ class Tensor:
         return f"Tensor({body}, dtype={self.dtype}, device='{self.device}')"
 
     def __str__(self) -> str:
-        return str(self.numpy())
+        # print(t) shows dtype and device too, as torch does: a bare array hides where it lives.
+        return self.__repr__()
 
     def __len__(self) -> int:
         shape = self.shape
