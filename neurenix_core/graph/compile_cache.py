@@ -53,10 +53,12 @@ __all__ = [
     "cpu_identity",
     "entries",
     "evict",
+    "pack",
     "plan_fingerprint",
     "runtime_folder",
     "stats",
     "total_bytes",
+    "unpack",
 ]
 
 T = TypeVar("T")
@@ -391,3 +393,45 @@ def clear(root: Path | None = None) -> int:
             p.unlink()
             freed += size
     return freed
+
+
+# ---------------------------------------------------------------------------- payload helpers for plugins
+def pack(parts: Mapping[str, bytes], arrays: Mapping[str, Any] | None = None) -> bytes:
+    """Several byte strings and NumPy arrays (any dtype the core knows, bfloat16 included) as one
+    payload: a JSON index, then the bytes. No pickle."""
+    import numpy as np
+
+    index: list[list[Any]] = []
+    blobs: list[bytes] = []
+    for name, blob in parts.items():
+        index.append([name, "bytes", None, len(blob)])
+        blobs.append(bytes(blob))
+    for name, value in (arrays or {}).items():
+        arr = np.ascontiguousarray(value)
+        index.append([name, arr.dtype.name, list(arr.shape), arr.nbytes])
+        blobs.append(arr.tobytes())
+    head = json.dumps(index).encode()
+    return _HEADER.pack(len(head)) + head + b"".join(blobs)
+
+
+def unpack(payload: bytes) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """The byte strings and arrays :func:`pack` wrote (arrays are read-only views of ``payload``)."""
+    import numpy as np
+
+    from neurenix_core.deploy.arrays import dtype_named
+
+    (n,) = _HEADER.unpack_from(payload, 0)
+    index = json.loads(payload[_HEADER.size:_HEADER.size + n])
+    offset = _HEADER.size + n
+    parts: dict[str, bytes] = {}
+    arrays: dict[str, Any] = {}
+    for name, kind, shape, size in index:
+        chunk = payload[offset:offset + size]
+        if len(chunk) != size:
+            raise ValueError(f"payload part {name!r} is truncated")
+        if kind == "bytes":
+            parts[name] = chunk
+        else:
+            arrays[name] = np.frombuffer(chunk, dtype=dtype_named(kind, "compile cache")).reshape(shape)
+        offset += size
+    return parts, arrays

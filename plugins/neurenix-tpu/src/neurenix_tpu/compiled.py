@@ -31,6 +31,7 @@ from neurenix_core.errors import CompilationError, NeurenixWarning
 from neurenix_core.graph.inputs import call_runtime
 from neurenix_core.graph.ir import Graph
 
+from neurenix_tpu.compile_cache import cache_phrase, cached_lowering, use_jax_cache, xla_cache_counts
 from neurenix_tpu.lowering import Lowered, lower_graph, resolve_mode
 
 if TYPE_CHECKING:
@@ -245,14 +246,17 @@ def _summary(backend: JaxTPUBackend, program: Program, default: bool) -> str:
 def compile_graph(backend: JaxTPUBackend, graph: Graph, options: Any) -> TPUCompiledModel:
     """The ``neurenix_compile`` hook body: lower (cached per structure), then compile for the shape."""
     index, precision, buckets, parallel_opt = _options(options)
+    use_jax_cache()  # before the first XLA compile: JAX reads the folder once
     plan = getattr(options, "quantization", None)
     mode, default = resolve_mode(precision, plan)
     parallel = _parallel_count(backend, index, parallel_opt)
     # The plan is part of the program; nx.compile keeps it alive as long as the program.
     key = (_structure_key(graph), mode.name, id(plan), index, parallel, buckets)
     program = backend.compile_cache.get(key)
+    stored = ""
     if program is None:
-        program = Program(backend, lower_graph(graph, precision, plan), index, parallel, buckets)
+        lowered, stored = _lowering(backend, graph, precision, plan, index, parallel, buckets)
+        program = Program(backend, lowered, index, parallel, buckets)
         backend.compile_cache[key] = program
     if dict(getattr(options, "extra", {}) or {}).get("shape_buckets"):
         program._warned = True  # nx.compile's buckets bound the shapes already: no recompilation advice
@@ -261,8 +265,25 @@ def compile_graph(backend: JaxTPUBackend, graph: Graph, options: Any) -> TPUComp
     model.input_dtypes = tuple(np.dtype(s.dtype) for s in graph.inputs)  # what compiled.save exports for (artifact.py)
     padded = tuple((model.padded, *s[1:]) if s else s for s in shapes)
     program.note_shapes(padded)
+    before = xla_cache_counts()
     _warm_up(backend, model, graph)
+    phrase = cache_phrase(before)
+    model.summary += "".join(f", {p}" for p in (stored, phrase) if p)
     return model
+
+
+def _lowering(backend: JaxTPUBackend, graph: Graph, precision: str | None, plan: Any, index: int, parallel: int,
+              buckets: tuple[int, ...]) -> tuple[Lowered, str]:
+    """The lowering, through the persistent cache (compile_cache.py) for one-device programs of
+    static shapes; with the cache's phrase for the summary."""
+    shapes = [tuple(s.shape) for s in graph.inputs]
+    if parallel > 1 or graph.dynamic or not shapes or not all(shapes) or any(not s for s in shapes):
+        return lower_graph(graph, precision, plan), ""
+    padded = [(bucket_for(s[0], buckets, parallel), *s[1:]) for s in shapes]
+    result = cached_lowering(backend, graph, precision, plan, padded, index)
+    if result.state == "off":
+        return result.value, ""
+    return result.value, result.line().replace("compile cache:", "compile cache (lowering):", 1)
 
 
 def _warm_up(backend: JaxTPUBackend, model: TPUCompiledModel, graph: Graph) -> None:
