@@ -25,6 +25,7 @@ from neurenix_core.errors import (
     ArtifactFormatError,
     ArtifactMismatchError,
     ArtifactUnsupportedError,
+    BackendUnavailableError,
     CompilationError,
     DeviceNotFoundError,
 )
@@ -205,7 +206,7 @@ def _plugin(manifest: dict[str, Any], dev: Any, folder: Path) -> tuple[Any, Any]
     saved = manifest["plugin"]
     try:
         rec = registry().plugin_for(dev)
-    except DeviceNotFoundError as exc:
+    except (DeviceNotFoundError, BackendUnavailableError) as exc:
         raise ArtifactMismatchError(f"{folder} needs plugin {saved['name']} {saved['version']} (pip install "
                                     f"{saved['distribution']}=={saved['version']}) to run on {dev}: {exc}") from exc
     assert rec.manifest is not None

@@ -36,18 +36,27 @@ def save_compiled(backend: NPUOpenVINOBackend, model: Any, directory: Path) -> d
                                        f"as artifacts, not a {type(model).__name__}; compile the model with nx.compile first")
     ir = lower_graph(graph, model.plan, device=backend.device_label())
     backend.ov.save_model(ir, str(directory / "model.xml"), compress_to_fp16=False)
-    blob = None
-    try:
-        (directory / "model.blob").write_bytes(bytes(model.compiled.export_model().getvalue()))
-        blob = "model.blob"
-    except RuntimeError:  # a device without export support: the IR alone is the artifact
-        pass
+    blob = _write_blob(backend, ir, model, directory / "model.blob")
     return {
         "runtime": _runtime(backend), "ov_device": backend.ov_device, "ir": "model.xml", "blob": blob,
         "precision": model.precision, "optimize_for": model.optimize_for, "threads": model.threads,
         "properties": {k: str(v) for k, v in model.properties.items()}, "nodes": len(graph.nodes),
         "inputs": [[name, list(shape), str(dtype)] for name, shape, dtype in model.input_specs],
     }
+
+
+def _write_blob(backend: NPUOpenVINOBackend, ir: Any, model: OpenVINOCompiledModel, path: Path) -> str | None:
+    """The compiled blob of a fresh compile of ``ir``, checked by importing it once; None when the
+    device cannot export. Not ``model.compiled``'s own export: a model that was itself imported
+    (from the persistent compile cache) exports a blob OpenVINO 2026.4's CPU device cannot read."""
+    props = backend.compile_properties(model.precision, model.optimize_for, model.threads, model.properties)
+    try:
+        data = bytes(backend.core.compile_model(ir, backend.ov_device, props).export_model().getvalue())
+        backend.core.import_model(io.BytesIO(data), backend.ov_device, props)
+    except RuntimeError:  # no export on this device: the IR alone is the artifact
+        return None
+    path.write_bytes(data)
+    return path.name
 
 
 def load_compiled(backend: NPUOpenVINOBackend, directory: Path, meta: dict[str, Any]) -> OpenVINOCompiledModel:

@@ -1,0 +1,213 @@
+"""Compiled artifacts (issue #30): compiled.save(path) on every plugin, nx.load_compiled in a
+fresh interpreter with the same results (torch made unimportable for cpu, npu, tpu and edgetpu),
+partitioned models with their cpu:0 segments, int8 bit for bit, and the typed errors for
+corrupted, incomplete, newer and mismatched artifacts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+from artifact_models import DEVICES, NO_TORCH, as_host, cnn, image_batch, load_fresh, partitioned_graph, run_fresh, vector_batch, write_input
+from neurenix_core.errors import ArtifactFormatError, ArtifactMismatchError, ArtifactUnsupportedError
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Per device: a CNN and a partitioned graph compiled, run once, and saved."""
+    root = tmp_path_factory.mktemp("artifacts")
+    out: dict[str, Any] = {"root": root, "inputs": {"cnn": write_input(root, "cnn", image_batch()), "part": write_input(root, "part", vector_batch())}}
+    with nx.fallback_policy("allow"):
+        for dev in DEVICES:
+            for kind, model, x in (("cnn", cnn(), image_batch()), ("part", partitioned_graph(), vector_batch())):
+                compiled = nx.compile(model, device=dev, outputs="host")
+                expected = as_host(compiled(x))
+                path = compiled.save(root / f"{dev}-{kind}")
+                out[(dev, kind)] = {"path": str(path), "expected": expected, "placement": compiled.placement.line(), "compiled": compiled}
+    return out
+
+
+def _jobs(saved: dict[str, Any], devices: tuple[str, ...]) -> list[dict[str, Any]]:
+    root = saved["root"]
+    return [{"artifact": saved[(d, k)]["path"], "input": saved["inputs"][k], "output": str(root / f"out-{d}-{k}.npy"), "key": [d, k]}
+            for d in devices for k in ("cnn", "part")]
+
+
+def _check(saved: dict[str, Any], jobs: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    for job, report in zip(jobs, result["report"]):
+        d, k = job["key"]
+        got, want = np.load(job["output"]), saved[(d, k)]["expected"]
+        # The same native program runs in both processes: results agree to float32 rounding.
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"{d} {k}")
+        assert report["placement"] == saved[(d, k)]["placement"], (d, k)
+        assert report["device"] == f"{d}:0"
+
+
+def test_every_plugin_loads_in_a_fresh_process_without_torch(saved: dict[str, Any]) -> None:
+    jobs = _jobs(saved, NO_TORCH)
+    result = load_fresh(jobs, block_torch=True)
+    assert result["torch"] is False
+    _check(saved, jobs, result)
+    summaries = {tuple(j["key"]): r["summary"] for j, r in zip(jobs, result["report"])}
+    assert "imported from the compiled blob" in summaries[("npu", "cnn")]
+    assert "jax.export module" in summaries[("tpu", "cnn")]
+    assert "loaded from edgetpu-cnn" in summaries[("edgetpu", "cnn")]
+
+
+def test_cuda_artifact_loads_in_a_fresh_process(saved: dict[str, Any]) -> None:
+    jobs = _jobs(saved, ("cuda",))
+    result = load_fresh(jobs, block_torch=False)
+    _check(saved, jobs, result)
+    assert "torch.export program" in result["report"][0]["summary"]
+
+
+@pytest.mark.parametrize("dev", ["npu", "tpu", "edgetpu", "cuda"])
+def test_partitioned_artifact_keeps_its_cpu_segment(saved: dict[str, Any], dev: str) -> None:
+    manifest = json.loads((Path(saved[(dev, "part")]["path"]) / "artifact.json").read_text())
+    assert len(manifest["parts"]) == 2  # the two device segments, in the plugin's format
+    assert len(manifest["host_parts"]) == 1  # the cumsum segment on cpu:0, with the runtime that ran it
+    assert "cpu:0" in manifest["shapes"][0]["placement"] and "cumsum" in manifest["shapes"][0]["placement"]
+
+
+def test_manifest_describes_the_model(saved: dict[str, Any]) -> None:
+    from neurenix_core.deploy import read_manifest
+
+    manifest = read_manifest(saved[("npu", "cnn")]["path"])
+    assert manifest["format_version"] == 1 and manifest["device_type"] == "npu" and manifest["emulated"] is True
+    assert manifest["plugin"] == {"name": "npu-openvino", "distribution": "neurenix-npu-openvino", "version": manifest["plugin"]["version"]}
+    assert manifest["runtime"][0].startswith("openvino ")
+    assert manifest["shapes"][0]["shapes"] == [[2, 3, 8, 8]]
+    assert manifest["parts"][0]["meta"]["ir"] == "model.xml" and manifest["api_version"] == "1.3"
+
+
+def test_loaded_model_compiles_new_shapes_like_the_original(saved: dict[str, Any]) -> None:
+    loaded = nx.load_compiled(saved[("cpu", "cnn")]["path"])
+    x = np.random.default_rng(5).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(as_host(loaded(x)), as_host(saved[("cpu", "cnn")]["compiled"](x)), rtol=1e-6, atol=1e-6)
+    assert len(loaded.compiled_shapes) == 2
+
+
+def test_int8_edgetpu_artifact_is_bit_identical(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    calibration = [rng.standard_normal((2, 3, 8, 8)).astype(np.float32) for _ in range(4)]
+    compiled = nx.compile(cnn(), device="edgetpu", quantize="int8", calibration=calibration, outputs="host", progress=False)
+    x = image_batch()
+    expected = as_host(compiled(x))
+    compiled.save(tmp_path / "int8")
+    manifest = json.loads((tmp_path / "int8" / "artifact.json").read_text())
+    assert manifest["precision"] == "int8"
+    out = tmp_path / "int8.npy"
+    result = load_fresh([{"artifact": str(tmp_path / "int8"), "input": write_input(tmp_path, "x", x), "output": str(out)}], block_torch=True)
+    assert result["torch"] is False
+    np.testing.assert_array_equal(np.load(out), expected)
+
+
+# ------------------------------------------------------------------------------------ errors
+def _copy(saved: dict[str, Any], key: tuple[str, str], tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / "copy"
+    shutil.copytree(saved[key]["path"], target)
+    return target
+
+
+def _edit_manifest(folder: Path, **changes: Any) -> None:
+    file = folder / "artifact.json"
+    manifest = json.loads(file.read_text())
+    for k, v in changes.items():
+        manifest[k] = v
+    file.write_text(json.dumps(manifest))
+
+
+def test_corrupted_file_is_a_format_error(saved: dict[str, Any], tmp_path: Path) -> None:
+    folder = _copy(saved, ("edgetpu", "cnn"), tmp_path)
+    tflite = folder / "parts" / "0" / "model.tflite"
+    data = bytearray(tflite.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tflite.write_bytes(bytes(data))
+    with pytest.raises(ArtifactFormatError, match=r"parts/0/model.tflite is corrupted.*neurenix export"):
+        nx.load_compiled(folder)
+
+
+def test_corrupted_blob_behind_a_matching_checksum_is_a_format_error(saved: dict[str, Any], tmp_path: Path) -> None:
+    from neurenix_core.deploy.artifact import _sha256
+
+    folder = _copy(saved, ("npu", "cnn"), tmp_path)
+    blob = folder / "parts" / "0" / "model.blob"
+    blob.write_bytes(b"not an OpenVINO blob" * 10)
+    manifest = json.loads((folder / "artifact.json").read_text())
+    manifest["checksums"]["parts/0/model.blob"] = _sha256(blob)
+    (folder / "artifact.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactFormatError, match="plugin npu-openvino.*cannot import the compiled blob"):
+        nx.load_compiled(folder)
+
+
+def test_missing_file_and_missing_manifest(saved: dict[str, Any], tmp_path: Path) -> None:
+    folder = _copy(saved, ("tpu", "cnn"), tmp_path)
+    (folder / "parts" / "0" / "weights.arrays").unlink()
+    with pytest.raises(ArtifactFormatError, match="weights.arrays of the artifact is missing"):
+        nx.load_compiled(folder)
+    (folder / "artifact.json").unlink()
+    with pytest.raises(ArtifactFormatError, match="is not a compiled artifact"):
+        nx.load_compiled(folder)
+
+
+def test_newer_format_is_refused(saved: dict[str, Any], tmp_path: Path) -> None:
+    folder = _copy(saved, ("cpu", "cnn"), tmp_path)
+    _edit_manifest(folder, format_version=99)
+    with pytest.raises(ArtifactFormatError, match="format 99.*upgrade neurenix-core"):
+        nx.load_compiled(folder)
+
+
+def test_other_plugin_version_is_a_mismatch(saved: dict[str, Any], tmp_path: Path) -> None:
+    folder = _copy(saved, ("npu", "cnn"), tmp_path)
+    manifest = json.loads((folder / "artifact.json").read_text())
+    _edit_manifest(folder, plugin={**manifest["plugin"], "version": "0.0.1"})
+    with pytest.raises(ArtifactMismatchError, match=r"npu-openvino 0.0.1;.*installed.*neurenix-npu-openvino==0.0.1"):
+        nx.load_compiled(folder)
+
+
+def test_other_device_type_is_a_mismatch(saved: dict[str, Any]) -> None:
+    with pytest.raises(ArtifactMismatchError, match=r"compiled for npu:0 \(plugin npu-openvino\), not tpu:0"):
+        nx.load_compiled(saved[("npu", "cnn")]["path"], device="tpu")
+
+
+def test_missing_plugin_is_a_mismatch(saved: dict[str, Any]) -> None:
+    code = (f"import neurenix_core as nx\ntry:\n    nx.load_compiled({saved[('tpu', 'cnn')]['path']!r})\n"
+            "except nx.ArtifactMismatchError as exc:\n    print('refused:', exc)\n")
+    proc = run_fresh(code, env={"NEURENIX_BACKENDS": "-tpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert "refused:" in proc.stdout and "pip install neurenix-tpu==" in proc.stdout
+
+
+def test_models_that_cannot_be_saved(tmp_path: Path) -> None:
+    dynamic = nx.compile(partitioned_graph(), device="cpu")
+    dyn_graph = dynamic.graph
+    from dataclasses import replace
+
+    spec = replace(dyn_graph.inputs[0], dynamic=(0,))
+    unsaved = nx.compile(replace(dyn_graph, inputs=(spec,)), device="cpu")
+    with pytest.raises(ArtifactUnsupportedError, match="call the compiled model once with each input shape"):
+        unsaved.save(tmp_path / "dyn")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ArtifactUnsupportedError, match="is not a compiled artifact; choose an empty or new folder"):
+        dynamic.save(tmp_path / "busy")
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_plugin_without_the_hooks_is_named(tmp_path: Path) -> None:
+    from neurenix_core.plugins.state import registry
+
+    rec = registry().record_named("onnxruntime")
+    if rec is None or not rec.usable:
+        pytest.skip("the example onnxruntime plugin is not installed in this environment")
+    device = rec.manifest.device_types[0]
+    compiled = nx.compile(partitioned_graph(), device=device)
+    with nx.fallback_policy("allow"), pytest.raises(ArtifactUnsupportedError, match="plugin onnxruntime does not implement neurenix_save_compiled"):
+        compiled.save(tmp_path / "ort")
