@@ -27,6 +27,7 @@ from neurenix_core.graph.inputs import call_runtime, check_outputs
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 
 from neurenix_edgetpu import quantize as qz
+from neurenix_edgetpu.compile_cache import cached_tflite
 from neurenix_edgetpu.compiler import CompilerReport, run_edgetpu_compiler
 from neurenix_edgetpu.lower_s2d import choose_stem
 from neurenix_edgetpu.lowering import lower
@@ -176,7 +177,7 @@ def _plain(edge: Edge) -> bool:
 
 
 # ---------------------------------------------------------------------- whole-model compile
-_cache: dict[tuple[Any, ...], tuple[bytes, ModelInfo, tuple[Edge, ...], tuple[Edge, ...], CompilerReport | None, str]] = {}
+_cache: dict[tuple[Any, ...], tuple[bytes, ModelInfo, tuple[Edge, ...], tuple[Edge, ...], CompilerReport | None, str | None, str]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -197,19 +198,28 @@ def compile_graph(backend: LiteRTBackend, graph: Graph, options: CompileOptions)
     with _cache_lock:
         entry = _cache.get(key)
     if entry is None:
-        lowered = lower(graph, precision, plan, io=io, stem=stem)
-        report = run_edgetpu_compiler(lowered.data) if precision == "int8" else None
-        data = report.compiled if report is not None and report.compiled is not None and not backend.emulated else lowered.data
+        def write() -> tuple[bytes, tuple[Edge, ...], tuple[Edge, ...], CompilerReport | None, str | None]:
+            lowered = lower(graph, precision, plan, io=io, stem=stem)
+            report = run_edgetpu_compiler(lowered.data) if precision == "int8" else None
+            data = report.compiled if report is not None and report.compiled is not None and not backend.emulated else lowered.data
+            ins = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.inputs)
+            outs = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.outputs)
+            return data, ins, outs, report, lowered.stem
+
+        # The persistent cache (other processes' compiles) behind this process's own.
+        result = cached_tflite(backend, graph, precision, plan, io, stem, write)
+        data, ins, outs, report, written_stem = result.value
         info = inspect_model(data, source="the written model")
-        ins = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.inputs)
-        outs = tuple(Edge(s.name, s.shape, s.nhwc, s.dtype, s.quant) for s in lowered.outputs)
-        entry = (data, info, ins, outs, report, lowered.stem)
+        entry = (data, info, ins, outs, report, written_stem, result.line() if result.state != "off" else "")
         with _cache_lock:
             _cache[key] = entry
-    data, info, ins, outs, report, applied = entry
+    data, info, ins, outs, report, applied, cache_line = entry
     name = f"<{precision} graph {key[0][:8]}>"
-    return EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=extra.get("num_threads"), report=report,
-                        kernels=extra.get("kernels"), stem=applied)
+    model = EdgeTPUModel(backend, data, info, ins, outs, index=index, source=name, num_threads=extra.get("num_threads"), report=report,
+                         kernels=extra.get("kernels"), stem=applied)
+    if cache_line:
+        model.summary += f"; {cache_line}"
+    return model
 
 
 def _plan_key(plan: QuantizationPlan | None) -> str | None:
