@@ -11,9 +11,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from artifact_models import (
+    DEVICES,
+    NO_TORCH,
+    as_host,
+    cnn,
+    image_batch,
+    load_fresh,
+    partitioned_graph,
+    run_fresh,
+    vector_batch,
+    write_input,
+)
 
 import neurenix_core as nx
-from artifact_models import DEVICES, NO_TORCH, as_host, cnn, image_batch, load_fresh, partitioned_graph, run_fresh, vector_batch, write_input
 from neurenix_core.errors import ArtifactFormatError, ArtifactMismatchError, ArtifactUnsupportedError
 
 
