@@ -93,7 +93,8 @@ def neurenix_probe(context: ProbeContext) -> ProbeResult:
 
     ``context.emulate`` is True when the user listed the plugin's ``emulation`` token in
     ``NEURENIX_EMULATE``; the probe should then check that its software runtime is installed
-    (``importlib.util.find_spec``, never an import) and answer
+    (``importlib.util.find_spec`` on the top-level name, or ``importlib.metadata.version``; never an
+    import: ``find_spec("pkg.sub")`` imports ``pkg``; docs/vendors.md section 7) and answer
     ``ProbeResult.emulating(count)``. Emulated devices are never auto-selected over real hardware
     or the CPU.
 
