@@ -24,9 +24,26 @@ from neurenix_core.errors import DistributedError, ShapeError
 from neurenix_core.tensor.tensor import Tensor
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "engine", "device", "rank", "world_size", "local_rank", "barrier",
-    "all_reduce", "all_gather", "broadcast", "broadcast_parameters", "average_gradients", "shard",
-    "save_checkpoint", "load_checkpoint", "read_launch_env", "LaunchEnv", "DEFAULT_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "LaunchEnv",
+    "all_gather",
+    "all_reduce",
+    "average_gradients",
+    "barrier",
+    "broadcast",
+    "broadcast_parameters",
+    "device",
+    "engine",
+    "init",
+    "is_initialized",
+    "load_checkpoint",
+    "local_rank",
+    "rank",
+    "read_launch_env",
+    "save_checkpoint",
+    "shard",
+    "shutdown",
+    "world_size",
 ]
 
 DEFAULT_TIMEOUT_S = 180.0  # a dead rank is reported by the heartbeat in ~2 s; this bounds a rank that hangs

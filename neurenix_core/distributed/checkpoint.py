@@ -18,7 +18,7 @@ import numpy as np
 
 from neurenix_core.errors import ModelFormatError
 
-__all__ = ["save_checkpoint", "load_checkpoint"]
+__all__ = ["load_checkpoint", "save_checkpoint"]
 
 _META = "meta.json"
 

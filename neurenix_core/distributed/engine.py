@@ -16,7 +16,7 @@ from neurenix_core.distributed.launch import LaunchEnv
 from neurenix_core.errors import DistributedError
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["Engine", "LocalEngine", "current", "install", "uninstall", "REDUCE_OPS"]
+__all__ = ["REDUCE_OPS", "Engine", "LocalEngine", "current", "install", "uninstall"]
 
 REDUCE_OPS = ("sum", "mean", "max", "min")
 

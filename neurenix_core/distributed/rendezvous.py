@@ -18,7 +18,7 @@ from typing import Any
 from neurenix_core.distributed.launch import LaunchEnv
 from neurenix_core.errors import DistributedError, RankFailedError, WorldSizeMismatchError
 
-__all__ = ["Rendezvous", "HEARTBEAT_S"]
+__all__ = ["HEARTBEAT_S", "Rendezvous"]
 
 HEARTBEAT_S = 0.5  # a rank whose counter did not move for 3 periods is taken for dead
 

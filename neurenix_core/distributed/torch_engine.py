@@ -23,7 +23,7 @@ from neurenix_core.distributed.rendezvous import Rendezvous
 from neurenix_core.errors import DistributedError
 from neurenix_core.tensor.tensor import Tensor, adopt
 
-__all__ = ["TorchEngine", "BUCKET_BYTES"]
+__all__ = ["BUCKET_BYTES", "TorchEngine"]
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket: few enough all-reduces, each large enough to saturate the link
 
