@@ -8,7 +8,7 @@ device, without importing any framework: backends start on first use.
 from __future__ import annotations
 
 import sys as _sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neurenix_core import aliases as _aliases
 
@@ -44,6 +44,9 @@ from neurenix_core.tensor.tensor import from_dlpack
 from neurenix_core.autograd import on_demand as _autograd_on_demand
 
 _autograd_on_demand.install()  # the engine loads when a tensor first asks for it (autograd/on_demand.py)
+
+if TYPE_CHECKING:  # ops binds its generated functions in a loop; a type checker reads them from their stub
+    from neurenix_core.tensor._generated_ops import *
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"

@@ -6,6 +6,7 @@ compiled code instead of running ``exec`` ~80 times; these tests keep it from dr
 
 from __future__ import annotations
 
+import ast
 import inspect
 import pickle
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import neurenix_core as nx
 from neurenix_core.tensor import _generated_ops, ops
 from neurenix_core.tensor.signatures import GENERATED_OPS, parameters
+from neurenix_core.tensor.tensor import BINARY_FUNCTIONS
 
 from repo_scripts import load_script
 
@@ -32,8 +34,28 @@ def test_generated_module_is_current() -> None:
     assert _generator().render() == text, "neurenix_core/tensor/_generated_ops.py is stale: run python scripts/gen_ops.py"
 
 
+def test_typed_stubs_are_current() -> None:
+    # _generated_ops.pyi, linalg.pyi, fft.pyi: what a type checker reads for the generated namespaces.
+    for path, text in _generator().outputs().items():
+        assert path.exists() and path.read_text() == text, f"{path.name} is stale: run python scripts/gen_ops.py"
+
+
+def test_every_stub_declares_exactly_its_module_functions() -> None:
+    for module in (_generated_ops, nx.linalg, nx.fft):
+        stub = ROOT / "neurenix_core" / "tensor" / f"{module.__name__.rsplit('.', 1)[-1]}.pyi"
+        declared = [node.name for node in ast.parse(stub.read_text()).body if isinstance(node, ast.FunctionDef)]
+        assert declared == list(module.__all__), stub.name
+        for name in declared:
+            fn = getattr(module, name)
+            assert inspect.isfunction(fn), f"{module.__name__}.{name}"
+
+
 def test_the_namespace_exports_the_generated_functions() -> None:
-    assert list(_generated_ops.__all__) == list(GENERATED_OPS)
+    binary = [q for q in ops.__all__ if q in BINARY_FUNCTIONS]
+    assert list(_generated_ops.__all__[: len(GENERATED_OPS)]) == list(GENERATED_OPS)
+    assert sorted(_generated_ops.__all__[len(GENERATED_OPS) :]) == sorted(binary) != []
+    for name in binary:  # the operators' flat hot path, the very objects
+        assert getattr(_generated_ops, name) is BINARY_FUNCTIONS[name] is getattr(nx, name), name
     for name in GENERATED_OPS:
         fn = getattr(nx, name)
         assert fn is getattr(_generated_ops, name) is getattr(ops, name), name

@@ -8,7 +8,7 @@ for a ``dtype=`` keyword). ``neurenix_core.tensor.ops`` exports them under its o
 # ruff: noqa
 # The function names are the standard's (abs, all, max, sum ... shadow builtins on purpose).
 
-from neurenix_core.tensor.tensor import _call, _call_with_dtype
+from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, _call, _call_with_dtype
 
 __all__ = [
     'abs',
@@ -92,6 +92,35 @@ __all__ = [
     'all',
     'any',
     'diff',
+    'add',
+    'atan2',
+    'bitwise_and',
+    'bitwise_left_shift',
+    'bitwise_or',
+    'bitwise_right_shift',
+    'bitwise_xor',
+    'copysign',
+    'divide',
+    'equal',
+    'floor_divide',
+    'greater',
+    'greater_equal',
+    'hypot',
+    'less',
+    'less_equal',
+    'logaddexp',
+    'logical_and',
+    'logical_or',
+    'logical_xor',
+    'maximum',
+    'minimum',
+    'multiply',
+    'nextafter',
+    'not_equal',
+    'pow',
+    'remainder',
+    'subtract',
+    'matmul',
 ]
 
 
@@ -660,3 +689,35 @@ def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
     return _call('diff', (x, ), kw)
 _diff_axis = diff.__kwdefaults__['axis']
 _diff_n = diff.__kwdefaults__['n']
+
+
+# The binary functions are the operators' flat hot path (tensor.py), the very objects.
+add = BINARY_FUNCTIONS['add']
+atan2 = BINARY_FUNCTIONS['atan2']
+bitwise_and = BINARY_FUNCTIONS['bitwise_and']
+bitwise_left_shift = BINARY_FUNCTIONS['bitwise_left_shift']
+bitwise_or = BINARY_FUNCTIONS['bitwise_or']
+bitwise_right_shift = BINARY_FUNCTIONS['bitwise_right_shift']
+bitwise_xor = BINARY_FUNCTIONS['bitwise_xor']
+copysign = BINARY_FUNCTIONS['copysign']
+divide = BINARY_FUNCTIONS['divide']
+equal = BINARY_FUNCTIONS['equal']
+floor_divide = BINARY_FUNCTIONS['floor_divide']
+greater = BINARY_FUNCTIONS['greater']
+greater_equal = BINARY_FUNCTIONS['greater_equal']
+hypot = BINARY_FUNCTIONS['hypot']
+less = BINARY_FUNCTIONS['less']
+less_equal = BINARY_FUNCTIONS['less_equal']
+logaddexp = BINARY_FUNCTIONS['logaddexp']
+logical_and = BINARY_FUNCTIONS['logical_and']
+logical_or = BINARY_FUNCTIONS['logical_or']
+logical_xor = BINARY_FUNCTIONS['logical_xor']
+maximum = BINARY_FUNCTIONS['maximum']
+minimum = BINARY_FUNCTIONS['minimum']
+multiply = BINARY_FUNCTIONS['multiply']
+nextafter = BINARY_FUNCTIONS['nextafter']
+not_equal = BINARY_FUNCTIONS['not_equal']
+pow = BINARY_FUNCTIONS['pow']
+remainder = BINARY_FUNCTIONS['remainder']
+subtract = BINARY_FUNCTIONS['subtract']
+matmul = BINARY_FUNCTIONS['matmul']

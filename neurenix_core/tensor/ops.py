@@ -11,7 +11,7 @@ the operators' flat hot path (tensor.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
@@ -19,6 +19,11 @@ from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
 from neurenix_core.tensor import _generated_ops
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call, _call_with_dtype, cast
+
+if TYPE_CHECKING:
+    # The loop below binds these at run time, invisibly to a type checker: it reads the same
+    # functions, typed, from the generated module's stub (_generated_ops.pyi).
+    from neurenix_core.tensor._generated_ops import *
 
 __all__: list[str] = []
 
@@ -109,5 +114,5 @@ def _supported(be: Any) -> list[str]:
     return [n for n, d in dtype_table().items() if be.supports_dtype(d)]
 
 
-for _name in ("concat", "stack", "meshgrid", "broadcast_arrays", "astype"):
-    __all__.append(_name)
+# A literal list: type checkers read ``__all__ += [...]`` (not a loop of appends).
+__all__ += ["astype", "broadcast_arrays", "concat", "meshgrid", "stack"]
