@@ -123,6 +123,19 @@ def test_conv2d_kernel_matches_torch(n: int, c: int, h: int, w: int, o: int, k: 
     np.testing.assert_array_equal(gi, torch.nn.functional.conv2d(torch.from_numpy(xi).double(), torch.from_numpy(wi).double(), None, s, p, d, g).numpy())
 
 
+@pytest.mark.parametrize("n,c,h,k,s,p,d", [(3, 64, 9, 3, 1, 1, 1), (2, 96, 11, 5, 2, 2, 1), (1, 128, 10, 3, 2, 2, 2), (40, 72, 5, 3, 1, 1, 1)])
+def test_depthwise_float32_channels_last_matches_torch(n: int, c: int, h: int, k: int, s: int, p: int, d: int) -> None:
+    """Wide float32 depthwise convolutions take the channels-last tap loop (blocks of samples:
+    the (40, 72, 5) case spans several); float64 the stacked matmul. Both agree with torch."""
+    rng = np.random.default_rng(2)
+    x, wt, b = rng.standard_normal((n, c, h, h + 1)), rng.standard_normal((c, 1, k, k)), rng.standard_normal(c)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), s, p, d, c).numpy()
+    got32 = K.conv2d(x.astype(np.float32), wt.astype(np.float32), b.astype(np.float32), s, p, d, c)
+    assert got32.dtype == np.float32 and got32.flags.c_contiguous and got32.shape == ref.shape
+    np.testing.assert_allclose(got32, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(K.conv2d(x, wt, b, s, p, d, c), ref, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("k,s,p", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (2, 1, 0)])
 def test_max_pool2d_kernel_matches_torch(k: int, s: int, p: int) -> None:
     x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)

@@ -174,27 +174,45 @@ def _bn_step(node: Node, fallback: StepFn) -> StepFn:
 _ERFC_COEF32: Final = tuple(np.float32(c) for c in reversed(K._ERFC_COEF))
 
 
+#: Elements per block of ``_gelu32``: its four scratch arrays stay in L2 across the ~30 passes.
+_GELU_BLOCK: Final = 16384
+
+
 def _gelu32(x: np.ndarray) -> np.ndarray:
     """0.5 * x * erfc(-x / sqrt(2)) in float32. erfc is evaluated at |z| and reflected
     (erfc(-z) = 2 - erfc(z)), so the negative tail, where 1 + erf(z) would cancel, keeps its
-    relative precision; every pass reuses two buffers."""
-    z = np.multiply(x, np.float32(-1.0 / math.sqrt(2.0)))  # z = -x / sqrt(2); gelu = 0.5 x erfc(z)
-    az = np.abs(z)
-    t = np.multiply(az, np.float32(0.5))
+    relative precision. The ~30 ufunc passes run block by block on scratch arrays that stay in
+    cache (1.5x faster than whole-array passes at ViT sizes, the same bits)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty_like(flat)
+    size = min(_GELU_BLOCK, flat.size)
+    z, t, poly = (np.empty(size, np.float32) for _ in range(3))
+    negative = np.empty(size, bool)
+    for start in range(0, flat.size, _GELU_BLOCK):
+        xb = flat[start : start + _GELU_BLOCK]
+        m = xb.size
+        _gelu_block(xb, out[start : start + m], z[:m], t[:m], poly[:m], negative[:m])
+    return out.reshape(x.shape)
+
+
+def _gelu_block(x: np.ndarray, out: np.ndarray, z: np.ndarray, t: np.ndarray, poly: np.ndarray, negative: np.ndarray) -> None:
+    np.multiply(x, np.float32(-1.0 / math.sqrt(2.0)), out=z)  # z = -x / sqrt(2); gelu = 0.5 x erfc(z)
+    np.less(z, 0, out=negative)
+    np.abs(z, out=z)
+    np.multiply(z, np.float32(0.5), out=t)
     t += np.float32(1.0)
     np.reciprocal(t, out=t)
-    poly = np.full_like(x, _ERFC_COEF32[0])
+    poly.fill(_ERFC_COEF32[0])
     for c in _ERFC_COEF32[1:]:
         poly *= t
         poly += c
-    np.multiply(az, az, out=az)
-    np.subtract(poly, az, out=poly)
+    np.multiply(z, z, out=z)
+    np.subtract(poly, z, out=poly)
     np.exp(poly, out=poly)
     poly *= t  # erfc(|z|)
-    np.copyto(poly, np.float32(2.0) - poly, where=z < 0)  # erfc(z) for z < 0
-    poly *= x
-    poly *= np.float32(0.5)
-    return poly
+    np.subtract(np.float32(2.0), poly, out=poly, where=negative)  # erfc(z) for z < 0
+    np.multiply(poly, x, out=out)
+    out *= np.float32(0.5)
 
 
 def _gelu_step(node: Node, fallback: StepFn) -> StepFn:
