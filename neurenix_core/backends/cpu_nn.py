@@ -16,9 +16,30 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = [
-    "OPS", "linear", "conv2d", "conv2d_nobias", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "relu", "gelu",
-    "sigmoid", "tanh", "softmax", "batch_norm", "layer_norm", "erf",
-    "auto_pads", "pool_output", "pool_nd", "max_pool_indices", "conv_nd", "fold", "conv_transpose_nd", "col2im", "deform_conv2d",
+    "OPS",
+    "adaptive_avg_pool2d",
+    "auto_pads",
+    "avg_pool2d",
+    "batch_norm",
+    "col2im",
+    "conv2d",
+    "conv2d_nobias",
+    "conv_nd",
+    "conv_transpose_nd",
+    "deform_conv2d",
+    "erf",
+    "fold",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "max_pool2d",
+    "max_pool_indices",
+    "pool_nd",
+    "pool_output",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "tanh",
 ]
 
 
@@ -63,7 +84,7 @@ def conv2d(
     """NCHW convolution, weight (O, C/groups, kh, kw)."""
     if x.ndim != 4:
         raise ValueError(f"conv2d expects a 4-D NCHW input, got shape {x.shape}")
-    out_c, cg, kh, kw = weight.shape
+    cg = weight.shape[1]
     if x.shape[1] != cg * groups:
         raise ValueError(f"conv2d: input has {x.shape[1]} channels, weight expects {cg * groups} ({cg} x {groups} groups)")
     out = conv2d_nobias(_pad(x, _pair(padding)), weight, _pair(stride), _pair(dilation), groups)
