@@ -22,7 +22,7 @@ from neurenix_core.nn.serialization import load_state, save_state
 __all__ = [
     "Module", "Sequential", "ModuleList", "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax",
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "BatchNorm2d", "LayerNorm", "Dropout", "Identity",
-    "MultiheadAttention", "functional", "init", "from_torch", "from_onnx", "GraphModule", "save", "load", "save_state", "load_state",
+    "MultiheadAttention", "functional", "init", "from_torch", "from_onnx", "GraphModule", "save", "load", "export_onnx", "save_state", "load_state",
     "manual_seed", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
 ]
 
@@ -61,6 +61,23 @@ def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False, qdq
     from neurenix_core.nn.importing import from_onnx as convert
 
     return convert(model, input_shapes=input_shapes, static=static, qdq=qdq)
+
+
+def export_onnx(model: Module, path: Any, *shapes: tuple[int, ...], opset_version: int = 21) -> Any:
+    """``model`` as a standard ONNX file at ``path`` (static input shapes: ``shapes``, one per
+    input, which a GraphModule may omit to use its import's example shapes); returns the path.
+    The same as ``GraphModule.to_onnx``; ``onnx`` is imported only here."""
+    if isinstance(model, GraphModule):
+        return model.to_onnx(path, *shapes, opset_version=opset_version)
+    from neurenix_core.errors import UnsupportedOperationError
+
+    if not isinstance(model, Module) or not shapes:
+        raise UnsupportedOperationError(f"nx.nn.export_onnx takes a GraphModule, or a neurenix Module with its input shapes "
+                                        f"(export_onnx(model, path, (1, 3, 32, 32))); got {type(model).__name__}"
+                                        f"{'' if shapes else ' without shapes'}")
+    from neurenix_core.graph.exporters.onnx_export import write_onnx
+
+    return write_onnx(model, path, *shapes, opset_version=opset_version)
 
 
 def save(model_or_state: Module | dict[str, Any], path: Any, *, quantization_plan: Any = None) -> None:

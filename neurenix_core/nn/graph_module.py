@@ -97,6 +97,21 @@ class GraphModule(Module):
             graph = fold_size_constants(graph)
         return graph
 
+    def to_onnx(self, path: Any, *shapes: tuple[int, ...], opset_version: int = 21) -> Any:
+        """Write the model as a standard ONNX file (``neurenix_core.graph.exporters.onnx_export``),
+        atomically; returns the path. Input shapes are static: ``shapes`` (one per input), else
+        the import's example shapes. ``nx.nn.from_onnx`` reads the file back to the same results;
+        ``nx.nn.save(model, "m.nxm")`` keeps the dynamic axes and the quantization plan instead."""
+        try:
+            from neurenix_core.graph.exporters.onnx_export import write_onnx
+        except ImportError as exc:
+            if exc.name != "onnx":
+                raise
+            from neurenix_core.errors import UnsupportedOperationError
+
+            raise UnsupportedOperationError(f"{self._source}.to_onnx needs the onnx package: pip install onnx") from exc
+        return write_onnx(self, path, *shapes, opset_version=opset_version)
+
     def forward(self, *inputs: Any) -> Any:
         from neurenix_core.graph.compiler import compile as compile_graph
 

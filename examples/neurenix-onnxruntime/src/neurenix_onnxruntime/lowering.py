@@ -1,4 +1,5 @@
-"""Core ``Graph`` -> ONNX ``ModelProto`` for a session: the exporter (``onnx_export``) at a precision.
+"""Core ``Graph`` -> ONNX ``ModelProto`` for a session: the core's exporter
+(``neurenix_core.graph.exporters.onnx_export``) at a precision.
 
 Precisions: ``fp32`` (default), ``fp16`` (float16 weights and activations, float32 at the model
 boundary), ``int8`` (a QDQ model: QuantizeLinear/DequantizeLinear pairs on every activation the
@@ -14,10 +15,10 @@ import numpy as np
 import onnx
 
 from neurenix_core.errors import CompilationError
+from neurenix_core.graph.exporters.onnx_export import Exporter
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 from neurenix_onnxruntime.eager import OPSET
-from neurenix_onnxruntime.onnx_export import Exporter
 
 __all__ = ["PRECISIONS", "lower", "Lowered"]
 
@@ -104,7 +105,7 @@ def _check(precision: str, plan: QuantizationPlan | None) -> None:
 
 
 def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None) -> Lowered:
-    """Lower ``graph`` (static input shapes) to an ONNX model of opset ``OPSET`` (``onnx_export``)."""
+    """Lower ``graph`` (static input shapes) to an ONNX model of opset ``OPSET`` (the core's ``onnx_export``)."""
     _check(precision, plan)
     if precision == "int8":
         assert plan is not None
