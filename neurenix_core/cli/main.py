@@ -7,29 +7,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["main"]
 
-_STYLE = {
-    "selected": "bold green",
-    "available": "green",
-    "emulated": "cyan",
-    "unavailable": "yellow",
-    "denied": "magenta",
-    "failed": "bold red",
-}
-
 
 def _console() -> Any:
     from rich.console import Console
 
     console = Console(soft_wrap=False)
-    # Piped or logged output (CI, `| less`) gets rich's 80-column default, which folds the reason
-    # column into fragments; the terminal's own width is used when there is one.
-    return console if console.is_terminal else Console(soft_wrap=False, width=160)
+    # Piped or logged output (CI, `| less`) would get rich's 80-column default; it gets 160 unless
+    # COLUMNS says otherwise. A terminal's own width (or COLUMNS) is used as it is: the tables
+    # rearrange themselves to fit it (cli/doctor_table.py).
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return Console(soft_wrap=False, width=160)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -46,23 +41,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if any(p["level"] == "error" for p in data["configuration_problems"]):
             return 2
         return 1 if data["failures"] and args.strict else 0
-    from rich.table import Table
-
-    table = Table(title=f"neurenix backends (API {data['api_version']})", show_lines=False)
-    for col in ("plugin", "distribution", "version", "status", "devices", "reason", "install"):
-        table.add_column(col, overflow="fold")
     from rich.markup import escape
 
-    for b in data["backends"]:
-        status = b["status"] + (" (failed at " + b["failure"]["phase"] + ")" if b["failure"] else "")
-        status += f", {len(b['warnings'])} warning(s)" if b["warnings"] else ""
-        # Cells hold plugin text (already free of control characters, see plugins/sanitize.py);
-        # escaping keeps a reason such as "[link=...]" from being read as rich markup.
-        table.add_row(
-            escape(b["name"]), escape(b["distribution"] or "-"), escape(b["version"] or "-"),
-            f"[{_STYLE[b['status']]}]{escape(status)}[/]", str(b["device_count"]), escape(b["reason"]), escape(b["install_hint"]),
-        )
+    from neurenix_core.cli.doctor_table import backends_table
+
     console = _console()
+    table = backends_table(data, console.width)
     console.print(table)
     default = data["default_device"] or f"unavailable ({data['default_device_error']})"
     console.print(f"default device: [bold]{escape(default)}[/] ({data['selection']} selection)")
@@ -149,7 +133,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from neurenix_core.cli.version import VersionAction
+
     parser = argparse.ArgumentParser(prog="neurenix", description="neurenix: backends, devices and tools")
+    parser.add_argument("--version", action=VersionAction, help="print the core's version and every installed plugin's, then exit")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="show every discovered backend and why it is (not) usable")
     doctor.add_argument("--json", action="store_true", help="print the neurenix.doctor/1 JSON document")
@@ -159,7 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(func=cmd_doctor)
     devices = sub.add_parser("devices", help="list available devices")
-    devices.add_argument("--json", action="store_true")
+    devices.add_argument(
+        "--json", action="store_true", help='print a JSON list of {"device", "backend", "emulated"} objects (see docs/cli.md)'
+    )
     devices.set_defaults(func=cmd_devices)
     for register in _extensions():
         register(sub)
