@@ -85,7 +85,7 @@ class _Writer:
         if isinstance(v, Mapping):
             return {"$dict": [[self.value(k, f"{name}.key{i}", where), self.value(x, f"{name}.{k}", where)]
                               for i, (k, x) in enumerate(v.items())]}
-        raise UnsupportedOperationError(f"{where} is a {type(v).__name__} ({v!r:.60}), which a model file cannot store (a control-flow "
+        raise UnsupportedOperationError(f"{where} is of type {type(v).__name__} ({v!r:.60}), which a model file cannot store (a control-flow "
                                         "body or another Python object); nx.nn.save handles graphs of data only")
 
 
@@ -257,7 +257,9 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     except ModelFormatError:
         raise
     except (KeyError, TypeError, ValueError, NotSymbolicError) as exc:  # Node refuses an op this core lacks: ValueError
-        raise ModelFormatError(f"{source}: the model description is malformed ({type(exc).__name__}: {exc}); {_RESAVE}") from exc
+        raise ModelFormatError(f"{source}: the model description is malformed ({type(exc).__name__}: {exc}); it was written by "
+                               f"neurenix-core {metadata.get('neurenix_core', '?')}: {_RESAVE}, or upgrade neurenix-core where that "
+                               "one is newer (pip install -U neurenix-core)") from exc
     for name, p in model.named_parameters():
         if name in frozen:
             p.requires_grad_(False)
