@@ -15,4 +15,9 @@ done
 # 2-vCPU build machine runs it in about half the time (measured 23 -> 10 min). The tests keep
 # their state per process; NEURENIX_TEST_WORKERS=0 runs them in one process.
 workers=${NEURENIX_TEST_WORKERS:-2}
+# Release check: every wheel and sdist built and checked, installed non-editably in a fresh venv,
+# then the CLI and a compiled model on the emulated npu (~2 min). NEURENIX_CHECK_WHEELS=0 skips it.
+if [ "${NEURENIX_CHECK_WHEELS:-1}" != 0 ]; then
+  bash scripts/check_wheels.sh
+fi
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" "${paths[@]}" "$@"
