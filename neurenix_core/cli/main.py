@@ -68,7 +68,7 @@ def _print_configuration(console: Any, data: dict[str, Any]) -> None:
 
     table = Table(title="configuration", show_lines=False)
     for col in ("variable", "value", "effective", "source"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col == "variable")  # a variable's name stays whole
     for s in data["configuration"]:
         raw = "-" if s["value"] is None else repr(s["value"])
         table.add_row(escape(s["variable"]), escape(raw), escape(s["effective"]), s["source"])
