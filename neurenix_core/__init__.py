@@ -153,7 +153,7 @@ _LAZY_ATTRIBUTES = {
     ),
     **dict.fromkeys(("autocast", "GradScaler"), "neurenix_core.training.amp"),
     "generate": "neurenix_core.generation.generate",
-    "load_compiled": "neurenix_core.deploy.artifact",
+    "load_compiled": "neurenix_core.deploy.load",
 }
 
 

@@ -1,11 +1,11 @@
 """Compiled artifacts: ``compiled.save(path)`` and ``nx.load_compiled(path)`` (docs/deploy.md).
 
-``artifact`` writes and reads the folder, ``codec`` the model graph and quantization plan in it
+``artifact`` writes the folder and checks its manifest, ``load`` rebuilds the compiled model, ``codec`` the model graph and quantization plan in it
 (JSON + a raw array file, nothing unpickled), ``arrays`` that array file.
 """
 
 from __future__ import annotations
 
-from neurenix_core.deploy.artifact import FORMAT_VERSION, MANIFEST_NAME, load_compiled, read_manifest, save_compiled
+from neurenix_core.deploy.artifact import FORMAT_VERSION, MANIFEST_NAME, read_manifest, save_compiled
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "load_compiled", "read_manifest", "save_compiled"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "read_manifest", "save_compiled"]

@@ -1,4 +1,4 @@
-"""Write and read compiled artifacts: a folder with ``artifact.json`` (the manifest), the model
+"""Write compiled artifacts, and read and check their manifest (loading: ``deploy.load``): a folder with ``artifact.json`` (the manifest), the model
 graph (``graph.json`` + ``graph.arrays``) and one folder per plugin-compiled part
 (``parts/<i>/``) holding the plugin's native artifact (neurenix_save_compiled, API 1.3).
 
@@ -19,22 +19,17 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from neurenix_core.deploy.arrays import read_arrays, write_arrays
-from neurenix_core.deploy.codec import Encoder, decode_value, graph_from_json, graph_to_json, plan_from_json, plan_to_json
+from neurenix_core.deploy.arrays import write_arrays
+from neurenix_core.deploy.codec import Encoder, graph_to_json, plan_to_json
 from neurenix_core.errors import (
     ArtifactFormatError,
-    ArtifactMismatchError,
     ArtifactUnsupportedError,
-    BackendUnavailableError,
-    CompilationError,
-    DeviceNotFoundError,
 )
 
 if TYPE_CHECKING:
-    from neurenix_core.device import DeviceLike
     from neurenix_core.graph.compiler import Compiled
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "load_compiled", "read_manifest", "save_compiled"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "read_manifest", "save_compiled"]
 
 #: Version of the folder layout and manifest; a reader refuses a newer one (ArtifactFormatError).
 FORMAT_VERSION: Final = 1
@@ -86,7 +81,6 @@ def _check_target(target: Path) -> None:
 
 
 def _write(compiled: Compiled, folder: Path, where: str) -> None:
-    from neurenix_core import __version__
     from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
     rec = compiled._record
@@ -100,7 +94,7 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
     buckets = None if compiled._bucket_args is None else [enc.value(v, "buckets") for v in compiled._bucket_args]
     assert rec.manifest is not None
     manifest = {
-        "kind": _KIND, "format_version": FORMAT_VERSION, "neurenix_core": __version__,
+        "kind": _KIND, "format_version": FORMAT_VERSION, "neurenix_core": _core_version(),
         "device_type": str(compiled.device.type), "device": str(compiled.device),
         "emulated": bool(getattr(compiled._backend, "emulated", False)),
         "plugin": {"name": rec.name, "distribution": rec.manifest.distribution, "version": rec.manifest.version},
@@ -118,6 +112,16 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
     }
     manifest["checksums"] = {str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1))
+
+
+def _core_version() -> str:
+    # Read from the distribution, not ``neurenix_core.__version__``: the package imports this module lazily.
+    from importlib import metadata
+
+    try:
+        return metadata.version("neurenix-core")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _plain_extra(extra: dict[str, Any]) -> dict[str, Any]:
@@ -180,98 +184,3 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         if _sha256(member) != digest:
             raise ArtifactFormatError(f"{folder}: file {name} is corrupted (its checksum differs from the manifest's); {_REMEDY}")
     return manifest
-
-
-def load_compiled(path: str | os.PathLike[str], device: DeviceLike | None = None) -> Compiled:
-    """``nx.load_compiled``: the compiled model saved at ``path``, on ``device`` (default: the
-    device type it was saved for, index 0). Needs the core and the saving plugin (same version)."""
-    from neurenix_core.device import Device, as_device
-
-    folder = Path(path)
-    manifest = read_manifest(folder)
-    saved_type = str(manifest["device_type"])
-    dev = Device(saved_type, 0) if device is None else as_device(device)
-    if str(dev.type) != saved_type:
-        raise ArtifactMismatchError(f"{folder} was compiled for {manifest['device']} (plugin {manifest['plugin']['name']}), not {dev}; "
-                                    f"load it with device='{saved_type}:N', or export the model for {dev.type} (neurenix export MODEL --device {dev.type})")
-    rec, backend = _plugin(manifest, dev, folder)
-    return _rebuild(manifest, folder, dev, rec, backend)
-
-
-def _plugin(manifest: dict[str, Any], dev: Any, folder: Path) -> tuple[Any, Any]:
-    """The installed plugin serving ``dev``, checked against the one that saved the artifact."""
-    from neurenix_core.plugins.state import registry
-    from neurenix_core.tensor.placement import default_backend
-
-    saved = manifest["plugin"]
-    try:
-        rec = registry().plugin_for(dev)
-    except (DeviceNotFoundError, BackendUnavailableError) as exc:
-        raise ArtifactMismatchError(f"{folder} needs plugin {saved['name']} {saved['version']} (pip install "
-                                    f"{saved['distribution']}=={saved['version']}) to run on {dev}: {exc}") from exc
-    assert rec.manifest is not None
-    if rec.name != saved["name"]:
-        raise ArtifactMismatchError(f"{folder} was written by plugin {saved['name']}, but {dev} is served by plugin {rec.name}; "
-                                    f"install {saved['distribution']}=={saved['version']} (or allow it: NEURENIX_BACKENDS), or export the model again")
-    if rec.manifest.version != saved["version"]:
-        raise ArtifactMismatchError(
-            f"{folder} was written by plugin {saved['name']} {saved['version']}; {rec.manifest.version} is installed. Export the model "
-            f"again with this version (neurenix export), or install {saved['distribution']}=={saved['version']}"
-        )
-    backend, _, _ = default_backend(dev)
-    return rec, backend
-
-
-def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend: Any) -> Compiled:
-    from neurenix_core.graph.compiler import Compiled
-    from neurenix_core.graph.ir import CompileOptions
-
-    where = f"compiled artifact {folder}"
-    stored = json.loads((folder / "graph.json").read_text())
-    arrays = read_arrays(folder / "graph.arrays")
-    graph = graph_from_json(stored["graph"], arrays, where)
-    plan = None if stored.get("plan") is None else plan_from_json(stored["plan"], arrays, where)
-    extra = dict(decode_value(manifest.get("extra") or {"d": []}, {}))
-    compiled = Compiled(graph, dev, backend, rec, manifest["precision"], plan, extra, outputs=manifest["outputs"])
-    if manifest.get("buckets") is not None:
-        _restore_buckets(compiled, manifest["buckets"])
-    options = CompileOptions(device=dev, precision=manifest["precision"], quantization=plan, extra=compiled.extra)
-    compiled._restored = _load_parts(manifest, folder, backend, rec, options)
-    compiled._host_pins = dict(manifest.get("host_parts", {}))
-    for entry in manifest["shapes"]:
-        compiled._runner_for(tuple(tuple(int(d) for d in s) for s in entry["shapes"]))
-    unused = set(compiled._restored) - set(compiled._parts)
-    if unused:
-        raise ArtifactMismatchError(
-            f"{folder}: plugin {rec.name} placed the model differently than when it was saved ({len(unused)} saved part(s) unused, "
-            f"e.g. {min(unused)!r}); export the model again with this installation"
-        )
-    compiled.artifact = folder  # type: ignore[attr-defined]
-    return compiled
-
-
-def _restore_buckets(compiled: Compiled, stored: list[Any]) -> None:
-    from neurenix_core.graph.buckets import parse_buckets
-
-    buckets, pad_values = (decode_value(v, {}) for v in stored)
-    compiled._buckets = parse_buckets(buckets, compiled.graph, pad_values)
-    compiled._bucket_args = (buckets, pad_values)
-    compiled.extra["shape_buckets"] = True
-
-
-def _load_parts(manifest: dict[str, Any], folder: Path, backend: Any, rec: Any, options: Any) -> dict[str, Any]:
-    from neurenix_core.plugins.state import registry
-
-    reg = registry()
-    parts = manifest.get("parts", [])
-    if parts and not reg.implements(rec, "neurenix_load_compiled"):
-        raise ArtifactUnsupportedError(f"{folder}: plugin {rec.name} does not implement neurenix_load_compiled (plugin API 1.3); "
-                                       f"install the version that wrote it ({manifest['plugin']['version']})")
-    restored = {}
-    for part in parts:
-        try:
-            restored[part["key"]] = reg.call(rec, "neurenix_load_compiled", backend=backend, directory=folder / part["dir"], meta=part["meta"],
-                                             options=options)
-        except CompilationError as exc:
-            raise ArtifactFormatError(f"{folder}: plugin {rec.name} could not load part {part['dir']}: {exc}; {_REMEDY}") from exc
-    return restored
