@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from neurenix_core.errors import DistributedError, RankFailedError
 from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["JaxEngine"]
+
+T = TypeVar("T")
 
 
 class JaxEngine(Engine):
@@ -50,7 +52,11 @@ class JaxEngine(Engine):
     # ------------------------------------------------------------------ start
     def _initialize(self, timeout_s: float) -> None:
         launch, jax = self.launch, self.jax
-        kwargs: dict[str, Any] = {"initialization_timeout": max(1, int(timeout_s))}
+        # jax's own failure detection (it aborts the process) stays behind ours (~2 s, RankFailedError),
+        # and leaving the job after a peer died waits no longer than the timeout either.
+        seconds = max(1, int(timeout_s))
+        kwargs: dict[str, Any] = {"initialization_timeout": seconds, "heartbeat_timeout_seconds": max(10, seconds),
+                                  "shutdown_timeout_seconds": min(seconds, 30)}
         if launch.source != "tpu-pod":
             kwargs.update(coordinator_address=self._coordinator(), num_processes=launch.world_size, process_id=launch.rank)
         try:
@@ -103,6 +109,14 @@ class JaxEngine(Engine):
                 raise self.rendezvous.diagnose(what, exc) from exc
             raise RankFailedError(f"nx.distributed.{what} on rank {self.rank} of {self.world_size} failed: {exc}") from exc
 
+    def _run(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn()`` (a collective, a step) as a call that ends with RankFailedError when a peer
+        dies: XLA's CPU collectives otherwise wait for jax's own heartbeat timeout, then abort."""
+        with self._guard(what):
+            if self.rendezvous is None:
+                return fn()
+            return cast(T, self.rendezvous.run_watched(what, fn))
+
     def _agree(self, what: str) -> None:
         """Every rank must pass the same ``what`` (batch shapes, device index): checked by digest."""
         if what in self._checked:
@@ -110,8 +124,7 @@ class JaxEngine(Engine):
         from jax.experimental import multihost_utils
 
         digest = np.frombuffer(hashlib.sha256(what.encode()).digest()[:8], dtype=np.int64)
-        with self._guard("check"):
-            seen = np.asarray(multihost_utils.process_allgather(digest)).reshape(-1)
+        seen = np.asarray(self._run("check", lambda: multihost_utils.process_allgather(digest))).reshape(-1)
         differ = [r for r, d in enumerate(seen) if d != seen[0]]
         if differ:
             raise DistributedError(
@@ -124,8 +137,8 @@ class JaxEngine(Engine):
     def _gather(self, x: Tensor, what: str) -> np.ndarray:
         from jax.experimental import multihost_utils
 
-        with self._guard(what):
-            return np.asarray(multihost_utils.process_allgather(x.numpy(), tiled=False))
+        host = x.numpy()
+        return np.asarray(self._run(what, lambda: multihost_utils.process_allgather(host, tiled=False)))
 
     def _on_device(self, host: np.ndarray, like: Tensor) -> Tensor:
         from neurenix_core.tensor.creation import asarray
@@ -135,8 +148,7 @@ class JaxEngine(Engine):
     def barrier(self) -> None:
         from jax.experimental import multihost_utils
 
-        with self._guard("barrier"):
-            multihost_utils.sync_global_devices("neurenix barrier")
+        self._run("barrier", lambda: multihost_utils.sync_global_devices("neurenix barrier"))
 
     def all_reduce(self, x: Tensor, op: str) -> Tensor:
         g = self._gather(x, "all_reduce")
@@ -149,16 +161,16 @@ class JaxEngine(Engine):
     def broadcast(self, x: Tensor, src: int) -> Tensor:
         from jax.experimental import multihost_utils
 
-        with self._guard("broadcast"):
-            out = multihost_utils.broadcast_one_to_all(x.numpy(), is_source=self.rank == src)
+        host = x.numpy()
+        out = self._run("broadcast", lambda: multihost_utils.broadcast_one_to_all(host, is_source=self.rank == src))
         return self._on_device(np.asarray(out), x)
 
     def average_gradients(self, params: Sequence[Tensor]) -> None:
         from jax.experimental import multihost_utils
 
         owners = [p for p in params if p.grad is not None]
-        with self._guard("average_gradients"):
-            stacked = multihost_utils.process_allgather(tuple(p.grad.numpy() for p in owners), tiled=False)  # type: ignore[union-attr]
+        grads = tuple(p.grad.numpy() for p in owners)  # type: ignore[union-attr]
+        stacked = self._run("average_gradients", lambda: multihost_utils.process_allgather(grads, tiled=False))
         for p, g in zip(owners, stacked):
             p.grad = self._on_device(np.asarray(g).mean(axis=0), p.grad)  # type: ignore[arg-type]
 
@@ -174,9 +186,9 @@ class JaxEngine(Engine):
             self._agree("batch shapes " + repr([tuple(np.shape(b)) for b in batch]))
             global_state = jax.tree.map(self._replicate, tuple(state))
             global_batch = tuple(self._shard(b) for b in batch)
-            with self._guard("compile_step"):
-                out = jitted(*global_state, global_batch)
-                return jax.tree.map(lambda a: a.addressable_data(0), out)
+            # Dispatch is asynchronous: wait for the result here, where a dead peer is noticed.
+            out = self._run("compile_step", lambda: jax.block_until_ready(jitted(*global_state, global_batch)))
+            return jax.tree.map(lambda a: a.addressable_data(0), out)
 
         return call
 

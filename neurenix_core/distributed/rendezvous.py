@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from neurenix_core.distributed.launch import LaunchEnv
 from neurenix_core.errors import DistributedError, RankFailedError, WorldSizeMismatchError
 
 __all__ = ["HEARTBEAT_S", "Rendezvous"]
+
+T = TypeVar("T")
 
 HEARTBEAT_S = 0.5  # a rank whose counter did not move for 3 periods is taken for dead
 
@@ -51,9 +54,6 @@ class Rendezvous:
                 "and that rank 0 is running"
             ) from exc
         return self.dist.PrefixStore(self.prefix, raw)
-
-    def key(self, name: str) -> str:
-        return name
 
     # ------------------------------------------------------------------ world size
     def join(self) -> None:
@@ -106,6 +106,49 @@ class Rendezvous:
         store.add(key, 1)
         self._beat = threading.Thread(target=beat, name="neurenix-heartbeat", daemon=True)
         self._beat.start()
+
+    def run_watched(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn()`` in a helper thread while this one watches the other ranks' heartbeats: for an
+        engine whose collectives block in native code until its own (long) timeouts when a peer
+        dies (XLA's CPU collectives), RankFailedError as soon as a peer's heartbeat stops."""
+        box: list[Any] = []
+
+        def run() -> None:
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
+                box.append((False, exc))
+
+        worker = threading.Thread(target=run, name=f"neurenix-{what}", daemon=True)
+        worker.start()
+        last = self._beats_or_raise(what)
+        start = time.monotonic()
+        moved = dict.fromkeys(last, start)  # when each peer's counter last changed
+        deadline = start + self.timeout_s
+        while True:
+            worker.join(HEARTBEAT_S)
+            if box:
+                ok, value = box[0]
+                if ok:
+                    return cast(T, value)
+                raise value
+            now, beats = time.monotonic(), self._beats_or_raise(what)
+            moved.update({r: now for r in beats if beats[r] != last[r]})
+            last = beats
+            stalled = tuple(r for r in beats if now - moved[r] > 3 * HEARTBEAT_S)
+            if stalled or now > deadline:
+                cause = f"rank(s) {list(stalled)} stopped (no heartbeat)" if stalled else f"no result within {self.timeout_s:g} s"
+                raise RankFailedError(
+                    f"nx.distributed.{what} on rank {self.launch.rank} of {self.launch.world_size} failed: {cause}. "
+                    "See the failed rank's own error; every rank must run the same steps with the same batch shapes",
+                    ranks=stalled,
+                )
+
+    def _beats_or_raise(self, what: str) -> dict[int, int]:
+        try:
+            return self._beats()
+        except (RuntimeError, OSError) as exc:  # the store's host is gone
+            raise self.diagnose(what, exc) from exc
 
     def _beats(self) -> dict[int, int]:
         return {r: self.store.add(f"beat/{r}", 0) for r in range(self.launch.world_size) if r != self.launch.rank}
