@@ -21,34 +21,48 @@ if TYPE_CHECKING:
 __all__ = ["compile_cached"]
 
 
-def _key(backend: NPUOpenVINOBackend, graph: Graph, plan: QuantizationPlan | None, props: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def _key(device: str, version: str, graph: Graph, plan: QuantizationPlan | None, props: Mapping[str, Any],
+         fingerprint: str | None) -> tuple[str, dict[str, Any]]:
     from neurenix_npu_openvino.plugin import _VERSION
 
-    fingerprint = graph.fingerprint()
+    fingerprint = fingerprint or graph.fingerprint()
     options = {
         "shapes": [(s.name, list(s.shape), s.dtype) for s in graph.inputs],
         "plan": compile_cache.plan_fingerprint(plan),
-        "device": backend.ov_device,
+        "device": device,
         "properties": {k: str(v) for k, v in sorted(props.items())},
     }
-    versions = {"neurenix-npu-openvino": _VERSION, "openvino": backend.ov.get_version()}
-    meta = {"fingerprint": fingerprint, "device": f"npu ({backend.ov_device})", "options": options, "versions": versions}
+    versions = {"neurenix-npu-openvino": _VERSION, "openvino": version}
+    meta = {"fingerprint": fingerprint, "device": device, "options": options, "versions": versions}
     return compile_cache.cache_key("npu-openvino", fingerprint, options, versions), meta
 
 
-def compile_cached(backend: NPUOpenVINOBackend, graph: Graph, plan: QuantizationPlan | None, props: Mapping[str, Any],
-                   build: Callable[[], Any]) -> compile_cache.CacheResult[Any]:
-    """The compiled model of ``graph`` from the persistent cache, else ``build()`` (lower and
-    compile with ``props``) stored there. ``props`` are the exact compile properties."""
+def _cached(core: Any, ov_device: str, label: str, version: str, graph: Graph, plan: QuantizationPlan | None,
+            props: Mapping[str, Any], build: Callable[[], Any], fingerprint: str | None) -> compile_cache.CacheResult[Any]:
     from neurenix_core.plugins.state import registry
 
-    key, meta = _key(backend, graph, plan, props)
+    key, meta = _key(label, version, graph, plan, props, fingerprint)
 
     def load(blob: bytes) -> Any:
-        return backend.core.import_model(io.BytesIO(blob), backend.ov_device, dict(props))
+        return core.import_model(io.BytesIO(blob), ov_device, dict(props))
 
     def dump(compiled: Any) -> bytes:
         return bytes(compiled.export_model().getvalue())
 
     return compile_cache.cached("npu-openvino", key, build=build, dump=dump, load=load, meta=meta,
                                 state_dir=registry().config.state_dir)
+
+
+def compile_cached(backend: NPUOpenVINOBackend, graph: Graph, plan: QuantizationPlan | None, props: Mapping[str, Any],
+                   build: Callable[[], Any], fingerprint: str | None = None) -> compile_cache.CacheResult[Any]:
+    """The compiled model of ``graph`` from the persistent cache, else ``build()`` (lower and
+    compile with ``props``) stored there. ``props`` are the exact compile properties;
+    ``fingerprint`` the graph's, when the caller has it already (hashing the weights costs)."""
+    return _cached(backend.core, backend.ov_device, f"npu ({backend.ov_device})", backend.ov.get_version(), graph, plan, props, build,
+                   fingerprint)
+
+
+def host_compile_cached(core: Any, version: str, graph: Graph, props: Mapping[str, Any],
+                        build: Callable[[], Any]) -> compile_cache.CacheResult[Any]:
+    """The same for the cpu:0 host runtime (OpenVINO's CPU device, fp32)."""
+    return _cached(core, "CPU", "cpu:0 (OpenVINO CPU)", version, graph, None, props, build, None)

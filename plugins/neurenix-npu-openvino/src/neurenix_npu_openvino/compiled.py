@@ -233,7 +233,7 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
     def build() -> tuple[Any, str]:
         # The persistent cache (other processes' compiles) behind this process's own.
         props = backend.compile_properties(precision, optimize_for, threads, properties)
-        result = compile_cached(backend, graph, plan, props, compile_now)
+        result = compile_cached(backend, graph, plan, props, compile_now, fingerprint=key[1])
         return result.value, result.line()
 
     compiled, cache_line = backend.cached_model(key, build)

@@ -70,6 +70,7 @@ class OpenVINOHostRuntime(HostRuntime):
         self.graph_dtypes = frozenset(graph_dtypes)  # the plugin's declaration, handed over (host.py does not import plugin.py)
 
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
+        from neurenix_npu_openvino.compile_cache import host_compile_cached
         from neurenix_npu_openvino.lowering import lower_graph
 
         if options.precision != "fp32":
@@ -77,10 +78,16 @@ class OpenVINOHostRuntime(HostRuntime):
         props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
         if options.threads is not None:
             props["INFERENCE_NUM_THREADS"] = int(options.threads)
-        model = lower_graph(graph, None, device="cpu:0")
-        try:
-            compiled = self.core.compile_model(model, "CPU", props)
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
-        return OpenVINOHostModel(compiled, self.ov.Tensor, options.threads)
+
+        def build() -> Any:
+            try:
+                return self.core.compile_model(lower_graph(graph, None, device="cpu:0"), "CPU", props)
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
+
+        result = host_compile_cached(self.core, self.version, graph, props, build)  # a later process imports the compiled blob
+        model = OpenVINOHostModel(result.value, self.ov.Tensor, options.threads)
+        if result.state != "off":
+            model.summary += f", {result.line()}"
+        return model

@@ -76,9 +76,12 @@ class XLAHostRuntime(HostRuntime):
         self.graph_dtypes = frozenset(graph_dtypes)
 
     def compile(self, graph: Graph, options: HostOptions) -> XLAHostModel:
+        from neurenix_tpu.compile_cache import cache_phrase, use_jax_cache, xla_cache_counts
         from neurenix_tpu.compiled import _on_leaves
         from neurenix_tpu.lowering import lower_graph
 
+        use_jax_cache()  # XLA's compiled programs kept in neurenix's compile cache, as for tpu devices
+        before = xla_cache_counts()
         if options.precision != "fp32":
             raise CompilationError(f"{_WHO} compiles cpu:0 graphs in fp32, not {options.precision!r}")
         jax = self.jax
@@ -93,6 +96,8 @@ class XLAHostRuntime(HostRuntime):
                 raise CompilationError(f"{_WHO} could not compile the cpu:0 graph: {first}; pass runtime='auto' to use another") from exc
         summary = (f"XLA:CPU (JAX {jax.__version__}) on cpu:0, fp32 (Precision.HIGHEST), {lowered.node_count} layers fused into one "
                    f"program, XLA's process-wide thread pool{_threads_note(options.threads)}")
+        phrase = cache_phrase(before)
+        summary += f", {phrase}" if phrase else ""
         return XLAHostModel(executable, leaves, lambda: jax.enable_x64(True), summary)
 
 
