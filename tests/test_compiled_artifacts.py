@@ -222,3 +222,34 @@ def test_plugin_without_the_hooks_is_named(tmp_path: Path) -> None:
     compiled = nx.compile(partitioned_graph(), device=device)
     with nx.fallback_policy("allow"), pytest.raises(ArtifactUnsupportedError, match="plugin onnxruntime does not implement neurenix_save_compiled"):
         compiled.save(tmp_path / "ort")
+
+
+def test_int8_partitioned_model_round_trips_exactly(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((2, 8)).astype(np.float32) for _ in range(3)]
+    with nx.fallback_policy("allow"):
+        compiled = nx.compile(partitioned_graph(), device="npu", quantize="int8", calibration=calibration, outputs="host", progress=False)
+        expected = compiled(vector_batch())
+        compiled.save(tmp_path / "q")
+        loaded = nx.load_compiled(tmp_path / "q")
+        # Device segments from their saved form, the cpu:0 cumsum on the integer reference with the saved plan.
+        np.testing.assert_array_equal(loaded(vector_batch()), expected)
+    assert loaded.plan is not None and loaded.placement.line() == compiled.placement.line()
+
+
+def test_bucketed_model_keeps_its_buckets(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    graph = partitioned_graph()
+    graph = replace(graph, inputs=(replace(graph.inputs[0], dynamic=(0,)),))
+    x = np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32)
+    with nx.fallback_policy("allow"):
+        compiled = nx.compile(graph, device="npu", buckets=[2, 4], outputs="host")
+        expected = compiled(x)  # batch 3 padded to the bucket 4
+        compiled.save(tmp_path / "b")
+        manifest = json.loads((tmp_path / "b" / "artifact.json").read_text())
+        assert manifest["inputs"][0]["shape"] == [None, 8] and manifest["buckets"][0] == {"l": [2, 4]}
+        loaded = nx.load_compiled(tmp_path / "b")
+        np.testing.assert_allclose(loaded(x), expected, rtol=1e-6, atol=1e-6)
+    assert loaded.compiled_shapes == [((4, 8),)]
+    assert "bucket [(4, 8)]: 1 call(s), 1 padded" in loaded.summary
