@@ -8,15 +8,19 @@ installed); set NEURENIX_DEVICE=npu:0 (or tpu:0, cuda:0, ...) to choose.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 import neurenix_core as nx
 
+if TYPE_CHECKING:
+    from neurenix_core.graph.compiler import Compiled
+
 
 def main() -> None:
     device = nx.default_device()
-    print(f"default device: {device} (backend {device.backend_name}, emulated={device.emulated})")
-    print("devices:", ", ".join(str(d) for d in nx.devices()))
+    print("devices:", ", ".join(_describe(d, device) for d in nx.devices()))
 
     rng = np.random.default_rng(0)
     a_host = rng.standard_normal((256, 128), dtype=np.float32)
@@ -42,7 +46,56 @@ def _run_model(device: nx.Device, rng: np.random.Generator) -> None:
     reference = run_graph(compiled.graph, x)  # float64 NumPy interpretation of the same graph
     err = float(np.max(np.abs(y.numpy() - reference)) / np.max(np.abs(reference)))
     print(f"compiled MLP on {y.device}: output {y.shape}, max relative error vs float64 = {err:.2e}")
-    print(f"  {compiled.summary}")
+    print(f"  {_placement_in_words(compiled)}")
+    _next_steps()
+
+
+def _describe(d: nx.Device, default: nx.Device) -> str:
+    notes = ["default"] if d == default else []
+    notes += ["emulated on the CPU"] if d.emulated else []
+    # Plugins from outside this repository (the onnxruntime example, a vendor's) say so: the
+    # README's table lists only this repository's plugins.
+    info = next((b for b in nx.backends() if b.name == d.backend_name), None)
+    if info is not None and info.distribution in EXAMPLE_PLUGINS:
+        notes.append(f"third-party example plugin from {EXAMPLE_PLUGINS[info.distribution]}")
+    elif info is not None and info.distribution not in FIRST_PARTY:
+        notes.append(f"third-party plugin {info.distribution}")
+    return f"{d} ({', '.join(notes)})" if notes else str(d)
+
+
+def _placement_in_words(compiled: Compiled) -> str:
+    """Where the nodes run, on what, and why that runtime: the placement report in one sentence."""
+    placement = compiled.placement
+    native = compiled.native()
+    engine = getattr(native, "summary", None) or f"neurenix's NumPy interpreter on {compiled.device}"
+    why = placement.host_runtime.split(": ", 1)[-1] if placement.host_runtime else ""
+    return f"{placement.line()}, with {engine}" + (f"; {why}" if why else "")
+
+
+#: This repository's distributions, and for each plugin an example and its NEURENIX_EMULATE token.
+FIRST_PARTY = {"neurenix-core", "neurenix-cuda-tc", "neurenix-tpu", "neurenix-npu-openvino", "neurenix-edgetpu"}
+EXAMPLE_PLUGINS = {"neurenix-onnxruntime": "examples/neurenix-onnxruntime"}
+EXAMPLES = {
+    "cuda-tc": ("examples/tensor_cores_optimize.py", "cuda"),
+    "tpu": ("examples/tpu_quickstart.py", "tpu"),
+    "npu-openvino": ("examples/npu_quickstart.py", "npu"),
+    "edgetpu": ("examples/edgetpu_int8.py", "edgetpu"),
+    "onnxruntime": ("examples/neurenix-onnxruntime/examples/ort_models.py", ""),
+}
+
+
+def _next_steps() -> None:
+    print("\nnext steps:")
+    print("  neurenix doctor".ljust(70) + "# every plugin: found, not found, and why")
+    for b in nx.backends():
+        if b.name not in EXAMPLES:
+            continue
+        script, token = EXAMPLES[b.name]
+        usable = str(b.status.value if hasattr(b.status, "value") else b.status) in {"selected", "available", "emulated"}
+        # Without the hardware, the plugin's real software stack runs on the CPU under NEURENIX_EMULATE.
+        env = f"NEURENIX_EMULATE={token} " if token and not usable else ""
+        print(f"  {env}python {script}".ljust(70) + f"# {b.distribution}")
+    print("  docs: README.md, docs/tensors.md (the namespace), docs/models.md (nn, compile), docs/plugins.md")
 
 
 if __name__ == "__main__":
