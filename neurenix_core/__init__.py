@@ -7,6 +7,7 @@ device, without importing any framework: backends start on first use.
 
 from __future__ import annotations
 
+import builtins as _builtins
 import sys as _sys
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +46,23 @@ from neurenix_core.autograd import on_demand as _autograd_on_demand
 
 _autograd_on_demand.install()  # the engine loads when a tensor first asks for it (autograd/on_demand.py)
 
-if TYPE_CHECKING:  # ops binds its generated functions in a loop; a type checker reads them from their stub
+if TYPE_CHECKING:
+    # ops binds its generated functions in a loop; a type checker reads them from their stub.
     from neurenix_core.tensor._generated_ops import *
+    # Loaded on first access by __getattr__ below (Any to a type checker): their real types.
+    from neurenix_core import generation as generation, graph as graph, nn as nn, optim as optim, testing as testing
+    from neurenix_core.autograd.grad import (
+        enable_grad as enable_grad, grad as grad, is_grad_enabled as is_grad_enabled, no_grad as no_grad,
+        set_grad_enabled as set_grad_enabled, value_and_grad as value_and_grad,
+    )
+    from neurenix_core.generation.generate import generate as generate
+    from neurenix_core.graph import quantization as quantization
+    from neurenix_core.graph.compiler import compile as compile
+    from neurenix_core.plugins.backend_info import BackendInfo as BackendInfo
+    from neurenix_core.tensor import fft as fft, linalg as linalg
+    from neurenix_core.tensor.dtypes import bfloat16 as bfloat16
+    from neurenix_core.training.amp import GradScaler as GradScaler, autocast as autocast
+    from neurenix_core.training.step import compile_step as compile_step
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"
@@ -58,7 +74,7 @@ pi = 3.141592653589793
 newaxis = None
 
 
-def _run_by_the_neurenix_command() -> bool:
+def _run_by_the_neurenix_command() -> _builtins.bool:  # ``bool`` here is nx.bool, the dtype
     """True in the ``neurenix`` command's process (console script or ``-m neurenix_core.cli.main``).
 
     This import runs before the command's main(), and ``neurenix doctor`` must report a broken
@@ -68,7 +84,7 @@ def _run_by_the_neurenix_command() -> bool:
     argv = list(getattr(_sys, "orig_argv", ()))
     if "-m" in argv[:-1] and argv[argv.index("-m") + 1] == "neurenix_core.cli.main":
         return True
-    script = (getattr(_sys, "argv", None) or [""])[0]
+    script: str = (getattr(_sys, "argv", None) or [""])[0]
     return script.replace("\\", "/").rsplit("/", 1)[-1] == "neurenix"
 
 

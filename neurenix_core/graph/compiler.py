@@ -101,7 +101,7 @@ def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
     elif pad_values:
         raise CompilationError(f"{dev}: pad_values= is for bucketed models; pass buckets= too")
     if verify and plan is not None and not plan.dynamic and calibration:
-        compiled.verify(calibration)  # type: ignore[arg-type]
+        compiled.verify(calibration)
     return compiled
 
 
@@ -215,8 +215,8 @@ class Compiled:
         # One-input models compiled by a plugin, for the first shape compiled: (placement, shape
         # reader or None, input shape, the plugin's entry, array type, memory counters, size
         # reader or None, dtype reader or None, input dtype), all resolved once (``_set_fast``).
-        self._fast: tuple[Any, Callable[[Any], Any] | None, tuple[int, ...], Callable[[Any], Any], type, Any,
-                          Callable[[Any], int] | None, Callable[[Any], Any] | None, np.dtype[Any]] | None = None
+        self._fast: tuple[Any, Callable[[Any], Any] | None, tuple[int, ...], Callable[[Any], Any], type[Any], Any,
+                          Callable[[Any], int] | None, Callable[[Any], Any] | None, np.dtype[Any] | None] | None = None
         self._eager: Any = None
         # A model with value inputs (GraphModule.value_inputs): graphs are built per shapes and values.
         self._values: Any = None
@@ -690,7 +690,8 @@ class Compiled:
             choice = self._choose_host(sub, interpret, f"segment {sub.nodes[0].name!r}" if sub.nodes else "segment")
             if choice is None or choice.model is None:
                 return interpret
-            return choice.model
+            model: Callable[..., Any] = choice.model
+            return model
         from neurenix_core.graph.qmath import restrict_plan
 
         # Constants the segment reads are data: they go into its graph rather than arrive as
@@ -791,7 +792,7 @@ class Compiled:
         # A loaded artifact runs each cpu:0 part on the runtime that ran it when saved.
         runtime = self._host_pins.get(key) or host_select.requested_runtime(self.extra)
         specs = infer_values(graph) if graph.nodes else {}
-        if not graph.nodes or any(v.dtype in VALUE_KINDS for v in (*specs.values(), *graph.inputs)):
+        if not graph.nodes or any(v.dtype in VALUE_KINDS for v in specs.values()) or any(s.dtype in VALUE_KINDS for s in graph.inputs):
             if runtime not in (None, host_select.INTERPRETER) and graph.nodes:
                 raise UnsupportedOperationError(f"cpu:0: runtime={runtime!r} was asked, but the {what} carries sequences or optionals, "
                                                 "which only the NumPy interpreter runs; pass runtime='auto' or 'numpy'")

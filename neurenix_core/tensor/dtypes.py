@@ -5,6 +5,7 @@ Backends translate them to their own dtype objects in ``Backend._native_dtype``.
 
 from __future__ import annotations
 
+import builtins  # ``bool`` below is the dtype (an array API name); annotations mean builtins.bool
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -86,6 +87,11 @@ def _kinds() -> dict[str, tuple[np.dtype[Any], ...]]:
     return _KIND_TABLE
 
 
+if TYPE_CHECKING:  # loaded on first access by __getattr__ below; declared for type checkers
+    bfloat16: np.dtype[Any]
+    DTYPES: dict[str, np.dtype[Any]]
+
+
 def __getattr__(name: str) -> Any:
     # ``dtypes.bfloat16`` and ``dtypes.DTYPES`` stay available, loaded on first access.
     if name == "bfloat16":
@@ -109,7 +115,7 @@ def as_dtype(value: Any) -> np.dtype[Any]:
     if isinstance(value, str) and value in table:
         return table[value]
     try:
-        dt = np.dtype(value)
+        dt: np.dtype[Any] = np.dtype(value)
     except TypeError:
         raise UnsupportedDTypeError(f"unknown dtype {value!r}; known: {', '.join(DTYPE_NAMES)}") from None
     if str(dt) not in table:
@@ -117,7 +123,7 @@ def as_dtype(value: Any) -> np.dtype[Any]:
     return dt
 
 
-def isdtype(dtype: Any, kind: Any) -> bool:
+def isdtype(dtype: Any, kind: Any) -> builtins.bool:
     dt = as_dtype(dtype)
     if isinstance(kind, tuple):
         return any(isdtype(dt, k) for k in kind)
@@ -137,7 +143,7 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype[Any]:
     return np.result_type(*(_dtype_of(x) for x in arrays_and_dtypes))
 
 
-def can_cast(from_: Any, to: Any, /) -> bool:
+def can_cast(from_: Any, to: Any, /) -> builtins.bool:
     return np.can_cast(_dtype_of(from_), as_dtype(to))
 
 
@@ -160,7 +166,7 @@ def finfo(type: Any, /) -> FInfo:  # noqa: A002
 
     from neurenix_core.tensor.dtype_info import FInfo
 
-    fi = ml_dtypes.finfo(dt)
+    fi = ml_dtypes.finfo(dt)  # type: ignore[no-untyped-call]  # ml_dtypes.finfo is unannotated
     return FInfo(
         bits=int(fi.bits), eps=float(fi.eps), max=float(fi.max), min=float(fi.min),
         smallest_normal=float(fi.smallest_normal), dtype=dt,

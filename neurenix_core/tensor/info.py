@@ -105,7 +105,7 @@ class NamespaceInfo:
 def _max_dimensions(be: Backend) -> int | None:
     """The runtime's rank limit where its array-API namespace reports one, else NumPy's: host
     arrays are the storage of graph backends and of every fallback."""
-    host: int | None = np.__array_namespace_info__().capabilities()["max dimensions"]
+    host: int | None = np.__array_namespace_info__().capabilities()["max dimensions"]  # type: ignore[typeddict-item]  # not in NumPy 2.4 stubs
     info = getattr(getattr(be, "xp", None), "__array_namespace_info__", None)
     if info is None:
         return host

@@ -105,7 +105,7 @@ def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: DeviceLike | 
             f"supported: {', '.join(_supported(be))}. Pick one of those or move to 'cpu' first"
         )
     out = cast(x, dt, copy)
-    return out if device is None else out.to(device)  # type: ignore[no-any-return]
+    return out if device is None else out.to(device)
 
 
 def _supported(be: Any) -> list[str]:

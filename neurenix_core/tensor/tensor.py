@@ -112,11 +112,11 @@ class Tensor:
     def T(self) -> Tensor:  # noqa: N802 - array API name
         if self.ndim != 2:
             raise ShapeError(f"{self.device}: Tensor.T needs a 2-D tensor, got {self.ndim}-D; use matrix_transpose or permute_dims")
-        return _call("permute_dims", (self, (1, 0)))
+        return _call("permute_dims", (self, (1, 0)))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     @property
     def mT(self) -> Tensor:  # noqa: N802
-        return _call("matrix_transpose", (self,))
+        return _call("matrix_transpose", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     @property
     def native(self) -> Any:
@@ -276,16 +276,16 @@ class Tensor:
 
     # ----------------------------------------------------------------- unary operators
     def __neg__(self) -> Tensor:
-        return _call("negative", (self,))
+        return _call("negative", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     def __pos__(self) -> Tensor:
-        return _call("positive", (self,))
+        return _call("positive", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     def __abs__(self) -> Tensor:
-        return _call("abs", (self,))
+        return _call("abs", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     def __invert__(self) -> Tensor:
-        return _call("bitwise_invert", (self,))
+        return _call("bitwise_invert", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     # ----------------------------------------------------------------- binary operators
     # Bound below from the flat hot path (_make_binary, set on the class by name); declared here,

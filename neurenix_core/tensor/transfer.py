@@ -45,7 +45,7 @@ def copy_native(native: Any, src: Placement, dst: Placement) -> Any:
 
 def dlpack_device(native: Any) -> tuple[int, int]:
     if hasattr(native, "__dlpack_device__"):
-        return tuple(native.__dlpack_device__())  # type: ignore[return-value]
+        return tuple(native.__dlpack_device__())
     return (_DL_CPU, 0)
 
 
@@ -100,11 +100,11 @@ def host_from_dlpack(x: Any, p: Placement) -> Any:
     try:
         host = np.from_dlpack(x)
     except _EXPORT_ERRORS as exc:
-        host = _bfloat16_host(x)
-        if host is not None:
-            check_dtype(p, host.dtype)
-            reserve(p, int(host.nbytes))
-            return p.backend._from_host(contiguous(host), p.index)
+        bf16 = _bfloat16_host(x)
+        if bf16 is not None:
+            check_dtype(p, bf16.dtype)
+            reserve(p, int(bf16.nbytes))
+            return p.backend._from_host(contiguous(bf16), p.index)
         raise TransferError(
             f"from_dlpack onto {p.device}: the producer {type(x).__name__} could not export to host memory ({exc}); "
             "make it contiguous and move it to the host first"
@@ -129,7 +129,7 @@ def _bfloat16_host(x: Any) -> np.ndarray | None:
     if type(x).__module__.split(".")[0] == "torch":
         import torch
 
-        return x.detach().cpu().contiguous().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)  # type: ignore[no-any-return]
+        return x.detach().cpu().contiguous().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
     try:
         host = np.asarray(x)
     except _EXPORT_ERRORS:
