@@ -41,3 +41,10 @@ def test_two_processes_at_once(tmp_path: Path) -> None:
     results = child.run_together(tmp_path, "npu:0")
     states = sorted("hit" if "compile cache: hit" in r["summary"] else "miss" for r in results)
     assert states == ["hit", "miss"] and len({r["sha256"] for r in results}) == 1
+
+
+def test_cpu_host_runtime_hits_too(tmp_path: Path) -> None:
+    cold = child.run(tmp_path, "cpu:0", NEURENIX_CPU_RUNTIME="openvino")
+    warm = child.run(tmp_path, "cpu:0", NEURENIX_CPU_RUNTIME="openvino")
+    assert "OpenVINO CPU on cpu:0" in warm["summary"] and "compile cache: hit" in warm["summary"], warm["summary"]
+    assert "compile cache: miss" in cold["summary"] and warm["sha256"] == cold["sha256"]

@@ -33,3 +33,10 @@ def test_a_users_jax_cache_folder_is_kept(tmp_path: Path) -> None:
     out = child.run(tmp_path / "state", "tpu:0", JAX_COMPILATION_CACHE_DIR=str(own))
     assert "compile cache (lowering): miss" in out["summary"]
     assert not (tmp_path / "state" / "compile_cache" / "runtime" / "jax").exists()
+
+
+def test_cpu_host_runtime_xla_uses_jax_cache(tmp_path: Path) -> None:
+    cold = child.run(tmp_path, "cpu:0", NEURENIX_CPU_RUNTIME="xla")
+    warm = child.run(tmp_path, "cpu:0", NEURENIX_CPU_RUNTIME="xla")
+    assert "XLA:CPU" in warm["summary"] and "XLA's compiled program loaded from the persistent cache" in warm["summary"], warm["summary"]
+    assert "stored them in the persistent cache" in cold["summary"] and warm["sha256"] == cold["sha256"]
