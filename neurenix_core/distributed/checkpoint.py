@@ -34,9 +34,10 @@ def save_checkpoint(path: str | os.PathLike[str], model: Any, optimizer: Any = N
         model.save(folder / "model.npz")
         meta: dict[str, Any] = {"step": int(step), "world_size": eng.world_size}
         if optimizer is not None:
+            from neurenix_core.nn.serialization import save_state
+
             arrays, meta["optimizer"] = _split_optimizer(optimizer.state_dict())
-            np.savez(folder / ".optimizer.tmp.npz", **arrays)
-            os.replace(folder / ".optimizer.tmp.npz", folder / "optimizer.npz")
+            save_state(arrays, folder / "optimizer.npz")  # atomic, as model.save
         tmp = folder / f".{_META}.tmp"
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, folder / _META)  # written last: its presence means the checkpoint is complete
@@ -56,8 +57,9 @@ def load_checkpoint(path: str | os.PathLike[str], model: Any, optimizer: Any = N
     if optimizer is not None:
         if "optimizer" not in meta:
             raise ModelFormatError(f"{folder}: the checkpoint holds no optimizer state; load it without optimizer=")
-        with np.load(folder / "optimizer.npz", allow_pickle=False) as data:
-            optimizer.load_state_dict(_join_optimizer({k: data[k] for k in data.files}, meta["optimizer"]))
+        from neurenix_core.nn.serialization import load_state
+
+        optimizer.load_state_dict(_join_optimizer(load_state(folder / "optimizer.npz"), meta["optimizer"]))
     return int(meta["step"])
 
 

@@ -27,6 +27,7 @@ from neurenix_core.tensor.tensor import Tensor
 __all__ = ["JaxEngine"]
 
 T = TypeVar("T")
+_REDUCE: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 
 
 class JaxEngine(Engine):
@@ -152,8 +153,7 @@ class JaxEngine(Engine):
 
     def all_reduce(self, x: Tensor, op: str) -> Tensor:
         g = self._gather(x, "all_reduce")
-        out = {"sum": g.sum, "mean": g.mean, "max": g.max, "min": g.min}[op](axis=0)
-        return self._on_device(np.asarray(out), x)
+        return self._on_device(np.asarray(_REDUCE[op](g, axis=0)), x)
 
     def all_gather(self, x: Tensor) -> Tensor:
         return self._on_device(self._gather(x, "all_gather"), x)

@@ -42,6 +42,8 @@ class Rendezvous:
     # ------------------------------------------------------------------ store
     def _connect(self, *, is_master: bool) -> Any:
         launch = self.launch
+        if launch.master_addr is None or launch.master_port is None:
+            raise DistributedError(f"nx.distributed.init (rank {launch.rank}): no MASTER_ADDR/MASTER_PORT to meet at ({launch.source})")
         try:
             raw = self.dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master,
                                      timeout=timedelta(seconds=self.timeout_s), wait_for_workers=False,

@@ -110,7 +110,7 @@ class TorchEngine(Engine):
         flights = []
         with self._guard("average_gradients"):
             for bucket in _buckets(owners):
-                flat = self.torch.cat([self._on_wire(p.grad).reshape(-1) for p in bucket])
+                flat = self.torch.cat([self._on_wire(_grad(p)).reshape(-1) for p in bucket])
                 flights.append((bucket, flat, self.dist.all_reduce(flat, async_op=True)))
             for bucket, flat, work in flights:
                 work.wait()
@@ -121,7 +121,7 @@ class TorchEngine(Engine):
         start = 0
         for p in bucket:
             n = int(np.prod(p.shape))
-            p.grad = self._back(flat[start:start + n].reshape(tuple(p.shape)), p.grad)  # type: ignore[arg-type]
+            p.grad = self._back(flat[start:start + n].reshape(tuple(p.shape)), _grad(p))
             start += n
 
     def lower_step(self, lower: Callable[[Any], Any], optimizer: Any) -> Any:
@@ -135,12 +135,18 @@ class TorchEngine(Engine):
             self.rendezvous.close()
 
 
+def _grad(p: Tensor) -> Tensor:
+    g = p.grad
+    if g is None:  # average_gradients keeps only parameters with a gradient
+        raise DistributedError("nx.distributed.average_gradients: a parameter lost its gradient during the all-reduce")
+    return g
+
+
 def _buckets(params: Sequence[Tensor]) -> list[list[Tensor]]:
     """Parameters grouped by gradient dtype, each group cut into buckets of ~BUCKET_BYTES."""
     out: dict[Any, list[tuple[int, list[Tensor]]]] = {}
     for p in params:
-        g = p.grad
-        assert g is not None  # filtered by the caller
+        g = _grad(p)
         lists = out.setdefault(g.dtype, [(0, [])])
         size, last = lists[-1]
         if last and size + g.nbytes > BUCKET_BYTES:
