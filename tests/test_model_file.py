@@ -157,6 +157,29 @@ def test_tagged_values_plan_and_module_state_survive(tmp_path: Path) -> None:
     np.testing.assert_array_equal(model(x).numpy(), loaded(x).numpy())  # batch 5: the dynamic axis
 
 
+def test_every_value_tag_round_trips(tmp_path: Path) -> None:
+    """Attribute values of every kind come back with their types (the graph is saved, not run)."""
+    attrs = {"t": (1, (2, SymDim("d0_0 * 2")), [3.5, float("nan")]), "d": {(0, 1): "a", "k": None}, "s": np.int64(-3),
+             "h": np.float16(0.1), "dt": np.dtype("int32"), "inf": float("-inf"), "arr": np.arange(6, dtype=np.uint8).reshape(2, 3),
+             "flag": True}
+    graph = Graph((TensorSpec("x", (2,), dynamic=(0,)),), (Node("n", "relu", ("x",), "y", attrs),), ("y",), limits=((0, 0, 64),))
+    nx.nn.save(GraphModule(graph), tmp_path / "tags.nxm")
+    back = nx.nn.load(tmp_path / "tags.nxm").symbolic_graph()
+    got = back.nodes[0].attrs
+    assert repr({k: v for k, v in attrs.items() if k not in ("t", "arr")}) == repr({k: v for k, v in got.items() if k not in ("t", "arr")})
+    assert got["t"][:2] == (1, (2, SymDim("d0_0 * 2"))) and got["t"][2][0] == 3.5 and np.isnan(got["t"][2][1])
+    assert got["arr"].dtype == np.uint8 and np.array_equal(got["arr"], attrs["arr"])
+    assert back.limits == ((0, 0, 64),)
+
+
+def test_a_pre_quantized_model_keeps_its_own_plan(tmp_path: Path) -> None:
+    plain = _tiny()
+    plan = nx.quantization.calibrate(plain, [np.ones((2, 4), np.float32)], progress=False)
+    nx.nn.save(GraphModule(plain.symbolic_graph(), "qdq", quantization_plan=plan), tmp_path / "q.nxm")
+    got = nx.nn.load(tmp_path / "q.nxm").quantization_plan
+    assert got is not None and sorted(got.activations) == sorted(plan.activations) and sorted(got.weights) == ["fc"]
+
+
 def test_file_is_the_safetensors_layout(tmp_path: Path) -> None:
     """The weights read back with the safetensors package under their state_dict names."""
     st = pytest.importorskip("safetensors.numpy")

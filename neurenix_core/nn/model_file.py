@@ -203,9 +203,9 @@ def save_model(model: Any, path: str | os.PathLike[str], *, quantization_plan: Q
                                         "graph to save; give those inputs as initializers (constants) in the ONNX model")
     plan = quantization_plan if quantization_plan is not None else model.quantization_plan
     w = _Writer()
-    doc = {"graph": _graph_json(model.symbolic_graph(), w), "quantization_plan": _plan_json(plan, w),
-           "module": {"source": model._source, "training": model.training,
-                      "frozen": sorted(k for k, p in model.named_parameters() if not p.requires_grad)}}
+    module = {"source": model._source, "training": model.training,
+              "frozen": sorted(k for k, p in model.named_parameters() if not p.requires_grad)}
+    doc: dict[str, Any] = {"graph": _graph_json(model.symbolic_graph(), w), "quantization_plan": _plan_json(plan, w), "module": module}
     digest = hashlib.sha256()
     for arr in w.tensors.values():
         digest.update(np.ascontiguousarray(arr).tobytes())
