@@ -253,3 +253,19 @@ def test_bucketed_model_keeps_its_buckets(tmp_path: Path) -> None:
         np.testing.assert_allclose(loaded(x), expected, rtol=1e-6, atol=1e-6)
     assert loaded.compiled_shapes == [((4, 8),)]
     assert "bucket [(4, 8)]: 1 call(s), 1 padded" in loaded.summary
+
+
+def test_cpu_segment_on_a_host_runtime_starts_only_that_runtime(tmp_path: Path) -> None:
+    # The cos segment of an edgetpu model ran on OpenVINO's CPU device: loading starts that runtime
+    # alone, so the fresh process imports no torch even though torch is installed (not blocked here).
+    with nx.fallback_policy("allow"):
+        compiled = nx.compile(partitioned_graph("cos"), device="edgetpu", outputs="host", runtime="openvino")
+        expected = compiled(vector_batch())
+        compiled.save(tmp_path / "ov")
+    manifest = json.loads((tmp_path / "ov" / "artifact.json").read_text())
+    assert list(manifest["host_parts"].values()) == ["openvino"]
+    out = tmp_path / "ov.npy"
+    result = load_fresh([{"artifact": str(tmp_path / "ov"), "input": write_input(tmp_path, "x", vector_batch()), "output": str(out)}],
+                        block_torch=False)
+    assert result["torch"] is False
+    np.testing.assert_allclose(np.load(out), expected, rtol=1e-6, atol=1e-6)

@@ -59,6 +59,7 @@ _AGREEMENT: Final = 1e-4
 
 _lock = threading.Lock()
 _runtimes: dict[str, HostRuntime | str] | None = None  # name -> runtime, or why it is unavailable
+_started: dict[str, HostRuntime | str] = {}  # runtimes started alone (host_runtime_named); "" where none is offered
 
 
 @dataclass(frozen=True)
@@ -87,14 +88,29 @@ def host_runtimes() -> dict[str, HostRuntime | str]:
         return dict(_runtimes)
 
 
-def _discover() -> dict[str, HostRuntime | str]:
+def host_runtime_named(name: str) -> dict[str, HostRuntime | str]:
+    """Only the runtime ``name`` (or why it is unavailable), started without the others: an
+    explicit ``runtime=`` or a loaded artifact's cpu:0 part imports no other framework (a
+    deployed npu model does not start torch). Empty when no plugin offers ``name``."""
+    with _lock:
+        if _runtimes is not None:
+            return {k: v for k, v in _runtimes.items() if k == name}
+        if name not in _started:
+            _started.update(_discover(only=name) or {name: ""})
+        found = _started[name]
+        return {name: found} if found != "" else {}
+
+
+def _discover(only: str | None = None) -> dict[str, HostRuntime | str]:
     from neurenix_core.plugins.state import registry
 
     reg = registry()
     found: dict[str, HostRuntime | str] = {}
+    if only is None and _started:  # runtimes started one by one are not started twice
+        found.update({k: v for k, v in _started.items() if v != ""})
     for rec in reg.records:
         name = rec.manifest.capabilities.host_runtime if rec.manifest is not None else None
-        if name is None or rec.failure is not None or rec.denied is not None:
+        if name is None or rec.failure is not None or rec.denied is not None or name in found or (only is not None and name != only):
             continue
         if not reg.implements(rec, "neurenix_host_runtime"):
             found[name] = f"plugin {rec.name} declares host_runtime={name!r} but does not implement neurenix_host_runtime"
@@ -137,9 +153,10 @@ def choose(
     options = HostOptions(threads=threads)
     if runtime == INTERPRETER:
         return HostChoice(INTERPRETER, "runtime='numpy' asked")
-    available = host_runtimes()
     if runtime is not None:
-        return _named(graph, runtime, available, options)
+        named = host_runtime_named(runtime)
+        return _named(graph, runtime, named if named else host_runtimes(), options)
+    available = host_runtimes()
     skipped: dict[str, str] = {}
     candidates: dict[str, HostRuntime] = {}
     for name, rt in available.items():
