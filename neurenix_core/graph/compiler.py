@@ -805,6 +805,8 @@ class Compiled:
         choice = host_select.choose(graph, threads=self.extra.get("threads"), runtime=runtime,
                                     interpreter=reference, flops=sum(node_flops(n, specs) for n in graph.nodes),
                                     state_dir=registry().config.state_dir)
+        if key in self._host_pins:  # the artifact asked for it, not the user's runtime=
+            choice = dataclasses.replace(choice, reason="the runtime this part ran on when the artifact was saved")
         self._host_lines.append(f"{what} on cpu:0: {choice.line()}")
         self._host_parts[key] = choice.runtime
         return choice
