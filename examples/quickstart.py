@@ -8,6 +8,9 @@ installed); set NEURENIX_DEVICE=npu:0 (or tpu:0, cuda:0, ...) to choose.
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,6 +75,7 @@ def _placement_in_words(compiled: Compiled) -> str:
     return f"{placement.line()}, with {engine}" + (f"; {why}" if why else "")
 
 
+ROOT = Path(__file__).resolve().parents[1]
 #: This repository's distributions, and for each plugin an example and its NEURENIX_EMULATE token.
 FIRST_PARTY = {"neurenix-core", "neurenix-cuda-tc", "neurenix-tpu", "neurenix-npu-openvino", "neurenix-edgetpu"}
 EXAMPLE_PLUGINS = {"neurenix-onnxruntime": "examples/neurenix-onnxruntime"}
@@ -84,17 +88,28 @@ EXAMPLES = {
 }
 
 
+def _here(path: Path, elsewhere: str | None = None) -> str:
+    """``path`` as typed from the current folder (``.venv/bin/python`` in a checkout); from
+    outside its folder, ``elsewhere`` (a command's name on PATH) or the absolute path."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else (elsewhere or str(path))
+
+
 def _next_steps() -> None:
-    print("\nnext steps:")
-    print("  neurenix doctor".ljust(70) + "# every plugin: found, not found, and why")
+    python = _here(Path(sys.executable), "python")
+    steps = [(f"{_here(Path(sys.executable).with_name('neurenix'), 'neurenix')} doctor", "every plugin: found, not found, and why")]
     for b in nx.backends():
         if b.name not in EXAMPLES:
             continue
         script, token = EXAMPLES[b.name]
-        usable = str(b.status.value if hasattr(b.status, "value") else b.status) in {"selected", "available", "emulated"}
+        usable = str(getattr(b.status, "value", b.status)) in {"selected", "available", "emulated"}
         # Without the hardware, the plugin's real software stack runs on the CPU under NEURENIX_EMULATE.
         env = f"NEURENIX_EMULATE={token} " if token and not usable else ""
-        print(f"  {env}python {script}".ljust(70) + f"# {b.distribution}")
+        steps.append((f"{env}{python} {_here(ROOT / script)}", b.distribution or b.name))
+    width = max(len(command) for command, _ in steps) + 2
+    print("\nnext steps:")
+    for command, comment in steps:
+        print(f"  {command.ljust(width)}# {comment}")
     print("  docs: README.md, docs/tensors.md (the namespace), docs/models.md (nn, compile), docs/plugins.md")
 
 
