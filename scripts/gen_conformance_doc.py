@@ -47,7 +47,7 @@ class Capability(NamedTuple):
     functions: tuple[tuple[str, int], ...]
 
     @property
-    def count(self) -> int:
+    def total(self) -> int:
         return sum(n for _, n in self.functions)
 
 
@@ -85,7 +85,7 @@ def capabilities(ids: list[str]) -> list[Capability]:
 
 
 def tests_section(caps: list[Capability]) -> str:
-    total = sum(c.count for c in caps)
+    total = sum(c.total for c in caps)
     lines = [
         (f"The suite runs **{total} tests per backend** in {len(caps)} capabilities (what "
          "`pytest --collect-only --neurenix-backend=NAME` collects; a parametrized test counts once per case):"),
@@ -96,7 +96,7 @@ def tests_section(caps: list[Capability]) -> str:
     for c in caps:
         functions = ", ".join(f"`{f}`" + (f" ({n})" if n > 1 else "") for f, n in c.functions)
         summary = c.summary.replace("``", "`").replace("|", "/")  # RST literals read as Markdown code
-        lines.append(f"| `{c.name}` | {c.count} | {summary} | {functions} |")
+        lines.append(f"| `{c.name}` | {c.total} | {summary} | {functions} |")
     return "\n".join(lines) + "\n"
 
 
