@@ -319,8 +319,15 @@ def _store(root: Path, path: Path, plugin: str, key: str, meta: Mapping[str, Any
 
 
 # ---------------------------------------------------------------------------- size and listing
+#: A temporary file younger than this may be an entry another process is writing: not evicted.
+_WRITING_S: Final = 3600.0
+
+
 def _files(root: Path) -> list[tuple[float, int, Path]]:
+    """(mtime, size, path) of every file the size limit counts: entries, runtime folders, and
+    temporary files left by a crashed writer (an hour old); not the locks."""
     out = []
+    now = time.time()
     for dirpath, _, names in os.walk(root):
         if Path(dirpath) == root / "locks":
             continue
@@ -330,6 +337,8 @@ def _files(root: Path) -> list[tuple[float, int, Path]]:
                 continue  # the eviction lock
             with contextlib.suppress(OSError):
                 st = p.stat()
+                if name.startswith(".tmp-") and now - st.st_mtime < _WRITING_S:
+                    continue
                 out.append((st.st_mtime, st.st_size, p))
     return out
 
