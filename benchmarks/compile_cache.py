@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -136,7 +137,17 @@ def measure(model: tuple[Path, Path], device: str, repeats: int, scratch: Path) 
         summaries = [b["summary"], c["summary"]]
     med = {k: statistics.median(v) for k, v in (("off", off), ("cold", cold), ("warm", warm))}
     return {**med, "speedup": med["cold"] / med["warm"], "same_result": identical and close, "warm_identical": identical,
-            "summaries": summaries}
+            "entry": _entry_times(*summaries), "summaries": summaries}
+
+
+def _entry_times(cold: str, warm: str) -> str:
+    """What the plugin's cache entry cost to build (cold) and to load (warm), from the summaries:
+    the compile step itself, without the process's fixed costs; "-" where nothing is cached."""
+    built = re.findall(r"compiled in (\d+) ms and stored", cold)
+    loaded = re.findall(r"loaded in (\d+) ms", warm)
+    if not built or not loaded:
+        return "-"
+    return f"{sum(map(int, built))} -> {sum(map(int, loaded))} ms"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"cold/warm {row['speedup']:.1f}x  same result: {row['same_result']}", flush=True)
     machine = benchkit.machine()
     print(f"\n{machine}\n")
-    print("| model | device | cache off | cold (compile + store) | warm (second process) | cold / warm |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| model | device | cache off | cold (compile + store) | warm (second process) | cold / warm | entry: build -> load |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['model']} | {r['device']} | {r['off']:.3f} s | {r['cold']:.3f} s | {r['warm']:.3f} s | {r['speedup']:.1f}x |")
+        print(f"| {r['model']} | {r['device']} | {r['off']:.3f} s | {r['cold']:.3f} s | {r['warm']:.3f} s | {r['speedup']:.1f}x "
+              f"| {r['entry']} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine, "repeats": repeats, "rows": rows}, indent=2))
     return 0 if all(r["same_result"] for r in rows) else 1
