@@ -170,9 +170,10 @@ class Rendezvous:
         launch = self.launch
         dead = self.failed_ranks()
         if dead is None:
-            host = "rank 0" if not launch.agent_store else "the torchrun agent"
+            where = f"{launch.master_addr}:{launch.master_port}"
             ranks: tuple[int, ...] = (0,) if not launch.agent_store else ()
-            cause = f"the rendezvous store ({host}, {launch.master_addr}:{launch.master_port}) is gone as well"
+            cause = (f"rank(s) [0] stopped (the rendezvous store it hosts at {where} is unreachable)" if ranks
+                     else f"the torchrun agent's store at {where} is unreachable (the launcher is ending the job)")
         elif dead:
             ranks, cause = dead, f"rank(s) {list(dead)} stopped (no heartbeat)"
         else:
