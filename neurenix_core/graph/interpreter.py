@@ -293,6 +293,30 @@ def _layer_norm_step(node: Node, fallback: StepFn) -> StepFn:
     return run
 
 
+def _hardswish_step(fallback: StepFn) -> StepFn:
+    """x * clip(x / 6 + 0.5, 0, 1) on float32, block by block in its output: the reference's
+    operations (clip as maximum then minimum: the same values, NaN included), so the same bits,
+    without its four output-sized temporaries."""
+
+    def run(xs: Arrays) -> Any:
+        x = xs[0]
+        if x.dtype != _F32:
+            return fallback(xs)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        for b in range(0, flat.size, _ROW_BLOCK_ELEMENTS):
+            xb = flat[b : b + _ROW_BLOCK_ELEMENTS]
+            ob = out[b : b + xb.size]
+            np.divide(xb, 6, out=ob)
+            ob += 0.5
+            np.maximum(ob, 0, out=ob)
+            np.minimum(ob, 1, out=ob)
+            ob *= xb
+        return out.reshape(x.shape)
+
+    return run
+
+
 def _relu_step(fallback: StepFn) -> StepFn:
     zero = np.float32(0)
     return lambda xs: np.maximum(xs[0], zero) if xs[0].dtype == _F32 else fallback(xs)
@@ -419,6 +443,8 @@ def _fused(node: Node, graph: Graph, by_input: Mapping[str, Node], readers: Mapp
         return _layer_norm_step(node, plain), (node,)
     if node.op == "relu":
         return _relu_step(plain), (node,)
+    if node.op == "hardswish":
+        return _hardswish_step(plain), (node,)
     if node.op in _BINARY and len(node.inputs) == 2:
         return _binary_step(node, plain), (node,)
     return plain, (node,)
