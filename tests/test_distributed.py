@@ -169,6 +169,17 @@ def test_mismatched_world_sizes_end_both_ranks_with_a_typed_error() -> None:
     assert "rank 1 with 3" in results[0][1] or "rank 0 with 2" in results[1][1]
 
 
+def test_a_rank_that_never_starts_is_named_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(_free_port())}.items():
+        monkeypatch.setenv(var, value)
+    start = time.monotonic()
+    with pytest.raises(WorldSizeMismatchError, match=r"rank\(s\) \[1\] did not join within 2 s"):
+        nx.distributed.init("cpu", timeout=2.0)
+    assert time.monotonic() - start < 60
+    assert not nx.distributed.is_initialized()
+
+
 # ---------------------------------------------------------------------- in process
 def test_launch_environment_is_read_from_torchrun_and_slurm() -> None:
     tr = read_launch_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "29500",
