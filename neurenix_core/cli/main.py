@@ -115,7 +115,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     """List available devices with their backend and whether they are emulated."""
     import neurenix_core as nx
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for dev in nx.devices():
         rows.append({"device": str(dev), "backend": dev.backend_name, "emulated": dev.emulated})
     if args.json:
