@@ -106,6 +106,43 @@ def test_elementwise_chain_keeps_values() -> None:
     np.testing.assert_array_equal(run_graph(graph, x, v, float_dtype=None), _node_by_node(graph, x, v))
 
 
+def test_blocked_float32_steps_keep_the_references_bits() -> None:
+    """softmax, layer norm and hardswish run block by block in the plan (arrays larger than a
+    block, NaN and infinities included): the same bits as the node-by-node references; gelu (its
+    own float32 evaluation) within 1e-5 of the exact value down to 1e-20 in its negative tail."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 70, 200)) * 4).astype(np.float32)
+    x[0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    w, b = rng.standard_normal(200).astype(np.float32), rng.standard_normal(200).astype(np.float32)
+    nodes = (
+        Node("ln", "layer_norm", ("x",), "a", {"normalized_shape": (200,), "eps": 1e-12}, {"weight": w, "bias": b}),
+        Node("sm", "softmax", ("a",), "s", {"axis": -1}),
+        Node("hs", "hardswish", ("x",), "h"),
+        Node("ge", "gelu", ("x",), "g"),
+    )
+    graph = Graph((TensorSpec("x", x.shape),), nodes, ("s", "h", "g"))
+    with np.errstate(all="ignore"):
+        planned, plain = run_graph(graph, x, float_dtype=None), _node_by_node(graph, x)
+    for got, want in zip(planned[:2], plain[:2]):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+    finite = np.isfinite(x)
+    exact = np.array([0.5 * v * math.erfc(-v / math.sqrt(2.0)) for v in x[finite].astype(np.float64)])
+    np.testing.assert_allclose(planned[2][finite], exact, rtol=1e-5, atol=1e-20)  # float32 underflows below ~1e-38
+
+
+def test_linear_on_a_batch_of_sequences_is_one_gemm_with_the_same_values() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 9, 32)).astype(np.float32)
+    node = Node("fc", "linear", ("x",), "y", {}, {"weight": rng.standard_normal((16, 32)).astype(np.float32),
+                                                    "bias": rng.standard_normal(16).astype(np.float32)})
+    graph = Graph((TensorSpec("x", x.shape),), (node,), ("y",))
+    got = run_graph(graph, x, float_dtype=None)
+    assert got.shape == (4, 9, 16) and got.dtype == np.float32
+    np.testing.assert_allclose(got, run_graph(graph, x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_graph(graph, x[:, ::2], float_dtype=None), run_graph(graph, x[:, ::2]), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("n,c,h,w,o,k,s,p,d,g", [
     (2, 4, 9, 8, 6, 3, 1, 1, 1, 1), (1, 6, 10, 11, 6, 5, 2, 2, 1, 6), (2, 6, 7, 7, 12, 3, 1, 1, 2, 6),
     (1, 8, 9, 9, 4, 3, 2, 0, 1, 2), (2, 3, 5, 5, 4, 1, 2, 0, 1, 1), (1, 4, 6, 6, 4, 1, 1, 0, 1, 4), (1, 3, 8, 8, 5, 2, 3, 1, 2, 1),
