@@ -269,3 +269,10 @@ def test_cpu_segment_on_a_host_runtime_starts_only_that_runtime(tmp_path: Path) 
                         block_torch=False)
     assert result["torch"] is False
     np.testing.assert_allclose(np.load(out), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_loaded_model_saves_again(saved: dict[str, Any], dev: str, tmp_path: Path) -> None:
+    loaded = nx.load_compiled(saved[(dev, "cnn")]["path"])
+    again = nx.load_compiled(loaded.save(tmp_path / "again"))
+    np.testing.assert_allclose(as_host(again(image_batch())), saved[(dev, "cnn")]["expected"], rtol=1e-6, atol=1e-6)

@@ -10,6 +10,7 @@ summary says which one ran. A blob that fails to import is an error, never a sil
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,13 @@ def _runtime(backend: NPUOpenVINOBackend) -> str:
 
 
 def save_compiled(backend: NPUOpenVINOBackend, model: Any, directory: Path) -> dict[str, Any]:
+    loaded = getattr(model, "artifact_files", None)
+    if loaded is not None:  # a loaded artifact saved again: its files as they are
+        source, meta = loaded
+        for name in (meta["ir"], Path(meta["ir"]).with_suffix(".bin").name, meta.get("blob")):
+            if name:
+                shutil.copyfile(source / name, directory / name)
+        return dict(meta)
     graph = getattr(model, "source_graph", None)
     if not isinstance(model, OpenVINOCompiledModel) or graph is None:
         raise ArtifactUnsupportedError(f"{backend.device_label()} (plugin npu-openvino): only models compiled by nx.compile can be saved "
@@ -84,4 +92,5 @@ def load_compiled(backend: NPUOpenVINOBackend, directory: Path, meta: dict[str, 
     model = OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=meta["nodes"],
                                   source="neurenix graph")
     model.summary += f"; loaded from {directory.parent.parent.name}: {how}"
+    model.artifact_files = (directory, meta)  # what compiled.save writes again
     return model
