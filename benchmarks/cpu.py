@@ -83,6 +83,11 @@ QUICK_ROUNDS: Final = 3
 #: Seconds of consecutive calls per turn (at least one call): short turns spread load spikes of a
 #: shared machine over every contender.
 TURN_S: Final = 0.05
+#: Seconds of idle before each turn. OpenBLAS's and ONNX Runtime's worker threads keep spinning for
+#: about 20 ms after their last call (measured as process CPU time while the caller sleeps): at 2
+#: threads on 2 cores that took a core from whichever contender came next. Each turn starts on a
+#: quiet machine, as a process running one runtime would.
+SETTLE_S: Final = 0.03
 BERT_SEQ: Final = 128
 #: Image models' input H = W at every batch: at batch 32 the slowest row (ResNet-18 on the
 #: interpreter, about 3 s a call on one core) still fits 15 rounds in a few minutes.
@@ -373,6 +378,7 @@ def interleaved_median(fns: Mapping[str, Runner], rounds: int, seed: int = 0) ->
     for order in benchkit.schedule(list(fns), rounds, seed):
         for name in order:
             fn, n = fns[name], per_turn[name]
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()

@@ -53,6 +53,9 @@ _CACHE_FILE: Final = "host_runtimes.json"
 #: Timing per candidate: calls after one warm-up, and the time budget that may end them sooner.
 _CALLS: Final = 7
 _BUDGET_S: Final = 0.25
+#: Idle seconds before a candidate's timed calls: the previous runtime's worker threads (OpenBLAS,
+#: ONNX Runtime) spin for ~20 ms after their last call and would take a core from the next one.
+_SETTLE_S: Final = 0.03
 #: A runtime whose result is further than this (relative to the largest |value|) from the
 #: interpreter's is wrong for this graph, and skipped.
 _AGREEMENT: Final = 1e-4
@@ -226,6 +229,7 @@ def _time(run: Callable[..., Any], inputs: Sequence[np.ndarray]) -> tuple[float,
     """The fastest of a few calls after a warm-up: the least disturbed by other work on the
     machine (a shared CPU slows calls down, never speeds them up)."""
     first = run(*inputs)  # warm-up (first-call allocations, lazy initialisation)
+    time.sleep(_SETTLE_S)
     times = []
     start = time.perf_counter()
     for _ in range(_CALLS):
