@@ -276,3 +276,20 @@ def test_loaded_model_saves_again(saved: dict[str, Any], dev: str, tmp_path: Pat
     loaded = nx.load_compiled(saved[(dev, "cnn")]["path"])
     again = nx.load_compiled(loaded.save(tmp_path / "again"))
     np.testing.assert_allclose(as_host(again(image_batch())), saved[(dev, "cnn")]["expected"], rtol=1e-6, atol=1e-6)
+
+
+def test_malformed_manifest_and_graph(saved: dict[str, Any], tmp_path: Path) -> None:
+    from neurenix_core.deploy.artifact import _sha256
+
+    folder = _copy(saved, ("cpu", "cnn"), tmp_path)
+    manifest = json.loads((folder / "artifact.json").read_text())
+    for bad, match in (({"plugin": "npu"}, "field 'plugin'"), ({"shapes": None}, "field 'shapes'"),
+                       ({"parts": [{"key": "k", "dir": "../../elsewhere", "meta": {}}]}, "outside the artifact folder")):
+        (folder / "artifact.json").write_text(json.dumps({**manifest, **bad}))
+        with pytest.raises(ArtifactFormatError, match=match):
+            nx.load_compiled(folder)
+    (folder / "graph.json").write_text("{not json")
+    checksums = {**manifest["checksums"], "graph.json": _sha256(folder / "graph.json")}
+    (folder / "artifact.json").write_text(json.dumps({**manifest, "checksums": checksums}))
+    with pytest.raises(ArtifactFormatError, match="graph.json is not readable JSON"):
+        nx.load_compiled(folder)

@@ -177,10 +177,40 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{folder} has artifact format {manifest['format_version']}, written by neurenix-core {manifest.get('neurenix_core')}; "
             f"this neurenix-core reads format {FORMAT_VERSION} and older: upgrade neurenix-core, or export the model again with this one"
         )
-    for name, digest in dict(manifest.get("checksums", {})).items():
+    _check_fields(manifest, file)
+    _check_confined(manifest, folder, file)
+    for name, digest in manifest["checksums"].items():
         member = folder / name
         if not member.is_file():
             raise ArtifactFormatError(f"{folder}: file {name} of the artifact is missing; {_REMEDY}")
         if _sha256(member) != digest:
             raise ArtifactFormatError(f"{folder}: file {name} is corrupted (its checksum differs from the manifest's); {_REMEDY}")
     return manifest
+
+
+#: Manifest fields the loader reads, and their JSON types (format 1).
+_FIELDS: Final = {
+    "device_type": str, "device": str, "plugin": dict, "precision": (str, type(None)), "outputs": str, "extra": dict,
+    "shapes": list, "parts": list, "host_parts": dict, "checksums": dict,
+}
+
+
+def _check_fields(manifest: dict[str, Any], file: Path) -> None:
+    for name, kind in _FIELDS.items():
+        if not isinstance(manifest.get(name), kind):  # type: ignore[arg-type]
+            raise ArtifactFormatError(f"{file}: field {name!r} is missing or malformed; {_REMEDY}")
+    plugin = manifest["plugin"]
+    if not all(isinstance(plugin.get(k), str) for k in ("name", "distribution", "version")):
+        raise ArtifactFormatError(f"{file}: field 'plugin' needs name, distribution and version; {_REMEDY}")
+    if not all(isinstance(p, dict) and isinstance(p.get("key"), str) and isinstance(p.get("dir"), str) and isinstance(p.get("meta"), dict)
+               for p in manifest["parts"]):
+        raise ArtifactFormatError(f"{file}: field 'parts' is malformed; {_REMEDY}")
+
+
+def _check_confined(manifest: dict[str, Any], folder: Path, file: Path) -> None:
+    """Every path the manifest names stays inside the artifact folder (a crafted manifest must not
+    point a runtime at other files of the machine)."""
+    root = folder.resolve()
+    for name in [*manifest["checksums"], *(p["dir"] for p in manifest["parts"])]:
+        if not (folder / name).resolve().is_relative_to(root):
+            raise ArtifactFormatError(f"{file} names {name!r}, outside the artifact folder; {_REMEDY}")

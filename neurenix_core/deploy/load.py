@@ -74,7 +74,12 @@ def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend
     from neurenix_core.graph.ir import CompileOptions
 
     where = f"compiled artifact {folder}"
-    stored = json.loads((folder / "graph.json").read_text())
+    try:
+        stored = json.loads((folder / "graph.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ArtifactFormatError(f"{where}: graph.json is not readable JSON ({exc}); {_REMEDY}") from exc
+    if not isinstance(stored, dict) or not isinstance(stored.get("graph"), dict):
+        raise ArtifactFormatError(f"{where}: graph.json holds no model graph; {_REMEDY}")
     arrays = read_arrays(folder / "graph.arrays")
     graph = graph_from_json(stored["graph"], arrays, where)
     plan = None if stored.get("plan") is None else plan_from_json(stored["plan"], arrays, where)
