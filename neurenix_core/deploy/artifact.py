@@ -29,7 +29,7 @@ from neurenix_core.errors import (
 if TYPE_CHECKING:
     from neurenix_core.graph.compiler import Compiled
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "read_manifest", "save_compiled"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "member", "read_manifest", "save_compiled"]
 
 #: Version of the folder layout and manifest; a reader refuses a newer one (ArtifactFormatError).
 FORMAT_VERSION: Final = 1
@@ -214,3 +214,12 @@ def _check_confined(manifest: dict[str, Any], folder: Path, file: Path) -> None:
     for name in [*manifest["checksums"], *(p["dir"] for p in manifest["parts"])]:
         if not (folder / name).resolve().is_relative_to(root):
             raise ArtifactFormatError(f"{file} names {name!r}, outside the artifact folder; {_REMEDY}")
+
+
+def member(directory: Path, name: Any) -> Path:
+    """``directory / name`` for a file name a plugin stored in its part's metadata, refused
+    (ArtifactFormatError) when it is not a string or leads out of ``directory``."""
+    path = directory / str(name)
+    if not isinstance(name, str) or not path.resolve().is_relative_to(directory.resolve()):
+        raise ArtifactFormatError(f"{directory}: the part's metadata names {name!r}, not a file of the part; {_REMEDY}")
+    return path

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from neurenix_core.deploy.artifact import member
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError
 from neurenix_cuda_tc.compiled import _TORCH_DTYPES, TorchCompiledModel
 
@@ -57,9 +58,9 @@ def load_compiled(backend: Any, directory: Path, meta: dict[str, Any], options: 
 
     index = int(getattr(options.device, "index", 0))
     try:
-        program = torch.export.load(str(directory / meta["file"]))
+        program = torch.export.load(str(member(directory, meta["file"])))
     except Exception as exc:
-        raise ArtifactFormatError(f"cuda:{index} (plugin cuda-tc): {directory / meta['file']} is not a loadable torch.export program "
+        raise ArtifactFormatError(f"cuda:{index} (plugin cuda-tc): {member(directory, meta['file'])} is not a loadable torch.export program "
                                   f"({type(exc).__name__}: {exc}); export the model again") from exc
     model = LoadedTorchModel(program.module(), device=backend._native_device(index), precision=meta["precision"], emulated=backend.emulated,
                              switches=backend.switches, summary=f"{meta['summary']}; loaded from {directory.parent.parent.name} (torch.export program)")

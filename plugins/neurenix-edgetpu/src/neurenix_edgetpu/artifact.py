@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from neurenix_core.deploy.artifact import member
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError, ModelFormatError, ShapeError
 from neurenix_edgetpu.compiled import CompilerReport, Edge, EdgeTPUModel
 from neurenix_edgetpu.verify import inspect_model
@@ -53,7 +54,7 @@ def save_compiled(backend: LiteRTBackend, model: Any, directory: Path) -> dict[s
 
 
 def load_compiled(backend: LiteRTBackend, directory: Path, meta: dict[str, Any], options: Any) -> EdgeTPUModel:
-    path = directory / meta["file"]
+    path = member(directory, meta["file"])
     try:
         data = path.read_bytes()
         info = inspect_model(data, source=str(path))

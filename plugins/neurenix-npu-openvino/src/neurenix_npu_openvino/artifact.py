@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from neurenix_core.deploy.artifact import member
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError
 from neurenix_npu_openvino.compiled import OpenVINOCompiledModel
 from neurenix_npu_openvino.lowering import lower_graph
@@ -75,17 +76,17 @@ def load_compiled(backend: NPUOpenVINOBackend, directory: Path, meta: dict[str, 
     if meta.get("blob") and same_runtime:
         props = backend.compile_properties(precision, optimize_for, threads, properties)
         try:
-            compiled = backend.core.import_model(io.BytesIO((directory / meta["blob"]).read_bytes()), backend.ov_device, props)
+            compiled = backend.core.import_model(io.BytesIO((member(directory, meta["blob"])).read_bytes()), backend.ov_device, props)
         except RuntimeError as exc:
             raise ArtifactFormatError(f"{backend.device_label()} (plugin npu-openvino): OpenVINO cannot import the compiled blob "
-                                      f"{directory / meta['blob']}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}; "
+                                      f"{member(directory, meta['blob'])}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}; "
                                       "export the model again") from exc
         how = "imported from the compiled blob"
     else:
         try:
-            ir = backend.core.read_model(str(directory / meta["ir"]))
+            ir = backend.core.read_model(str(member(directory, meta["ir"])))
         except RuntimeError as exc:
-            raise ArtifactFormatError(f"{backend.device_label()} (plugin npu-openvino): OpenVINO cannot read the IR {directory / meta['ir']}: "
+            raise ArtifactFormatError(f"{backend.device_label()} (plugin npu-openvino): OpenVINO cannot read the IR {member(directory, meta['ir'])}: "
                                       f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}; export the model again") from exc
         compiled = backend.compile_model(ir, precision, optimize_for, threads=threads, properties=properties or None)
         how = f"compiled from the IR (saved with {meta['runtime']} for {meta['ov_device']})"
