@@ -18,10 +18,12 @@ import numpy as np
 import neurenix_core as nx
 from neurenix_core import nn
 
-# The target machine's side: only the core and the device's plugin; torch is made unimportable.
+# The target machine's side: only the core and the device's plugin; torch is made unimportable
+# (except for a cuda artifact, which torch runs).
 LOADER = """
 import sys
-sys.modules["torch"] = None
+if sys.argv[4] == "1":
+    sys.modules["torch"] = None  # a cuda artifact is a torch.export program: torch stays
 import numpy as np
 import neurenix_core as nx
 model = nx.load_compiled(sys.argv[1])
@@ -49,7 +51,8 @@ def main() -> None:
     print("files:", sorted(manifest["checksums"]))
 
     np.save(work / "x.npy", x)
-    proc = subprocess.run([sys.executable, "-c", LOADER, str(folder), str(work / "x.npy"), str(work / "y.npy")],
+    block_torch = "1" if compiled.device.type != "cuda" else "0"
+    proc = subprocess.run([sys.executable, "-c", LOADER, str(folder), str(work / "x.npy"), str(work / "y.npy"), block_torch],
                           capture_output=True, text=True, check=True)
     print(proc.stdout.strip())
     print("same results in the fresh process:", bool(np.allclose(np.load(work / "y.npy"), expected, rtol=1e-6, atol=1e-6)))
