@@ -21,11 +21,23 @@ def _ours(frame: FrameType) -> bool:
     return isinstance(name, str) and name.startswith("neurenix")
 
 
+def _importlib_internal(frame: FrameType) -> bool:
+    # warnings.warn does not count importlib's bootstrap frames towards stacklevel (a warning
+    # raised while a module is imported lands on the import statement), so neither may we.
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
+
+
 def user_stacklevel() -> int:
     """The ``stacklevel`` for a ``warnings.warn`` made by the caller of this function that
     attributes the warning to the first frame outside neurenix (the outermost frame if all are)."""
-    frame = sys._getframe(2)  # 0 is this function, 1 the function that warns (stacklevel=1), 2 its caller
-    level = 2
-    while _ours(frame) and frame.f_back is not None:
-        frame, level = frame.f_back, level + 1
-    return level
+    frame, level = sys._getframe(1), 1  # the function that warns is stacklevel 1
+    while True:
+        outer = frame.f_back
+        while outer is not None and _importlib_internal(outer):
+            outer = outer.f_back
+        if outer is None:
+            return level
+        frame, level = outer, level + 1
+        if not _ours(frame):
+            return level

@@ -88,6 +88,31 @@ def test_user_stacklevel_skips_every_neurenix_frame() -> None:
     assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
 
 
+def test_a_warning_while_importing_lands_on_the_users_import_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """importlib's frames between neurenix's module and the user's import are skipped, as warnings does."""
+    import importlib
+    import uuid
+
+    tag = uuid.uuid4().hex[:8]
+    # The user imports a neurenix module that imports another, which warns (as `import
+    # neurenix_core` reaches config.py): importlib frames lie between all three.
+    (tmp_path / f"neurenix_fake_{tag}.py").write_text(
+        "import warnings\nfrom neurenix_core.user_frame import user_stacklevel\n"
+        "warnings.warn('at import', UserWarning, stacklevel=user_stacklevel())\n"
+    )
+    (tmp_path / f"neurenix_outer_{tag}.py").write_text(f"import neurenix_fake_{tag}\n")
+    (tmp_path / f"user_{tag}.py").write_text(f"x = 1\nimport neurenix_outer_{tag}  # line 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            importlib.import_module(f"user_{tag}")
+    finally:
+        for name in (f"user_{tag}", f"neurenix_outer_{tag}", f"neurenix_fake_{tag}"):
+            sys.modules.pop(name, None)
+    assert [(Path(w.filename).name, w.lineno) for w in caught] == [(f"user_{tag}.py", 2)]
+
+
 # ---------------------------------------------------------------- third-party noise
 
 
