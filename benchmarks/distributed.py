@@ -6,7 +6,9 @@ PyTorch on the CPU, gloo) and tpu (emulated: JAX CPU, jax.distributed).
     .venv/bin/python benchmarks/distributed.py --quick --devices cpu --json rows.json
 
 Each process runs one thread (OMP/XLA pinned), so 2 processes use 2 cores where 1 uses one: the
-speed-up column is what data parallelism buys on this machine, gradient all-reduce included. The
+speed-up column is what data parallelism buys on this machine, gradient all-reduce included. A
+third row per device (not with --quick) is 1 process with 2 threads: the other way to use both
+cores of one machine. The
 global batch is fixed (weak scaling would grow it); every rank trains on global/N samples per step.
 On a 2-vCPU machine both processes share the only two cores with the launcher and the OS, so read
 the numbers as a floor. No timing is asserted anywhere.
@@ -72,10 +74,13 @@ def worker(device_name: str, steps: int, global_batch: int, out: Path) -> None:
 
 
 # ---------------------------------------------------------------------- parent
-def launch(device: str, nproc: int, steps: int, global_batch: int) -> dict[str, Any]:
+def launch(device: str, nproc: int, steps: int, global_batch: int, threads: int = 1) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "LOCAL_RANK", "TORCHELASTIC"))}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
-               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    if threads == 1:  # XLA's CPU client otherwise runs its Eigen pool on every core
+        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
     env["NEURENIX_EMULATE"] = env.get("NEURENIX_EMULATE", "cuda,tpu")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
@@ -84,15 +89,15 @@ def launch(device: str, nproc: int, steps: int, global_batch: int) -> dict[str, 
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"{device} x{nproc} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-        return dict(json.loads(out.read_text()))
+        return {**json.loads(out.read_text()), "threads": threads}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| device | engine (step) | processes | global batch | samples/s | speed-up vs 1 process |", "|---|---|---|---|---|---|"]
+    lines = ["| device | engine (step) | processes x threads | global batch | samples/s | vs 1 x 1 |", "|---|---|---|---|---|---|"]
     base: dict[str, float] = {}
     for r in rows:
         base.setdefault(r["device"], r["samples_per_s"])
-        lines.append(f"| {r['device']} | {r['engine']} ({r['step_engine']}) | {r['processes']} | {r['global_batch']} | "
+        lines.append(f"| {r['device']} | {r['engine']} ({r['step_engine']}) | {r['processes']} x {r['threads']} | {r['global_batch']} | "
                      f"{r['samples_per_s']:,.0f} | {r['samples_per_s'] / base[r['device']]:.2f}x |")
     return "\n".join(lines)
 
@@ -112,8 +117,9 @@ def main() -> None:
     if args.worker:
         worker(args.device, steps, args.global_batch, args.row)
         return
-    rows = [launch(d, n, steps, args.global_batch) for d in args.devices.split(",") for n in (1, 2)]
-    print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs); 1 thread per process; {steps} timed steps, MLP "
+    shapes = [(1, 1), (2, 1)] + ([] if args.quick else [(1, 2)])  # (processes, threads per process)
+    rows = [launch(d, n, steps, args.global_batch, t) for d in args.devices.split(",") for n, t in shapes]
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs); {steps} timed steps, MLP "
           f"{FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}, Adam")
     print(table(rows))
     if args.json:

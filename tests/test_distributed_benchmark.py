@@ -22,5 +22,5 @@ def test_distributed_benchmark_quick(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())
     assert [(r["device"], r["processes"], r["engine"]) for r in rows] == [
         ("cpu:0", 1, "torch.distributed (gloo)"), ("cpu:0", 2, "torch.distributed (gloo)")]
-    assert all(r["samples_per_s"] > 0 and r["global_batch"] == 64 for r in rows)
-    assert "CPU:" in proc.stdout and "| cpu:0 | torch.distributed (gloo) (neurenix tape) | 2 | 64 |" in proc.stdout
+    assert all(r["samples_per_s"] > 0 and r["global_batch"] == 64 and r["threads"] == 1 for r in rows)
+    assert "CPU:" in proc.stdout and "| cpu:0 | torch.distributed (gloo) (neurenix tape) | 2 x 1 | 64 |" in proc.stdout
