@@ -244,11 +244,11 @@ def test_bucketed_model_keeps_its_buckets(tmp_path: Path) -> None:
     graph = replace(graph, inputs=(replace(graph.inputs[0], dynamic=(0,)),))
     x = np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32)
     with nx.fallback_policy("allow"):
-        compiled = nx.compile(graph, device="npu", buckets=[2, 4], outputs="host")
+        compiled = nx.compile(graph, device="npu", buckets=[2, 4], pad_values={"x": np.float32(0.5)}, outputs="host")
         expected = compiled(x)  # batch 3 padded to the bucket 4
         compiled.save(tmp_path / "b")
         manifest = json.loads((tmp_path / "b" / "artifact.json").read_text())
-        assert manifest["inputs"][0]["shape"] == [None, 8] and manifest["buckets"][0] == {"l": [2, 4]}
+        assert manifest["inputs"][0]["shape"] == [None, 8] and manifest["buckets"] == [{"l": [2, 4]}, {"d": [["x", 0.5]]}]
         loaded = nx.load_compiled(tmp_path / "b")
         np.testing.assert_allclose(loaded(x), expected, rtol=1e-6, atol=1e-6)
     assert loaded.compiled_shapes == [((4, 8),)]
@@ -293,3 +293,12 @@ def test_malformed_manifest_and_graph(saved: dict[str, Any], tmp_path: Path) -> 
     (folder / "artifact.json").write_text(json.dumps({**manifest, "checksums": checksums}))
     with pytest.raises(ArtifactFormatError, match="graph.json is not readable JSON"):
         nx.load_compiled(folder)
+
+
+def test_malformed_stored_value_is_a_format_error() -> None:
+    from neurenix_core.deploy.codec import decode_value
+
+    assert decode_value({"t": [1, {"sym": "d0_0"}]}, {})[0] == 1
+    for bad in ({"a": "missing"}, {"zz": 1}, {"t": [], "l": []}):
+        with pytest.raises(ArtifactFormatError, match="a stored value is malformed"):
+            decode_value(bad, {})

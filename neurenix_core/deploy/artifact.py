@@ -87,11 +87,13 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
     enc = Encoder()
     graph = graph_to_json(compiled.graph, enc)
     plan = None if compiled.plan is None else plan_to_json(compiled.plan, enc)
+    # Options and buckets may hold arrays (pad values): they go to graph.arrays with the weights.
+    extra = enc.value(_python_scalars(_plain_extra(compiled.extra)), "compile option")
+    buckets = None if compiled._bucket_args is None else [enc.value(_python_scalars(v), "buckets") for v in compiled._bucket_args]
     parts = _write_parts(compiled, folder, where)
     (folder / "graph.json").write_text(json.dumps({"graph": graph, "plan": plan}))
     write_arrays(folder / "graph.arrays", enc.arrays)
     runtimes = sorted({str(p["meta"]["runtime"]) for p in parts if "runtime" in p["meta"]} | set(compiled._host_parts.values()))
-    buckets = None if compiled._bucket_args is None else [enc.value(v, "buckets") for v in compiled._bucket_args]
     assert rec.manifest is not None
     manifest = {
         "kind": _KIND, "format_version": FORMAT_VERSION, "neurenix_core": _core_version(),
@@ -100,7 +102,7 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
         "plugin": {"name": rec.name, "distribution": rec.manifest.distribution, "version": rec.manifest.version},
         "runtime": runtimes,
         "precision": compiled.precision, "outputs": compiled.outputs,
-        "extra": Encoder().value(_plain_extra(compiled.extra), "compile option"),
+        "extra": extra,
         "inputs": [{"name": s.name, "shape": list(s.display_shape), "dtype": s.dtype, "dynamic": list(s.dynamic)} for s in compiled.graph.inputs],
         "input_rule": "host data is copied in; float inputs become the declared float dtype, integer inputs keep theirs (docs/compile.md)",
         "output_names": list(compiled.graph.outputs), "buckets": buckets,
@@ -122,6 +124,20 @@ def _core_version() -> str:
         return metadata.version("neurenix-core")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _python_scalars(value: Any) -> Any:
+    """NumPy scalars in options (a pad value, a threshold) as the Python numbers users pass; graph
+    attributes keep theirs (their dtype can matter), options are read as numbers."""
+    import numpy as np
+
+    if isinstance(value, (np.bool_, np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_python_scalars(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _python_scalars(v) for k, v in value.items()}
+    return value
 
 
 def _plain_extra(extra: dict[str, Any]) -> dict[str, Any]:

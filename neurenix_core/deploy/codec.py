@@ -50,9 +50,14 @@ class Encoder:
         raise ArtifactUnsupportedError(f"{where}: a {type(value).__name__} value cannot be saved in a compiled artifact")
 
 
+_TAGS = frozenset({"a", "sym", "t", "l", "d", "dt"})
+
+
 def decode_value(value: Any, arrays: Mapping[str, np.ndarray]) -> Any:
     if not isinstance(value, dict):
         return value
+    if len(value) != 1 or next(iter(value)) not in _TAGS or (next(iter(value)) == "a" and value["a"] not in arrays):
+        raise ArtifactFormatError(f"compiled artifact: a stored value is malformed ({str(value)[:80]}); write the artifact again")
     (tag, body), = value.items()
     decoders: dict[str, Callable[[Any], Any]] = {
         "a": lambda k: arrays[k],

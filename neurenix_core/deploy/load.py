@@ -83,10 +83,10 @@ def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend
     arrays = read_arrays(folder / "graph.arrays")
     graph = graph_from_json(stored["graph"], arrays, where)
     plan = None if stored.get("plan") is None else plan_from_json(stored["plan"], arrays, where)
-    extra = dict(decode_value(manifest.get("extra") or {"d": []}, {}))
+    extra = dict(decode_value(manifest.get("extra") or {"d": []}, arrays))
     compiled = Compiled(graph, dev, backend, rec, manifest["precision"], plan, extra, outputs=manifest["outputs"])
     if manifest.get("buckets") is not None:
-        _restore_buckets(compiled, manifest["buckets"])
+        _restore_buckets(compiled, manifest["buckets"], arrays)
     options = CompileOptions(device=dev, precision=manifest["precision"], quantization=plan, extra=compiled.extra)
     compiled._restored = _load_parts(manifest, folder, backend, rec, options)
     compiled._host_pins = dict(manifest.get("host_parts", {}))
@@ -102,10 +102,10 @@ def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend
     return compiled
 
 
-def _restore_buckets(compiled: Compiled, stored: list[Any]) -> None:
+def _restore_buckets(compiled: Compiled, stored: list[Any], arrays: Any) -> None:
     from neurenix_core.graph.buckets import parse_buckets
 
-    buckets, pad_values = (decode_value(v, {}) for v in stored)
+    buckets, pad_values = (decode_value(v, arrays) for v in stored)
     compiled._buckets = parse_buckets(buckets, compiled.graph, pad_values)
     compiled._bucket_args = (buckets, pad_values)
     compiled.extra["shape_buckets"] = True
