@@ -104,7 +104,7 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
         "precision": compiled.precision, "outputs": compiled.outputs,
         "extra": extra,
         "inputs": [{"name": s.name, "shape": list(s.display_shape), "dtype": s.dtype, "dynamic": list(s.dynamic)} for s in compiled.graph.inputs],
-        "input_rule": "host data is copied in; float inputs become the declared float dtype, integer inputs keep theirs (docs/compile.md)",
+        "input_rule": "host data is copied in; float inputs become the declared float dtype, integer inputs keep theirs (neurenix_core.graph.inputs, docs/models.md)",
         "output_names": list(compiled.graph.outputs), "buckets": buckets,
         "shapes": [{"shapes": [list(s) for s in shapes], "summary": compiled._summaries.get(shapes, ""),
                     "placement": compiled._placements[shapes].line() if shapes in compiled._placements else None}
