@@ -386,8 +386,10 @@ def enforce(problems: Sequence[Problem], *, strict: bool) -> None:
         lines = "; ".join(p.message for p in fatal)
         tail = " (NEURENIX_STRICT=1 makes configuration warnings errors)" if strict and any(p.level == "warning" for p in fatal) else ""
         raise ConfigurationError(f"invalid neurenix configuration: {lines}{tail}")
-    for p in problems:
-        warnings.warn(ConfigurationWarning(p.message), stacklevel=3)
+    from neurenix_core.user_frame import user_stacklevel
+
+    for p in problems:  # on the user's `import neurenix_core` line (or call), not inside neurenix
+        warnings.warn(ConfigurationWarning(p.message), stacklevel=user_stacklevel())
 
 
 def plugin_problems(config: Config, installed: Iterable[str], emulation_tokens: Iterable[str]) -> list[Problem]:

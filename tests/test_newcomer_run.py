@@ -113,6 +113,15 @@ def test_a_warning_while_importing_lands_on_the_users_import_line(tmp_path: Path
     assert [(Path(w.filename).name, w.lineno) for w in caught] == [(f"user_{tag}.py", 2)]
 
 
+def test_a_configuration_warning_names_the_users_import(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("import os\nimport neurenix_core  # line 2\n")
+    env = dict(os.environ, NEURENIX_EMULATE="no-such-token")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{script}:2: ConfigurationWarning: NEURENIX_EMULATE lists 'no-such-token'" in proc.stderr, proc.stderr
+
+
 # ---------------------------------------------------------------- third-party noise
 
 
