@@ -51,3 +51,16 @@ def test_data_parallel_program_cannot_be_saved(tmp_path: Path) -> None:
     with pytest.raises(ArtifactUnsupportedError, match="data-parallel program.*compile without data_parallel"):
         compiled.save(tmp_path / "dp")
     assert not (tmp_path / "dp").exists()
+
+
+def test_loads_onto_another_device_index(tmp_path: Path) -> None:
+    if nx.backend("tpu:0").device_count() < 2:
+        pytest.skip("needs several emulated tpu devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+    compiled = nx.compile(_mlp(), device="tpu:0")
+    x = np.random.default_rng(1).standard_normal((2, 10)).astype(np.float32)
+    expected = compiled(x).numpy()
+    compiled.save(tmp_path / "a")
+    loaded = nx.load_compiled(tmp_path / "a", device="tpu:1")
+    out = loaded(x)
+    assert str(out.device) == "tpu:1" and str(loaded.device) == "tpu:1"
+    np.testing.assert_array_equal(out.numpy(), expected)
