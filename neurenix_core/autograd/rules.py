@@ -531,7 +531,8 @@ def _window(xpad: Tensor, i: int, j: int, stride: tuple[int, int], out_hw: tuple
 @rule("nn.conv2d")
 def _conv2d(node: Node, g: Tensor) -> Grads:
     x, w, b = node.args[0], node.args[1], node.args[2]
-    stride, padding, dilation, groups = (tuple(node.args[i]) if i < 6 else int(node.args[i]) for i in range(3, 7))
+    stride, padding, dilation = (tuple(node.args[i]) for i in range(3, 6))
+    groups = int(node.args[6])
     needs = iter(node.needs)
     out: list[Tensor | None] = [
         _conv_input_grad(g, x, w, stride, padding, dilation, groups) if next(needs) else None,

@@ -65,7 +65,9 @@ class CausalLM:
         self.spec: StepSpec = spec_of(model)
         _, self.device, _ = default_backend(device)
         if cache is None:
-            compiles = registry().plugin_for(self.device).manifest.capabilities.compiles_models
+            manifest = registry().plugin_for(self.device).manifest
+            assert manifest is not None  # plugin_for returns usable plugins only, which have one
+            compiles = manifest.capabilities.compiles_models
             cache = "fixed" if compiles else "dynamic"
         if cache not in CACHE_KINDS:
             raise GenerationError(f"{self.device}: cache={cache!r}; use 'dynamic' or 'fixed'")

@@ -48,7 +48,8 @@ def spec_of(model: Any) -> StepSpec:
     name = type(model).__name__
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
         raise NotACausalLMError(f"nx.generate expects a transformers causal LM (GPT2LMHeadModel, LlamaForCausalLM ...), got {name}")
-    cfg = model.config
+    # transformers' attributes: torch.nn.Module.__getattr__ types them Tensor | Module.
+    cfg: Any = model.config
     can_generate = getattr(model, "can_generate", lambda: False)
     if getattr(cfg, "is_encoder_decoder", False) or not can_generate():
         raise NotACausalLMError(
@@ -59,10 +60,10 @@ def spec_of(model: Any) -> StepSpec:
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
     kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
     limit = getattr(text, "max_position_embeddings", None)
-    tokens = model.get_input_embeddings()
+    tokens = getattr(model, "get_input_embeddings")()  # noqa: B009 - a transformers method, untyped on torch.nn.Module
     tables = {m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding) and m is not tokens}
     learned = limit is not None and int(limit) in tables
-    return StepSpec(int(text.num_hidden_layers), kv_heads, head_dim, int(text.vocab_size), int(limit) if learned else None)
+    return StepSpec(int(text.num_hidden_layers), kv_heads, head_dim, int(text.vocab_size), int(limit) if learned and limit is not None else None)
 
 
 def _wrapper(model: Any, spec: StepSpec, window: bool) -> Any:
@@ -76,7 +77,8 @@ def _wrapper(model: Any, spec: StepSpec, window: bool) -> Any:
 
         def forward(self, input_ids: Any, mask: Any, position_ids: Any, *past: Any) -> tuple[Any, ...]:
             cache = DynamicCache(config=self.model.config)
-            for i, layer in enumerate(cache.layers):
+            layers: Any = cache.layers  # full-attention layers here (keys, values, lazy_initialization)
+            for i, layer in enumerate(layers):
                 # Filled directly: DynamicCache(ddp_cache_data=...) concatenates onto an empty 1-D
                 # tensor first, which torch allows and the opset's concat does not.
                 layer.lazy_initialization(past[2 * i], past[2 * i + 1])

@@ -69,7 +69,7 @@ class SymDim:
         if isinstance(other, np.integer):
             other = int(other)
         if not isinstance(other, (int, SymDim)) or isinstance(other, bool):
-            return NotImplemented  # type: ignore[return-value]
+            return NotImplemented
         if op == "*" and other == 1 or op in ("+", "-") and other == 0 and not reverse:
             return self
         a, b = (_text(other), self.expr) if reverse else (self.expr, _text(other))

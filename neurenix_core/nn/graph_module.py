@@ -69,7 +69,7 @@ class GraphModule(Module):
         """The static graph for these input shapes and input values (models with value inputs)."""
         if self._values is None:
             raise TypeError(f"{self._source} has no value inputs; use symbolic_graph()")
-        return self._values.build(shapes, values)  # type: ignore[no-any-return]
+        return self._values.build(shapes, values)
 
     def symbolic_graph(self) -> Graph:
         """The graph with the current weights, dynamic input axes kept (SymDim attributes):

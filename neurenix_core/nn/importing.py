@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,6 +39,7 @@ def _without_cache(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     import inspect
 
     config = getattr(module, "config", None)
+    params: Mapping[str, Any]
     try:
         params = inspect.signature(module.forward).parameters
         given = "use_cache" in inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
@@ -47,6 +48,7 @@ def _without_cache(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     if "use_cache" not in params or given or not getattr(config, "use_cache", False):
         yield
         return
+    assert config is not None  # getattr(config, "use_cache", False) was true
     config.use_cache = False
     try:
         yield

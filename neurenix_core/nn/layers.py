@@ -213,6 +213,9 @@ class BatchNorm2d(Module):
     (the unbiased variance, as PyTorch does)."""
 
     graph_op = "batch_norm2d"
+    # Buffers (register_buffer sets them), declared for type checkers.
+    running_mean: Tensor
+    running_var: Tensor
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True) -> None:
         super().__init__()

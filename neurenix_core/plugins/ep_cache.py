@@ -246,11 +246,11 @@ def _read(path: str) -> dict[tuple[str, str], _Folder]:
     records: dict[tuple[str, str], _Folder] = {}
     for chunk in body[:-5].split("\nend\n") if body else ():
         first, _, rest = chunk.partition("\n")
-        head = first.split("\t")
-        if len(head) != 4 or head[0] != "folder":
+        fields = first.split("\t")
+        if len(fields) != 4 or fields[0] != "folder":
             return {}  # not a file this version wrote: ignore it all
         # The other lines are split and checked when the record is used or written back (_well_formed).
-        records.setdefault((head[1], head[2]), _Folder(head[1], head[2], head[3], body=rest))
+        records.setdefault((fields[1], fields[2]), _Folder(fields[1], fields[2], fields[3], body=rest))
     return records
 
 

@@ -96,7 +96,7 @@ def _inside_import(frame: FrameType | None) -> bool:
 
 def _doing(thread: threading.Thread, package: str) -> str:
     """"importing jax" when the factory is inside an import, else the function it is running."""
-    frames = getattr(sys, "_current_frames", dict)()
+    frames: dict[int, FrameType] = getattr(sys, "_current_frames", dict)()
     frame: FrameType | None = frames.get(thread.ident) if thread.ident is not None else None
     importing: str | None = None
     innermost = frame

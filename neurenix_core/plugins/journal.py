@@ -309,7 +309,7 @@ def _read(path: str) -> dict[str, Entry]:
     except OSError:  # no quarantine list: nothing ever crashed
         return {}
     # Six columns before first-run children existed; the seventh is the child's exit status.
-    return {r[0]: Entry(*r[:5], abandoned=r[5] == "abandoned", status=r[6] if len(r) == 7 else "") for r in rows if len(r) in (6, 7)}
+    return {r[0]: Entry(r[0], r[1], r[2], r[3], r[4], abandoned=r[5] == "abandoned", status=r[6] if len(r) == 7 else "") for r in rows if len(r) in (6, 7)}
 
 
 def _update(state_dir: str, change: Callable[[dict[str, Entry]], object]) -> None:

@@ -92,7 +92,7 @@ class _Record:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash(self._values())

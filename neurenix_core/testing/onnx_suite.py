@@ -246,7 +246,7 @@ class NeurenixBackend:
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
-        return cls.prepare(model, device).run(inputs)  # type: ignore[no-any-return]
+        return cls.prepare(model, device).run(inputs)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

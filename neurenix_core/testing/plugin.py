@@ -221,7 +221,7 @@ def _outcome(report: pytest.TestReport) -> str:
 
 def _where(results: _Results, report: pytest.TestReport) -> tuple[str, str] | None:
     for key, value in report.user_properties:
-        if key == "neurenix":
+        if key == "neurenix" and isinstance(value, dict):
             backend = value["backend"]
             if backend not in results.devices:
                 results.devices[backend] = DeviceUnderTest(backend=backend, device=value["device"], emulated=value["emulated"])
@@ -254,7 +254,7 @@ def _count_fallbacks(results: _Results, backend: str, report: pytest.TestReport)
     if report.when != "teardown":
         return
     for key, value in report.user_properties:
-        if key == "neurenix_fallbacks":
+        if key == "neurenix_fallbacks" and isinstance(value, dict):
             bucket = results.fallbacks.setdefault(backend, {})
             for op, n in value.items():
                 bucket[op] = bucket.get(op, 0) + n

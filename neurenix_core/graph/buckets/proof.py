@@ -346,7 +346,7 @@ class _Analysis:
             for a, d in enumerate(shp):
                 t = self.tag(v.tags[a])
                 if t is not None:
-                    tags[off + a] = t if tags[off + a] is None else self.union(tags[off + a], t)  # type: ignore[arg-type]
+                    tags[off + a] = t if tags[off + a] is None else self.union(tags[off + a], t)
                 elif d != 1:
                     sizes[off + a].add(d)
         for k, t in enumerate(tags):
@@ -589,7 +589,7 @@ class _Analysis:
         x = ins[0]
         src, dst = self.shape(node.inputs[0]), self.shape(node.output)
         target = tuple(node.attrs.get("shape", ()))
-        out: list[Src | None] = [None] * len(dst)
+        out: list[Src | _Merged | None] = [None] * len(dst)
         fill: dict[int, Any] = {}
         for g_in, g_out in _groups(src, dst):
             tagged = [a for a in g_in if x.tags[a] is not None]
@@ -724,7 +724,7 @@ class _Analysis:
             if present and shapes:
                 raise _Refused(f"concat pairs a padded axis {k} with a fixed-size one", k)
             for t in present:
-                tags[k] = t if tags[k] is None else self.union(tags[k], t)  # type: ignore[arg-type]
+                tags[k] = t if tags[k] is None else self.union(tags[k], t)
         return _V(tuple(tags), {}, _nf(ins))
 
     def split(self, node: Any, shaped: Any, ins: list[_V]) -> _V:
@@ -776,7 +776,7 @@ class _Analysis:
         if idx.const is not None and idx.const.size:  # known indices (position ids): checked whole
             inside = bool(np.all((idx.const >= -size) & (idx.const < size)))
             return idx.nonfinite if inside else frozenset(self.classes_in(idx.tags)) | idx.nonfinite
-        bad = set()
+        bad: set[Src] = set()
         for a, t in enumerate(idx.tags):
             fill = idx.fill.get(a)
             if t is not None and not (isinstance(fill, (int, float, np.number)) and -size <= fill < size and float(fill).is_integer()):
@@ -913,11 +913,11 @@ class _Analysis:
                 raise _Refused("the values may hold inf/NaN at padded keys (0 * inf is NaN)", len(v.tags) - 2)
         # Rows the mask removes entirely (a padded batch row: its mask is all 0) are NaN after the
         # softmax: record the classes of such mask axes (the key axis aside).
-        masked_rows = frozenset()
+        masked_rows: frozenset[Any] = frozenset()
         if mask is not None:
             last = len(mask.tags) - 1
             masked_rows = frozenset(self.tag(t) for a_, t in enumerate(mask.tags)
-                                    if t is not None and a_ != last and self.masks_out(mask.fill.get(a_)))  # type: ignore[misc]
+                                    if t is not None and a_ != last and self.masks_out(mask.fill.get(a_)))
         return _V(tuple(lead) + (rows, None), {}, q.nonfinite | k.nonfinite | v.nonfinite | masked_rows)
 
     @staticmethod

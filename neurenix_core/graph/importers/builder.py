@@ -151,10 +151,10 @@ class GraphBuilder:
         start = len(target) - 1
         if is_symbolic(target) or is_symbolic(shape):
             merged = shape[start:] if 0 < start < len(shape) - 1 else ()
-            if merged and not is_symbolic(merged) and target[:start] == tuple(shape[:start]) and target[start] == int(np.prod(merged)):
+            if merged and not is_symbolic(merged) and target[:start] == tuple(shape[:start]) and target[start] == int(np.prod(merged)):  # type: ignore[arg-type]  # not is_symbolic(merged): ints
                 return self.emit(name, "flatten", [x], {"start_dim": start, "end_dim": -1})
             return self.emit(name, "reshape", [x], {"shape": target})
-        if 0 < start < len(shape) - 1 and target[:start] == shape[:start] and target[start] == int(np.prod(shape[start:])):
+        if 0 < start < len(shape) - 1 and target[:start] == shape[:start] and target[start] == int(np.prod(shape[start:])):  # type: ignore[arg-type]  # neither shape is symbolic here
             return self.emit(name, "flatten", [x], {"start_dim": start, "end_dim": -1})
         return self.emit(name, "reshape", [x], {"shape": target})
 

@@ -95,7 +95,7 @@ def _declared(b: GraphBuilder) -> dict[str, Any]:
     top graph's first, then its subgraphs' (ONNX names each value once in a model)."""
     cached = getattr(b, "_cf_types", None)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     types: dict[str, Any] = {}
     model = getattr(b, "onnx_model", None)
     if model is not None:
@@ -631,7 +631,7 @@ def _drain(b: GraphBuilder, name: str) -> np.ndarray:
     values: dict[str, Any] = {}
     for node in b.nodes:
         values[node.output] = opset.evaluate(node.op, node.attrs, [values[i] for i in node.inputs], node.params)
-    return values[name]  # type: ignore[no-any-return]
+    return values[name]
 
 
 @final

@@ -265,7 +265,7 @@ def _dropout(b: GraphBuilder, n: _Node) -> list[Value | None]:
     if training is not None and bool(np.asarray(training).reshape(-1)[0]) and (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) > 0):
         raise _fail(b, n, "runs in training mode (training_mode=True with a ratio above 0), which draws a random mask; "
                           "neurenix imports models for inference: export the model in eval mode")
-    outs: list[Value | None] = [b.emit(n.name, "identity", [x]) if isinstance(x, str) else x]  # type: ignore[list-item]
+    outs: list[Value | None] = [b.emit(n.name, "identity", [x]) if isinstance(x, str) else x]
     if len(n.proto.output) > 1 and n.proto.output[1]:
         # All True in x's shape, also for dynamic shapes and NaNs: isnan(x) or not isnan(x).
         nan = b.emit(n.name + ".isnan", "isnan", [x])  # type: ignore[list-item]
@@ -359,7 +359,7 @@ def _symbolic_range(b: GraphBuilder, n: _Node) -> Value:
         raise NotSymbolicError(f"node {n.name!r}: Range up to {limit.expr}, which is not one input dimension")
     cap = max(ARANGE_CAP, b.example(limit))
     b.limits[key] = min(b.limits.get(key, cap), cap)
-    dtype = n.inputs[0].array.dtype if isinstance(n.inputs[0], Const) and n.inputs[0].array.dtype != object else np.int64  # type: ignore[union-attr]
+    dtype = n.inputs[0].array.dtype if isinstance(n.inputs[0], Const) and n.inputs[0].array.dtype != object else np.int64
     full = Const(np.arange(int(start), cap, dtype=dtype))  # type: ignore[arg-type]
     return b.emit(n.name, "slice", [full], {"starts": (0,), "ends": (limit - int(start),), "axes": (0,), "steps": (1,)})
 
@@ -797,7 +797,7 @@ def _import_node(b: GraphBuilder, node: Any, index: int, env: dict[str, Any], pr
     elif symbolic and node.op_type not in ("ConstantOfShape", "Expand", "Reshape", "Slice", "Range", "Resize"):
         raise NotSymbolicError(f"node {n.name!r} ({node.op_type}) mixes a symbolic size with run-time values")
     else:
-        out = _checked(b, n, lambda: handler(b, n))  # type: ignore[misc]
+        out = _checked(b, n, lambda: handler(b, n))
     env.update(zip(node.output, out if isinstance(out, list) else [out]))
 
 

@@ -84,7 +84,7 @@ def _conv(b: GraphBuilder, n: OnnxNode) -> Value:
     if begin != end:
         x = b.emit(n.name + ".pad", "pad", [x], {"pads": ((0, 0), (0, 0)) + tuple(zip(begin, end))})
         begin = [0] * nd
-    attrs: dict[str, Any] = {"stride": st, "padding": tuple(begin), "dilation": dil, "groups": group}
+    attrs = {"stride": st, "padding": tuple(begin), "dilation": dil, "groups": group}
     if nd == 2:
         attrs |= {"in_channels": int(weight.shape[1]) * group, "out_channels": int(weight.shape[0]),
                   "kernel_size": tuple(int(k) for k in weight.shape[2:])}

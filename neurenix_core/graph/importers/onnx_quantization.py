@@ -148,7 +148,7 @@ def _qlinear_conv(b: GraphBuilder, n: OnnxNode) -> Value:
     if n.input(8) is not None:
         _require(b, n, 8, ("int32",), "the bias")
         inputs.append(n.inputs[8])
-    return b.emit(n.name, "qlinear_conv", inputs, _conv_attrs(b, n, inputs[0], inputs[3]))  # type: ignore[arg-type]
+    return b.emit(n.name, "qlinear_conv", inputs, _conv_attrs(b, n, inputs[0], inputs[3]))
 
 
 HANDLERS: dict[str, Handler] = {

@@ -126,7 +126,7 @@ def _causal_conv_with_state(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     has_bias = n.input(2) is not None
     inputs = [v for v in n.inputs[:4] if v is not None]
     attrs: dict[str, Any] = {"activation": str(n.attrs.get("activation", "none")), "has_bias": has_bias}
-    return [_emit(b, n, f"{n.name}.{k}" if k else n.name, "causal_conv_with_state", inputs, attrs | {"output": k}) if used else None  # type: ignore[arg-type]
+    return [_emit(b, n, f"{n.name}.{k}" if k else n.name, "causal_conv_with_state", inputs, attrs | {"output": k}) if used else None
             for k, used in enumerate(outputs_used(n))]
 
 

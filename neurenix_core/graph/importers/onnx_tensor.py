@@ -84,7 +84,7 @@ def _pad(b: GraphBuilder, n: OnnxNode) -> Value:
     axes_arr = const(b, n, 3, "axes")
     axes = tuple(range(rank)) if axes_arr is None else tuple(a % rank if -rank <= a < rank else a for a in ints(axes_arr))
     if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
-        raise fail(b, n, f"has axes {ints(axes_arr)} that are out of range or repeated for a rank-{rank} input")  # type: ignore[arg-type]
+        raise fail(b, n, f"has axes {ints(axes_arr)} that are out of range or repeated for a rank-{rank} input")
     if len(pads) != 2 * len(axes):
         raise fail(b, n, f"has {len(pads)} pads for {len(axes)} axes (it needs a begin and an end per axis)")
     pairs = [(0, 0)] * rank
@@ -215,7 +215,7 @@ def _one_hot(b: GraphBuilder, n: OnnxNode) -> Value:
     depth = int(arr.reshape(-1)[0].item())  # a float depth truncates, as ONNX says
     if depth < 0:
         raise fail(b, n, f"has a negative depth {depth}")
-    return b.emit(n.name, "one_hot", n.inputs[:1] + n.inputs[2:3], {"depth": depth, "axis": int(n.attrs.get("axis", -1))})  # type: ignore[operator]
+    return b.emit(n.name, "one_hot", n.inputs[:1] + n.inputs[2:3], {"depth": depth, "axis": int(n.attrs.get("axis", -1))})
 
 
 def _topk(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:

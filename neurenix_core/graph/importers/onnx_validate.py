@@ -129,7 +129,7 @@ def _check_storage(proto: Any, source: str, folder: Path | None) -> None:
     """Every stored tensor's bytes against its declared shape; external data confined to
     ``folder`` and read from there (a model given as bytes or a ModelProto has no folder)."""
     limit = host_memory_bytes()
-    external: list[tuple[str, Any, int]] = []
+    external: list[tuple[str, Any, int | None]] = []
     for what, tensor in _tensors(proto):
         nbytes = _declared_bytes(tensor, what, source, limit)
         if tensor.data_location == _external():

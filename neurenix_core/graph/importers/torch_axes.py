@@ -162,7 +162,7 @@ def plan_axes(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, 
     repeated to size 2 (``widen``), so that torch.export keeps it dynamic."""
     import torch.utils._pytree as pytree
 
-    leaves = []
+    leaves: list[Any] = []
     for name, value, s in _per_input(module, args, kwargs, spec):
         source = f"L[{name!r}]" if "[" not in name else f"L['args']{name[name.index('['):]}"
         leaves.extend(_leaves(torch, value, s, name, source))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -523,11 +524,11 @@ def _cum(op: str) -> Handler:
     return run
 
 
-def _topk(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value]:
+def _topk(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value | Unavailable]:
     kk, dim = int(a[1]), int(_arg(a, k, 2, "dim", -1))
     largest = bool(_arg(a, k, 3, "largest", True))
     attrs = {"k": kk, "axis": dim, "largest": largest, "sorted": True}
-    return [_result(n, i, lambda i=i: _emit(c, n, ("", "indices")[i], "topk", [a[0]], attrs | {"output": i})) for i in (0, 1)]
+    return [_result(n, i, partial(_emit, c, n, ("", "indices")[i], "topk", [a[0]], attrs | {"output": i})) for i in (0, 1)]
 
 
 def _sort_args(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> tuple[int, bool, bool]:
@@ -551,7 +552,10 @@ def _sorted(c: Any, n: Any, a: list[Any], k: dict[str, Any], outputs: Sequence[i
 
 
 def _sort(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Any]:
-    return [_result(n, i, lambda i=i: _sorted(c, n, a, k, (i,))[0]) for i in (0, 1)]
+    def result(i: int) -> Value:
+        return _sorted(c, n, a, k, (i,))[0]
+
+    return [_result(n, i, partial(result, i)) for i in (0, 1)]
 
 
 def _argsort(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -870,7 +874,7 @@ def _adaptive(kind: str, nd: int) -> Handler:
         x = a[0]
         rank, shape = _rank(c, x), _input_shape(c, n)
         sizes = a[1] if isinstance(a[1], (list, tuple)) else [a[1]]
-        sizes = tuple(int(shape[rank - nd + i]) if s is None else int(s) for i, s in enumerate(_tuple_keep_none(sizes, nd)))
+        sizes = tuple(int(shape[rank - nd + i]) if s is None else int(s) for i, s in enumerate(_tuple_keep_none(sizes, nd)))  # type: ignore[arg-type]  # a SymDim has no __int__: symbolic dims raise here
         if rank == nd + 1:
             out = _unbatched(c, n, x, lambda v: _adaptive_body(c, n, v, op, nd, sizes, (1,) + tuple(shape)), False)
         elif rank == nd + 2:

@@ -109,7 +109,7 @@ def _causal_allowed(q_len: int, kv_len: int, offset: np.ndarray | int, left: int
     i = np.arange(q_len).reshape(q_len, 1)
     j = np.arange(kv_len).reshape(1, kv_len)
     per_batch = np.ndim(offset) > 0
-    pos = i + (np.reshape(offset, (-1, 1, 1)) if per_batch else int(offset))  # type: ignore[arg-type]
+    pos = i + (np.reshape(offset, (-1, 1, 1)) if per_batch else int(offset))
     diff = pos - j
     allowed = diff >= 0 if causal else np.ones(diff.shape, bool)
     if left >= 0:

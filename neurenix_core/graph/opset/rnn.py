@@ -216,7 +216,7 @@ def _ref(cell: str) -> Callable[[Attrs, Arrays, Params], np.ndarray]:
     def ref(a: Attrs, arrays: Arrays, p: Params) -> np.ndarray:
         ins = _operands(cell, a, arrays)
         x = ins["x"]
-        dtype = x.dtype  # type: ignore[union-attr]
+        dtype = x.dtype
         work = np.float64 if dtype == np.float64 else np.float32  # float16 / bfloat16 recur in float32
 
         def get(k: str) -> np.ndarray:

@@ -252,10 +252,10 @@ def evaluate(op: str, attrs: Attrs, inputs: Arrays, params: Params) -> np.ndarra
     comes back as it is."""
     d = OPSET[op]
     if op == "identity" and inputs and (inputs[0] is None or isinstance(inputs[0], list)):
-        return inputs[0]  # type: ignore[return-value]  # a copied graph output or ONNX Identity of a sequence / optional
+        return inputs[0]  # a copied graph output or ONNX Identity of a sequence / optional
     out = d.ref(attrs_of(op, attrs), inputs, params)
     if d.category in _VALUE_KIND_CATEGORIES and (out is None or isinstance(out, list)):
-        return out  # type: ignore[return-value]
+        return out
     return np.asarray(out)
 
 

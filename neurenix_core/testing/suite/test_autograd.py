@@ -331,6 +331,7 @@ def test_backward_accumulates_and_no_grad_records_nothing(nx_device: nx.Device) 
     x = nx.asarray(np.array([1.0, 2.0, 3.0], dtype=np.float32), device=nx_device).requires_grad_()
     nx.sum(x * x).backward()
     nx.sum(x * 2.0).backward()
+    assert x.grad is not None
     np.testing.assert_allclose(x.grad.numpy(), [4.0, 6.0, 8.0], rtol=1e-6)
     assert x.grad.device == nx_device
     with nx.no_grad():

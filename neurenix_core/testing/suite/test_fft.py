@@ -19,11 +19,11 @@ from neurenix_core.testing.reference import assert_close, on_device, require_dty
 # (name, keyword arguments): the same call on the tensor and on the NumPy reference. The input
 # dtypes are the standard's: real for rfft/rfftn/ihfft, complex for the others (array-api-strict
 # refuses a real input to fft).
-REAL_INPUT = [
+REAL_INPUT: list[tuple[str, dict[str, object]]] = [
     ("rfft", {}), ("rfft", {"n": 10, "norm": "forward"}), ("ihfft", {}), ("rfftn", {}),
     ("rfftn", {"s": (3, 4), "axes": (0, 1)}),
 ]
-COMPLEX_INPUT = [
+COMPLEX_INPUT: list[tuple[str, dict[str, object]]] = [
     ("fft", {}), ("fft", {"n": 5, "axis": 0, "norm": "ortho"}), ("fftn", {"axes": (1,)}), ("ifft", {}),
     ("ifft", {"axis": 0, "norm": "ortho"}), ("fftn", {}), ("ifftn", {"s": (4, 4), "axes": (0, 1)}),
     ("irfft", {}), ("irfft", {"n": 8}), ("irfftn", {}), ("hfft", {"n": 9}),

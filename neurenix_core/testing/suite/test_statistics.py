@@ -18,7 +18,7 @@ def _data(dtype: str) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 @pytest.mark.parametrize("axis", AXES, ids=str)
 @pytest.mark.parametrize("name", ("sum", "mean", "max", "min", "prod"))
-def test_reduction(nx_device: nx.Device, name: str, axis: object, dtype: str) -> None:
+def test_reduction(nx_device: nx.Device, name: str, axis: int | tuple[int, ...] | None, dtype: str) -> None:
     require_dtype(nx_device, dtype)
     a = _data(dtype)
     out = getattr(nx, name)(on_device(a, dtype, nx_device), axis=axis)
