@@ -32,6 +32,7 @@ def _env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # 1-15 s of CPU per page (torch.export of a tiny BERT, JAX and OpenVINO compiles)
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_python_blocks_of_the_page_run(page: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
