@@ -111,7 +111,8 @@ def test_int8_edgetpu_artifact_is_bit_identical(tmp_path: Path) -> None:
     expected = as_host(compiled(x))
     compiled.save(tmp_path / "int8")
     manifest = json.loads((tmp_path / "int8" / "artifact.json").read_text())
-    assert manifest["precision"] == "int8"
+    assert manifest["precision"] == "int8" and manifest["verification"] == compiled.verification.line()
+    assert compiled.verification.line() + " (when saved)" in nx.load_compiled(tmp_path / "int8").summary
     out = tmp_path / "int8.npy"
     result = load_fresh([{"artifact": str(tmp_path / "int8"), "input": write_input(tmp_path, "x", x), "output": str(out)}], block_torch=True)
     assert result["torch"] is False

@@ -110,6 +110,7 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
                     "placement": compiled._placements[shapes].line() if shapes in compiled._placements else None}
                    for shapes in compiled.compiled_shapes],
         "parts": parts, "host_parts": dict(compiled._host_parts),
+        "verification": None if compiled._verification is None else compiled._verification.line(),
         "api_version": ".".join(map(str, NEURENIX_API_VERSION)),
     }
     manifest["checksums"] = {str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -26,7 +26,20 @@ if TYPE_CHECKING:
     from neurenix_core.device import DeviceLike
     from neurenix_core.graph.compiler import Compiled
 
-__all__ = ["load_compiled"]
+__all__ = ["SavedVerification", "load_compiled"]
+
+
+class SavedVerification:
+    """The verification of a quantized compile as it was when the artifact was saved: its line
+    goes into ``summary`` and the placement report as before; ``verify()`` runs a new one."""
+
+    __slots__ = ("_line",)
+
+    def __init__(self, line: str) -> None:
+        self._line = line
+
+    def line(self) -> str:
+        return f"{self._line} (when saved)"
 
 
 def load_compiled(path: str | os.PathLike[str], device: DeviceLike | None = None) -> Compiled:
@@ -98,6 +111,8 @@ def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend
             f"{folder}: plugin {rec.name} placed the model differently than when it was saved ({len(unused)} saved part(s) unused, "
             f"e.g. {min(unused)!r}); export the model again with this installation"
         )
+    if isinstance(manifest.get("verification"), str):
+        compiled._verification = SavedVerification(manifest["verification"])
     compiled.artifact = folder  # type: ignore[attr-defined]
     return compiled
 
