@@ -254,3 +254,14 @@ def test_threads_given_skip_runtimes_that_cannot_apply_them(state: Any) -> None:
     compiled(_x((16, 256)))
     for name in {"xla", "torch"} & set(RUNTIMES):
         assert f"{name}: cannot apply threads=1 per model" in compiled.summary, compiled.summary
+
+
+def test_measurement_inputs_attend_everywhere() -> None:
+    """Runtimes are compared on inputs a model gives finite results for: an integer input named
+    like a mask is all ones (an all-zero attention mask masks every position), ids are zeros."""
+    graph = Graph((TensorSpec("input_ids", (2, 8), "int64"), TensorSpec("attention_mask", (2, 8), "int64"),
+                   TensorSpec("x", (2, 8), "float32"), TensorSpec("keep", (2, 8), "bool")),
+                  (Node("n", "add", ("x", "x"), "y"),), ("y",))
+    ids, mask, x, keep = host_select._inputs(graph)
+    assert not ids.any() and mask.all() and keep.all() and mask.dtype == np.int64
+    assert x.dtype == np.float32 and x.std() > 0.5

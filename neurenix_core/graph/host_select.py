@@ -210,7 +210,10 @@ def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str
 
 
 def _inputs(graph: Graph) -> list[np.ndarray]:
-    """Measurement inputs: seeded normal floats, zero integers (valid ids and indices), True masks."""
+    """Measurement inputs: seeded normal floats, zero integers (valid ids and indices), True
+    boolean masks, and ones for integer inputs named like a mask (``attention_mask``): an
+    all-zero attention mask masks every position, and softmax over it is NaN everywhere, which
+    would leave nothing to compare the runtimes' results on (and warn the user at compile time)."""
     rng = np.random.default_rng(0)
     out = []
     for spec in graph.inputs:
@@ -218,7 +221,7 @@ def _inputs(graph: Graph) -> list[np.ndarray]:
         shape = tuple(int(d) for d in spec.shape)
         if dtype.kind == "f":
             out.append(rng.standard_normal(shape).astype(dtype))
-        elif dtype.kind == "b":
+        elif dtype.kind == "b" or "mask" in spec.name.lower():
             out.append(np.ones(shape, dtype))
         else:
             out.append(np.zeros(shape, dtype))
