@@ -145,6 +145,23 @@ def test_torch_export_noise_is_routed_to_logging(capfd: pytest.CaptureFixture[st
     assert any("0/1 specialized" in r.getMessage() for r in caplog.records if r.name == LOGGER)
 
 
+def test_torch_onnx_exporter_lines_are_routed_and_others_pass(caplog: pytest.LogCaptureFixture) -> None:
+    from neurenix_core.graph.importers.torch_quiet import LOGGER, quiet_export
+
+    torch_logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    with caplog.at_level(logging.DEBUG):
+        with quiet_export():
+            torch_logger.warning("torchvision is not installed. Skipping torchvision::nms")
+            torch_logger.warning("something else torch says")
+        torch_logger.warning("torchvision is not installed. Skipping torchvision::nms")  # outside: untouched
+    got = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert got == [
+        (LOGGER, logging.DEBUG, "torch: torchvision is not installed. Skipping torchvision::nms"),
+        (torch_logger.name, logging.WARNING, "something else torch says"),
+        (torch_logger.name, logging.WARNING, "torchvision is not installed. Skipping torchvision::nms"),
+    ]
+
+
 def test_native_stderr_lines_become_log_records(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     native_log = pytest.importorskip("neurenix_edgetpu.native_log")
     with caplog.at_level(logging.DEBUG, logger=native_log.LOGGER):

@@ -122,7 +122,9 @@ def export_qdq(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str,
         raise UnsupportedOperationError("from_torch on a PT2E-quantized model exports it to ONNX in memory: "
                                         "pip install onnx onnxscript") from exc
     spec = None if static else (dynamic_shapes if dynamic_shapes is not None else default_spec(torch, module, args, kwargs))
-    with warnings.catch_warnings():
+    from neurenix_core.graph.importers.torch_quiet import quiet_export
+
+    with quiet_export(), warnings.catch_warnings():  # torch's own noise through logging (torch_quiet)
         # A converted PT2E module reports training mode, but its graph is already captured for
         # inference (batch norm folded), so the flag changes nothing in the export.
         warnings.filterwarnings("ignore", message="Exporting a model while it is in training mode")
