@@ -36,9 +36,12 @@ def _store(state: str, key: str, payload: bytes, built: list[bytes] | None = Non
 
 def test_miss_then_hit_gives_the_stored_bytes(state: str) -> None:
     built: list[bytes] = []
+    before = cc.stats()
     first = _store(state, "k1", b"compiled model", built)
     second = _store(state, "k1", b"never built", built)
     assert (first.state, second.state) == ("miss", "hit")
+    after = cc.stats()
+    assert (after["miss"] - before["miss"], after["hit"] - before["hit"]) == (1, 1)
     assert second.value == b"compiled model" and built == [b"compiled model"]
     assert "hit" in second.line() and "k1" in second.line()
     [entry] = cc.entries(cc.cache_root(state))
