@@ -10,6 +10,7 @@ nothing of ours goes on the wire besides these keys.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,7 @@ class Rendezvous:
         self.store = self._connect(is_master=self.hosts_store)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._helper: _Helper | None = None
 
     # ------------------------------------------------------------------ store
     def _connect(self, *, is_master: bool) -> Any:
@@ -110,31 +112,25 @@ class Rendezvous:
         self._beat.start()
 
     def run_watched(self, what: str, fn: Callable[[], T]) -> T:
-        """``fn()`` in a helper thread while this one watches the other ranks' heartbeats: for an
+        """``fn()`` on a helper thread while this one watches the other ranks' heartbeats: for an
         engine whose collectives block in native code until its own (long) timeouts when a peer
-        dies (XLA's CPU collectives), RankFailedError as soon as a peer's heartbeat stops."""
-        box: list[Any] = []
+        dies (XLA's CPU collectives), RankFailedError as soon as a peer's heartbeat stops.
 
-        def run() -> None:
-            try:
-                box.append((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
-                box.append((False, exc))
-
-        worker = threading.Thread(target=run, name=f"neurenix-{what}", daemon=True)
-        worker.start()
-        last = self._beats_or_raise(what)
-        start = time.monotonic()
-        moved = dict.fromkeys(last, start)  # when each peer's counter last changed
-        deadline = start + self.timeout_s
+        One long-lived helper thread (a thread per call costs milliseconds on a busy machine), and
+        the store is read only once a call has waited HEARTBEAT_S: a normal step costs no round trip.
+        """
+        if self._helper is None:
+            self._helper = _Helper()
+        call = self._helper.submit(fn)
+        last: dict[int, int] | None = None
+        moved: dict[int, float] = {}
+        deadline = time.monotonic() + self.timeout_s
         while True:
-            worker.join(HEARTBEAT_S)
-            if box:
-                ok, value = box[0]
-                if ok:
-                    return cast(T, value)
-                raise value
+            if call.done.wait(HEARTBEAT_S):
+                return cast(T, call.result())
             now, beats = time.monotonic(), self._beats_or_raise(what)
+            if last is None:
+                last, moved = beats, dict.fromkeys(beats, now)  # when each peer's counter last changed
             moved.update({r: now for r in beats if beats[r] != last[r]})
             last = beats
             stalled = tuple(r for r in beats if now - moved[r] > 3 * HEARTBEAT_S)
@@ -187,5 +183,49 @@ class Rendezvous:
 
     def close(self) -> None:
         self._stop.set()
+        if self._helper is not None:
+            self._helper.stop()
         if self._beat is not None:
             self._beat.join(timeout=2 * HEARTBEAT_S)
+
+
+class _Call:
+    """One function for the helper thread, and its outcome."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn, self.done = fn, threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by result()
+            self.error = exc
+        self.done.set()
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class _Helper:
+    """A daemon thread running calls in order: unlike a ThreadPoolExecutor's workers (joined at
+    interpreter exit), one stuck in a dead peer's collective does not keep the process alive."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="neurenix-collective", daemon=True).start()
+
+    def _loop(self) -> None:
+        while (call := self._calls.get()) is not None:
+            call.run()
+
+    def submit(self, fn: Callable[[], Any]) -> _Call:
+        call = _Call(fn)
+        self._calls.put(call)
+        return call
+
+    def stop(self) -> None:
+        self._calls.put(None)
