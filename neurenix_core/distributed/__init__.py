@@ -12,6 +12,7 @@ for tpu). docs/distributed.md is the guide.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,10 @@ def init(device: Any = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Device:
         raise DistributedError(f"nx.distributed.init: timeout must be a positive number of seconds, got {timeout!r}")
     launch = read_launch_env()
     dev = _resolve_device(device, launch)
+    if launch.source == "single" and dev.type == "tpu" and not dev.emulated:
+        # A real Cloud TPU sets no launcher variables: its pod metadata (read by JAX) says whether
+        # this host is one of several. Never a silent world of one on a pod slice.
+        launch = replace(launch, source="tpu-pod", rank=-1, world_size=-1, run_id="tpu-pod")
     if launch.source == "single":
         install(LocalEngine(launch, dev))
     elif dev.type == "tpu":
