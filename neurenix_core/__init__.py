@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from neurenix_core.training.amp import GradScaler as GradScaler, autocast as autocast
     from neurenix_core.training.step import compile_step as compile_step
 
-__version__ = "0.1.0"
+from neurenix_core._version import __version__ as __version__
 __array_api_version__ = "2024.12"
 
 e = 2.718281828459045

@@ -118,13 +118,9 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
 
 
 def _core_version() -> str:
-    # Read from the distribution, not ``neurenix_core.__version__``: the package imports this module lazily.
-    from importlib import metadata
+    from neurenix_core._version import __version__
 
-    try:
-        return metadata.version("neurenix-core")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def _python_scalars(value: Any) -> Any:

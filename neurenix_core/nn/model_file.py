@@ -192,7 +192,7 @@ def save_model(model: Any, path: str | os.PathLike[str], *, quantization_plan: Q
 
     ``quantization_plan`` (from ``nx.quantization.calibrate``, or a compiled model's ``.plan``)
     is saved with it; by default the model's own (a pre-quantized import's)."""
-    from neurenix_core import __version__
+    from neurenix_core._version import __version__
     from neurenix_core.nn.graph_module import GraphModule
 
     if not isinstance(model, GraphModule):

@@ -489,21 +489,21 @@ def export(graph: Graph, *, opset_version: int = _DEFAULT_OPSET, float_type: Any
 
 
 def write_onnx(model: Any, path: Any, *shapes: tuple[int, ...], opset_version: int = _DEFAULT_OPSET) -> Any:
-    """``model`` (a GraphModule, or a Graph) as an ONNX file at ``path``, written atomically;
-    returns the path. The file has static input shapes: ``shapes`` (one per input), else the
-    import's example shapes (a dynamic axis is fixed at the size given)."""
+    """``model`` (a GraphModule or anything with its ``to_graph``; or a static Graph) as an ONNX
+    file at ``path``, written atomically; returns the path. The file has static input shapes:
+    ``shapes`` (one per input), else the import's example shapes (a dynamic axis is fixed at the
+    size given). (Duck-typed: this module is below ``neurenix_core.nn`` and does not import it.)"""
     import os
     import tempfile
     from pathlib import Path
 
-    from neurenix_core.nn.graph_module import GraphModule
-
-    if isinstance(model, Graph):
-        model = GraphModule(model)  # its to_graph fixes dynamic axes and folds what the sizes built
     if getattr(model, "value_inputs", ()):
         raise UnsupportedOperationError(f"{model!r} is built per value of its inputs {list(model.value_inputs)}, so it has no one "
                                         "graph to export; give those inputs as initializers (constants) in the model")
-    graph = model.to_graph(*shapes) if shapes else model.to_graph()
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        graph = model.to_graph(*shapes) if shapes else model.to_graph()
     proto = export(graph, opset_version=opset_version)
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
