@@ -63,9 +63,11 @@ class JaxEngine(Engine):
         try:
             jax.distributed.initialize(**kwargs)
         except Exception as exc:  # XlaRuntimeError / ValueError from the coordination service
+            remedy = ("no Cloud TPU pod metadata was found: launch with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR and "
+                      "MASTER_PORT" if launch.source == "tpu-pod" else
+                      "check that every rank was started with the same WORLD_SIZE and can reach rank 0")
             raise DistributedError(
-                f"nx.distributed.init (rank {launch.rank}, {launch.source}): jax.distributed.initialize failed ({exc}); "
-                "check that every rank was started with the same WORLD_SIZE and can reach rank 0"
+                f"nx.distributed.init (rank {launch.rank}, {launch.source}): jax.distributed.initialize failed ({exc}); {remedy}"
             ) from exc
         if self.rendezvous is not None:
             self.rendezvous.start_heartbeat()
