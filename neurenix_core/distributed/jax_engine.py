@@ -69,8 +69,6 @@ class JaxEngine(Engine):
             raise DistributedError(
                 f"nx.distributed.init (rank {launch.rank}, {launch.source}): jax.distributed.initialize failed ({exc}); {remedy}"
             ) from exc
-        if self.rendezvous is not None:
-            self.rendezvous.start_heartbeat()
 
     def _coordinator(self) -> str:
         """rank 0 picks a free port for JAX's coordinator and publishes it (MASTER_PORT is the store's)."""
@@ -246,4 +244,5 @@ def _rendezvous(launch: LaunchEnv, timeout_s: float) -> Any:
 
     rdv = Rendezvous(launch, timeout_s)
     rdv.join()
+    rdv.start_heartbeat()  # before jax.distributed starts: a rank dying in its setup is named too
     return rdv

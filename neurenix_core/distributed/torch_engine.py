@@ -39,16 +39,16 @@ class TorchEngine(Engine):
         self.name = f"torch.distributed ({self.backend})"
         self.rendezvous = Rendezvous(launch, timeout_s)
         self.rendezvous.join()
+        self.rendezvous.start_heartbeat()  # before the process group: a rank dying in its setup is named too
         if self.backend == "nccl":
             torch.cuda.set_device(device.index)
         try:
             dist.init_process_group(self.backend, store=dist.PrefixStore("pg/", self.rendezvous.store), rank=self.rank,
                                     world_size=self.world_size, timeout=timedelta(seconds=timeout_s))
         except Exception as exc:  # torch raises RuntimeError or DistBackendError; both are reported
+            error = self.rendezvous.diagnose("init", exc)
             self.rendezvous.close()
-            raise self.rendezvous.diagnose("init", exc) from exc
-        self.rendezvous.start_heartbeat()
-        self.group = dist.group.WORLD
+            raise error from exc
 
     # ------------------------------------------------------------------ conversions
     def _on_wire(self, x: Tensor) -> Any:
