@@ -180,6 +180,22 @@ def test_a_rank_that_never_starts_is_named_after_the_timeout(monkeypatch: pytest
     assert not nx.distributed.is_initialized()
 
 
+def test_a_slurm_launch_is_read_from_slurm_variables() -> None:
+    port, procs = _free_port(), []
+    for task in range(2):
+        env = _env()  # no RANK/WORLD_SIZE: srun's variables only
+        env.update(SLURM_PROCID=str(task), SLURM_NTASKS="2", SLURM_LOCALID=str(task), SLURM_JOB_NODELIST="localhost",
+                   SLURM_JOB_ID="4242", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "dist_collectives.py"), "cpu:0"], env=env,
+                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    results = _finish(procs)
+    for rc, out in results:
+        assert rc == 0, out
+    lines = [json.loads(line[7:]) for _, out in results for line in out.splitlines() if line.startswith("RESULT ")]
+    assert sorted((r["rank"], r["world"], r["engine"]) for r in lines) == [(0, 2, "torch.distributed (gloo)"), (1, 2, "torch.distributed (gloo)")]
+    assert lines[0]["sum"] == [10.0, 12.0, 14.0]
+
+
 # ---------------------------------------------------------------------- in process
 def test_launch_environment_is_read_from_torchrun_and_slurm() -> None:
     tr = read_launch_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "29500",
