@@ -11,6 +11,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,7 +79,7 @@ def test_user_stacklevel_skips_every_neurenix_frame() -> None:
 
     # Two frames of a module whose name starts with "neurenix" (as the core's, the facade's and
     # the plugins' do): the warning skips both and lands on this test's line.
-    ours = {"__name__": "neurenix_fake.module", "warnings": warnings, "user_stacklevel": user_stacklevel}
+    ours: dict[str, Any] = {"__name__": "neurenix_fake.module", "warnings": warnings, "user_stacklevel": user_stacklevel}
     source = "def warn():\n    warnings.warn('x', UserWarning, stacklevel=user_stacklevel())\ndef inner():\n    warn()\n"
     exec(compile(source, "neurenix_fake/module.py", "exec"), ours)  # noqa: S102 - the test's own source, for its module name
     with warnings.catch_warnings(record=True) as caught:
@@ -129,7 +130,7 @@ def test_torch_export_noise_is_routed_to_logging(capfd: pytest.CaptureFixture[st
     torch = pytest.importorskip("torch")
     from neurenix_core.graph.importers.torch_quiet import LOGGER
 
-    class FixedBatch(torch.nn.Module):  # reshape fixes axis 0, and the example's size 1 is torch's 0/1 specialisation
+    class FixedBatch(torch.nn.Module):  # type: ignore[name-defined]  # reshape fixes axis 0, and the example's size 1 is torch's 0/1 specialisation
         def forward(self, x: object) -> object:
             return x.reshape(1, 16) * 2  # type: ignore[attr-defined]
 

@@ -69,7 +69,7 @@ def _metadata(**fields: str | list[str]) -> Message:
     return meta
 
 
-GOOD = {
+GOOD: dict[str, str | list[str]] = {
     "Metadata_Version": "2.4", "Name": "neurenix-tpu", "License_Expression": "Apache-2.0", "License_File": "LICENSE",
     "Author": "neurenix developers", "Classifier": ["Typing :: Typed"], "Project_URL": "Homepage, https://example.org",
     "Requires_Dist": ["neurenix-core<1,>=0.1", "jax>=0.4.30"],
@@ -79,7 +79,7 @@ GOOD = {
 def test_dist_checker_accepts_good_metadata_and_names_each_problem() -> None:
     check = _check_dists()
     assert check.metadata_problems(_metadata(**GOOD)) == []
-    bad = dict(GOOD, Metadata_Version="2.2", License_Expression="MIT", Classifier=["License :: OSI Approved"], Requires_Dist=["neurenix-core>=0.1"])
+    bad: dict[str, str | list[str]] = dict(GOOD, Metadata_Version="2.2", License_Expression="MIT", Classifier=["License :: OSI Approved"], Requires_Dist=["neurenix-core>=0.1"])
     del bad["Project_URL"]
     problems = " | ".join(check.metadata_problems(_metadata(**bad)))
     for expected in ("License-Expression is 'MIT'", "Metadata-Version 2.2", "Typing :: Typed", "License :: classifier",
