@@ -4,8 +4,9 @@
 
 Every wheel must carry the repository's LICENSE (byte for byte) under ``.dist-info/licenses/``,
 a ``py.typed`` in each of its packages, and metadata 2.4 with ``License-Expression: Apache-2.0``,
-``License-File: LICENSE``, the authors, classifiers (``Typing :: Typed`` among them) and
-Project-URLs; a plugin must require ``neurenix-core`` below the next major version. Every sdist
+``License-File: LICENSE``, the authors and classifiers (``Typing :: Typed`` among them; no
+Project-URL yet: the project has no public home to point at, and a made-up address would send
+users to someone else's page); a plugin must require ``neurenix-core`` below the next major version. Every sdist
 must carry LICENSE and the same ``py.typed`` files. Prints one line per distribution and exits 1
 naming every problem found.
 """
@@ -42,8 +43,9 @@ def metadata_problems(meta: Message) -> list[str]:
         problems.append(f"no 'Typing :: Typed' classifier (classifiers: {classifiers})")
     if any(c.startswith("License ::") for c in classifiers):
         problems.append("a License :: classifier beside License-Expression (PEP 639 forbids both)")
-    if not meta.get_all("Project-URL"):
-        problems.append("no Project-URL")
+    for url in meta.get_all("Project-URL") or []:
+        if not url.partition(",")[2].strip().startswith("https://"):
+            problems.append(f"Project-URL {url!r} is not an https address")
     if meta["Name"] != CORE:
         requires = [r.replace(" ", "") for r in meta.get_all("Requires-Dist") or []]
         if CORE_PIN not in requires:
