@@ -151,6 +151,15 @@ def test_corrupt_entry_is_deleted_and_built_again(state: str, damage: str) -> No
     assert _store(state, "k", b"never").value == b"rebuilt"  # the rewritten entry is whole again
 
 
+def test_an_unusable_state_folder_only_loses_the_entry(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    state = str(blocker / "state")  # nothing can be created under a file
+    result = _store(state, "k", b"compiled")
+    assert (result.state, result.value, result.nbytes) == ("miss", b"compiled", 0)
+    assert _store(state, "k", b"again").value == b"again"  # compiled again: nothing was stored
+
+
 def test_a_load_that_raises_is_a_corrupt_entry(state: str) -> None:
     _store(state, "k", b"bytes the runtime refuses")
 

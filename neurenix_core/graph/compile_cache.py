@@ -218,8 +218,12 @@ def _write(path: Path, header: Mapping[str, Any], payload: bytes) -> None:
 def _flock(path: Path, *, timeout: float) -> Iterator[bool]:
     """An exclusive flock on ``path``; yields False when it could not be had within ``timeout``
     (the caller then goes on without it: both results are correct, only work is duplicated)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:  # a read-only or unusable state folder: no lock, and no entry will be stored either
+        yield False
+        return
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -257,7 +261,7 @@ def _try_load(path: Path, load: Callable[[bytes], T]) -> tuple[T | None, int, st
     try:
         _, payload = _read(path)
         value = load(payload)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no entry (or no usable folder at all)
         return None, 0, ""
     except Exception as exc:  # noqa: BLE001 - any unusable entry (bad bytes, a runtime refusing them) is deleted and compiled again, the reason reported
         with contextlib.suppress(OSError):
