@@ -72,7 +72,7 @@ class _MovedFinder:
         new = MOVED.get(fullname)
         if new is None:
             return None
-        return ModuleSpec(fullname, _MovedLoader(new))
+        return ModuleSpec(fullname, _MovedLoader(new))  # type: ignore[arg-type]  # a Loader by protocol; importlib.abc stays unimported
 
 
 class _Package(ModuleType):

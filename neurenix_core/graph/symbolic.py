@@ -115,7 +115,7 @@ def _parse(expr: str) -> ast.expr:
 
 def _eval(node: ast.expr, dims: Bindings, expr: str) -> int:
     if isinstance(node, ast.Constant):
-        return int(node.value)
+        return int(node.value)  # type: ignore[arg-type]  # _parse admits int constants only
     if isinstance(node, ast.Name):
         m = _VAR.fullmatch(node.id)
         key = (int(m.group(1)), int(m.group(2))) if m else None

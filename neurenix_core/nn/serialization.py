@@ -45,7 +45,7 @@ def save_state(state: Mapping[str, np.ndarray], path: str | os.PathLike[str]) ->
     try:
         if fmt == ".npz":
             with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
+                np.savez(fh, **arrays)  # type: ignore[arg-type]  # NumPy's stub lets **kwds bind allow_pickle: bool
         else:
             _safetensors().numpy.save_file(arrays, tmp)
         os.replace(tmp, target)

@@ -42,7 +42,7 @@ class BucketPolicy:
 
     def bucket(self, src: Src, n: int) -> int:
         spec = self.axes[src]
-        if spec == "pow2":
+        if isinstance(spec, str):  # "pow2", the one named spec (_axis_spec)
             cap = self.caps.get(src)
             size = pow2_bucket(n)
             return size if cap is None or size <= cap or n > cap else cap

@@ -589,7 +589,7 @@ class _Analysis:
         x = ins[0]
         src, dst = self.shape(node.inputs[0]), self.shape(node.output)
         target = tuple(node.attrs.get("shape", ()))
-        out: list[Src | _Merged | None] = [None] * len(dst)
+        out: list[Any] = [None] * len(dst)  # tags: a Src, a _Merged or None
         fill: dict[int, Any] = {}
         for g_in, g_out in _groups(src, dst):
             tagged = [a for a in g_in if x.tags[a] is not None]

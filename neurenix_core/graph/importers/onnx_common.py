@@ -37,6 +37,13 @@ class OnnxNode:
     def input(self, i: int) -> Value | None:
         return self.inputs[i] if i < len(self.inputs) else None
 
+    def required(self, b: GraphBuilder, i: int = 0) -> Value:
+        """Input ``i``, which the op requires: an omitted one (None) is refused, naming the node."""
+        x = self.input(i)
+        if x is None:
+            raise fail(b, self, f"has no input {i}, which {self.op} requires; re-export the model")
+        return x
+
 
 Handler = Callable[[GraphBuilder, OnnxNode], Any]
 

@@ -354,11 +354,12 @@ def _agree(a: Any, c: Any) -> Any:
 
 def _loop(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     body = n.attrs["body"]
-    m, cond, carried = n.input(0), n.input(1), list(n.inputs[2:])
+    m, cond, given = n.input(0), n.input(1), list(n.inputs[2:])
     if m is None and cond is None:
         raise fail(b, n, "has neither a trip count nor a condition (an endless loop)")
-    if any(v is None for v in carried):
+    if any(v is None for v in given):
         raise fail(b, n, "leaves a loop-carried input empty")
+    carried = [v for v in given if v is not None]  # every one (checked above)
     outer = _outer(b, n, [body])
     count = len(n.proto.output)
     known = [m, cond, *carried, *outer[1]]
@@ -439,7 +440,7 @@ def _scan(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
     if any(v is None for v in n.inputs):
         raise fail(b, n, "leaves an input empty (Scan before opset 9 takes sequence lengths first)")
     outer = _outer(b, n, [body])
-    layout = {key: tuple(int(v) for v in n.attrs[key]) for key in _LAYOUT if key in n.attrs}
+    layout: dict[str, tuple[int, ...]] = {key: tuple(int(v) for v in n.attrs[key]) for key in _LAYOUT if key in n.attrs}
     count = len(n.proto.output)
     inputs: list[Value] = list(n.inputs)  # type: ignore[arg-type]
     if all(_known(v) for v in [*inputs, *outer[1]]):

@@ -300,12 +300,12 @@ def _cast_node(b: GraphBuilder, n: _Node, to: str) -> Value:
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if mode != "up":
         attrs["round_mode"] = mode
-    x = n.inputs[0]
+    x = n.required(b)
     if len(attrs) == 1 and to not in STORAGE_DTYPES:
-        return b.cast_to(n.name, x, to)  # type: ignore[arg-type]
+        return b.cast_to(n.name, x, to)
     if not isinstance(x, Const) and b.spec(x).dtype == to:
-        return x  # type: ignore[return-value]
-    return b.emit(n.name + ".cast", "cast", [x], attrs)  # type: ignore[list-item]
+        return x
+    return b.emit(n.name + ".cast", "cast", [x], attrs)
 
 
 def _shape(b: GraphBuilder, n: _Node) -> Value:
@@ -361,7 +361,7 @@ def _symbolic_range(b: GraphBuilder, n: _Node) -> Value:
     b.limits[key] = min(b.limits.get(key, cap), cap)
     dtype = n.inputs[0].array.dtype if isinstance(n.inputs[0], Const) and n.inputs[0].array.dtype != object else np.int64
     full = Const(np.arange(int(start), cap, dtype=dtype))  # type: ignore[arg-type]
-    return b.emit(n.name, "slice", [full], {"starts": (0,), "ends": (limit - int(start),), "axes": (0,), "steps": (1,)})
+    return b.emit(n.name, "slice", [full], {"starts": (0,), "ends": (limit - int(start),), "axes": (0,), "steps": (1,)})  # type: ignore[arg-type]  # start: a number (checked above)
 
 
 def _dynamic(b: GraphBuilder) -> bool:
@@ -396,7 +396,7 @@ def _symbolic_fold(n: _Node) -> Value:
         fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.floor_divide, "Mod": np.mod}[op]
         out = fn(xs[0].astype(object), xs[1].astype(object))  # type: ignore[union-attr]
     elif op == "Gather":
-        out = np.take(xs[0], xs[1].astype(np.int64), axis=int(a.get("axis", 0)))  # type: ignore[union-attr]
+        out = np.take(xs[0], xs[1].astype(np.int64), axis=int(a.get("axis", 0)))  # type: ignore[union-attr, arg-type]  # object arrays of SymDims
     elif op == "Concat":
         out = np.concatenate([x.astype(object) for x in xs if x is not None], axis=int(a.get("axis", 0)))
     elif op == "Unsqueeze":

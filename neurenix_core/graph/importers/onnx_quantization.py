@@ -147,7 +147,7 @@ def _qlinear_conv(b: GraphBuilder, n: OnnxNode) -> Value:
     inputs = _qlinear_inputs(b, n, "x", "w")
     if n.input(8) is not None:
         _require(b, n, 8, ("int32",), "the bias")
-        inputs.append(n.inputs[8])
+        inputs.append(n.required(b, 8))
     return b.emit(n.name, "qlinear_conv", inputs, _conv_attrs(b, n, inputs[0], inputs[3]))
 
 

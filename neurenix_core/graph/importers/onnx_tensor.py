@@ -115,7 +115,7 @@ def _trilu(b: GraphBuilder, n: OnnxNode) -> Value:
 
 
 def _space_to_depth(b: GraphBuilder, n: OnnxNode) -> Value:
-    x = n.inputs[0]
+    x = n.required(b)
     bs = int(n.attrs["blocksize"])
     _, c, h, w = _static_shape(b, n, axes=(1, 2, 3))  # the batch is copied (0), so it may stay dynamic
     if h % bs or w % bs:
@@ -131,7 +131,7 @@ def _space_to_depth(b: GraphBuilder, n: OnnxNode) -> Value:
 
 
 def _depth_to_space(b: GraphBuilder, n: OnnxNode) -> Value:
-    x = n.inputs[0]
+    x = n.required(b)
     bs = int(n.attrs["blocksize"])
     _, c, h, w = _static_shape(b, n, axes=(1, 2, 3))
     if c % (bs * bs):
@@ -149,8 +149,8 @@ def _depth_to_space(b: GraphBuilder, n: OnnxNode) -> Value:
 
 
 def _center_crop_pad(b: GraphBuilder, n: OnnxNode) -> Value:
-    x = n.inputs[0]
-    rank = len(b.spec(x).shape)  # type: ignore[arg-type]
+    x = n.required(b)
+    rank = len(b.spec(x).shape)
     target = ints(const(b, n, 1, "target shape"))
     axes = tuple(int(a) % rank for a in n.attrs.get("axes", range(rank)))
     shape = _static_shape(b, n, axes=axes)
@@ -169,28 +169,28 @@ def _center_crop_pad(b: GraphBuilder, n: OnnxNode) -> Value:
             pads[a] = (lo, want - have - lo)
     out = x
     if crop_axes:
-        out = b.emit(n.name + ".crop", "slice", [out], {"starts": tuple(starts), "ends": tuple(ends), "axes": tuple(crop_axes)})  # type: ignore[list-item]
+        out = b.emit(n.name + ".crop", "slice", [out], {"starts": tuple(starts), "ends": tuple(ends), "axes": tuple(crop_axes)})
     if any(p != (0, 0) for p in pads):
-        out = b.emit(n.name + ".pad", "pad", [out], {"pads": tuple(pads)})  # type: ignore[list-item]
-    return out if out is not x else b.emit(n.name, "identity", [x])  # type: ignore[list-item]
+        out = b.emit(n.name + ".pad", "pad", [out], {"pads": tuple(pads)})
+    return out if out is not x else b.emit(n.name, "identity", [x])
 
 
 # ----------------------------------------------------------------------------- indexing and scatter
 def _gather_nd(b: GraphBuilder, n: OnnxNode) -> Value:
     """GatherND; ``batch_dims`` > 0 becomes batch_dims 0 with the batch position prepended to
     every coordinate tuple (a constant grid), so backends that lower only batch_dims 0 stay right."""
-    data, idx = n.inputs[0], n.inputs[1]
+    data, idx = n.required(b, 0), n.required(b, 1)
     nb = int(n.attrs.get("batch_dims", 0))
     if nb == 0:
-        return b.emit(n.name, "gather_nd", [data, idx], {"batch_dims": 0})  # type: ignore[list-item]
+        return b.emit(n.name, "gather_nd", [data, idx], {"batch_dims": 0})
     ishape = _static_shape(b, n, 1)
     dshape = _static_shape(b, n, 0, axes=range(nb))
     if not 0 < nb < len(ishape) or ishape[:nb] != dshape[:nb]:
         raise fail(b, n, f"has batch_dims {nb} for data {dshape} and indices {ishape}, whose leading dimensions must match")
     grid = np.stack(np.meshgrid(*(np.arange(d) for d in ishape[:nb]), indexing="ij"), axis=-1)  # (batch..., nb)
     grid = grid.reshape(ishape[:nb] + (1,) * (len(ishape) - 1 - nb) + (nb,))
-    grid = np.broadcast_to(grid, ishape[:-1] + (nb,)).astype(b.spec(idx).dtype)  # type: ignore[arg-type]
-    full = b.emit(n.name + ".coords", "concat", [Const(np.ascontiguousarray(grid)), idx], {"axis": -1})  # type: ignore[list-item]
+    grid = np.broadcast_to(grid, ishape[:-1] + (nb,)).astype(b.spec(idx).dtype)
+    full = b.emit(n.name + ".coords", "concat", [Const(np.ascontiguousarray(grid)), idx], {"axis": -1})
     return b.emit(n.name, "gather_nd", [data, full], {"batch_dims": 0})
 
 
@@ -215,7 +215,7 @@ def _one_hot(b: GraphBuilder, n: OnnxNode) -> Value:
     depth = int(arr.reshape(-1)[0].item())  # a float depth truncates, as ONNX says
     if depth < 0:
         raise fail(b, n, f"has a negative depth {depth}")
-    return b.emit(n.name, "one_hot", n.inputs[:1] + n.inputs[2:3], {"depth": depth, "axis": int(n.attrs.get("axis", -1))})
+    return b.emit(n.name, "one_hot", [n.required(b, 0), n.required(b, 2)], {"depth": depth, "axis": int(n.attrs.get("axis", -1))})
 
 
 def _topk(b: GraphBuilder, n: OnnxNode) -> list[Value | None]:
@@ -235,14 +235,14 @@ def _nonzero(b: GraphBuilder, n: OnnxNode) -> Value:
 
 
 def _compress(b: GraphBuilder, n: OnnxNode) -> Value:
-    x = n.inputs[0]
+    x = n.required(b)
     cond = const(b, n, 1, "condition (it fixes the output shape)")
     assert cond is not None
     axis = n.attrs.get("axis")
     if axis is None:
-        x = b.emit(n.name + ".flat", "reshape", [x], {"shape": (-1,)})  # type: ignore[list-item]
+        x = b.emit(n.name + ".flat", "reshape", [x], {"shape": (-1,)})
         axis = 0
-    size = b.spec(x).shape[int(axis)]  # type: ignore[arg-type]
+    size = b.spec(x).shape[int(axis)]
     keep = np.flatnonzero(cond.reshape(-1).astype(bool))
     if keep.size and keep[-1] >= size:
         raise fail(b, n, f"has a condition longer ({cond.size}) than the {size} slices it selects from, with a True past the end")

@@ -136,7 +136,7 @@ def _check_storage(proto: Any, source: str, folder: Path | None) -> None:
             external.append((what, tensor, nbytes))
         else:
             _check_inline(tensor, what, source, nbytes)
-    total = sum(n for _, _, n in external)
+    total = sum(n for _, _, n in external if n is not None)  # strings (None) have no fixed size
     if total > limit:
         raise ModelFormatError(f"{source}: the external data declares {total} bytes in all, more than this host's memory "
                                f"({limit} bytes); run the model on a host with more memory or {_FIX_FILE}")

@@ -27,6 +27,7 @@ import inspect
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from neurenix_core.errors import FallbackError, NeurenixWarning
@@ -118,9 +119,9 @@ def _leaves(torch: Any, value: Any, spec: Any, path: str, source: str) -> Iterat
         for i, (v, s) in enumerate(zip(value, specs)):
             yield from _leaves(torch, v, s, f"{path}[{i}]", f"{source}[{i}]")
     elif isinstance(value, dict):
-        specs = spec if isinstance(spec, dict) else {}
+        named: dict[Any, Any] = spec if isinstance(spec, dict) else {}
         for k, v in value.items():
-            yield from _leaves(torch, v, specs.get(k), f"{path}[{k!r}]", f"{source}[{k!r}]")
+            yield from _leaves(torch, v, named.get(k), f"{path}[{k!r}]", f"{source}[{k!r}]")
 
 
 def _per_input(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any) -> list[tuple[str, Any, Any]]:
@@ -258,7 +259,8 @@ def _caller_level() -> int:
     import sys
 
     package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    frame, level = sys._getframe(2), 2  # level 1 is warn_fixed, 2 its caller
+    frame: FrameType | None = sys._getframe(2)
+    level = 2  # level 1 is warn_fixed, 2 its caller
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
     return level

@@ -209,8 +209,8 @@ def _conv_transpose(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     bias = a[2] if len(a) > 2 else None
     if not isinstance(w, Const) or (bias is not None and not isinstance(bias, Const)) or w.array.ndim != 4:
         # 1-D / 3-D, or a weight computed at run time: the opset's N-d conv_transpose (weight as an input)
-        return conv_transpose_nd(c, n, x, w, bias, *(a[i] if len(a) > i and a[i] is not None else d
-                                                     for i, d in ((3, 1), (4, 0), (5, 0))),
+        stride, padding, output_padding = (a[i] if len(a) > i and a[i] is not None else d for i, d in ((3, 1), (4, 0), (5, 0)))
+        return conv_transpose_nd(c, n, x, w, bias, stride, padding, output_padding,
                                  int(a[6]) if len(a) > 6 else 1, a[7] if len(a) > 7 and a[7] is not None else 1)
 
     def pair(i: int, default: int) -> tuple[int, int]:
@@ -426,7 +426,7 @@ def _cat(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 
 def _sym_shape_of(c: _Ctx, arg: Any) -> tuple[int | SymDim, ...] | None:
     """The symbolic shape of an fx argument (None for a Python value)."""
-    val = getattr(arg, "meta", {}).get("val")
+    val: Any = getattr(arg, "meta", {}).get("val")
     return tuple(c.dim(d) for d in val.shape) if hasattr(val, "shape") else None
 
 

@@ -69,10 +69,10 @@ def _nms_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
         raise ValueError(f"non_max_suppression takes boxes [batch, boxes, 4] and scores [batch, classes, boxes], "
                          f"got {boxes.shape} and {scores.shape}")
-    limit = _scalar(x, 2)
-    limit = 0 if limit is None else max(int(limit), 0)
-    iou = _scalar(x, 3)
-    iou = np.zeros((), boxes.dtype) if iou is None else iou
+    given = _scalar(x, 2)
+    limit = 0 if given is None else max(int(given), 0)
+    given_iou = _scalar(x, 3)
+    iou = np.zeros((), boxes.dtype) if given_iou is None else given_iou
     score_threshold = _scalar(x, 4)
     found = []
     for batch in range(boxes.shape[0]):

@@ -294,13 +294,13 @@ def _grid_ref(a: Attrs, xs: Arrays, p: Params) -> np.ndarray:
     if 0 in out_shape or 0 in spatial:
         return np.zeros(out_shape, x.dtype)
     g = grid.astype(np.float64 if grid.dtype == np.float64 else np.float32)
-    flat_x = x.astype(work).reshape(x.shape[0], x.shape[1], -1)
+    flat_x: np.ndarray = x.astype(work).reshape(x.shape[0], x.shape[1], -1)
     strides = [int(np.prod(spatial[d + 1:])) for d in range(nd)]
     # grid's last axis lists coordinates innermost-first: (x, y[, z]) for (..., H, W)
     per_axis = [_grid_axis(a, g[..., nd - 1 - d], spatial[d]) for d in range(nd)]
-    acc = np.zeros((x.shape[0], x.shape[1], int(np.prod(grid.shape[1:-1]))), work)
+    acc: np.ndarray = np.zeros((x.shape[0], x.shape[1], int(np.prod(grid.shape[1:-1]))), work)
     for combo in itertools.product(*(range(len(t[0])) for t in per_axis)):
-        flat = sum(per_axis[d][0][k] * strides[d] for d, k in enumerate(combo))
+        flat: np.ndarray = sum(per_axis[d][0][k] * strides[d] for d, k in enumerate(combo))  # type: ignore[assignment]  # nd >= 1 terms: never the start 0
         w = np.ones(grid.shape[:-1], np.float64)
         for d, k in enumerate(combo):
             w = w * np.where(per_axis[d][2][k], per_axis[d][1][k], 0)
@@ -416,7 +416,7 @@ def _roi_ref(a: Attrs, xs: Arrays, p: Params) -> np.ndarray:
     idx = idx.astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= x.shape[0]):
         raise ValueError(f"roi_align: batch_indices {idx.tolist()} out of range for a batch of {x.shape[0]}")
-    out = np.zeros((rois.shape[0], x.shape[1], int(a["output_height"]), int(a["output_width"])), work)
+    out: np.ndarray = np.zeros((rois.shape[0], x.shape[1], int(a["output_height"]), int(a["output_width"])), work)
     for r in range(rois.shape[0]):
         out[r] = _roi_one(a, x[idx[r]].astype(work), rois[r])
     return out.astype(x.dtype)

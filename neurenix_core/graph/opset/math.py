@@ -116,9 +116,12 @@ _COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
     "greater": np.greater, "greater_equal": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
 }
+def _compare_ref(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Ref:
+    return lambda a, x, p: np.asarray(fn(x[0], x[1]))
+
+
 for _name, _fn in _COMPARE.items():
-    _def(_name, "comparison", f"{_name}(a, b) -> bool, broadcasting", ("a", "b"), _compare,
-         lambda a, x, p, fn=_fn: np.asarray(fn(x[0], x[1])))
+    _def(_name, "comparison", f"{_name}(a, b) -> bool, broadcasting", ("a", "b"), _compare, _compare_ref(_fn))
 
 
 def _to_bool(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
@@ -171,15 +174,19 @@ def _unary_float_ref(fn: Callable[[np.ndarray], np.ndarray]) -> Ref:
     return ref
 
 
-for _name, (_fn, _doc) in _UNARY_FLOAT.items():
-    _def(_name, "unary", _doc, ("x",), _float_only, _unary_float_ref(_fn), flops=_elementwise_flops)
+for _name, (_unary, _doc) in _UNARY_FLOAT.items():
+    _def(_name, "unary", _doc, ("x",), _float_only, _unary_float_ref(_unary), flops=_elementwise_flops)
 
 _UNARY_ANY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
     "neg": (np.negative, "-x"), "abs": (np.abs, "|x|"), "sign": (np.sign, "-1, 0 or 1"),
     "relu": (K.relu, "max(x, 0)"), "identity": (lambda x: x, "x"),
 }
-for _name, (_fn, _doc) in _UNARY_ANY.items():
-    _def(_name, "unary", _doc, ("x",), _same, lambda a, x, p, fn=_fn: _as(fn(x[0]), x[0].dtype), flops=_elementwise_flops)
+def _unary_any_ref(fn: Callable[[np.ndarray], np.ndarray]) -> Ref:
+    return lambda a, x, p: _as(fn(x[0]), x[0].dtype)
+
+
+for _name, (_unary, _doc) in _UNARY_ANY.items():
+    _def(_name, "unary", _doc, ("x",), _same, _unary_any_ref(_unary), flops=_elementwise_flops)
 
 _def("dropout", "unary", "identity at inference (p kept for the record)", ("x",), _same, lambda a, x, p: x[0], attrs={"p": 0.5})
 

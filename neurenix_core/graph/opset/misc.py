@@ -113,8 +113,8 @@ def _tfidf_counts(a: Attrs, rows: np.ndarray) -> np.ndarray:
 def _tfidf_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     rows = x[0].astype(np.int64).reshape(-1, x[0].shape[-1])
     counts = _tfidf_counts(a, rows)
-    out = np.zeros((rows.shape[0], _tfidf_width(a)), dtype=np.float64)
-    np.add.at(out, (slice(None), np.asarray(a["ngram_indexes"])), counts)  # one output column per n-gram position
+    out: np.ndarray = np.zeros((rows.shape[0], _tfidf_width(a)), dtype=np.float64)
+    np.add.at(out, (slice(None), np.asarray(a["ngram_indexes"])), counts)  # type: ignore[arg-type]  # one output column per n-gram position (NumPy's stub: no tuple index)
     weights = None if not a["weights"] else np.asarray(a["weights"], dtype=np.float64)[: out.shape[1]]
     if a["mode"] == "IDF":
         out = (out > 0) * (1.0 if weights is None else weights)

@@ -273,7 +273,11 @@ def _float_in(d: str) -> None:
         raise ValueError(f"expects a floating-point input, got {d}")
 
 
-def _pool_geometry(a: Attrs, x: Shape) -> tuple[tuple[int, ...], ...]:
+#: kernel, strides, dilations, pads begin, pads end, output spatial shape.
+_Geometry = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def _pool_geometry(a: Attrs, x: Shape) -> _Geometry:
     k = tuple(int(v) for v in a["kernel_shape"])
     nd = len(k)
     if len(x) != nd + 2 or nd == 0:
@@ -494,7 +498,7 @@ def _deform_geometry(a: Attrs, s: list[Shape]) -> tuple[tuple[int, ...], ...]:
     x, w, off = s[:3]
     if len(x) != 4:
         raise ValueError(f"deformable convolution is 2-D here; got input {x}")
-    st, dil, begin, end, out = _conv_geometry(a | {"auto_pad": "NOTSET"}, x, w)
+    st, dil, begin, end, out = _conv_geometry({**a, "auto_pad": "NOTSET"}, x, w)
     og = int(a["offset_group"])
     taps = _numel(w[2:])
     if og < 1 or x[1] % og or off != (x[0], og * taps * 2) + out:
@@ -658,7 +662,7 @@ def _rms_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
 
 def _rms_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
     _stash_name(int(a["stash_type"]))
-    return _layer_normalization_rule(a | {"output": 0}, s, d, p)
+    return _layer_normalization_rule({**a, "output": 0}, s, d, p)
 
 
 _def("rms_normalization", "normalisation", "ONNX RMSNormalization: x / sqrt(mean(x^2 over the axes from `axis`) + epsilon) * scale",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from neurenix_core.graph.opset.schema import (
-    Arrays, Attrs, Params, Shape, _axes, _axis, _def, _is_float, _numel,
+    Arrays, Attrs, Params, Ref, Shape, _axes, _axis, _def, _is_float, _numel,
 )
 
 __all__: list[str] = []
@@ -101,7 +101,11 @@ def _arg_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape,
     return shape, "int64"
 
 
-for _name, _fn in {"argmax": np.argmax, "argmin": np.argmin}.items():
+def _arg_ref(fn: Callable[..., np.ndarray]) -> Ref:
+    return lambda a, x, p: np.asarray(fn(x[0], axis=_axis(a["axis"], x[0].ndim), keepdims=a["keepdims"])).astype(np.int64)
+
+
+_ARG_FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {"argmax": np.argmax, "argmin": np.argmin}
+for _name, _arg in _ARG_FUNCTIONS.items():
     _def(_name, "reduction", f"index of the {_name[3:]} along axis (int64), first on ties (ONNX's select_last_index: the importer flips the axis)",
-         ("x",), _arg_rule, lambda a, x, p, fn=_fn: np.asarray(fn(x[0], axis=_axis(a["axis"], x[0].ndim), keepdims=a["keepdims"])).astype(np.int64),
-         attrs={"axis": 0, "keepdims": True})
+         ("x",), _arg_rule, _arg_ref(_arg), attrs={"axis": 0, "keepdims": True})

@@ -16,6 +16,8 @@ and the reverse direction runs each entry's own steps backwards; ``activation_al
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +61,10 @@ ACTIVATIONS: dict[str, tuple[bool, bool, float, float, Callable[[np.ndarray, flo
 }
 
 
+def _bound(fn: Callable[[np.ndarray, float, float], np.ndarray], alpha: float, beta: float, x: np.ndarray) -> np.ndarray:
+    return fn(x, alpha, beta)
+
+
 def _activations(cell: str, a: Attrs, directions: int) -> list[list[Activation]]:
     """The activation functions of each direction (f; f, g; or f, g, h), alpha and beta bound."""
     per = len(_DEFAULTS[cell])
@@ -76,12 +82,12 @@ def _activations(cell: str, a: Attrs, directions: int) -> list[list[Activation]]
         uses_a, uses_b, alpha, beta, fn = entry
         alpha = float(alphas.pop(0)) if uses_a and alphas else alpha
         beta = float(betas.pop(0)) if uses_b and betas else beta
-        funcs.append(lambda x, fn=fn, al=alpha, be=beta: fn(x, al, be))
+        funcs.append(partial(_bound, fn, alpha, beta))
     return [funcs[d * per:(d + 1) * per] for d in range(directions)]
 
 
 # ----------------------------------------------------------------------------- shapes
-def _operands(cell: str, a: Attrs, items: Sequence[object]) -> dict[str, object]:
+def _operands(cell: str, a: Attrs, items: Sequence[Any]) -> dict[str, Any]:
     """Inputs (shapes, dtypes or arrays) by name: x, w, r, then the ``present`` optional ones."""
     present = tuple(a["present"])
     unknown = set(present) - set(OPTIONAL_INPUTS[cell])
@@ -103,17 +109,17 @@ def _rule(cell: str) -> Callable[[Attrs, list[Shape], list[str], Params], tuple[
         x = shapes["x"]
         if not _is_float(d[0]) or any(dtypes[k] != d[0] for k in dtypes if k != "sequence_lens"):
             raise ValueError(f"takes float X and weights of its type, got {dtypes}")
-        if len(x) != 3:  # type: ignore[arg-type]
+        if len(x) != 3:
             raise ValueError(f"takes a 3-D X, got {x}")
         if a["layout"] not in (0, 1):
             raise ValueError(f"layout must be 0 or 1, got {a['layout']}")
-        seq, batch, size = x if a["layout"] == 0 else (x[1], x[0], x[2])  # type: ignore[index]
+        seq, batch, size = x if a["layout"] == 0 else (x[1], x[0], x[2])
         nd, gates, hidden = _directions(a), GATES[cell], a["hidden_size"]
         state = (nd, batch, hidden) if a["layout"] == 0 else (batch, nd, hidden)
         want = {"w": (nd, gates * hidden, size), "r": (nd, gates * hidden, hidden), "b": (nd, 2 * gates * hidden),
                 "sequence_lens": (batch,), "initial_h": state, "initial_c": state, "p": (nd, 3 * hidden)}
         for k, shape in shapes.items():
-            if k != "x" and tuple(shape) != want[k]:  # type: ignore[arg-type]
+            if k != "x" and tuple(shape) != want[k]:
                 raise ValueError(f"input {k} has shape {shape}, expected {want[k]} (hidden_size {hidden}, {nd} direction(s))")
         if "sequence_lens" in dtypes and dtypes["sequence_lens"] not in ("int32", "int64"):
             raise ValueError(f"sequence_lens must be int32, got {dtypes['sequence_lens']}")

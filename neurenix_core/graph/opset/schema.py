@@ -99,7 +99,8 @@ class Builder(Protocol):
 
 
 Infer = Callable[[Attrs, list[Shape], list[str], Params], tuple[Shape, str]]
-Ref = Callable[[Attrs, Arrays, Params], np.ndarray]
+#: A reference implementation: an array, or for sequence / optional ops a list of arrays or None.
+Ref = Callable[[Attrs, Arrays, Params], "np.ndarray | list[np.ndarray] | None"]
 Decompose = Callable[[Builder, list[str], Attrs, Params], str]
 
 
@@ -169,7 +170,7 @@ def _promote(dtypes: Sequence[str]) -> str:
         return max(floats, key=lambda d: ("float16", "bfloat16", "float32", "float64").index(d))
     if all(d == "bool" for d in dtypes):
         return "bool"
-    return str(np.result_type(*[np.dtype(d) for d in dtypes if d != "bool"] or [np.bool_]))
+    return str(np.result_type(*[np.dtype(d) for d in dtypes if d != "bool"] or [np.dtype(np.bool_)]))
 
 
 def _broadcast(shapes: Sequence[Shape]) -> Shape:
@@ -255,7 +256,7 @@ def evaluate(op: str, attrs: Attrs, inputs: Arrays, params: Params) -> np.ndarra
         return inputs[0]  # a copied graph output or ONNX Identity of a sequence / optional
     out = d.ref(attrs_of(op, attrs), inputs, params)
     if d.category in _VALUE_KIND_CATEGORIES and (out is None or isinstance(out, list)):
-        return out
+        return out  # type: ignore[return-value]  # a sequence (list) or an empty optional (None), as the docstring says
     return np.asarray(out)
 
 

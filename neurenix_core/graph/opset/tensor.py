@@ -267,7 +267,7 @@ def _pad_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     if a["mode"] == "constant":
         value = np.asarray(a["value"]).astype(v.dtype)  # the fill in the data's dtype (ints and bools too)
         return np.pad(v, grow, mode="constant", constant_values=value)
-    return np.pad(v, grow, mode=_PAD_MODES[a["mode"]])
+    return np.pad(v, grow, mode=_PAD_MODES[a["mode"]])  # type: ignore[call-overload]  # NumPy's stub wants a literal mode
 
 
 _def("pad", "shape", "pad every axis by (before, after) >= 0; mode constant (value) | reflect | edge | wrap", ("x",),
@@ -449,7 +449,8 @@ def _scatter_elements_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
     idx = np.where(idx < 0, idx + n, idx)
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"scatter_elements index out of range for axis {ax} of size {n}")
-    where = tuple(idx if i == ax else g for i, g in enumerate(np.indices(idx.shape, sparse=True)))
+    grids: tuple[np.ndarray, ...] = tuple(np.indices(idx.shape, sparse=True))
+    where = tuple(idx if i == ax else g for i, g in enumerate(grids))
     return _scatter(data, where, x[2].astype(data.dtype, copy=False), a["reduction"])
 
 
@@ -600,7 +601,8 @@ def _eye_like_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[S
 
 
 _def("eye_like", "constant", "ones on diagonal k of a matrix shaped like x, zeros elsewhere, in dtype (None: x's) (ONNX EyeLike)", ("x",),
-     _eye_like_rule, lambda a, x, p: np.eye(*x[0].shape, k=int(a["k"]), dtype=_np_dtype(a["dtype"]) if a["dtype"] else x[0].dtype),
+     _eye_like_rule, lambda a, x, p: np.eye(*x[0].shape, k=int(a["k"]),  # type: ignore[call-overload]  # (rows, cols): _eye_like_rule wants 2-D
+      dtype=_np_dtype(a["dtype"]) if a["dtype"] else x[0].dtype),
      attrs={"k": 0, "dtype": None})
 
 
