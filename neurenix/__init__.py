@@ -7,13 +7,31 @@ installed plugins). Nothing heavy is imported here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import neurenix_core as _core
 from neurenix_core import __all__ as _core_all
 from neurenix_core import __version__  # noqa: F401
 
-from neurenix import device  # noqa: E402 - the seed module (callable: nx.device("cpu"))
+if TYPE_CHECKING:
+    # A type checker does not run the copy below: it reads the same names where they are defined
+    # (neurenix_core's __all__ splices in the errors and the array API functions, unread by mypy).
+    from neurenix import hardware as hardware
+    from neurenix import nn as nn
+    from neurenix import optim as optim
+    from neurenix_core import *
+    from neurenix_core import compile as compile
+    from neurenix_core import fft as fft
+    from neurenix_core import generation as generation
+    from neurenix_core import graph as graph
+    from neurenix_core import linalg as linalg
+    from neurenix_core import quantization as quantization
+    from neurenix_core import testing as testing
+    from neurenix_core.errors import *
+    from neurenix_core.tensor._generated_ops import *
+    from neurenix_core.tensor.ops import *
+
+from neurenix import device  # type: ignore[assignment]  # noqa: E402 - the seed module replaces the core's device() (callable: nx.device("cpu"))
 from neurenix._exports import install_finder
 
 # `import neurenix.hardware.acme` for a facade module only a plugin's Manifest.exports names.

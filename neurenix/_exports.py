@@ -120,7 +120,7 @@ class ExportFinder:
         parent = any(f.startswith(fullname + ".") for f in facades)
         if fullname not in facades and not parent:
             return None
-        spec = importlib.machinery.ModuleSpec(fullname, _ExportLoader(), is_package=parent)
+        spec = importlib.machinery.ModuleSpec(fullname, _ExportLoader(), is_package=parent)  # type: ignore[arg-type]  # a Loader by protocol
         if parent:
             spec.submodule_search_locations = []  # a package: children come from this finder too
         return spec

@@ -47,6 +47,9 @@ reveal_type(nx.compile)
 nx.exp("not a tensor")
 nx.sum(x, axis="0")
 x + "1"
+import neurenix
+reveal_type(neurenix.exp(x) * 2)
+reveal_type(neurenix.NeurenixError)
 """
 
 #: Line of SNIPPET (1-based) -> the revealed type mypy must print.
@@ -55,6 +58,9 @@ REVEALED = {
     13: f"tuple[{TENSOR}, {TENSOR}]", 14: TENSOR, 15: TENSOR, 16: f"tuple[{TENSOR}, ...]",
     17: "numpy.dtype[numpy.floating[numpy._typing._nbit_base._32Bit]]", 18: "numpy.dtype[Any]", 19: "neurenix_core.device.Device",
 }
+# The facade (import neurenix as nx): the same names, the same types.
+REVEALED[25] = TENSOR
+REVEALED[26] = "def (*args: object) -> neurenix_core.errors.NeurenixError"
 #: Lines of SNIPPET mypy must refuse, and the error code.
 REFUSED = {21: "arg-type", 22: "arg-type", 23: "operator"}
 
