@@ -6,8 +6,8 @@ the first one's compiled form from the state folder.
 Each device whose plugin compiles models (npu, tpu, edgetpu; emulated here) compiles a small
 seeded CNN in a fresh process twice, against a temporary state folder: the first process
 compiles and stores ("compile cache: miss"), the second finds the entry ("compile cache: hit")
-and gives bit-identical results. ``neurenix cache list`` and ``neurenix cache info`` then show
-the entries. NEURENIX_COMPILE_CACHE=0 would turn all of it off.
+and gives bit-identical results. ``neurenix cache list --json`` and ``neurenix cache info`` then
+show the entries. NEURENIX_COMPILE_CACHE=0 would turn all of it off.
 """
 
 from __future__ import annotations
@@ -70,10 +70,14 @@ def main() -> None:
             assert first["sha256"] == second["sha256"]
             print(f"{device}: identical results in both processes")
         env = {**os.environ, "NEURENIX_STATE_DIR": state}
-        for args in (["list"], ["info"]):
-            out = subprocess.run([sys.executable, "-m", "neurenix_core.cli.main", "cache", *args], capture_output=True, text=True,
-                                 env=env, check=True)
-            print(out.stdout.rstrip())
+
+        def cache(*args: str) -> str:
+            return subprocess.run([sys.executable, "-m", "neurenix_core.cli.main", "cache", *args], capture_output=True, text=True,
+                                  env=env, check=True).stdout
+
+        for entry in json.loads(cache("list", "--json")):  # `neurenix cache list` draws the same as a table
+            print(f"entry {entry['key'][:12]}: plugin {entry['plugin']}, {entry['device']}, model {entry['fingerprint']}, {entry['bytes']:,} bytes")
+        print(cache("info").rstrip())
 
 
 if __name__ == "__main__":
