@@ -16,6 +16,7 @@ nx.RankFailedError naming it).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="cpu, cuda or tpu (the engine follows the device)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--out", type=Path, help="folder for rank<R>.npz (final parameters) and losses")
+    ap.add_argument("--out", type=Path, help="folder for rank<R>.npz (final parameters) and rank<R>.json (losses, engine)")
     ap.add_argument("--checkpoint", type=Path, help="save at the middle step and resume from it on every rank")
     ap.add_argument("--reference", action="store_true", help="train one process on the whole global batches")
     ap.add_argument("--timeout", type=float, default=60.0)
@@ -102,15 +103,18 @@ def main() -> None:
     losses += train(model, optimizer, range(half, args.steps), data_parallel=True, die=die)
     final = parameters(model)
     print(f"rank {rank}/{world} on {device} ({nx.distributed.engine()}): loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+    summary = {"rank": rank, "world_size": world, "device": str(device), "engine": nx.distributed.engine(), "losses": losses}
     if args.checkpoint:
         resumed, opt2 = build(device, seed=100 + rank)
         start = nx.distributed.load_checkpoint(args.checkpoint, resumed, opt2)
         train(resumed, opt2, range(start, args.steps), data_parallel=True)
         same = all(np.array_equal(final[k], v) for k, v in parameters(resumed).items())
+        summary.update(resumed_from=start, resumed_identical=same)
         print(f"rank {rank}: resumed from step {start}: {'identical' if same else 'DIFFERENT'} parameters", flush=True)
-    if args.out:
+    if args.out:  # files, not stdout: the ranks share it and their lines may interleave
         args.out.mkdir(parents=True, exist_ok=True)
         np.savez(args.out / f"rank{rank}.npz", **final)
+        (args.out / f"rank{rank}.json").write_text(json.dumps(summary))
     nx.distributed.shutdown()
 
 

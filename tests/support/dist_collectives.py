@@ -1,10 +1,12 @@
 """Launched by tests/test_distributed.py under torchrun: nx.distributed's collectives and the
-eager tape's average_gradients on one device; prints one JSON line per rank."""
+eager tape's average_gradients on one device; writes rank<R>.json into the given folder (not to
+stdout, which the ranks share and where their lines can interleave)."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -14,11 +16,11 @@ from neurenix_core.nn import functional as F
 from neurenix_core.optim import SGD
 
 
-def main(device_name: str) -> None:
+def main(device_name: str, out: Path) -> None:
     device = nx.distributed.init(device_name, timeout=60)
     rank, world = nx.distributed.rank(), nx.distributed.world_size()
     x = nx.asarray(np.arange(3, dtype=np.float32) + 10 * rank, device=device)
-    out = {
+    result = {
         "rank": rank, "world": world, "engine": nx.distributed.engine(), "device": str(x.device),
         "sum": nx.distributed.all_reduce(x).numpy().tolist(),
         "mean": nx.distributed.all_reduce(x, op="mean").numpy().tolist(),
@@ -40,11 +42,11 @@ def main(device_name: str) -> None:
         loss.backward()
         nx.distributed.average_gradients(model)
         opt.step()
-    out["params"] = [p.numpy().ravel().tolist() for p in model.parameters()]
+    result["params"] = [p.numpy().ravel().tolist() for p in model.parameters()]
     nx.distributed.barrier()
-    print("RESULT " + json.dumps(out), flush=True)
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
     nx.distributed.shutdown()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], Path(sys.argv[2]))
