@@ -48,6 +48,7 @@ class JaxEngine(Engine):
         if launch.source == "tpu-pod":  # only now known, from the pod's metadata
             self.rank, self.world_size = jax.process_index(), jax.process_count()
         self._checked: set[str] = set()
+        self._globals: dict[int, tuple[Any, Any]] = {}  # id(local replica) -> (it, its global array)
         self._mesh()
 
     # ------------------------------------------------------------------ start
@@ -188,11 +189,18 @@ class JaxEngine(Engine):
             global_batch = tuple(self._shard(b) for b in batch)
             # Dispatch is asynchronous: wait for the result here, where a dead peer is noticed.
             out = self._run("compile_step", lambda: jax.block_until_ready(jitted(*global_state, global_batch)))
-            return jax.tree.map(lambda a: a.addressable_data(0), out)
+            local = jax.tree.map(lambda a: a.addressable_data(0), out)
+            # The next step gets these replicas back (new parameters, optimizer state): remember
+            # their global arrays instead of wrapping them again (~3 ms a step for an MLP's Adam state).
+            self._globals = {id(x): (x, g) for x, g in zip(jax.tree.leaves(local), jax.tree.leaves(out))}
+            return local
 
         return call
 
     def _replicate(self, x: Any) -> Any:
+        known = self._globals.get(id(x))
+        if known is not None and known[0] is x:
+            return known[1]
         local = self.jax.device_put(x, self.local_device)
         return self.jax.make_array_from_single_device_arrays(local.shape, self.replicated, [local])
 
