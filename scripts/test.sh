@@ -7,6 +7,13 @@ bash scripts/setup.sh
 export NEURENIX_EMULATE=${NEURENIX_EMULATE:-cuda,tpu,npu,edgetpu}
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export XLA_FLAGS=${XLA_FLAGS:---xla_force_host_platform_device_count=4}
+# A state folder of the run's own (crash journal, host-runtime choices, compile cache): nothing read
+# from or left in the user's ~/.local/state/neurenix, every run starts cold.
+if [ -z "${NEURENIX_STATE_DIR:-}" ]; then
+  NEURENIX_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/neurenix-test-state.XXXXXX")
+  export NEURENIX_STATE_DIR
+  trap 'rm -rf "$NEURENIX_STATE_DIR"' EXIT
+fi
 paths=(tests)
 for dir in plugins/*/tests examples/neurenix-onnxruntime/tests; do
   [ -d "$dir" ] && paths+=("$dir")
@@ -20,4 +27,4 @@ workers=${NEURENIX_TEST_WORKERS:-2}
 if [ "${NEURENIX_CHECK_WHEELS:-1}" != 0 ]; then
   bash scripts/check_wheels.sh
 fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" "${paths[@]}" "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" "${paths[@]}" "$@"
