@@ -46,11 +46,11 @@ class Engine:
         raise NotImplementedError("need average_gradients")
 
     def broadcast_parameters(self, model: Any, src: int = 0) -> None:
-        """Overwrite every parameter and buffer with rank ``src``'s values (in place)."""
-        from neurenix_core.training.step import replace_data
-
+        """Overwrite every parameter and buffer with rank ``src``'s values (in place: the same
+        Tensor objects, so an optimizer holding them still works; same shape and dtype, so the
+        memory accounting is unchanged, as ``training.step.replace_data``, which imports this module)."""
         for t in [*model.parameters(), *model.buffers()]:
-            replace_data(t, self.broadcast(t, src)._data)
+            t._data = self.broadcast(t, src)._data
 
     def lower_step(self, lower: Callable[[Any], Any], optimizer: Any) -> Any:
         """The data-parallel step: ``lower(optimizer)`` builds the device's one-process step."""
