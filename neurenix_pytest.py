@@ -40,7 +40,7 @@ def _suite_dir() -> str | None:
     spec = importlib.util.find_spec("neurenix_core")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return os.path.join(list(spec.submodule_search_locations)[0], "testing", "suite")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "testing", "suite")
 
 
 @pytest.hookimpl(tryfirst=True)

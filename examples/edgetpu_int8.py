@@ -13,11 +13,10 @@ import os
 
 os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
 
-import numpy as np  # noqa: E402
+import numpy as np
+from neurenix_edgetpu.api import EdgeTPUBackend, is_edgetpu_available, list_edge_tpus
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_edgetpu.api import EdgeTPUBackend, is_edgetpu_available, list_edge_tpus  # noqa: E402
+from neurenix_core import nn
 
 
 def build_model() -> nn.Module:

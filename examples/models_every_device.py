@@ -83,7 +83,7 @@ def main() -> None:
             y = compiled(x)
         err = float(np.abs(y - want).max() / np.abs(want).max())
         agree = float(np.mean(y.argmax(1) == want.argmax(1)))
-        print(f"{str(device):10} {'int8' if int8 else 'fp32'}  max rel err {err:.1e}  top-1 agreement {agree:.0%}  | {compiled.placement.line()}")
+        print(f"{device!s:10} {'int8' if int8 else 'fp32'}  max rel err {err:.1e}  top-1 agreement {agree:.0%}  | {compiled.placement.line()}")
         worst = max(worst, 0.0 if int8 else err)
     if worst > 1e-3:
         raise SystemExit(f"an fp32 device disagrees with PyTorch: {worst:.2e}")

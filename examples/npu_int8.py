@@ -11,10 +11,9 @@ import os
 os.environ.setdefault("NEURENIX_EMULATE", "npu")
 
 import numpy as np
-
-import neurenix_core as nx
-from neurenix_core.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential
 from neurenix_npu_openvino.api import NPUBackend
+
+from neurenix_core.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential
 
 
 def main() -> None:

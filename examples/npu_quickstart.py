@@ -11,10 +11,10 @@ import os
 os.environ.setdefault("NEURENIX_EMULATE", "npu")  # harmless on a real NPU: real hardware wins
 
 import numpy as np
+from neurenix_npu_openvino.api import NPUBackend, is_npu_available
 
 import neurenix_core as nx
 from neurenix_core.nn import Conv2d, Flatten, Linear, ReLU, Sequential
-from neurenix_npu_openvino.api import NPUBackend, is_npu_available
 
 
 def main() -> None:

@@ -9,11 +9,11 @@ import os
 
 os.environ.setdefault("NEURENIX_EMULATE", "cuda")
 
-import numpy as np  # noqa: E402
+import numpy as np
+from neurenix_cuda_tc.api import TensorCoresBackend, is_tensor_cores_available, tensor_cores_status
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_cuda_tc.api import TensorCoresBackend, is_tensor_cores_available, tensor_cores_status  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
 
 
 def main() -> None:

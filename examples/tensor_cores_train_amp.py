@@ -9,10 +9,9 @@ import os
 
 os.environ.setdefault("NEURENIX_EMULATE", "cuda")
 
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from neurenix_cuda_tc.api import MixedPrecision, TensorCoresBackend  # noqa: E402
+import torch
+from neurenix_cuda_tc.api import MixedPrecision, TensorCoresBackend
+from tqdm import tqdm
 
 
 def main(steps: int = 80) -> None:

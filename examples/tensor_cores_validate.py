@@ -9,12 +9,11 @@ import os
 
 os.environ.setdefault("NEURENIX_EMULATE", "cuda")
 
-import torch  # noqa: E402
+import torch
+from neurenix_cuda_tc.api import align_model, validate_model
+from neurenix_cuda_tc.models import optimized_cnn, unoptimized_cnn
 
-from neurenix_core.testing.reference import TOLERANCES  # noqa: E402
-
-from neurenix_cuda_tc.api import align_model, validate_model  # noqa: E402
-from neurenix_cuda_tc.models import optimized_cnn, unoptimized_cnn  # noqa: E402
+from neurenix_core.testing.reference import TOLERANCES
 
 
 def main() -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+from neurenix_tpu.api import TPUBackend, is_tpu_available
 
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.device import Device, DeviceType
 from neurenix_core.errors import BackendUnavailableError
-from neurenix_tpu.api import TPUBackend, is_tpu_available
 
 
 def main() -> int:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from distributions import write_distribution
 
+
 @pytest.fixture
 def plugin_site(tmp_path: Path) -> Callable[..., Path]:
     site = tmp_path / "site"

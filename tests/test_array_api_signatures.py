@@ -77,7 +77,7 @@ def test_signature_matches_array_api_strict(qualname: str) -> None:
     for name, p in standard.parameters.items():
         # array-api-strict marks "not given" with its own sentinel (astype's device, from_dlpack's
         # copy); every other default is the standard's value.
-        if p.default is not p.empty and not type(p.default).__name__ == "Undef":
+        if p.default is not p.empty and type(p.default).__name__ != "Undef":
             assert ours.parameters[name].default == p.default, f"nx.{qualname}: default of {name}"
 
 

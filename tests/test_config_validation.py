@@ -21,7 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from neurenix_core.config import (
-    MAX_TIMEOUT, MIN_TIMEOUT, VARIABLES, Config, cpu_runtime, enforce, inspect_config, plugin_problems, read_config,
+    MAX_TIMEOUT,
+    MIN_TIMEOUT,
+    VARIABLES,
+    Config,
+    cpu_runtime,
+    enforce,
+    inspect_config,
+    plugin_problems,
+    read_config,
 )
 from neurenix_core.device import as_device
 from neurenix_core.errors import ConfigurationError, ConfigurationWarning

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from neurenix_core.graph import opset
-
 from repo_scripts import load_script
+
+from neurenix_core.graph import opset
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_scripts import load_script
 
 from neurenix_core.graph import opset
 from neurenix_core.graph.coverage import coverage, markdown
-
-from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,12 +19,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import model_zoo as zoo  # noqa: E402
+import model_zoo as zoo
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import FallbackError, NeurenixWarning, ShapeError  # noqa: E402
-from neurenix_core.graph.symbolic import SymDim, is_symbolic  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import FallbackError, NeurenixWarning, ShapeError
+from neurenix_core.graph.symbolic import SymDim, is_symbolic
 
 FP32_CPU = 1e-5  # the NumPy opset interpreter in float32 vs torch eager
 FP32_PLUGIN = 1e-4  # a plugin runtime's fp32 kernels (OpenVINO) vs torch eager

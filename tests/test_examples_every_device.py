@@ -21,7 +21,7 @@ def test_example_runs_on_every_device(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "models_every_device.py"), *args], capture_output=True, text=True,
                           env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {m.group(1): m.group(0) for m in re.finditer(r"^(\w+):0 .*$", proc.stdout, re.M)}
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^(\w+):0 .*$", proc.stdout, re.MULTILINE)}
     assert {"cpu", "cuda", "tpu", "npu", "edgetpu"} <= set(rows), proc.stdout
     for device, row in rows.items():
         assert "100.0% of FLOPs" in row, row  # every node of both models lowers on every plugin

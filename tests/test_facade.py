@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 EXPORTING = '''
 from __future__ import annotations
 import numpy as np

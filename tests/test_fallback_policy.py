@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import neurenix_core as nx
 from distributions import write_distribution
 
+import neurenix_core as nx
 
 PARTIAL_PLUGIN = """
 from __future__ import annotations
@@ -89,9 +88,8 @@ def test_warn_once_per_op_and_backend_and_count_every_time(partial: nx.Device) -
 
 def test_error_policy_raises_before_running(partial: nx.Device) -> None:
     x = nx.asarray([3.0, 1.0], device=partial)
-    with nx.fallback_policy("error"):
-        with pytest.raises(nx.FallbackError, match=r"cumulative_sum is not native on partial:0.*NEURENIX_FALLBACK=allow"):
-            nx.cumulative_sum(x)
+    with nx.fallback_policy("error"), pytest.raises(nx.FallbackError, match=r"cumulative_sum is not native on partial:0.*NEURENIX_FALLBACK=allow"):
+        nx.cumulative_sum(x)
     assert nx.fallback_stats() == {}
     np.testing.assert_array_equal((x + 1.0).numpy(), [4.0, 2.0]), "native ops still run under 'error'"
 

@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from repo_scripts import load_script
 
 import neurenix_core as nx
 from neurenix_core.tensor import _generated_ops, ops
 from neurenix_core.tensor.signatures import GENERATED_OPS, parameters
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS
-
-from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -80,7 +80,7 @@ def test_gelu_tanh_decomposition() -> None:
 
 
 def test_multihead_attention_decomposes_into_primitives_recursively() -> None:
-    specs, attrs, params = CASES["multihead_attention"]
+    _specs, attrs, params = CASES["multihead_attention"]
     ops = [n.op for n in decompose_node(Node("m", "multihead_attention", ("q", "k", "v"), "m", attrs, params))]
     assert ops.count("linear") == 4 and "scaled_dot_product_attention" in ops
 

@@ -9,8 +9,8 @@ from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.reference import run_graph
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 BIG = 2**62
 CASES = [(5, -100, -2), (5, -11, -1), (-1, -11, -1), (0, BIG, 1), (-3, -1, 1), (9, 0, -3), (20, -20, -1), (-20, 5, 2),

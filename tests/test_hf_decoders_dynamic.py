@@ -22,12 +22,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import hf_zoo as hz  # noqa: E402
+import hf_zoo as hz
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixWarning  # noqa: E402
-from neurenix_core.tensor.fallback import FallbackWarning  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixWarning
+from neurenix_core.tensor.fallback import FallbackWarning
 
 FP32_CPU = 1e-5  # the NumPy opset interpreter in float32 vs torch eager (relative to the largest output)
 FP32_DEVICE = 1e-4  # a device runtime's fp32 kernels vs torch eager

@@ -11,13 +11,12 @@ torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")  # torch.onnx.export's exporter
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+import model_zoo as zoo
+from onnx import TensorProto, helper, numpy_helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixWarning, UnsupportedOperationError  # noqa: E402
-
-import model_zoo as zoo  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixWarning, UnsupportedOperationError
 
 RNG = np.random.default_rng(1)
 

@@ -7,11 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.graph.opset import LEGACY_OPS  # noqa: E402
+import model_zoo as zoo
 
-import model_zoo as zoo  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.graph.opset import LEGACY_OPS
 
 BATCH = 200
 

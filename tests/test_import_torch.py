@@ -7,12 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import UnsupportedOperationError  # noqa: E402
-from neurenix_core.graph.reference import run_graph  # noqa: E402
+import model_zoo as zoo
 
-import model_zoo as zoo  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph.reference import run_graph
 
 RNG = np.random.default_rng(0)
 

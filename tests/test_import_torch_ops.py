@@ -12,11 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import UnsupportedOperationError  # noqa: E402
+import model_zoo as zoo
 
-import model_zoo as zoo  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import UnsupportedOperationError
 
 _G = torch.Generator().manual_seed(0)
 

@@ -20,8 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph import verify as V  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.graph import verify as V
 
 INT8_DEVICES = [d for d in ("cpu", "npu", "edgetpu") if any(str(x) == f"{d}:0" for x in nx.devices())]
 RNG_SEED = 0

@@ -24,13 +24,12 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import ModelFormatError, NeurenixError, NeurenixWarning, ShapeError, UnsupportedDTypeError  # noqa: E402
-from neurenix_core.graph.importers.builder import MAX_FOLDED_BYTES  # noqa: E402
-from neurenix_core.graph.importers.onnx_validate import MAX_DIM  # noqa: E402
+from neurenix_core import nn
+from neurenix_core.errors import ModelFormatError, NeurenixError, NeurenixWarning, ShapeError, UnsupportedDTypeError
+from neurenix_core.graph.importers.builder import MAX_FOLDED_BYTES
+from neurenix_core.graph.importers.onnx_validate import MAX_DIM
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -402,8 +401,8 @@ def _time_cap(seconds: float) -> Iterator[None]:
 
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 _SMALL = _small().SerializeToString()
 _FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

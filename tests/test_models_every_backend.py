@@ -16,11 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
+import model_zoo as zoo
 
-import model_zoo as zoo  # noqa: E402
-from neurenix_core.testing.host import int8_dot_product  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.testing.host import int8_dot_product
 
 #: The ops whose FLOPs must all run on the requested device.
 HEAVY = frozenset({"conv1d", "conv2d", "matmul", "gemm", "linear", "scaled_dot_product_attention", "multihead_attention"})

@@ -15,11 +15,11 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import helper  # noqa: E402
+from onnx import helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixError  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixError
 
 RNG = np.random.default_rng(11)
 
@@ -90,7 +90,7 @@ def test_attention_3d_gqa_causal_with_past_gives_all_four_outputs() -> None:
         "Attention", {"Q": q, "K": k, "V": v, "past_key": pk, "past_value": pv},
         ["Y", "present_key", "present_value", "qk"], order=["Q", "K", "V", "", "past_key", "past_value"],
         attrs={"q_num_heads": hq, "kv_num_heads": hkv, "is_causal": 1})
-    heads = lambda t, h: t.reshape(b, -1, h, e).transpose(0, 2, 1, 3)  # noqa: E731
+    heads = lambda t, h: t.reshape(b, -1, h, e).transpose(0, 2, 1, 3)
     k4 = np.concatenate([pk, heads(k, hkv)], axis=2)
     v4 = np.concatenate([pv, heads(v, hkv)], axis=2)
     # query i sits at position past + i: it sees keys 0 .. past + i (bottom-right causal)

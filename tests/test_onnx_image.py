@@ -12,11 +12,11 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import helper, numpy_helper  # noqa: E402
+from onnx import helper, numpy_helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixError  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixError
 
 RNG = np.random.default_rng(7)
 
@@ -108,7 +108,7 @@ def resize_nd(x: np.ndarray, plan: dict[int, tuple[int, float]], rois: dict[int,
     out = x.astype(np.float64)
     for ax, (n_out, scale) in plan.items():
         roi = (rois or {}).get(ax, (0.0, 1.0))
-        out = np.apply_along_axis(lambda v: resize_1d(v, n_out, scale, roi=roi, **kw), ax, out)
+        out = np.apply_along_axis(lambda v, n_out=n_out, scale=scale, roi=roi: resize_1d(v, n_out, scale, roi=roi, **kw), ax, out)
     return out
 
 

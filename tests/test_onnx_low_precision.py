@@ -19,13 +19,13 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixError  # noqa: E402
-from neurenix_core.graph.importers.onnx_import import import_onnx  # noqa: E402
-from neurenix_core.graph.reference import run_graph  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixError
+from neurenix_core.graph.importers.onnx_import import import_onnx
+from neurenix_core.graph.reference import run_graph
 
 FLOAT8 = {
     TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn, TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,

@@ -10,11 +10,11 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import helper, numpy_helper  # noqa: E402
+from onnx import helper, numpy_helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.graph import opset  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.graph import opset
 
 RNG = np.random.default_rng(7)
 

@@ -14,10 +14,10 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixError  # noqa: E402
+from onnx_nodes import check, one_node_model, run_node
 
-from onnx_nodes import check, one_node_model, run_node  # noqa: E402
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixError
 
 RNG = np.random.default_rng(11)
 
@@ -250,7 +250,7 @@ def test_conv_with_constant_weight(name: str, xs: tuple[int, ...], ws: tuple[int
 
 def test_conv_in_float16_and_float64_keeps_the_dtype() -> None:
     for dtype, rtol in ((np.float16, 1e-2), (np.float64, 1e-10)):
-        x, w, b, want = _conv_case((1, 2, 5, 5), (3, 2, 3, 3), {"pads": [1, 1, 1, 1]})
+        x, w, b, _want = _conv_case((1, 2, 5, 5), (3, 2, 3, 3), {"pads": [1, 1, 1, 1]})
         x, w, b = x.astype(dtype), w.astype(dtype), b.astype(dtype)
         (got,) = run("Conv", {"x": x, "w": w, "b": b}, attrs={"pads": [1, 1, 1, 1]})
         check(got, conv_expect(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1), rtol=rtol, atol=rtol)

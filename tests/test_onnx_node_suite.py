@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("onnx")
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.testing import onnx_suite  # noqa: E402
-from neurenix_core.testing.onnx_expected import read_expected  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.testing import onnx_suite
+from neurenix_core.testing.onnx_expected import read_expected
 
 EXPECTED = Path(__file__).parent / "onnx_node_expected"
 DEVICES = ("cpu", "cuda", "tpu", "npu", "edgetpu")

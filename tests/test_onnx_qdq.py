@@ -12,15 +12,15 @@ import pytest
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import numpy_helper  # noqa: E402
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static  # noqa: E402
+from onnx import numpy_helper
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from quantized_models import dataset as _data
+from quantized_models import trained as _trained
 
-import neurenix as nx  # noqa: E402
-from neurenix_core.errors import QuantizationError  # noqa: E402
-from neurenix_core.graph.importers.onnx_qdq import METHOD  # noqa: E402
-from neurenix_core.graph.reference import run_quantized  # noqa: E402
-from quantized_models import dataset as _data  # noqa: E402  (tests/support: shared with test_pt2e.py)
-from quantized_models import trained as _trained  # noqa: E402
+import neurenix as nx
+from neurenix_core.errors import QuantizationError
+from neurenix_core.graph.importers.onnx_qdq import METHOD
+from neurenix_core.graph.reference import run_quantized
 
 N_CALIB, N_EVAL = 64, 300
 DEVICES = ("cpu", "npu", "edgetpu")

@@ -16,12 +16,12 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.graph.importers.onnx_import import import_onnx  # noqa: E402
-from neurenix_core.graph.reference import eval_node  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.graph.importers.onnx_import import import_onnx
+from neurenix_core.graph.reference import eval_node
 
 RNG = np.random.default_rng(5)
 
@@ -154,7 +154,7 @@ def test_qlinear_matmul_per_column(dtype: Any) -> None:
 def _conv(x: np.ndarray, w: np.ndarray, strides: tuple[int, int], pads: tuple[int, int, int, int], group: int) -> np.ndarray:
     """Direct int64 2-D convolution, one output element at a time."""
     x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    n, c, h, wd = x.shape
+    n, _c, h, wd = x.shape
     m, cg, kh, kw = w.shape
     oh, ow = (h - kh) // strides[0] + 1, (wd - kw) // strides[1] + 1
     out = np.zeros((n, m, oh, ow), np.int64)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.errors import NeurenixError, UnsupportedOperationError  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.errors import NeurenixError, UnsupportedOperationError
 
 DEVICES = [str(d) for d in nx.devices() if d.index == 0]
 RNG = np.random.default_rng(24)

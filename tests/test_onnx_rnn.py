@@ -13,11 +13,11 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.graph.importers.onnx_import import import_onnx  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.graph.importers.onnx_import import import_onnx
 
 RNG = np.random.default_rng(3)
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -54,7 +54,7 @@ def _step(op: str, x: np.ndarray, h: np.ndarray, c: np.ndarray, w: np.ndarray, r
     clip = attrs.get("clip")
     cl = (lambda v: np.clip(v, -clip, clip)) if clip else (lambda v: v)
     wb, rb = b[:GATES[op] * n], b[GATES[op] * n:]
-    blk = lambda m, k: m[k * n:(k + 1) * n]  # noqa: E731 - the k-th gate's rows
+    blk = lambda m, k: m[k * n:(k + 1) * n]
     if op == "RNN":
         return acts[0](cl(w @ x + r @ h + wb + rb)), c
     if op == "GRU":
@@ -113,7 +113,7 @@ def check(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 
 
 def _inputs(op: str, nd: int, steps: int, batch: int, size: int, n: int, layout: int = 0, **given: Any) -> dict[str, np.ndarray | None]:
-    f = lambda *s: (RNG.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    f = lambda *s: (RNG.standard_normal(s) * 0.5).astype(np.float32)
     state = (nd, batch, n) if layout == 0 else (batch, nd, n)
     ins: dict[str, np.ndarray | None] = {
         "X": f(steps, batch, size) if layout == 0 else f(batch, steps, size), "W": f(nd, GATES[op] * n, size),
@@ -149,14 +149,14 @@ def test_rnn_activations_alpha_and_clip_with_stored_weights() -> None:
     attrs = {"hidden_size": 4, "direction": "bidirectional", "clip": 0.7, "activations": ["LeakyRelu", "Tanh"],
              "activation_alpha": [0.2]}
     got = run("RNN", ins, ["Y", "Y_h"], attrs, stored=("W", "R", "B"))
-    leaky = lambda v: np.where(v >= 0, v, 0.2 * v)  # noqa: E731
+    leaky = lambda v: np.where(v >= 0, v, 0.2 * v)
     check(got, expected("RNN", ins, attrs, [[leaky], [np.tanh]]))
 
 
 def test_gru_hard_sigmoid_defaults_and_lstm_input_forget() -> None:
     ins = _inputs("GRU", 1, 3, 2, 2, 3)
     attrs = {"hidden_size": 3, "activations": ["HardSigmoid", "Softsign"]}
-    hard = lambda v: np.clip(0.2 * v + 0.5, 0, 1)  # noqa: E731 - ONNX HardSigmoid's default alpha and beta
+    hard = lambda v: np.clip(0.2 * v + 0.5, 0, 1)
     check(run("GRU", ins, ["Y"], attrs), expected("GRU", ins, attrs, [[hard, lambda v: v / (1 + np.abs(v))]]))
     ins = _inputs("LSTM", 1, 3, 2, 2, 3, B=True)
     got = run("LSTM", ins, ["", "Y_h"], {"hidden_size": 3, "input_forget": 1})[0]

@@ -12,14 +12,13 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import helper  # noqa: E402
+from onnx import helper
+from onnx_nodes import check as check_node
+from onnx_nodes import one_node_model, run_node
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixError  # noqa: E402
-
-from onnx_nodes import check as check_node  # noqa: E402
-from onnx_nodes import one_node_model, run_node  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixError
 
 RNG = np.random.default_rng(11)
 
@@ -145,7 +144,7 @@ def _nms_expected(boxes: np.ndarray, scores: np.ndarray, limit: int, iou: float,
             for i in sorted(range(boxes.shape[1]), key=lambda i: (-scores[b, c, i], i)):
                 if len(kept) == limit or (floor is not None and not scores[b, c, i] > floor):
                     continue
-                y0, x0, y1, x1 = boxes[b, i]
+                _y0, _x0, _y1, _x1 = boxes[b, i]
                 if all(_iou(boxes[b, i], boxes[b, k]) <= iou for k in kept):
                     kept.append(i)
             out += [(b, c, k) for k in kept]

@@ -12,13 +12,12 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import helper  # noqa: E402
+from onnx import helper
+from onnx_nodes import check, one_node_model, run_node
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.errors import NeurenixError  # noqa: E402
-
-from onnx_nodes import check, one_node_model, run_node  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.errors import NeurenixError
 
 RNG = np.random.default_rng(7)
 

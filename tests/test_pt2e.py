@@ -13,14 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript", reason="the PT2E import exports to ONNX in memory (torch.onnx.export needs onnxscript)")
 pytest.importorskip("torchao", reason="PT2E quantization lives in torchao (pip install -c constraints.txt torchao)")
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
-from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config  # noqa: E402
+from quantized_models import dataset, trained
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 
-import neurenix as nx  # noqa: E402
-from neurenix_core.errors import NeurenixWarning, QuantizationError  # noqa: E402
-from neurenix_core.graph import qmath as Q  # noqa: E402
-from neurenix_core.graph.importers.torch_pt2e import METHOD  # noqa: E402
-from quantized_models import dataset, trained  # noqa: E402  (tests/support: shared with test_onnx_qdq.py)
+import neurenix as nx
+from neurenix_core.errors import NeurenixWarning, QuantizationError
+from neurenix_core.graph import qmath as Q
+from neurenix_core.graph.importers.torch_pt2e import METHOD
 
 N_CALIB, N_EVAL = 64, 300
 DEVICES = ("cpu", "npu", "edgetpu")

@@ -104,7 +104,7 @@ def test_tensor_spelling_and_repr() -> None:
     assert t.ndim == 2 and t.size == 4 and t.nbytes == 32 and len(t) == 2
     assert [r.tolist() for r in t] == [[1, 2], [3, 4]]
     with pytest.raises(nx.ShapeError):
-        nx.ones((2, 2, 2)).T
+        _ = nx.ones((2, 2, 2)).T
 
 
 def test_bad_devices_are_clear_errors() -> None:

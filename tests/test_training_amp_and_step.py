@@ -15,7 +15,7 @@ from neurenix.nn import functional as F
 from neurenix.optim import SGD, Adam
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from train_cnn import stripes  # noqa: E402
+from train_cnn import stripes
 
 
 # NumPy's bfloat16 matmul (ml_dtypes) returns float32, so bf16 is checked where PyTorch runs it.

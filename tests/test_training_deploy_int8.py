@@ -14,7 +14,7 @@ from neurenix.nn import functional as F
 from neurenix.optim import Adam
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from train_cnn import make_model, stripes  # noqa: E402
+from train_cnn import make_model, stripes
 
 
 @pytest.fixture(scope="module")

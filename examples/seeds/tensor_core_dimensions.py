@@ -38,7 +38,7 @@ class TensorCoreOptimizedModel(nn.Module):
         layers = []
         previous = None
         for config in layer_configs:
-            in_feat, out_feat, terms, rank = optimize_for_tensor_cores(
+            in_feat, out_feat, _terms, _rank = optimize_for_tensor_cores(
                 config['in_features'], config['out_features'],
                 config['num_terms'], config['low_rank']
             )

@@ -32,6 +32,7 @@ def test_names_plugins_import_from_old_paths_are_the_same_objects() -> None:
         from neurenix_core.backend import Backend  # type: ignore[import-not-found]
         from neurenix_core.hookspecs import hookimpl  # type: ignore[import-not-found]
         from neurenix_core.manifest import Manifest  # type: ignore[import-not-found]
+
         from neurenix_core.tensor import Tensor
     assert (Backend, hookimpl, Manifest, Tensor) == (nx.Backend, nx.hookimpl, nx.Manifest, nx.Tensor)
 

@@ -81,10 +81,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     on_stack: set[str] = set()
     stack: list[str] = []
     found: list[list[str]] = []
-    for root in graph:
+    for root, edges in graph.items():
         if root in index:
             continue
-        work = [(root, iter(sorted(graph[root])))]
+        work = [(root, iter(sorted(edges)))]
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)

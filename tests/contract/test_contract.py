@@ -7,18 +7,18 @@ tests/contract/conftest.py over one device of each usable backend.
 
 from __future__ import annotations
 
-from neurenix_core.testing.suite.test_autograd import *  # noqa: F403
-from neurenix_core.testing.suite.test_creation import *  # noqa: F403
-from neurenix_core.testing.suite.test_dtypes import *  # noqa: F403
-from neurenix_core.testing.suite.test_elementwise import *  # noqa: F403
-from neurenix_core.testing.suite.test_errors import *  # noqa: F403
-from neurenix_core.testing.suite.test_fallback import *  # noqa: F403
-from neurenix_core.testing.suite.test_fft import *  # noqa: F403
-from neurenix_core.testing.suite.test_indexing import *  # noqa: F403
-from neurenix_core.testing.suite.test_linalg import *  # noqa: F403
-from neurenix_core.testing.suite.test_manipulation import *  # noqa: F403
-from neurenix_core.testing.suite.test_memory import *  # noqa: F403
-from neurenix_core.testing.suite.test_properties import *  # noqa: F403
-from neurenix_core.testing.suite.test_searching import *  # noqa: F403
-from neurenix_core.testing.suite.test_statistics import *  # noqa: F403
-from neurenix_core.testing.suite.test_transfer import *  # noqa: F403
+from neurenix_core.testing.suite.test_autograd import *
+from neurenix_core.testing.suite.test_creation import *
+from neurenix_core.testing.suite.test_dtypes import *
+from neurenix_core.testing.suite.test_elementwise import *
+from neurenix_core.testing.suite.test_errors import *
+from neurenix_core.testing.suite.test_fallback import *
+from neurenix_core.testing.suite.test_fft import *
+from neurenix_core.testing.suite.test_indexing import *
+from neurenix_core.testing.suite.test_linalg import *
+from neurenix_core.testing.suite.test_manipulation import *
+from neurenix_core.testing.suite.test_memory import *
+from neurenix_core.testing.suite.test_properties import *
+from neurenix_core.testing.suite.test_searching import *
+from neurenix_core.testing.suite.test_statistics import *
+from neurenix_core.testing.suite.test_transfer import *

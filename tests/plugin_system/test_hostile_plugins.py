@@ -16,11 +16,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 from distributions import healthy_source, write_distribution
 
 from neurenix_core.plugins.names import RESERVED

@@ -6,7 +6,7 @@ import pytest
 
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, api_compatible, validate_manifest
 
-GOOD = dict(name="acme", distribution="neurenix-acme", version="1.0", api=">=1.0,<2", device_types=("acme",), band=PriorityBand.NPU)
+GOOD = {"name": "acme", "distribution": "neurenix-acme", "version": "1.0", "api": ">=1.0,<2", "device_types": ("acme",), "band": PriorityBand.NPU}
 
 
 def test_dict_manifest_is_accepted():

@@ -8,14 +8,8 @@ and ``sys.modules`` are observed exactly as a user's process would see them.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 HEALTHY_PLUGIN = '''
 from __future__ import annotations

@@ -15,8 +15,8 @@ import torch
 
 Inputs = Callable[[int, int], dict[str, Any]]
 
-_TEXT = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-             max_position_embeddings=128)
+_TEXT = {"vocab_size": 128, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+             "max_position_embeddings": 128}
 
 
 def _ids(batch: int, seq: int, seed: int = 0, *, pad_last: bool = True) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import neurenix_core as nx
 from neurenix_core import nn
 
-__all__ = ["one_node_model", "run_node", "check"]
+__all__ = ["check", "one_node_model", "run_node"]
 
 
 def one_node_model(op: str, inputs: dict[str, np.ndarray], outputs: list[str], attrs: dict[str, Any] | None = None,

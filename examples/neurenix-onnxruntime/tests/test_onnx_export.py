@@ -9,18 +9,17 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+import opset_cases
 import pytest
+from neurenix_onnxruntime.onnx_export import GRAPH_OPS, MIN_OPSET, export
+from neurenix_onnxruntime.plugin import GRAPH_DTYPES, neurenix_manifest
+from neurenix_onnxruntime.plugin import GRAPH_OPS as DECLARED
 
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.graph.coverage import markdown
 from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.graph.reference import run_graph
-from neurenix_onnxruntime.onnx_export import GRAPH_OPS, MIN_OPSET, export
-from neurenix_onnxruntime.plugin import GRAPH_DTYPES, neurenix_manifest
-from neurenix_onnxruntime.plugin import GRAPH_OPS as DECLARED
-
-import opset_cases
 
 #: float32 ONNX Runtime vs the float64 reference: a few float32 roundings per op.
 FP32_RTOL, FP32_ATOL = 1e-5, 1e-5

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_onnxruntime.api import ORTRuntime
 
 import neurenix_core as nx
 from neurenix_core.testing.compiled import check_input_rule, other_accelerator
-from neurenix_onnxruntime.api import ORTRuntime
 
 ORT = nx.Device("ort", 0)
 

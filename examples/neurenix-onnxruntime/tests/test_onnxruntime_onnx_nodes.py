@@ -10,13 +10,12 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper  # noqa: E402
+from neurenix_onnxruntime.onnx_export import export
+from onnx import TensorProto, helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.errors import UnsupportedOperationError  # noqa: E402
-from neurenix_core.graph.ir import Graph, Node, TensorSpec  # noqa: E402
-
-from neurenix_onnxruntime.onnx_export import export  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
 
 @pytest.mark.parametrize(("op", "fill"), [("ReduceMax", False), ("ReduceMin", True)])

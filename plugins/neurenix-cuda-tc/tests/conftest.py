@@ -12,15 +12,15 @@ os.environ.setdefault("NEURENIX_EMULATE", "cuda,tpu,npu,edgetpu")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-import pytest  # noqa: E402
+import pytest
 
-import neurenix_core as nx  # noqa: E402
+import neurenix_core as nx
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.testing.reference import TOLERANCES
 from neurenix_cuda_tc.alignment import align_model, validate_model
 from neurenix_cuda_tc.capability import UnknownPrecisionError
 from neurenix_cuda_tc.models import nx_cnn, optimized_cnn, unoptimized_cnn
+
+from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.testing.reference import TOLERANCES
 
 
 def test_seed_unoptimized_model_findings() -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from neurenix_core.errors import ConfigurationError, NeurenixError, UnsupportedDTypeError
 from neurenix_cuda_tc.capability import (
     UnknownPrecisionError,
     architecture,
@@ -12,6 +10,8 @@ from neurenix_cuda_tc.capability import (
     has_tensor_cores,
     tensor_core_precisions,
 )
+
+from neurenix_core.errors import ConfigurationError, NeurenixError, UnsupportedDTypeError
 
 
 @pytest.mark.parametrize(

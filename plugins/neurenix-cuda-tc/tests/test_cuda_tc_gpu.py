@@ -43,7 +43,6 @@ def test_bf16_matmul_8192_reaches_90_percent_of_torch(gpu_tc: Any) -> None:
 
 def test_optimize_model_is_2x_faster_than_fp32(gpu_tc: Any) -> None:
     import torch
-
     from neurenix_cuda_tc.models import optimized_cnn
 
     bench = _bench()
@@ -74,7 +73,6 @@ def test_auto_padding_recovers_80_percent_of_aligned_speed(gpu_tc: Any) -> None:
 
 def test_profiler_reports_tensor_core_share_of_the_optimized_model(gpu_tc: Any) -> None:
     import torch
-
     from neurenix_cuda_tc.models import optimized_cnn
     from neurenix_cuda_tc.profiler import profile_tensor_cores
 

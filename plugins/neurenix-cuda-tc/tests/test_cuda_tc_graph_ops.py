@@ -10,18 +10,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-from neurenix_core.graph.ir import CompileOptions  # noqa: E402
-from neurenix_core.graph.opnames import OPSET_NAMES  # noqa: E402
-from neurenix_core.graph.reference import run_graph  # noqa: E402
-from neurenix_cuda_tc.alignment import align_model, validate_model  # noqa: E402
-from neurenix_cuda_tc.compiled import compile_graph  # noqa: E402
-from neurenix_cuda_tc.lowering import LOWERED_OPS, lower_graph  # noqa: E402
-from neurenix_cuda_tc.plugin import GRAPH_DTYPES, GRAPH_OPS, neurenix_manifest  # noqa: E402
+import model_zoo as zoo
+import opset_cases
+from neurenix_cuda_tc.alignment import align_model, validate_model
+from neurenix_cuda_tc.compiled import compile_graph
+from neurenix_cuda_tc.lowering import LOWERED_OPS, lower_graph
+from neurenix_cuda_tc.plugin import GRAPH_DTYPES, GRAPH_OPS, neurenix_manifest
 
-import model_zoo as zoo  # noqa: E402
-import opset_cases  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
+from neurenix_core.graph.ir import CompileOptions
+from neurenix_core.graph.opnames import OPSET_NAMES
+from neurenix_core.graph.reference import run_graph
 
 #: float32 lowering vs the float64 reference: a few float32 roundings per op.
 FP32_RTOL, FP32_ATOL = 1e-5, 1e-5

@@ -6,13 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_cuda_tc.compiled import compile_graph
+from neurenix_cuda_tc.lowering import lower_graph
 
 import neurenix_core as nx
 from neurenix_core.errors import CompilationError
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.reference import run_graph
-from neurenix_cuda_tc.compiled import compile_graph
-from neurenix_cuda_tc.lowering import lower_graph
 
 RNG = np.random.default_rng(7)
 
@@ -86,7 +86,6 @@ def test_compile_hook_runs_on_the_emulated_device_and_says_so(cuda: Any) -> None
 
 def test_nn_model_lowers_and_matches_eager(cuda: Any) -> None:
     import torch
-
     from neurenix_cuda_tc.models import nx_cnn
 
     model = nx_cnn()
@@ -101,7 +100,7 @@ def test_nn_model_lowers_and_matches_eager(cuda: Any) -> None:
 def test_quantization_plan_is_lowered_as_fake_quant(cuda: Any) -> None:
     import torch
 
-    from neurenix_core.graph import quantization as Q  # noqa: N812
+    from neurenix_core.graph import quantization as Q
 
     graph = Graph(
         inputs=(TensorSpec("x", (4, 8)),),

@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from neurenix_cuda_tc.lowering import lower_graph
+from onnx import TensorProto, helper
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.errors import NeurenixError, UnsupportedOperationError  # noqa: E402
-from neurenix_core.graph.ir import Graph, Node, TensorSpec  # noqa: E402
-
-from neurenix_cuda_tc.lowering import lower_graph  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.errors import NeurenixError, UnsupportedOperationError
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL}
 

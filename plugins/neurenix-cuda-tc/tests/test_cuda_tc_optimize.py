@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-import neurenix_core as nx
-from neurenix_core.errors import UnsupportedOperationError
 from neurenix_cuda_tc.capability import UnknownPrecisionError
 from neurenix_cuda_tc.models import nx_cnn, optimized_cnn, unoptimized_cnn
 from neurenix_cuda_tc.switches import SWITCHES, read_switch
+
+import neurenix_core as nx
+from neurenix_core.errors import UnsupportedOperationError
 
 
 def test_seed_api_and_status(tc: Any) -> None:
@@ -147,7 +147,6 @@ def test_profiler_needs_a_gpu_and_classifies_kernel_names(tc: Any) -> None:
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_training_reduces_the_loss(precision: str) -> None:
     import torch
-
     from neurenix_cuda_tc.amp import MixedPrecision
 
     torch.manual_seed(0)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from neurenix_cuda_tc.probe import LIBCUDA, decide, native_probe, query_driver
 
 from neurenix_core.plugins.manifest import ProbeContext
-from neurenix_cuda_tc.probe import LIBCUDA, decide, native_probe, query_driver
 
 
 def test_decide_branches() -> None:

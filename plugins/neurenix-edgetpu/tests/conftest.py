@@ -14,7 +14,7 @@ if "edgetpu" not in os.environ["NEURENIX_EMULATE"].split(","):
 # The helpers module sits next to this file; --import-mode=importlib does not put it on sys.path.
 sys.path.insert(0, os.path.dirname(__file__))
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams, TensorSpec
 
 
@@ -62,7 +63,7 @@ def cnn_graph(seed: int = 0, batch: int = 1, softmax: bool = False, residual: bo
 
 # ---------------------------------------------------------------------- float64 reference
 def _conv(x: np.ndarray, w: np.ndarray, b: Any, stride: Any, padding: Any, dilation: Any, groups: int) -> np.ndarray:
-    n, c, h, wd = x.shape
+    n, _c, h, wd = x.shape
     o, ci, kh, kw = w.shape
     ph, pw = padding
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
@@ -138,9 +139,9 @@ def calibrate(graph: Graph, *batches: np.ndarray) -> QuantizationPlan:
             lo[name] = min(lo.get(name, 0.0), float(v.min()))
             hi[name] = max(hi.get(name, 0.0), float(v.max()))
     acts = {}
-    for name in lo:
-        scale = max(hi[name] - lo[name], 1e-8) / 255.0
-        zp = int(np.clip(np.round(-128 - lo[name] / scale), -128, 127))
+    for name, low in lo.items():
+        scale = max(hi[name] - low, 1e-8) / 255.0
+        zp = int(np.clip(np.round(-128 - low / scale), -128, 127))
         acts[name] = QuantParams(np.array([scale], np.float32), np.array([zp], np.int32), 8)
     weights = {}
     for n in graph.nodes:

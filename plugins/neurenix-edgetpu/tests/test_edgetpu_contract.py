@@ -6,10 +6,9 @@ import numpy as np
 
 
 def test_nx_compile_int8_on_edgetpu_matches_core_integer_reference(edgetpu):
-    import neurenix_core.graph.compiler as compiler
-    import neurenix_core.graph.reference as reference
     import neurenix_core as nx
     from neurenix_core import nn
+    from neurenix_core.graph import compiler, reference
 
     nn.manual_seed(0)  # weights independent of which tests ran before
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10))
@@ -40,7 +39,7 @@ KNOWN_FAILURES = {
 
 
 def test_conformance_suite_runs_on_edgetpu():
-    import neurenix_core.testing as testing
+    from neurenix_core import testing
     row = testing.run_conformance("edgetpu", env={"NEURENIX_EMULATE": "edgetpu"}, extra_args=["-q", "-p", "no:cacheprovider"], timeout=600)
     assert row["emulated"] and row["device"] == "edgetpu:0"
     assert row["totals"].get("passed", 0) >= 250
@@ -74,11 +73,11 @@ def test_compiled_fast_path_matches_the_general_path_and_exposes_the_plugin_mode
     """A Tensor of the compiled shape on the model's device goes straight to the plugin's model;
     NumPy input, another shape or another device take the general path with its checks."""
     import pytest
+    from neurenix_edgetpu.compiled import EdgeTPUModel
 
     import neurenix_core as nx
     from neurenix_core import nn
     from neurenix_core.errors import DeviceMismatchError, ShapeError
-    from neurenix_edgetpu.compiled import EdgeTPUModel
 
     nn.manual_seed(2)
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from neurenix_edgetpu.compiled import compile_graph
+from neurenix_edgetpu.lowering import lower
+from neurenix_edgetpu.plugin import GRAPH_OPS
+
 from neurenix_core.device import Device
 from neurenix_core.graph import reference
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.quantization import calibrate
-
-from neurenix_edgetpu.compiled import compile_graph
-from neurenix_edgetpu.lowering import lower
-from neurenix_edgetpu.plugin import GRAPH_OPS
 
 DEV = Device("edgetpu", 0)
 FP32_RTOL = 2e-5
@@ -102,9 +102,9 @@ FP32_IMAGE_CASES = {
 
 
 def test_the_manifest_declares_exactly_what_the_writer_lowers():
-    from neurenix_core.graph.opset import OPSET
-
     from neurenix_edgetpu.lowering import _HANDLED
+
+    from neurenix_core.graph.opset import OPSET
 
     assert set(GRAPH_OPS) == _HANDLED and set(GRAPH_OPS) <= set(OPSET)
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_edgetpu.api import EdgeTPUBackend
 
 import neurenix_core as nx
 from neurenix_core.testing.compiled import check_input_rule, other_accelerator
-from neurenix_edgetpu.api import EdgeTPUBackend
 
 EDGE = nx.Device("edgetpu", 0)
 

@@ -21,8 +21,9 @@ from neurenix_core.plugins.host import HostOptions
 
 torch = pytest.importorskip("torch")
 
-from host_models import relative_error as _rel, torch_mlp as _mlp  # noqa: E402
-from host_models import host_runtime  # noqa: E402
+from host_models import host_runtime
+from host_models import relative_error as _rel
+from host_models import torch_mlp as _mlp
 
 
 def _cnn() -> Any:
@@ -51,8 +52,9 @@ def state(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_the_plugin_offers_litert_as_a_host_runtime() -> None:
-    from neurenix_core.plugins.state import registry
     from neurenix_edgetpu.host import LiteRTHostRuntime
+
+    from neurenix_core.plugins.state import registry
 
     rt = _litert()
     assert isinstance(rt, LiteRTHostRuntime) and rt.name == "litert"

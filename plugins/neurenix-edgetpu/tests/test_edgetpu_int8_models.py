@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_edgetpu.compiled import compile_graph
+from neurenix_edgetpu.lowering import lower
+
 from neurenix_core.device import Device
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.quantization import calibrate
 from neurenix_core.graph.reference import run_graph, run_quantized
-
-from neurenix_edgetpu.compiled import compile_graph
-from neurenix_edgetpu.lowering import lower
 
 DEV = Device("edgetpu", 0)
 HW = 16  # 16 is even: k3 s2 p1 and k7 s2 p3 are not TFLite SAME on it
@@ -136,7 +136,7 @@ def test_an_int8_model_with_a_node_the_writer_refuses_runs_the_rest_on_the_devic
     placement = compiled.placement
     assert [(o.node, o.op) for o in placement.off_device] == [("p", "avg_pool2d")]
     assert "plugin edgetpu cannot lower it" in placement.off_device[0].reason and "count_include_pad" in placement.off_device[0].reason
-    assert [[n.op for n in s.nodes] for s in placement.segments if s.on_device][0][0] == "conv2d"
+    assert next([n.op for n in s.nodes] for s in placement.segments if s.on_device)[0] == "conv2d"
     assert any("1 node on cpu:0: avg_pool2d" in str(w.message) for w in caught)
     step = float(compiled.plan.activations["y"].scale[0])
     want = run_quantized(compiled.graph, compiled.plan, calibration[2])

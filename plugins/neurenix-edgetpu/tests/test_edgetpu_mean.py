@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from neurenix_edgetpu.compiled import compile_graph
+
 from neurenix_core.device import Device
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
-
-from neurenix_edgetpu.compiled import compile_graph
 
 
 def _pool_graph(hw: int) -> Graph:

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import tflite
 from edgetpu_helpers import cnn_graph, forward, mlp_graph
+from neurenix_edgetpu.compiled import compile_graph, load_model
+from neurenix_edgetpu.lowering import lower
+from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
+
 from neurenix_core.device import Device
 from neurenix_core.errors import BackendUnavailableError, FallbackError, ModelFormatError, ShapeError
 from neurenix_core.graph.ir import CompileOptions
-
-from neurenix_edgetpu.lowering import lower
-from neurenix_edgetpu.compiled import compile_graph, load_model
-from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
 
 
 def test_load_existing_int8_file_quantizes_and_dequantizes_at_the_edges(edgetpu, tmp_path):
@@ -168,7 +168,7 @@ def test_without_hardware_an_explicit_request_names_the_missing_piece():
         except nx.BackendUnavailableError as exc:
             print('SEED', exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     if os.path.exists("/dev/apex_0"):
         pytest.skip("a PCIe Coral is present on this machine")
@@ -195,7 +195,7 @@ def test_several_emulated_devices_get_their_own_interpreters():
         print('ON', t.device)
     """) % os.path.dirname(__file__)
     env = _clean_env(NEURENIX_EMULATE="edgetpu", NEURENIX_EDGETPU_DEVICES="2")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "DEVICES ['edgetpu:0', 'edgetpu:1']" in out.stdout
     assert "SAME True True True" in out.stdout and "ON edgetpu:1" in out.stdout

@@ -12,16 +12,16 @@ os.environ.setdefault("NEURENIX_EMULATE", "cuda,tpu,npu,edgetpu")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
-import sys  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams, TensorSpec  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams, TensorSpec
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -172,9 +172,9 @@ def minmax_plan(graph: Graph, batches: list[np.ndarray], bits: int = 8) -> Quant
             hi[name] = max(hi.get(name, 0.0), float(v.max()))
     qmin, qmax = (-128, 127) if bits == 8 else (-32768, 32767)
     acts = {}
-    for name in lo:
-        scale = max(hi[name] - lo[name], 1e-8) / (qmax - qmin)
-        zp = np.clip(np.round(qmin - lo[name] / scale), qmin, qmax)
+    for name, low in lo.items():
+        scale = max(hi[name] - low, 1e-8) / (qmax - qmin)
+        zp = np.clip(np.round(qmin - low / scale), qmin, qmax)
         acts[name] = QuantParams(np.array(scale, np.float32), np.array(zp, np.int32), bits, None, qmin, qmax)
     weights = {}
     for node in graph.nodes:
@@ -188,7 +188,7 @@ def minmax_plan(graph: Graph, batches: list[np.ndarray], bits: int = 8) -> Quant
 def run_script(path: Path, env: dict[str, str] | None = None, timeout: float = 300) -> Any:
     import subprocess
 
-    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(REPO))
+    return subprocess.run([sys.executable, str(path)], check=False, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(REPO))
 
 
 @pytest.fixture(scope="session")

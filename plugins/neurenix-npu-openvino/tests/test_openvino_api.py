@@ -6,13 +6,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_npu_openvino.api import NPUBackend, is_npu_available
 
 import neurenix_core as nx
 from neurenix_core.errors import (
-    CompilationError, NeurenixWarning, OutOfMemoryError, QuantizationError, ShapeError,
+    CompilationError,
+    NeurenixWarning,
+    OutOfMemoryError,
+    QuantizationError,
+    ShapeError,
     UnsupportedOperationError,
 )
-from neurenix_npu_openvino.api import NPUBackend, is_npu_available
 
 
 def _seed_cnn() -> Any:

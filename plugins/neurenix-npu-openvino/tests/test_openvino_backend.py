@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_npu_openvino.eager import NATIVE_OPS
+from neurenix_npu_openvino.plugin import _NATIVE_OPS
 
 import neurenix_core as nx
 from neurenix_core.errors import FallbackError, OutOfMemoryError, UnsupportedDTypeError
-from neurenix_npu_openvino.eager import NATIVE_OPS
-from neurenix_npu_openvino.plugin import _NATIVE_OPS
 
 
 def test_device_is_emulated_and_says_so(npu: Any) -> None:

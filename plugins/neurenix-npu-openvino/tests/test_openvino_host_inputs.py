@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_npu_openvino.api import NPUBackend
 
 import neurenix_core as nx
 from neurenix_core.testing.compiled import check_input_rule, other_accelerator
-from neurenix_npu_openvino.api import NPUBackend
 
 NPU = nx.Device("npu", 0)
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_npu_openvino.compiled import compile_graph
+from neurenix_npu_openvino.lowering import LOWERED_OPS, lower_graph
 
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedDTypeError
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
-from neurenix_npu_openvino.compiled import compile_graph
-from neurenix_npu_openvino.lowering import LOWERED_OPS, lower_graph
 
 
 def _compile(npu: Any, graph: Graph, precision: str | None = "fp32", **extra: Any) -> Any:
@@ -47,7 +47,7 @@ def test_fp32_really_runs_in_f32_not_the_cpu_bf16_default(npu: Any, kit: Any) ->
     model = _compile(npu, kit.cnn(batch=2))
     layers = model.compute_layers()
     assert layers, "no convolution / fully connected layer in the runtime graph"
-    assert set(p.lower() for p in layers.values()) == {"f32"}, layers
+    assert {p.lower() for p in layers.values()} == {"f32"}, layers
     assert "INFERENCE_PRECISION_HINT=f32" in model.summary
     assert "emulating npu" in model.summary
 

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import pytest
+from neurenix_npu_openvino.lowering import lower_graph
+
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-
-from neurenix_npu_openvino.lowering import lower_graph
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "int4"])

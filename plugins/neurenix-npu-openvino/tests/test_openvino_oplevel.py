@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_npu_openvino.compiled import compile_graph
+from neurenix_npu_openvino.lowering import LOWERED_OPS, lower_graph
+from neurenix_npu_openvino.plugin import _GRAPH_DTYPES, _GRAPH_OPS
 
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.reference import run_graph
 from neurenix_core.testing.host import int8_dot_product
-from neurenix_npu_openvino.compiled import compile_graph
-from neurenix_npu_openvino.lowering import LOWERED_OPS, lower_graph
-from neurenix_npu_openvino.plugin import _GRAPH_DTYPES, _GRAPH_OPS
 
 #: On an AVX2-only host the emulated npu's int8 models (OpenVINO's CPU int8 kernels) were measured
 #: to differ from the core's integer reference by up to 12 quantization steps, not the same way on

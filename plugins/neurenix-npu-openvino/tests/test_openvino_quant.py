@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_npu_openvino.compiled import compile_graph
 
 import neurenix_core as nx
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import CompileOptions
 from neurenix_core.testing.host import int8_dot_product
-from neurenix_npu_openvino.compiled import compile_graph
 
 #: On an AVX2-only host the emulated npu's int8 models (OpenVINO's CPU int8 kernels) were measured
 #: to differ from the core's integer reference by up to 12 quantization steps, not the same way on
@@ -39,7 +39,7 @@ def test_int8_cnn_keeps_top1_and_runs_conv_and_fc_in_int8(npu: Any, kit: Any) ->
     n = 256
     graph = kit.cnn(batch=n)
     calibration = [_data(100 + i, 32, (3, 32, 32)) for i in range(4)]
-    folded, model = _int8(npu, graph, [c for c in calibration])
+    _folded, model = _int8(npu, graph, [c for c in calibration])
     x = _data(7, n, (3, 32, 32))
     want = kit.reference(graph, x).argmax(axis=1)
     got = model(x).argmax(axis=1)

@@ -15,15 +15,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core.graph.ir import Graph, Node, TensorSpec  # noqa: E402
+import neurenix_core as nx
+from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -54,7 +55,7 @@ def mlp_graph(batch: int = 1, seed: int = 0, sizes: tuple[int, ...] = (10, 20, 5
     rng = np.random.default_rng(seed)
     nodes: list[Node] = []
     prev = "x"
-    for i, (fin, fout) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (fin, fout) in enumerate(itertools.pairwise(sizes)):
         out = f"h{i}"
         nodes.append(Node(f"fc{i}", "linear", (prev,), out, {"in_features": fin, "out_features": fout},
                           {"weight": _w(rng, fout, fin), "bias": rng.standard_normal(fout).astype(np.float32)}))
@@ -99,7 +100,7 @@ def _pair(v: Any) -> tuple[int, int]:
 def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, a: dict[str, Any]) -> np.ndarray:
     (sh, sw), (ph, pw), (dh, dw), g = _pair(a["stride"]), _pair(a["padding"]), _pair(a["dilation"]), int(a["groups"])
     x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    n, c, h, wd = x.shape
+    n, _c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (wd - dw * (kw - 1) - 1) // sw + 1
     out = np.zeros((n, o, oh, ow))

@@ -7,13 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_tpu.compiled import RECOMPILE_WARN_AFTER, RecompilationWarning, bucket_for, compile_graph
 
 import neurenix_core as nx
 from neurenix_core.errors import CompilationError, OutOfMemoryError
 from neurenix_core.graph.ir import CompileOptions, Graph
-
-from neurenix_tpu.compiled import RECOMPILE_WARN_AFTER, RecompilationWarning, bucket_for
-from neurenix_tpu.compiled import compile_graph
 
 
 def _compile(tpu: Any, graph: Graph, index: int = 0, precision: str | None = "fp32", **extra: Any) -> Any:

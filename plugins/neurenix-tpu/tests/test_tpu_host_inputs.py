@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from neurenix_tpu.api import TPUBackend
 
 import neurenix_core as nx
 from neurenix_core.testing.compiled import check_input_rule
-from neurenix_tpu.api import TPUBackend
 
 TPU = nx.Device("tpu", 0)
 

@@ -16,8 +16,12 @@ from neurenix_core.plugins.host import HostOptions, HostRuntime
 
 torch = pytest.importorskip("torch")
 
-from host_models import check_unlowered_op_is_refused, host_runtime  # noqa: E402
-from host_models import inputs as _x, mlp_graph as _mlp_graph, relative_error as _rel, torch_cnn as _cnn, torch_mlp as _mlp  # noqa: E402
+from host_models import check_unlowered_op_is_refused, host_runtime
+from host_models import inputs as _x
+from host_models import mlp_graph as _mlp_graph
+from host_models import relative_error as _rel
+from host_models import torch_cnn as _cnn
+from host_models import torch_mlp as _mlp
 
 
 @pytest.fixture(scope="module")

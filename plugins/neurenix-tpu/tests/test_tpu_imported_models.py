@@ -14,12 +14,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import jax  # noqa: E402  (the plugin's runtime: the test inspects the program's shardings)
+import jax
+import model_zoo as zoo
 
-import neurenix_core as nx  # noqa: E402
-from neurenix_core import nn  # noqa: E402
-
-import model_zoo as zoo  # noqa: E402
+import neurenix_core as nx
+from neurenix_core import nn
 
 FP32_TOLERANCE = 1e-4
 

@@ -15,7 +15,7 @@ nn = pytest.importorskip("neurenix_core.nn", reason="neurenix_core.nn (issue 4) 
 compiler = pytest.importorskip("neurenix_core.graph.compiler", reason="nx.compile (neurenix_core.graph.compiler, issue 4) has not landed")
 reference = pytest.importorskip("neurenix_core.graph.reference", reason="neurenix_core.graph.reference (issue 4) has not landed")
 
-from neurenix_tpu.compiled import RECOMPILE_WARN_AFTER, RecompilationWarning  # noqa: E402
+from neurenix_tpu.compiled import RECOMPILE_WARN_AFTER, RecompilationWarning
 
 
 def _mlp() -> Any:

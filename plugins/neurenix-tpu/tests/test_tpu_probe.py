@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neurenix_core.plugins.manifest import ProbeContext
-
 from neurenix_tpu.probe import emulated_device_count, missing_reason, probe, scan
+
+from neurenix_core.plugins.manifest import ProbeContext
 
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("NEURENIX_", "XLA_", "JAX_", "TPU_"))}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ORTRuntime", "is_ort_available", "available_providers"]
+__all__ = ["ORTRuntime", "available_providers", "is_ort_available"]
 
 
 def is_ort_available() -> bool:

@@ -16,14 +16,13 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from neurenix_core.plugins.backend import Backend
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, UnsupportedDTypeError
-
+from neurenix_core.plugins.backend import Backend
 from neurenix_onnxruntime import providers as prov
 from neurenix_onnxruntime.eager import KernelCache
 from neurenix_onnxruntime.kernels import build_op_table
 
-__all__ = ["ORTBackend", "SUPPORTED_DTYPES", "ensure_provider"]
+__all__ = ["SUPPORTED_DTYPES", "ORTBackend", "ensure_provider"]
 
 # ORT tensor types with NumPy equivalents that its Python API accepts; bfloat16 and complex have
 # no CPU kernels worth the name, so they are refused up front instead of failing per op.

@@ -15,15 +15,14 @@ import numpy as np
 import onnxruntime as ort
 from onnx import helper
 
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import CompilationError, UnsupportedDTypeError
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
-
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_onnxruntime.backend import ORTBackend, ensure_provider
 from neurenix_onnxruntime.eager import OPSET, REJECTED_BY_ORT
 from neurenix_onnxruntime.lowering import Lowered, lower
 
-__all__ = ["ORTCompiledModel", "compile_graph", "session_for", "session_config"]
+__all__ = ["ORTCompiledModel", "compile_graph", "session_config", "session_for"]
 
 _CACHE: dict[tuple[Any, ...], ORTCompiledModel] = {}
 _CACHE_SIZE = 32

@@ -18,13 +18,13 @@ import onnxruntime as ort
 from onnx import helper
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from neurenix_core.tensor import fallback
 from neurenix_core.errors import FallbackError, ShapeError
+from neurenix_core.tensor import fallback
 
 if TYPE_CHECKING:
     from neurenix_onnxruntime.backend import ORTBackend
 
-__all__ = ["OPSET", "KernelCache", "REJECTED_BY_ORT", "FAILED_AT_RUN"]
+__all__ = ["FAILED_AT_RUN", "OPSET", "REJECTED_BY_ORT", "KernelCache"]
 
 #: Default ONNX opset of every graph we build (Gelu needs 20; ORT 1.18+ runs it).
 OPSET = 21

@@ -17,7 +17,7 @@ from neurenix_core.errors import BackendUnavailableError, CompilationError
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["ORTHostRuntime", "ORTHostModel"]
+__all__ = ["ORTHostModel", "ORTHostRuntime"]
 
 
 class ORTHostModel(HostModel):

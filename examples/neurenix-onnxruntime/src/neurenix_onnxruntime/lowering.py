@@ -17,10 +17,9 @@ import onnx
 from neurenix_core.errors import CompilationError
 from neurenix_core.graph.exporters.onnx_export import Exporter
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-
 from neurenix_onnxruntime.eager import OPSET
 
-__all__ = ["PRECISIONS", "lower", "Lowered"]
+__all__ = ["PRECISIONS", "Lowered", "lower"]
 
 PRECISIONS = ("fp32", "fp16", "int8")
 

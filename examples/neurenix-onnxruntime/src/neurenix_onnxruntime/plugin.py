@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
-
 from neurenix_onnxruntime import __version__
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
     from neurenix_core.plugins.host import HostRuntime
 
-__all__ = ["NATIVE_OPS", "GRAPH_OPS", "GRAPH_DTYPES"]
+__all__ = ["GRAPH_DTYPES", "GRAPH_OPS", "NATIVE_OPS"]
 
 #: Ops the backend runs through ONNX Runtime sessions (everything else: fallback policy).
 NATIVE_OPS: tuple[str, ...] = (

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 
 from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
-
 from neurenix_onnxruntime import providers
 
 __all__ = ["probe"]

@@ -13,7 +13,7 @@ import importlib.util
 import os
 from typing import Final, NamedTuple
 
-__all__ = ["Provider", "PROVIDERS", "CPU", "SHORT_NAMES", "runtime_dir", "present", "resolve_name"]
+__all__ = ["CPU", "PROVIDERS", "SHORT_NAMES", "Provider", "present", "resolve_name", "runtime_dir"]
 
 
 # A NamedTuple, not a dataclass: this module is imported by `import neurenix_core`, and
@@ -57,7 +57,7 @@ def runtime_dir() -> str | None:
         return None
     if not spec.submodule_search_locations:
         raise Shadowed(f"{spec.origin} shadows the onnxruntime package: rename that file or run from another folder")
-    return os.path.join(list(spec.submodule_search_locations)[0], "capi")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "capi")
 
 
 _LIB_DIRS: Final = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/usr/local/cuda/lib64", "/opt/rocm/lib")

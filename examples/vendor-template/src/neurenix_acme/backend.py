@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.plugins.backend import ArrayNamespaceBackend
 from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.plugins.backend import ArrayNamespaceBackend
 
-__all__ = ["AcmeBackend", "DTYPES"]
+__all__ = ["DTYPES", "AcmeBackend"]
 
 DTYPES: frozenset[str] = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"})
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.plugins.backend import CompiledModel
 
 __all__ = ["AcmeIntegerModel", "lower"]
 

@@ -7,7 +7,7 @@ import importlib.util
 
 from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
-__all__ = ["probe", "DEVICE_GLOB", "RUNTIME_MODULE"]
+__all__ = ["DEVICE_GLOB", "RUNTIME_MODULE", "probe"]
 
 #: Where the ACME driver puts its device nodes (a real vendor names theirs).
 DEVICE_GLOB = "/dev/acme[0-9]*"
