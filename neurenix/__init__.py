@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from neurenix_core.tensor._generated_ops import *
     from neurenix_core.tensor.ops import *
 
-from neurenix import device  # type: ignore[assignment]  # noqa: E402 - the seed module replaces the core's device() (callable: nx.device("cpu"))
+from neurenix import device  # type: ignore[assignment]  # the seed module replaces the core's device() (callable: nx.device("cpu"))
 from neurenix._exports import install_finder
 
 # `import neurenix.hardware.acme` for a facade module only a plugin's Manifest.exports names.
@@ -43,7 +43,7 @@ install_finder()
 # would load every lazy name, nn with its graph tracer included).
 globals().update({name: value for name, value in vars(_core).items() if name in _core_all and name != "device"})
 
-__all__ = [*_core_all, "compile", "nn", "optim", "hardware", "device"]
+__all__ = [*_core_all, "compile", "nn", "optim", "hardware", "device"]  # noqa: PLE0604 - the core's names are this facade's
 
 _SEED_MODULES = ("nn", "optim", "hardware")
 

@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-__all__ = ["resolve", "names", "KNOWN", "ExportFinder", "install_finder"]
+__all__ = ["KNOWN", "ExportFinder", "install_finder", "names", "resolve"]
 
 #: Names our first-party plugins provide, per facade module: (package to install, device type).
 KNOWN: Final[dict[str, tuple[str, str, tuple[str, ...]]]] = {
@@ -148,7 +148,7 @@ def _import_export(record: Any, facade: str, target: str) -> types.ModuleType:
 
     try:
         return importlib.import_module(target)
-    except Exception as exc:  # noqa: BLE001 - any failure of the plugin's module, typed with its name
+    except Exception as exc:  # any failure of the plugin's module, typed with its name
         raise FacadeExportError(
             f"cannot import {facade}: plugin {record.name} ({record.distribution or 'no distribution'}) exports it from "
             f"{target}, whose import failed ({type(exc).__name__}: {exc}); fix or reinstall {record.distribution or record.name}, "

@@ -12,7 +12,7 @@ from typing import Any
 
 from neurenix_core.device import Device, DeviceLike, DeviceType
 
-__all__ = ["Device", "DeviceType", "DeviceLike"]
+__all__ = ["Device", "DeviceLike", "DeviceType"]
 
 
 class _CallableModule(types.ModuleType):

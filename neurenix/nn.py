@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from neurenix_core.nn import *  # noqa: F403
+from neurenix_core.nn import *
 from neurenix_core.nn import __all__ as __all__  # noqa: PLC0414
 from neurenix_core.nn import functional, init  # noqa: F401

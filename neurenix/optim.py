@@ -2,5 +2,5 @@
 
 from __future__ import annotations
 
-from neurenix_core.optim import *  # noqa: F403
+from neurenix_core.optim import *
 from neurenix_core.optim import __all__ as __all__  # noqa: PLC0414

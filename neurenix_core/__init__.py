@@ -15,56 +15,110 @@ from neurenix_core import aliases as _aliases
 
 _aliases.install()  # old module paths (neurenix_core.hookspecs ...) keep working for one release
 
-from neurenix_core.plugins import state as _state  # noqa: E402
-from neurenix_core.plugins.state import default_device, device, set_default_device
-from neurenix_core.plugins.backend import ArrayNamespaceBackend, Backend, CompiledModel
-from neurenix_core.tensor.creation import (
-    arange, asarray, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones,
-    ones_like, zeros, zeros_like,
-)
 from neurenix_core.device import Device, DeviceType
-from neurenix_core.tensor.dtypes import (
-    bool, can_cast, complex64, complex128, finfo, float16, float32, float64, iinfo,
-    int8, int16, int32, int64, isdtype, result_type, uint8, uint16, uint32, uint64,
-)
-from neurenix_core.errors import *  # noqa: F403 - the hierarchy is part of the public API
+from neurenix_core.errors import *  # the hierarchy is part of the public API
 from neurenix_core.errors import __all__ as _errors_all
-from neurenix_core.tensor.fallback import fallback_policy, fallback_stats, get_fallback_policy, reset_fallback_stats, set_fallback_policy
+from neurenix_core.plugins import state as _state
+from neurenix_core.plugins.backend import ArrayNamespaceBackend, Backend, CompiledModel
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import NEURENIX_API_VERSION, Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_core.plugins.memory import MemoryStats
-from neurenix_core.tensor.ops import *  # noqa: F403 - array API functions
-from neurenix_core.tensor.ops import __all__ as _ops_all
 from neurenix_core.plugins.records import Status
+from neurenix_core.plugins.state import default_device, device, set_default_device
+from neurenix_core.tensor.creation import (
+    arange,
+    asarray,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    zeros,
+    zeros_like,
+)
+from neurenix_core.tensor.dtypes import (
+    bool,
+    can_cast,
+    complex64,
+    complex128,
+    finfo,
+    float16,
+    float32,
+    float64,
+    iinfo,
+    int8,
+    int16,
+    int32,
+    int64,
+    isdtype,
+    result_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from neurenix_core.tensor.fallback import (
+    fallback_policy,
+    fallback_stats,
+    get_fallback_policy,
+    reset_fallback_stats,
+    set_fallback_policy,
+)
+from neurenix_core.tensor.ops import *  # array API functions
+from neurenix_core.tensor.ops import __all__ as _ops_all
 
 # Importing the subpackage neurenix_core.backends binds the name ``backends`` on this package;
 # import it first so that the public function ``nx.backends()`` below is what the name means.
-import neurenix_core.backends.cpu  # noqa: E402, F401  isort: skip
-from neurenix_core.tensor.tensor import Tensor
-from neurenix_core.tensor.tensor import from_dlpack
+import neurenix_core.backends.cpu  # noqa: F401  # isort: skip (first: see above)
 from neurenix_core.autograd import on_demand as _autograd_on_demand
+from neurenix_core.tensor.tensor import Tensor, from_dlpack
 
 _autograd_on_demand.install()  # the engine loads when a tensor first asks for it (autograd/on_demand.py)
 
 if TYPE_CHECKING:
     # ops binds its generated functions in a loop; a type checker reads them from their stub.
-    from neurenix_core.tensor._generated_ops import *
     # Loaded on first access by __getattr__ below (Any to a type checker): their real types.
-    from neurenix_core import generation as generation, graph as graph, nn as nn, optim as optim, testing as testing
+    from neurenix_core import generation as generation
+    from neurenix_core import graph as graph
+    from neurenix_core import nn as nn
+    from neurenix_core import optim as optim
+    from neurenix_core import testing as testing
     from neurenix_core.autograd.grad import (
-        enable_grad as enable_grad, grad as grad, is_grad_enabled as is_grad_enabled, no_grad as no_grad,
-        set_grad_enabled as set_grad_enabled, value_and_grad as value_and_grad,
+        enable_grad as enable_grad,
+    )
+    from neurenix_core.autograd.grad import (
+        grad as grad,
+    )
+    from neurenix_core.autograd.grad import (
+        is_grad_enabled as is_grad_enabled,
+    )
+    from neurenix_core.autograd.grad import (
+        no_grad as no_grad,
+    )
+    from neurenix_core.autograd.grad import (
+        set_grad_enabled as set_grad_enabled,
+    )
+    from neurenix_core.autograd.grad import (
+        value_and_grad as value_and_grad,
     )
     from neurenix_core.generation.generate import generate as generate
     from neurenix_core.graph import quantization as quantization
     from neurenix_core.graph.compiler import compile as compile
     from neurenix_core.plugins.backend_info import BackendInfo as BackendInfo
-    from neurenix_core.tensor import fft as fft, linalg as linalg
+    from neurenix_core.tensor import fft as fft
+    from neurenix_core.tensor import linalg as linalg
+    from neurenix_core.tensor._generated_ops import *
     from neurenix_core.tensor.dtypes import bfloat16 as bfloat16
-    from neurenix_core.training.amp import GradScaler as GradScaler, autocast as autocast
+    from neurenix_core.training.amp import GradScaler as GradScaler
+    from neurenix_core.training.amp import autocast as autocast
     from neurenix_core.training.step import compile_step as compile_step
 
 from neurenix_core._version import __version__ as __version__
+
 __array_api_version__ = "2024.12"
 
 e = 2.718281828459045
@@ -103,7 +157,7 @@ def backends() -> list[Any]:
     return report_backends()
 
 
-def devices(type: str | DeviceType | None = None) -> list[Device]:  # noqa: A002
+def devices(type: str | DeviceType | None = None) -> list[Device]:
     """Available devices (emulated ones included), best-ranked first; filter by ``type``."""
     return _state.registry().devices(type)
 
@@ -204,7 +258,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'neurenix_core' has no attribute {name!r}")
 
 
-__all__ = [
+__all__ = [  # noqa: PLE0604 - the error classes and array-API functions come from their modules' own __all__
     "Tensor", "Device", "DeviceType", "Backend", "ArrayNamespaceBackend", "CompiledModel",
     "Manifest", "Capabilities", "PriorityBand", "ProbeContext", "ProbeResult", "BackendInfo",
     "Status", "MemoryStats", "NEURENIX_API_VERSION", "hookimpl", "backends", "devices",

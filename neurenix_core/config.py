@@ -40,8 +40,22 @@ from typing import Final, Literal, final
 from neurenix_core.errors import ConfigurationError, ConfigurationWarning
 
 __all__ = [
-    "Config", "ConfigReport", "Problem", "Setting", "read_config", "inspect_config", "enforce", "plugin_problems",
-    "cpu_runtime", "compile_cache_enabled", "compile_cache_limit", "FALLBACK_POLICIES", "VARIABLES", "MIN_TIMEOUT", "MAX_TIMEOUT", "MAX_DEVICE_INDEX",
+    "FALLBACK_POLICIES",
+    "MAX_DEVICE_INDEX",
+    "MAX_TIMEOUT",
+    "MIN_TIMEOUT",
+    "VARIABLES",
+    "Config",
+    "ConfigReport",
+    "Problem",
+    "Setting",
+    "compile_cache_enabled",
+    "compile_cache_limit",
+    "cpu_runtime",
+    "enforce",
+    "inspect_config",
+    "plugin_problems",
+    "read_config",
 ]
 
 FALLBACK_POLICIES: Final = ("error", "warn", "allow")
@@ -81,7 +95,7 @@ class Problem:
     """One unusable or suspicious value: the variable, its raw value, the level and the message
     (which names the variable, the value and the remedy)."""
 
-    __slots__ = ("variable", "value", "level", "message")
+    __slots__ = ("level", "message", "value", "variable")
 
     def __init__(self, variable: str, value: str | None, level: Level, message: str) -> None:
         self.variable = variable
@@ -100,7 +114,7 @@ class Problem:
 class Setting:
     """What ``neurenix doctor`` shows per variable: the raw value, the value in effect, its source."""
 
-    __slots__ = ("variable", "raw", "effective", "source")
+    __slots__ = ("effective", "raw", "source", "variable")
 
     def __init__(self, variable: str, raw: str | None, effective: str, source: Source) -> None:
         self.variable = variable
@@ -117,8 +131,18 @@ class Config:
     """The parsed NEURENIX_* variables (a plain slotted class: built at every import)."""
 
     __slots__ = (
-        "device", "allow", "deny", "autoload", "emulate", "strict", "probe_timeout", "native_probe_timeout", "backend_timeout",
-        "fallback", "state_dir", "cpu_runtime",
+        "allow",
+        "autoload",
+        "backend_timeout",
+        "cpu_runtime",
+        "deny",
+        "device",
+        "emulate",
+        "fallback",
+        "native_probe_timeout",
+        "probe_timeout",
+        "state_dir",
+        "strict",
     )
 
     def __init__(
@@ -170,7 +194,7 @@ class Config:
 class ConfigReport:
     """The effective configuration, the source of each value, and the problems found."""
 
-    __slots__ = ("config", "settings", "problems")
+    __slots__ = ("config", "problems", "settings")
 
     def __init__(self, config: Config, settings: tuple[Setting, ...], problems: list[Problem]) -> None:
         self.config = config

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Final, Protocol, final
 
 from neurenix_core.errors import BackendUnavailableError, InvalidDeviceError
 
-__all__ = ["DeviceType", "Device", "DeviceLike", "DeviceDirectory", "use_directory"]
+__all__ = ["Device", "DeviceDirectory", "DeviceLike", "DeviceType", "use_directory"]
 
 
 class DeviceDirectory(Protocol):
@@ -119,13 +119,13 @@ class Device:
     :meth:`is_available` or answered by an error when the device is used.
     """
 
-    __slots__ = ("_type", "_index", "_hash")
+    __slots__ = ("_hash", "_index", "_type")
 
     _type: DeviceType
     _index: int
     _hash: int
 
-    def __init__(self, type: DeviceLike | DeviceType | str, index: int | None = None) -> None:  # noqa: A002
+    def __init__(self, type: DeviceLike | DeviceType | str, index: int | None = None) -> None:
         if isinstance(type, Device):
             if index is not None and index != type.index:
                 raise InvalidDeviceError(f"conflicting index {index} for device {type}")

@@ -14,7 +14,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-from quantized_models import dataset as _data
+from quantized_models import dataset as _data  # tests/support: shared with test_pt2e.py
 from quantized_models import trained as _trained
 
 import neurenix as nx

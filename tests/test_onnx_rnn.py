@@ -54,7 +54,7 @@ def _step(op: str, x: np.ndarray, h: np.ndarray, c: np.ndarray, w: np.ndarray, r
     clip = attrs.get("clip")
     cl = (lambda v: np.clip(v, -clip, clip)) if clip else (lambda v: v)
     wb, rb = b[:GATES[op] * n], b[GATES[op] * n:]
-    blk = lambda m, k: m[k * n:(k + 1) * n]
+    blk = lambda m, k: m[k * n:(k + 1) * n]  # the k-th gate's rows
     if op == "RNN":
         return acts[0](cl(w @ x + r @ h + wb + rb)), c
     if op == "GRU":
@@ -156,7 +156,7 @@ def test_rnn_activations_alpha_and_clip_with_stored_weights() -> None:
 def test_gru_hard_sigmoid_defaults_and_lstm_input_forget() -> None:
     ins = _inputs("GRU", 1, 3, 2, 2, 3)
     attrs = {"hidden_size": 3, "activations": ["HardSigmoid", "Softsign"]}
-    hard = lambda v: np.clip(0.2 * v + 0.5, 0, 1)
+    hard = lambda v: np.clip(0.2 * v + 0.5, 0, 1)  # ONNX HardSigmoid's default alpha and beta
     check(run("GRU", ins, ["Y"], attrs), expected("GRU", ins, attrs, [[hard, lambda v: v / (1 + np.abs(v))]]))
     ins = _inputs("LSTM", 1, 3, 2, 2, 3, B=True)
     got = run("LSTM", ins, ["", "Y_h"], {"hidden_size": 3, "input_forget": 1})[0]

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript", reason="the PT2E import exports to ONNX in memory (torch.onnx.export needs onnxscript)")
 pytest.importorskip("torchao", reason="PT2E quantization lives in torchao (pip install -c constraints.txt torchao)")
-from quantized_models import dataset, trained
+from quantized_models import dataset, trained  # tests/support: shared with test_onnx_qdq.py
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 

@@ -14,11 +14,12 @@ from neurenix_core.autograd import tape
 from neurenix_core.autograd.rules import RULES, unbroadcast
 from neurenix_core.autograd.tape import Leaf, Node
 from neurenix_core.errors import DeviceMismatchError, NotDifferentiableError, ShapeError, UnsupportedOperationError
-from neurenix_core.tensor import creation, ops as xp
+from neurenix_core.tensor import creation
+from neurenix_core.tensor import ops as xp
 from neurenix_core.tensor import tensor as _tensor
 from neurenix_core.tensor.tensor import Tensor, adopt
 
-__all__ = ["backward", "grad_of", "set_grad", "is_leaf", "detach", "requires_grad", "set_requires_grad", "check_inplace"]
+__all__ = ["backward", "check_inplace", "detach", "grad_of", "is_leaf", "requires_grad", "set_grad", "set_requires_grad"]
 
 requires_grad = tape.requires_grad
 set_requires_grad = tape.set_requires_grad

@@ -21,7 +21,7 @@ from neurenix_core.errors import ShapeError
 from neurenix_core.tensor import creation
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "grad", "value_and_grad"]
+__all__ = ["enable_grad", "grad", "is_grad_enabled", "no_grad", "set_grad_enabled", "value_and_grad"]
 
 
 class _Mode(contextlib.ContextDecorator):
@@ -34,7 +34,7 @@ class _Mode(contextlib.ContextDecorator):
     def __enter__(self) -> None:
         self._previous.append(tape.set_enabled(self.mode))
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         tape.set_enabled(self._previous.pop())
 
 

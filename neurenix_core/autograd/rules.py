@@ -19,7 +19,8 @@ import numpy as np
 from neurenix_core.backends.cpu_nn import adaptive_bounds
 from neurenix_core.backends.cpu_nn import avg_pool2d as host_avg_pool2d
 from neurenix_core.errors import NotDifferentiableError
-from neurenix_core.tensor import creation, ops as xp
+from neurenix_core.tensor import creation
+from neurenix_core.tensor import ops as xp
 from neurenix_core.tensor.tensor import Tensor, _call
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def _astype(node: Node, g: Tensor) -> Grads:
 @rule("clip")
 def _clip(node: Node, g: Tensor) -> Grads:
     x, lo, hi = node.args[0], arg(node, 1, "min"), arg(node, 2, "max")
-    inside = x == x
+    inside = x == x  # noqa: PLR0124 - an all-True mask of x's shape (False at NaN, where clip's gradient is not defined)
     grads: dict[Any, Tensor | None] = {}
     if lo is not None:
         inside = xp.logical_and(inside, x >= lo)

@@ -19,7 +19,7 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.tensor import tensor as _tensor
 from neurenix_core.tensor.tensor import Tensor, collect_tensors
 
-__all__ = ["Leaf", "Node", "record", "set_requires_grad", "requires_grad", "is_enabled", "set_enabled", "leaf_of"]
+__all__ = ["Leaf", "Node", "is_enabled", "leaf_of", "record", "requires_grad", "set_enabled", "set_requires_grad"]
 
 
 class Leaf:
@@ -39,7 +39,7 @@ class Node:
     accumulated there), or None when that argument does not require grad.
     """
 
-    __slots__ = ("op", "args", "kwargs", "inputs", "parents", "_out", "__weakref__")
+    __slots__ = ("__weakref__", "_out", "args", "inputs", "kwargs", "op", "parents")
 
     def __init__(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor], parents: list[Any], out: Tensor) -> None:
         self.op = op

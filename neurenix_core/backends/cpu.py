@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.plugins.backend import ArrayNamespaceBackend
-from neurenix_core.tensor.dtypes import DTYPE_NAMES
 from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.plugins.backend import ArrayNamespaceBackend
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.tensor.dtypes import DTYPE_NAMES
 
 __all__ = ["CPUBackend"]
 

@@ -13,7 +13,14 @@ import numpy as np
 
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.qmath import constant_weight_axis, int_range, activation_params, fixed_output_params, passes_through, weight_params
+from neurenix_core.graph.qmath import (
+    activation_params,
+    constant_weight_axis,
+    fixed_output_params,
+    int_range,
+    passes_through,
+    weight_params,
+)
 from neurenix_core.graph.reference import run_graph, specialized
 
 __all__ = ["batch_arrays", "calibrate", "dynamic_plan", "plan_summary"]

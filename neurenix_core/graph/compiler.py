@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.tensor import fallback
 from neurenix_core.device import Device, DeviceLike
 from neurenix_core.errors import (
-    CompilationError, QuantizationError, ShapeError, UnsupportedOperationError,
+    CompilationError,
+    QuantizationError,
+    ShapeError,
+    UnsupportedOperationError,
 )
 from neurenix_core.graph.inputs import check_outputs, deliver_tensors, host_array, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
@@ -28,10 +30,11 @@ from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES, VALUE_KINDS
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.plugins.host import HostModel
+from neurenix_core.tensor import fallback
 from neurenix_core.tensor.dtypes import PLAIN_DTYPES, contiguous
 from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
 
-__all__ = ["compile", "Compiled", "PRECISIONS"]
+__all__ = ["PRECISIONS", "Compiled", "compile"]
 
 PRECISIONS = ("fp32", "fp16", "bf16", "tf32", "int8", "int16")
 _QUANTIZE = (None, False, True, "int8", "int16", "dynamic")
@@ -40,7 +43,7 @@ _QUANTIZE = (None, False, True, "int8", "int16", "dynamic")
 Runner = Callable[..., tuple[Tensor, ...]]
 
 
-def compile(  # noqa: A001 - the public name the seeds and DESIGN.md use
+def compile(  # the public name the seeds and DESIGN.md use
     model: Any,
     device: DeviceLike | None = None,
     precision: str | None = None,
@@ -340,8 +343,7 @@ class Compiled:
                         raise mem.refuse(n)
                     mem.in_use = used
                     mem.count += 1
-                    if used > mem.peak:
-                        mem.peak = used
+                    mem.peak = max(mem.peak, used)
                     t = _new(Tensor)
                     t._data = out
                     t._p = p
@@ -412,7 +414,7 @@ class Compiled:
         elif isinstance(native, HostModel):  # a cpu:0 host runtime: host arrays in, a tuple out
             if len(self.graph.outputs) != 1:
                 return
-            call = lambda x, model=native: model(x)[0]  # noqa: E731 - one call frame on the hot path
+            call = lambda x, model=native: model(x)[0]  # one call frame on the hot path
         shape_of = None if type(be)._shape_of is Backend._shape_of else be._shape_of
         nbytes_of = None if p.native_nbytes else be._nbytes_of
         dtype_of = None if p.array_type is np.ndarray else be._dtype_of
@@ -686,7 +688,7 @@ class Compiled:
         from neurenix_core.graph.reference import run_graph, run_quantized
 
         if self.plan is None:
-            interpret = lambda *hosts: run_graph(sub, *hosts, float_dtype=None)  # noqa: E731
+            interpret = lambda *hosts: run_graph(sub, *hosts, float_dtype=None)
             choice = self._choose_host(sub, interpret, f"segment {sub.nodes[0].name!r}" if sub.nodes else "segment")
             if choice is None or choice.model is None:
                 return interpret
@@ -867,8 +869,8 @@ class Compiled:
         return run
 
     def _integer_runner(self, graph: Graph) -> Runner:
-        from neurenix_core.tensor.creation import asarray
         from neurenix_core.graph.reference import run_quantized
+        from neurenix_core.tensor.creation import asarray
 
         plan, dev = self.plan, self.device
         assert plan is not None

@@ -13,7 +13,7 @@ from neurenix_core.graph.ir import Graph, Node
 from neurenix_core.nn import functional as F
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["EagerGraph", "EAGER_OPS"]
+__all__ = ["EAGER_OPS", "EagerGraph"]
 
 Params = Mapping[str, Tensor]
 

@@ -34,8 +34,15 @@ if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend
 
 __all__ = [
-    "OUTPUTS", "check_outputs", "is_host_device", "host_array", "to_device_input", "to_device_inputs", "deliver", "deliver_tensors",
+    "OUTPUTS",
     "call_runtime",
+    "check_outputs",
+    "deliver",
+    "deliver_tensors",
+    "host_array",
+    "is_host_device",
+    "to_device_input",
+    "to_device_inputs",
 ]
 
 #: Where a compiled model's outputs go: Tensors on its device, or NumPy arrays in host memory.

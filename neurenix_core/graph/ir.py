@@ -25,7 +25,7 @@ import numpy as np
 from neurenix_core.graph.opset import LEGACY_OPS, OPSET
 from neurenix_core.graph.symbolic import is_symbolic, resolve
 
-__all__ = ["OPS", "TensorSpec", "Node", "Graph", "QuantParams", "QuantizationPlan", "CompileOptions", "fresh_name"]
+__all__ = ["OPS", "CompileOptions", "Graph", "Node", "QuantParams", "QuantizationPlan", "TensorSpec", "fresh_name"]
 
 #: The ops every model-compiling plugin lowers (the first release's 17); the full opset is opset.OPSET.
 OPS: Final = LEGACY_OPS

@@ -25,7 +25,7 @@ from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.opnames import PORTABLE_ATTRS
 from neurenix_core.graph.shapes import ValueSpec, infer_values
 
-__all__ = ["OffDevice", "Segment", "Placement", "place", "node_flops", "moved_to_cpu"]
+__all__ = ["OffDevice", "Placement", "Segment", "moved_to_cpu", "node_flops", "place"]
 
 CPU = "cpu:0"
 

@@ -31,11 +31,33 @@ from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = [
-    "fold_batch_norm", "weight_params", "activation_params", "round_half_away", "softmax_output_params", "int_range",
-    "quantize", "dequantize", "fake_quantize", "quantize_weight", "quantize_bias", "quantize_multiplier",
-    "saturating_rounding_doubling_high_mul", "rounding_divide_by_pot", "multiply_by_quantized_multiplier",
-    "multiply_by_quantized_multiplier_int64", "requantize", "check_plan", "describe", "PASS_THROUGH", "INTEGER_OPS",
-    "is_spatial_mean", "passes_through", "integer_mean", "constant_weight_axis", "restrict_plan", "fixed_output_params",
+    "INTEGER_OPS",
+    "PASS_THROUGH",
+    "activation_params",
+    "check_plan",
+    "constant_weight_axis",
+    "dequantize",
+    "describe",
+    "fake_quantize",
+    "fixed_output_params",
+    "fold_batch_norm",
+    "int_range",
+    "integer_mean",
+    "is_spatial_mean",
+    "multiply_by_quantized_multiplier",
+    "multiply_by_quantized_multiplier_int64",
+    "passes_through",
+    "quantize",
+    "quantize_bias",
+    "quantize_multiplier",
+    "quantize_weight",
+    "requantize",
+    "restrict_plan",
+    "round_half_away",
+    "rounding_divide_by_pot",
+    "saturating_rounding_doubling_high_mul",
+    "softmax_output_params",
+    "weight_params",
 ]
 
 #: Ops whose output keeps the input's parameters (TFLite requires it for pooling and reshapes).

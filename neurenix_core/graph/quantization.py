@@ -19,10 +19,10 @@ Backends lower a :class:`~neurenix_core.graph.ir.QuantizationPlan`; they never r
 
 from __future__ import annotations
 
-from neurenix_core.graph.calibration import *  # noqa: F403
+from neurenix_core.graph.calibration import *
 from neurenix_core.graph.calibration import __all__ as _calibration_all
-from neurenix_core.graph.qmath import *  # noqa: F403
-from neurenix_core.graph.qmath import __all__ as _qmath_all
 from neurenix_core.graph.ir import QuantizationPlan, QuantParams  # the values these functions take and make
+from neurenix_core.graph.qmath import *
+from neurenix_core.graph.qmath import __all__ as _qmath_all
 
-__all__ = [*_calibration_all, *_qmath_all, "QuantizationPlan", "QuantParams"]
+__all__ = [*_calibration_all, *_qmath_all, "QuantizationPlan", "QuantParams"]  # noqa: PLE0604 - re-exports those modules' names

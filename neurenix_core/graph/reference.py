@@ -11,21 +11,20 @@ quantize, as a runtime without an integer kernel for them would.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from neurenix_core.graph import opset
-from neurenix_core.graph import qmath as Q
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
+from neurenix_core.graph import opset
+from neurenix_core.graph import qmath as Q
 from neurenix_core.graph.interpreter import input_array as _input_array
 from neurenix_core.graph.interpreter import run_planned, specialized
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.opset.schema import VALUE_KINDS
 
-__all__ = ["run_graph", "run_quantized", "eval_node", "specialized"]
+__all__ = ["eval_node", "run_graph", "run_quantized", "specialized"]
 
 Arrays = list[np.ndarray]
 

@@ -21,7 +21,7 @@ from typing import Any, final
 
 import numpy as np
 
-__all__ = ["SymDim", "Bindings", "resolve", "is_symbolic", "variable", "NotSymbolicError", "ARANGE_CAP"]
+__all__ = ["ARANGE_CAP", "Bindings", "NotSymbolicError", "SymDim", "is_symbolic", "resolve", "variable"]
 
 #: The largest size of an unbounded dynamic axis (the batch) that a range over it allows: the
 #: importers build such a range as a slice of a constant this long (Graph.limits).

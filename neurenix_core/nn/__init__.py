@@ -10,20 +10,64 @@ from __future__ import annotations
 from typing import Any
 
 from neurenix_core.nn import functional, init
-from neurenix_core.nn.layers import (
-    GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Identity, LayerNorm, Linear,
-    MaxPool2d, MultiheadAttention, ReLU, Sigmoid, Softmax, Tanh,
-)
 from neurenix_core.nn.graph_module import GraphModule
+from neurenix_core.nn.layers import (
+    GELU,
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    Identity,
+    LayerNorm,
+    Linear,
+    MaxPool2d,
+    MultiheadAttention,
+    ReLU,
+    Sigmoid,
+    Softmax,
+    Tanh,
+)
 from neurenix_core.nn.losses import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from neurenix_core.nn.module import Module, ModuleList, Sequential
 from neurenix_core.nn.serialization import load_state, save_state
 
 __all__ = [
-    "Module", "Sequential", "ModuleList", "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax",
-    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "BatchNorm2d", "LayerNorm", "Dropout", "Identity",
-    "MultiheadAttention", "functional", "init", "from_torch", "from_onnx", "GraphModule", "save", "load", "export_onnx", "save_state", "load_state",
-    "manual_seed", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
+    "GELU",
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "BCEWithLogitsLoss",
+    "BatchNorm2d",
+    "Conv2d",
+    "CrossEntropyLoss",
+    "Dropout",
+    "Flatten",
+    "GraphModule",
+    "Identity",
+    "LayerNorm",
+    "Linear",
+    "MSELoss",
+    "MaxPool2d",
+    "Module",
+    "ModuleList",
+    "MultiheadAttention",
+    "NLLLoss",
+    "ReLU",
+    "Sequential",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "export_onnx",
+    "from_onnx",
+    "from_torch",
+    "functional",
+    "init",
+    "load",
+    "load_state",
+    "manual_seed",
+    "save",
+    "save_state",
 ]
 
 manual_seed = init.manual_seed

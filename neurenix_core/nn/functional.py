@@ -18,9 +18,27 @@ from neurenix_core.tensor.tensor import Tensor, _call
 from neurenix_core.training import amp
 
 __all__ = [
-    "linear", "conv2d", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "batch_norm", "layer_norm", "dropout", "multi_head_attention",
-    "pair", "mse_loss", "cross_entropy", "nll_loss", "binary_cross_entropy_with_logits",
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "batch_norm",
+    "binary_cross_entropy_with_logits",
+    "conv2d",
+    "cross_entropy",
+    "dropout",
+    "flatten",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "log_softmax",
+    "max_pool2d",
+    "mse_loss",
+    "multi_head_attention",
+    "nll_loss",
+    "pair",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "tanh",
 ]
 
 
@@ -202,7 +220,7 @@ def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
     raise ValueError(f"{name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
 
 
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002 - PyTorch's name
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # PyTorch's name
     """Mean squared error."""
     diff = _at_least_fp32(input) - _at_least_fp32(target)
     return _reduce(diff * diff, reduction, "mse_loss")
@@ -219,7 +237,7 @@ def _one_hot(target: Tensor, classes: int, like: Tensor) -> Tensor:
     return _call("astype", (hot, like._p.backend._native_dtype(like.dtype)), {"copy": True})
 
 
-def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of class indices ``target`` (N, ...) under log-probabilities ``input`` (N, C, ...)."""
     logp = _at_least_fp32(input)
     if target.ndim != logp.ndim - 1 or target.shape[0] != logp.shape[0]:
@@ -228,7 +246,7 @@ def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor: 
     return _reduce(-picked, reduction, "nll_loss")
 
 
-def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:  # noqa: A002
+def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross entropy of logits ``input`` (N, C, ...) with class indices (N, ...) or class
     probabilities (N, C, ...); ``label_smoothing`` mixes the target with the uniform distribution."""
     if not 0.0 <= label_smoothing <= 1.0:
@@ -248,7 +266,7 @@ def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", label_
     return _reduce(-_call("sum", (probs * logp,), {"axis": 1}), reduction, "cross_entropy")
 
 
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:  # noqa: A002
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
     """Sigmoid + binary cross entropy in one stable expression (no log of a rounded 0 or 1)."""
     x, t = _at_least_fp32(input), _at_least_fp32(target)
     if x.shape != t.shape:

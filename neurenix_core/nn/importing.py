@@ -12,7 +12,7 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import Graph
 from neurenix_core.nn.graph_module import GraphModule
 
-__all__ = ["from_torch_export", "from_onnx"]
+__all__ = ["from_onnx", "from_torch_export"]
 
 
 def _torch_inputs(torch: Any, example: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

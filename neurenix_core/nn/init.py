@@ -6,7 +6,7 @@ import numpy as np
 
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["manual_seed", "uniform", "constant", "generator"]
+__all__ = ["constant", "generator", "manual_seed", "uniform"]
 
 _rng = np.random.default_rng()
 

@@ -8,18 +8,32 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.autograd.grad import no_grad
 from neurenix_core.errors import ShapeError
 from neurenix_core.nn import functional as F
 from neurenix_core.nn import init
-from neurenix_core.autograd.grad import no_grad
 from neurenix_core.nn.module import Module
 from neurenix_core.tensor import ops
 from neurenix_core.tensor.tensor import Tensor
 from neurenix_core.training import amp
 
 __all__ = [
-    "Linear", "Conv2d", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "MaxPool2d", "AvgPool2d",
-    "AdaptiveAvgPool2d", "Flatten", "BatchNorm2d", "LayerNorm", "Dropout", "Identity", "MultiheadAttention",
+    "GELU",
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "BatchNorm2d",
+    "Conv2d",
+    "Dropout",
+    "Flatten",
+    "Identity",
+    "LayerNorm",
+    "Linear",
+    "MaxPool2d",
+    "MultiheadAttention",
+    "ReLU",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
 ]
 
 

@@ -6,7 +6,7 @@ from neurenix_core.nn import functional as F
 from neurenix_core.nn.module import Module
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["MSELoss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss"]
+__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss"]
 
 
 class MSELoss(Module):
@@ -14,7 +14,7 @@ class MSELoss(Module):
         super().__init__()
         self.reduction = reduction
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.mse_loss(input, target, self.reduction)
 
 
@@ -23,7 +23,7 @@ class CrossEntropyLoss(Module):
         super().__init__()
         self.reduction, self.label_smoothing = reduction, float(label_smoothing)
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(input, target, self.reduction, self.label_smoothing)
 
 
@@ -32,7 +32,7 @@ class NLLLoss(Module):
         super().__init__()
         self.reduction = reduction
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.nll_loss(input, target, self.reduction)
 
 
@@ -42,5 +42,5 @@ class BCEWithLogitsLoss(Module):
         self.reduction = reduction
         object.__setattr__(self, "pos_weight", pos_weight)  # a constant, not a trainable parameter
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.binary_cross_entropy_with_logits(input, target, self.reduction, self.pos_weight)

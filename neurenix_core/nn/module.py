@@ -19,7 +19,7 @@ from neurenix_core.graph.ir import Graph
 from neurenix_core.nn import tracing
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["Module", "Sequential", "ModuleList"]
+__all__ = ["Module", "ModuleList", "Sequential"]
 
 
 class Module:
@@ -273,7 +273,7 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
-        lines = [f"({name}): {repr(m)}".replace("\n", "\n  ") for name, m in self._modules.items()]
+        lines = [f"({name}): {m!r}".replace("\n", "\n  ") for name, m in self._modules.items()]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
 

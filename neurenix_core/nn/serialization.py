@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import warnings
 
 import numpy as np
 
 from neurenix_core.errors import ModelFormatError, NeurenixWarning, UnsupportedDTypeError
 
-__all__ = ["save_state", "load_state", "conform_dtypes", "FORMATS"]
+__all__ = ["FORMATS", "conform_dtypes", "load_state", "save_state"]
 
 FORMATS = (".npz", ".safetensors")
 
@@ -82,8 +81,8 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 
 def _safetensors() -> Any:
     try:
-        import safetensors.numpy  # noqa: F401 - optional dependency, imported on use only
         import safetensors
+        import safetensors.numpy  # optional dependency, imported on use only
     except ImportError as exc:
         raise ModelFormatError("the .safetensors format needs the safetensors package: pip install safetensors (or save as .npz)") from exc
     return safetensors

@@ -16,7 +16,7 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.nn import layers as L
 from neurenix_core.nn.module import Module, Sequential
 
-__all__ = ["from_torch", "SUPPORTED"]
+__all__ = ["SUPPORTED", "from_torch"]
 
 
 def _np(t: Any) -> np.ndarray:

@@ -22,7 +22,7 @@ from neurenix_core.graph.ir import Graph, Node, TensorSpec
 if TYPE_CHECKING:
     from neurenix_core.nn.module import Module
 
-__all__ = ["Symbol", "Tracer", "trace", "is_symbolic"]
+__all__ = ["Symbol", "Tracer", "is_symbolic", "trace"]
 
 _active: contextvars.ContextVar[Tracer | None] = contextvars.ContextVar("neurenix_tracer", default=None)
 
@@ -30,7 +30,7 @@ _active: contextvars.ContextVar[Tracer | None] = contextvars.ContextVar("neureni
 class Symbol:
     """A value in a graph being traced: the name of a graph input or of a node's output."""
 
-    __slots__ = ("_tracer", "_name")
+    __slots__ = ("_name", "_tracer")
 
     def __init__(self, tracer: Tracer, name: str) -> None:
         self._tracer = tracer

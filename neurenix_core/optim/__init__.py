@@ -5,4 +5,4 @@ from neurenix_core.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, Ste
 from neurenix_core.optim.optimizer import Optimizer
 from neurenix_core.optim.sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LRScheduler", "StepLR", "CosineAnnealingLR"]
+__all__ = ["SGD", "Adam", "AdamW", "CosineAnnealingLR", "LRScheduler", "Optimizer", "StepLR"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from neurenix_core.optim.optimizer import Optimizer
 
-__all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR"]
+__all__ = ["CosineAnnealingLR", "LRScheduler", "StepLR"]
 
 
 class LRScheduler:
@@ -57,7 +57,7 @@ class StepLR(LRScheduler):
 class CosineAnnealingLR(LRScheduler):
     """``lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2``."""
 
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0) -> None:  # noqa: N803 - PyTorch's name
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0) -> None:  # PyTorch's name
         self.T_max, self.eta_min = int(T_max), float(eta_min)
         super().__init__(optimizer)
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.autograd.grad import enable_grad, no_grad
-from neurenix_core.plugins.state import registry
 from neurenix_core.errors import ConfigurationError, ShapeError, UnsupportedOperationError
+from neurenix_core.plugins.state import registry
 from neurenix_core.tensor.creation import asarray
 from neurenix_core.tensor.ops import astype
 from neurenix_core.tensor.tensor import Tensor, adopt
@@ -37,7 +37,7 @@ def assign(p: Tensor, value: Tensor) -> None:
 class Slot:
     """One parameter as the optimizer sees it: a Tensor, and where its gradient lives."""
 
-    __slots__ = ("tensor", "native")
+    __slots__ = ("native", "tensor")
 
     def __init__(self, tensor: Tensor, native: Any = None) -> None:
         self.tensor = tensor

@@ -25,8 +25,13 @@ if TYPE_CHECKING:
     from neurenix_core.plugins.manifest import Manifest, ProbeResult
 
 __all__ = [
-    "Backend", "ArrayNamespaceBackend", "CompiledModel", "Placement", "ARRAY_API_FUNCTIONS",
-    "LINALG_FUNCTIONS", "FFT_FUNCTIONS",
+    "ARRAY_API_FUNCTIONS",
+    "FFT_FUNCTIONS",
+    "LINALG_FUNCTIONS",
+    "ArrayNamespaceBackend",
+    "Backend",
+    "CompiledModel",
+    "Placement",
 ]
 
 
@@ -38,7 +43,7 @@ class Placement:
     (backend, index), so "same device" is an identity check on the hot path.
     """
 
-    __slots__ = ("backend", "device", "index", "ops", "mem", "array_type", "native_nbytes", "numpy_roots")
+    __slots__ = ("array_type", "backend", "device", "index", "mem", "native_nbytes", "numpy_roots", "ops")
 
     def __init__(self, backend: Backend, index: int) -> None:
         self.backend = backend

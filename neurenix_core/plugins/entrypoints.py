@@ -14,8 +14,16 @@ import sys
 from collections.abc import Iterable
 from typing import Any, final
 
-__all__ = ["EntryPoint", "Distribution", "FolderAnswer", "entry_points", "folder_entry_points", "folder_answer", "combine",
-           "distribution_key"]
+__all__ = [
+    "Distribution",
+    "EntryPoint",
+    "FolderAnswer",
+    "combine",
+    "distribution_key",
+    "entry_points",
+    "folder_answer",
+    "folder_entry_points",
+]
 
 
 
@@ -23,7 +31,7 @@ __all__ = ["EntryPoint", "Distribution", "FolderAnswer", "entry_points", "folder
 class EntryPoint:
     """One ``name = module[:attr]`` line of a distribution's entry_points.txt."""
 
-    __slots__ = ("name", "value", "group", "dist_name", "dist_version", "folder")
+    __slots__ = ("dist_name", "dist_version", "folder", "group", "name", "value")
 
     def __init__(
         self, name: str, value: str, group: str, dist_name: str | None, dist_version: str | None, folder: str | None = None

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, Final
 
-__all__ = ["Snapshot", "snapshot", "changes"]
+__all__ = ["Snapshot", "changes", "snapshot"]
 
 _SHOWN: Final = 8  # names listed per kind of change; the rest are counted
 

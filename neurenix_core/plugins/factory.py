@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final, TextIO
 
-__all__ = ["FactoryTimeout", "NOTICE_AFTER", "run_with_deadline"]
+__all__ = ["NOTICE_AFTER", "FactoryTimeout", "run_with_deadline"]
 
 #: Seconds before the first progress line: a normal start (numpy, a warm import) never prints.
 NOTICE_AFTER: Final = 3.0
@@ -39,7 +39,7 @@ class FactoryTimeout(Exception):
 
 
 class _Run:
-    __slots__ = ("done", "ok", "value", "thread")
+    __slots__ = ("done", "ok", "thread", "value")
 
     def __init__(self, call: Callable[[], Any], name: str) -> None:
         self.done = threading.Event()

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from neurenix_core.plugins.host import HostRuntime
     from neurenix_core.plugins.manifest import Manifest, ProbeContext, ProbeResult
 
-__all__ = ["NEURENIX_API_VERSION", "PROJECT", "hookspec", "hookimpl"]
+__all__ = ["NEURENIX_API_VERSION", "PROJECT", "hookimpl", "hookspec"]
 
 PROJECT: Final = "neurenix"
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from neurenix_core.graph.ir import Graph
 
-__all__ = ["HostOptions", "HostModel", "HostRuntime"]
+__all__ = ["HostModel", "HostOptions", "HostRuntime"]
 
 
 @dataclass(frozen=True)

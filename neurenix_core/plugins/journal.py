@@ -30,7 +30,16 @@ from types import ModuleType
 from typing import Final, final
 
 __all__ = [
-    "Entry", "Journal", "open_journal", "read_quarantine", "lift", "quarantine_cause", "set_status", "read_seen", "mark_seen", "supported",
+    "Entry",
+    "Journal",
+    "lift",
+    "mark_seen",
+    "open_journal",
+    "quarantine_cause",
+    "read_quarantine",
+    "read_seen",
+    "set_status",
+    "supported",
 ]
 
 _JOURNAL_PREFIX: Final = "journal-"
@@ -47,7 +56,7 @@ _SERIAL: Final = itertools.count()
 class Entry:
     """One quarantined plugin: which distribution and version killed a process, in which phase, when."""
 
-    __slots__ = ("name", "distribution", "version", "phase", "at", "abandoned", "status")
+    __slots__ = ("abandoned", "at", "distribution", "name", "phase", "status", "version")
 
     def __init__(
         self, name: str, distribution: str, version: str, phase: str, at: str, abandoned: bool = False, status: str = ""
@@ -114,7 +123,7 @@ def _now() -> str:
 class Journal:
     """This process's journal file, open and locked until discovery ends (or the process exits)."""
 
-    __slots__ = ("path", "fd", "_open", "_abandoned")
+    __slots__ = ("_abandoned", "_open", "fd", "path")
 
     def __init__(self, path: str, fd: int) -> None:
         self.path = path

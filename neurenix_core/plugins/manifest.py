@@ -16,13 +16,13 @@ from neurenix_core.device import valid_type_name
 
 __all__ = [
     "NEURENIX_API_VERSION",
-    "PriorityBand",
     "Capabilities",
     "Manifest",
+    "PriorityBand",
     "ProbeContext",
     "ProbeResult",
-    "validate_manifest",
     "api_compatible",
+    "validate_manifest",
 ]
 
 #: The version of the contract in hookspecs.py. A plugin declares the range it was written
@@ -144,7 +144,7 @@ class Capabilities(_Record):
     #: ``neurenix_host_runtime`` (``"openvino"``, ``"litert"``, ...); None offers none.
     host_runtime: str | None
 
-    _SPEC = {
+    _SPEC: ClassVar[dict[str, Any]] = {
         "dtypes": ("float32",),
         "precisions": ("fp32",),
         "native_ops": (),
@@ -200,7 +200,7 @@ class Manifest(_Record):
     description: str
     exports: Mapping[str, str]
 
-    _SPEC = {
+    _SPEC: ClassVar[dict[str, Any]] = {
         "name": _REQUIRED,
         "distribution": _REQUIRED,
         "version": _REQUIRED,
@@ -225,7 +225,7 @@ class ProbeContext(_Record):
     emulate: bool
     timeout: float
 
-    _SPEC = {"emulate": _REQUIRED, "timeout": _REQUIRED}
+    _SPEC: ClassVar[dict[str, Any]] = {"emulate": _REQUIRED, "timeout": _REQUIRED}
     __slots__ = tuple(_SPEC)
 
 
@@ -244,7 +244,7 @@ class ProbeResult(_Record):
     details: Mapping[str, Any]
     needs_native: bool
 
-    _SPEC = {
+    _SPEC: ClassVar[dict[str, Any]] = {
         "available": _REQUIRED,
         "device_count": 0,
         "reason": "",
@@ -351,7 +351,7 @@ def validate_manifest(raw: object) -> Manifest:
     if isinstance(raw, Mapping):
         raw = _manifest_from_mapping(raw)
     if not isinstance(raw, Manifest):
-        raise ValueError(f"manifest must be a neurenix_core.Manifest or a dict, got {type(raw).__name__}")
+        raise ValueError(f"manifest must be a neurenix_core.Manifest or a dict, got {type(raw).__name__}")  # noqa: TRY004 - the contract's one error for a bad manifest (plugins and tests catch ValueError)
     _check_fields(raw)
     return raw
 
@@ -385,7 +385,7 @@ def _check_fields(m: Manifest) -> None:
     if not _valid_name(m.name):
         raise ValueError(f"field 'name' {m.name!r} must be lower-case letters, digits, '-' or '_'")
     if not isinstance(m.band, PriorityBand):
-        raise ValueError(f"field 'band' must be a PriorityBand, got {m.band!r}")
+        raise ValueError(f"field 'band' must be a PriorityBand, got {m.band!r}")  # noqa: TRY004 - the contract's one error for a bad manifest (plugins and tests catch ValueError)
     if isinstance(m.priority, bool) or not isinstance(m.priority, int) or not 0 <= m.priority <= 99:
         raise ValueError(f"field 'priority' must be an int in 0..99 inside its band, got {m.priority!r}")
     if not isinstance(m.device_types, tuple) or not m.device_types:
@@ -394,7 +394,7 @@ def _check_fields(m: Manifest) -> None:
         if not isinstance(t, str) or not valid_type_name(t):
             raise ValueError(f"device type {t!r} must be lower-case letters, digits or '_'")
     if not isinstance(m.capabilities, Capabilities):
-        raise ValueError("field 'capabilities' must be a Capabilities or a dict of its fields")
+        raise ValueError("field 'capabilities' must be a Capabilities or a dict of its fields")  # noqa: TRY004 - the contract's one error for a bad manifest (plugins and tests catch ValueError)
     ops = m.capabilities.graph_ops
     if ops is not None and (not isinstance(ops, (tuple, list)) or not all(isinstance(o, str) for o in ops)):
         raise ValueError("field 'capabilities.graph_ops' must be None or a tuple of opset op names")

@@ -21,7 +21,7 @@ from typing import NamedTuple, final
 
 from neurenix_core.errors import OutOfMemoryError
 
-__all__ = ["MemoryStats", "MemoryTracker", "DeviceMemory", "UNLIMITED"]
+__all__ = ["UNLIMITED", "DeviceMemory", "MemoryStats", "MemoryTracker"]
 
 #: Limit value meaning "no limit": an int compare on the hot path instead of a None check.
 UNLIMITED = sys.maxsize
@@ -47,7 +47,7 @@ class MemoryStats(NamedTuple):
 class DeviceMemory:
     """The counters of one device. Tensors hold a reference to it (through their placement)."""
 
-    __slots__ = ("label", "in_use", "peak", "limit", "count")
+    __slots__ = ("count", "in_use", "label", "limit", "peak")
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -75,8 +75,7 @@ class DeviceMemory:
             raise self.refuse(nbytes)
         self.in_use = used
         self.count += 1
-        if used > self.peak:
-            self.peak = used
+        self.peak = max(self.peak, used)
 
     def release(self, nbytes: int) -> None:
         self.in_use -= nbytes
@@ -87,7 +86,7 @@ class DeviceMemory:
 class MemoryTracker:
     """The ``DeviceMemory`` of each device index of one backend."""
 
-    __slots__ = ("_label", "devices", "_lock")
+    __slots__ = ("_label", "_lock", "devices")
 
     def __init__(self, label: str, device_count: int) -> None:
         self._label = label

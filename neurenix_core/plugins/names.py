@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["RESERVED", "normalize", "is_own", "squatting"]
+__all__ = ["RESERVED", "is_own", "normalize", "squatting"]
 
 #: name -> (distribution, entry point module). Kept equal to the pyproject.toml files of this
 #: repository by tests/plugin_system/test_hostile_plugins.py.

@@ -9,7 +9,7 @@ import enum
 
 from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean
 
-__all__ = ["Status", "Failure"]
+__all__ = ["Failure", "Status"]
 
 
 class Status(str, enum.Enum):
@@ -24,7 +24,7 @@ class Status(str, enum.Enum):
 class Failure:
     """Why a plugin was dropped: the phase (import, register, manifest, api, probe, backend) and cause."""
 
-    __slots__ = ("phase", "cause")
+    __slots__ = ("cause", "phase")
 
     def __init__(self, phase: str, cause: str) -> None:
         # A cause usually quotes a plugin's exception text: bounded and printable (sanitize.py).

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pluggy
 
-from neurenix_core.plugins import hookspecs
 from neurenix_core.config import Config
 from neurenix_core.device import Device, DeviceType
-from neurenix_core.plugins.entrypoints import EntryPoint
-from neurenix_core.plugins.ep_cache import cached_entry_points
 from neurenix_core.errors import (
     BackendUnavailableError,
     DeviceNotFoundError,
     NeurenixWarning,
     StrictModeError,
 )
+from neurenix_core.plugins import envwatch, hookspecs
+from neurenix_core.plugins.entrypoints import EntryPoint
+from neurenix_core.plugins.ep_cache import cached_entry_points
 from neurenix_core.plugins.manifest import (
     NEURENIX_API_VERSION,
     Manifest,
@@ -40,18 +40,17 @@ from neurenix_core.plugins.manifest import (
     api_compatible,
     validate_manifest,
 )
-from neurenix_core.plugins import envwatch
 from neurenix_core.plugins.names import is_own, squatting
-from neurenix_core.plugins.records import Failure, Status
 from neurenix_core.plugins.probing import ProbeFailure, ProbeTimeout, run_all_bounded, run_native_probe
+from neurenix_core.plugins.records import Failure, Status
 from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean, clean_manifest, clean_probe, describe
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend
-    from neurenix_core.plugins.journal import Journal
     from neurenix_core.plugins.backend_info import BackendInfo
+    from neurenix_core.plugins.journal import Journal
 
-__all__ = ["ENTRY_POINT_GROUP", "Status", "Failure", "PluginRecord", "Registry"]
+__all__ = ["ENTRY_POINT_GROUP", "Failure", "PluginRecord", "Registry", "Status"]
 
 ENTRY_POINT_GROUP: Final = "neurenix.backends"
 BUILTIN_DISTRIBUTION: Final = "neurenix-core"
@@ -74,8 +73,22 @@ class PluginRecord:
     """
 
     __slots__ = (
-        "name", "module_name", "distribution", "version", "builtin", "trusted", "squatter", "module", "manifest",
-        "probe", "failure", "denied", "backend", "stuck", "warnings", "lock",
+        "backend",
+        "builtin",
+        "denied",
+        "distribution",
+        "failure",
+        "lock",
+        "manifest",
+        "module",
+        "module_name",
+        "name",
+        "probe",
+        "squatter",
+        "stuck",
+        "trusted",
+        "version",
+        "warnings",
     )
 
     def __init__(
@@ -329,7 +342,7 @@ class Registry:
     def _import(self, record: PluginRecord, ep: EntryPoint) -> bool:
         try:
             loaded = ep.load()
-        except BaseException as exc:  # noqa: BLE001 - a plugin's import must not break ours
+        except BaseException as exc:  # a plugin's import must not break ours
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._fail(record, "import", f"importing {record.module_name} raised {describe(exc)}")
@@ -356,7 +369,7 @@ class Registry:
             record.manifest = clean_manifest(validate_manifest(raw))
         except ValueError as exc:
             return self._fail(record, "manifest", f"malformed manifest: {clean(exc, CAUSE_LIMIT)}")
-        except BaseException as exc:  # noqa: BLE001 - recorded, plugin skipped (sys.exit() included)
+        except BaseException as exc:  # recorded, plugin skipped (sys.exit() included)
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._fail(record, "manifest", f"neurenix_manifest raised {describe(exc)}")
@@ -554,7 +567,7 @@ class Registry:
     def is_emulated(self, device: Device) -> bool:
         return self.plugin_for(device).emulated
 
-    def devices(self, type: str | DeviceType | None = None) -> list[Device]:  # noqa: A002
+    def devices(self, type: str | DeviceType | None = None) -> list[Device]:
         wanted = None if type is None else DeviceType(type)
         out: list[Device] = []
         for r in self._ranked:
@@ -677,9 +690,9 @@ class Registry:
             return Status.FAILED
         if not r.usable:
             return Status.UNAVAILABLE
-        if default is not None and r.manifest and default.type in r.manifest.device_types and r in self._ranked:
-            if self._owner(default) is r:
-                return Status.SELECTED
+        if (default is not None and r.manifest and default.type in r.manifest.device_types and r in self._ranked
+                and self._owner(default) is r):
+            return Status.SELECTED
         return Status.EMULATED if r.emulated else Status.AVAILABLE
 
     def _owner(self, device: Device) -> PluginRecord | None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from neurenix_core.plugins import state as _state
 from neurenix_core.errors import NeurenixError
-from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
+from neurenix_core.plugins import state as _state
 from neurenix_core.plugins.backend_info import BackendInfo
+from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
 __all__ = ["SCHEMA", "BackendInfo", "backends", "doctor_data", "explain_text"]
 

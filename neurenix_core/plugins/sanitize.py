@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from neurenix_core.plugins.manifest import Capabilities, Manifest, ProbeResult
 
-__all__ = ["NAME_LIMIT", "TEXT_LIMIT", "CAUSE_LIMIT", "clean", "describe", "clean_manifest", "clean_probe"]
+__all__ = ["CAUSE_LIMIT", "NAME_LIMIT", "TEXT_LIMIT", "clean", "clean_manifest", "clean_probe", "describe"]
 
 #: Plugin names, distributions, versions, device types, tokens.
 NAME_LIMIT: Final = 100

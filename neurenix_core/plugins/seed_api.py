@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import BackendUnavailableError, DeviceMismatchError, DeviceNotFoundError
 
-__all__ = ["device_available", "DeviceBackend"]
+__all__ = ["DeviceBackend", "device_available"]
 
 
 def device_available(device_type: str, *, allow_emulated: bool = True) -> bool:

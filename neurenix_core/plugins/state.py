@@ -11,7 +11,7 @@ from neurenix_core.config import ConfigReport, Problem, enforce, inspect_config,
 from neurenix_core.device import Device, DeviceLike, as_device, use_directory
 from neurenix_core.plugins.registry import Registry
 
-__all__ = ["registry", "initialize", "configuration", "check_configuration", "default_device", "set_default_device", "device"]
+__all__ = ["check_configuration", "configuration", "default_device", "device", "initialize", "registry", "set_default_device"]
 
 _registry: Registry | None = None
 _report: ConfigReport | None = None

@@ -18,8 +18,19 @@ from neurenix_core.tensor.placement import host_default, host_to_native, placeme
 from neurenix_core.tensor.tensor import Tensor, adopt, asarray
 
 __all__ = [
-    "asarray", "zeros", "ones", "empty", "full", "arange", "linspace", "eye",
-    "zeros_like", "ones_like", "empty_like", "full_like", "from_numpy",
+    "arange",
+    "asarray",
+    "empty",
+    "empty_like",
+    "eye",
+    "from_numpy",
+    "full",
+    "full_like",
+    "linspace",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
 ]
 
 

@@ -16,12 +16,36 @@ if TYPE_CHECKING:
     from neurenix_core.tensor.dtype_info import FInfo, IInfo
 
 __all__ = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128", "bfloat16", "as_dtype", "isdtype",
-    "result_type", "can_cast", "finfo", "iinfo", "FInfo", "IInfo", "DTYPES", "DTYPE_NAMES", "dtype_table", "contiguous",
+    "DTYPES",
+    "DTYPE_NAMES",
+    "FInfo",
+    "IInfo",
+    "as_dtype",
+    "bfloat16",
+    "bool",
+    "can_cast",
+    "complex64",
+    "complex128",
+    "contiguous",
+    "dtype_table",
+    "finfo",
+    "float16",
+    "float32",
+    "float64",
+    "iinfo",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "isdtype",
+    "result_type",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
 ]
 
-bool = np.dtype("bool")  # noqa: A001 - array API name
+bool = np.dtype("bool")  # array API name
 int8 = np.dtype("int8")
 int16 = np.dtype("int16")
 int32 = np.dtype("int32")
@@ -147,14 +171,14 @@ def can_cast(from_: Any, to: Any, /) -> builtins.bool:
     return np.can_cast(_dtype_of(from_), as_dtype(to))
 
 
-def _info_dtype(type: Any, function: str) -> np.dtype[Any]:  # noqa: A002
+def _info_dtype(type: Any, function: str) -> np.dtype[Any]:
     try:
         return as_dtype(_dtype_of(type))
     except UnsupportedDTypeError as exc:
         raise UnsupportedDTypeError(f"{function}: {exc}") from None
 
 
-def finfo(type: Any, /) -> FInfo:  # noqa: A002
+def finfo(type: Any, /) -> FInfo:
     """Machine limits of a floating-point dtype (or a tensor's); a complex dtype describes its
     real component, so ``finfo(complex64).dtype`` is ``float32``."""
     dt = _info_dtype(type, "finfo")
@@ -173,7 +197,7 @@ def finfo(type: Any, /) -> FInfo:  # noqa: A002
     )
 
 
-def iinfo(type: Any, /) -> IInfo:  # noqa: A002
+def iinfo(type: Any, /) -> IInfo:
     """Machine limits of an integer dtype (or a tensor's)."""
     dt = _info_dtype(type, "iinfo")
     if dt.kind not in "iu":

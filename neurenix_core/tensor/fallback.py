@@ -18,7 +18,7 @@ from neurenix_core.config import FALLBACK_POLICIES, inspect_config
 from neurenix_core.errors import ConfigurationError, FallbackError, NeurenixWarning
 from neurenix_core.user_frame import user_stacklevel
 
-__all__ = ["fallback_policy", "get_fallback_policy", "set_fallback_policy", "fallback_stats", "reset_fallback_stats", "record", "FallbackWarning"]
+__all__ = ["FallbackWarning", "fallback_policy", "fallback_stats", "get_fallback_policy", "record", "reset_fallback_stats", "set_fallback_policy"]
 
 
 class FallbackWarning(NeurenixWarning):

@@ -55,6 +55,6 @@ def _frequencies(name: str, n: int, d: float, dtype: Any, device: DeviceLike | N
     be = p.backend
     try:
         result = native(int(n), d=d, dtype=be._native_dtype(dt), device=be._native_device(p.index))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
         raise_op_error(f"fft.{name}", p, [], exc)
     return adopt(result, p)

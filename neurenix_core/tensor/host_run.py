@@ -20,7 +20,7 @@ from neurenix_core.tensor.transfer import to_device
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Placement
 
-__all__ = ["run_on_host", "getitem_on_host"]
+__all__ = ["getitem_on_host", "run_on_host"]
 
 
 def run_on_host(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[str, Any], operands: list[Any]) -> tuple[Any, bool]:
@@ -42,7 +42,7 @@ def run_on_host(name: str, p: Placement, args: tuple[Any, ...], kwargs: dict[str
         result = fn(*args, **kwargs)
     except NeurenixError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
         raise_op_error(name, p, operands, exc)
     if p.backend is cpu:
         return result, True
@@ -58,7 +58,7 @@ def getitem_on_host(native: Any, p: Placement, host_key: Any, operands: list[Any
     host = p.backend._to_host(native)
     try:
         result = host[host_key]
-    except Exception:
+    except Exception:  # noqa: BLE001 - the host cannot index it either: the device's own error, typed
         raise_op_error("__getitem__", p, operands, native_error)
     fallback.record("__getitem__", p.backend.name, str(p.device))
     return to_device(np.asarray(result), p)

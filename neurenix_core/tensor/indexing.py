@@ -29,7 +29,7 @@ def set_native(native: Any, p: Placement, key: Any, value: Any, operands: list[A
         new = setter(native, key, value)  # functional backends return a new array
     except NeurenixError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
         raise_op_error("__setitem__", p, operands, exc)
     if p.backend._shape_of(new) != p.backend._shape_of(native):
         raise ShapeError(f"__setitem__ on {p.device}: backend {p.backend.name} returned a different shape; this is a backend bug")

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.plugins import state as _state
 from neurenix_core.device import Device
+from neurenix_core.plugins import state as _state
 from neurenix_core.tensor.dtypes import dtype_table, isdtype
 from neurenix_core.tensor.placement import placement_for
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend
 
-__all__ = ["NamespaceInfo", "STANDARD_DTYPES"]
+__all__ = ["STANDARD_DTYPES", "NamespaceInfo"]
 
 #: The array API 2024.12 dtypes, in the standard's order; ``dtypes()`` answers with these names.
 STANDARD_DTYPES: tuple[str, ...] = (

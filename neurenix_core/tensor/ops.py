@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.device import DeviceLike
-from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.errors import UnsupportedDTypeError
+from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.tensor import _generated_ops
+from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call, _call_with_dtype, cast
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from neurenix_core.tensor.dtypes import as_dtype, contiguous, dtype_table
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, Placement
 
-__all__ = ["placement_for", "default_backend", "check_dtype", "reserve", "host_to_native", "host_default"]
+__all__ = ["check_dtype", "default_backend", "host_default", "host_to_native", "placement_for", "reserve"]
 
 
 def placement_for(device: DeviceLike | None) -> Placement:

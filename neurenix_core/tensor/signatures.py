@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SIGNATURES", "HANDWRITTEN", "GENERATED_OPS", "GENERATED_DOC", "make_function", "function_source", "default_bindings", "parameters", "takes"]
+__all__ = ["GENERATED_DOC", "GENERATED_OPS", "HANDWRITTEN", "SIGNATURES", "default_bindings", "function_source", "make_function", "parameters", "takes"]
 
 _UNARY = "x, /"
 _BINARY = "x1, x2, /"

@@ -35,8 +35,18 @@ if TYPE_CHECKING:
 # mismatch, raise_op_error, default_backend and placement_for live in op_errors.py and placement.py;
 # they stay importable from here, where plugins found them in 0.1.
 __all__ = [
-    "Tensor", "asarray", "from_dlpack", "wrap", "wrap_on", "wrap_results", "adopt", "check_same_device", "mismatch", "raise_op_error",
-    "default_backend", "placement_for",
+    "Tensor",
+    "adopt",
+    "asarray",
+    "check_same_device",
+    "default_backend",
+    "from_dlpack",
+    "mismatch",
+    "placement_for",
+    "raise_op_error",
+    "wrap",
+    "wrap_on",
+    "wrap_results",
 ]
 
 _new = object.__new__
@@ -50,7 +60,7 @@ class Tensor:
 
     # _base: the tensor owning the buffer when this one is a view (keeps it alive, charged once).
     # _ag: autograd state (neurenix_core/autograd/tape.py): a Leaf or a Node; unset = no grad.
-    __slots__ = ("_data", "_p", "_nbytes", "_base", "_ag", "__weakref__")
+    __slots__ = ("__weakref__", "_ag", "_base", "_data", "_nbytes", "_p")
 
     _data: Any
     _p: Placement
@@ -61,7 +71,7 @@ class Tensor:
     # NumPy must not compute ``ndarray + tensor`` on the host behind our back: it defers to us.
     __array_ufunc__ = None
 
-    def __new__(cls, data: Any, dtype: Any = None, device: DeviceLike | None = None) -> Tensor:
+    def __new__(cls, data: Any, dtype: Any = None, device: DeviceLike | None = None) -> Tensor:  # noqa: PYI034 - asarray's Tensor, whatever cls
         return asarray(data, dtype=dtype, device=device)
 
     def __del__(self) -> None:
@@ -109,13 +119,13 @@ class Tensor:
         return self._p.index
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - array API name
+    def T(self) -> Tensor:  # array API name
         if self.ndim != 2:
             raise ShapeError(f"{self.device}: Tensor.T needs a 2-D tensor, got {self.ndim}-D; use matrix_transpose or permute_dims")
         return _call("permute_dims", (self, (1, 0)))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     @property
-    def mT(self) -> Tensor:  # noqa: N802
+    def mT(self) -> Tensor:
         return _call("matrix_transpose", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
 
     @property
@@ -263,7 +273,7 @@ class Tensor:
         except IndexError as exc:
             # Stays an IndexError (the Python protocol for out-of-range indices), with the device named.
             raise IndexError(f"{p.device}: index {key!r} does not fit shape {self.shape}: {exc}") from exc
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - kept as the cause if the host cannot index it either
             # Some runtimes cannot index every way the standard allows (torch: negative steps).
             # If the host can, that is an op the device does not run natively: fallback policy.
             out = adopt(getitem_on_host(self._data, p, _host_key(key), [self], exc), p)
@@ -375,7 +385,7 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
             return _call(name, (x1, x2))  # not native: the fallback policy decides
         except NotImplementedError:
             return _call(name, (x1, x2))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
             raise_op_error(name, p, [x1, x2], exc)
         if type(r) is not p.array_type:
             r = p.backend._coerce(r)
@@ -388,8 +398,7 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
             raise m.refuse(n)
         m.in_use = used
         m.count += 1
-        if used > m.peak:
-            m.peak = used
+        m.peak = max(m.peak, used)
         t = _new(Tensor)
         t._data = r
         t._p = p
@@ -684,8 +693,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
                         raise m.refuse(n)
                     m.in_use = used
                     m.count += 1
-                    if used > m.peak:
-                        m.peak = used
+                    m.peak = max(m.peak, used)
                     t = _new(Tensor)
                     t._data = r
                     t._p = p
@@ -696,7 +704,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
             except NotImplementedError:
                 # As in _call_general: in the table, not for these arguments: the fallback policy decides.
                 return _call_general(name, args, kwargs, native=False)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
                 raise_op_error(name, p, _tensors_in(args), exc)
     return _call_general(name, args, kwargs)
 
@@ -729,7 +737,7 @@ def _call_general(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
         # The op is in the table but the library lacks it for these arguments (array-api-compat
         # raises this, e.g. unique_all on torch): that is "not native", so the fallback policy decides.
         out = _run_fallback(name, p, args, kwargs, tensors)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
         raise_op_error(name, p, tensors, exc)
     return out if record is None else record(name, args, kwargs, out)
 

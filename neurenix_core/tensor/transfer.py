@@ -18,7 +18,7 @@ from neurenix_core.tensor.placement import check_dtype, reserve
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Placement
 
-__all__ = ["copy_native", "dlpack_device", "export_dlpack", "import_dlpack", "host_from_dlpack", "to_device"]
+__all__ = ["copy_native", "dlpack_device", "export_dlpack", "host_from_dlpack", "import_dlpack", "to_device"]
 
 # DLPack device type codes (dlpack.h).
 _DL_CPU = 1

@@ -17,4 +17,4 @@ from __future__ import annotations
 from neurenix_core.testing.reference import TOLERANCES, assert_close, on_device, require_dtype, rounded, tolerance
 from neurenix_core.testing.runner import pytest_command, run_conformance
 
-__all__ = ["run_conformance", "pytest_command", "TOLERANCES", "tolerance", "assert_close", "on_device", "require_dtype", "rounded"]
+__all__ = ["TOLERANCES", "assert_close", "on_device", "pytest_command", "require_dtype", "rounded", "run_conformance", "tolerance"]

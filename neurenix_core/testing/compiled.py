@@ -18,7 +18,7 @@ import neurenix_core as nx
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.testing.reference import TOLERANCES
 
-__all__ = ["HostBuffer", "DeviceBuffer", "ArrayOnly", "other_accelerator", "as_host", "check_input_rule"]
+__all__ = ["ArrayOnly", "DeviceBuffer", "HostBuffer", "as_host", "check_input_rule", "other_accelerator"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-__all__ = ["REASONS", "reason_for", "read_expected", "write_expected"]
+__all__ = ["REASONS", "read_expected", "reason_for", "write_expected"]
 
 #: (pattern on the refusal message, reason written in the list): first match wins.
 REASONS: Final[tuple[tuple[str, str], ...]] = (

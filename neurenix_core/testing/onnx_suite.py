@@ -35,7 +35,7 @@ from typing import Any, Final, final
 
 import numpy as np
 
-__all__ = ["Case", "Outcome", "COMMON_OPS", "load_cases", "run_case", "run_ort", "compare", "NeurenixBackend"]
+__all__ = ["COMMON_OPS", "Case", "NeurenixBackend", "Outcome", "compare", "load_cases", "run_case", "run_ort"]
 
 #: ONNX op types of the tests that count as "ops common in real models" (docs/onnx-conformance.md).
 COMMON_OPS: Final = frozenset({

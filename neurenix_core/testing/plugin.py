@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["DeviceUnderTest", "devices_under_test", "nx_device", "SUITE_PACKAGE"]
+__all__ = ["SUITE_PACKAGE", "DeviceUnderTest", "devices_under_test", "nx_device"]
 
 SUITE_PACKAGE = "neurenix_core.testing.suite"
 _RESULTS = pytest.StashKey["_Results"]()

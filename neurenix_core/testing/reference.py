@@ -18,7 +18,7 @@ from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.tensor.placement import default_backend
 from neurenix_core.tensor.tensor import Tensor, asarray
 
-__all__ = ["TOLERANCES", "tolerance", "assert_close", "on_device", "require_dtype", "rounded", "declared"]
+__all__ = ["TOLERANCES", "assert_close", "declared", "on_device", "require_dtype", "rounded", "tolerance"]
 
 #: (rtol, atol) per dtype name; integers and bool compare exactly.
 TOLERANCES: dict[str, tuple[float, float]] = {

@@ -13,7 +13,7 @@ from typing import Any
 
 from neurenix_core.errors import BackendUnavailableError
 
-__all__ = ["run_conformance", "pytest_command"]
+__all__ = ["pytest_command", "run_conformance"]
 
 
 def pytest_command(backend_name: str, report: str | os.PathLike[str], extra_args: Sequence[str] = ()) -> list[str]:

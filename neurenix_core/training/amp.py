@@ -26,7 +26,7 @@ from neurenix_core.tensor import ops as xp
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.tensor.tensor import Tensor, placement_for
 
-__all__ = ["autocast", "GradScaler", "low_precision", "cast", "at_least_fp32"]
+__all__ = ["GradScaler", "at_least_fp32", "autocast", "cast", "low_precision"]
 
 _PRECISIONS = {"fp16": "float16", "float16": "float16", "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
 _active: list[np.dtype[Any] | None] = []
@@ -37,7 +37,7 @@ def low_precision() -> np.dtype[Any] | None:
     return _active[-1] if _active else None
 
 
-class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
+class autocast(contextlib.ContextDecorator):  # PyTorch's name
     """Run the nn layers' matmul/conv in ``precision`` ("fp16" or "bf16") inside the block."""
 
     def __init__(self, precision: str = "fp16", device: Any = None, enabled: bool = True) -> None:
@@ -50,11 +50,11 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
             if not p.backend.supports_dtype(self.dtype):
                 raise UnsupportedDTypeError(f"autocast({precision!r}): {p.device} (backend {p.backend.name}) does not support {name}; use the other precision or fp32")
 
-    def __enter__(self) -> autocast:
+    def __enter__(self) -> autocast:  # noqa: PYI034 - typing.Self needs Python 3.11; the core supports 3.10
         _active.append(self.dtype)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _active.pop()
 
 

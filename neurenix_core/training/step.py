@@ -25,7 +25,7 @@ from neurenix_core.autograd.grad import enable_grad
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["compile_step", "TapeStep", "swapped", "replace_data", "trainable_state", "refuse_random_layers"]
+__all__ = ["TapeStep", "compile_step", "refuse_random_layers", "replace_data", "swapped", "trainable_state"]
 
 LossFn = Callable[..., Tensor]
 

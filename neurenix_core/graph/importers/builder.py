@@ -25,7 +25,7 @@ from neurenix_core.graph.ir import Graph, Node, TensorSpec, fresh_name
 from neurenix_core.graph.shapes import ValueSpec, node_spec
 from neurenix_core.graph.symbolic import SymDim, is_symbolic, resolve
 
-__all__ = ["Const", "GraphBuilder", "Value", "MAX_FOLDED_BYTES", "check_constant_bytes"]
+__all__ = ["MAX_FOLDED_BYTES", "Const", "GraphBuilder", "Value", "check_constant_bytes"]
 
 #: The largest constant an import may build by folding (ConstantOfShape, Range, Expand, Tile ...
 #: of constants) when it is larger than its operands: a model file of a few bytes must not make

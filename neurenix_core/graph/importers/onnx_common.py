@@ -19,7 +19,7 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.symbolic import SymDim
 
-__all__ = ["OnnxNode", "Handler", "REMEDY", "ValueInputNeeded", "fail", "const", "ints", "dims", "simple", "variadic", "symbolic_const", "outputs_used"]
+__all__ = ["REMEDY", "Handler", "OnnxNode", "ValueInputNeeded", "const", "dims", "fail", "ints", "outputs_used", "simple", "symbolic_const", "variadic"]
 
 REMEDY = "re-export the model with supported ops (the opset is listed in docs/models.md) or run it in ONNX Runtime"
 

@@ -18,6 +18,7 @@ Sequences and optionals are values of kind ``seq(<dtype>)`` / ``optional(<...>)`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 from collections import ChainMap
@@ -35,7 +36,7 @@ from neurenix_core.graph.opset import controlflow as CF
 from neurenix_core.graph.opset.sequence import is_kind, optional_of, seq_of
 from neurenix_core.graph.symbolic import NotSymbolicError
 
-__all__ = ["HANDLERS", "OnnxBody", "bind", "value_kind", "batched_scan8"]
+__all__ = ["HANDLERS", "OnnxBody", "batched_scan8", "bind", "value_kind"]
 
 #: What the eager body runner takes from ``onnx_import`` (which imports this module): the merged
 #: handler table, the Constant-node reader, the attribute decoder and the per-node import
@@ -101,10 +102,8 @@ def _declared(b: GraphBuilder) -> dict[str, Any]:
     if model is not None:
         import onnx
 
-        try:
+        with contextlib.suppress(Exception):  # inference only adds types; the model's own value_info stays
             model = onnx.shape_inference.infer_shapes(model)
-        except Exception:  # noqa: BLE001 - inference only adds types; the model's own value_info stays
-            pass
         pending = [model.graph]  # subgraphs too: their values' types (inference records them there)
         while pending:
             g = pending.pop()

@@ -21,6 +21,7 @@ Inputs and outputs keep the ONNX graph's order and names.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import warnings
@@ -28,15 +29,31 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.errors import FallbackError, ModelFormatError, NeurenixError, NeurenixWarning, QuantizationError, UnsupportedOperationError
-from neurenix_core.graph.importers import (
-    onnx_attention, onnx_controlflow, onnx_image, onnx_math, onnx_nn, onnx_qdq, onnx_quantization, onnx_reduction, onnx_rnn,
-    onnx_signal, onnx_tensor,
+from neurenix_core.errors import (
+    FallbackError,
+    ModelFormatError,
+    NeurenixError,
+    NeurenixWarning,
+    QuantizationError,
+    UnsupportedOperationError,
 )
-from neurenix_core.graph.importers import onnx_validate
+from neurenix_core.graph.importers import (
+    onnx_attention,
+    onnx_controlflow,
+    onnx_image,
+    onnx_math,
+    onnx_nn,
+    onnx_qdq,
+    onnx_quantization,
+    onnx_reduction,
+    onnx_rnn,
+    onnx_signal,
+    onnx_tensor,
+    onnx_validate,
+)
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value, check_constant_bytes
 from neurenix_core.graph.importers.onnx_common import REMEDY as _REMEDY
-from neurenix_core.graph.importers.onnx_common import Handler
+from neurenix_core.graph.importers.onnx_common import Handler, ValueInputNeeded
 from neurenix_core.graph.importers.onnx_common import OnnxNode as _Node
 from neurenix_core.graph.importers.onnx_common import const as _const
 from neurenix_core.graph.importers.onnx_common import dims as _dims
@@ -45,14 +62,13 @@ from neurenix_core.graph.importers.onnx_common import ints as _ints
 from neurenix_core.graph.importers.onnx_common import simple as _simple
 from neurenix_core.graph.importers.onnx_common import symbolic_const as _symbolic_const
 from neurenix_core.graph.importers.onnx_common import variadic as _variadic
-from neurenix_core.graph.importers.onnx_common import ValueInputNeeded
 from neurenix_core.graph.ir import Graph, QuantizationPlan
 from neurenix_core.graph.opset import DTYPES
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
-__all__ = ["import_onnx", "import_onnx_quantized", "build_for_values", "HANDLERS", "ValueImport"]
+__all__ = ["HANDLERS", "ValueImport", "build_for_values", "import_onnx", "import_onnx_quantized"]
 
 MIN_OPSET = 13
 
@@ -566,10 +582,8 @@ def _value_shapes(proto: Any, params: dict[str, str]) -> dict[str, tuple[int | S
     """Every value's symbolic shape the model records (ONNX shape inference first)."""
     import onnx
 
-    try:
+    with contextlib.suppress(Exception):  # inference is a help only; the exporter's own value_info stays
         proto = onnx.shape_inference.infer_shapes(proto)
-    except Exception:  # noqa: BLE001 - inference is a help only; the exporter's own value_info stays
-        pass
     out: dict[str, tuple[int | SymDim | None, ...]] = {}
     for vi in list(proto.graph.value_info) + list(proto.graph.input) + list(proto.graph.output):
         t = vi.type.tensor_type
@@ -722,7 +736,7 @@ def _lift_opset(proto: Any) -> Any:
 
     try:
         lifted = version_converter.convert_version(proto, MIN_OPSET)
-    except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError, ValidationError ...; wrapped, not swallowed
+    except Exception as exc:  # the converter raises RuntimeError, ValidationError ...; wrapped, not swallowed
         raise ModelFormatError(f"from_onnx({name}): the model uses ONNX opset {opset}; neurenix reads opset {MIN_OPSET} and later, "
                                f"and onnx.version_converter could not convert it ({type(exc).__name__}: {str(exc)[:200]}); "
                                "re-export the model with opset 13 or later") from exc

@@ -41,7 +41,7 @@ from neurenix_core.graph import qmath as Q
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.shapes import infer_values
 
-__all__ = ["QdqFold", "Reader", "is_qdq", "fold_qdq", "quantization_plan", "METHOD"]
+__all__ = ["METHOD", "QdqFold", "Reader", "fold_qdq", "is_qdq", "quantization_plan"]
 
 #: ``QuantizationPlan.method`` of a plan read from a file (no calibration ran).
 METHOD = "onnx-qdq"

@@ -30,7 +30,7 @@ from typing import Any
 
 from neurenix_core.errors import ModelFormatError, ShapeError, UnsupportedDTypeError
 
-__all__ = ["MAX_DIM", "load_model", "check_graph", "host_memory_bytes"]
+__all__ = ["MAX_DIM", "check_graph", "host_memory_bytes", "load_model"]
 
 #: The largest size one declared dimension may have. 2**31 - 1 is what ONNX Runtime, TFLite
 #: and OpenVINO index an axis with; a file declaring more is corrupt or hostile.
@@ -81,7 +81,7 @@ def load_model(model: Any) -> Any:
 def _decode(read: Any, source: str) -> Any:
     try:
         proto = read()
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, RuntimeWarning-as-error, ValueError ...: all mean "not a model"
+    except Exception as exc:  # protobuf's DecodeError, RuntimeWarning-as-error, ValueError ...: all mean "not a model"
         raise ModelFormatError(f"{source}: not a readable ONNX model ({type(exc).__name__}: {str(exc)[:200]}); the file is "
                                f"corrupted, truncated or of another format; {_FIX_FILE}") from exc
     # Protobuf decodes many byte strings without complaint (an empty message is valid): a model

@@ -41,7 +41,7 @@ from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, 
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
-__all__ = ["import_module", "HANDLERS"]
+__all__ = ["HANDLERS", "import_module"]
 
 _BIG = 2**62  # "to the end" for slices, clamped by the slice op as ONNX does
 _REMEDY = ("rewrite that part of forward with supported torch ops, or run the model in PyTorch; "
@@ -654,7 +654,7 @@ def _fold(c: _Ctx, n: Any, args: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _resolve(c: _Ctx, a: Any) -> Any:
-    import torch.fx as fx
+    from torch import fx
 
     if isinstance(a, fx.Node):
         return c.env[a]

@@ -26,7 +26,7 @@ import numpy as np
 from neurenix_core.graph.importers.builder import Const, Value
 from neurenix_core.graph.symbolic import NotSymbolicError, SymDim
 
-__all__ = ["HANDLERS", "Unavailable", "conv_nd", "conv_transpose_nd", "batch_norm_nd", "size_value"]
+__all__ = ["HANDLERS", "Unavailable", "batch_norm_nd", "conv_nd", "conv_transpose_nd", "size_value"]
 
 Handler = Callable[[Any, Any, list[Any], dict[str, Any]], Any]
 _BIG: Final = 2**62
@@ -66,7 +66,7 @@ def _out_dtype(c: Any, n: Any) -> str:
     return str(val.dtype).replace("torch.", "")
 
 
-def _scalar(value: float | int | bool, dtype: str) -> Const:
+def _scalar(value: float | bool, dtype: str) -> Const:
     return Const(np.asarray(value, np.dtype(dtype) if dtype != "bfloat16" else np.float32))
 
 
@@ -587,7 +587,7 @@ def _roll(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 def _roll_axis(c: Any, n: Any, x: Value, shift: int, axis: int, size: int, tag: str) -> Value:
     shift = shift % size if size else 0
     if shift == 0:
-        return x if not tag == "" else _emit(c, n, "", "identity", [x])
+        return x if tag != "" else _emit(c, n, "", "identity", [x])
     pre = f"{tag}." if tag else ""
     tail = _emit(c, n, pre + "tail", "slice", [x], {"starts": (size - shift,), "ends": (_BIG,), "axes": (axis,), "steps": (1,)})
     head = _emit(c, n, pre + "head", "slice", [x], {"starts": (0,), "ends": (size - shift,), "axes": (axis,), "steps": (1,)})

@@ -51,7 +51,7 @@ from neurenix_core.graph.importers import onnx_qdq
 from neurenix_core.graph.importers.torch_axes import default_spec
 from neurenix_core.graph.ir import Graph, QuantizationPlan
 
-__all__ = ["is_pt2e", "check_pt2e", "export_qdq", "import_pt2e", "METHOD", "READER"]
+__all__ = ["METHOD", "READER", "check_pt2e", "export_qdq", "import_pt2e", "is_pt2e"]
 
 #: ``QuantizationPlan.method`` of a plan read from a PT2E model (no calibration ran).
 METHOD = "pt2e"

@@ -23,7 +23,7 @@ import numpy as np
 from neurenix_core.graph.opset.schema import REQUIRED, Arrays, Attrs, Params, Shape, _axis, _def, _np_dtype
 from neurenix_core.graph.opset.sequence import check_tensor, element, is_kind
 
-__all__ = ["Body", "run_if", "run_loop", "run_scan", "run_map"]
+__all__ = ["Body", "run_if", "run_loop", "run_map", "run_scan"]
 
 #: A subgraph: (formal inputs, outer-scope values by name) -> its outputs.
 Body = Callable[[list[Any], Mapping[str, Any]], list[Any]]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.graph.opset.schema import Arrays, Attrs, Params, REQUIRED, Shape, _axis, _def, _is_float
+from neurenix_core.graph.opset.schema import REQUIRED, Arrays, Attrs, Params, Shape, _axis, _def, _is_float
 
 RESIZE_MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",

@@ -12,7 +12,16 @@ from collections.abc import Callable
 import numpy as np
 
 from neurenix_core.graph.opset.schema import (
-    Arrays, Attrs, Params, Shape, _broadcast, _compare, _const_dtype, _def, _np_dtype, _promote,
+    Arrays,
+    Attrs,
+    Params,
+    Shape,
+    _broadcast,
+    _compare,
+    _const_dtype,
+    _def,
+    _np_dtype,
+    _promote,
 )
 
 

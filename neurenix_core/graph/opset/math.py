@@ -18,8 +18,25 @@ import numpy as np
 
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.graph.opset.schema import (
-    REQUIRED, Arrays, Attrs, Builder, Params, Ref, Shape, _axis, _broadcast, _compare, _const_dtype, _def, _elementwise,
-    _elementwise_flops, _float_only, _np_dtype, _numel, _promote, _same,
+    REQUIRED,
+    Arrays,
+    Attrs,
+    Builder,
+    Params,
+    Ref,
+    Shape,
+    _axis,
+    _broadcast,
+    _compare,
+    _const_dtype,
+    _def,
+    _elementwise,
+    _elementwise_flops,
+    _float_only,
+    _np_dtype,
+    _numel,
+    _promote,
+    _same,
 )
 
 

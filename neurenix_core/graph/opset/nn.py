@@ -10,8 +10,20 @@ import numpy as np
 
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.graph.opset.schema import (
-    Arrays, Attrs, Builder, Decompose, Params, REQUIRED, Shape, _broadcast, _def, _f, _float_only, _numel,
+    REQUIRED,
+    Arrays,
+    Attrs,
+    Builder,
+    Decompose,
+    Params,
+    Shape,
+    _broadcast,
+    _def,
+    _f,
+    _float_only,
+    _numel,
 )
+
 
 # ----------------------------------------------------------------------------- convolution and pooling
 def _window(size: int, k: int, st: int, pad: int, dil: int) -> int:
@@ -498,7 +510,7 @@ def _deform_geometry(a: Attrs, s: list[Shape]) -> tuple[tuple[int, ...], ...]:
     x, w, off = s[:3]
     if len(x) != 4:
         raise ValueError(f"deformable convolution is 2-D here; got input {x}")
-    st, dil, begin, end, out = _conv_geometry({**a, "auto_pad": "NOTSET"}, x, w)
+    st, dil, begin, _end, out = _conv_geometry({**a, "auto_pad": "NOTSET"}, x, w)
     og = int(a["offset_group"])
     taps = _numel(w[2:])
     if og < 1 or x[1] % og or off != (x[0], og * taps * 2) + out:

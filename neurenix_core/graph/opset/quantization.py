@@ -31,7 +31,7 @@ from neurenix_core.graph.opset.math import _matmul_rule
 from neurenix_core.graph.opset.schema import Arrays, Attrs, Params, Shape, _axis, _def, _is_float, _np_dtype, _numel
 from neurenix_core.graph.opset.tensor import SATURATING_FLOAT8, convert
 
-__all__ = ["QUANT_RANGES", "QUANT_FLOATS", "QUANT_TYPES", "SCALE_DTYPES", "conv_output_size"]
+__all__ = ["QUANT_FLOATS", "QUANT_RANGES", "QUANT_TYPES", "SCALE_DTYPES", "conv_output_size"]
 
 #: The integer types ONNX quantizes to, with their saturation bounds.
 QUANT_RANGES: dict[str, tuple[int, int]] = {

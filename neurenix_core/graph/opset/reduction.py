@@ -13,7 +13,16 @@ from collections.abc import Callable
 import numpy as np
 
 from neurenix_core.graph.opset.schema import (
-    Arrays, Attrs, Params, Ref, Shape, _axes, _axis, _def, _is_float, _numel,
+    Arrays,
+    Attrs,
+    Params,
+    Ref,
+    Shape,
+    _axes,
+    _axis,
+    _def,
+    _is_float,
+    _numel,
 )
 
 __all__: list[str] = []

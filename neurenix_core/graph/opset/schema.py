@@ -30,9 +30,20 @@ from typing import Any, Final, Protocol, final
 
 import numpy as np
 
-
 __all__ = [
-    "OpDef", "OPSET", "LEGACY_OPS", "DTYPES", "STORAGE_DTYPES", "STORAGE_OPS", "VALUE_KINDS", "REQUIRED", "Builder", "attrs_of", "markdown_table", "infer", "evaluate",
+    "DTYPES",
+    "LEGACY_OPS",
+    "OPSET",
+    "REQUIRED",
+    "STORAGE_DTYPES",
+    "STORAGE_OPS",
+    "VALUE_KINDS",
+    "Builder",
+    "OpDef",
+    "attrs_of",
+    "evaluate",
+    "infer",
+    "markdown_table",
 ]
 
 Shape = tuple[int, ...]

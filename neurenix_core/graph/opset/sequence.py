@@ -10,6 +10,7 @@ shape (): the elements' shapes are known per call only. An op that gives a tenso
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from neurenix_core.graph.opset.schema import DTYPES, REQUIRED, Arrays, Attrs, Params, Shape, _axis, _def
 
-__all__ = ["seq_of", "optional_of", "element", "is_kind", "check_tensor"]
+__all__ = ["check_tensor", "element", "is_kind", "optional_of", "seq_of"]
 
 
 def seq_of(dtype: str) -> str:
@@ -69,7 +70,7 @@ def _declared_shape(a: Attrs) -> Shape:
 
 def _seq(x: Any, what: str = "input") -> list[np.ndarray]:
     if not isinstance(x, list):
-        raise ValueError(f"{what} is not a sequence")
+        raise ValueError(f"{what} is not a sequence")  # noqa: TRY004 - an op's bad operand is a ValueError, as every opset reference raises
     return x
 
 
@@ -206,7 +207,7 @@ def _split_ref(a: Attrs, x: Arrays, p: Params) -> list[np.ndarray]:
         if any(v < 0 for v in sizes) or sum(sizes) != n:
             raise ValueError(f"split sizes {sizes} do not add up to the axis' {n}")
     bounds = np.cumsum([0] + sizes)
-    return [np.take(data, np.arange(lo, hi), axis=axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [np.take(data, np.arange(lo, hi), axis=axis) for lo, hi in itertools.pairwise(bounds)]
 
 
 _def("split_to_sequence", "sequence", "data split along axis into a sequence: by split (a size or sizes), else in pieces of 1 "

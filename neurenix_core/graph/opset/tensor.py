@@ -8,8 +8,22 @@ from typing import Final
 import numpy as np
 
 from neurenix_core.graph.opset.schema import (
-    Arrays, Attrs, DTYPES, Params, REQUIRED, Shape, _axes, _axis, _broadcast, _const_dtype, _def, _np_dtype, _numel, _promote,
+    DTYPES,
+    REQUIRED,
+    Arrays,
+    Attrs,
+    Params,
+    Shape,
+    _axes,
+    _axis,
+    _broadcast,
+    _const_dtype,
+    _def,
+    _np_dtype,
+    _numel,
+    _promote,
 )
+
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
     """``a`` C-contiguous, a 0-d value staying 0-d (``np.ascontiguousarray`` makes it shape (1,))."""

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import jax
+import jax  # the plugin's runtime: the test inspects the program's shardings
 import model_zoo as zoo
 
 import neurenix_core as nx

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from neurenix_core.errors import UnsupportedOperationError
-
 from neurenix_cuda_tc.capability import UnknownPrecisionError
 
 if TYPE_CHECKING:
     import torch
     from torch import fx
 
-__all__ = ["ALIGNMENT", "Finding", "alignment_for", "round_up", "validate_model", "align_model", "MAX_GROWTH"]
+__all__ = ["ALIGNMENT", "MAX_GROWTH", "Finding", "align_model", "alignment_for", "round_up", "validate_model"]
 
 ALIGNMENT: Final = {"fp16": 8, "bf16": 8, "mixed": 8, "tf32": 4, "fp32": 4, "int8": 16}
 MAX_GROWTH: Final = 1.2
@@ -124,7 +123,7 @@ _POOL_MODULES: Final = ("MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Adaptive
 
 def _pass_functions() -> set[Any]:
     import torch
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     return {torch.relu, F.relu, torch.sigmoid, torch.tanh, F.gelu, F.silu, F.dropout, F.leaky_relu}
 
@@ -244,7 +243,7 @@ class _Padder:
     def pad_input(self, node: fx.Node) -> None:
         """A layer fed straight from a model input: zero-pad the input (within the growth cap)."""
         import torch
-        import torch.nn.functional as F  # noqa: N812
+        import torch.nn.functional as F
 
         m = self.module(node)
         if not node.args or not isinstance(node.args[0], torch.fx.Node) or node.args[0].op != "placeholder":

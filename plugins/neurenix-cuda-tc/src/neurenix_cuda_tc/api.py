@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import BackendUnavailableError, NeurenixError
 from neurenix_core.graph.inputs import check_outputs
-
 from neurenix_cuda_tc.alignment import Finding, align_model, validate_model
 from neurenix_cuda_tc.amp import MixedPrecision
 from neurenix_cuda_tc.capability import (
@@ -32,9 +31,20 @@ if TYPE_CHECKING:
     from neurenix_cuda_tc.backend import CudaBackend
 
 __all__ = [
-    "is_tensor_cores_available", "tensor_cores_status", "TensorCoresBackend", "PRECISIONS", "UnknownPrecisionError",
-    "check_precision", "tensor_core_precisions", "validate_model", "align_model", "Finding", "MixedPrecision",
-    "profile_tensor_cores", "TensorCoreProfile", "is_tensor_core_kernel",
+    "PRECISIONS",
+    "Finding",
+    "MixedPrecision",
+    "TensorCoreProfile",
+    "TensorCoresBackend",
+    "UnknownPrecisionError",
+    "align_model",
+    "check_precision",
+    "is_tensor_core_kernel",
+    "is_tensor_cores_available",
+    "profile_tensor_cores",
+    "tensor_core_precisions",
+    "tensor_cores_status",
+    "validate_model",
 ]
 
 
@@ -111,7 +121,7 @@ class TensorCoresBackend:
 
     close = release
 
-    def __enter__(self) -> TensorCoresBackend:
+    def __enter__(self) -> TensorCoresBackend:  # noqa: PYI034 - typing.Self needs Python 3.11; 3.10 is supported
         self.initialize()
         return self
 
@@ -139,7 +149,7 @@ class TensorCoresBackend:
 
     # ------------------------------------------------------------------ models
     def optimize_model(self, model: Any, precision: str | None = None, *, channels_last: bool = True,
-                       compile: bool | str = False, cuda_graphs: bool = False, align: bool = False,  # noqa: A002
+                       compile: bool | str = False, cuda_graphs: bool = False, align: bool = False,
                        outputs: str = "device") -> torch.nn.Module:
         """An optimised PyTorch module for ``model`` (a neurenix_core.nn model, a Graph or a
         torch.nn.Module); ``.report`` lists every change. ``align=True`` first zero-pads

@@ -9,22 +9,20 @@ the core first uses a ``cuda`` device, never at ``import neurenix_core``.
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from neurenix_core.plugins.backend import ArrayNamespaceBackend
-from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_core.errors import BackendUnavailableError, UnsupportedDTypeError
+from neurenix_core.plugins.backend import ArrayNamespaceBackend
 from neurenix_core.plugins.manifest import ProbeResult
-
+from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_cuda_tc.capability import ComputeCapability, architecture, tensor_core_precisions
 from neurenix_cuda_tc.probe import EMULATED_CC
 from neurenix_cuda_tc.switches import SwitchState
 
-__all__ = ["CudaBackend", "torch_dtype", "numpy_dtype"]
+__all__ = ["CudaBackend", "numpy_dtype", "torch_dtype"]
 
 
 def _dtype_pairs() -> list[tuple[str, Any]]:
@@ -92,7 +90,7 @@ def numpy_dtype(tdtype: Any) -> np.dtype[Any]:
 def nn_ops() -> dict[str, Callable[..., Any]]:
     """The CONTRIBUTING extension ops on torch.nn.functional (signatures fixed by the core)."""
     import torch
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     def batch_norm(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, eps: float) -> Any:
         if running_mean.requires_grad or running_var.requires_grad:

@@ -15,11 +15,11 @@ __all__ = [
     "PRECISIONS",
     "ComputeCapability",
     "UnknownPrecisionError",
-    "has_tensor_cores",
-    "tensor_core_precisions",
-    "check_precision",
-    "parse_precision",
     "architecture",
+    "check_precision",
+    "has_tensor_cores",
+    "parse_precision",
+    "tensor_core_precisions",
 ]
 
 ComputeCapability = tuple[int, int]

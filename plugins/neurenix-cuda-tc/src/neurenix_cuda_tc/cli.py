@@ -16,7 +16,7 @@ from typing import Any
 
 from neurenix_core.errors import ConfigurationError
 
-__all__ = ["register", "load_model", "cmd_validate"]
+__all__ = ["cmd_validate", "load_model", "register"]
 
 
 def load_model(spec: str) -> Any:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from neurenix_core.errors import CompilationError
 from neurenix_core.plugins.backend import CompiledModel
-
 from neurenix_cuda_tc.capability import parse_precision
 from neurenix_cuda_tc.lowering import lower_graph
 
@@ -52,7 +51,7 @@ class TorchCompiledModel(CompiledModel):
         with torch.inference_mode(), self._precision_context():
             out = self._runner(*xs)
         # Float results come back as float32 (the model boundary), whatever precision ran inside.
-        back = lambda t: t.to(torch.float32) if t.is_floating_point() else t  # noqa: E731
+        back = lambda t: t.to(torch.float32) if t.is_floating_point() else t
         return tuple(back(o) for o in out) if isinstance(out, tuple) else back(out)
 
     def _precision_context(self) -> Any:

@@ -21,7 +21,6 @@ def to_torch_module(model: Any) -> torch.nn.Module:
     import torch
 
     from neurenix_core.graph.ir import Graph
-
     from neurenix_cuda_tc.lowering import lower_graph
 
     if isinstance(model, torch.nn.Module):

@@ -30,7 +30,7 @@ from neurenix_core.errors import BackendUnavailableError, CompilationError
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["TorchHostRuntime", "TorchHostModel"]
+__all__ = ["TorchHostModel", "TorchHostRuntime"]
 
 _WHO: Final = "host runtime torch (plugin cuda-tc)"
 

@@ -21,16 +21,14 @@ import numpy as np
 
 from neurenix_core.errors import CompilationError, ShapeError, UnsupportedOperationError
 from neurenix_core.graph import opset
-
 from neurenix_cuda_tc.torch_ops import FUNCTIONS, function_for
-
 
 if TYPE_CHECKING:
     import torch
 
     from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
-__all__ = ["lower_graph", "graph_module_classes", "module_key", "LOWERED_OPS"]
+__all__ = ["LOWERED_OPS", "graph_module_classes", "lower_graph", "module_key"]
 
 def module_key(node_name: str) -> str:
     """A ModuleDict key for a node name (``features.3`` -> ``features_3``)."""
@@ -226,7 +224,7 @@ def _fake_quant(x: torch.Tensor, q: QuantParams) -> torch.Tensor:
 def _with_quantized_weights(node: Node, plan: QuantizationPlan | None) -> Node:
     from dataclasses import replace
 
-    from neurenix_core.graph import quantization as Q  # noqa: N812
+    from neurenix_core.graph import quantization as Q
 
     if plan is None or node.name not in plan.weights or "weight" not in node.params:
         return node

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["unoptimized_cnn", "optimized_cnn", "nx_cnn", "SEED_UNOPTIMIZED", "SEED_OPTIMIZED"]
+__all__ = ["SEED_OPTIMIZED", "SEED_UNOPTIMIZED", "nx_cnn", "optimized_cnn", "unoptimized_cnn"]
 
 SEED_UNOPTIMIZED = (3, 67, 129, 251)
 SEED_OPTIMIZED = (8, 72, 128, 256)

@@ -16,13 +16,12 @@ from neurenix_core.device import Device
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.inputs import deliver, to_device_inputs
 from neurenix_core.tensor.tensor import Tensor, wrap_on
-
 from neurenix_cuda_tc.switches import SwitchState
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OptimizationReport", "optimize_module", "compute_dtype", "tensor_core_model_class"]
+__all__ = ["OptimizationReport", "compute_dtype", "optimize_module", "tensor_core_model_class"]
 
 
 @dataclass
@@ -90,7 +89,7 @@ def optimize_module(
     switches: SwitchState,
     emulated: bool,
     channels_last: bool = True,
-    compile: bool | str = False,  # noqa: A002 - mirrors torch.compile
+    compile: bool | str = False,  # mirrors torch.compile
     cuda_graphs: bool = False,
     target: Device | None = None,
     backend: Any = None,

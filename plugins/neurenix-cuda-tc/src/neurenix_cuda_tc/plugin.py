@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
-
 from neurenix_cuda_tc import __version__
 from neurenix_cuda_tc import probe as _probe
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
-__all__ = ["probe", "native_probe", "driver_files", "query_driver", "EMULATED_CC"]
+__all__ = ["EMULATED_CC", "driver_files", "native_probe", "probe", "query_driver"]
 
 LIBCUDA: Final = "libcuda.so.1"
 # Where distributions, the CUDA compat package and WSL put the driver library. Searched by path:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from neurenix_core.errors import BackendUnavailableError
 
-__all__ = ["TensorCoreProfile", "is_tensor_core_kernel", "profile_tensor_cores", "classify"]
+__all__ = ["TensorCoreProfile", "classify", "is_tensor_core_kernel", "profile_tensor_cores"]
 
 _TC: Final = re.compile(
     r"(tensorop|tensor\d+x\d+x\d+|hmma|imma|wmma|gmma|wgmma|_mma|mma_|"  # CUTLASS / xmma / PTX families

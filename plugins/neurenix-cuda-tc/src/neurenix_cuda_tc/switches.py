@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["SwitchState", "SWITCHES", "read_switch"]
+__all__ = ["SWITCHES", "SwitchState", "read_switch"]
 
 
 def _targets() -> dict[str, tuple[Any, str]]:

@@ -21,7 +21,7 @@ from neurenix_core.errors import UnsupportedOperationError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FUNCTIONS", "function_for", "torch_dtype_of", "max_pool2d", "avg_pool2d"]
+__all__ = ["FUNCTIONS", "avg_pool2d", "function_for", "max_pool2d", "torch_dtype_of"]
 
 Fn = Callable[..., Any]
 Attrs = Mapping[str, Any]
@@ -112,7 +112,7 @@ def _clip(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
 
 
 def _leaky_relu(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     alpha = float(a["alpha"])
     return lambda x: F.leaky_relu(x, alpha)
@@ -126,7 +126,7 @@ def _hardsigmoid(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
 
 
 def _gelu(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     approximate = str(a["approximate"])
     return lambda x: F.gelu(x, approximate=approximate)
@@ -134,7 +134,7 @@ def _gelu(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
 
 def _activation(name: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
     def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
-        import torch.nn.functional as F  # noqa: N812
+        import torch.nn.functional as F
 
         return getattr(F, name)
 
@@ -185,7 +185,7 @@ def _pair(v: Any) -> tuple[int, int]:
 
 def max_pool2d(x: torch.Tensor, kernel: Any, stride: Any, padding: Any) -> torch.Tensor:
     """F.max_pool2d, also for padding beyond half the window: -inf pads explicitly, then no padding."""
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     if not _wide(padding, kernel):
         return F.max_pool2d(x, kernel, stride, padding)
@@ -199,7 +199,7 @@ def avg_pool2d(x: torch.Tensor, kernel: Any, stride: Any, padding: Any, count_in
     count_include_pad the window sums divide by the number of input elements in each window.
     ``size``: the static (H, W) when known (torch.fx then traces no size)."""
     import torch
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     if not _wide(padding, kernel):
         return F.avg_pool2d(x, kernel, stride, padding, count_include_pad=count_include_pad)
@@ -231,7 +231,7 @@ def _pool(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
 
 def _adaptive(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
     def build(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
-        import torch.nn.functional as F  # noqa: N812
+        import torch.nn.functional as F
 
         size = tuple(int(v) for v in a["output_size"])
         fn = F.adaptive_avg_pool2d if kind == "avg" else F.adaptive_max_pool2d
@@ -460,7 +460,7 @@ _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate",
 
 
 def _pad(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     pads = [(int(lo), int(hi)) for lo, hi in a["pads"]]
     # F.pad lists (before, after) from the last axis backwards; leading axes without padding are left out.
@@ -493,7 +493,7 @@ def _cast(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
 
 def _attention(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     import torch
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     scale, causal = a["scale"], bool(a["is_causal"])
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from neurenix_core.errors import QuantizationError, ShapeError
 from neurenix_core.graph.inputs import check_outputs
 from neurenix_core.graph.ir import CompileOptions, Graph
@@ -26,11 +27,10 @@ from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
 if TYPE_CHECKING:
     from neurenix_core.tensor.tensor import Tensor
-
     from neurenix_edgetpu.backend import LiteRTBackend
     from neurenix_edgetpu.compiled import EdgeTPUModel
 
-__all__ = ["EdgeTPUBackend", "is_edgetpu_available", "list_edge_tpus", "PRECISIONS"]
+__all__ = ["PRECISIONS", "EdgeTPUBackend", "is_edgetpu_available", "list_edge_tpus"]
 
 PRECISIONS = ("int8", "fp32")
 

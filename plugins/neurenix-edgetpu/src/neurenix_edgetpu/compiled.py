@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from neurenix_core.device import Device
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import ModelFormatError, ShapeError
 from neurenix_core.graph.inputs import call_runtime, check_outputs
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
-
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu.compile_cache import cached_tflite
 from neurenix_edgetpu.compiler import CompilerReport, run_edgetpu_compiler

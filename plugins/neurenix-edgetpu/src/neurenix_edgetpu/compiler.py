@@ -16,7 +16,7 @@ from pathlib import Path
 
 from neurenix_core.errors import CompilationError
 
-__all__ = ["CompilerReport", "run_edgetpu_compiler", "parse_log"]
+__all__ = ["CompilerReport", "parse_log", "run_edgetpu_compiler"]
 
 _MAPPED = re.compile(r"Number of operations that will run on Edge TPU:\s*(\d+)")
 _CPU = re.compile(r"Number of operations that will run on CPU:\s*(\d+)")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tflite
-from neurenix_core.tensor import fallback
 
+from neurenix_core.tensor import fallback
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.runtime import Runner
 from neurenix_edgetpu.tflite_writer import ModelBuilder
@@ -25,7 +25,7 @@ from neurenix_edgetpu.verify import inspect_model
 if TYPE_CHECKING:
     from neurenix_edgetpu.backend import LiteRTBackend
 
-__all__ = ["op_table", "OpCache"]
+__all__ = ["OpCache", "op_table"]
 
 OP = tflite.BuiltinOperator
 _F32 = np.dtype(np.float32)
@@ -83,8 +83,8 @@ class _Ops:
         # Not expressible as a float32 single-op model: the fallback policy decides (it may raise).
         fallback.record(name, self.backend.name, "edgetpu")
         if self._cpu_ops is None:
-            from neurenix_core.plugins import state as _state
             from neurenix_core.device import Device
+            from neurenix_core.plugins import state as _state
 
             reg = _state.registry()
             self._cpu_ops = reg.backend(reg.plugin_for(Device("cpu", 0))).ops
@@ -117,14 +117,14 @@ class _Ops:
             return self.host("nn.linear", x, weight, bias)
         shapes = [a.shape, wt.shape] + ([bb.shape] if bb is not None else [])  # type: ignore[union-attr]
         key = ("nn.linear", *shapes)
-        build = lambda: _single(OP.FULLY_CONNECTED, shapes, (a.shape[0], wt.shape[0]),  # noqa: E731
+        build = lambda: _single(OP.FULLY_CONNECTED, shapes, (a.shape[0], wt.shape[0]),
                                 options_type=w.OPTIONS.FullyConnectedOptions, options=w.fc_options(0))
         args = (a, wt) if bb is None else (a, wt, bb)
         if bb is None:
             # FULLY_CONNECTED takes a missing bias as tensor -1; express "no bias" as zeros instead.
             zeros = np.zeros(wt.shape[0], np.float32)
             key = ("nn.linear", a.shape, wt.shape, "nobias")
-            build = lambda: _single(OP.FULLY_CONNECTED, [a.shape, wt.shape], (a.shape[0], wt.shape[0]), constants=[zeros],  # noqa: E731
+            build = lambda: _single(OP.FULLY_CONNECTED, [a.shape, wt.shape], (a.shape[0], wt.shape[0]), constants=[zeros],
                                     options_type=w.OPTIONS.FullyConnectedOptions, options=w.fc_options(0))
         return self.cache.run(key, build, *args)
 
@@ -138,7 +138,7 @@ class _Ops:
         a = _f32(x)
         if a is None or a.ndim == 0 or axis % a.ndim != a.ndim - 1:
             return self.host("nn.softmax", x, axis)
-        build = lambda: _single(OP.SOFTMAX, [a.shape], a.shape, options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))  # noqa: E731
+        build = lambda: _single(OP.SOFTMAX, [a.shape], a.shape, options_type=w.OPTIONS.SoftmaxOptions, options=w.softmax_options(1.0))
         return self.cache.run(("nn.softmax", a.shape), build, a)
 
     def concat(self, arrays: Any, /, *, axis: int | None = 0) -> Any:
@@ -152,7 +152,7 @@ class _Ops:
             out = np.concatenate([np.empty(s, np.float32) for s in shapes], axis=ax).shape
         except ValueError:
             return self.host("concat", arrays, axis=axis)
-        build = lambda: _single(OP.CONCATENATION, shapes, out, options_type=w.OPTIONS.ConcatenationOptions, options=w.concat_options(ax))  # noqa: E731
+        build = lambda: _single(OP.CONCATENATION, shapes, out, options_type=w.OPTIONS.ConcatenationOptions, options=w.concat_options(ax))
         return self.cache.run(("concat", ax, *shapes), build, *items)
 
 

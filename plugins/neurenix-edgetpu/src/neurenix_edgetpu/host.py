@@ -39,7 +39,7 @@ from neurenix_core.errors import BackendUnavailableError, CompilationError, Unsu
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["LiteRTHostRuntime", "LiteRTHostModel"]
+__all__ = ["LiteRTHostModel", "LiteRTHostRuntime"]
 
 _WHO: Final = "host runtime litert (plugin edgetpu)"
 _REMEDY: Final = "pass runtime='auto' (or another runtime name) to nx.compile to run it elsewhere"

@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import tflite
+
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node
-
 from neurenix_edgetpu.lower_values import TO_NHWC as _TO_NHWC
 from neurenix_edgetpu.lower_values import Value as _Value
 
 if TYPE_CHECKING:
     from neurenix_edgetpu.tflite_writer import ModelBuilder
 
-__all__ = ["PaddingOps", "same_matches", "spatial_values", "NON_NEGATIVE_OPS"]
+__all__ = ["NON_NEGATIVE_OPS", "PaddingOps", "same_matches", "spatial_values"]
 
 OP: Final = tflite.BuiltinOperator
 PAD_SAME: Final = tflite.Padding.SAME

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import tflite
+
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import Node
-
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_values import NHWC_AXIS as _NHWC_AXIS
 from neurenix_edgetpu.lower_values import STORED_ORDER as _STORED_ORDER

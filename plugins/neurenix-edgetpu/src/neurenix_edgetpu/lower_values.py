@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-from neurenix_core.graph.ir import QuantParams
 
+from neurenix_core.graph.ir import QuantParams
 from neurenix_edgetpu.tflite_writer import TensorQuant
 
-__all__ = ["Value", "TO_NHWC", "TO_NCHW", "NHWC_AXIS", "STORED_ORDER", "per_tensor", "symmetric"]
+__all__ = ["NHWC_AXIS", "STORED_ORDER", "TO_NCHW", "TO_NHWC", "Value", "per_tensor", "symmetric"]
 
 #: TRANSPOSE permutations between the core's NCHW and the model's NHWC.
 TO_NHWC: Final = (0, 2, 3, 1)

@@ -32,11 +32,11 @@ from typing import Any, Final
 
 import numpy as np
 import tflite
+
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan
 from neurenix_core.graph.quantization import softmax_output_params
 from neurenix_core.graph.shapes import ValueSpec, infer_values
-
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_elementwise import ElementwiseOps
@@ -50,7 +50,7 @@ from neurenix_edgetpu.lower_values import per_tensor as _per_tensor
 from neurenix_edgetpu.lower_values import symmetric as _symmetric
 from neurenix_edgetpu.tflite_writer import ModelBuilder, TensorQuant
 
-__all__ = ["IOSpec", "Lowered", "lower", "PRECISIONS", "IO_KINDS"]
+__all__ = ["IO_KINDS", "PRECISIONS", "IOSpec", "Lowered", "lower"]
 
 OP: Final = tflite.BuiltinOperator
 ACT: Final = tflite.ActivationFunctionType

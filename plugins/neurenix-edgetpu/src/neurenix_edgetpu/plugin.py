@@ -5,18 +5,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.tensor.dtypes import DTYPE_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
-
+from neurenix_core.tensor.dtypes import DTYPE_NAMES
 from neurenix_edgetpu import __version__, probe
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.backend import Backend, CompiledModel
     from neurenix_core.plugins.host import HostRuntime
 
-__all__ = ["neurenix_save_compiled", "neurenix_load_compiled", "neurenix_manifest", "neurenix_probe", "neurenix_native_probe", "neurenix_backend", "neurenix_compile",
-           "neurenix_host_runtime"]
+__all__ = [
+    "neurenix_backend",
+    "neurenix_compile",
+    "neurenix_host_runtime",
+    "neurenix_load_compiled",
+    "neurenix_manifest",
+    "neurenix_native_probe",
+    "neurenix_probe",
+    "neurenix_save_compiled",
+]
 
 #: Ops the backend runs through cached single-op TFLite models (see backend.py).
 NATIVE_OPS = (

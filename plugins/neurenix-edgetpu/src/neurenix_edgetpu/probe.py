@@ -14,8 +14,14 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 __all__ = [
-    "USB_IDS", "LIBRARY", "Scan", "scan", "find_libedgetpu", "runtime_module", "emulated_device_count",
+    "LIBRARY",
+    "USB_IDS",
+    "Scan",
+    "emulated_device_count",
+    "find_libedgetpu",
     "native_list_devices",
+    "runtime_module",
+    "scan",
 ]
 
 #: Coral USB Accelerator: 1a6e:089a before its firmware is loaded, 18d1:9302 after.

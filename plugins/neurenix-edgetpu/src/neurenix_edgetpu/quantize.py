@@ -13,7 +13,7 @@ import numpy as np
 
 from neurenix_edgetpu.tflite_writer import TensorQuant
 
-__all__ = ["round_half_away", "quantize", "dequantize", "weights_int8", "bias_int32", "EdgeQuantizer"]
+__all__ = ["EdgeQuantizer", "bias_int32", "dequantize", "quantize", "round_half_away", "weights_int8"]
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
@@ -65,7 +65,7 @@ class EdgeQuantizer:
     costs more than the arithmetic, so the constants are 0-d arrays of the working dtype.
     """
 
-    __slots__ = ("dtype", "_scale", "_zp", "_lo", "_hi", "_half", "_fscale", "_fzp")
+    __slots__ = ("_fscale", "_fzp", "_half", "_hi", "_lo", "_scale", "_zp", "dtype")
 
     def __init__(self, scale: float, zero_point: int, dtype: Any = np.int8) -> None:
         info = np.iinfo(dtype)

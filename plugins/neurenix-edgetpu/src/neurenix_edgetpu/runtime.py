@@ -10,12 +10,12 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from neurenix_core.errors import BackendUnavailableError, CompilationError, ShapeError
 
+from neurenix_core.errors import BackendUnavailableError, CompilationError, ShapeError
 from neurenix_edgetpu.amx import amx_state
 from neurenix_edgetpu.native_log import native_stderr_to_logging
 
-__all__ = ["load_litert", "Runner", "delegation", "KERNELS"]
+__all__ = ["KERNELS", "Runner", "delegation", "load_litert"]
 
 #: neurenix's names for LiteRT's CPU kernel sets (``OpResolverType`` members).
 KERNELS = {"xnnpack": "BUILTIN", "optimized": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
@@ -79,8 +79,19 @@ class Runner:
     it was created with (LiteRT has no getter for it).
     """
 
-    __slots__ = ("interpreter", "_lock", "_inputs", "_outputs", "_in0", "_out0", "input_details", "output_details", "config",
-                 "invoke1", "_where")
+    __slots__ = (
+        "_in0",
+        "_inputs",
+        "_lock",
+        "_out0",
+        "_outputs",
+        "_where",
+        "config",
+        "input_details",
+        "interpreter",
+        "invoke1",
+        "output_details",
+    )
 
     def __init__(self, interpreter: Any, source: str, config: dict[str, Any] | None = None) -> None:
         self._where = source

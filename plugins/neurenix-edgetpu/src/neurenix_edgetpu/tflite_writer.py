@@ -15,9 +15,10 @@ from typing import Any, Final
 import flatbuffers
 import numpy as np
 import tflite
+
 from neurenix_core.errors import UnsupportedOperationError
 
-__all__ = ["TensorQuant", "ModelBuilder", "FILE_IDENTIFIER", "SCHEMA_VERSION", "OPTIONS"]
+__all__ = ["FILE_IDENTIFIER", "OPTIONS", "SCHEMA_VERSION", "ModelBuilder", "TensorQuant"]
 
 FILE_IDENTIFIER: Final = b"TFL3"
 SCHEMA_VERSION: Final = 3

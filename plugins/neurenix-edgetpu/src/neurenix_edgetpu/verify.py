@@ -14,9 +14,10 @@ from typing import Any, Final
 
 import numpy as np
 import tflite
+
 from neurenix_core.errors import ModelFormatError, ShapeError
 
-__all__ = ["TensorInfo", "ModelInfo", "inspect_model", "EDGETPU_CUSTOM_OP"]
+__all__ = ["EDGETPU_CUSTOM_OP", "ModelInfo", "TensorInfo", "inspect_model"]
 
 #: The custom op edgetpu_compiler puts in place of the ops it mapped to the Edge TPU.
 EDGETPU_CUSTOM_OP: Final = "edgetpu-custom-op"

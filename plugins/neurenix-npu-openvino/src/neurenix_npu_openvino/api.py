@@ -17,7 +17,6 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-
 from neurenix_core.device import Device
 from neurenix_core.errors import CompilationError, NeurenixWarning, QuantizationError
 from neurenix_core.graph.inputs import check_outputs, deliver, to_device_input, to_device_inputs
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
     from neurenix_npu_openvino.compiled import OpenVINOCompiledModel
 
-__all__ = ["NPUBackend", "NPUModel", "is_npu_available", "PRECISIONS", "OPTIMIZE_FOR"]
+__all__ = ["OPTIMIZE_FOR", "PRECISIONS", "NPUBackend", "NPUModel", "is_npu_available"]
 
 PRECISIONS = ("int8", "int16", "fp16", "fp32")
 OPTIMIZE_FOR = ("performance", "accuracy", "latency", "throughput")

@@ -11,20 +11,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDTypeError, UnsupportedOperationError
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_npu_openvino.compile_cache import compile_cached
-from neurenix_npu_openvino.config import check_precision, precision_hint
+from neurenix_npu_openvino.config import check_precision, precision_hint, user_properties
 from neurenix_npu_openvino.lowering import lower_graph
-from neurenix_npu_openvino.config import user_properties
 from neurenix_npu_openvino.quantize import check_plan
 
 if TYPE_CHECKING:
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
 
-__all__ = ["OpenVINOCompiledModel", "compile_graph", "compile_openvino_model", "resolve_precision", "plan_fingerprint", "runtime_config",
-           "CONFIG_PROPERTIES"]
+__all__ = [
+    "CONFIG_PROPERTIES",
+    "OpenVINOCompiledModel",
+    "compile_graph",
+    "compile_openvino_model",
+    "plan_fingerprint",
+    "resolve_precision",
+    "runtime_config",
+]
 
 #: Layer types whose runtime precision tells whether quantization reached the kernels.
 COMPUTE_LAYERS = frozenset({"Convolution", "GroupConvolution", "FullyConnected", "MatMul", "Deconvolution"})

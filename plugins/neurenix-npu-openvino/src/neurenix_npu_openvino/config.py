@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from neurenix_core.errors import CompilationError, QuantizationError
 
-__all__ = ["PRECISIONS", "OPTIMIZE_FOR", "QUANTIZED_CPU_PROPERTIES", "precision_hint", "user_properties", "performance_properties", "check_precision"]
+__all__ = ["OPTIMIZE_FOR", "PRECISIONS", "QUANTIZED_CPU_PROPERTIES", "check_precision", "performance_properties", "precision_hint", "user_properties"]
 
 #: neurenix precision -> (INFERENCE_PRECISION_HINT, OPTIMIZATION_CAPABILITIES entry it needs).
 #: int8/int16 keep the float parts of the graph in f32; the quantized layers run in integers.

@@ -21,7 +21,7 @@ from neurenix_core.tensor import fallback
 if TYPE_CHECKING:
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
 
-__all__ = ["EagerKernels", "NATIVE_OPS"]
+__all__ = ["NATIVE_OPS", "EagerKernels"]
 
 Builder = Callable[..., Any]
 
@@ -38,7 +38,7 @@ _FLOATS: Final = (np.dtype(np.float32), np.dtype(np.float16))
 class _Entry:
     """One compiled eager graph and its infer request (requests are not thread-safe)."""
 
-    __slots__ = ("request", "lock", "tensor")
+    __slots__ = ("lock", "request", "tensor")
 
     def __init__(self, compiled: Any, tensor: Any) -> None:
         self.request = compiled.create_infer_request()

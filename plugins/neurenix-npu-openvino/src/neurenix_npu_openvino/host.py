@@ -18,7 +18,7 @@ from neurenix_core.errors import BackendUnavailableError, CompilationError
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["OpenVINOHostRuntime", "OpenVINOHostModel"]
+__all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
 
 
 class OpenVINOHostModel(HostModel):

@@ -17,7 +17,7 @@ from neurenix_core.graph.ir import Node
 if TYPE_CHECKING:
     from neurenix_npu_openvino.lowering import Lowering
 
-__all__ = ["Handler", "output", "pair", "axis_of"]
+__all__ = ["Handler", "axis_of", "output", "pair"]
 
 Handler = Callable[["Lowering", Node, Mapping[str, Any], list[Any]], Any]
 

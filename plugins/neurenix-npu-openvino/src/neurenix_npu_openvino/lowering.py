@@ -30,7 +30,7 @@ from neurenix_npu_openvino.lower_shape import HANDLERS as _SHAPE
 from neurenix_npu_openvino.lower_types import Handler, output
 from neurenix_npu_openvino.quantize import QUANTIZED_OPS, activation_bounds, constant_weight_bounds, fake_quantize, weight_bounds
 
-__all__ = ["lower_graph", "LOWERED_OPS", "HANDLERS", "Lowering"]
+__all__ = ["HANDLERS", "LOWERED_OPS", "Lowering", "lower_graph"]
 
 HANDLERS: Final[Mapping[str, Handler]] = {**_MATH, **_NN, **_SHAPE, **_ATTENTION}
 LOWERED_OPS: Final = frozenset(HANDLERS)

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Final, NamedTuple
 
-__all__ = ["NPU_DRIVER", "NPU_PLUGIN_LIBRARY", "NPUScan", "scan", "openvino_dir", "npu_plugin_library", "npu_device_nodes"]
+__all__ = ["NPU_DRIVER", "NPU_PLUGIN_LIBRARY", "NPUScan", "npu_device_nodes", "npu_plugin_library", "openvino_dir", "scan"]
 
 NPU_DRIVER: Final = "intel_vpu"
 NPU_PLUGIN_LIBRARY: Final = "libopenvino_intel_npu_plugin.so"

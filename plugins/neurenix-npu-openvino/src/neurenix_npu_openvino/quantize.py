@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import QuantizationError
-from neurenix_core.graph.ir import QuantParams, QuantizationPlan
+from neurenix_core.graph.ir import QuantizationPlan, QuantParams
 
-__all__ = ["fake_quantize", "check_plan", "weight_bounds", "activation_bounds", "constant_weight_bounds", "QUANTIZED_OPS"]
+__all__ = ["QUANTIZED_OPS", "activation_bounds", "check_plan", "constant_weight_bounds", "fake_quantize", "weight_bounds"]
 
 #: The layers whose weights get FakeQuantize (their inputs are activations the plan lists):
 #: OpenVINO's low-precision pass turns FakeQuantize -> Convolution / MatMul into int8 kernels.

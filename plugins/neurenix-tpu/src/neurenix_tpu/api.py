@@ -13,7 +13,7 @@ import neurenix_core as nx
 from neurenix_core.device import Device, DeviceType
 from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
-__all__ = ["is_tpu_available", "is_tpu_emulated", "tpu_device_count", "TPUBackend", "Device", "DeviceType"]
+__all__ = ["Device", "DeviceType", "TPUBackend", "is_tpu_available", "is_tpu_emulated", "tpu_device_count"]
 
 
 def _record() -> Any:
@@ -73,7 +73,6 @@ class TPUBackend(DeviceBackend):
         by hand and tools that already hold a Graph.
         """
         from neurenix_core.graph.ir import CompileOptions
-
         from neurenix_tpu.compiled import compile_graph
 
         extra = {"batch_buckets": tuple(batch_buckets), "data_parallel": data_parallel}

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.errors import BackendUnavailableError, DeviceNotFoundError, UnsupportedDTypeError
 from neurenix_core.plugins.backend import ArrayNamespaceBackend
 from neurenix_core.tensor.dtypes import DTYPES
-from neurenix_core.errors import BackendUnavailableError, DeviceNotFoundError, UnsupportedDTypeError
 
-__all__ = ["JaxTPUBackend", "TENSORCORES_PER_CHIP", "XLA_MEMORY_VARIABLES"]
+__all__ = ["TENSORCORES_PER_CHIP", "XLA_MEMORY_VARIABLES", "JaxTPUBackend"]
 
 # TensorCores behind one JAX device, by device_kind. v4/v5p fuse two cores into one "megacore"
 # device; v2/v3 expose each core as its own device; v5e/v6e chips have one core.

@@ -14,8 +14,8 @@ same device arrays by layer name for inspection.
 from __future__ import annotations
 
 import bisect
-import weakref
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
@@ -26,18 +26,17 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from neurenix_core.device import Device
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.errors import CompilationError, NeurenixWarning
 from neurenix_core.graph.inputs import call_runtime
 from neurenix_core.graph.ir import Graph
-
+from neurenix_core.plugins.backend import CompiledModel
 from neurenix_tpu.compile_cache import cache_phrase, cached_lowering, use_jax_cache, xla_cache_counts
 from neurenix_tpu.lowering import Lowered, lower_graph, resolve_mode
 
 if TYPE_CHECKING:
     from neurenix_tpu.backend import JaxTPUBackend
 
-__all__ = ["RecompilationWarning", "Program", "TPUCompiledModel", "compile_graph", "bucket_for", "RECOMPILE_WARN_AFTER"]
+__all__ = ["RECOMPILE_WARN_AFTER", "Program", "RecompilationWarning", "TPUCompiledModel", "bucket_for", "compile_graph"]
 
 #: Distinct input shapes after which an unbucketed program warns that it keeps recompiling.
 RECOMPILE_WARN_AFTER: Final = 4

@@ -31,7 +31,7 @@ from neurenix_core.errors import BackendUnavailableError, CompilationError
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["XLAHostRuntime", "XLAHostModel"]
+__all__ = ["XLAHostModel", "XLAHostRuntime"]
 
 _WHO: Final = "host runtime xla (plugin tpu)"
 

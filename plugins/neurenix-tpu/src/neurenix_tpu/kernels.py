@@ -18,8 +18,19 @@ import jax.numpy as jnp
 from jax import lax
 
 __all__ = [
-    "pair", "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "batch_norm",
-    "layer_norm", "gelu", "softmax", "attention", "EAGER_NN_OPS",
+    "EAGER_NN_OPS",
+    "adaptive_avg_pool2d",
+    "adaptive_max_pool2d",
+    "attention",
+    "avg_pool2d",
+    "batch_norm",
+    "conv2d",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "max_pool2d",
+    "pair",
+    "softmax",
 ]
 
 Array = Any

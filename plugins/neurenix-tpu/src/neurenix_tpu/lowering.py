@@ -23,11 +23,10 @@ import numpy as np
 from neurenix_core.errors import CompilationError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.shapes import infer_values
-
 from neurenix_tpu.modes import MODES, QUANT_MODES, Mode, resolve_mode
 from neurenix_tpu.optable import LOWERINGS, Value, nchw
 
-__all__ = ["Mode", "MODES", "QUANT_MODES", "resolve_mode", "Lowered", "lower_graph", "LOWERINGS"]
+__all__ = ["LOWERINGS", "MODES", "QUANT_MODES", "Lowered", "Mode", "lower_graph", "resolve_mode"]
 
 Array = Any
 

@@ -18,7 +18,7 @@ from jax import lax
 from neurenix_core.errors import CompilationError
 from neurenix_core.graph.ir import QuantizationPlan
 
-__all__ = ["Mode", "MODES", "QUANT_MODES", "resolve_mode"]
+__all__ = ["MODES", "QUANT_MODES", "Mode", "resolve_mode"]
 
 
 @dataclass(frozen=True, slots=True)

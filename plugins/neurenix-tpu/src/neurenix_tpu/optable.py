@@ -29,11 +29,10 @@ from jax import lax
 
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Node
-
 from neurenix_tpu import kernels
 from neurenix_tpu.modes import Mode
 
-__all__ = ["Value", "Lowering", "LOWERINGS", "nhwc", "nchw", "attention_core"]
+__all__ = ["LOWERINGS", "Lowering", "Value", "attention_core", "nchw", "nhwc"]
 
 Array = Any
 Params = Mapping[str, Array]

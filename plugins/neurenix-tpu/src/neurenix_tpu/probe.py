@@ -14,7 +14,7 @@ from typing import Final, NamedTuple
 
 from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
 
-__all__ = ["TPUPresence", "scan", "emulated_device_count", "probe", "missing_reason"]
+__all__ = ["TPUPresence", "emulated_device_count", "missing_reason", "probe", "scan"]
 
 # Google's PCI vendor id; every Cloud TPU chip shows up as one PCI function with it.
 GOOGLE_PCI_VENDOR: Final = "0x1ae0"
