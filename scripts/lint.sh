@@ -13,5 +13,5 @@ status=0
 start=$(date +%s)
 .venv/bin/python -m mypy --cache-dir "$cache" "$@" || status=1
 echo "mypy: $(( $(date +%s) - start )) s wall (cache $cache)"
-.venv/bin/ruff check . || status=1
+.venv/bin/python -m ruff check . || status=1
 exit "$status"
