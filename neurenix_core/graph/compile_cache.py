@@ -151,18 +151,8 @@ def cpu_identity() -> str:
 
 
 def plan_fingerprint(plan: Any) -> str:
-    """A hash of a QuantizationPlan's parameters (every scale and zero point); "-" for None."""
-    if plan is None:
-        return "-"
-    import numpy as np
-
-    h = hashlib.sha256(repr((plan.bits, plan.method, plan.dynamic)).encode())
-    for group in (plan.activations, plan.weights):
-        for name in sorted(group):
-            q = group[name]
-            h.update(name.encode() + repr((q.bits, q.axis, q.qmin, q.qmax)).encode())
-            h.update(np.ascontiguousarray(q.scale, np.float64).tobytes() + np.ascontiguousarray(q.zero_point, np.float64).tobytes())
-    return h.hexdigest()[:24]
+    """``QuantizationPlan.fingerprint()``, or "-" for None (a key part that is always a string)."""
+    return "-" if plan is None else str(plan.fingerprint())
 
 
 def cache_key(plugin: str, fingerprint: str, options: Mapping[str, Any], versions: Mapping[str, str]) -> str:

@@ -172,6 +172,17 @@ class QuantizationPlan:
     method: str = "minmax"
     dynamic: bool = False
 
+    def fingerprint(self) -> str:
+        """A stable hash of every parameter (bits, method, each scale and zero point): with
+        ``Graph.fingerprint()``, the key of compiled-model caches."""
+        h = hashlib.sha256(repr((self.bits, self.method, self.dynamic)).encode())
+        for group in (self.activations, self.weights):
+            for name in sorted(group):
+                q = group[name]
+                h.update(name.encode() + repr((q.bits, q.axis, q.qmin, q.qmax)).encode())
+                h.update(np.ascontiguousarray(q.scale, np.float64).tobytes() + np.ascontiguousarray(q.zero_point, np.float64).tobytes())
+        return h.hexdigest()[:24]
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,6 @@ list of those this ONNX Runtime has when it is missing) and ``threads`` (ORT int
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from neurenix_core.errors import CompilationError, UnsupportedDTypeError
-from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.graph.ir import CompileOptions, Graph
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_onnxruntime.backend import ORTBackend, ensure_provider
 from neurenix_onnxruntime.eager import OPSET, REJECTED_BY_ORT
@@ -119,7 +118,7 @@ def compile_graph(backend: Any, graph: Graph, options: CompileOptions) -> ORTCom
     providers = _providers(backend, options)
     threads = int(options.extra.get("threads", backend.threads))
     plan = options.quantization
-    key = (graph.fingerprint(), precision, _plan_key(plan), tuple(providers), threads)
+    key = (graph.fingerprint(), precision, ("-" if plan is None else plan.fingerprint()), tuple(providers), threads)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
@@ -131,13 +130,3 @@ def compile_graph(backend: Any, graph: Graph, options: CompileOptions) -> ORTCom
     return compiled
 
 
-def _plan_key(plan: QuantizationPlan | None) -> str:
-    if plan is None:
-        return "-"
-    h = hashlib.sha256(repr((plan.bits, plan.method, plan.dynamic)).encode())
-    for group in (plan.activations, plan.weights):
-        for name in sorted(group):
-            qp = group[name]
-            h.update(name.encode() + repr((qp.bits, qp.axis, qp.qmin, qp.qmax)).encode())
-            h.update(np.asarray(qp.scale, np.float64).tobytes() + np.asarray(qp.zero_point, np.int64).tobytes())
-    return h.hexdigest()[:24]

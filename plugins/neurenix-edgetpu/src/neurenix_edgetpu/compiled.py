@@ -11,7 +11,6 @@ and transpose on the host in one vectorised step per edge.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ import numpy as np
 from neurenix_core.device import Device
 from neurenix_core.errors import ModelFormatError, ShapeError
 from neurenix_core.graph.inputs import call_runtime, check_outputs
-from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
+from neurenix_core.graph.ir import CompileOptions, Graph
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu.compile_cache import cached_tflite
@@ -194,7 +193,7 @@ def compile_graph(backend: LiteRTBackend, graph: Graph, options: CompileOptions)
     io = extra.get("io", "float")
     stem = choose_stem(extra.get("stem", "auto"), precision=precision, kernels=extra.get("kernels") or "xnnpack",
                        emulated=backend.emulated, amx=backend.xnnpack_amx)
-    key = (graph.fingerprint(), precision, _plan_key(plan), io, stem)
+    key = (graph.fingerprint(), precision, (None if plan is None else plan.fingerprint()), io, stem)
     with _cache_lock:
         entry = _cache.get(key)
     if entry is None:
@@ -222,15 +221,6 @@ def compile_graph(backend: LiteRTBackend, graph: Graph, options: CompileOptions)
     return model
 
 
-def _plan_key(plan: QuantizationPlan | None) -> str | None:
-    if plan is None:
-        return None
-    h = hashlib.sha256()
-    for group in (plan.activations, plan.weights):
-        for name in sorted(group):
-            p = group[name]
-            h.update(name.encode() + np.asarray(p.scale, np.float64).tobytes() + np.asarray(p.zero_point, np.int64).tobytes())
-    return h.hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------- existing .tflite files

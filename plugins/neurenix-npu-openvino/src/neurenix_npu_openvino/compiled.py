@@ -4,7 +4,6 @@ for batches of inputs)."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,6 @@ __all__ = [
     "OpenVINOCompiledModel",
     "compile_graph",
     "compile_openvino_model",
-    "plan_fingerprint",
     "resolve_precision",
     "runtime_config",
 ]
@@ -210,17 +208,6 @@ def resolve_precision(backend: NPUOpenVINOBackend, precision: str | None, plan: 
     return precision
 
 
-def plan_fingerprint(plan: QuantizationPlan | None) -> str:
-    if plan is None:
-        return "-"
-    h = hashlib.sha256(repr((plan.bits, plan.method, plan.dynamic)).encode())
-    for group in (plan.activations, plan.weights):
-        for name in sorted(group):
-            q = group[name]
-            h.update(name.encode() + repr((q.bits, q.axis, q.qmin, q.qmax)).encode())
-            h.update(np.ascontiguousarray(q.scale, np.float64).tobytes() + np.ascontiguousarray(q.zero_point, np.float64).tobytes())
-    return h.hexdigest()[:16]
-
 
 def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOptions) -> OpenVINOCompiledModel:
     """Lower and compile ``graph`` (static input shapes) for the npu device; cached."""
@@ -229,7 +216,7 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
     optimize_for = options.extra.get("optimize_for")
     threads = options.extra.get("threads", backend.threads)
     properties = user_properties(options.extra.get("ov_properties"), backend.device_label())
-    key = ("graph", graph.fingerprint(), precision, backend.ov_device, plan_fingerprint(plan), optimize_for, threads, backend.memory_optimization,
+    key = ("graph", graph.fingerprint(), precision, backend.ov_device, None if plan is None else plan.fingerprint(), optimize_for, threads, backend.memory_optimization,
            tuple(sorted(properties.items())))
 
     def compile_now() -> Any:
