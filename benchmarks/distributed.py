@@ -28,18 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.cli.benchkit import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES, HIDDEN, CLASSES = 64, 512, 10
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 # ---------------------------------------------------------------------- worker (under torchrun)

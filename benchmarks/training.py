@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -31,19 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.cli.benchkit import run_child
+from neurenix_core.cli.benchkit import cpu_model, run_child
 
 BATCH, SIZE, LR, MOMENTUM = 64, 16, 0.05, 0.9
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
