@@ -94,3 +94,28 @@ def check_unlowered_op_is_refused(runtime: Any) -> None:
     pattern = rf"runtime='{runtime.name}' was asked, but {runtime.name} does not lower op\(s\) cumsum"
     with pytest.raises(nx.UnsupportedOperationError, match=pattern):
         compiled(inputs(4, 8))
+
+
+def check_matches_torch_and_reference(runtime: str, make: Any, shape: tuple[int, ...]) -> Any:
+    """``make()`` (a torch model) imported and compiled for cpu:0 with ``runtime=``: float32, within
+    1e-5 of PyTorch fp32 and of the core's float reference, and the report names the runtime as
+    asked. Returns the compiled model for the caller's runtime-specific checks."""
+    import torch
+
+    import neurenix_core as nx
+    from neurenix_core.graph.reference import run_graph
+
+    module = make()
+    x = inputs(*shape)
+    model = nx.nn.from_torch(module, (torch.from_numpy(x),))
+    compiled = nx.compile(model, device="cpu", runtime=runtime)
+    got = compiled(x).numpy()
+    with torch.no_grad():
+        want_torch = module(torch.from_numpy(x)).double().numpy()
+    want_ref = np.asarray(run_graph(model.to_graph(shape), x), np.float64)
+    assert got.dtype == np.float32 and got.shape == want_ref.shape
+    assert relative_error(got, want_torch) <= 1e-5
+    assert relative_error(got, want_ref) <= 1e-5
+    assert f"runtime {runtime} (runtime={runtime!r} asked)" in compiled.summary
+    assert f"model on cpu:0: runtime {runtime}" in str(compiled.placement)
+    return compiled

@@ -13,15 +13,13 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
 from neurenix_core.plugins.host import HostOptions, HostRuntime
 
 torch = pytest.importorskip("torch")
 
-from host_models import check_unlowered_op_is_refused, host_runtime
+from host_models import check_matches_torch_and_reference, check_unlowered_op_is_refused, host_runtime
 from host_models import inputs as _x
 from host_models import mlp_graph as _mlp_graph
-from host_models import relative_error as _rel
 from host_models import torch_cnn as _cnn
 from host_models import torch_mlp as _mlp
 
@@ -38,20 +36,8 @@ def test_host_runtimes_lists_torch(rt: HostRuntime) -> None:
 
 @pytest.mark.parametrize(("make", "shape"), [(_cnn, (8, 3, 32, 32)), (_mlp, (16, 64))], ids=["cnn", "mlp"])
 def test_torch_matches_torch_fp32_and_the_reference(rt: HostRuntime, make: Any, shape: tuple[int, ...]) -> None:
-    module = make()
-    x = _x(*shape)
-    model = nx.nn.from_torch(module, (torch.from_numpy(x),))
-    compiled = nx.compile(model, device="cpu", runtime="torch")
-    got = compiled(x).numpy()
-    with torch.no_grad():
-        want_torch = module(torch.from_numpy(x)).double().numpy()
-    want_ref = np.asarray(run_graph(model.to_graph(shape), x), np.float64)
-    assert got.dtype == np.float32 and got.shape == want_ref.shape
-    assert _rel(got, want_torch) <= 1e-5
-    assert _rel(got, want_ref) <= 1e-5
+    compiled = check_matches_torch_and_reference("torch", make, shape)
     assert "PyTorch" in compiled.summary and "CPU on cpu:0, fp32" in compiled.summary
-    assert "runtime torch (runtime='torch' asked)" in compiled.summary
-    assert "model on cpu:0: runtime torch" in str(compiled.placement)
 
 
 def test_inputs_are_shared_and_read_only_ones_accepted(rt: HostRuntime) -> None:
