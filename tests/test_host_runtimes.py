@@ -175,7 +175,7 @@ y = c(t._x((16, 256))).numpy()
 res = {"summary": c.summary, "err": float(np.abs(y - run_graph(g, t._x((16, 256)))).max()), "runtimes": sorted(host_select.host_runtimes())}
 # A cached choice whose runtime no longer compiles the graph: measured again, the reason kept.
 rts = {k: v for k, v in host_select.host_runtimes().items() if not isinstance(v, str)}
-key = host_select._cache_key(g, None, {k: v for k, v in rts.items() if v.covers(g) is None})
+key = host_select._cache_key(g, None)
 host_select._cache_write(registry().config.state_dir, key, {"runtime": "broken", "times_ms": {"broken": 0.001}})
 again = nx.compile(g, device="cpu")
 again(t._x((16, 256)))

@@ -14,7 +14,11 @@ A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0`
    difference as the reason; with ``threads=`` given, so is a runtime that cannot apply it per
    model), the interpreter too, and the fastest wins. The choice and the
    times are cached in the state folder (``host_runtimes.json``), keyed by graph fingerprint,
-   shapes, threads, CPU model and runtime versions, so a later process compiles only the winner.
+   shapes, threads, CPU model and the installed host-runtime plugins with the versions of the
+   packages each depends on (read from package metadata, so the key needs no framework started).
+   A later process starts and compiles only the winner: the other frameworks are not imported.
+   A cached winner that no longer starts, covers or compiles the graph is measured again with
+   every runtime, its failure kept as the reason.
 
 A runtime that is missing, fails to start or refuses the graph is skipped with its reason; the
 result says which runtime runs the graph and why (``HostChoice.line``), and ``compiled.summary``
@@ -159,12 +163,21 @@ def choose(
     if runtime is not None:
         named = host_runtime_named(runtime)
         return _named(graph, runtime, named if named else host_runtimes(), options)
+    key = _cache_key(graph, threads)
+    failed: dict[str, str] = {}  # the cached winner's failure to compile, kept as its reason
+    cached = _cache_read(state_dir).get(key) if flops >= FLOP_FLOOR else None
+    if isinstance(cached, dict):
+        hit = _from_cache(graph, cached, options, failed)
+        if hit is not None:
+            return hit
     available = host_runtimes()
     skipped: dict[str, str] = {}
     candidates: dict[str, HostRuntime] = {}
     for name, rt in available.items():
         why = rt if isinstance(rt, str) else rt.covers(graph)
-        if why is None and isinstance(rt, HostRuntime):
+        if name in failed:
+            skipped[name] = failed[name]
+        elif why is None and isinstance(rt, HostRuntime):
             candidates[name] = rt
         else:
             skipped[name] = str(why)
@@ -180,15 +193,7 @@ def choose(
             f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}: a runtime call costs more than the graph",
             skipped=skipped,
         )
-    key = _cache_key(graph, threads, candidates)
-    cached = _cache_read(state_dir).get(key)
-    if isinstance(cached, dict) and (cached.get("runtime") == INTERPRETER or cached.get("runtime") in candidates):
-        try:
-            return _from_cache(graph, cached, candidates, options, skipped)
-        except Exception as exc:  # noqa: BLE001 - the cached winner no longer compiles this graph: measured again, the reason kept
-            skipped[str(cached["runtime"])] = f"the cached choice failed to compile ({type(exc).__name__}: {exc})"
-            candidates = {k: v for k, v in candidates.items() if k != cached["runtime"]}
-    return _measure(graph, candidates, options, interpreter, skipped, key, state_dir)
+    return _measure(graph, candidates, options, interpreter, skipped, key, state_dir, frozenset(failed))
 
 
 def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str], options: HostOptions) -> HostChoice:
@@ -269,6 +274,7 @@ def _measure(
     skipped: dict[str, str],
     key: str,
     state_dir: str | None,
+    failed: frozenset[str] = frozenset(),
 ) -> HostChoice:
     inputs = _inputs(graph)
     ms, reference = _time(interpreter, inputs)
@@ -295,27 +301,85 @@ def _measure(
             continue
         times[name], models[name] = ms, model
     best = min(times, key=lambda k: times[k])
-    _cache_write(state_dir, key, {"runtime": best, "times_ms": times})
+    # What a later process needs to start the winner alone and report as this one does: the
+    # winner's version (checked once it is started) and why the others were not used (not the
+    # failure of an earlier cached choice: that was this process's reason to measure).
+    entry = {"runtime": best, "times_ms": times, "skipped": {k: v for k, v in skipped.items() if k not in failed},
+             "version": "" if best == INTERPRETER else candidates[best].version}
+    _cache_write(state_dir, key, entry)
     return HostChoice(best, "fastest, measured at compile time", models.get(best), times, skipped)
 
 
-def _from_cache(
-    graph: Graph, cached: Mapping[str, Any], candidates: Mapping[str, HostRuntime], options: HostOptions, skipped: dict[str, str]
-) -> HostChoice:
+def _from_cache(graph: Graph, cached: Mapping[str, Any], options: HostOptions, failed: dict[str, str]) -> HostChoice | None:
+    """The cached winner, started alone (no other framework imported) and compiled; None when
+    it cannot be used as it is: not installed or not starting, another version than measured,
+    or no longer covering the graph (the caller measures again), or failing to compile (its
+    reason goes into ``failed``, and the caller measures the others)."""
+    best = str(cached.get("runtime"))
     times = {str(k): float(v) for k, v in dict(cached.get("times_ms", {})).items()}
-    best = str(cached["runtime"])
-    model = None if best == INTERPRETER else candidates[best].compile(graph, options)
-    return HostChoice(best, "fastest, measured by an earlier compile (cached)", model, times, skipped)
+    skipped = {str(k): str(v) for k, v in dict(cached.get("skipped", {})).items()}
+    reason = "fastest, measured by an earlier compile (cached)"
+    if best == INTERPRETER:
+        return HostChoice(best, reason, None, times, skipped)
+    rt = host_runtime_named(best).get(best)
+    if not isinstance(rt, HostRuntime) or cached.get("version", rt.version) != rt.version or rt.covers(graph) is not None:
+        return None
+    try:
+        model = rt.compile(graph, options)
+    except Exception as exc:  # noqa: BLE001 - the cached winner no longer compiles this graph: measured again, the reason kept
+        failed[best] = f"the cached choice failed to compile ({type(exc).__name__}: {exc})"
+        return None
+    return HostChoice(best, reason, model, times, skipped)
 
 
 # ------------------------------------------------------------------------------ the choice cache
-def _cache_key(graph: Graph, threads: int | None, candidates: Mapping[str, HostRuntime]) -> str:
+def _cache_key(graph: Graph, threads: int | None) -> str:
     from neurenix_core.cli.benchkit import cpu_model
 
-    versions = sorted((name, rt.version) for name, rt in candidates.items())
     shapes = [(s.name, tuple(s.shape), s.dtype) for s in graph.inputs]
-    text = json.dumps([graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), versions], default=str)
+    text = json.dumps([graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), _installed_runtimes()], default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+_installed: list[list[Any]] | None = None
+
+
+def _installed_runtimes() -> list[list[Any]]:
+    """Each host-runtime plugin (runtime name, plugin name and version) with the installed
+    versions of the packages its distribution requires, from package metadata: an upgraded
+    framework changes the key without the framework being imported (read once per process)."""
+    global _installed
+    if _installed is None:
+        from neurenix_core.plugins.state import registry
+
+        found = []
+        for rec in registry().records:
+            name = rec.manifest.capabilities.host_runtime if rec.manifest is not None else None
+            if name is not None and rec.failure is None and rec.denied is None:
+                found.append([name, rec.name, str(rec.version), _requirement_versions(rec.distribution)])
+        _installed = sorted(found)
+    return _installed
+
+
+def _requirement_versions(distribution: str | None) -> list[str]:
+    """``name==version`` of each unconditional requirement of ``distribution`` (extras left out)."""
+    import re
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires(distribution) if distribution else None
+    except metadata.PackageNotFoundError:  # a plugin module without an installed distribution
+        return []
+    out = []
+    for req in requires or []:
+        if ";" in req:
+            continue  # an extra or a marker: not what the plugin always runs on
+        name = re.split(r"[\s<>=!~\[(]", req, maxsplit=1)[0]
+        try:
+            out.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{name} missing")
+    return sorted(out)
 
 
 def _cache_path(state_dir: str | None) -> str | None:
