@@ -77,6 +77,9 @@ class Program:
         self.buckets = buckets
         self.device = backend._native_device(index)
         self.shapes: set[tuple[tuple[int, ...], ...]] = set()
+        # Argument signatures compiled ahead of the first call (_warm_up): jit's own cache counts
+        # a signature only once it is called.
+        self.ahead: set[tuple[Any, ...]] = set()
         self._warned = False
         self.indices = tuple(range(index, index + parallel)) if parallel > 1 else (index,)
         nbytes = _param_bytes(lowered.params)
@@ -101,8 +104,10 @@ class Program:
 
     @property
     def compiles(self) -> int:
-        """XLA executables built so far for this program (one per distinct padded input shape)."""
-        return int(self.jitted._cache_size())
+        """XLA executables built so far for this program (one per distinct padded input shape):
+        those compiled ahead by ``nx.compile`` or by a call, whichever count is larger (a
+        signature compiled ahead enters jit's cache on its first call, without compiling again)."""
+        return max(int(self.jitted._cache_size()), len(self.ahead))
 
     def note_shapes(self, shapes: tuple[tuple[int, ...], ...]) -> None:
         self.shapes.add(shapes)
@@ -287,6 +292,15 @@ def _lowering(backend: JaxTPUBackend, graph: Graph, precision: str | None, plan:
 
 def _warm_up(backend: JaxTPUBackend, model: TPUCompiledModel, graph: Graph) -> None:
     # Compile now, inside nx.compile's first call for this shape, so lowering errors surface here
-    # (naming the layer) and the first real call is not the slow one.
-    xs = [backend._from_host(np.zeros(s.shape, dtype=np.dtype(s.dtype)), model.program.index) for s in graph.inputs]
-    jax.block_until_ready(model._run(*xs))
+    # (naming the layer) and the first real call is not the slow one. Compiled ahead of time
+    # (lower + compile, nothing executed): the first call then finds the executable in jit's
+    # caches and runs the model once, not twice. The arguments are the ones _run passes (padded,
+    # scattered over the cores when data parallel), so the call's signature is the one compiled.
+    p = model.program
+    xs = [_pad(backend._from_host(np.zeros(s.shape, dtype=np.dtype(s.dtype)), p.index), model.padded) for s in graph.inputs]
+    if p.batch_sharding is not None:
+        xs = [jax.device_put(x, p.batch_sharding) for x in xs]
+    signature = tuple((tuple(x.shape), str(x.dtype)) for x in xs)
+    if signature not in p.ahead:
+        p.jitted.lower(p.leaves, *xs).compile()
+        p.ahead.add(signature)
