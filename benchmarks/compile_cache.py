@@ -12,6 +12,9 @@ loads the same file (no torch), so its graph fingerprint is the same. Plugins ot
 emulated (NEURENIX_EMULATE): OpenVINO's CPU device (npu), JAX's CPU platform (tpu), LiteRT
 without delegate (edgetpu), PyTorch CPU (cuda).
 
+One unmeasured process per device and model runs first (cache off): it writes the ``.pyc`` files of
+what that path imports, as installing a package does (the measured processes run without
+PYTHONDONTWRITEBYTECODE), and brings the files into the OS cache, for every column alike.
 Each measured process loads the model, starts the device's backend and runs one op on it
 (importing and starting the framework is not compiling, and the cache cannot help it) and times
 ``nx.compile(model, device=...)`` plus the first call, which is where the compile happens. "off"
@@ -110,7 +113,9 @@ def child(model_path: str, input_path: str, device: str) -> None:
 
 
 def _measure(model: tuple[Path, Path], device: str, state: Path, **env: str) -> dict[str, Any]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("NEURENIX_", "JAX_", "XLA_"))}
+    # PYTHONDONTWRITEBYTECODE left out: with it, every process compiles each module changed since
+    # its .pyc was written again, which an installed package (compiled at install) never does.
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("NEURENIX_", "JAX_", "XLA_")) and k != "PYTHONDONTWRITEBYTECODE"}
     full.update(EMULATION, NEURENIX_STATE_DIR=str(state), **env)
     proc = subprocess.run([sys.executable, __file__, "--child", str(model[0]), str(model[1]), device], capture_output=True, text=True,
                           env=full, timeout=600, check=False)
@@ -122,6 +127,9 @@ def _measure(model: tuple[Path, Path], device: str, state: Path, **env: str) -> 
 def measure(model: tuple[Path, Path], device: str, repeats: int, scratch: Path) -> dict[str, Any]:
     off, cold, warm, summaries = [], [], [], []
     identical, close = True, True
+    # One process first, not measured, the same for every column: it writes the .pyc files of
+    # what the device's path imports and brings the files into the OS cache.
+    _measure(model, device, scratch / "prime", NEURENIX_COMPILE_CACHE="0")
     for r in range(repeats):
         state = scratch / f"{device.replace(':', '')}-{model[0].stem}-{r}"
         a = _measure(model, device, scratch / "off", NEURENIX_COMPILE_CACHE="0")
