@@ -147,10 +147,12 @@ def _graph_of(model: Any) -> Graph:
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,
                   method: str, progress: bool) -> tuple[str | None, QuantizationPlan | None, Graph]:
-    from neurenix_core.graph import quantization as Q
-
     if precision is not None and precision not in PRECISIONS:
         raise CompilationError(f"{dev}: precision={precision!r} is not one of {', '.join(PRECISIONS)}")
+    if quantize is None and precision not in ("int8", "int16"):
+        return precision, None, graph  # a float compile: the quantization modules are not imported
+    from neurenix_core.graph import quantization as Q
+
     if isinstance(quantize, QuantizationPlan):
         Q.check_plan(graph, quantize)
         return f"int{quantize.bits}", quantize, graph
