@@ -89,7 +89,7 @@ def test_manifest_describes_the_model(saved: dict[str, Any]) -> None:
     from neurenix_core.deploy import read_manifest
 
     manifest = read_manifest(saved[("npu", "cnn")]["path"])
-    assert manifest["format_version"] == 1 and manifest["device_type"] == "npu" and manifest["emulated"] is True
+    assert manifest["format_version"] == 2 and manifest["device_type"] == "npu" and manifest["emulated"] is True
     assert manifest["plugin"] == {"name": "npu-openvino", "distribution": "neurenix-npu-openvino", "version": manifest["plugin"]["version"]}
     assert manifest["runtime"][0].startswith("openvino ")
     assert manifest["shapes"][0]["shapes"] == [[2, 3, 8, 8]]
@@ -249,7 +249,7 @@ def test_bucketed_model_keeps_its_buckets(tmp_path: Path) -> None:
         expected = compiled(x)  # batch 3 padded to the bucket 4
         compiled.save(tmp_path / "b")
         manifest = json.loads((tmp_path / "b" / "artifact.json").read_text())
-        assert manifest["inputs"][0]["shape"] == [None, 8] and manifest["buckets"] == [{"l": [2, 4]}, {"d": [["x", 0.5]]}]
+        assert manifest["inputs"][0]["shape"] == [None, 8] and manifest["buckets"] == [[2, 4], {"$dict": [["x", 0.5]]}]
         loaded = nx.load_compiled(tmp_path / "b")
         np.testing.assert_allclose(loaded(x), expected, rtol=1e-6, atol=1e-6)
     assert loaded.compiled_shapes == [((4, 8),)]

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from neurenix_core.deploy.arrays import write_arrays
-from neurenix_core.deploy.codec import Encoder, graph_to_json, plan_to_json
+from neurenix_core.deploy.codec import encoder
 from neurenix_core.errors import (
     ArtifactFormatError,
     ArtifactUnsupportedError,
 )
+from neurenix_core.io.graph_json import graph_to_json, plan_to_json
 
 if TYPE_CHECKING:
     from neurenix_core.graph.compiler import Compiled
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "member", "read_manifest", "save_compiled"]
 
 #: Version of the folder layout and manifest; a reader refuses a newer one (ArtifactFormatError).
-FORMAT_VERSION: Final = 1
+#: 2: the graph is stored as model files store theirs (neurenix_core.io); format 1 still loads.
+FORMAT_VERSION: Final = 2
 MANIFEST_NAME: Final = "artifact.json"
 _KIND: Final = "neurenix-compiled-model"
 _REMEDY: Final = "write it again with compiled.save(path) or `neurenix export`"
@@ -84,12 +86,13 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
     from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
     rec = compiled._record
-    enc = Encoder()
+    enc = encoder()
     graph = graph_to_json(compiled.graph, enc)
-    plan = None if compiled.plan is None else plan_to_json(compiled.plan, enc)
+    plan = plan_to_json(compiled.plan, enc)
     # Options and buckets may hold arrays (pad values): they go to graph.arrays with the weights.
-    extra = enc.value(_python_scalars(_plain_extra(compiled.extra)), "compile option")
-    buckets = None if compiled._bucket_args is None else [enc.value(_python_scalars(v), "buckets") for v in compiled._bucket_args]
+    extra = enc.value(_python_scalars(_plain_extra(compiled.extra)), "option", "compile option")
+    buckets = None if compiled._bucket_args is None else [enc.value(_python_scalars(v), f"buckets.{i}", "buckets")
+                                                          for i, v in enumerate(compiled._bucket_args)]
     parts = _write_parts(compiled, folder, where)
     (folder / "graph.json").write_text(json.dumps({"graph": graph, "plan": plan}))
     write_arrays(folder / "graph.arrays", enc.arrays)

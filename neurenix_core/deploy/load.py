@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from neurenix_core.deploy.arrays import read_arrays
 from neurenix_core.deploy.artifact import _REMEDY, read_manifest
-from neurenix_core.deploy.codec import decode_value, graph_from_json, plan_from_json
+from neurenix_core.deploy.codec import decoder, read_graph
 from neurenix_core.errors import (
     ArtifactFormatError,
     ArtifactMismatchError,
@@ -93,13 +93,12 @@ def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend
         raise ArtifactFormatError(f"{where}: graph.json is not readable JSON ({exc}); {_REMEDY}") from exc
     if not isinstance(stored, dict) or not isinstance(stored.get("graph"), dict):
         raise ArtifactFormatError(f"{where}: graph.json holds no model graph; {_REMEDY}")
-    arrays = read_arrays(folder / "graph.arrays")
-    graph = graph_from_json(stored["graph"], arrays, where)
-    plan = None if stored.get("plan") is None else plan_from_json(stored["plan"], arrays, where)
-    extra = dict(decode_value(manifest.get("extra") or {"d": []}, arrays))
+    dec = decoder(read_arrays(folder / "graph.arrays"), where, manifest["format_version"])
+    graph, plan = read_graph(stored, dec)
+    extra = dict(dec.value(manifest["extra"])) if manifest.get("extra") else {}
     compiled = Compiled(graph, dev, backend, rec, manifest["precision"], plan, extra, outputs=manifest["outputs"])
     if manifest.get("buckets") is not None:
-        _restore_buckets(compiled, manifest["buckets"], arrays)
+        _restore_buckets(compiled, manifest["buckets"], dec)
     options = CompileOptions(device=dev, precision=manifest["precision"], quantization=plan, extra=compiled.extra)
     compiled._restored = _load_parts(manifest, folder, backend, rec, options)
     compiled._host_pins = dict(manifest.get("host_parts", {}))
@@ -117,10 +116,10 @@ def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend
     return compiled
 
 
-def _restore_buckets(compiled: Compiled, stored: list[Any], arrays: Any) -> None:
+def _restore_buckets(compiled: Compiled, stored: list[Any], dec: Any) -> None:
     from neurenix_core.graph.buckets import parse_buckets
 
-    buckets, pad_values = (decode_value(v, arrays) for v in stored)
+    buckets, pad_values = (dec.value(v) for v in stored)
     compiled._buckets = parse_buckets(buckets, compiled.graph, pad_values)
     compiled._bucket_args = (buckets, pad_values)
     compiled.extra["shape_buckets"] = True
