@@ -820,7 +820,9 @@ class Compiled:
         from neurenix_core.graph.reference import run_graph
 
         interpreter = self._interpreter_runner(graph)
-        eager = f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(graph.nodes)} nodes"
+        threads = self.extra.get("threads")
+        eager = f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(graph.nodes)} nodes" + (
+            "" if threads is None else f", {threads} thread{'s' if threads != 1 else ''}")
         if self._values is not None:  # a graph per input value: measuring runtimes for each would cost more than it saves
             return interpreter, eager
         choice = self._choose_host(graph, lambda *hosts: run_graph(graph, *hosts, float_dtype=None), "model")
@@ -842,6 +844,7 @@ class Compiled:
     def _interpreter_runner(self, graph: Graph) -> Runner:
         """The CPU backend's whole-opset path: the reference semantics on host arrays, every value
         in the dtype the graph declares."""
+        from neurenix_core.backends import cpu_threads
         from neurenix_core.graph.reference import run_graph
         from neurenix_core.tensor.creation import asarray
         from neurenix_core.tensor.tensor import wrap_on
@@ -863,8 +866,15 @@ class Compiled:
                 return wrap_on(arr, p)
             return asarray(arr, device=dev)
 
+        threads = cpu_threads.checked(self.extra.get("threads"))
+
         def run(*natives: Any) -> tuple[Tensor, ...]:
-            out = run_graph(graph, *(n if kind else to_host(n) for n, kind in zip(natives, kinds)), float_dtype=None)
+            hosts = [n if kind else to_host(n) for n, kind in zip(natives, kinds)]
+            if threads is None:
+                out = run_graph(graph, *hosts, float_dtype=None)
+            else:
+                with cpu_threads.using(threads):  # the plan's steps split over that many cores, BLAS at 1
+                    out = run_graph(graph, *hosts, float_dtype=None)
             outs = out if isinstance(out, tuple) else (out,)
             return tuple(tensor(o) for o in outs)
 
