@@ -30,6 +30,7 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.backends import cpu_nn as K
+from neurenix_core.backends import cpu_threads
 from neurenix_core.errors import ShapeError
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node
@@ -48,6 +49,9 @@ _VALUE_CATEGORIES: Final = frozenset({"sequence", "control"})
 _CACHE_SIZE: Final = 64
 #: Plans kept per dynamic graph (one per input shape seen).
 _SHAPES_PER_GRAPH: Final = 16
+#: Elements per shard at least when a step is split across interpreter threads: below it the
+#: pool's hand-off costs more than the second core saves.
+_SPLIT_MIN: Final = 32768
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +126,7 @@ def _conv_step(conv: Node, bn: Node | None, relu: bool, fallback: StepFn) -> Ste
         scale, shift = _bn_affine(bn)
         w, b = w * scale.reshape(-1, 1, 1, 1), b * scale + shift
     has_bias = bn is not None or conv.params.get("bias") is not None
-    weight, bias = _f32(w), _f32(b).reshape(1, -1, 1, 1)
+    weight, bias = _f32(w), (_f32(b) if has_bias else None)
     stride, padding, dilation, groups = K._pair(a["stride"]), K._pair(a["padding"]), K._pair(a["dilation"]), int(a["groups"])
     cg = weight.shape[1]
 
@@ -130,12 +134,7 @@ def _conv_step(conv: Node, bn: Node | None, relu: bool, fallback: StepFn) -> Ste
         x = xs[0]
         if x.dtype != _F32 or x.ndim != 4 or x.shape[1] != cg * groups:
             return fallback(xs)  # another dtype, or a shape error the reference words
-        out = K.conv2d_nobias(K._pad(x, padding), weight, stride, dilation, groups)
-        if has_bias:
-            out += bias
-        if relu:
-            np.maximum(out, 0, out=out)
-        return out
+        return K.conv2d_f32(x, weight, bias, padding, stride, dilation, groups, relu)
 
     return run
 
@@ -151,7 +150,12 @@ def _linear_step(node: Node, fallback: StepFn) -> StepFn:
         if x.ndim > 2 and x.flags.c_contiguous:
             # One GEMM over every row: a 3-D @ 2-D matmul is one BLAS call per leading index
             # (measured 15-25% slower at ViT sizes, batch 32).
-            out = np.matmul(x.reshape(-1, x.shape[-1]), weight_t).reshape(*x.shape[:-1], weight_t.shape[1])
+            rows = x.reshape(-1, x.shape[-1])
+            if cpu_threads.current() > 1 and rows.shape[0] >= 2 * _LINEAR_SPLIT_ROWS:
+                return _linear_rows(rows, weight_t, bias).reshape(*x.shape[:-1], weight_t.shape[1])
+            out = np.matmul(rows, weight_t).reshape(*x.shape[:-1], weight_t.shape[1])
+        elif x.ndim == 2 and cpu_threads.current() > 1 and x.shape[0] >= 2 * _LINEAR_SPLIT_ROWS:
+            return _linear_rows(x, weight_t, bias)
         else:
             out = np.matmul(x, weight_t)
         if bias is not None:
@@ -159,6 +163,22 @@ def _linear_step(node: Node, fallback: StepFn) -> StepFn:
         return out
 
     return run
+
+
+#: Rows per shard at least, for a linear layer split across interpreter threads.
+_LINEAR_SPLIT_ROWS: Final = 64
+
+
+def _linear_rows(rows: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    out = np.empty((rows.shape[0], weight_t.shape[1]), _F32)
+
+    def part(lo: int, hi: int) -> None:
+        np.matmul(rows[lo:hi], weight_t, out=out[lo:hi])
+        if bias is not None:
+            out[lo:hi] += bias
+
+    cpu_threads.split(rows.shape[0], part, min_items=_LINEAR_SPLIT_ROWS)
+    return out
 
 
 def _bn_step(node: Node, fallback: StepFn) -> StepFn:
@@ -189,15 +209,16 @@ def _gelu32(x: np.ndarray) -> np.ndarray:
     relative precision. The ~35 ufunc passes run block by block on scratch arrays that stay in
     cache, and the reflection is arithmetic, not a masked ufunc (``where=`` ran 5x slower than
     the arithmetic): 2.5x faster than whole-array passes at ViT sizes, the same bits."""
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
+    return _sharded_flat(x, _gelu_range)
+
+
+def _gelu_range(flat: np.ndarray, out: np.ndarray) -> None:
     size = min(_GELU_BLOCK, flat.size)
     z, t, poly, negative, sign = (np.empty(size, np.float32) for _ in range(5))
     for start in range(0, flat.size, _GELU_BLOCK):
         xb = flat[start : start + _GELU_BLOCK]
         m = xb.size
         _gelu_block(xb, out[start : start + m], z[:m], t[:m], poly[:m], negative[:m], sign[:m])
-    return out.reshape(x.shape)
 
 
 def _gelu_block(x: np.ndarray, out: np.ndarray, z: np.ndarray, t: np.ndarray, poly: np.ndarray, negative: np.ndarray,
@@ -249,12 +270,16 @@ def _softmax_step(node: Node, fallback: StepFn) -> StepFn:
         rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
         out = np.empty_like(rows)
         step = max(1, _ROW_BLOCK_ELEMENTS // rows.shape[1])
-        for b in range(0, rows.shape[0], step):
-            xb = rows[b : b + step]
-            ob = out[b : b + xb.shape[0]]
-            np.subtract(xb, xb.max(axis=-1, keepdims=True), out=ob)
-            np.exp(ob, out=ob)
-            ob /= ob.sum(axis=-1, keepdims=True)
+
+        def part(lo: int, hi: int) -> None:
+            for b in range(lo, hi, step):
+                xb = rows[b : min(hi, b + step)]
+                ob = out[b : b + xb.shape[0]]
+                np.subtract(xb, xb.max(axis=-1, keepdims=True), out=ob)
+                np.exp(ob, out=ob)
+                ob /= ob.sum(axis=-1, keepdims=True)
+
+        cpu_threads.split(rows.shape[0], part, min_items=max(1, _SPLIT_MIN // rows.shape[1]))
         return out.reshape(x.shape)
 
     return run
@@ -278,16 +303,20 @@ def _layer_norm_step(node: Node, fallback: StepFn) -> StepFn:
         rows = np.ascontiguousarray(x).reshape(-1, dims[0])
         out = np.empty_like(rows)
         step = max(1, _ROW_BLOCK_ELEMENTS // dims[0])
-        for b in range(0, rows.shape[0], step):
-            xb = rows[b : b + step]
-            ob = out[b : b + xb.shape[0]]
-            np.subtract(xb, xb.mean(axis=-1, keepdims=True), out=ob)
-            var = np.square(ob).mean(axis=-1, keepdims=True)
-            ob /= np.sqrt(var + eps)
-            if weight is not None:
-                ob *= weight
-            if bias is not None:
-                ob += bias
+
+        def part(lo: int, hi: int) -> None:
+            for b in range(lo, hi, step):
+                xb = rows[b : min(hi, b + step)]
+                ob = out[b : b + xb.shape[0]]
+                np.subtract(xb, xb.mean(axis=-1, keepdims=True), out=ob)
+                var = np.square(ob).mean(axis=-1, keepdims=True)
+                ob /= np.sqrt(var + eps)
+                if weight is not None:
+                    ob *= weight
+                if bias is not None:
+                    ob += bias
+
+        cpu_threads.split(rows.shape[0], part, min_items=max(1, _SPLIT_MIN // dims[0]))
         return out.reshape(x.shape)
 
     return run
@@ -302,31 +331,42 @@ def _hardswish_step(fallback: StepFn) -> StepFn:
         x = xs[0]
         if x.dtype != _F32:
             return fallback(xs)
-        flat = np.ascontiguousarray(x).reshape(-1)
-        out = np.empty_like(flat)
-        for b in range(0, flat.size, _ROW_BLOCK_ELEMENTS):
-            xb = flat[b : b + _ROW_BLOCK_ELEMENTS]
-            ob = out[b : b + xb.size]
-            np.divide(xb, 6, out=ob)
-            ob += 0.5
-            np.maximum(ob, 0, out=ob)
-            np.minimum(ob, 1, out=ob)
-            ob *= xb
-        return out.reshape(x.shape)
+        return _sharded_flat(x, _hardswish_range)
 
     return run
 
 
+def _hardswish_range(flat: np.ndarray, out: np.ndarray) -> None:
+    for b in range(0, flat.size, _ROW_BLOCK_ELEMENTS):
+        xb = flat[b : b + _ROW_BLOCK_ELEMENTS]
+        ob = out[b : b + xb.size]
+        np.divide(xb, 6, out=ob)
+        ob += 0.5
+        np.maximum(ob, 0, out=ob)
+        np.minimum(ob, 1, out=ob)
+        ob *= xb
+
+
 def _relu_step(fallback: StepFn) -> StepFn:
     zero = np.float32(0)
-    return lambda xs: np.maximum(xs[0], zero) if xs[0].dtype == _F32 else fallback(xs)
+
+    def run(xs: Arrays) -> Any:
+        x = xs[0]
+        if x.dtype != _F32:
+            return fallback(xs)
+        if cpu_threads.current() == 1 or x.size < 2 * _SPLIT_MIN:
+            return np.maximum(x, zero)
+        return _sharded_flat(x, lambda src, dst: np.maximum(src, zero, out=dst))
+
+    return run
 
 
 _BINARY: Final = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
 
 
 def _binary_step(node: Node, fallback: StepFn) -> StepFn:
-    """float32 (op) float32 is float32 in the opset's promotion: call the ufunc directly."""
+    """float32 (op) float32 is float32 in the opset's promotion: call the ufunc directly (with
+    interpreter threads, on shards of the output's first axis longer than 1)."""
     fn = _BINARY[node.op]
 
     def run(xs: Arrays) -> Any:
@@ -334,9 +374,94 @@ def _binary_step(node: Node, fallback: StepFn) -> StepFn:
         if a.dtype != _F32 or b.dtype != _F32:
             return fallback(xs)
         with np.errstate(all="ignore"):  # overflow is inf, as in the opset's binary reference
-            return fn(a, b)
+            if cpu_threads.current() == 1 or max(a.size, b.size) < 2 * _SPLIT_MIN:
+                return fn(a, b)
+            return _sharded_broadcast(fn, a, b)
 
     return run
+
+
+def _sharded_broadcast(fn: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``fn(a, b)`` (a binary ufunc, NumPy broadcasting) into a fresh output, split along its first
+    axis longer than 1 (an operand of length 1 there, or without that axis, is read whole)."""
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out = np.empty(shape, _F32)
+    axis = next((k for k, d in enumerate(shape) if d > 1), None)
+    if axis is None:
+        return fn(a, b)
+
+    def along(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        k = axis - (len(shape) - v.ndim)
+        return v if k < 0 or v.shape[k] == 1 else v[(slice(None),) * k + (slice(lo, hi),)]
+
+    inner = out.size // shape[axis]
+    cpu_threads.split(shape[axis], lambda lo, hi: fn(along(a, lo, hi), along(b, lo, hi), out=along(out, lo, hi)),
+                      min_items=max(1, _SPLIT_MIN // inner))
+    return out
+
+
+def _matmul_step(fallback: StepFn) -> StepFn:
+    """float32 batched matmul (attention's scores and mixes) with interpreter threads: shards of
+    the leading batch axis, each its own single-threaded BLAS calls."""
+
+    def run(xs: Arrays) -> Any:
+        a, b = xs
+        if (a.dtype != _F32 or b.dtype != _F32 or cpu_threads.current() == 1 or a.ndim < 3 or b.ndim < 2
+                or b.ndim > a.ndim or (b.ndim == a.ndim and b.shape[0] not in (1, a.shape[0])) or a.shape[-1] != b.shape[-2]):
+            return fallback(xs)
+        if a.shape[0] == 1:
+            return fallback(xs)
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        out = np.empty(shape, _F32)
+
+        def part(lo: int, hi: int) -> None:
+            bb = b if b.ndim < a.ndim or b.shape[0] == 1 else b[lo:hi]
+            np.matmul(a[lo:hi], bb, out=out[lo:hi])
+
+        cpu_threads.split(a.shape[0], part)
+        return out
+
+    return run
+
+
+def _max_pool_step(node: Node, fallback: StepFn) -> StepFn:
+    """max_pool2d on float32: the reference's running maximum over strided taps, in shards of
+    samples (or of channels, with fewer samples than threads) written into one output."""
+    a = opset.attrs_of(node.op, node.attrs)
+    k = K._pair(a["kernel_size"])
+    s = k if a["stride"] is None else K._pair(a["stride"])
+    pad = K._pair(a["padding"])
+
+    def run(xs: Arrays) -> Any:
+        x = xs[0]
+        if x.dtype != _F32 or x.ndim != 4 or cpu_threads.current() == 1:
+            return fallback(xs)
+        xp = K._pad(x, pad, -np.inf)
+        if xp.shape[2] < k[0] or xp.shape[3] < k[1]:
+            return fallback(xs)  # the reference words the error
+        size = ((xp.shape[2] - k[0]) // s[0] + 1, (xp.shape[3] - k[1]) // s[1] + 1)
+        out = np.empty(x.shape[:2] + size, _F32)
+        by_sample = x.shape[0] >= cpu_threads.current()
+
+        def part(lo: int, hi: int) -> None:
+            src, dst = (xp[lo:hi], out[lo:hi]) if by_sample else (xp[:, lo:hi], out[:, lo:hi])
+            np.copyto(dst, K._tap(src, 0, 0, size, s))
+            for t in range(1, k[0] * k[1]):
+                np.maximum(dst, K._tap(src, *divmod(t, k[1]), size, s), out=dst)
+
+        cpu_threads.split(x.shape[0] if by_sample else x.shape[1], part)
+        return out
+
+    return run
+
+
+def _sharded_flat(x: np.ndarray, kernel: Callable[[np.ndarray, np.ndarray], Any]) -> np.ndarray:
+    """``kernel(src, dst)`` (elementwise) over float32 ``x`` flattened, into a fresh array of its
+    shape: in shards of at least :data:`_SPLIT_MIN` elements across the interpreter's threads."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty_like(flat)
+    cpu_threads.split(flat.size, lambda lo, hi: kernel(flat[lo:hi], out[lo:hi]), min_items=_SPLIT_MIN)
+    return out.reshape(x.shape)
 
 
 # ----------------------------------------------------------------------------- inputs and shapes
@@ -398,7 +523,14 @@ class Plan:
     outputs: tuple[int, ...]
     slots: int
 
-    def run(self, inputs: Sequence[Any]) -> Any:
+    def run(self, inputs: Sequence[Any], threads: int | None = None) -> Any:
+        """The outputs for ``inputs``; ``threads`` as :func:`cpu_threads.using` takes it."""
+        if threads is None:
+            return self._run(inputs)
+        with cpu_threads.using(threads):
+            return self._run(inputs)
+
+    def _run(self, inputs: Sequence[Any]) -> Any:
         env: list[Any] = [None] * self.slots
         for slot, spec, x in zip(self.inputs, self.graph.inputs, inputs):
             env[slot] = input_array(x, spec.dtype, None)
@@ -447,6 +579,10 @@ def _fused(node: Node, graph: Graph, by_input: Mapping[str, Node], readers: Mapp
         return _hardswish_step(plain), (node,)
     if node.op in _BINARY and len(node.inputs) == 2:
         return _binary_step(node, plain), (node,)
+    if node.op == "matmul" and len(node.inputs) == 2:
+        return _matmul_step(plain), (node,)
+    if node.op == "max_pool2d":
+        return _max_pool_step(node, plain), (node,)
     return plain, (node,)
 
 
@@ -518,6 +654,7 @@ def plan_for(graph: Graph, inputs: Sequence[Any]) -> Plan:
     return plan
 
 
-def run_planned(graph: Graph, inputs: Sequence[Any]) -> Any:
-    """``run_graph(graph, *inputs, float_dtype=None)`` through the cached plan."""
-    return plan_for(graph, inputs).run(inputs)
+def run_planned(graph: Graph, inputs: Sequence[Any], threads: int | None = None) -> Any:
+    """``run_graph(graph, *inputs, float_dtype=None)`` through the cached plan, its steps split
+    across ``threads`` cores (None: as the process is set up; see ``backends/cpu_threads.py``)."""
+    return plan_for(graph, inputs).run(inputs, threads)

@@ -1,0 +1,155 @@
+"""Threads for the NumPy interpreter: a small pool that splits a kernel's independent work
+(samples, rows, blocks) across cores, and the BLAS thread count while it does.
+
+NumPy releases the GIL in ufunc loops, copies and BLAS calls, but runs each of them on one
+core, so an interpreter step is single-threaded except inside BLAS. With ``threads=N`` (N > 1)
+a plan run (:func:`using`) splits each heavy step into N shards (:func:`split`): the caller
+runs one, N - 1 pool workers the others, each writing its own slice of a preallocated output.
+BLAS is held at one thread meanwhile, as each shard runs its own GEMM: measured on ResNet-18's
+3x3 convolutions at batch 32, two shards with single-threaded OpenBLAS ran 1.4-2.7x faster than
+one batched GEMM on OpenBLAS's two threads (the im2col copies and the epilogue run on both cores
+too, and each sample's columns stay in cache).
+
+With ``threads=1`` nothing is split and no pool exists; BLAS is held at one thread too, so the
+count asked for is the count used. ``threads=None`` leaves everything as the process set it
+(the BLAS pool sized by OPENBLAS_NUM_THREADS & co. at import, ufuncs on the caller's core).
+The BLAS count is set through OpenBLAS's own ``openblas_set_num_threads`` (found in the library
+NumPy loaded); with another BLAS it is left alone and :func:`blas_threads` says None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Final
+
+__all__ = ["blas_threads", "checked", "current", "split", "using"]
+
+#: OpenBLAS's thread-count entry points under the names its builds export (NumPy's wheels ship
+#: it as scipy_openblas with a 64-bit-integer suffix).
+_SETTERS: Final = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads")
+_GETTERS: Final = ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "openblas_get_num_threads")
+
+_state = threading.local()
+_lock = threading.Lock()
+_pools: dict[int, ThreadPoolExecutor] = {}
+_blas: list[tuple[Callable[[int], None], Callable[[], int]] | None] = []  # [] until looked up, then [found or None]
+
+
+def current() -> int:
+    """Shards per step in this thread: the plan run's ``threads`` (1 in pool workers and outside a run)."""
+    n: int = getattr(_state, "threads", 1)
+    return n
+
+
+def _openblas() -> tuple[Callable[[int], None], Callable[[], int]] | None:
+    """(set, get) of the OpenBLAS NumPy loaded, or None for another BLAS."""
+    with _lock:
+        if not _blas:
+            _blas.append(_find_openblas())
+        return _blas[0]
+
+
+def _find_openblas() -> tuple[Callable[[int], None], Callable[[], int]] | None:
+    import numpy as np
+
+    here = os.path.dirname(np.__file__)
+    # Wheels vendor it next to the package (numpy.libs); dlopen of the loaded path gives the same library.
+    for path in sorted(glob.glob(os.path.join(here + ".libs", "*openblas*")) + glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for setter, getter in zip(_SETTERS, _GETTERS):
+            if hasattr(lib, setter) and hasattr(lib, getter):
+                set_fn, get_fn = getattr(lib, setter), getattr(lib, getter)
+                set_fn.restype, get_fn.restype = None, ctypes.c_int
+                set_fn.argtypes = [ctypes.c_int]
+                return (lambda n, f=set_fn: f(n)), (lambda f=get_fn: int(f()))
+    return None
+
+
+def blas_threads() -> int | None:
+    """OpenBLAS's thread count now, or None where NumPy's BLAS is not an OpenBLAS found here."""
+    found = _openblas()
+    return None if found is None else found[1]()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    with _lock:
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = _pools[threads] = ThreadPoolExecutor(threads - 1, thread_name_prefix=f"neurenix-interpreter-{threads}")
+        return pool
+
+
+@contextlib.contextmanager
+def using(threads: int | None) -> Iterator[None]:
+    """Run the enclosed plan steps on ``threads`` cores (None: as the process is set up)."""
+    if threads is None:
+        yield
+        return
+    found = _openblas()
+    before = found[1]() if found is not None else None
+    if found is not None and before != 1:
+        found[0](1)  # each shard runs its own single-threaded GEMM
+    outer = current()
+    _state.threads = max(1, int(threads))
+    try:
+        yield
+    finally:
+        _state.threads = outer
+        if found is not None and before is not None and before != 1:
+            found[0](before)
+
+
+def ranges(total: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous, nearly equal (start, stop) ranges covering range(total)."""
+    step, extra = divmod(total, parts)
+    out, start = [], 0
+    for k in range(parts):
+        stop = start + step + (1 if k < extra else 0)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def split(total: int, fn: Callable[[int, int], object], min_items: int = 1) -> None:
+    """Run ``fn(start, stop)`` over range(total) in up to :func:`current` shards of at least
+    ``min_items`` items each: shard 0 on the caller, the others on the pool. Every shard has
+    finished when this returns (so a raised error never leaves a worker writing); the first
+    error is raised."""
+    threads = current()
+    parts = min(threads, total // max(1, min_items))
+    if parts <= 1:
+        fn(0, total)
+        return
+    chunks = ranges(total, parts)
+    pool = _pool(threads)
+    futures: list[Future[object]] = [pool.submit(fn, a, b) for a, b in chunks[1:]]
+    _state.threads = 1  # the caller's shard splits no further: the workers are busy with this split
+    try:
+        fn(*chunks[0])
+    finally:
+        _state.threads = threads
+        errors = [f.exception() for f in futures]
+    for e in errors:
+        if e is not None:
+            raise e
+
+
+def checked(threads: object) -> int | None:
+    """``threads=`` as given to nx.compile for the interpreter: None or a positive int."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        from neurenix_core.errors import ConfigurationError
+
+        raise ConfigurationError(f"cpu:0 (the NumPy interpreter): threads={threads!r} must be a positive int or None "
+                                 "(None: the process's BLAS pool as its environment sized it)")
+    return threads

@@ -1,0 +1,119 @@
+"""The interpreter with threads= (backends/cpu_threads.py): the same results as threads=1 on a
+CNN (RGB stem, conv + batch norm + ReLU, depthwise, grouped, pooling, hardswish, SE gate) and a
+transformer (linear, batched matmul, softmax, layer norm, gelu), BLAS held at one thread during
+the call and restored after it, the count in the summary, bad counts refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+from neurenix_core.backends import cpu_threads
+from neurenix_core.errors import ConfigurationError
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+#: threads=2 and threads=1 may group a convolution's samples differently (one GEMM per group),
+#: so BLAS may sum in another order: within float32 rounding of each other, not bit for bit.
+_RTOL = 1e-5
+
+
+class _Cnn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.expand = nn.Sequential(nn.Conv2d(16, 64, 1), nn.BatchNorm2d(64), nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(64, 64, 5, 1, 2, groups=64, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+        self.grouped = nn.Conv2d(64, 32, 3, 1, 1, groups=4)
+        self.gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(32, 32, 1), nn.Hardsigmoid())
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: Any) -> Any:
+        y = self.grouped(self.dw(self.expand(self.stem(x))))
+        y = y * self.gate(y) + y
+        return self.head(y.mean(dim=(2, 3)))
+
+
+class _Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, activation="gelu", batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.layer(x)
+
+
+def _compiled(module: Any, x: np.ndarray, threads: int | None) -> Any:
+    imported = nx.nn.from_torch(module.eval(), torch.from_numpy(x), static=True)
+    return nx.compile(imported, device="cpu", runtime="numpy", threads=threads, progress=False)
+
+
+@pytest.mark.parametrize("batch", [1, 6])
+@pytest.mark.parametrize("model,shape", [(_Cnn, (3, 64, 64)), (_Encoder, (40, 64))])
+def test_threads_match_one_thread_and_torch(model: type, shape: tuple[int, ...], batch: int) -> None:
+    torch.manual_seed(0)
+    module = model().eval()
+    x = np.random.default_rng(batch).standard_normal((batch, *shape)).astype(np.float32)
+    with torch.inference_mode():
+        want = module(torch.from_numpy(x)).numpy()
+    one = _compiled(module, x, 1)(nx.asarray(x)).numpy()
+    two = _compiled(module, x, 2)(nx.asarray(x)).numpy()
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(two, one, rtol=_RTOL, atol=_RTOL * scale)
+    np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_large_steps_are_split_and_agree() -> None:
+    """Shapes above the split threshold (every elementwise step sharded, the batch in several
+    convolution groups), threads=3 against threads=1."""
+    torch.manual_seed(1)
+    module = _Cnn().eval()
+    x = np.random.default_rng(3).standard_normal((5, 3, 96, 96)).astype(np.float32)
+    one = _compiled(module, x, 1)(nx.asarray(x)).numpy()
+    three = _compiled(module, x, 3)(nx.asarray(x)).numpy()
+    np.testing.assert_allclose(three, one, rtol=_RTOL, atol=_RTOL * float(np.abs(one).max()))
+
+
+def test_blas_is_held_at_one_thread_and_restored() -> None:
+    before = cpu_threads.blas_threads()
+    if before is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS this module can find")
+    seen: list[int | None] = []
+    with cpu_threads.using(2):
+        seen.append(cpu_threads.blas_threads())
+        assert cpu_threads.current() == 2
+    assert seen == [1]
+    assert cpu_threads.blas_threads() == before
+    assert cpu_threads.current() == 1
+
+
+def test_split_runs_every_shard_and_raises_a_workers_error() -> None:
+    hits = np.zeros(10, int)
+
+    def mark(a: int, b: int) -> None:
+        hits[a:b] += 1
+
+    with cpu_threads.using(3):
+        cpu_threads.split(10, mark)
+        assert hits.tolist() == [1] * 10
+
+        def fail(a: int, b: int) -> None:
+            if a > 0:
+                raise ValueError(f"shard {a}:{b}")
+
+        with pytest.raises(ValueError, match="shard"):
+            cpu_threads.split(10, fail)
+
+
+def test_summary_names_the_threads_and_bad_counts_are_refused() -> None:
+    module = _Encoder().eval()
+    x = np.zeros((1, 8, 64), np.float32)
+    compiled = _compiled(module, x, 2)
+    compiled(nx.asarray(x))
+    assert "2 threads" in compiled.summary
+    with pytest.raises(ConfigurationError, match="threads=0"):
+        _compiled(module, x, 0)(nx.asarray(x))
