@@ -15,7 +15,7 @@ from neurenix_core.backends import cpu_threads
 from neurenix_core.errors import ConfigurationError
 
 torch = pytest.importorskip("torch")
-nn = torch.nn
+from torch import nn  # imported once the skip has passed
 
 #: threads=2 and threads=1 may group a convolution's samples differently (one GEMM per group),
 #: so BLAS may sum in another order: within float32 rounding of each other, not bit for bit.
