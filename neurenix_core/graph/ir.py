@@ -120,7 +120,9 @@ class Graph:
             for key in sorted(node.params):
                 arr = np.ascontiguousarray(node.params[key])
                 h.update(key.encode() + str(arr.dtype).encode() + repr(arr.shape).encode())
-                h.update(arr.tobytes())
+                # The array's own bytes, not a tobytes() copy of them (the same hash; a 17 MB
+                # model's weights are hashed at every compile the compile cache keys).
+                h.update(arr.reshape(-1).view(np.uint8))
         h.update(repr(self.outputs).encode())
         if self.limits:
             h.update(repr(self.limits).encode())
