@@ -122,7 +122,7 @@ class Graph:
                 h.update(key.encode() + str(arr.dtype).encode() + repr(arr.shape).encode())
                 # The array's own bytes, not a tobytes() copy of them (the same hash; a 17 MB
                 # model's weights are hashed at every compile the compile cache keys).
-                h.update(arr.reshape(-1).view(np.uint8))
+                h.update(arr.reshape(-1).view(np.uint8).data)
         h.update(repr(self.outputs).encode())
         if self.limits:
             h.update(repr(self.limits).encode())
