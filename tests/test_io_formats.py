@@ -176,3 +176,32 @@ def test_a_truncated_artifact_array_file_is_an_artifact_format_error(tmp_path: P
     path.write_bytes(path.read_bytes()[:-16])
     with pytest.raises(ArtifactFormatError, match=r"t\.arrays: .*truncated.*write the artifact again"):
         read_arrays(path)
+
+
+@pytest.mark.parametrize("fixture", ["v1_legacy.arrays", "v1_model.nxm"])
+def test_mutated_headers_give_only_the_typed_error(tmp_path: Path, fixture: str) -> None:
+    """Each entry field set to a value of another type or range: a clean read or ArtifactFormatError, nothing else."""
+    import random
+    import struct
+
+    blob = (FIXTURES / fixture).read_bytes()
+    n = struct.unpack("<Q", blob[:8])[0]
+    rng = random.Random(fixture)
+    odd: list[object] = [None, -1, 2**70, "O", "F32", "complex128", "<U3", [1, 2], [-1], {"a": 1}, 1.5, True, [], [0, 10**12]]
+    path = tmp_path / "m.bin"
+    refused = 0
+    for _ in range(300):
+        header = json.loads(blob[8:8 + n])
+        key = rng.choice(list(header))
+        if isinstance(header[key], dict) and key != "__metadata__":
+            header[key][rng.choice([*header[key], "extra"])] = rng.choice(odd)
+        else:
+            header[key] = rng.choice(odd)
+        text = json.dumps(header).encode()
+        path.write_bytes(struct.pack("<Q", len(text)) + text + blob[8 + n:])
+        try:
+            read_arrays(path)
+        except ArtifactFormatError as exc:
+            assert "m.bin" in str(exc) and "write the artifact again" in str(exc)
+            refused += 1
+    assert refused > 100

@@ -263,7 +263,7 @@ def _views(header: dict[str, Any], buffer: memoryview, start: int, size: int, r:
 def _view(key: str, entry: dict[str, Any], data: memoryview, r: _Reading) -> tuple[np.ndarray, int, int]:
     begin, end = _offsets(entry, key, r)
     code, shape = entry.get("dtype"), entry.get("shape")
-    if code not in _NAMES and code not in _BY_NAME:
+    if not isinstance(code, str) or (code not in _NAMES and code not in _BY_NAME):
         raise r.fail(f"tensor {key!r} has dtype {code!r}, which no file of the core holds")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise r.fail(f"tensor {key!r} has shape {shape!r}, not a list of sizes")
@@ -297,6 +297,8 @@ def _read_legacy(data: bytearray, header: dict[str, Any], end_of_header: int, r:
             begin, nbytes = start + int(entry["offset"]), int(entry["nbytes"])
         except (KeyError, TypeError, ValueError) as exc:
             raise r.fail(f"array {name!r} has a malformed entry ({type(exc).__name__}: {exc})") from exc
+        if dtype.hasobject or min([*shape, begin - start, nbytes]) < 0:
+            raise r.fail(f"array {name!r} has a malformed entry (dtype {dtype}, shape {shape}, {nbytes} bytes)")
         count = math.prod(shape)
         if count * dtype.itemsize != nbytes or begin + nbytes > len(data):
             raise r.fail(f"array {name!r} is truncated ({len(data)} bytes in the file)")
