@@ -43,6 +43,8 @@ FORMAT_VERSION: Final = 1
 SUFFIX: Final = ".nxm"
 
 _RESAVE = "save the model again with nx.nn.save"
+#: The remedy for a file whose bytes are wrong (truncated, corrupted) rather than its content.
+_FIX = "save the model again (nx.nn.save) or copy the complete file"
 
 
 # ----------------------------------------------------------------------------- save
@@ -111,9 +113,6 @@ def load_model(path: str | os.PathLike[str], *, writable: bool = False) -> Any:
         if name in frozen:
             p.requires_grad_(False)
     return model
-
-
-_FIX = "save the model again (nx.nn.save) or copy the complete file"
 
 
 def _document(metadata: Mapping[str, str], source: Path) -> dict[str, Any]:
