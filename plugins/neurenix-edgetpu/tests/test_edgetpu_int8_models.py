@@ -295,3 +295,25 @@ def test_imported_cnn_int8_runs_whole_on_edgetpu_and_agrees_like_cpu(name):
     # as the writer's fused ADD does: on LiteRT's reference kernels the ResNet's logits equal
     # run_quantized for 99.9% of elements, max 1 step; it was 3 steps before.)
     assert agree_edge / 500 >= agree_cpu / 500 - 0.02, (agree_edge / 500, agree_cpu / 500)
+
+
+def test_a_scalar_constant_quantizes(edgetpu):
+    # A 0-d constant (x * 2.0 from torch) reached quantize() as a NumPy scalar, which the in-place
+    # rounding rejected with a TypeError: the whole int8 compile failed.
+    rng = np.random.default_rng(5)
+    nodes = (
+        Node("fc", "linear", ("x",), "h", {}, {"weight": rng.standard_normal((6, 4)).astype(np.float32),
+                                               "bias": rng.standard_normal(6).astype(np.float32)}),
+        Node("r", "reshape", ("h",), "r", {"shape": (2, 3, 2)}),  # keeps the mul from folding into the linear
+        Node("k", "constant", (), "k", {}, {"value": np.asarray(2.0, np.float32)}),
+        Node("mul", "mul", ("r", "k"), "y"),
+    )
+    graph = Graph((TensorSpec("x", (2, 4), "float32"),), nodes, ("y",))
+    batches = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(8)]
+    plan = calibrate(graph, batches, progress=False)
+    out = plan.activations["y"]
+    scale, zp = np.float32(out.scale[0]), int(out.zero_point[0])
+    exact = compile_graph(edgetpu, graph, CompileOptions(device=DEV, precision="int8", quantization=plan, extra={"kernels": "reference"}))
+    for x in batches:
+        want = run_quantized(graph, plan, x, dequantize=False)
+        np.testing.assert_array_equal(np.rint(exact(x) / scale).astype(np.int64) + zp, want)

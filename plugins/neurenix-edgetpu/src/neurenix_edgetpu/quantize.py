@@ -23,7 +23,10 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
 
 def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: Any = np.int8) -> np.ndarray:
     info = np.iinfo(dtype)
-    v = np.asarray(x, np.float64) / np.float64(np.float32(scale))
+    a = np.asarray(x, np.float64)
+    # out= keeps v an array when x is 0-d (a plain division would return a NumPy scalar, which the
+    # in-place calls below reject).
+    v = np.divide(a, np.float64(np.float32(scale)), out=np.empty_like(a))
     # trunc(v + copysign(0.5, v)) is round-half-away in three ufunc calls instead of five: the
     # edges of a batch-1 model run this on every call.
     v += np.copysign(0.5, v)
