@@ -117,8 +117,8 @@ def _bn_affine(bn: Node) -> tuple[np.ndarray, np.ndarray]:
     return scale, shift
 
 
-def _conv_step(conv: Node, bn: Node | None, relu: bool, fallback: StepFn) -> StepFn:
-    """conv2d [+ batch_norm2d] [+ relu] on float32: weights (BN folded in float64) cast once."""
+def _conv_step(conv: Node, bn: Node | None, act: str | None, fallback: StepFn, channels_last: bool = False) -> StepFn:
+    """conv2d [+ batch_norm2d] [+ relu or hardswish] on float32: weights (BN folded in float64) cast once."""
     a = opset.attrs_of(conv.op, conv.attrs)
     w = np.asarray(conv.params["weight"], np.float64)
     b = np.zeros(w.shape[0]) if conv.params.get("bias") is None else np.asarray(conv.params["bias"], np.float64)
@@ -134,7 +134,7 @@ def _conv_step(conv: Node, bn: Node | None, relu: bool, fallback: StepFn) -> Ste
         x = xs[0]
         if x.dtype != _F32 or x.ndim != 4 or x.shape[1] != cg * groups:
             return fallback(xs)  # another dtype, or a shape error the reference words
-        return K.conv2d_f32(x, weight, bias, padding, stride, dilation, groups, relu)
+        return K.conv2d_f32(x, weight, bias, padding, stride, dilation, groups, act, channels_last and groups == 1)
 
     return run
 
@@ -424,6 +424,38 @@ def _matmul_step(fallback: StepFn) -> StepFn:
     return run
 
 
+def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
+    """scaled_dot_product_attention on float32 q, k, v (no mask, not causal) one batch item at a
+    time: its scores stay in cache through the softmax, computed in place with the reference's
+    operations (scale, subtract the row maximum, exp, divide by the row sum), and the items are
+    split across interpreter threads. Anything else runs the reference."""
+    a = opset.attrs_of(node.op, node.attrs)
+
+    def run(xs: Arrays) -> Any:
+        if len(xs) != 3 or a["is_causal"]:
+            return fallback(xs)
+        q, k, v = xs
+        if (q.dtype != _F32 or k.dtype != _F32 or v.dtype != _F32 or q.ndim < 3 or not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+                or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]):
+            return fallback(xs)
+        scale = np.float32(a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(q.shape[-1]))
+        out = np.empty(q.shape[:-1] + (v.shape[-1],), _F32)
+
+        def part(lo: int, hi: int) -> None:
+            for i in range(lo, hi):
+                scores = np.matmul(q[i], np.swapaxes(k[i], -1, -2))
+                scores *= scale
+                np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+                np.exp(scores, out=scores)
+                scores /= scores.sum(axis=-1, keepdims=True)
+                np.matmul(scores, v[i], out=out[i])
+
+        cpu_threads.split(q.shape[0], part)
+        return out
+
+    return run
+
+
 def _max_pool_step(node: Node, fallback: StepFn) -> StepFn:
     """max_pool2d on float32: the reference's running maximum over strided taps, in shards of
     samples (or of channels, with fewer samples than threads) written into one output."""
@@ -458,10 +490,23 @@ def _max_pool_step(node: Node, fallback: StepFn) -> StepFn:
 def _sharded_flat(x: np.ndarray, kernel: Callable[[np.ndarray, np.ndarray], Any]) -> np.ndarray:
     """``kernel(src, dst)`` (elementwise) over float32 ``x`` flattened, into a fresh array of its
     shape: in shards of at least :data:`_SPLIT_MIN` elements across the interpreter's threads."""
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
-    cpu_threads.split(flat.size, lambda lo, hi: kernel(flat[lo:hi], out[lo:hi]), min_items=_SPLIT_MIN)
-    return out.reshape(x.shape)
+    if not (x.flags.c_contiguous or x.flags.f_contiguous or _dense(x)):
+        x = np.ascontiguousarray(x)
+    out = np.empty_like(x)  # a dense input's layout (a channels-last view stays one): memory order on both sides
+    flat, dst = x.ravel(order="K"), out.ravel(order="K")
+    cpu_threads.split(flat.size, lambda lo, hi: kernel(flat[lo:hi], dst[lo:hi]), min_items=_SPLIT_MIN)
+    return out
+
+
+def _dense(x: np.ndarray) -> bool:
+    """Whether ``x`` fills its memory without gaps in some axis order (a transposed contiguous array)."""
+    order = sorted(range(x.ndim), key=lambda k: x.strides[k])
+    size = x.itemsize
+    for k in order:
+        if x.shape[k] != 1 and x.strides[k] != size:
+            return False
+        size *= x.shape[k]
+    return True
 
 
 # ----------------------------------------------------------------------------- inputs and shapes
@@ -507,6 +552,17 @@ def _fusible_tail(graph: Graph, by_input: Mapping[str, Node], readers: Mapping[s
     """The node of kind ``op`` that is the only reader of ``value``, else None."""
     node = by_input.get(value)
     return node if node is not None and node.op == op and readers.get(value) == 1 and node.inputs == (value,) else None
+
+
+def _feeds_channels_last_depthwise(graph: Graph, by_input: Mapping[str, Node], readers: Mapping[str, int], value: str) -> bool:
+    """Whether ``value``'s only reader is a convolution that runs channels-last (depthwise, float
+    weights, 64+ channels): then its producer writes channels-last and no layout copy happens."""
+    node = _fusible_tail(graph, by_input, readers, value, "conv2d")
+    if node is None or not _plain_weights(node, "weight"):
+        return False
+    w = node.params["weight"]
+    groups = int(opset.attrs_of(node.op, node.attrs)["groups"])
+    return bool(w.ndim == 4 and w.shape[1] == 1 and groups == w.shape[0] >= K._DEPTHWISE_NHWC_MIN_CHANNELS and w.shape[2:] != (1, 1))
 
 
 def _plain_weights(node: Node, *names: str) -> bool:
@@ -558,11 +614,13 @@ def _fused(node: Node, graph: Graph, by_input: Mapping[str, Node], readers: Mapp
         bn = _fusible_tail(graph, by_input, readers, node.output, "batch_norm2d")
         if bn is not None and _plain_weights(bn, "running_mean", "running_var"):
             nodes.append(bn)
-        relu = _fusible_tail(graph, by_input, readers, nodes[-1].output, "relu")
-        if relu is not None:
-            nodes.append(relu)
-        return _conv_step(node, bn if len(nodes) > 1 and nodes[1] is bn else None, relu is not None,
-                          _chain([_generic(n) for n in nodes])), tuple(nodes)
+        act = (_fusible_tail(graph, by_input, readers, nodes[-1].output, "relu")
+               or _fusible_tail(graph, by_input, readers, nodes[-1].output, "hardswish"))
+        if act is not None:
+            nodes.append(act)
+        channels_last = _feeds_channels_last_depthwise(graph, by_input, readers, nodes[-1].output)
+        return _conv_step(node, bn if len(nodes) > 1 and nodes[1] is bn else None, None if act is None else act.op,
+                          _chain([_generic(n) for n in nodes]), channels_last), tuple(nodes)
     if node.op == "linear" and _plain_weights(node, "weight"):
         return _linear_step(node, plain), (node,)
     if node.op == "batch_norm2d" and _plain_weights(node, "running_mean", "running_var"):
@@ -583,6 +641,8 @@ def _fused(node: Node, graph: Graph, by_input: Mapping[str, Node], readers: Mapp
         return _matmul_step(plain), (node,)
     if node.op == "max_pool2d":
         return _max_pool_step(node, plain), (node,)
+    if node.op == "scaled_dot_product_attention":
+        return _sdpa_step(node, plain), (node,)
     return plain, (node,)
 
 
