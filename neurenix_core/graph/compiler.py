@@ -817,6 +817,7 @@ class Compiled:
 
     def _cpu_runner(self, graph: Graph) -> tuple[Runner, str]:
         """A cpu:0 fp32 graph on the host runtime host_select chooses, the interpreter last."""
+        from neurenix_core.backends import cpu_threads
         from neurenix_core.graph.reference import run_graph
 
         interpreter = self._interpreter_runner(graph)
@@ -825,7 +826,12 @@ class Compiled:
             "" if threads is None else f", {threads} thread{'s' if threads != 1 else ''}")
         if self._values is not None:  # a graph per input value: measuring runtimes for each would cost more than it saves
             return interpreter, eager
-        choice = self._choose_host(graph, lambda *hosts: run_graph(graph, *hosts, float_dtype=None), "model")
+
+        def interpret(*hosts: Any) -> Any:  # measured against the host runtimes as it will run: with its threads
+            with cpu_threads.using(cpu_threads.checked(threads)):
+                return run_graph(graph, *hosts, float_dtype=None)
+
+        choice = self._choose_host(graph, interpret, "model")
         if choice is None or choice.model is None:
             return interpreter, eager + ("" if choice is None else f"; {choice.line()}")
         self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = choice.model  # .native(), and the one-input fast path
