@@ -297,7 +297,9 @@ def _warm_up(backend: JaxTPUBackend, model: TPUCompiledModel, graph: Graph) -> N
     # caches and runs the model once, not twice. The arguments are the ones _run passes (padded,
     # scattered over the cores when data parallel), so the call's signature is the one compiled.
     p = model.program
-    xs = [_pad(backend._from_host(np.zeros(s.shape, dtype=np.dtype(s.dtype)), p.index), model.padded) for s in graph.inputs]
+    xs = [backend._from_host(np.zeros(s.shape, dtype=np.dtype(s.dtype)), p.index) for s in graph.inputs]
+    if model.padded != model.batch:  # as _run pads
+        xs = [_pad(x, model.padded) for x in xs]
     if p.batch_sharding is not None:
         xs = [jax.device_put(x, p.batch_sharding) for x in xs]
     signature = tuple((tuple(x.shape), str(x.dtype)) for x in xs)
