@@ -1,7 +1,7 @@
 """Per-call cost of neurenix eager dispatch on the CPU backend against raw NumPy and PyTorch CPU
 eager, measured in the same run, pinned to 1 and to 2 threads.
 
-    .venv/bin/python benchmarks/dispatch.py            # full run (about a minute per thread count)
+    .venv/bin/python benchmarks/dispatch.py            # full run (about half a minute per thread count)
     .venv/bin/python benchmarks/dispatch.py --quick    # smoke run (used by tests)
     .venv/bin/python benchmarks/dispatch.py --json out.json
     .venv/bin/python benchmarks/dispatch.py --threads 1   # one thread count only
@@ -126,8 +126,11 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
             if n != 4 and label not in LARGE:
                 continue
             check(form)
-            number = 1_000 if quick else (20_000 if n == 4 else 2_000)
-            t = _interleaved({"numpy": np_fn, "nx": nx_fn, "torch": torch_fn}, number, 2 if quick else 9)
+            # Short batches, many rounds: on a shared machine (2 vCPUs, maybe hyperthreads of
+            # one core) a neighbour's burst can slow a whole 20 ms batch; the minimum over 60
+            # rounds of ~2 ms is one the neighbour left alone, for every contender alike.
+            number = 300 if quick else (2_000 if n == 4 else 300)
+            t = _interleaved({"numpy": np_fn, "nx": nx_fn, "torch": torch_fn}, number, 3 if quick else 60)
             added = t["nx"] - t["numpy"]
             rows.append({
                 "kind": kind, "op": label, "size": f"{n}x{n}", "threads": threads,

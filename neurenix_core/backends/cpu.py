@@ -12,7 +12,7 @@ from neurenix_core.errors import UnsupportedDTypeError
 from neurenix_core.plugins.backend import ArrayNamespaceBackend
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
-from neurenix_core.tensor.dtypes import DTYPE_NAMES
+from neurenix_core.tensor.dtypes import DTYPE_NAMES, PLAIN_DTYPES
 
 __all__ = ["CPUBackend"]
 
@@ -37,6 +37,10 @@ class CPUBackend(ArrayNamespaceBackend):
         return np.array(array, copy=True)
 
     def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
+        # The common dtypes by identity-backed set lookup first: str(dtype) costs about a
+        # microsecond, and nx.astype asks on every call (benchmarks/dispatch.py).
+        if dtype in PLAIN_DTYPES:
+            return dtype
         if str(dtype) not in DTYPE_NAMES:
             raise UnsupportedDTypeError(f"cpu:0 (backend cpu) does not support dtype {dtype}")
         return dtype

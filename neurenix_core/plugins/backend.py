@@ -43,7 +43,7 @@ class Placement:
     (backend, index), so "same device" is an identity check on the hot path.
     """
 
-    __slots__ = ("array_type", "backend", "device", "index", "mem", "native_nbytes", "numpy_roots", "ops")
+    __slots__ = ("array_type", "backend", "device", "index", "mem", "native_nbytes", "numpy_fast", "numpy_roots", "ops")
 
     def __init__(self, backend: Backend, index: int) -> None:
         self.backend = backend
@@ -58,6 +58,8 @@ class Placement:
         # True when natives are NumPy arrays whose memory owner is found the default way (``.base``):
         # the generic dispatch path then tells a fresh op result from a view without a method call.
         self.numpy_roots = backend.array_type is np.ndarray and type(backend)._memory_root is Backend._memory_root
+        # Both at once (the CPU backend): the eager hot paths test one flag instead of two.
+        self.numpy_fast = self.numpy_roots and self.native_nbytes
 
     def __repr__(self) -> str:
         return f"Placement({self.backend.name!r}, {self.device})"
@@ -212,11 +214,13 @@ class Backend:
         Answers are cached per dtype: this runs on every tensor creation, and ``str(dtype)`` and
         the runtime's own lookup cost microseconds each.
         """
-        dt = np.dtype(dtype)
         cache = self._supports_cache
-        known = cache.get(dt)
+        known = cache.get(dtype)  # a dtype object asked before: no np.dtype() call
         if known is None:
-            known = cache[dt] = self._supports_uncached(dt)
+            dt = np.dtype(dtype)
+            known = cache.get(dt)
+            if known is None:
+                known = cache[dt] = self._supports_uncached(dt)
         return known
 
     def _supports_uncached(self, dtype: np.dtype[Any]) -> bool:
@@ -306,10 +310,15 @@ def _numpy_matmul(x1: Any, x2: Any, /) -> Any:
     NumPy has no bfloat16 matmul loop and silently computes (and returns) float32; the standard
     says the result dtype is the promoted operand dtype.
     """
-    out = np.matmul(x1, x2)
-    if out.dtype != x1.dtype and (x1.dtype.name == "bfloat16" or x2.dtype.name == "bfloat16"):
+    out = _matmul(x1, x2)
+    dt = out.dtype
+    # ``is``: NumPy's built-in dtypes are singletons, so the common case costs no comparison.
+    if dt is not x1.dtype and dt != x1.dtype and (x1.dtype.name == "bfloat16" or x2.dtype.name == "bfloat16"):
         return out.astype(np.result_type(x1, x2))
     return out
+
+
+_matmul = np.matmul
 
 
 def _numpy_reduction(ufunc: np.ufunc, name: str) -> Callable[..., Any]:
@@ -347,6 +356,47 @@ NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+# The CPU backend's shape functions and ``mean``/``astype`` as the ndarray methods that NumPy's
+# functions (and array-api-compat's wrappers of them) end in: ``np.transpose`` is a Python
+# dispatch layer and ``_wrapfunc`` over ``x.transpose``, array-api-compat's ``permute_dims`` one
+# more layer over that; ``np.mean`` is a layer over what ``x.mean`` calls (``_methods._mean``).
+# Same results, dtypes and errors; the layers cost more than a 4x4 op (benchmarks/dispatch.py).
+def _numpy_permute_dims(x: Any, /, axes: Any) -> Any:
+    return x.transpose(axes)
+
+
+def _numpy_matrix_transpose(x: Any, /) -> Any:
+    if x.ndim < 2:  # array-api-compat's check and message
+        raise ValueError("x must be at least 2-dimensional for matrix_transpose")
+    return x.swapaxes(-1, -2)
+
+
+def _numpy_reshape(x: Any, /, shape: Any, *, copy: Any = None) -> Any:
+    return x.reshape(shape) if copy is None else x.reshape(shape, copy=copy)
+
+
+def _numpy_mean(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> Any:
+    return x.mean(axis=axis, keepdims=keepdims)
+
+
+def _numpy_astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+    if device is not None and device != "cpu":  # array-api-compat's device check for NumPy, and its message
+        raise ValueError(f"Unsupported device for NumPy: {device!r}")
+    return x.astype(dtype=dtype, copy=copy)
+
+
+#: The CPU backend's ops that skip NumPy's Python layers (see ``_numpy_reduction`` and above).
+NUMPY_DIRECT: dict[str, Callable[..., Any]] = {
+    "permute_dims": _numpy_permute_dims,
+    "matrix_transpose": _numpy_matrix_transpose,
+    "reshape": _numpy_reshape,
+    "mean": _numpy_mean,
+    "astype": _numpy_astype,
+}
+for _name, _fn in NUMPY_DIRECT.items():
+    _fn.__name__ = _fn.__qualname__ = _name
+
+
 class ArrayNamespaceBackend(Backend):
     """A backend built from any array-API namespace ``xp`` in a few lines.
 
@@ -377,6 +427,7 @@ class ArrayNamespaceBackend(Backend):
         if xp is np:
             self.ops["matmul"] = _numpy_matmul
             self.ops.update(NUMPY_REDUCTIONS)
+            self.ops.update(NUMPY_DIRECT)
 
     def _op_table(self, xp: Any) -> Mapping[str, Callable[..., Any]]:
         table = {n: getattr(xp, n) for n in ARRAY_API_FUNCTIONS if hasattr(xp, n) and n not in self.excluded_ops}

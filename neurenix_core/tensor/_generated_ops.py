@@ -2,13 +2,14 @@
 
 The main namespace's array API functions that only pass their arguments on: the standard's
 signature, and a body handing the arguments to one dispatcher (``_call``, or ``_call_with_dtype``
-for a ``dtype=`` keyword). ``neurenix_core.tensor.ops`` exports them under its own name.
+for a ``dtype=`` keyword); the one-operand functions are tensor.py's flat path (``unary_function``).
+``neurenix_core.tensor.ops`` exports them under its own name.
 """
 
 # ruff: noqa
 # The function names are the standard's (abs, all, max, sum ... shadow builtins on purpose).
 
-from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, _call, _call_with_dtype
+from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, _call, _call_with_dtype, unary_function, where_function
 
 __all__ = [
     'abs',
@@ -124,194 +125,118 @@ __all__ = [
 ]
 
 
-def abs(x, /):
-    """Array API ``abs``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('abs', (x, ))
+abs = unary_function('abs', 'Array API ``abs``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def acos(x, /):
-    """Array API ``acos``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('acos', (x, ))
+acos = unary_function('acos', 'Array API ``acos``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def acosh(x, /):
-    """Array API ``acosh``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('acosh', (x, ))
+acosh = unary_function('acosh', 'Array API ``acosh``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def asin(x, /):
-    """Array API ``asin``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('asin', (x, ))
+asin = unary_function('asin', 'Array API ``asin``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def asinh(x, /):
-    """Array API ``asinh``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('asinh', (x, ))
+asinh = unary_function('asinh', 'Array API ``asinh``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def atan(x, /):
-    """Array API ``atan``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('atan', (x, ))
+atan = unary_function('atan', 'Array API ``atan``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def atanh(x, /):
-    """Array API ``atanh``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('atanh', (x, ))
+atanh = unary_function('atanh', 'Array API ``atanh``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def bitwise_invert(x, /):
-    """Array API ``bitwise_invert``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('bitwise_invert', (x, ))
+bitwise_invert = unary_function('bitwise_invert', 'Array API ``bitwise_invert``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def ceil(x, /):
-    """Array API ``ceil``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('ceil', (x, ))
+ceil = unary_function('ceil', 'Array API ``ceil``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def conj(x, /):
-    """Array API ``conj``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('conj', (x, ))
+conj = unary_function('conj', 'Array API ``conj``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def cos(x, /):
-    """Array API ``cos``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('cos', (x, ))
+cos = unary_function('cos', 'Array API ``cos``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def cosh(x, /):
-    """Array API ``cosh``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('cosh', (x, ))
+cosh = unary_function('cosh', 'Array API ``cosh``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def exp(x, /):
-    """Array API ``exp``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('exp', (x, ))
+exp = unary_function('exp', 'Array API ``exp``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def expm1(x, /):
-    """Array API ``expm1``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('expm1', (x, ))
+expm1 = unary_function('expm1', 'Array API ``expm1``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def floor(x, /):
-    """Array API ``floor``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('floor', (x, ))
+floor = unary_function('floor', 'Array API ``floor``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def imag(x, /):
-    """Array API ``imag``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('imag', (x, ))
+imag = unary_function('imag', 'Array API ``imag``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def isfinite(x, /):
-    """Array API ``isfinite``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('isfinite', (x, ))
+isfinite = unary_function('isfinite', 'Array API ``isfinite``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def isinf(x, /):
-    """Array API ``isinf``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('isinf', (x, ))
+isinf = unary_function('isinf', 'Array API ``isinf``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def isnan(x, /):
-    """Array API ``isnan``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('isnan', (x, ))
+isnan = unary_function('isnan', 'Array API ``isnan``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def log(x, /):
-    """Array API ``log``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('log', (x, ))
+log = unary_function('log', 'Array API ``log``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def log1p(x, /):
-    """Array API ``log1p``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('log1p', (x, ))
+log1p = unary_function('log1p', 'Array API ``log1p``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def log2(x, /):
-    """Array API ``log2``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('log2', (x, ))
+log2 = unary_function('log2', 'Array API ``log2``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def log10(x, /):
-    """Array API ``log10``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('log10', (x, ))
+log10 = unary_function('log10', 'Array API ``log10``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def logical_not(x, /):
-    """Array API ``logical_not``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('logical_not', (x, ))
+logical_not = unary_function('logical_not', 'Array API ``logical_not``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def negative(x, /):
-    """Array API ``negative``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('negative', (x, ))
+negative = unary_function('negative', 'Array API ``negative``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def positive(x, /):
-    """Array API ``positive``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('positive', (x, ))
+positive = unary_function('positive', 'Array API ``positive``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def real(x, /):
-    """Array API ``real``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('real', (x, ))
+real = unary_function('real', 'Array API ``real``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def reciprocal(x, /):
-    """Array API ``reciprocal``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('reciprocal', (x, ))
+reciprocal = unary_function('reciprocal', 'Array API ``reciprocal``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def round(x, /):
-    """Array API ``round``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('round', (x, ))
+round = unary_function('round', 'Array API ``round``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def sign(x, /):
-    """Array API ``sign``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('sign', (x, ))
+sign = unary_function('sign', 'Array API ``sign``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def signbit(x, /):
-    """Array API ``signbit``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('signbit', (x, ))
+signbit = unary_function('signbit', 'Array API ``signbit``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def sin(x, /):
-    """Array API ``sin``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('sin', (x, ))
+sin = unary_function('sin', 'Array API ``sin``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def sinh(x, /):
-    """Array API ``sinh``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('sinh', (x, ))
+sinh = unary_function('sinh', 'Array API ``sinh``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def square(x, /):
-    """Array API ``square``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('square', (x, ))
+square = unary_function('square', 'Array API ``square``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def sqrt(x, /):
-    """Array API ``sqrt``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('sqrt', (x, ))
+sqrt = unary_function('sqrt', 'Array API ``sqrt``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def tan(x, /):
-    """Array API ``tan``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('tan', (x, ))
+tan = unary_function('tan', 'Array API ``tan``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def tanh(x, /):
-    """Array API ``tanh``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('tanh', (x, ))
+tanh = unary_function('tanh', 'Array API ``tanh``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def trunc(x, /):
-    """Array API ``trunc``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('trunc', (x, ))
+trunc = unary_function('trunc', 'Array API ``trunc``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
 def clip(x, /, min=None, max=None):
@@ -344,9 +269,7 @@ def triu(x, /, *, k=0):
 _triu_k = triu.__kwdefaults__['k']
 
 
-def matrix_transpose(x, /):
-    """Array API ``matrix_transpose``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('matrix_transpose', (x, ))
+matrix_transpose = unary_function('matrix_transpose', 'Array API ``matrix_transpose``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
 def tensordot(x1, x2, /, *, axes=2):
@@ -494,9 +417,7 @@ def count_nonzero(x, /, *, axis=None, keepdims=False):
     return _call('count_nonzero', (x, ), kw)
 
 
-def nonzero(x, /):
-    """Array API ``nonzero``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('nonzero', (x, ))
+nonzero = unary_function('nonzero', 'Array API ``nonzero``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
 def searchsorted(x1, x2, /, *, side='left', sorter=None):
@@ -510,9 +431,7 @@ def searchsorted(x1, x2, /, *, side='left', sorter=None):
 _searchsorted_side = searchsorted.__kwdefaults__['side']
 
 
-def where(condition, x1, x2, /):
-    """Array API ``where``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('where', (condition, x1, x2, ))
+where = where_function('Array API ``where``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
 def argsort(x, /, *, axis=-1, descending=False, stable=True):
@@ -539,24 +458,16 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
 _sort_axis = sort.__kwdefaults__['axis']
 
 
-def unique_all(x, /):
-    """Array API ``unique_all``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('unique_all', (x, ))
+unique_all = unary_function('unique_all', 'Array API ``unique_all``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def unique_counts(x, /):
-    """Array API ``unique_counts``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('unique_counts', (x, ))
+unique_counts = unary_function('unique_counts', 'Array API ``unique_counts``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def unique_inverse(x, /):
-    """Array API ``unique_inverse``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('unique_inverse', (x, ))
+unique_inverse = unary_function('unique_inverse', 'Array API ``unique_inverse``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
-def unique_values(x, /):
-    """Array API ``unique_values``, run by the backend of the argument tensors (others under the fallback policy)."""
-    return _call('unique_values', (x, ))
+unique_values = unary_function('unique_values', 'Array API ``unique_values``, run by the backend of the argument tensors (others under the fallback policy).')
 
 
 def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):

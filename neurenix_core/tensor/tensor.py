@@ -18,7 +18,7 @@ import numpy as np
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import ShapeError, TransferError, UnsupportedDTypeError
 from neurenix_core.tensor import transfer
-from neurenix_core.tensor.dtypes import as_dtype
+from neurenix_core.tensor.dtypes import PLAIN_DTYPES, as_dtype
 from neurenix_core.tensor.host_run import getitem_on_host, run_on_host
 from neurenix_core.tensor.indexing import set_native
 from neurenix_core.tensor.op_errors import BROADCASTING, mismatch, raise_op_error
@@ -58,7 +58,8 @@ _SCALAR_TYPES = frozenset({bool, int, float, complex})
 class Tensor:
     """An array on a device. ``nx.Tensor(data, dtype=None, device=None)`` is ``nx.asarray``."""
 
-    # _base: the tensor owning the buffer when this one is a view (keeps it alive, charged once).
+    # _base: the tensor owning the buffer when this one is a view (keeps it alive, charged once);
+    # None for an owner. Every path that makes a Tensor sets it: the view paths read it directly.
     # _ag: autograd state (neurenix_core/autograd/tape.py): a Leaf or a Node; unset = no grad.
     __slots__ = ("__weakref__", "_ag", "_base", "_data", "_nbytes", "_p")
 
@@ -120,13 +121,25 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:  # array API name
-        if self.ndim != 2:
+        d = self._data
+        if (d.ndim if type(d) is _ndarray else self.ndim) != 2:  # an ndarray's own ndim: no shape tuple
             raise ShapeError(f"{self.device}: Tensor.T needs a 2-D tensor, got {self.ndim}-D; use matrix_transpose or permute_dims")
-        return _call("permute_dims", (self, (1, 0)))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
+        p = self._p
+        fn = p.ops.get("permute_dims")
+        if record is not None or fn is None:
+            return _call("permute_dims", (self, (1, 0)))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
+        # _call's one-operand case written out (a NumPy view on the CPU: x.T is one attribute there).
+        try:
+            r = fn(d, (1, 0))
+        except NotImplementedError:
+            return _call_general("permute_dims", (self, (1, 0)), None, native=False)  # type: ignore[no-any-return]  # a Tensor here
+        except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
+            raise_op_error("permute_dims", p, [self], exc)
+        return _own1(r, self, d, p)  # type: ignore[no-any-return]  # a Tensor for one array
 
     @property
     def mT(self) -> Tensor:
-        return _call("matrix_transpose", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
+        return UNARY_FUNCTIONS["matrix_transpose"](self)  # type: ignore[no-any-return]  # the op's result, a Tensor here
 
     @property
     def native(self) -> Any:
@@ -267,17 +280,23 @@ class Tensor:
     # ----------------------------------------------------------------- indexing
     def __getitem__(self, key: Any) -> Tensor:
         p = self._p
-        native_key = _index_key(key, p)
+        d = self._data
+        k = type(key)
+        # Basic indices (ints, slices, None, ...) are their own native key: no walk to unwrap Tensors.
+        native_key = key if k in _BASIC_KEYS or (k is tuple and _basic(key)) else _index_key(key, p)
         try:
-            result = self._data[native_key]
+            result = d[native_key]
         except IndexError as exc:
             # Stays an IndexError (the Python protocol for out-of-range indices), with the device named.
             raise IndexError(f"{p.device}: index {key!r} does not fit shape {self.shape}: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - kept as the cause if the host cannot index it either
             # Some runtimes cannot index every way the standard allows (torch: negative steps).
             # If the host can, that is an op the device does not run natively: fallback policy.
-            out = adopt(getitem_on_host(self._data, p, _host_key(key), [self], exc), p)
+            out = adopt(getitem_on_host(d, p, _host_key(key), [self], exc), p)
         else:
+            if record is None and p.numpy_fast:
+                # A NumPy buffer's view or copy (or scalar), wrapped as adopt would, written out.
+                return _own1(result, self, d, p)  # type: ignore[no-any-return]  # a Tensor for an ndarray or NumPy scalar
             out = adopt(result, p, (self,))
         return out if record is None else record("__getitem__", (self, key), None, out)
 
@@ -285,17 +304,13 @@ class Tensor:
         _setitem(self, _index_key(key, self._p), value)
 
     # ----------------------------------------------------------------- unary operators
-    def __neg__(self) -> Tensor:
-        return _call("negative", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
-
-    def __pos__(self) -> Tensor:
-        return _call("positive", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
-
-    def __abs__(self) -> Tensor:
-        return _call("abs", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
-
-    def __invert__(self) -> Tensor:
-        return _call("bitwise_invert", (self,))  # type: ignore[no-any-return]  # _call: the op's result, a Tensor here
+    # Bound below to the flat one-operand functions (_make_unary), the very objects behind
+    # nx.negative, nx.positive, nx.abs and nx.bitwise_invert; declared here for type checkers.
+    if TYPE_CHECKING:
+        def __neg__(self) -> Tensor: ...
+        def __pos__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
 
     # ----------------------------------------------------------------- binary operators
     # Bound below from the flat hot path (_make_binary, set on the class by name); declared here,
@@ -398,11 +413,13 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
             raise m.refuse(n)
         m.in_use = used
         m.count += 1
-        m.peak = max(m.peak, used)
+        if used > m.peak:  # noqa: PLR1730 - not max(): a builtin call is a tenth of the budget
+            m.peak = used
         t = _new(Tensor)
         t._data = r
         t._p = p
         t._nbytes = n
+        t._base = None
         if record is not None:  # autograd hook: see "autograd" at the end of this module
             return record(name, (x1, x2), None, t)
         return t
@@ -415,6 +432,123 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
         return rop
     op.__name__ = op.__qualname__ = name
     return op
+
+
+def _make_unary(name: str) -> Callable[[Any], Any]:
+    """The function behind ``nx.exp(x)`` and ``-x`` (``negative``): one tensor in, one out.
+
+    ``_call``'s common case written out for one operand, flat for the same reason as
+    ``_make_binary``: a fresh NumPy result is charged and wrapped here; anything else (a view,
+    another array type, recording, another argument type, an op the device lacks) goes the way
+    ``_call`` goes, with the same results and errors.
+    """
+
+    def op(x: Any, /) -> Any:
+        if type(x) is Tensor and record is None:
+            p = x._p
+            try:
+                fn = p.ops[name]
+            except KeyError:
+                return _call(name, (x,))  # not native: the fallback policy decides
+            d = x._data
+            try:
+                r = fn(d)
+            except NotImplementedError:
+                return _call_general(name, (x,), None, native=False)
+            except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
+                raise_op_error(name, p, [x], exc)
+            # A new buffer (adopt's view test for one base-less operand): charged here, with
+            # DeviceMemory.charge written out as in the binary operators (keep the copies in step).
+            if type(r) is _ndarray and p.numpy_fast and r.base is None and r is not d and type(d) is _ndarray and d.base is None:
+                n = r.nbytes
+                m = p.mem
+                used = m.in_use + n
+                if used > m.limit:
+                    raise m.refuse(n)
+                m.in_use = used
+                m.count += 1
+                if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
+                    m.peak = used
+                t = _new(Tensor)
+                t._data = r
+                t._p = p
+                t._nbytes = n
+                t._base = None
+                return t
+            return _own1(r, x, d, p)
+        return _call(name, (x,))
+
+    op.__name__ = op.__qualname__ = name
+    # The standard's signature with no annotations, as the generated functions (their types are
+    # in the stub, _generated_ops.pyi): inspect.signature(nx.exp) is the table's ``(x, /)``.
+    op.__annotations__ = {}
+    return op
+
+
+#: The one-operand functions made so far by ``unary_function`` (the generated namespace's
+#: elementwise functions, the unary operators), by array API name.
+UNARY_FUNCTIONS: dict[str, Callable[[Any], Any]] = {}
+
+
+def unary_function(name: str, doc: str | None = None) -> Callable[[Any], Any]:
+    """The flat one-operand function for the array API function ``name`` (made once)."""
+    fn = UNARY_FUNCTIONS.get(name)
+    if fn is None:
+        fn = UNARY_FUNCTIONS[name] = _make_unary(name)
+    if doc is not None:
+        fn.__doc__ = doc
+    return fn
+
+
+def _where(condition: Any, x1: Any, x2: Any, /) -> Any:
+    """``nx.where``: ``_call``'s common case written out for three Tensors on one placement (the
+    form on benchmarks/dispatch.py's list); Python scalars, other devices, recording, an op the
+    device lacks go through ``_call``, with the same results and errors."""
+    if record is None and type(condition) is Tensor and type(x1) is Tensor and type(x2) is Tensor:
+        p = condition._p
+        fn = p.ops.get("where")
+        if fn is not None and x1._p is p and x2._p is p:
+            dc = condition._data
+            d1 = x1._data
+            d2 = x2._data
+            try:
+                r = fn(dc, d1, d2)
+            except NotImplementedError:
+                return _call_general("where", (condition, x1, x2), None, native=False)
+            except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
+                raise_op_error("where", p, [condition, x1, x2], exc)
+            # A new buffer: base-less and none of the operands' own (base-less) buffers.
+            if (type(r) is _ndarray and p.numpy_fast and r.base is None and r is not dc and r is not d1 and r is not d2
+                    and type(dc) is _ndarray and type(d1) is _ndarray and type(d2) is _ndarray
+                    and dc.base is None and d1.base is None and d2.base is None):
+                n = r.nbytes
+                # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
+                m = p.mem
+                used = m.in_use + n
+                if used > m.limit:
+                    raise m.refuse(n)
+                m.in_use = used
+                m.count += 1
+                if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
+                    m.peak = used
+                t = _new(Tensor)
+                t._data = r
+                t._p = p
+                t._nbytes = n
+                t._base = None
+                return t
+            return rewrap(r, p, [condition, x1, x2])
+    return _call("where", (condition, x1, x2))
+
+
+_where.__name__ = _where.__qualname__ = "where"  # exported as nx.where (pickle finds it by name)
+_where.__annotations__ = {}  # the standard's signature, unannotated like the generated functions
+
+
+def where_function(doc: str) -> Callable[..., Any]:
+    """``nx.where`` (``_where``) with the generated functions' docstring."""
+    _where.__doc__ = doc
+    return _where
 
 
 def _slow_binary(name: str, x1: Any, x2: Any, function: bool) -> Any:
@@ -484,6 +618,9 @@ for _dunder, _op_name in _OPERATORS.items():
     setattr(Tensor, f"__i{_dunder}__", _make_inplace(_op_name))
 for _dunder, _op_name in _COMPARISONS.items():
     setattr(Tensor, f"__{_dunder}__", _BINARY_OPS[_op_name])
+for _dunder, _op_name in (("neg", "negative"), ("pos", "positive"), ("abs", "abs"), ("invert", "bitwise_invert")):
+    setattr(Tensor, f"__{_dunder}__", unary_function(_op_name))
+unary_function("matrix_transpose")  # Tensor.mT's
 
 
 def _rebuild(host: np.ndarray, device: str) -> Tensor:
@@ -600,112 +737,141 @@ def rewrap(result: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ())
 
 
 #: Argument types handed to a native op as they are: ``_unwrap`` returns them unchanged and
-#: ``collect_tensors`` finds no Tensor in them (a tuple of ints, e.g. a shape, is checked apart).
-_PLAIN_TYPES = frozenset({bool, int, float, complex, str, type(None)})
+#: ``collect_tensors`` finds no Tensor in them (a tuple of ints, e.g. a shape, is checked apart);
+#: the classes of NumPy's dtypes too (``astype``'s target), found here without an isinstance call.
+_PLAIN_TYPES = frozenset({bool, int, float, complex, str, type(None), *(type(d) for d in PLAIN_DTYPES)})
 
 
 def _plain(value: Any) -> bool:
-    """True for an argument that holds no Tensor and needs no unwrapping (a scalar, a shape)."""
+    """True for an argument that holds no Tensor and needs no unwrapping: ``_unwrap`` and
+    ``collect_tensors`` only look into Tensors, lists and tuples, so anything else (a scalar, a
+    dtype, a NumPy value) and a tuple of ints (a shape, axes) go to the native op as they are."""
     t = type(value)
     if t in _PLAIN_TYPES:
         return True
-    if t is not tuple:
-        return False
-    for v in value:
-        if type(v) is not int:
-            return False
-    return True
-
-
-def _plain_values(kwargs: dict[str, Any]) -> bool:
-    # A loop, not all(<generator>): the generator alone costs ~0.2 µs, most of the budget.
-    for v in kwargs.values():
-        if type(v) not in _PLAIN_TYPES and not _plain(v):
-            return False
-    return True
-
-
-def _natives(args: tuple[Any, ...], p: Placement) -> tuple[Any, ...] | None:
-    """The native operands when every argument is a Tensor on ``p`` itself or a plain value;
-    None otherwise (another placement, lists, NumPy values ...: the general path decides)."""
-    out = []
-    for a in args:
-        if type(a) is Tensor:
-            if a._p is not p:
-                return None
-            out.append(a._data)
-        elif _plain(a):
-            out.append(a)
-        else:
-            return None
-    return tuple(out)
-
-
-def _fresh(r: np.ndarray, args: tuple[Any, ...], p: Placement) -> bool:
-    """True when ``r`` (a base-less ndarray) shares memory with no Tensor argument: ``adopt``'s
-    view test, with the memory root of a base-less ndarray taken as the array itself."""
-    for a in args:
-        if type(a) is Tensor:
-            d = a._data
-            if r is d or ((type(d) is not np.ndarray or d.base is not None) and r is p.backend._memory_root(d)):
+    if t is tuple:
+        for v in value:
+            if type(v) is not int:
                 return False
-    return True
+        return True
+    return t is not Tensor and not isinstance(value, (list, tuple))
+
+
+def _own1(r: Any, x: Tensor, d: Any, p: Placement) -> Any:
+    """The Tensor(s) for ``r``, the result of a one-operand op on ``x`` (native ``d``) on ``p``:
+    ``rewrap(r, p, [x])``, with its two common NumPy cases written out (no memory-root walk):
+    a new buffer is charged; a view of ``x``'s own buffer (``reshape``, ``x.T``, ``x[0]``) is
+    charged nothing and keeps the owner of that buffer alive."""
+    if type(r) is not _ndarray and p.numpy_roots and isinstance(r, np.generic):
+        r = p.backend._coerce(r)  # a 0-d reduction's NumPy scalar: what adopt does first
+    if type(r) is _ndarray and p.numpy_fast and type(d) is _ndarray and d.base is None:
+        b = r.base
+        if b is None and r is not d:
+            n = r.nbytes
+            # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
+            m = p.mem
+            used = m.in_use + n
+            if used > m.limit:
+                raise m.refuse(n)
+            m.in_use = used
+            m.count += 1
+            if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
+                m.peak = used
+            t = _new(Tensor)
+            t._data = r
+            t._p = p
+            t._nbytes = n
+            t._base = None
+            return t
+        if b is d:
+            owner = x._base
+            p.mem.count += 1  # _make's count for a view (charged 0)
+            t = _new(Tensor)
+            t._data = r
+            t._p = p
+            t._nbytes = 0
+            t._base = x if owner is None else owner
+            return t
+    return rewrap(r, p, [x])
 
 
 def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
     """Generic dispatch: find the tensors, check one device, run natively or fall back.
 
     The common case (no autograd recording, every Tensor argument on the first one's placement,
-    plain other arguments, a native op) is written out flat here: every call or attribute load
-    is paid by ``nx.exp(x)`` / ``nx.sum(x, axis=0)`` on every call (benchmarks/dispatch.py).
-    Anything else goes to ``_call_general``, which gives the same results and errors.
+    no Tensor inside a list or tuple argument, a native op) is written out flat here: every call
+    or attribute load is paid by ``nx.sum(x, axis=0)`` / ``nx.where(c, a, b)`` on every call
+    (benchmarks/dispatch.py). Anything else goes to ``_call_general``, which gives the same
+    results and errors.
     """
-    if record is None and args and type(args[0]) is Tensor:
-        p = args[0]._p
-        fn = p.ops.get(name)
-        if fn is not None and (not kwargs or _plain_values(kwargs)):
-            # One operand (most functions): its native directly, no tuple to build or unpack.
-            if len(args) == 1:
-                d = args[0]._data
-                nargs = None
-            else:
-                d = None
-                nargs = _natives(args, p)
-                if nargs is None:
-                    return _call_general(name, args, kwargs)
-            try:
-                if nargs is None:
-                    r = fn(d, **kwargs) if kwargs else fn(d)
-                else:
+    if record is None and args:
+        x = args[0]
+        if type(x) is Tensor:
+            p = x._p
+            fn = p.ops.get(name)
+            if fn is not None:
+                if kwargs:
+                    for v in kwargs.values():
+                        if type(v) not in _PLAIN_TYPES and not _plain(v):
+                            return _call_general(name, args, kwargs)
+                n_args = len(args)
+                if n_args == 1 or (n_args == 2 and type(args[1]) is not Tensor and _plain(args[1])):
+                    # One Tensor operand (most functions; reshape's shape, x.T's axes beside it).
+                    d = x._data
+                    try:
+                        if n_args == 1:
+                            r = fn(d, **kwargs) if kwargs else fn(d)
+                        else:
+                            r = fn(d, args[1], **kwargs) if kwargs else fn(d, args[1])
+                    except NotImplementedError:
+                        # As in _call_general: in the table, not for these arguments: the fallback policy decides.
+                        return _call_general(name, args, kwargs, native=False)
+                    except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
+                        raise_op_error(name, p, [x], exc)
+                    return _own1(r, x, d, p)
+                # Several operands (where, take, vecdot ...): the natives when every Tensor is on
+                # p itself and no list or tuple holds one; otherwise the general path decides.
+                nargs = []
+                for a in args:
+                    if type(a) is Tensor:
+                        if a._p is not p:
+                            return _call_general(name, args, kwargs)
+                        nargs.append(a._data)
+                    elif type(a) in _PLAIN_TYPES or _plain(a):
+                        nargs.append(a)
+                    else:
+                        return _call_general(name, args, kwargs)
+                try:
                     r = fn(*nargs, **kwargs) if kwargs else fn(*nargs)
-                if type(r) is not _ndarray and p.numpy_roots and isinstance(r, np.generic):
-                    r = p.backend._coerce(r)  # a 0-d reduction's NumPy scalar: what adopt does first
-                # A NumPy result owning a new buffer (not a view of an argument: adopt's test,
-                # inline for one base-less operand) is charged here; the rest goes to rewrap.
-                if p.numpy_roots and type(r) is _ndarray and r.base is None and (
-                    (r is not d and type(d) is _ndarray and d.base is None) if nargs is None else _fresh(r, args, p)
-                ):
-                    n = r.nbytes if p.native_nbytes else p.backend._nbytes_of(r)
-                    # DeviceMemory.charge inlined, as in the binary operators (keep the copies in step).
+                except NotImplementedError:
+                    return _call_general(name, args, kwargs, native=False)
+                except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
+                    raise_op_error(name, p, _tensors_in(args), exc)
+                # A NumPy result owning a new buffer is charged here: base-less, and none of the
+                # Tensor operands' buffers, which own their memory (adopt's view test for them).
+                # Anything else (a view, an operand that is a view itself) goes to rewrap.
+                if type(r) is _ndarray and p.numpy_fast and r.base is None:
+                    for a in args:
+                        if type(a) is Tensor:
+                            d = a._data
+                            if r is d or type(d) is not _ndarray or d.base is not None:
+                                return rewrap(r, p, _tensors_in(args))
+                    n = r.nbytes
+                    # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
                     m = p.mem
                     used = m.in_use + n
                     if used > m.limit:
                         raise m.refuse(n)
                     m.in_use = used
                     m.count += 1
-                    m.peak = max(m.peak, used)
+                    if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
+                        m.peak = used
                     t = _new(Tensor)
                     t._data = r
                     t._p = p
                     t._nbytes = n
-                    t._base = None
                     return t
                 return rewrap(r, p, _tensors_in(args))
-            except NotImplementedError:
-                # As in _call_general: in the table, not for these arguments: the fallback policy decides.
-                return _call_general(name, args, kwargs, native=False)
-            except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
-                raise_op_error(name, p, _tensors_in(args), exc)
     return _call_general(name, args, kwargs)
 
 
@@ -752,6 +918,18 @@ def _call_with_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | 
         be = args[0]._p.backend
         kwargs["dtype"] = be._native_dtype(dt) if name in be.ops else dt
     return _call(name, args, kwargs)
+
+#: Index key types NumPy takes as they are (basic indexing; no Tensor to unwrap).
+_BASIC_KEYS = frozenset({int, slice, type(None), type(Ellipsis)})
+
+
+def _basic(key: tuple[Any, ...]) -> bool:
+    """True for a tuple key of basic indices only (``x[:, 1]``, ``x[0, ..., None]``)."""
+    for k in key:
+        if type(k) not in _BASIC_KEYS:
+            return False
+    return True
+
 
 def _index_key(key: Any, p: Placement) -> Any:
     if type(key) is Tensor:
@@ -837,9 +1015,22 @@ def _from_tensor(obj: Tensor, dtype: Any, device: DeviceLike | None, copy: bool 
 def cast(x: Tensor, dt: np.dtype[Any], copy: bool = True) -> Tensor:
     """``x`` cast to the neurenix dtype ``dt``, which its device supports (callers check), on its device."""
     p = x._p
-    # The backend's own dtype object when it casts natively; the neurenix dtype for a host fallback.
-    target = p.backend._native_dtype(dt) if "astype" in p.ops else dt
-    return _call("astype", (x, target), {"copy": copy})  # type: ignore[no-any-return]
+    fn = p.ops.get("astype")
+    if fn is None or record is not None:
+        # The neurenix dtype for a host fallback; the general path records for autograd.
+        target = dt if fn is None else p.backend._native_dtype(dt)
+        return _call("astype", (x, target), {"copy": copy})  # type: ignore[no-any-return]
+    # _call's one-operand case written out (nx.astype is on benchmarks/dispatch.py's list), with
+    # the backend's own dtype object (a torch.dtype on cuda).
+    target = p.backend._native_dtype(dt)
+    d = x._data
+    try:
+        r = fn(d, target, copy=copy)
+    except NotImplementedError:
+        return _call_general("astype", (x, target), {"copy": copy}, native=False)  # type: ignore[no-any-return]
+    except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
+        raise_op_error("astype", p, [x], exc)
+    return _own1(r, x, d, p)  # type: ignore[no-any-return]  # a Tensor for one array
 
 
 def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | None = None) -> Tensor:
