@@ -4,9 +4,9 @@ against PyTorch eager on the same models, pinned to 1 and to 2 threads, plus its
     .venv/bin/python benchmarks/interpreter.py [--quick] [--threads 1 2] [--models resnet18 ...] [--json out.json]
 
 Models, plain torch.nn or transformers configs with random weights, imported with
-``nx.nn.from_torch`` and compiled with ``nx.compile(model, device="cpu", runtime="numpy")`` (the
-interpreter, whatever host runtime is installed): a ResNet-18 at 1x3x224x224 and 32x3x64x64, a
-MobileNetV3-small block stack, a ViT-tiny (transformers ViTModel, 192 wide, 12 layers) and a
+``nx.nn.from_torch`` and compiled with ``nx.compile(model, device="cpu", runtime="numpy",
+threads=N)`` (the interpreter, whatever host runtime is installed; its threads read back from
+the summary): a ResNet-18 at 1x3x224x224 and 32x3x64x64, a MobileNetV3-small block stack, a ViT-tiny (transformers ViTModel, 192 wide, 12 layers) and a
 BERT-tiny (transformers BertModel, 128 wide, 2 layers, 128 tokens). The ``nodes`` row times a
 graph of 200 elementwise nodes on 4-element arrays: the interpreter's cost per node (planned,
 and node by node as ``run_graph(..., return_values=True)`` still runs) against PyTorch eager's
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -130,7 +131,7 @@ def _model_row(name: str, threads: int, rounds: int) -> dict[str, Any]:
     import neurenix_core as nx
 
     tm, x = model(name)
-    compiled = nx.compile(nx.nn.from_torch(tm, (torch.from_numpy(x),), static=True), device="cpu", runtime="numpy")
+    compiled = nx.compile(nx.nn.from_torch(tm, (torch.from_numpy(x),), static=True), device="cpu", runtime="numpy", threads=threads)
     xt, xtorch = nx.asarray(x), torch.from_numpy(x)
 
     def torch_run() -> Any:
@@ -139,7 +140,8 @@ def _model_row(name: str, threads: int, rounds: int) -> dict[str, Any]:
 
     np.testing.assert_allclose(compiled(xt).numpy(), torch_run().numpy(), rtol=1e-4, atol=1e-4)  # the same model
     t = benchkit.interleaved({"neurenix": lambda: compiled(xt), "torch": torch_run}, rounds=rounds)
-    config = {"threads": threads}
+    read = re.search(r"(\d+) threads?\b", compiled.summary)  # the interpreter's threads= as its summary reads it back
+    config = {"threads": int(read.group(1)) if read else None}
     return benchkit.row("interpreter", name, "fp32", x.shape[0], threads, t["neurenix"], t["torch"], config,
                         {"threads": torch.get_num_threads()})
 
