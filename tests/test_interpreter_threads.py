@@ -117,3 +117,27 @@ def test_summary_names_the_threads_and_bad_counts_are_refused() -> None:
     assert "2 threads" in compiled.summary
     with pytest.raises(ConfigurationError, match="threads=0"):
         _compiled(module, x, 0)(nx.asarray(x))
+
+
+def test_a_forked_child_splits_with_its_own_pool() -> None:
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    with cpu_threads.using(2):
+        cpu_threads.split(4, lambda a, b: None)  # the parent's pool exists before the fork
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply_async(_split_in_child).get(timeout=60) == [1, 1, 1, 1]  # a stale pool would hang here
+
+
+def _split_in_child() -> list[int]:
+    hits = [0] * 4
+
+    def mark(a: int, b: int) -> None:
+        for k in range(a, b):
+            hits[k] += 1
+
+    with cpu_threads.using(2):
+        cpu_threads.split(4, mark)
+    return hits

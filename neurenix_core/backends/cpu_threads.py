@@ -80,6 +80,18 @@ def blas_threads() -> int | None:
     return None if found is None else found[1]()
 
 
+def _forget_pools() -> None:
+    """In a forked child the parent's workers do not exist: a pool that thinks it has them would
+    never run a shard, so the child starts without pools (and makes its own on first use)."""
+    global _lock
+    _pools.clear()
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
+
+
 def _pool(threads: int) -> ThreadPoolExecutor:
     with _lock:
         pool = _pools.get(threads)
