@@ -5,8 +5,13 @@ the key follows the precision; NEURENIX_COMPILE_CACHE=0 leaves JAX's cache setti
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import compile_cache_child as child
+import numpy as np
+from neurenix_tpu.compiled import compile_graph
+
+import neurenix_core as nx
 
 
 def test_second_process_hits_with_identical_results(tmp_path: Path) -> None:
@@ -40,3 +45,33 @@ def test_cpu_host_runtime_xla_uses_jax_cache(tmp_path: Path) -> None:
     warm = child.run(tmp_path, "cpu:0", NEURENIX_CPU_RUNTIME="xla")
     assert "XLA:CPU" in warm["summary"] and "XLA's compiled program loaded from the persistent cache" in warm["summary"], warm["summary"]
     assert "stored them in the persistent cache" in cold["summary"] and warm["sha256"] == cold["sha256"]
+
+
+def test_compile_ahead_then_the_first_call_compiles_nothing(tpu: Any, graphs: Any) -> None:
+    """nx.compile compiles the XLA program ahead of time without running the model; the first
+    call then runs it without compiling anything (one execution in all, not a warm-up run and a
+    call), and gives the reference's result."""
+    import jax
+
+    from neurenix_core.graph.ir import CompileOptions
+
+    compiles: list[str] = []  # JAX's compile steps (tracing, lowering, XLA's compile), whatever JAX's cache does
+
+    def listen(event: str, duration: float, **_: Any) -> None:
+        if event.startswith("/jax/core/compile/"):
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        graph = graphs.mlp(3, seed=31, sizes=(10, 24, 5))
+        model = compile_graph(tpu, graph, CompileOptions(device=nx.Device("tpu", 0), precision="fp32", extra={}))
+        assert model.compiles == 1 and model.program.jitted._cache_size() == 0  # compiled, nothing called yet
+        assert compiles, "nx.compile traced and lowered the program"
+        before = len(compiles)
+        x = np.random.default_rng(3).standard_normal((3, 10)).astype(np.float32)
+        out = np.asarray(model._run(jax.device_put(x, tpu._native_device(0))))
+        assert compiles[before:] == []  # the first call found the executable: no tracing, lowering or compile
+        assert model.compiles == 1 and model.program.jitted._cache_size() == 1
+        np.testing.assert_allclose(out, graphs.ref(graph, x), rtol=2e-5, atol=2e-5)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
