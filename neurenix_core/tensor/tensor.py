@@ -875,6 +875,48 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
     return _call_general(name, args, kwargs)
 
 
+def _call1(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """``_call`` for the functions whose only positional parameter is the tensor ``x``
+    (reductions, sort, argmax, clip ...; ``args`` is ``(x,)``): its one-operand case with the
+    checks it needs and nothing else, and a fresh NumPy result wrapped inline (as in
+    ``_make_unary``); every other case is ``_call``'s, with the same results and errors."""
+    x = args[0]
+    if record is None and type(x) is Tensor:
+        p = x._p
+        fn = p.ops.get(name)
+        if fn is not None:
+            if kwargs:
+                for v in kwargs.values():
+                    if type(v) not in _PLAIN_TYPES and not _plain(v):
+                        return _call_general(name, args, kwargs)
+            d = x._data
+            try:
+                r = fn(d, **kwargs) if kwargs else fn(d)
+            except NotImplementedError:
+                return _call_general(name, args, kwargs, native=False)
+            except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
+                raise_op_error(name, p, [x], exc)
+            if type(r) is _ndarray and p.numpy_fast and r.base is None and r is not d and type(d) is _ndarray and d.base is None:
+                n = r.nbytes
+                # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
+                m = p.mem
+                used = m.in_use + n
+                if used > m.limit:
+                    raise m.refuse(n)
+                m.in_use = used
+                m.count += 1
+                if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
+                    m.peak = used
+                t = _new(Tensor)
+                t._data = r
+                t._p = p
+                t._nbytes = n
+                t._base = None
+                return t
+            return _own1(r, x, d, p)
+    return _call(name, args, kwargs)
+
+
 def _tensors_in(args: tuple[Any, ...]) -> list[Tensor]:
     out: list[Tensor] = []
     collect_tensors(args, out)
