@@ -425,19 +425,23 @@ def _matmul_step(fallback: StepFn) -> StepFn:
 
 
 def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
-    """scaled_dot_product_attention on float32 q, k, v (no mask, not causal) one batch item at a
-    time: its scores stay in cache through the softmax, computed in place with the reference's
-    operations (scale, subtract the row maximum, exp, divide by the row sum), and the items are
-    split across interpreter threads. Anything else runs the reference."""
+    """scaled_dot_product_attention on float32 q, k, v (not causal; a bool or float mask or none)
+    one batch item at a time: its scores stay in cache through the mask and the softmax, computed
+    in place with the reference's operations (scale, mask, subtract the row maximum, exp, divide
+    by the row sum), so the same bits; the items are split across interpreter threads. Anything
+    else runs the reference."""
     a = opset.attrs_of(node.op, node.attrs)
 
     def run(xs: Arrays) -> Any:
-        if len(xs) != 3 or a["is_causal"]:
+        if len(xs) not in (3, 4) or a["is_causal"]:
             return fallback(xs)
-        q, k, v = xs
+        q, k, v = xs[:3]
+        mask = xs[3] if len(xs) == 4 else None
         if (q.dtype != _F32 or k.dtype != _F32 or v.dtype != _F32 or q.ndim < 3 or not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
-                or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]):
+                or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or not _item_mask_fits(mask, q.shape[:-1] + (k.shape[-2],))):
             return fallback(xs)
+        if mask is not None:
+            mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)  # one leading axis per q axis
         scale = np.float32(a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(q.shape[-1]))
         out = np.empty(q.shape[:-1] + (v.shape[-1],), _F32)
 
@@ -445,6 +449,12 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
             for i in range(lo, hi):
                 scores = np.matmul(q[i], np.swapaxes(k[i], -1, -2))
                 scores *= scale
+                if mask is not None:
+                    item = mask[i if mask.shape[0] > 1 else 0]
+                    if item.dtype == np.bool_:
+                        np.copyto(scores, np.float32(-np.inf), where=~item)
+                    else:
+                        scores += item.astype(_F32, copy=False)
                 np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
                 np.exp(scores, out=scores)
                 scores /= scores.sum(axis=-1, keepdims=True)
@@ -454,6 +464,19 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
         return out
 
     return run
+
+
+def _item_mask_fits(mask: Any, scores: tuple[int, ...]) -> bool:
+    """A mask the per-item loop applies as the reference does: none, or a bool / float array that
+    broadcasts to the scores without growing them."""
+    if mask is None:
+        return True
+    if not isinstance(mask, np.ndarray) or mask.dtype.kind not in "bf" or mask.ndim > len(scores):
+        return False
+    try:
+        return np.broadcast_shapes(mask.shape, scores) == scores
+    except ValueError:
+        return False
 
 
 def _max_pool_step(node: Node, fallback: StepFn) -> StepFn:
