@@ -144,18 +144,18 @@ def _split_in_child() -> list[int]:
 
 
 @pytest.mark.parametrize("mask", [None, "float-row", "float-per-sample", "bool-square", "bool-per-head"])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_attention_step_gives_the_reference_bits(mask: str | None, threads: int) -> None:
+@pytest.mark.parametrize("threads,batch", [(1, 4), (2, 4), (2, 1)])  # batch 1 on 2 threads: split by head
+def test_attention_step_gives_the_reference_bits(mask: str | None, threads: int, batch: int) -> None:
     from neurenix_core.graph.interpreter import plan_for
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
     from neurenix_core.graph.reference import run_graph
 
     rng = np.random.default_rng(7)
-    q, k, v = (rng.standard_normal((4, 3, 17, 8)).astype(np.float32) for _ in range(3))
+    q, k, v = (rng.standard_normal((batch, 3, 17, 8)).astype(np.float32) for _ in range(3))
     masks: dict[str, np.ndarray] = {"float-row": np.zeros((1, 1, 1, 17), np.float32),
-                                    "float-per-sample": rng.standard_normal((4, 1, 17, 17)).astype(np.float32),
-                                    "bool-square": rng.random((17, 17)) > 0.3, "bool-per-head": rng.random((4, 3, 1, 17)) > 0.2}
-    specs = [TensorSpec(n, (4, 3, 17, 8)) for n in "qkv"]
+                                    "float-per-sample": rng.standard_normal((batch, 1, 17, 17)).astype(np.float32),
+                                    "bool-square": rng.random((17, 17)) > 0.3, "bool-per-head": rng.random((batch, 3, 1, 17)) > 0.2}
+    specs = [TensorSpec(n, (batch, 3, 17, 8)) for n in "qkv"]
     inputs = [q, k, v]
     if mask is not None:
         m = masks[mask]

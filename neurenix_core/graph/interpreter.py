@@ -445,12 +445,17 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
         scale = np.float32(a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(q.shape[-1]))
         out = np.empty(q.shape[:-1] + (v.shape[-1],), _F32)
 
+        # Items: batch entries, or (batch, head) pairs where the batch alone is too short to split.
+        depth = 2 if q.shape[0] < cpu_threads.current() and q.ndim >= 4 else 1
+        heads = q.shape[1] if depth == 2 else 1
+
         def part(lo: int, hi: int) -> None:
-            for i in range(lo, hi):
+            for j in range(lo, hi):
+                i = divmod(j, heads) if depth == 2 else (j,)
                 scores = np.matmul(q[i], np.swapaxes(k[i], -1, -2))
                 scores *= scale
                 if mask is not None:
-                    item = mask[i if mask.shape[0] > 1 else 0]
+                    item = mask[tuple(0 if mask.shape[d] == 1 else i[d] for d in range(depth))]
                     if item.dtype == np.bool_:
                         np.copyto(scores, np.float32(-np.inf), where=~item)
                     else:
@@ -460,7 +465,7 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
                 scores /= scores.sum(axis=-1, keepdims=True)
                 np.matmul(scores, v[i], out=out[i])
 
-        cpu_threads.split(q.shape[0], part)
+        cpu_threads.split(q.shape[0] * heads, part)
         return out
 
     return run
