@@ -517,26 +517,30 @@ def _where(condition: Any, x1: Any, x2: Any, /) -> Any:
                 return _call_general("where", (condition, x1, x2), None, native=False)
             except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
                 raise_op_error("where", p, [condition, x1, x2], exc)
-            # A new buffer: base-less and none of the operands' own (base-less) buffers.
-            if (type(r) is _ndarray and p.numpy_fast and r.base is None and r is not dc and r is not d1 and r is not d2
-                    and type(dc) is _ndarray and type(d1) is _ndarray and type(d2) is _ndarray
-                    and dc.base is None and d1.base is None and d2.base is None):
-                n = r.nbytes
-                # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
-                m = p.mem
-                used = m.in_use + n
-                if used > m.limit:
-                    raise m.refuse(n)
-                m.in_use = used
-                m.count += 1
-                if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
-                    m.peak = used
-                t = _new(Tensor)
-                t._data = r
-                t._p = p
-                t._nbytes = n
-                t._base = None
-                return t
+            # A new buffer: base-less and none of the operands' own (base-less) buffers. An operand
+            # without .base (not an ndarray) is not known to own its memory: rewrap decides.
+            if type(r) is _ndarray and p.numpy_fast and r.base is None and r is not dc and r is not d1 and r is not d2:
+                try:
+                    owned = dc.base is None and d1.base is None and d2.base is None
+                except AttributeError:
+                    owned = False
+                if owned:
+                    n = r.nbytes
+                    # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
+                    m = p.mem
+                    used = m.in_use + n
+                    if used > m.limit:
+                        raise m.refuse(n)
+                    m.in_use = used
+                    m.count += 1
+                    if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
+                        m.peak = used
+                    t = _new(Tensor)
+                    t._data = r
+                    t._p = p
+                    t._nbytes = n
+                    t._base = None
+                    return t
             return rewrap(r, p, [condition, x1, x2])
     return _call("where", (condition, x1, x2))
 
