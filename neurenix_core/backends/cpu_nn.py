@@ -204,6 +204,9 @@ def depthwise_channels_last(x: np.ndarray, weight: np.ndarray, stride: tuple[int
 #: epilogue in cache (1.6-1.7x faster than one batch-wide GEMM on ResNet-18's 56x56 and 28x28
 #: layers at batch 32); at 7x7 a few hundred columns made BLAS slower than the batch-wide GEMM.
 _GROUP_COLUMNS = 1024
+#: Multiply-adds below which a convolution is not split across interpreter threads (~0.1 ms of
+#: work on one core: less than that and the pool's hand-off costs what the second core saves).
+_SPLIT_MACS = 2_000_000
 
 
 def conv2d_f32(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, padding: tuple[int, int], stride: tuple[int, int],
@@ -235,14 +238,16 @@ def conv2d_f32(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, paddi
         return res
     wm = weight.reshape(out_c, -1)
     geometry = (kh, kw), stride, dilation, padding
+    # A convolution too small to repay the pool's hand-off runs on the caller alone.
+    threads = cpu_threads.current() if wm.size * oh * ow * n >= _SPLIT_MACS else 1
     if channels_last:
-        return _conv_channels_last(x, wm, bias, act, geometry, (oh, ow))
+        return _conv_channels_last(x, wm, bias, act, geometry, (oh, ow), threads)
     out = np.empty((n, out_c, oh * ow), x.dtype)
-    if n == 1 and cpu_threads.current() > 1:
+    if n == 1 and threads > 1:
         cols = _columns(x, 0, 1, geometry, None, split_copy=True)
         cpu_threads.split(out_c, lambda a, b: _gemm_epilogue(wm[a:b], cols, out[0, a:b], None if bias is None else bias[a:b], act), min_items=8)
         return out.reshape(1, out_c, oh, ow)
-    per = max(1, min(-(-_GROUP_COLUMNS // (oh * ow)), -(-n // cpu_threads.current())))
+    per = max(1, min(-(-_GROUP_COLUMNS // (oh * ow)), -(-n // threads)))
 
     def run(first: int, last: int) -> None:
         scratch: dict[str, np.ndarray] = {}
@@ -256,20 +261,20 @@ def conv2d_f32(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, paddi
                 np.copyto(out[s0:s1], prod.transpose(1, 0, 2))
                 _epilogue(out[s0:s1], None if bias is None else bias.reshape(-1, 1), act)
 
-    cpu_threads.split(-(-n // per), run)
+    cpu_threads.split(-(-n // per), run, min_items=1 if threads > 1 else n)
     return out.reshape(n, out_c, oh, ow)
 
 
 def _conv_channels_last(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, act: str | None,
                         geometry: tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]],
-                        size: tuple[int, int]) -> np.ndarray:
+                        size: tuple[int, int], threads: int) -> np.ndarray:
     """``conv2d_f32`` into channels-last memory: per sample (L, O) = columns^T @ W^T (BLAS reads
     both transposed operands as they are), the epilogue along the contiguous channel axis; one
     sample and several threads: shards of its output pixels."""
     n, out_c, (oh, ow) = x.shape[0], wm.shape[0], size
     out = np.empty((n, oh * ow, out_c), x.dtype)
     wt = wm.T
-    if n == 1 and cpu_threads.current() > 1:
+    if n == 1 and threads > 1:
         cols = _columns(x, 0, 1, geometry, None, split_copy=True)
 
         def pixels(a: int, b: int) -> None:
@@ -284,7 +289,7 @@ def _conv_channels_last(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, 
                 np.matmul(_columns(x, s, s + 1, geometry, scratch, split_copy=False).T, wt, out=out[s])
                 _epilogue(out[s], bias, act)
 
-        cpu_threads.split(n, run)
+        cpu_threads.split(n, run, min_items=1 if threads > 1 else n)
     return out.reshape(n, oh, ow, out_c).transpose(0, 3, 1, 2)
 
 
