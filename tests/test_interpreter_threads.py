@@ -165,3 +165,27 @@ def test_attention_step_gives_the_reference_bits(mask: str | None, threads: int,
     want = run_graph(graph, *inputs, float_dtype=None, return_values=True)["y"]  # the node-by-node reference
     got = plan_for(graph, inputs).run(inputs, threads)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("kernel,stride,pad,cin", [(1, 1, 0, 64), (3, 2, 1, 64), (7, 2, 3, 3)])
+def test_convolution_kernel_splits_agree(batch: int, channels_last: bool, kernel: int, stride: int, pad: int, cin: int) -> None:
+    """conv2d_f32 on 2 threads (one sample: its columns and its output channels or pixels in
+    shards; several: sample groups) against 1 thread and float64, every layout and epilogue."""
+    from neurenix_core.backends import cpu_nn as K
+
+    rng = np.random.default_rng(kernel)
+    x = rng.standard_normal((batch, cin, 40, 40)).astype(np.float32)
+    w = rng.standard_normal((128, cin, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(128).astype(np.float32)
+    args = (x, w, b, (pad, pad), (stride, stride), (1, 1), 1, "hardswish", channels_last)
+    with cpu_threads.using(1):
+        one = K.conv2d_f32(*args)
+    with cpu_threads.using(2):
+        two = K.conv2d_f32(*args)
+    want = K.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, pad)
+    want = want * np.clip(want / 6 + 0.5, 0, 1)
+    assert two.shape == one.shape == want.shape and two.flags.c_contiguous != channels_last
+    np.testing.assert_allclose(two, one, rtol=_RTOL, atol=_RTOL * float(np.abs(one).max()))
+    np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
