@@ -199,8 +199,9 @@ def _bn_step(node: Node, fallback: StepFn) -> StepFn:
 _ERFC_COEF32: Final = tuple(np.float32(c) for c in reversed(K._ERFC_COEF))
 
 
-#: Elements per block of ``_gelu32``: its four scratch arrays stay in L2 across the ~30 passes.
-_GELU_BLOCK: Final = 16384
+#: Elements per block of ``_gelu32``: its five scratch arrays (640 KB) stay in L2 across the ~30
+#: passes; 32K measured 9-11% faster than 16K at BERT-tiny and ViT-tiny sizes (fewer ufunc calls).
+_GELU_BLOCK: Final = 32768
 
 
 def _gelu32(x: np.ndarray) -> np.ndarray:
