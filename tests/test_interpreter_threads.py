@@ -189,3 +189,27 @@ def test_convolution_kernel_splits_agree(batch: int, channels_last: bool, kernel
     assert two.shape == one.shape == want.shape and two.flags.c_contiguous != channels_last
     np.testing.assert_allclose(two, one, rtol=_RTOL, atol=_RTOL * float(np.abs(one).max()))
     np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1, 3), (3, 1, 0, 2), None, (0, 2, -3, 3)])
+def test_transpose_step_copies_in_shards(perm: tuple[int, ...] | None) -> None:
+    from neurenix_core.graph.interpreter import plan_for
+    from neurenix_core.graph.ir import Graph, Node, TensorSpec
+
+    x = np.random.default_rng(2).standard_normal((6, 40, 5, 64)).astype(np.float32)
+    graph = Graph((TensorSpec("x", x.shape),), (Node("t", "transpose", ("x",), "y", {"perm": perm}),), ("y",))
+    got = plan_for(graph, [x]).run([x], 2)
+    want = np.ascontiguousarray(x.transpose(perm))
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
+
+
+def test_transpose_step_refuses_a_bad_perm_as_the_reference_does() -> None:
+    from neurenix_core.errors import ShapeError
+    from neurenix_core.graph.interpreter import plan_for
+    from neurenix_core.graph.ir import Graph, Node, TensorSpec
+
+    x = np.zeros((6, 40, 5, 64), np.float32)
+    graph = Graph((TensorSpec("x", x.shape),), (Node("t", "transpose", ("x",), "y", {"perm": (0, 1, 2, 7)}),), ("y",))
+    with pytest.raises(ShapeError, match="axis 7 is out of range"):  # the reference's words
+        plan_for(graph, [x]).run([x], 2)

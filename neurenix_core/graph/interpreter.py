@@ -485,6 +485,35 @@ def _item_mask_fits(mask: Any, scores: tuple[int, ...]) -> bool:
         return False
 
 
+def _transpose_step(node: Node, fallback: StepFn) -> StepFn:
+    """transpose (a contiguous copy, as the reference makes) with interpreter threads: the copy in
+    shards of the output's first axis longer than 1 (attention's head splits and merges)."""
+    perm_attr = opset.attrs_of(node.op, node.attrs)["perm"]
+
+    def run(xs: Arrays) -> Any:
+        x = xs[0]
+        if cpu_threads.current() == 1 or not isinstance(x, np.ndarray) or x.size < 2 * _SPLIT_MIN:
+            return fallback(xs)
+        if perm_attr is not None and any(not -x.ndim <= int(p) < x.ndim for p in perm_attr):
+            return fallback(xs)  # the reference words the error
+        perm = tuple(reversed(range(x.ndim))) if perm_attr is None else tuple(int(p) % x.ndim for p in perm_attr)
+        if sorted(perm) != list(range(x.ndim)):
+            return fallback(xs)
+        view = x.transpose(perm)
+        out = np.empty(view.shape, x.dtype)
+        axis = next(k for k, d in enumerate(view.shape) if d > 1)
+        inner = out.size // view.shape[axis]
+
+        def part(lo: int, hi: int) -> None:
+            at = (slice(None),) * axis + (slice(lo, hi),)
+            np.copyto(out[at], view[at])
+
+        cpu_threads.split(view.shape[axis], part, min_items=max(1, _SPLIT_MIN // inner))
+        return out
+
+    return run
+
+
 def _max_pool_step(node: Node, fallback: StepFn) -> StepFn:
     """max_pool2d on float32: the reference's running maximum over strided taps, in shards of
     samples (or of channels, with fewer samples than threads) written into one output."""
@@ -670,6 +699,8 @@ def _fused(node: Node, graph: Graph, by_input: Mapping[str, Node], readers: Mapp
         return _matmul_step(plain), (node,)
     if node.op == "max_pool2d":
         return _max_pool_step(node, plain), (node,)
+    if node.op == "transpose" and len(node.inputs) == 1:
+        return _transpose_step(node, plain), (node,)
     if node.op == "scaled_dot_product_attention":
         return _sdpa_step(node, plain), (node,)
     return plain, (node,)
