@@ -8,14 +8,20 @@ arrays, the slots it reads and writes, the slots that die after it, so large act
 freed as soon as nothing reads them). Where the semantics allow it, float32 steps are fused:
 
 - ``conv2d`` absorbs a ``batch_norm2d`` that is its only reader (the affine folded into the
-  weight and bias in float64, then cast once), then a ``relu`` that is the only reader of that,
-  computed in place on the convolution's fresh output;
+  weight and bias in float64, then cast once), then a ``relu`` or ``hardswish`` that is the only
+  reader of that, computed in place while the output is in cache (``cpu_nn.conv2d_f32``); a
+  convolution whose only reader is a channels-last depthwise one writes channels-last;
 - ``linear`` and ``batch_norm2d`` keep their weights pre-cast, ``gelu`` runs in float32 (erfc
-  form, no cancellation in the negative tail) instead of through float64.
+  form, no cancellation in the negative tail) instead of through float64; attention runs one
+  batch item at a time.
 
 A fused step checks its input's dtype at run time and runs its nodes' plain opset references
 otherwise, so a float16 or float64 graph computes exactly as before. The float64 reference mode
 (``float_dtype=np.float64``, quantization and verification) never uses a plan.
+
+``Plan.run(inputs, threads)`` (``nx.compile(..., threads=N)``) splits each large step across N
+cores through ``backends/cpu_threads.py``: the kernels ask ``cpu_threads.current()`` and write
+disjoint slices of one preallocated output.
 """
 
 from __future__ import annotations
