@@ -173,11 +173,12 @@ def depthwise_channels_last(x: np.ndarray, weight: np.ndarray, stride: tuple[int
     cpu_threads.split(n, lambda a, b: np.copyto(xh[a:b, ph : ph + h, pw : pw + w], x[a:b].transpose(0, 2, 3, 1)))
     taps = np.ascontiguousarray(weight.reshape(c, kh * kw).T)  # (kh*kw, C): one row per tap
     out = np.empty((n, oh, ow, c), np.float32)
-    step = max(1, _BLOCK_ELEMENTS // (oh * ow * c))
+    block = cpu_threads.block(_BLOCK_ELEMENTS)
+    step = max(1, block // (oh * ow * c))
     if n >= cpu_threads.current():
         blocks = [(b, min(n, b + step), 0, oh) for b in range(0, n, step)]
     else:  # fewer samples than threads: blocks of output rows, so every thread has some
-        rows = max(1, min(oh, _BLOCK_ELEMENTS // (ow * c), -(-oh // cpu_threads.current())))
+        rows = max(1, min(oh, block // (ow * c), -(-oh // cpu_threads.current())))
         blocks = [(b, b + 1, r, min(oh, r + rows)) for b in range(n) for r in range(0, oh, rows)]
 
     def run(first: int, last: int) -> None:

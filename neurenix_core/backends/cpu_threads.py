@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
-__all__ = ["blas_threads", "checked", "current", "split", "using"]
+__all__ = ["THREADED_BLOCK_SCALE", "blas_threads", "block", "checked", "current", "split", "using"]
 
 #: OpenBLAS's thread-count entry points under the names its builds export (NumPy's wheels ship
 #: it as scipy_openblas with a 64-bit-integer suffix).
@@ -118,6 +118,19 @@ def using(threads: int | None) -> Iterator[None]:
         _state.threads = outer
         if found is not None and before is not None and before != 1:
             found[0](before)
+
+
+#: How much larger a kernel's cache block is when its step is split across threads. Each ufunc
+#: call releases the GIL, and a shard must take it back after every call: with 2 threads, blocks
+#: of 32K float32 ran gelu slower than 1 thread (the hand-offs cost more than a call), blocks of
+#: 128K 1.8x faster than 1 thread at 32K (a few tens of µs per call).
+THREADED_BLOCK_SCALE: Final = 4
+
+
+def block(elements: int) -> int:
+    """A kernel's block size in elements: ``elements`` on one thread, larger when split (see
+    :data:`THREADED_BLOCK_SCALE`)."""
+    return elements * THREADED_BLOCK_SCALE if current() > 1 else elements
 
 
 def ranges(total: int, parts: int) -> list[tuple[int, int]]:
