@@ -72,7 +72,7 @@ def test_large_steps_are_split_and_agree() -> None:
     convolution groups), threads=3 against threads=1."""
     torch.manual_seed(1)
     module = _Cnn().eval()
-    x = np.random.default_rng(3).standard_normal((5, 3, 96, 96)).astype(np.float32)
+    x = np.random.default_rng(3).standard_normal((5, 3, 176, 176)).astype(np.float32)
     one = _compiled(module, x, 1)(nx.asarray(x)).numpy()
     three = _compiled(module, x, 3)(nx.asarray(x)).numpy()
     np.testing.assert_allclose(three, one, rtol=_RTOL, atol=_RTOL * float(np.abs(one).max()))
@@ -176,7 +176,7 @@ def test_convolution_kernel_splits_agree(batch: int, channels_last: bool, kernel
     from neurenix_core.backends import cpu_nn as K
 
     rng = np.random.default_rng(kernel)
-    x = rng.standard_normal((batch, cin, 40, 40)).astype(np.float32)
+    x = rng.standard_normal((batch, cin, 48, 48)).astype(np.float32)
     w = rng.standard_normal((128, cin, kernel, kernel)).astype(np.float32)
     b = rng.standard_normal(128).astype(np.float32)
     args = (x, w, b, (pad, pad), (stride, stride), (1, 1), 1, "hardswish", channels_last)
@@ -196,7 +196,7 @@ def test_transpose_step_copies_in_shards(perm: tuple[int, ...] | None) -> None:
     from neurenix_core.graph.interpreter import plan_for
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
-    x = np.random.default_rng(2).standard_normal((6, 40, 5, 64)).astype(np.float32)
+    x = np.random.default_rng(2).standard_normal((6, 80, 5, 128)).astype(np.float32)  # above the split threshold
     graph = Graph((TensorSpec("x", x.shape),), (Node("t", "transpose", ("x",), "y", {"perm": perm}),), ("y",))
     got = plan_for(graph, [x]).run([x], 2)
     want = np.ascontiguousarray(x.transpose(perm))
@@ -213,3 +213,20 @@ def test_transpose_step_refuses_a_bad_perm_as_the_reference_does() -> None:
     graph = Graph((TensorSpec("x", x.shape),), (Node("t", "transpose", ("x",), "y", {"perm": (0, 1, 2, 7)}),), ("y",))
     with pytest.raises(ShapeError, match="axis 7 is out of range"):  # the reference's words
         plan_for(graph, [x]).run([x], 2)
+
+
+@pytest.mark.parametrize("op", ["gelu", "hardswish", "relu", "softmax", "layer_norm"])
+def test_elementwise_and_row_steps_split_to_the_same_bits(op: str) -> None:
+    """Above the split threshold (2 x 128K elements), in a channels-last view and contiguous:
+    elementwise and row steps on 2 threads give exactly the 1-thread bits."""
+    from neurenix_core.graph.interpreter import plan_for
+    from neurenix_core.graph.ir import Graph, Node, TensorSpec
+
+    x = np.random.default_rng(5).standard_normal((4, 48, 48, 64)).astype(np.float32) * 4
+    params = {"weight": np.full(64, 1.5, np.float32), "bias": np.full(64, 0.25, np.float32)} if op == "layer_norm" else {}
+    attrs = {"normalized_shape": (64,)} if op == "layer_norm" else {}
+    # contiguous, and an NCHW view of channels-last memory (layer norm's weight fits the last axis only)
+    for value in (x,) if op == "layer_norm" else (x, x.transpose(0, 3, 1, 2)):
+        graph = Graph((TensorSpec("x", value.shape),), (Node("n", op, ("x",), "y", attrs, params),), ("y",))
+        plan = plan_for(graph, [value])
+        np.testing.assert_array_equal(plan.run([value], 2), plan.run([value], 1))

@@ -205,9 +205,9 @@ def depthwise_channels_last(x: np.ndarray, weight: np.ndarray, stride: tuple[int
 #: epilogue in cache (1.6-1.7x faster than one batch-wide GEMM on ResNet-18's 56x56 and 28x28
 #: layers at batch 32); at 7x7 a few hundred columns made BLAS slower than the batch-wide GEMM.
 _GROUP_COLUMNS = 1024
-#: Multiply-adds below which a convolution is not split across interpreter threads (~0.1 ms of
+#: Multiply-adds below which a convolution is not split across interpreter threads (~0.3 ms of
 #: work on one core: less than that and the pool's hand-off costs what the second core saves).
-_SPLIT_MACS = 2_000_000
+_SPLIT_MACS = 8_000_000
 
 
 def conv2d_f32(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, padding: tuple[int, int], stride: tuple[int, int],
