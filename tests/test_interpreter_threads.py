@@ -230,3 +230,31 @@ def test_elementwise_and_row_steps_split_to_the_same_bits(op: str) -> None:
         graph = Graph((TensorSpec("x", value.shape),), (Node("n", op, ("x",), "y", attrs, params),), ("y",))
         plan = plan_for(graph, [value])
         np.testing.assert_array_equal(plan.run([value], 2), plan.run([value], 1))
+
+
+def test_the_caller_runs_shards_no_worker_has_started() -> None:
+    """With the pool's only worker busy, split still completes: the caller runs every shard."""
+    import threading
+
+    hits = np.zeros(10, int)
+    gate = threading.Event()
+    done = threading.Event()
+
+    def mark(a: int, b: int) -> None:
+        hits[a:b] += 1
+
+    def caller() -> None:
+        with cpu_threads.using(2):
+            cpu_threads.split(10, mark)
+        done.set()
+
+    with cpu_threads.using(2):
+        blocker = cpu_threads._pool(2).submit(gate.wait, 60)  # occupies the 2-thread pool's one worker
+    try:
+        runner = threading.Thread(target=caller)
+        runner.start()
+        assert done.wait(30), "split waited for a worker that never started its shard"
+        assert hits.tolist() == [1] * 10
+    finally:
+        gate.set()
+        blocker.result(timeout=60)

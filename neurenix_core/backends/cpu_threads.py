@@ -25,7 +25,7 @@ import glob
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 __all__ = ["THREADED_BLOCK_SCALE", "blas_threads", "block", "checked", "current", "split", "using"]
@@ -146,9 +146,11 @@ def ranges(total: int, parts: int) -> list[tuple[int, int]]:
 
 def split(total: int, fn: Callable[[int, int], object], min_items: int = 1) -> None:
     """Run ``fn(start, stop)`` over range(total) in up to :func:`current` shards of at least
-    ``min_items`` items each: shard 0 on the caller, the others on the pool. Every shard has
-    finished when this returns (so a raised error never leaves a worker writing); the first
-    error is raised."""
+    ``min_items`` items each: shard 0 on the caller, the others on the pool. A shard no worker
+    has started when the caller is done with its own, the caller runs too (on a machine whose
+    other cores are busy the workers may not get one for a while; waiting for them would make
+    the split slower than no split). Every shard has finished when this returns (so a raised
+    error never leaves a worker writing); the first error is raised."""
     threads = current()
     parts = min(threads, total // max(1, min_items))
     if parts <= 1:
@@ -156,13 +158,21 @@ def split(total: int, fn: Callable[[int, int], object], min_items: int = 1) -> N
         return
     chunks = ranges(total, parts)
     pool = _pool(threads)
-    futures: list[Future[object]] = [pool.submit(fn, a, b) for a, b in chunks[1:]]
-    _state.threads = 1  # the caller's shard splits no further: the workers are busy with this split
+    futures = [(pool.submit(fn, a, b), (a, b)) for a, b in chunks[1:]]
+    _state.threads = 1  # the caller's shards split no further: the workers are busy with this split
+    ok = False
     try:
         fn(*chunks[0])
+        for future, (a, b) in reversed(futures):  # the last submitted is the least likely started
+            if future.cancel():
+                fn(a, b)
+        ok = True
     finally:
         _state.threads = threads
-        errors = [f.exception() for f in futures]
+        if not ok:
+            for future, _ in futures:
+                future.cancel()
+        errors = [None if f.cancelled() else f.exception() for f, _ in futures]
     for e in errors:
         if e is not None:
             raise e
