@@ -258,3 +258,23 @@ def test_the_caller_runs_shards_no_worker_has_started() -> None:
     finally:
         gate.set()
         blocker.result(timeout=60)
+
+
+def test_a_large_unsplit_gemm_widens_blas_and_narrows_it_back() -> None:
+    if cpu_threads.blas_threads() is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS this module can find")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 128)).astype(np.float32)
+    assert a.size * b.shape[-1] >= cpu_threads.WIDE_GEMM_MACS  # the widened case
+    with cpu_threads.using(2):
+        got = cpu_threads.matmul(a, b)
+        assert cpu_threads.blas_threads() == 1  # back to one for the shards of the next split step
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_block_grows_only_for_a_step_that_is_split() -> None:
+    with cpu_threads.using(2):
+        assert cpu_threads.block(1000, total=10, min_items=4) == 1000 * cpu_threads.THREADED_BLOCK_SCALE
+        assert cpu_threads.block(1000, total=10, min_items=6) == 1000  # one shard: the cache-sized block
+    assert cpu_threads.block(1000, total=10) == 1000  # one thread

@@ -173,7 +173,7 @@ def depthwise_channels_last(x: np.ndarray, weight: np.ndarray, stride: tuple[int
     cpu_threads.split(n, lambda a, b: np.copyto(xh[a:b, ph : ph + h, pw : pw + w], x[a:b].transpose(0, 2, 3, 1)))
     taps = np.ascontiguousarray(weight.reshape(c, kh * kw).T)  # (kh*kw, C): one row per tap
     out = np.empty((n, oh, ow, c), np.float32)
-    block = cpu_threads.block(_BLOCK_ELEMENTS)
+    block = cpu_threads.block(_BLOCK_ELEMENTS, n * oh * ow * c, _BLOCK_ELEMENTS)  # split when two blocks or more
     step = max(1, block // (oh * ow * c))
     if n >= cpu_threads.current():
         blocks = [(b, min(n, b + step), 0, oh) for b in range(0, n, step)]
@@ -196,7 +196,10 @@ def depthwise_channels_last(x: np.ndarray, weight: np.ndarray, stride: tuple[int
                     acc += tmp
             _epilogue(acc, bias, act)
 
-    cpu_threads.split(len(blocks), run)
+    # Under _SPLIT_MACS of work (MobileNetV3's depthwise layers at batch 1) the hand-offs cost
+    # more than the second core saves: one shard.
+    small = n * oh * ow * c * kh * kw < _SPLIT_MACS
+    cpu_threads.split(len(blocks), run, min_items=len(blocks) if small else 1)
     return out.transpose(0, 3, 1, 2)
 
 

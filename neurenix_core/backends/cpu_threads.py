@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-__all__ = ["THREADED_BLOCK_SCALE", "blas_threads", "block", "checked", "current", "split", "using"]
+import numpy as np
+
+__all__ = ["THREADED_BLOCK_SCALE", "WIDE_GEMM_MACS", "blas_threads", "block", "checked", "current", "matmul", "split", "using"]
 
 #: OpenBLAS's thread-count entry points under the names its builds export (NumPy's wheels ship
 #: it as scipy_openblas with a 64-bit-integer suffix).
@@ -109,7 +111,7 @@ def using(threads: int | None) -> Iterator[None]:
     found = _openblas()
     before = found[1]() if found is not None else None
     if found is not None and before != 1:
-        found[0](1)  # each shard runs its own single-threaded GEMM
+        found[0](1)  # each shard runs its own single-threaded GEMM; matmul() widens a large unsplit one
     outer = current()
     _state.threads = max(1, int(threads))
     try:
@@ -120,6 +122,27 @@ def using(threads: int | None) -> Iterator[None]:
             found[0](before)
 
 
+#: Multiply-adds from which an unsplit GEMM runs on BLAS's own threads (:func:`matmul`). Smaller
+#: ones stay on one: OpenBLAS's hand-off cost MobileNetV3's squeeze-excite products 7% at batch
+#: 32, 2 threads; a ViT-Tiny linear at batch 1 (22M) ran faster on both cores than as row shards.
+WIDE_GEMM_MACS: Final = 4_000_000
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)``, on BLAS's threads (as many as the run's) where the run has
+    several, this product is not split into shards by its caller, and it has
+    :data:`WIDE_GEMM_MACS` multiply-adds or more; else as BLAS is set (one thread in a run)."""
+    threads = current()
+    found = _openblas() if threads > 1 and a.size * b.shape[-1] >= WIDE_GEMM_MACS else None
+    if found is None:
+        return np.matmul(a, b, out=out)
+    found[0](threads)
+    try:
+        return np.matmul(a, b, out=out)
+    finally:
+        found[0](1)
+
+
 #: How much larger a kernel's cache block is when its step is split across threads. Each ufunc
 #: call releases the GIL, and a shard must take it back after every call: with 2 threads, blocks
 #: of 32K float32 ran gelu slower than 1 thread (the hand-offs cost more than a call), blocks of
@@ -127,10 +150,12 @@ def using(threads: int | None) -> Iterator[None]:
 THREADED_BLOCK_SCALE: Final = 4
 
 
-def block(elements: int) -> int:
-    """A kernel's block size in elements: ``elements`` on one thread, larger when split (see
-    :data:`THREADED_BLOCK_SCALE`)."""
-    return elements * THREADED_BLOCK_SCALE if current() > 1 else elements
+def block(elements: int, total: int, min_items: int = 1) -> int:
+    """A kernel's block size in elements: ``elements``, or larger when its step will be split
+    (``total`` items in shards of at least ``min_items``, as :func:`split` is called; see
+    :data:`THREADED_BLOCK_SCALE`). A step that stays on one thread keeps the cache-sized block:
+    the larger one made an unsplit gelu at batch 1 (ViT-Tiny, 2 threads) 15% slower."""
+    return elements * THREADED_BLOCK_SCALE if current() > 1 and total // max(1, min_items) >= 2 else elements
 
 
 def ranges(total: int, parts: int) -> list[tuple[int, int]]:
@@ -158,6 +183,10 @@ def split(total: int, fn: Callable[[int, int], object], min_items: int = 1) -> N
         return
     chunks = ranges(total, parts)
     pool = _pool(threads)
+    blas = _openblas()
+    blas_before = blas[1]() if blas is not None else 1
+    if blas is not None and blas_before != 1:
+        blas[0](1)  # each shard runs its own single-threaded GEMM (using() set BLAS to `threads`)
     futures = [(pool.submit(fn, a, b), (a, b)) for a, b in chunks[1:]]
     _state.threads = 1  # the caller's shards split no further: the workers are busy with this split
     ok = False
@@ -173,6 +202,8 @@ def split(total: int, fn: Callable[[int, int], object], min_items: int = 1) -> N
             for future, _ in futures:
                 future.cancel()
         errors = [None if f.cancelled() else f.exception() for f, _ in futures]
+        if blas is not None and blas_before != 1:
+            blas[0](blas_before)
     for e in errors:
         if e is not None:
             raise e

@@ -160,11 +160,11 @@ def _linear_step(node: Node, fallback: StepFn) -> StepFn:
             rows = x.reshape(-1, x.shape[-1])
             if cpu_threads.current() > 1 and rows.shape[0] >= 2 * _LINEAR_SPLIT_ROWS:
                 return _linear_rows(rows, weight_t, bias).reshape(*x.shape[:-1], weight_t.shape[1])
-            out = np.matmul(rows, weight_t).reshape(*x.shape[:-1], weight_t.shape[1])
+            out = cpu_threads.matmul(rows, weight_t).reshape(*x.shape[:-1], weight_t.shape[1])
         elif x.ndim == 2 and cpu_threads.current() > 1 and x.shape[0] >= 2 * _LINEAR_SPLIT_ROWS:
             return _linear_rows(x, weight_t, bias)
         else:
-            out = np.matmul(x, weight_t)
+            out = cpu_threads.matmul(x, weight_t)
         if bias is not None:
             out += bias
         return out
@@ -172,8 +172,10 @@ def _linear_step(node: Node, fallback: StepFn) -> StepFn:
     return run
 
 
-#: Rows per shard at least, for a linear layer split across interpreter threads.
-_LINEAR_SPLIT_ROWS: Final = 64
+#: Rows per shard at least, for a linear layer split across interpreter threads. Fewer rows (a
+#: transformer at batch 1: 128-197) run as one GEMM on BLAS's own threads, which measured faster
+#: than row shards on single-threaded BLAS there (ViT-Tiny, 2 threads: 49 against 59 ms).
+_LINEAR_SPLIT_ROWS: Final = 512
 
 
 def _linear_rows(rows: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -217,7 +219,7 @@ def _gelu32(x: np.ndarray) -> np.ndarray:
     relative precision. The ~35 ufunc passes run block by block on scratch arrays that stay in
     cache, and the reflection is arithmetic, not a masked ufunc (``where=`` ran 5x slower than
     the arithmetic): 2.5x faster than whole-array passes at ViT sizes, the same bits."""
-    block = cpu_threads.block(_GELU_BLOCK)
+    block = cpu_threads.block(_GELU_BLOCK, x.size, _SPLIT_MIN)
     return _sharded_flat(x, lambda src, dst: _gelu_range(src, dst, block))
 
 
@@ -278,7 +280,8 @@ def _softmax_step(node: Node, fallback: StepFn) -> StepFn:
             return fallback(xs)
         rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
         out = np.empty_like(rows)
-        step = max(1, cpu_threads.block(_ROW_BLOCK_ELEMENTS) // rows.shape[1])
+        min_rows = max(1, _SPLIT_MIN // rows.shape[1])
+        step = max(1, cpu_threads.block(_ROW_BLOCK_ELEMENTS, rows.shape[0], min_rows) // rows.shape[1])
 
         def part(lo: int, hi: int) -> None:
             for b in range(lo, hi, step):
@@ -288,7 +291,7 @@ def _softmax_step(node: Node, fallback: StepFn) -> StepFn:
                 np.exp(ob, out=ob)
                 ob /= ob.sum(axis=-1, keepdims=True)
 
-        cpu_threads.split(rows.shape[0], part, min_items=max(1, _SPLIT_MIN // rows.shape[1]))
+        cpu_threads.split(rows.shape[0], part, min_items=min_rows)
         return out.reshape(x.shape)
 
     return run
@@ -311,7 +314,8 @@ def _layer_norm_step(node: Node, fallback: StepFn) -> StepFn:
             return fallback(xs)
         rows = np.ascontiguousarray(x).reshape(-1, dims[0])
         out = np.empty_like(rows)
-        step = max(1, cpu_threads.block(_ROW_BLOCK_ELEMENTS) // dims[0])
+        min_rows = max(1, _SPLIT_MIN // dims[0])
+        step = max(1, cpu_threads.block(_ROW_BLOCK_ELEMENTS, rows.shape[0], min_rows) // dims[0])
 
         def part(lo: int, hi: int) -> None:
             for b in range(lo, hi, step):
@@ -325,7 +329,7 @@ def _layer_norm_step(node: Node, fallback: StepFn) -> StepFn:
                 if bias is not None:
                     ob += bias
 
-        cpu_threads.split(rows.shape[0], part, min_items=max(1, _SPLIT_MIN // dims[0]))
+        cpu_threads.split(rows.shape[0], part, min_items=min_rows)
         return out.reshape(x.shape)
 
     return run
@@ -340,7 +344,7 @@ def _hardswish_step(fallback: StepFn) -> StepFn:
         x = xs[0]
         if x.dtype != _F32:
             return fallback(xs)
-        block = cpu_threads.block(_ROW_BLOCK_ELEMENTS)
+        block = cpu_threads.block(_ROW_BLOCK_ELEMENTS, x.size, _SPLIT_MIN)
         return _sharded_flat(x, lambda src, dst: _hardswish_range(src, dst, block))
 
     return run
@@ -475,7 +479,10 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
                 scores /= scores.sum(axis=-1, keepdims=True)
                 np.matmul(scores, v[i], out=out[i])
 
-        cpu_threads.split(q.shape[0] * heads, part)
+        # Shards of at least _SPLIT_MIN score elements: at batch 1 a ViT's or BERT's heads are too
+        # small to split (measured: the hand-offs made threads=2 slower than 1 there).
+        per_item = math.prod(q.shape[depth:-1]) * k.shape[-2]
+        cpu_threads.split(q.shape[0] * heads, part, min_items=max(1, -(-_SPLIT_MIN // max(1, per_item))))
         return out
 
     return run
