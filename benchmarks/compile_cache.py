@@ -1,12 +1,13 @@
 """The persistent compile cache: the first compile-and-call of a model in a new process, with the
 cache off, cold (empty: the process compiles and stores) and warm (a second process finds the
-entry), per device, on a small CNN and BERT-tiny.
+entry), per device, on a small CNN and BERT-tiny (by default), ResNet-18 and ViT-Tiny.
 
-    .venv/bin/python benchmarks/compile_cache.py [--quick] [--devices cpu npu tpu edgetpu cuda] [--models cnn bert-tiny]
+    .venv/bin/python benchmarks/compile_cache.py [--quick] [--devices cpu npu tpu edgetpu cuda] [--models cnn bert-tiny resnet18 vit-tiny]
                                                  [--repeats 3] [--json out.json]
 
 Models: a small CNN (3 conv + BN + ReLU blocks, 3x64x64, 10 classes) and BERT-tiny (transformers
-BertModel from its config: 2 layers, 128 wide, 2 heads, 128 tokens, no pooler), imported once with
+BertModel from its config: 2 layers, 128 wide, 2 heads, 128 tokens, no pooler); on request ResNet-18
+and ViT-Tiny at batch 1, 224x224 (benchmarks/cpu.py's builders). Each is imported once with
 ``nx.nn.from_torch`` (seeded weights) and saved as ``.nxm`` model files: every measured process
 loads the same file (no torch), so its graph fingerprint is the same. Plugins other than cpu are
 emulated (NEURENIX_EMULATE): OpenVINO's CPU device (npu), JAX's CPU platform (tpu), LiteRT
@@ -43,7 +44,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
 
 DEVICES = {"cpu": "cpu:0", "npu": "npu:0", "tpu": "tpu:0", "edgetpu": "edgetpu:0", "cuda": "cuda:0"}
-MODELS = ("cnn", "bert-tiny")
+MODELS = ("cnn", "bert-tiny", "resnet18", "vit-tiny")
+DEFAULT_MODELS = ("cnn", "bert-tiny")
 EMULATION = {"NEURENIX_EMULATE": "cuda,tpu,npu,edgetpu", "JAX_PLATFORMS": "cpu"}
 
 
@@ -76,6 +78,26 @@ def _bert_tiny(torch: Any) -> tuple[Any, Any]:
     return Single().eval(), torch.zeros((1, 128), dtype=torch.int64)
 
 
+def _from_cpu_benchmark(name: str) -> Any:
+    """A model of benchmarks/cpu.py (ResNet-18, ViT-Tiny at 224x224, batch 1): the same builders."""
+
+    def build(torch: Any) -> tuple[Any, Any]:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("neurenix_cpu_benchmark", os.path.join(_HERE, "cpu.py"))
+        assert spec is not None and spec.loader is not None
+        cpu = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cpu)
+        return cpu.build(name), torch.from_numpy(cpu.example_input(name, 1))
+
+    return build
+
+
+#: Larger models beside the small ones: how the cache scales where compiling costs more.
+_BUILDERS: dict[str, Any] = {"cnn": _cnn, "bert-tiny": _bert_tiny, "resnet18": _from_cpu_benchmark("resnet18"),
+                             "vit-tiny": _from_cpu_benchmark("vit_tiny")}
+
+
 def write_models(folder: Path, models: list[str]) -> dict[str, tuple[Path, Path]]:
     """Each model imported once and saved (.nxm) with its example input (.npy)."""
     import numpy as np
@@ -86,7 +108,7 @@ def write_models(folder: Path, models: list[str]) -> dict[str, tuple[Path, Path]
     out = {}
     for name in models:
         torch.manual_seed(0)
-        module, example = (_cnn if name == "cnn" else _bert_tiny)(torch)
+        module, example = _BUILDERS[name](torch)
         graph_module = nx.nn.from_torch(module, (example,))
         path, x = folder / f"{name}.nxm", folder / f"{name}.npy"
         nx.nn.save(graph_module, path)
@@ -163,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="one repeat: checks everything runs, numbers are rough")
     parser.add_argument("--devices", nargs="+", default=list(DEVICES), choices=list(DEVICES))
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=list(MODELS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args(argv)
