@@ -463,13 +463,20 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
         depth = 2 if q.shape[0] < cpu_threads.current() and q.ndim >= 4 else 1
         heads = q.shape[1] if depth == 2 else 1
 
+        # Batch entries in groups of about _ATTENTION_GROUP score elements: BERT-tiny's items (2
+        # heads of 128x128) are small enough that one ufunc call per item cost more in calls
+        # (and GIL hand-offs on several threads) than the group's scores cost in cache.
+        per_item = math.prod(q.shape[depth:-1]) * k.shape[-2]
+        group = max(1, _ATTENTION_GROUP // max(1, per_item)) if depth == 1 else 1
+
         def part(lo: int, hi: int) -> None:
-            for j in range(lo, hi):
-                i = divmod(j, heads) if depth == 2 else (j,)
+            for j in range(lo, hi, group):
+                i: tuple[Any, ...] = divmod(j, heads) if depth == 2 else (slice(j, min(hi, j + group)),)
                 scores = np.matmul(q[i], np.swapaxes(k[i], -1, -2))
                 scores *= scale
                 if mask is not None:
-                    item = mask[tuple(0 if mask.shape[d] == 1 else i[d] for d in range(depth))]
+                    item = mask[tuple(slice(0, 1) if mask.shape[d] == 1 and depth == 1 else 0 if mask.shape[d] == 1 else i[d]
+                                      for d in range(depth))]
                     if item.dtype == np.bool_:
                         np.copyto(scores, np.float32(-np.inf), where=~item)
                     else:
@@ -481,11 +488,14 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
 
         # Shards of at least _SPLIT_MIN score elements: at batch 1 a ViT's or BERT's heads are too
         # small to split (measured: the hand-offs made threads=2 slower than 1 there).
-        per_item = math.prod(q.shape[depth:-1]) * k.shape[-2]
         cpu_threads.split(q.shape[0] * heads, part, min_items=max(1, -(-_SPLIT_MIN // max(1, per_item))))
         return out
 
     return run
+
+
+#: Score elements per group of attention items (512 KB of float32: in L2 with its mask).
+_ATTENTION_GROUP: Final = 131072
 
 
 def _item_mask_fits(mask: Any, scores: tuple[int, ...]) -> bool:
