@@ -440,7 +440,7 @@ def _matmul_step(fallback: StepFn) -> StepFn:
 
 def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
     """scaled_dot_product_attention on float32 q, k, v (not causal; a bool or float mask or none)
-    one batch item at a time: its scores stay in cache through the mask and the softmax, computed
+    a few batch items at a time (about 128K scores): they stay in cache through the mask and the softmax, computed
     in place with the reference's operations (scale, mask, subtract the row maximum, exp, divide
     by the row sum), so the same bits; the items are split across interpreter threads. Anything
     else runs the reference."""
