@@ -267,3 +267,25 @@ def test_import_starts_no_engine() -> None:
             "print(sorted(m for m in ('torch', 'jax', 'ray', 'torch.distributed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("device", ["cpu:0", "tpu:0"])
+def test_a_process_ending_without_shutdown_stops_the_watchdog_first(device: str) -> None:
+    # A daemon thread that returns from the store's C++ call while the interpreter finalizes aborts
+    # the process after its work is done. The watchdog's threads must be gone before finalization:
+    # this exit handler, registered before init(), runs after neurenix's own.
+    code = ("import atexit, threading, numpy as np, neurenix_core as nx\n"
+            "atexit.register(lambda: print(sorted(t.name for t in threading.enumerate() if t.name.startswith('neurenix-'))))\n"
+            f"nx.distributed.init({device!r}, timeout=30)\n"
+            "print(nx.distributed.all_reduce(nx.asarray(np.ones(2, np.float32))).numpy().tolist())\n")
+    env = _env()
+    env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=LIMIT_S, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr[-4000:]
+    assert out.stdout.split() == ["[1.0,", "1.0]", "[]"], out.stdout + out.stderr[-4000:]

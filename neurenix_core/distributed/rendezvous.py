@@ -10,6 +10,7 @@ nothing of ours goes on the wire besides these keys.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
@@ -110,6 +111,10 @@ class Rendezvous:
         store.add(key, 1)
         self._beat = threading.Thread(target=beat, name="neurenix-heartbeat", daemon=True)
         self._beat.start()
+        # A process that ends without nx.distributed.shutdown() must still stop the beat first: a daemon
+        # thread that comes back from the store's C++ call while the interpreter finalizes aborts the
+        # whole process ("terminate called ..."), after all its work is done.
+        atexit.register(self.close)
 
     def run_watched(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()`` on a helper thread while this one watches the other ranks' heartbeats: for an
@@ -182,11 +187,19 @@ class Rendezvous:
         )
 
     def close(self) -> None:
+        """Stop the watchdog's threads and wait for them to leave native code (see start_heartbeat).
+
+        The beat's store call ends within the store's timeout, so waiting for it is bounded; a helper
+        stuck in a dead peer's collective is not waited for beyond one heartbeat period (the job has
+        already failed, and that call never returns)."""
+        atexit.unregister(self.close)
         self._stop.set()
         if self._helper is not None:
-            self._helper.stop()
+            self._helper.stop(wait_s=HEARTBEAT_S)
+            self._helper = None
         if self._beat is not None:
-            self._beat.join(timeout=2 * HEARTBEAT_S)
+            self._beat.join(timeout=self.timeout_s + HEARTBEAT_S)
+            self._beat = None
 
 
 class _Call:
@@ -216,7 +229,8 @@ class _Helper:
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="neurenix-collective", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop, name="neurenix-collective", daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
         while (call := self._calls.get()) is not None:
@@ -227,5 +241,6 @@ class _Helper:
         self._calls.put(call)
         return call
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float) -> None:
         self._calls.put(None)
+        self._thread.join(timeout=wait_s)
