@@ -8,7 +8,8 @@ runs one, N - 1 pool workers the others, each writing its own slice of a preallo
 BLAS is held at one thread meanwhile, as each shard runs its own GEMM: measured on ResNet-18's
 3x3 convolutions at batch 32, two shards with single-threaded OpenBLAS ran 1.4-2.7x faster than
 one batched GEMM on OpenBLAS's two threads (the im2col copies and the epilogue run on both cores
-too, and each sample's columns stay in cache).
+too, and each sample's columns stay in cache). A GEMM that its step does not split and that is
+large enough (:func:`matmul`) gets BLAS's threads for its own duration instead.
 
 With ``threads=1`` nothing is split and no pool exists; BLAS is held at one thread too, so the
 count asked for is the count used. ``threads=None`` leaves everything as the process set it
@@ -58,8 +59,6 @@ def _openblas() -> tuple[Callable[[int], None], Callable[[], int]] | None:
 
 
 def _find_openblas() -> tuple[Callable[[int], None], Callable[[], int]] | None:
-    import numpy as np
-
     here = os.path.dirname(np.__file__)
     # Wheels vendor it next to the package (numpy.libs); dlopen of the loaded path gives the same library.
     for path in sorted(glob.glob(os.path.join(here + ".libs", "*openblas*")) + glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
@@ -183,10 +182,6 @@ def split(total: int, fn: Callable[[int, int], object], min_items: int = 1) -> N
         return
     chunks = ranges(total, parts)
     pool = _pool(threads)
-    blas = _openblas()
-    blas_before = blas[1]() if blas is not None else 1
-    if blas is not None and blas_before != 1:
-        blas[0](1)  # each shard runs its own single-threaded GEMM (using() set BLAS to `threads`)
     futures = [(pool.submit(fn, a, b), (a, b)) for a, b in chunks[1:]]
     _state.threads = 1  # the caller's shards split no further: the workers are busy with this split
     ok = False
@@ -202,8 +197,6 @@ def split(total: int, fn: Callable[[int, int], object], min_items: int = 1) -> N
             for future, _ in futures:
                 future.cancel()
         errors = [None if f.cancelled() else f.exception() for f, _ in futures]
-        if blas is not None and blas_before != 1:
-            blas[0](blas_before)
     for e in errors:
         if e is not None:
             raise e

@@ -468,6 +468,7 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
         # (and GIL hand-offs on several threads) than the group's scores cost in cache.
         per_item = math.prod(q.shape[depth:-1]) * k.shape[-2]
         group = max(1, _ATTENTION_GROUP // max(1, per_item)) if depth == 1 else 1
+        whole = slice(0, 1) if depth == 1 else 0  # a mask axis of length 1: broadcast over the group's (or taken at the pair's) index
 
         def part(lo: int, hi: int) -> None:
             for j in range(lo, hi, group):
@@ -475,8 +476,7 @@ def _sdpa_step(node: Node, fallback: StepFn) -> StepFn:
                 scores = np.matmul(q[i], np.swapaxes(k[i], -1, -2))
                 scores *= scale
                 if mask is not None:
-                    item = mask[tuple(slice(0, 1) if mask.shape[d] == 1 and depth == 1 else 0 if mask.shape[d] == 1 else i[d]
-                                      for d in range(depth))]
+                    item = mask[tuple(whole if mask.shape[d] == 1 else i[d] for d in range(depth))]
                     if item.dtype == np.bool_:
                         np.copyto(scores, np.float32(-np.inf), where=~item)
                     else:
