@@ -297,9 +297,10 @@ def test_malformed_manifest_and_graph(saved: dict[str, Any], tmp_path: Path) -> 
 
 
 def test_malformed_stored_value_is_a_format_error() -> None:
-    from neurenix_core.deploy.codec import decode_value
+    from neurenix_core.deploy.codec import decoder
 
-    assert decode_value({"t": [1, {"sym": "d0_0"}]}, {})[0] == 1
+    format1 = decoder({}, "compiled artifact", 1)  # the tags format 1 artifacts wrote
+    assert format1.value({"t": [1, {"sym": "d0_0"}]})[0] == 1
     for bad in ({"a": "missing"}, {"zz": 1}, {"t": [], "l": []}):
         with pytest.raises(ArtifactFormatError, match="a stored value is malformed"):
-            decode_value(bad, {})
+            format1.value(bad)

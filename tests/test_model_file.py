@@ -24,7 +24,7 @@ import neurenix_core as nx
 from neurenix_core.errors import ModelFormatError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.symbolic import SymDim
-from neurenix_core.nn import tensor_file
+from neurenix_core.io import array_file
 from neurenix_core.nn.graph_module import GraphModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,9 +220,9 @@ def _saved(tmp_path: Path) -> bytes:
 
 def _rewrite(blob: bytes, edit: Any) -> bytes:
     """The file with its metadata changed by ``edit`` (the data kept as it is)."""
-    tensors, metadata = tensor_file.decode(blob, Path("x"))
+    tensors, metadata = array_file.decode(blob, Path("x"))
     edit(metadata)
-    return b"".join(tensor_file.encode(tensors, metadata))
+    return b"".join(array_file.encode(tensors, metadata))
 
 
 def _model_doc(metadata: dict[str, str], change: Any) -> None:

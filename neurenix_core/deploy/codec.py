@@ -17,7 +17,7 @@ from neurenix_core.graph.ir import Graph, QuantizationPlan
 from neurenix_core.graph.symbolic import NotSymbolicError
 from neurenix_core.io.graph_json import ARTIFACT_V1_TAGS, TAGS, Decoder, Encoder, graph_from_json, plan_from_json
 
-__all__ = ["decode_value", "decoder", "encoder", "read_graph"]
+__all__ = ["decoder", "encoder", "read_graph"]
 
 
 def encoder() -> Encoder:
@@ -38,8 +38,3 @@ def read_graph(stored: Mapping[str, Any], dec: Decoder) -> tuple[Graph, Quantiza
         raise
     except (KeyError, TypeError, ValueError, NotSymbolicError) as exc:
         raise ArtifactFormatError(f"{dec.where}: the model graph is malformed ({type(exc).__name__}: {exc}); {REMEDY}") from exc
-
-
-def decode_value(value: Any, arrays: Mapping[str, np.ndarray]) -> Any:
-    """A value stored by an artifact of format 1 (kept for callers of the former codec)."""
-    return decoder(arrays, "compiled artifact", 1).value(value)
