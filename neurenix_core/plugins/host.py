@@ -58,6 +58,12 @@ class HostModel(ABC):
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         """Run on host arrays; one host array per graph output."""
 
+    def call_one(self, x: np.ndarray) -> np.ndarray:
+        """The output of a one-input, one-output graph: ``self(x)[0]``. ``nx.compile`` calls this on
+        its per-call hot path for such graphs, so a runtime may override it with a leaner call (no
+        tuples, no loops over inputs); the result must be the same fresh array ``__call__`` gives."""
+        return self(x)[0]
+
 
 class HostRuntime(ABC):
     """A CPU runtime a plugin offers for ``cpu:0`` (returned by ``neurenix_host_runtime``)."""

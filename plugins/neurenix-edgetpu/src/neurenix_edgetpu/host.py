@@ -68,6 +68,9 @@ class LiteRTHostModel(HostModel):
             return (self._invoke1(inputs[0]),)
         return self._many(*inputs)
 
+    def call_one(self, x: np.ndarray) -> np.ndarray:
+        return self._invoke1(x) if self._single else self._many(x)[0]
+
     def _many(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         outs = self.runner.invoke(*inputs)
         return tuple(o if dtype is None else o.astype(dtype) for o, dtype in zip(outs, self._casts))

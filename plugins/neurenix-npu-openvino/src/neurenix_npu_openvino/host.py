@@ -45,6 +45,14 @@ class OpenVINOHostModel(HostModel):
             self._infer(request, {i: self._tensor(np.ascontiguousarray(x), shared_memory=True) for i, x in enumerate(inputs)}, True, False)
             return tuple(request.get_output_tensor(i).data.copy() for i in range(self._outputs))
 
+    def call_one(self, x: np.ndarray) -> np.ndarray:
+        # __call__ for one input and one output, without its dict comprehension and tuple
+        # generator: about 0.8 µs of a 12 µs call on a small model (benchmarks/cpu.py, mlp_small).
+        request = self._request
+        with self._lock:
+            self._infer(request, {0: self._tensor(np.ascontiguousarray(x), shared_memory=True)}, True, False)
+            return request.get_output_tensor(0).data.copy()
+
 
 class OpenVINOHostRuntime(HostRuntime):
     """OpenVINO's CPU device, started once per process."""
