@@ -29,7 +29,8 @@ def test_compiled_equals_eager_equals_reference(build, shape) -> None:
     ref = run_graph(model.to_graph(shape), x)
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(model(nx.asarray(x)).numpy(), ref, rtol=1e-5, atol=1e-5)
-    assert compiled.compiled_shapes == [(shape,)] and "eager on cpu:0" in compiled.summary
+    # Small float32 models are measured: whichever runtime won, the summary names it and why.
+    assert compiled.compiled_shapes == [(shape,)] and "on cpu:0" in compiled.summary and "; runtime " in compiled.summary
     assert compiled.device == nx.Device("cpu", 0) and compiled.precision is None
 
 

@@ -6,9 +6,13 @@ A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0`
 1. ``runtime="numpy"`` or ``runtime="<name>"`` (``nx.compile(..., runtime=...)``, or the
    ``NEURENIX_CPU_RUNTIME`` environment variable) names one: that one, or a typed error saying
    why it cannot (never a silent substitute);
-2. a graph below :data:`FLOP_FLOOR` estimated FLOPs runs on the interpreter without measuring:
-   every runtime's per-call overhead (an OpenVINO infer request, a LiteRT invoke) is larger than
-   such a graph's whole cost in NumPy;
+2. a graph below :data:`FLOP_FLOOR` estimated FLOPs runs on the interpreter without measuring,
+   unless it is a small float32 model (:func:`small_model`: a linear, matmul, convolution or
+   attention layer, float32 throughout). Measuring compiles every runtime (tens of ms each) to
+   save a few µs per call, which pays for a model called many times, not for the single ops and
+   integer arithmetic that make up most tiny graphs (ONNX's node tests, fallback segments). A
+   small float32 model is measured: LiteRT runs a 1x16 two-layer MLP in about 1 µs a call where
+   the interpreter takes 18 µs (benchmarks/cpu.py, mlp_small);
 3. otherwise each installed runtime that lowers every op of the graph is compiled and timed (and
    its result compared with the interpreter's: a runtime that is wrong is skipped, with the
    difference as the reason; with ``threads=`` given, so is a runtime that cannot apply it per
@@ -45,10 +49,15 @@ from neurenix_core.errors import BackendUnavailableError, ConfigurationError, Ne
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["FLOP_FLOOR", "INTERPRETER", "HostChoice", "choose", "host_runtimes"]
+__all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "small_model"]
 
-#: Graphs estimated below this many FLOPs stay on the interpreter without measuring.
+#: Graphs estimated below this many FLOPs stay on the interpreter without measuring (except
+#: :func:`small_model` graphs).
 FLOP_FLOOR: Final = 1_000_000
+#: Ops that make a graph below FLOP_FLOOR a model worth measuring: GEMM-shaped work, where a host
+#: runtime's kernels and call path beat NumPy's per-step overhead.
+MODEL_OPS: Final = frozenset({"linear", "matmul", "gemm", "conv", "conv1d", "conv2d", "conv_transpose", "conv_transpose2d",
+                              "attention", "scaled_dot_product_attention", "multihead_attention"})
 #: The name of the last resort, always available.
 INTERPRETER: Final = "numpy"
 #: Entries kept in the choice cache (the oldest are dropped).
@@ -165,7 +174,8 @@ def choose(
         return _named(graph, runtime, named if named else host_runtimes(), options)
     key = _cache_key(graph, threads)
     failed: dict[str, str] = {}  # the cached winner's failure to compile, kept as its reason
-    cached = _cache_read(state_dir).get(key) if flops >= FLOP_FLOOR else None
+    measured = flops >= FLOP_FLOOR or small_model(graph)
+    cached = _cache_read(state_dir).get(key) if measured else None
     if isinstance(cached, dict):
         hit = _from_cache(graph, cached, options, failed)
         if hit is not None:
@@ -187,13 +197,24 @@ def choose(
             "no installed host runtime takes this graph" if available else "no host runtime installed",
             skipped=skipped,
         )
-    if flops < FLOP_FLOOR:
+    if not measured:
         return HostChoice(
             INTERPRETER,
-            f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}: a runtime call costs more than the graph",
+            f"{flops:,} estimated FLOPs, below {FLOP_FLOOR:,}, and not a float32 model (no linear, matmul, convolution "
+            "or attention layer, or values other than float32): not worth compiling every runtime to time it",
             skipped=skipped,
         )
     return _measure(graph, candidates, options, interpreter, skipped, key, state_dir, frozenset(failed))
+
+
+def small_model(graph: Graph) -> bool:
+    """Whether a graph below FLOP_FLOOR is still measured: a layer in :data:`MODEL_OPS`, and
+    float32 inputs and values only (what every host runtime takes as it is)."""
+    from neurenix_core.graph.shapes import infer_values
+
+    if not any(n.op in MODEL_OPS for n in graph.nodes):
+        return False
+    return all(str(v.dtype) == "float32" for v in infer_values(graph).values())
 
 
 def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str], options: HostOptions) -> HostChoice:
