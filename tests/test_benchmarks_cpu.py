@@ -37,3 +37,18 @@ def test_cpu_benchmark_quick_times_every_runtime_and_they_agree(tmp_path: Path) 
     header = next(line for line in proc.stdout.splitlines() if line.startswith("| model"))
     assert all(f"{name} µs" in header for name in RUNTIMES) and "agree" in header
     assert "| mobilenetv3_small | 1x3x224x224 | 1 |" in proc.stdout and "versions: " in proc.stdout
+
+
+def test_call_path_benchmark_quick_reports_both_rows() -> None:
+    """benchmarks/cpu_call_path.py --quick: the runtime's own call, the host model and compiled(x),
+    interleaved, on BERT-tiny (OpenVINO) and a small MLP (LiteRT)."""
+    for module in ("openvino", "ai_edge_litert", "neurenix_edgetpu", "neurenix_npu_openvino", "transformers"):
+        pytest.importorskip(module, reason=f"{module} is not installed")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_call_path.py"), "--quick", "--threads", "1"],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| bert_tiny") or line.startswith("| mlp_small")]
+    assert [r.split(" | ")[:3] for r in rows] == [["| bert_tiny", "ids 1x128", "1"], ["| mlp_small", "1x16", "1"]], proc.stdout
+    for row in rows:
+        own, host, compiled = (float(c) for c in row.split(" | ")[3:6])
+        assert own > 0 and host > 0 and compiled > 0
