@@ -47,7 +47,7 @@ def test_call_path_benchmark_quick_reports_both_rows() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_call_path.py"), "--quick", "--threads", "1"],
                           capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| bert_tiny") or line.startswith("| mlp_small")]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("| bert_tiny", "| mlp_small"))]
     assert [r.split(" | ")[:3] for r in rows] == [["| bert_tiny", "ids 1x128", "1"], ["| mlp_small", "1x16", "1"]], proc.stdout
     for row in rows:
         own, host, compiled = (float(c) for c in row.split(" | ")[3:6])
