@@ -10,7 +10,7 @@ This is OpenVINO doing what it is for, not emulation: the device stays ``cpu:0``
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -77,6 +77,10 @@ class OpenVINOHostRuntime(HostRuntime):
         self.graph_ops = frozenset(HANDLERS)
         self.graph_dtypes = frozenset(graph_dtypes)  # the plugin's declaration, handed over (host.py does not import plugin.py)
 
+    def covers(self, graph: Graph) -> str | None:
+        why = super().covers(graph)
+        return why if why is not None else _int64_beyond_indices(graph)
+
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
         from neurenix_npu_openvino.compile_cache import host_compile_cached
         from neurenix_npu_openvino.lowering import lower_graph
@@ -99,3 +103,33 @@ class OpenVINOHostRuntime(HostRuntime):
         if result.state != "off":
             model.summary += f", {result.line()}"
         return model
+
+
+#: Operand positions where an int64 value is an index (token ids, a gather's indices): held as
+#: int32 by OpenVINO's CPU plugin, still exact, since no index reaches 2**31.
+_INDEX_OPERANDS: Final = {"embedding": (0,), "gather": (1,)}
+
+
+def _int64_beyond_indices(graph: Graph) -> str | None:
+    """Why OpenVINO's CPU device must not run ``graph``: it holds 64-bit integers as 32-bit ones,
+    so int64 arithmetic, data or results beyond 2**31 come back silently wrong ((2**62 + 1) // 3
+    gave 0). Graphs whose int64 values are only indices (BERT's token ids, a gather's index) are
+    taken; the compile-time check feeds integer inputs as zeros and could not catch the rest."""
+    from neurenix_core.graph.shapes import infer_values
+
+    specs = infer_values(graph)
+    wide = {name for name, spec in specs.items() if str(spec.dtype) in ("int64", "uint64")}
+    if not wide:
+        return None
+    for node in graph.nodes:
+        if node.output in wide and node.op != "constant":
+            return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) computes "
+                    f"{specs[node.output].dtype} values, which would be wrong beyond 2**31")
+        data = [name for k, name in enumerate(node.inputs) if name in wide and k not in _INDEX_OPERANDS.get(node.op, ())]
+        if data:
+            return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) reads "
+                    f"{specs[data[0]].dtype} {data[0]!r} as data, which would be wrong beyond 2**31")
+    results = [o for o in graph.outputs if o in wide]
+    if results:
+        return f"openvino holds 64-bit integers as 32-bit ones: the graph returns {specs[results[0]].dtype} {results[0]!r}"
+    return None
