@@ -20,3 +20,6 @@ def test_cpu_runtimes_example_runs(tmp_path: Path) -> None:
     errors = [float(e) for e in re.findall(r"max relative error(?: vs float64:)? ([0-9.e+-]+)", out)]
     named = re.findall(r"runtime='(\w+)'", out)
     assert "numpy" in named and len(errors) == len(named) + 1 and max(errors) < 1e-5, out
+    assert "small model: ((1, 16),): " in out and "; runtime " in out, out
+    small = re.search(r"on the interpreter; max abs error vs float64 ([0-9.e+-]+)", out)
+    assert small is not None and float(small.group(1)) < 1e-5, out
