@@ -125,7 +125,10 @@ class Runner:
             try:
                 it.SetTensor(self._in0, array)
             except ValueError as exc:
-                raise self._refused(exc) from exc
+                same = _tflite_typed(array)
+                if same is array:
+                    raise self._refused(exc) from exc
+                it.SetTensor(self._in0, same)  # the retry costs nothing on the usual path
             it.Invoke()
             return it.GetTensor(self._out0, 0)
 
@@ -135,7 +138,10 @@ class Runner:
             try:
                 it.set_tensor(self._in0, array)
             except ValueError as exc:
-                raise self._refused(exc) from exc
+                same = _tflite_typed(array)
+                if same is array:
+                    raise self._refused(exc) from exc
+                it.set_tensor(self._in0, same)
             it.invoke()
             return it.get_tensor(self._out0)
 
@@ -149,7 +155,19 @@ class Runner:
         it = self.interpreter
         with self._lock:
             for index, array in zip(self._inputs, arrays):
-                it.set_tensor(index, array)
+                it.set_tensor(index, _tflite_typed(array))
             it.invoke()
             # get_tensor returns a copy, so results stay valid after the lock is released.
             return [it.get_tensor(i) for i in self._outputs]
+
+
+def _tflite_typed(array: np.ndarray) -> np.ndarray:
+    """``array`` viewed with NumPy's canonical type for its dtype where its type number differs:
+    an int64 array can be NumPy's ``longlong`` (ONNX Runtime returns those on Linux, where
+    ``np.int64`` is ``long``), and LiteRT's binding maps type numbers, so it refuses it as NOTYPE
+    although the dtype is int64."""
+    dtype = array.dtype
+    if dtype.kind not in "iu":
+        return array
+    canonical = np.dtype(dtype.str)
+    return array if canonical.num == dtype.num else array.view(canonical)
