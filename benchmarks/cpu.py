@@ -383,8 +383,9 @@ def litert_direct(module: Any, x: np.ndarray, threads: int) -> tuple[Runner | No
 
 
 # ------------------------------------------------------------------ timing
-def interleaved_median(fns: Mapping[str, Runner], rounds: int, seed: int = 0) -> dict[str, float]:
-    """Seconds per call of each fn: the median over ``rounds`` shuffled rounds of a turn's time per call."""
+def interleaved_median(fns: Mapping[str, Runner], rounds: int, seed: int = 0, settle_s: float = SETTLE_S) -> dict[str, float]:
+    """Seconds per call of each fn: the median over ``rounds`` shuffled rounds of a turn's time per
+    call, each turn after ``settle_s`` of idle."""
     per_turn: dict[str, int] = {}
     for name, fn in fns.items():
         fn()  # warm-up: first-call allocations, lazy initialisation, thread pool start
@@ -395,7 +396,7 @@ def interleaved_median(fns: Mapping[str, Runner], rounds: int, seed: int = 0) ->
     for order in benchkit.schedule(list(fns), rounds, seed):
         for name in order:
             fn, n = fns[name], per_turn[name]
-            time.sleep(SETTLE_S)
+            time.sleep(settle_s)
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()

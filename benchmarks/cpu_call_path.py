@@ -5,9 +5,9 @@
 ``benchmarks/cpu.py`` times each contender in its own turns, each after 30 ms idle; a row's
 ratio then moves with the load on the machine during its few rounds. This script isolates the
 call path: on one model and one runtime, the runtime's own Python call, neurenix's host model
-(``HostModel.call_one``, the plugin's entry) and ``compiled(x)`` take turns of about 20 ms (20
-calls at least), back to back, in alternating order, for ``--rounds`` rounds; the medians are
-reported (and the minimum):
+(``HostModel.call_one``, the plugin's entry) and ``compiled(x)`` take turns of about 50 ms, back to
+back, in shuffled order (``benchmarks/cpu.py``'s ``interleaved_median`` without its idle before each
+turn), for ``--rounds`` rounds; the medians are reported:
 
 * ``bert_tiny`` at batch 1 on OpenVINO: ``openvino`` is the request ``benchmarks/cpu.py`` times
   (``convert_model``, f32, ``set_input_tensor`` + ``infer`` + a copy of the output);
@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,8 +36,6 @@ import numpy as np
 
 from neurenix_core.cli import benchkit
 
-TURN_CALLS = 20  # calls per turn at least
-TURN_S = 0.02  # seconds per turn: small calls take thousands of calls a turn
 _CHILD_ENV = "NEURENIX_BENCH_CALL_PATH_ROUNDS"
 
 
@@ -53,24 +49,10 @@ def _cpu_module() -> Any:
     return module
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict[str, float]]:
-    """Median and minimum µs per call. Turns follow each other without idle (unlike cpu.py's): the
-    contenders share one runtime, so whatever its threads do between calls, they do for all."""
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    calls: dict[str, int] = {}
-    for name, fn in fns.items():
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        calls[name] = max(TURN_CALLS, int(TURN_S / max(time.perf_counter() - t0, 1e-7)))
-    for r in range(rounds):
-        for name in (list(fns) if r % 2 else list(reversed(fns))):
-            fn, n = fns[name], calls[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / n * 1e6)
-    return {k: {"median_us": statistics.median(v), "min_us": min(v)} for k, v in samples.items()}
+def _interleaved(bench: Any, fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """µs per call (medians) from cpu.py's interleaving, with no idle before a turn: the contenders
+    share one runtime, so whatever its threads do between calls, they do for all."""
+    return {k: t * 1e6 for k, t in bench.interleaved_median(fns, rounds, settle_s=0.0).items()}
 
 
 def _compiled(model: Any, x: np.ndarray, runtime: str, threads: int) -> tuple[Any, Any, Any]:
@@ -91,7 +73,7 @@ def bert_on_openvino(bench: Any, threads: int, rounds: int) -> dict[str, Any]:
     direct, _ = bench.openvino_direct(model, x, threads)
     compiled, xt, host = _compiled(model, x, "openvino", threads)
     fns = {"openvino": direct, "host_model": lambda: host.call_one(x), "compiled": lambda: compiled(xt)}
-    return {"model": "bert_tiny", "input": "ids 1x128", "runtime": "openvino", "threads": threads, **_interleaved(fns, rounds)}
+    return {"model": "bert_tiny", "input": "ids 1x128", "runtime": "openvino", "threads": threads, **_interleaved(bench, fns, rounds)}
 
 
 def mlp_on_litert(bench: Any, threads: int, rounds: int) -> dict[str, Any]:
@@ -105,7 +87,7 @@ def mlp_on_litert(bench: Any, threads: int, rounds: int) -> dict[str, Any]:
         return it.get_tensor(o0)
 
     fns = {"litert": litert, "host_model": lambda: host.call_one(x), "compiled": lambda: compiled(xt)}
-    return {"model": "mlp_small", "input": "1x16", "runtime": "litert", "threads": threads, **_interleaved(fns, rounds)}
+    return {"model": "mlp_small", "input": "1x16", "runtime": "litert", "threads": threads, **_interleaved(bench, fns, rounds)}
 
 
 def child(threads: int, rounds: int) -> list[dict[str, Any]]:
@@ -121,9 +103,8 @@ def report(rows: list[dict[str, Any]]) -> None:
     print("| model | input | thr | runtime's own call µs | host model µs | compiled(x) µs | added by compiled(x) µs | compiled / own |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        own = r[r["runtime"]]["median_us"]
-        got = r["compiled"]["median_us"]
-        print(f"| {r['model']} | {r['input']} | {r['threads']} | {own:.2f} | {r['host_model']['median_us']:.2f} | {got:.2f} "
+        own, got = r[r["runtime"]], r["compiled"]
+        print(f"| {r['model']} | {r['input']} | {r['threads']} | {own:.2f} | {r['host_model']:.2f} | {got:.2f} "
               f"| {got - own:+.2f} | {got / own:.3f} |")
 
 

@@ -38,3 +38,15 @@ def test_longlong_among_several_inputs(edgetpu: object) -> None:
     ids, x = _ids(), RNG.standard_normal((2, 5, 8)).astype(np.float32)
     got = nx.compile(graph, device="edgetpu:0", precision="fp32")(ids, x).numpy()
     np.testing.assert_allclose(got, run_graph(graph, ids.astype(np.int64), x), rtol=1e-6)
+
+
+def test_a_longlong_input_litert_still_refuses_is_a_typed_error(edgetpu: object) -> None:
+    """Retyped and refused again (the wrong shape): the runner's ShapeError, not LiteRT's ValueError."""
+    from neurenix_core.errors import ShapeError
+
+    graph = Graph((TensorSpec("ids", (2, 5), "int64"),), (Node("e", "embedding", ("ids",), "h", {}, {"weight": WEIGHT}),), ("h",))
+    compiled = nx.compile(graph, device="edgetpu:0", precision="fp32")
+    compiled(_ids())
+    runner = compiled.native((2, 5)).runner
+    with pytest.raises(ShapeError, match="LiteRT refused the input"):
+        runner.invoke1(np.zeros((3, 5), np.longlong))

@@ -6,6 +6,7 @@ Imported only by the backend factory (never at ``import neurenix_core``): it imp
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -125,10 +126,7 @@ class Runner:
             try:
                 it.SetTensor(self._in0, array)
             except ValueError as exc:
-                same = _tflite_typed(array)
-                if same is array:
-                    raise self._refused(exc) from exc
-                it.SetTensor(self._in0, same)  # the retry costs nothing on the usual path
+                self._retyped(it.SetTensor, array, exc)  # the usual path pays nothing for it
             it.Invoke()
             return it.GetTensor(self._out0, 0)
 
@@ -138,12 +136,20 @@ class Runner:
             try:
                 it.set_tensor(self._in0, array)
             except ValueError as exc:
-                same = _tflite_typed(array)
-                if same is array:
-                    raise self._refused(exc) from exc
-                it.set_tensor(self._in0, same)
+                self._retyped(it.set_tensor, array, exc)
             it.invoke()
             return it.get_tensor(self._out0)
+
+    def _retyped(self, set_tensor: Callable[[int, np.ndarray], None], array: np.ndarray, exc: ValueError) -> None:
+        """After LiteRT refused ``array`` as input 0: set it again under NumPy's canonical type
+        number (:func:`_tflite_typed`), or raise the refusal, typed."""
+        same = _tflite_typed(array)
+        if same is array:
+            raise self._refused(exc) from exc
+        try:
+            set_tensor(self._in0, same)
+        except ValueError as again:
+            raise self._refused(again) from again
 
     def _refused(self, exc: ValueError) -> ShapeError:
         # Callers convert inputs first (EdgeTPUModel._in, nx.compile's checked fast path), so

@@ -118,7 +118,7 @@ def _int64_beyond_indices(graph: Graph) -> str | None:
     from neurenix_core.graph.shapes import infer_values
 
     specs = infer_values(graph)
-    wide = {name for name, spec in specs.items() if str(spec.dtype) in ("int64", "uint64")}
+    wide = {name for name, spec in specs.items() if str(spec.dtype) == "int64"}
     if not wide:
         return None
     for node in graph.nodes:
