@@ -32,7 +32,7 @@ from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.plugins.host import HostModel
 from neurenix_core.tensor import fallback
 from neurenix_core.tensor.dtypes import PLAIN_DTYPES, contiguous
-from neurenix_core.tensor.tensor import Tensor, _new, wrap_results
+from neurenix_core.tensor.tensor import Tensor, _fresh, wrap_results
 
 __all__ = ["PRECISIONS", "Compiled", "compile"]
 
@@ -218,10 +218,10 @@ class Compiled:
         self._summaries: dict[tuple[tuple[int, ...], ...], str] = {}
         self._natives: dict[tuple[tuple[int, ...], ...], Any] = {}
         # One-input models compiled by a plugin, for the first shape compiled: (placement, shape
-        # reader or None, input shape, the plugin's entry, array type, memory counters, size
-        # reader or None, dtype reader or None, input dtype), all resolved once (``_set_fast``).
-        self._fast: tuple[Any, Callable[[Any], Any] | None, tuple[int, ...], Callable[[Any], Any], type[Any], Any,
-                          Callable[[Any], int] | None, Callable[[Any], Any] | None, np.dtype[Any] | None] | None = None
+        # reader or None, input shape, the plugin's entry, array type, dtype reader or None, input
+        # dtype), all resolved once (``_set_fast``).
+        self._fast: tuple[Any, Callable[[Any], Any] | None, tuple[int, ...], Callable[[Any], Any], type[Any],
+                          Callable[[Any], Any] | None, np.dtype[Any] | None] | None = None
         self._eager: Any = None
         # A model with value inputs (GraphModule.value_inputs): graphs are built per shapes and values.
         self._values: Any = None
@@ -330,29 +330,13 @@ class Compiled:
             # refuses it. ``dtype_of`` is None for NumPy arrays (their own attribute is compared).
             if fast is not None:
                 x = inputs[0]
-                p, shape_of, shape, call, array_type, mem, nbytes_of, dtype_of, dtype = fast
+                p, shape_of, shape, call, array_type, dtype_of, dtype = fast
                 if (type(x) is Tensor and x._p is p and (x._data.shape if shape_of is None else shape_of(x._data)) == shape
                         and (x._data.dtype if dtype_of is None else dtype_of(x._data)) == dtype):
                     out = call(x._data)
                     if type(out) is not array_type:
                         return wrap_results(out, p)
-                    # The result wrapped here rather than in a helper: one Python call less per
-                    # call. DeviceMemory.charge written out, as in the binary operators (keep the
-                    # copies in step).
-                    n = out.nbytes if nbytes_of is None else nbytes_of(out)
-                    used = mem.in_use + n
-                    if used > mem.limit:
-                        raise mem.refuse(n)
-                    mem.in_use = used
-                    mem.count += 1
-                    if used > mem.peak:  # noqa: PLR1730 - not max(): a builtin call is a tenth of this path's cost
-                        mem.peak = used
-                    t = _new(Tensor)
-                    t._data = out
-                    t._p = p
-                    t._nbytes = n
-                    t._base = None
-                    return t
+                    return _fresh(out, p)  # the one constructor of a Tensor owning a new buffer
         if len(inputs) != len(self.graph.inputs):
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
         if self._buckets is not None:  # never on the fast path above: _set_fast is not called for it
@@ -419,9 +403,8 @@ class Compiled:
                 return
             call = native.call_one  # a bound method: one call frame on the hot path
         shape_of = None if type(be)._shape_of is Backend._shape_of else be._shape_of
-        nbytes_of = None if p.native_nbytes else be._nbytes_of
         dtype_of = None if p.array_type is np.ndarray else be._dtype_of
-        self._fast = (p, shape_of, shapes[0], call, p.array_type, p.mem, nbytes_of, dtype_of, self._input_dtypes[0])
+        self._fast = (p, shape_of, shapes[0], call, p.array_type, dtype_of, self._input_dtypes[0])
 
     def _native(self, x: Any, i: int) -> Any:
         """Input ``i`` as a native array on the model's device: the one rule of graph.inputs

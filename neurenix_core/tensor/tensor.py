@@ -404,22 +404,7 @@ def _make_binary(name: str, reflected: bool = False, function: bool = False) -> 
             raise_op_error(name, p, [x1, x2], exc)
         if type(r) is not p.array_type:
             r = p.backend._coerce(r)
-        n = r.nbytes if p.native_nbytes else p.backend._nbytes_of(r)
-        # DeviceMemory.charge inlined: this is the per-op hot path (benchmarks/dispatch.py), and
-        # the call would cost about a tenth of the whole budget. Keep the two in step.
-        m = p.mem
-        used = m.in_use + n
-        if used > m.limit:
-            raise m.refuse(n)
-        m.in_use = used
-        m.count += 1
-        if used > m.peak:  # noqa: PLR1730 - not max(): a builtin call is a tenth of the budget
-            m.peak = used
-        t = _new(Tensor)
-        t._data = r
-        t._p = p
-        t._nbytes = n
-        t._base = None
+        t = _fresh(r, p)
         if record is not None:  # autograd hook: see "autograd" at the end of this module
             return record(name, (x1, x2), None, t)
         return t
@@ -460,21 +445,7 @@ def _make_unary(name: str) -> Callable[[Any], Any]:
             # A new buffer (adopt's view test for one base-less operand): charged here, with
             # DeviceMemory.charge written out as in the binary operators (keep the copies in step).
             if type(r) is _ndarray and p.numpy_fast and r.base is None and r is not d and type(d) is _ndarray and d.base is None:
-                n = r.nbytes
-                m = p.mem
-                used = m.in_use + n
-                if used > m.limit:
-                    raise m.refuse(n)
-                m.in_use = used
-                m.count += 1
-                if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
-                    m.peak = used
-                t = _new(Tensor)
-                t._data = r
-                t._p = p
-                t._nbytes = n
-                t._base = None
-                return t
+                return _fresh(r, p)
             return _own1(r, x, d, p)
         return _call(name, (x,))
 
@@ -525,22 +496,7 @@ def _where(condition: Any, x1: Any, x2: Any, /) -> Any:
                 except AttributeError:
                     owned = False
                 if owned:
-                    n = r.nbytes
-                    # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
-                    m = p.mem
-                    used = m.in_use + n
-                    if used > m.limit:
-                        raise m.refuse(n)
-                    m.in_use = used
-                    m.count += 1
-                    if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
-                        m.peak = used
-                    t = _new(Tensor)
-                    t._data = r
-                    t._p = p
-                    t._nbytes = n
-                    t._base = None
-                    return t
+                    return _fresh(r, p)
             return rewrap(r, p, [condition, x1, x2])
     return _call("where", (condition, x1, x2))
 
@@ -649,14 +605,36 @@ def adopt(native: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ()) 
         if type(s) is Tensor and s._p is p and (root is s._data or root is be._memory_root(s._data)):
             owner = s._base if getattr(s, "_base", None) is not None else s  # never bool() a Tensor
             return _make(native, p, 0, owner)
-    n = be._nbytes_of(native)
-    p.mem.charge(n)
-    return _make(native, p, n, None, charged=True)
+    return _fresh(native, p)
 
 
-def _make(native: Any, p: Placement, nbytes: int, base: Tensor | None, charged: bool = False) -> Tensor:
-    if not charged:
-        p.mem.count += 1
+def _fresh(r: Any, p: Placement) -> Tensor:
+    """The one constructor of a Tensor owning a new buffer: ``r`` (of ``p``'s array type) is
+    charged its bytes to ``p``'s device (OutOfMemoryError before the Tensor exists) and every
+    field is set. Every path that wraps a fresh backend result comes here, the per-op fast paths
+    included: a field written out by hand in six places was once forgotten in one of them."""
+    n = r.nbytes if p.native_nbytes else p.backend._nbytes_of(r)
+    # DeviceMemory.charge inlined (tests/test_tensor_fields.py holds the two equal): this is on
+    # every op's path (benchmarks/dispatch.py), where a second call would cost a tenth of it.
+    m = p.mem
+    used = m.in_use + n
+    if used > m.limit:
+        raise m.refuse(n)
+    m.in_use = used
+    m.count += 1
+    if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
+        m.peak = used
+    t = _new(Tensor)
+    t._data = r
+    t._p = p
+    t._nbytes = n
+    t._base = None
+    return t
+
+
+def _make(native: Any, p: Placement, nbytes: int, base: Tensor | None) -> Tensor:
+    """A view of ``base``'s buffer (``nbytes`` 0, nothing charged; counted as a live Tensor)."""
+    p.mem.count += 1
     t = _new(Tensor)
     t._data = native
     t._p = p
@@ -678,14 +656,7 @@ def wrap_on(native: Any, p: Placement) -> Tensor:
     if type(native) is not p.array_type:
         native = p.backend._coerce(native)
     # Freshly produced: owns its buffer, so no view bookkeeping (adopt's memory-root walk).
-    n = native.nbytes if p.native_nbytes else p.backend._nbytes_of(native)
-    p.mem.charge(n)
-    t = _new(Tensor)
-    t._data = native
-    t._p = p
-    t._nbytes = n
-    t._base = None
-    return t
+    return _fresh(native, p)
 
 
 def wrap_results(out: Any, p: Placement) -> Any:
@@ -771,31 +742,10 @@ def _own1(r: Any, x: Tensor, d: Any, p: Placement) -> Any:
     if type(r) is _ndarray and p.numpy_fast and type(d) is _ndarray and d.base is None:
         b = r.base
         if b is None and r is not d:
-            n = r.nbytes
-            # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
-            m = p.mem
-            used = m.in_use + n
-            if used > m.limit:
-                raise m.refuse(n)
-            m.in_use = used
-            m.count += 1
-            if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
-                m.peak = used
-            t = _new(Tensor)
-            t._data = r
-            t._p = p
-            t._nbytes = n
-            t._base = None
-            return t
+            return _fresh(r, p)
         if b is d:
             owner = x._base
-            p.mem.count += 1  # _make's count for a view (charged 0)
-            t = _new(Tensor)
-            t._data = r
-            t._p = p
-            t._nbytes = 0
-            t._base = x if owner is None else owner
-            return t
+            return _make(r, p, 0, x if owner is None else owner)
     return rewrap(r, p, [x])
 
 
@@ -860,21 +810,7 @@ def _call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
                             d = a._data
                             if r is d or type(d) is not _ndarray or d.base is not None:
                                 return rewrap(r, p, _tensors_in(args))
-                    n = r.nbytes
-                    # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
-                    m = p.mem
-                    used = m.in_use + n
-                    if used > m.limit:
-                        raise m.refuse(n)
-                    m.in_use = used
-                    m.count += 1
-                    if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
-                        m.peak = used
-                    t = _new(Tensor)
-                    t._data = r
-                    t._p = p
-                    t._nbytes = n
-                    return t
+                    return _fresh(r, p)
                 return rewrap(r, p, _tensors_in(args))
     return _call_general(name, args, kwargs)
 
@@ -901,22 +837,7 @@ def _call1(name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = Non
             except Exception as exc:  # noqa: BLE001 - raise_op_error re-raises it typed, naming the device, with this as the cause
                 raise_op_error(name, p, [x], exc)
             if type(r) is _ndarray and p.numpy_fast and r.base is None and r is not d and type(d) is _ndarray and d.base is None:
-                n = r.nbytes
-                # DeviceMemory.charge written out, as in the binary operators (keep the copies in step).
-                m = p.mem
-                used = m.in_use + n
-                if used > m.limit:
-                    raise m.refuse(n)
-                m.in_use = used
-                m.count += 1
-                if used > m.peak:  # noqa: PLR1730 - no max() call on the hot path
-                    m.peak = used
-                t = _new(Tensor)
-                t._data = r
-                t._p = p
-                t._nbytes = n
-                t._base = None
-                return t
+                return _fresh(r, p)
             return _own1(r, x, d, p)
     return _call(name, args, kwargs)
 
