@@ -11,6 +11,7 @@ through ``nx.compile`` on cpu:0."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -260,3 +261,25 @@ def test_host_inputs_convert_to_and_from_declared_storage_dtypes() -> None:
     exact(compiled(to_f32, np.array([1e6, 0.3, -np.inf], np.float32))[0], np.array([448, 0.3125, -448], np.float32))
     to_i32 = _model([_cast("x", "y", TensorProto.INT32)], {"x": (TensorProto.INT8, (3,))}, ["y"])
     exact(compiled(to_i32, np.array([1, -8, 7], np.int8).astype(ml_dtypes.int4))[0], np.array([1, -8, 7], np.int32))
+
+
+@pytest.mark.parametrize("to", ["int32", "uint8", "int8", "uint4", "int4", "int2", "uint64"])
+def test_float_to_integer_casts_have_one_result_on_every_cpu(to: str) -> None:
+    """Through a wide integer, never NumPy's straight float-to-narrow conversion (undefined in C,
+    so it differed between CPUs): truncation, then a two's complement wrap; NaN gives 0 and what
+    int64 cannot hold saturates. No 'invalid value encountered in cast' warning either."""
+    from neurenix_core.graph.opset.tensor import convert
+
+    target = np.dtype(getattr(ml_dtypes, to)) if to in ("uint4", "int4", "int2") else np.dtype(to)
+    info = ml_dtypes.iinfo(target)
+    span = int(info.max) - int(info.min) + 1
+    finite = np.array([-9.7, -1.5, -0.5, 0.5, 7.9, 300.2, -300.2, 70000.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = convert(finite, to)
+        special = convert(np.array([np.nan, np.inf, -np.inf, 1e30, -1e30]), to)
+    lo = int(info.min)
+    want = [(int(v) - lo) % span + lo for v in np.trunc(finite)]  # exact, in Python integers
+    assert got.dtype == target
+    assert [int(v) for v in got] == want
+    assert [int(v) for v in special] == [0, int(info.max), lo, int(info.max), lo]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -341,12 +341,36 @@ def convert(x: np.ndarray, to: str, saturate: bool = True, round_mode: str = "up
         # integers in float64: the bounds are exact in each, so only the final conversion rounds.
         v = _as_float32(x) if x.dtype.kind == "V" or x.dtype.itemsize == 1 and x.dtype.kind == "f" else x
         return np.clip(v, float(info.min), float(info.max)).astype(target)
-    if x.dtype.kind == "f" and np.dtype(target).kind in "iu":
-        # NaN / inf to an integer is undefined (ONNX and torch alike); models that produce one
-        # drop it with a where (T5's relative-position buckets take log(0)): no NumPy warning
-        with np.errstate(invalid="ignore"):
-            return x.astype(target)
+    if x.dtype.kind == "f" and (np.dtype(target).kind in "iu" or to in SUB_BYTE_INTEGERS):
+        return _float_to_integer(x, target)
     return x.astype(target)
+
+
+#: The integer storage types narrower than a byte (ml_dtypes; their NumPy kind is "V").
+SUB_BYTE_INTEGERS: Final = frozenset({"int4", "uint4", "int2", "uint2"})
+#: Floats from 2**63 up do not fit int64 (nor does its largest value fit float64 exactly).
+_INT64_SPAN: Final = 2.0**63
+
+
+def _float_to_integer(x: np.ndarray, target: Any) -> np.ndarray:
+    """Float to an integer type with one result on every CPU: truncate toward zero, convert to
+    int64, then wrap in two's complement to ``target`` (ONNX's reference casts int4 through a
+    wide integer). A float converted straight to a narrower integer type is undefined in C, so
+    NumPy's result depended on the CPU's instructions (uint4 of -9: 7 on one machine, 0 on
+    another). Where even int64 cannot hold it (NaN, infinities, |x| >= 2**63: undefined in ONNX
+    and torch alike; models that produce one drop it with a where, as T5's relative-position
+    buckets do with log(0)), NaN gives 0 and the rest saturate to the target's bounds."""
+    wide = np.trunc(np.asarray(x, np.float64))
+    beyond = ~(np.abs(wide) < _INT64_SPAN)  # NaN and infinities included
+    ints = np.where(beyond, 0.0, wide).astype(np.int64)
+    out = ints.view(np.uint64) if np.dtype(target) == np.uint64 else ints.astype(target)  # narrows modulo 2**bits
+    if beyond.any():
+        import ml_dtypes  # iinfo for int4 / int2 as well as NumPy's types
+
+        info = ml_dtypes.iinfo(target)
+        bound = np.where(wide > 0, np.array(info.max).astype(target), np.array(info.min).astype(target))
+        out = np.where(beyond & ~np.isnan(wide), bound, out).astype(target)
+    return out
 
 
 def _cast_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
