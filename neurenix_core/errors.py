@@ -22,6 +22,7 @@ __all__ = [
     "FacadeExportError",
     "FallbackError",
     "InvalidDeviceError",
+    "InvalidOptionError",
     "ModelFormatError",
     "NeurenixError",
     "NeurenixWarning",
@@ -79,6 +80,12 @@ class ConfigurationError(NeurenixError):
 class ConfigurationWarning(NeurenixWarning):
     """A NEURENIX_* value was read in a documented way that may not be what was meant (an unknown
     plugin name, a clamped timeout); ``NEURENIX_STRICT=1`` makes these ConfigurationError."""
+
+
+class InvalidOptionError(ConfigurationError, ValueError):
+    """A compile option has a value the device's plugin (or the core) does not declare: the wrong
+    type, or not one of its values (``runtime="onnx"`` where no host runtime is called so). Raised
+    by ``nx.compile``, naming the device, the plugin, the option and the values it takes."""
 
 
 class InvalidDeviceError(NeurenixError, ValueError):

@@ -93,7 +93,7 @@ def test_manifest_describes_the_model(saved: dict[str, Any]) -> None:
     assert manifest["plugin"] == {"name": "npu-openvino", "distribution": "neurenix-npu-openvino", "version": manifest["plugin"]["version"]}
     assert manifest["runtime"][0].startswith("openvino ")
     assert manifest["shapes"][0]["shapes"] == [[2, 3, 8, 8]]
-    assert manifest["parts"][0]["meta"]["ir"] == "model.xml" and manifest["api_version"] == "1.3"
+    assert manifest["parts"][0]["meta"]["ir"] == "model.xml" and manifest["api_version"] == ".".join(map(str, nx.NEURENIX_API_VERSION))
 
 
 def test_loaded_model_compiles_new_shapes_like_the_original(saved: dict[str, Any]) -> None:

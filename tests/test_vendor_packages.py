@@ -198,7 +198,7 @@ def test_vendor_package_for_another_api_is_refused(acme_env: Env, tmp_path: Path
     copy = tmp_path / "acme-next"
     shutil.copytree(TEMPLATE, copy, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__", "build"))
     plugin = copy / "src" / "neurenix_acme" / "plugin.py"
-    plugin.write_text(plugin.read_text().replace('api=">=1.0,<2"', 'api=">=2.0,<3"'))
+    plugin.write_text(plugin.read_text().replace('api=">=1.4,<2"', 'api=">=2.0,<3"'))
     pyproject = copy / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('version = "0.1.0"', 'version = "0.2.0"'))
     proc = acme_env.run([acme_env.python, "-m", "pip", "install", "-q", "--no-deps", str(copy)], timeout=300)

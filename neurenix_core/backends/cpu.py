@@ -68,6 +68,8 @@ def neurenix_manifest() -> Manifest:
             compiles_models=False,
             quantization=("int8", "int16"),
             dlpack=True,
+            # cpu:0 reads the core's own options (runtime, threads: graph.compile_options), no more.
+            compile_options=(),
         ),
         install_hint="built into neurenix-core",
         description="NumPy on the host CPU",

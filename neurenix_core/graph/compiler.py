@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from neurenix_core.errors import (
     ShapeError,
     UnsupportedOperationError,
 )
+from neurenix_core.graph.compile_options import checked as checked_options
 from neurenix_core.graph.inputs import check_outputs, deliver_tensors, host_array, to_device_input
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
@@ -56,6 +57,7 @@ def compile(  # the public name the seeds and DESIGN.md use
     buckets: Any = None,
     pad_values: Mapping[Any, Any] | None = None,
     verify: bool = True,
+    options: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> Compiled:
     """Compile ``model`` (a ``neurenix_core.nn`` Module or a Graph) for ``device``.
@@ -64,7 +66,11 @@ def compile(  # the public name the seeds and DESIGN.md use
     ``quantize``: True / "int8" / "int16" (static: needs ``calibration`` batches), "dynamic"
     (int8 Linear weights), or a ready ``QuantizationPlan``. ``outputs``: "device" (Tensors on
     ``device``) or "host" (NumPy arrays); inputs follow ``neurenix_core.graph.inputs``.
-    ``extra`` goes to the backend (``CompileOptions.extra``), e.g. ``optimize_for="performance"``.
+    ``options`` ({name: value}) are the device's own options: the core's ``runtime`` and
+    ``threads`` and those its plugin declares (``Capabilities.compile_options``), passed to the
+    plugin as ``CompileOptions.extra``; the same names are taken as keywords (``threads=2``).
+    An undeclared name is a TypeError naming the closest valid one, a bad value an
+    InvalidOptionError, both before anything compiles (``graph.compile_options``, docs/errors.md).
     ``buckets`` (True / "pow2", a list of batch sizes, or {input: {axis: sizes}}) compiles once
     per bucket and pads to it where the graph proves padding changes no result; ``pad_values``
     ({input: value}, default 0) fills the padding (``neurenix_core.graph.buckets``, docs/shape-buckets.md).
@@ -77,6 +83,7 @@ def compile(  # the public name the seeds and DESIGN.md use
 
     backend, dev, _ = default_backend(device)
     record = registry().plugin_for(dev)
+    extra = checked_options(dev, record, extra, options, _PARAMETERS)
     graph = _graph_of(model)
     values = model if getattr(model, "value_inputs", ()) else None
     if values is not None and (quantize or precision in ("int8", "int16")):
@@ -106,6 +113,10 @@ def compile(  # the public name the seeds and DESIGN.md use
     if verify and plan is not None and not plan.dynamic and calibration:
         compiled.verify(calibration)
     return compiled
+
+
+#: nx.compile's own keyword parameters: a misspelt one (``devcie``) is suggested by the option check.
+_PARAMETERS: Final = frozenset(compile.__code__.co_varnames[1:compile.__code__.co_argcount + compile.__code__.co_kwonlyargcount])
 
 
 class _HostValue:

@@ -8,6 +8,7 @@ turns either into a ``Manifest`` or raises ``ValueError`` naming the bad field.
 from __future__ import annotations
 
 import enum
+import numbers
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, final
@@ -16,7 +17,10 @@ from neurenix_core.device import valid_type_name
 
 __all__ = [
     "NEURENIX_API_VERSION",
+    "OPTION_TYPES",
+    "RESERVED_OPTION_NAMES",
     "Capabilities",
+    "CompileOption",
     "Manifest",
     "PriorityBand",
     "ProbeContext",
@@ -30,8 +34,9 @@ __all__ = [
 #: before calling anything but its manifest hook. Minor bumps add optional hooks or fields.
 #: 1.1 added ``Capabilities.graph_ops`` / ``graph_dtypes`` (the ops a compiling plugin lowers);
 #: 1.2 ``Capabilities.host_runtime`` and the ``neurenix_host_runtime`` hook (runtimes for cpu:0);
-#: 1.3 the optional ``neurenix_save_compiled`` / ``neurenix_load_compiled`` hooks (compiled artifacts).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 3)
+#: 1.3 the optional ``neurenix_save_compiled`` / ``neurenix_load_compiled`` hooks (compiled artifacts);
+#: 1.4 ``Capabilities.compile_options`` (the ``nx.compile`` options a plugin reads, checked by the core).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 4)
 
 
 _REQUIRED: Final = object()
@@ -122,6 +127,69 @@ class PriorityBand(enum.IntEnum):
     ACCELERATOR = 400
 
 
+#: The value types a :class:`CompileOption` may declare, joined with ``|`` (``"int|none"``).
+OPTION_TYPES: Final = ("bool", "int", "float", "str", "mapping", "sequence", "none", "any")
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind == "any":
+        return True
+    if kind == "none":
+        return value is None
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind in ("int", "float"):  # NumPy scalars count: threads=np.int64(2) is an int
+        allowed = numbers.Integral if kind == "int" else numbers.Real
+        return isinstance(value, allowed) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "mapping":
+        return isinstance(value, Mapping)
+    return isinstance(value, (list, tuple))  # "sequence": a str is not a sequence of values here
+
+
+_ARTICLES: Final = {"bool": "a bool", "int": "an int", "float": "a number", "str": "a string", "mapping": "a dict",
+                    "sequence": "a list or tuple", "none": "None", "any": "any value"}
+
+
+@final
+class CompileOption(_Record):
+    """One option of ``nx.compile`` a plugin reads from ``CompileOptions.extra`` (API 1.4).
+
+    ``type`` is one of :data:`OPTION_TYPES` or several joined with ``|`` (``"int|none"``);
+    ``values``, when given, lists the values allowed (None is allowed when ``type`` includes
+    ``none``); ``doc`` is one line a user reads in the error that refuses a value.
+    The core refuses an undeclared name (TypeError, with the closest declared one) and a value of
+    the wrong type or outside ``values`` (InvalidOptionError) when ``nx.compile`` is called, so
+    the plugin's compile hook only sees declared options. It may still refuse a combination.
+    """
+
+    name: str
+    type: str
+    values: tuple[Any, ...] | None
+    doc: str
+
+    _SPEC: ClassVar[dict[str, Any]] = {"name": _REQUIRED, "type": "any", "values": None, "doc": ""}
+    __slots__ = tuple(_SPEC)
+
+    def accepts(self, value: Any) -> bool:
+        """True when ``value`` has a declared type and, for a non-None value, is one of ``values``."""
+        if not any(_is_type(value, kind) for kind in self.type.split("|")):
+            return False
+        return value is None or self.values is None or any(value == v and type(value) is type(v) for v in self.values)
+
+    def expected(self) -> str:
+        """What the option takes, for an error message: "one of 'a', 'b' or None", "an int or None"."""
+        kinds = self.type.split("|")
+        none = " or None" if "none" in kinds else ""
+        if self.values is not None:
+            return f"one of {', '.join(repr(v) for v in self.values)}{none}"
+        return " or ".join(_ARTICLES[k] for k in kinds)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "values": None if self.values is None else list(self.values), "doc": self.doc}
+
+
 @final
 class Capabilities(_Record):
     """What a backend declares it can do, as data (tensor cores are a capability, not a type)."""
@@ -143,6 +211,11 @@ class Capabilities(_Record):
     #: API 1.2: the name of a runtime this plugin offers to compile graphs for ``cpu:0`` through
     #: ``neurenix_host_runtime`` (``"openvino"``, ``"litert"``, ...); None offers none.
     host_runtime: str | None
+    #: API 1.4: the options this plugin's ``neurenix_compile`` reads from ``CompileOptions.extra``
+    #: (``nx.compile(model, device, options={...})`` or the same names as keywords). None (a
+    #: plugin written before 1.4) declares nothing: the core then refuses only names close to its
+    #: own and passes the others on unchecked; ``()`` accepts none.
+    compile_options: tuple[CompileOption, ...] | None
 
     _SPEC: ClassVar[dict[str, Any]] = {
         "dtypes": ("float32",),
@@ -155,6 +228,7 @@ class Capabilities(_Record):
         "graph_ops": None,
         "graph_dtypes": ("float32",),
         "host_runtime": None,
+        "compile_options": None,
     }
     __slots__ = tuple(_SPEC)
 
@@ -170,6 +244,7 @@ class Capabilities(_Record):
             "graph_ops": None if self.graph_ops is None else list(self.graph_ops),
             "graph_dtypes": list(self.graph_dtypes),
             "host_runtime": self.host_runtime,
+            "compile_options": None if self.compile_options is None else [o.as_dict() for o in self.compile_options],
         }
 
 
@@ -363,7 +438,10 @@ def _manifest_from_mapping(data: Mapping[str, Any]) -> Manifest:
         raise ValueError(f"unknown manifest field(s) {unknown}")
     values = dict(data)
     if isinstance(values.get("capabilities"), Mapping):
-        values["capabilities"] = Capabilities(**values["capabilities"])
+        caps = dict(values["capabilities"])
+        if isinstance(caps.get("compile_options"), (list, tuple)):  # a dict manifest declares them as dicts too
+            caps["compile_options"] = tuple(CompileOption(**o) if isinstance(o, Mapping) else o for o in caps["compile_options"])
+        values["capabilities"] = Capabilities(**caps)
     if isinstance(values.get("band"), str):
         try:
             values["band"] = PriorityBand[values["band"].upper()]
@@ -404,6 +482,7 @@ def _check_fields(m: Manifest) -> None:
     host = m.capabilities.host_runtime
     if host is not None and (not isinstance(host, str) or not _valid_name(host)):
         raise ValueError(f"field 'capabilities.host_runtime' must be None or a runtime name (lower-case letters, digits, '-' or '_'), got {host!r}")
+    _check_compile_options(m.capabilities.compile_options)
     if m.emulation is not None and not isinstance(m.emulation, str):
         raise ValueError("field 'emulation' must be a string token or None")
     if not isinstance(m.exports, Mapping) or not all(
@@ -411,3 +490,48 @@ def _check_fields(m: Manifest) -> None:
     ):
         raise ValueError("field 'exports' must map facade module names to plugin module names")
     api_compatible(m.api)  # raises ValueError for a malformed range
+
+
+#: Names a plugin may not declare as options: ``nx.compile``'s own parameters (an option of that
+#: name could never be passed as a keyword) and the keys the core sets in ``CompileOptions.extra``
+#: itself (``shape_buckets``: the model is bucketed, see ``neurenix_core.graph.buckets``).
+RESERVED_OPTION_NAMES: Final = frozenset({
+    "model", "device", "precision", "quantize", "calibration", "calibration_method", "progress", "outputs",
+    "buckets", "pad_values", "verify", "options", "shape_buckets",
+})
+#: Longest option value a manifest may list: values appear in error messages.
+_VALUE_LIMIT: Final = 100
+
+
+def _check_compile_options(options: object) -> None:
+    """ValueError naming the first malformed declaration in ``capabilities.compile_options``."""
+    if options is None:
+        return
+    if not isinstance(options, tuple) or not all(isinstance(o, CompileOption) for o in options):
+        raise ValueError("field 'capabilities.compile_options' must be None or a tuple of CompileOption")
+    seen: set[str] = set()
+    for o in options:
+        where = f"capabilities.compile_options[{o.name!r}]"
+        if not isinstance(o.name, str) or not o.name.isidentifier() or not o.name.isascii():
+            raise ValueError(f"field 'capabilities.compile_options': option name {o.name!r} must be a Python identifier")
+        if o.name in RESERVED_OPTION_NAMES or o.name in seen:
+            why = "declared twice" if o.name in seen else "reserved: nx.compile's own parameter or a key the core sets"
+            raise ValueError(f"field {where!r}: the name is {why}")
+        seen.add(o.name)
+        if not isinstance(o.type, str) or not o.type or not set(o.type.split("|")) <= set(OPTION_TYPES):
+            raise ValueError(f"field {where + '.type'!r} must be one of {', '.join(OPTION_TYPES)} or several joined with '|', got {o.type!r}")
+        if o.values is not None and not _plain_values(o.values):
+            raise ValueError(f"field {where + '.values'!r} must be None or a non-empty tuple of short printable strings, numbers or bools")
+        if not isinstance(o.doc, str):
+            raise ValueError(f"field {where + '.doc'!r} must be a string")  # noqa: TRY004 - the contract's one error for a bad manifest (plugins and tests catch ValueError)
+
+
+def _plain_values(values: object) -> bool:
+    if not isinstance(values, tuple) or not values:
+        return False
+    for v in values:
+        if isinstance(v, str) and not (v.isprintable() and len(v) <= _VALUE_LIMIT):
+            return False
+        if not isinstance(v, (str, int, float)):  # bool is an int
+            return False
+    return True

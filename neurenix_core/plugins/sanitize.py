@@ -122,6 +122,9 @@ def _clean_capabilities(c: Capabilities) -> Capabilities:
     for field in ("dtypes", "precisions", "native_ops", "quantization"):
         _changed(changes, field, getattr(c, field), _clean_data(getattr(c, field), 2))
     _changed(changes, "extra", c.extra, _clean_data(c.extra, 4))
+    if c.compile_options is not None:  # names and values are restricted by validation; the one-line docs are free text
+        docs = tuple(o if clean(o.doc, TEXT_LIMIT) == o.doc else o.replace(doc=clean(o.doc, TEXT_LIMIT)) for o in c.compile_options)
+        _changed(changes, "compile_options", c.compile_options, docs)
     return c.replace(**changes) if changes else c
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_onnxruntime import __version__
 
 if TYPE_CHECKING:
@@ -45,13 +45,21 @@ GRAPH_OPS: tuple[str, ...] = OPSET_NAMES
 GRAPH_DTYPES: tuple[str, ...] = ("float32", "int64", "bool")
 
 
+#: What ``compiled.py`` reads from ``CompileOptions.extra``. Declared, the core checks names and
+#: types at ``nx.compile`` and the compile hook sees nothing else (docs/vendors.md).
+COMPILE_OPTIONS: tuple[CompileOption, ...] = (
+    CompileOption(name="provider", type="str|none", doc="an execution provider by name ('cuda', 'CUDAExecutionProvider'); refused when this ONNX Runtime lacks it"),
+    CompileOption(name="threads", type="int", doc="ONNX Runtime intra-op threads (default: NEURENIX_ORT_THREADS, else ORT's)"),
+)
+
+
 @hookimpl
 def neurenix_manifest() -> Manifest:
     return Manifest(
         name="onnxruntime",
         distribution="neurenix-onnxruntime",
         version=__version__,
-        api=">=1.2,<2",
+        api=">=1.4,<2",
         device_types=("ort",),
         band=PriorityBand.CPU,
         priority=40,
@@ -66,6 +74,7 @@ def neurenix_manifest() -> Manifest:
             dlpack=False,
             extra={"runtime": "ONNX Runtime", "devices": "one per execution provider present, best first"},
             host_runtime="onnxruntime",  # its CPU provider also compiles cpu:0 graphs (host.py)
+            compile_options=COMPILE_OPTIONS,  # API 1.4: the core refuses other names and wrong types
         ),
         install_hint="pip install neurenix-onnxruntime (pulls onnxruntime and onnx from PyPI)",
         emulation=None,

@@ -22,7 +22,7 @@ def neurenix_manifest() -> Manifest:
         name="acme",
         distribution="neurenix-acme",
         version=__version__,
-        api=">=1.0,<2",  # the NEURENIX_API_VERSION range this code was written and tested against
+        api=">=1.4,<2",  # the NEURENIX_API_VERSION range this code was written and tested against (1.4: compile_options)
         device_types=("acme",),
         band=PriorityBand.ACCELERATOR,  # what the hardware is; the core orders bands, not the plugin
         priority=10,
@@ -32,6 +32,11 @@ def neurenix_manifest() -> Manifest:
             native_ops=("*",),  # every array-API function of the namespace
             compiles_models=True,  # neurenix_compile below; returning None there means "run eagerly"
             quantization=("int8", "int16"),
+            # The nx.compile options neurenix_compile reads from options.extra: none here (lowering.py
+            # reads only the quantization plan), so the core refuses every other name with a TypeError
+            # naming the closest valid one. Declare each option you read, e.g.
+            # CompileOption(name="cores", type="int|none", doc="ACME cores to use (None: all)").
+            compile_options=(),
         ),
         install_hint="pip install neurenix-acme (and the ACME driver for real hardware)",
         emulation="acme",

@@ -36,7 +36,7 @@ def neurenix_manifest() -> Manifest:
         name="cuda-tc",
         distribution="neurenix-cuda-tc",
         version=__version__,
-        api=">=1.3,<2",
+        api=">=1.4,<2",
         device_types=("cuda",),
         band=PriorityBand.ACCELERATOR,
         priority=60,
@@ -51,6 +51,7 @@ def neurenix_manifest() -> Manifest:
             dlpack=True,
             extra={"tensor_cores": "compute capability >= 7.0", "runtime": "PyTorch"},
             host_runtime="torch",  # PyTorch's CPU kernels compile cpu:0 graphs too, in float32 (host.py)
+            compile_options=(),  # its compile hook reads no option: precision= says everything
         ),
         install_hint="pip install neurenix-cuda-tc -c constraints.txt (needs an NVIDIA driver; NEURENIX_EMULATE=cuda runs on the CPU)",
         emulation="cuda",

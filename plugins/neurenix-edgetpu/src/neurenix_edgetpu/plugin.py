@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_core.tensor.dtypes import DTYPE_NAMES
 from neurenix_edgetpu import __version__, probe
 
@@ -59,13 +59,25 @@ _NO_HARDWARE = (
 )
 
 
+#: The nx.compile options compiled.py reads; the values are lowering.IO_KINDS, runtime.KERNELS and
+#: lower_s2d.STEMS, written out so the manifest loads without LiteRT (a test keeps them equal).
+COMPILE_OPTIONS = (
+    CompileOption(name="io", type="str", values=("float", "int8"), doc="the model's inputs and outputs: float32, or int8 as the Edge TPU compiler maps whole"),
+    CompileOption(name="kernels", type="str|none", values=("xnnpack", "optimized", "reference"),
+                  doc="LiteRT's CPU kernels for what the Edge TPU does not run (None: xnnpack)"),
+    CompileOption(name="num_threads", type="int|none", doc="LiteRT interpreter threads (None: LiteRT's default)"),
+    CompileOption(name="stem", type="str", values=("auto", "space_to_depth", "plain"),
+                  doc="rewrite an int8 model's first convolution as space-to-depth ('auto': where it pays on this CPU)"),
+)
+
+
 @hookimpl
 def neurenix_manifest() -> Manifest:
     return Manifest(
         name="edgetpu",
         distribution="neurenix-edgetpu",
         version=__version__,
-        api=">=1.3,<2",
+        api=">=1.4,<2",
         device_types=("edgetpu",),
         band=PriorityBand.EDGE,
         priority=50,
@@ -81,6 +93,7 @@ def neurenix_manifest() -> Manifest:
             quantization=("int8",),
             extra={"model_format": "tflite", "runtime": "LiteRT", "delegate": "libedgetpu.so.1"},
             host_runtime="litert",  # LiteRT with XNNPACK compiles cpu:0 graphs too, fp32 (host.py)
+            compile_options=COMPILE_OPTIONS,
         ),
         install_hint="pip install neurenix-edgetpu; apt-get install libedgetpu1-std (Coral runtime)",
         emulation="edgetpu",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 from neurenix_core.errors import BackendUnavailableError
 from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_npu_openvino import probe as _probe
 
 if TYPE_CHECKING:
@@ -49,13 +49,24 @@ _STORAGE_DTYPES: Final = (
 )
 
 
+#: The nx.compile options compiled.py reads (config.OPTIMIZE_FOR's keys, written out so the
+#: manifest loads without OpenVINO; tests/test_openvino_api.py keeps them equal).
+COMPILE_OPTIONS: Final = (
+    CompileOption(name="optimize_for", type="str|none", values=("performance", "accuracy", "latency", "throughput"),
+                  doc="OpenVINO's performance goal (None: 'performance')"),
+    CompileOption(name="threads", type="int|none", doc="INFERENCE_NUM_THREADS of the compiled model (None: OpenVINO's default)"),
+    CompileOption(name="ov_properties", type="mapping|none",
+                  doc="OpenVINO compile properties passed as they are, overriding neurenix's (not INFERENCE_PRECISION_HINT: use precision=)"),
+)
+
+
 @hookimpl
 def neurenix_manifest() -> Manifest:
     return Manifest(
         name="npu-openvino",
         distribution="neurenix-npu-openvino",
         version=_VERSION,
-        api=">=1.3,<2",
+        api=">=1.4,<2",
         device_types=("npu",),
         band=PriorityBand.NPU,
         priority=50,
@@ -72,6 +83,7 @@ def neurenix_manifest() -> Manifest:
             dlpack=False,
             extra={"runtime": "OpenVINO", "async_batches": True, "compute_dtypes": ("float32", "float16")},
             host_runtime="openvino",  # OpenVINO's CPU device compiles cpu:0 graphs too (host.py)
+            compile_options=COMPILE_OPTIONS,
         ),
         install_hint="pip install neurenix-npu-openvino (OpenVINO) and the Intel NPU driver (intel_vpu, linux-npu-driver)",
         emulation="npu",

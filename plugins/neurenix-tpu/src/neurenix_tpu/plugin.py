@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from neurenix_core.graph.opnames import OPSET_NAMES
 from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_tpu import __version__
 from neurenix_tpu.probe import probe
 
@@ -34,13 +34,22 @@ GRAPH_OPS: tuple[str, ...] = OPSET_NAMES
 GRAPH_DTYPES: tuple[str, ...] = ("bool", "float32", "int32", "int64")
 
 
+#: The nx.compile options compiled.py reads.
+COMPILE_OPTIONS = (
+    CompileOption(name="batch_buckets", type="sequence|none",
+                  doc="batch sizes compiled once each, a batch padded to the next (the plugin's own; buckets= is the core's)"),
+    CompileOption(name="data_parallel", type="bool|int|none",
+                  doc="shard each batch over the local chips: True for all from the compiled index, or a count"),
+)
+
+
 @hookimpl
 def neurenix_manifest() -> Manifest:
     return Manifest(
         name="tpu",
         distribution="neurenix-tpu",
         version=__version__,
-        api=">=1.3,<2",
+        api=">=1.4,<2",
         device_types=("tpu",),
         band=PriorityBand.ACCELERATOR,
         priority=50,
@@ -56,6 +65,7 @@ def neurenix_manifest() -> Manifest:
             dlpack=True,
             extra={"data_parallel": True, "batch_buckets": True, "runtime": "JAX/PJRT"},
             host_runtime="xla",  # XLA:CPU compiles cpu:0 graphs too, on JAX's CPU device (host.py)
+            compile_options=COMPILE_OPTIONS,
         ),
         install_hint="pip install 'neurenix-tpu[tpu]' on a Cloud TPU VM (JAX with libtpu)",
         emulation="tpu",
