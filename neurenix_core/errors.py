@@ -32,6 +32,7 @@ __all__ = [
     "PluginError",
     "QuantizationError",
     "RankFailedError",
+    "SaveError",
     "ShapeError",
     "StrictModeError",
     "TransferError",
@@ -157,6 +158,13 @@ class ModelFormatError(NeurenixError, ValueError):
 
 class QuantizationError(NeurenixError, ValueError):
     """Calibration data or quantization settings are unusable (NaN/inf, empty, bad precision)."""
+
+
+class SaveError(NeurenixError, OSError):
+    """A save could not write its file or folder: disk full, read-only filesystem, permission
+    denied, or a target that holds something else. The message names the path and the remedy; the
+    previous version at the path is unchanged and nothing partial is left (docs/saving.md). It is an
+    ``OSError`` (``errno`` set where the system gave one), as the bare error it replaces was."""
 
 
 class TransferError(NeurenixError):

@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,6 +23,7 @@ from neurenix_core.errors import (
     ArtifactFormatError,
     ArtifactUnsupportedError,
 )
+from neurenix_core.io.atomic import replace_folder, settled
 from neurenix_core.io.graph_json import graph_to_json, plan_to_json
 
 if TYPE_CHECKING:
@@ -42,25 +41,17 @@ _REMEDY: Final = "write it again with compiled.save(path) or `neurenix export`"
 
 # ------------------------------------------------------------------------------------ save
 def save_compiled(compiled: Compiled, path: str | os.PathLike[str]) -> Path:
-    """``Compiled.save``: the folder ``path`` (replaced when it holds an artifact already)."""
+    """``Compiled.save``: the folder ``path``, replaced as a whole when it holds an artifact already;
+    a full or read-only disk is a SaveError naming the path and the remedy."""
     target = Path(path)
     where = f"{compiled.device} (plugin {compiled._record.name})"
     if compiled._values is not None:
         raise ArtifactUnsupportedError(f"{where}: this model is built per value of its inputs {list(compiled._values.value_inputs)}, "
                                        "so it has no one compiled form to save; give those inputs as initializers in the model")
     _compile_static(compiled, where)
-    _check_target(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        _write(compiled, staging, where)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
+    # The whole folder is written under a staging name and swapped in by one rename (docs/saving.md):
+    # a kill at any point leaves the previous artifact or the new one, never none and never a mix.
+    return replace_folder(target, lambda staging: _write(compiled, staging, where), what="the compiled artifact", check=_check_target)
 
 
 def _compile_static(compiled: Compiled, where: str) -> None:
@@ -178,7 +169,7 @@ def _sha256(path: Path) -> str:
 # ------------------------------------------------------------------------------------ load
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The artifact's manifest, its format checked and every file checked against its checksum."""
-    folder = Path(path)
+    folder = settled(path)  # an interrupted save's backup (no-exchange filesystems) first
     file = folder / MANIFEST_NAME
     if not file.is_file():
         raise ArtifactFormatError(f"{folder} is not a compiled artifact (no {MANIFEST_NAME}); {_REMEDY}")

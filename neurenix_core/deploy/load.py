@@ -21,6 +21,7 @@ from neurenix_core.errors import (
     CompilationError,
     DeviceNotFoundError,
 )
+from neurenix_core.io.atomic import settled
 
 if TYPE_CHECKING:
     from neurenix_core.device import DeviceLike
@@ -47,7 +48,7 @@ def load_compiled(path: str | os.PathLike[str], device: DeviceLike | None = None
     device type it was saved for, index 0). Needs the core and the saving plugin (same version)."""
     from neurenix_core.device import Device, as_device
 
-    folder = Path(path)
+    folder = settled(path)  # an interrupted save's backup (no-exchange filesystems) first
     manifest = read_manifest(folder)
     saved_type = str(manifest["device_type"])
     dev = Device(saved_type, 0) if device is None else as_device(device)

@@ -30,7 +30,6 @@ import hashlib
 import json
 import math
 import mmap
-import os
 import struct
 import sys
 from collections.abc import Iterable, Mapping
@@ -138,21 +137,13 @@ def encode(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str], error:
     return layout(arrays, error).file_chunks(metadata)
 
 
-def write(path: Path, chunks: Iterable[bytes]) -> Path:
-    """Write ``chunks`` to ``path`` atomically: a temporary file beside it, renamed when complete,
-    so an interrupted save never leaves half a file."""
-    import tempfile
+def write(path: Path, chunks: Iterable[bytes], *, what: str = "the array file") -> Path:
+    """Write ``chunks`` to ``path`` atomically (:mod:`neurenix_core.io.atomic`): a staging file
+    beside it, fsynced and renamed when complete, so an interrupted save never leaves half a file;
+    a full or read-only disk is a SaveError naming ``what`` at ``path``."""
+    from neurenix_core.io.atomic import write_file
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # the destination was never touched; re-raised as is
-        raise
-    return path
+    return write_file(path, chunks, what=what)
 
 
 # ----------------------------------------------------------------------------------- read

@@ -72,7 +72,7 @@ def save_model(model: Any, path: str | os.PathLike[str], *, quantization_plan: Q
     doc["data_sha256"] = layout.sha256()
     metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "neurenix_core": __version__,
                 "model": json.dumps(doc, separators=(",", ":"), allow_nan=False)}
-    return array_file.write(Path(path), layout.file_chunks(metadata))
+    return array_file.write(Path(path), layout.file_chunks(metadata), what="the model file")
 
 
 # ----------------------------------------------------------------------------- load

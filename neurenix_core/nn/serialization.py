@@ -1,7 +1,8 @@
 """Safe weight files: ``.npz`` (read with ``allow_pickle=False``) and ``.safetensors``.
 
-Nothing is ever unpickled. Writes go to a temporary file in the target folder and are renamed
-over the destination only when complete, so an interrupted save never leaves half a file.
+Nothing is ever unpickled. Writes go to a staging file in the target folder and are renamed
+over the destination only when complete (``neurenix_core.io.atomic``), so an interrupted save never
+leaves half a file.
 """
 
 from __future__ import annotations
@@ -37,21 +38,18 @@ def save_state(state: Mapping[str, np.ndarray], path: str | os.PathLike[str]) ->
     for k, v in arrays.items():
         if v.dtype == object:
             raise ModelFormatError(f"{target}: {k} has dtype object, which no safe format can store")
-    import tempfile  # with shutil and the compressors, ~3 ms: on first save, not at import
+    from neurenix_core.io.atomic import replace_file
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
+    def write(staging: Path) -> None:
         if fmt == ".npz":
-            with open(tmp, "wb") as fh:
+            with staging.open("xb") as fh:
                 np.savez(fh, **arrays)  # type: ignore[arg-type]  # NumPy's stub lets **kwds bind allow_pickle: bool
-        else:
-            _safetensors().numpy.save_file(arrays, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        # The half-written temp file goes; the destination was never touched. Re-raised as is.
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        else:  # not save_file: it writes a temporary file of its own, which a kill would leave behind
+            staging.write_bytes(_safetensors().numpy.save(arrays))
+
+    # A staging file beside the target, fsynced and renamed over it: an interrupted save never
+    # leaves half a file; a full or read-only disk is a SaveError naming the path and the remedy.
+    replace_file(target, write, what="the weights file")
     return target
 
 
