@@ -1,7 +1,9 @@
 """``neurenix cache``: the persistent compile cache (``neurenix_core.graph.compile_cache``).
 
 ``list`` shows each entry (plugin, model fingerprint, size, age, last use; ``--json`` for
-scripts), ``info`` the folder, the limit, the size in use and whether the cache is on, ``clear``
+scripts), ``info`` the folder, the limit, the size in use, whether the cache is on, and what it
+skips: files in ``entries/`` no process would load, with the reason (damaged, another key's
+entry, another format, a FIFO, a folder), and folders moved aside into ``displaced/``. ``clear``
 deletes every entry and runtime file (``--plugin NAME`` only that plugin's entries).
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
@@ -52,8 +55,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([{"key": e.key, "plugin": e.plugin, "fingerprint": e.fingerprint, "bytes": e.nbytes, "created": e.created,
                            "used": e.used, "device": e.meta.get("device"), "path": str(e.path)} for e in found], indent=2))
         return 0
+    skipped = _skipped_note(_root())
     if not found:
         print("neurenix: the compile cache is empty" if _root() is not None else "neurenix: the compile cache is off (NEURENIX_COMPILE_CACHE=0)")
+        if skipped:
+            print(skipped)
         return 0
     from rich.table import Table
 
@@ -66,21 +72,33 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_row(e.key[:12], e.plugin, str(e.meta.get("device", "")), e.fingerprint, f"{e.nbytes:,}", _age(now - e.created),
                       f"{_age(now - e.used)} ago")
     _console().print(table)
+    if skipped:
+        print(skipped)
     return 0
+
+
+def _skipped_note(root: Any) -> str:
+    """One line naming what ``list`` did not show, or ""."""
+    from neurenix_core.graph.compile_cache import unusable
+
+    n = 0 if root is None else len(unusable(root))
+    return "" if not n else f"neurenix: {n} unusable entr{'y' if n == 1 else 'ies'} not listed (reasons: neurenix cache info)"
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     from neurenix_core.config import compile_cache_enabled, compile_cache_limit, read_config
-    from neurenix_core.graph.compile_cache import entries, total_bytes
+    from neurenix_core.graph.compile_cache import displaced, entries, total_bytes, unusable
 
     root = _root()
-    data = {
+    data: dict[str, Any] = {
         "enabled": compile_cache_enabled(),
         "folder": str(root) if root is not None else None,
         "state_dir": read_config().state_dir,
         "limit_bytes": compile_cache_limit(),
         "used_bytes": total_bytes(root) if root is not None else 0,
         "entries": len(entries(root)) if root is not None else 0,
+        "unusable": [{"path": str(p), "reason": why} for p, why in (unusable(root) if root is not None else [])],
+        "displaced": [str(p) for p in (displaced(root) if root is not None else [])],
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -88,6 +106,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     state = "on" if data["enabled"] else "off (NEURENIX_COMPILE_CACHE=0)"
     print(f"compile cache: {state}\nfolder: {data['folder']}\nentries: {data['entries']}\n"
           f"in use: {data['used_bytes']:,} bytes of {data['limit_bytes']:,} (NEURENIX_COMPILE_CACHE_MAX_BYTES)")
+    if data["unusable"]:
+        print(f"unusable entries: {len(data['unusable'])} (never loaded; the next compile of the model replaces each)")
+        for u in data["unusable"]:
+            print(f"  {Path(u['path']).name}: {u['reason']}")
+    if data["displaced"]:
+        print(f"displaced folders: {len(data['displaced'])} (found at an entry's path and moved aside; neurenix never deletes "
+              "them: look and remove them yourself)")
+        for d in data["displaced"]:
+            print(f"  {d}")
     return 0
 
 

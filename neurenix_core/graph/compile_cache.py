@@ -15,11 +15,18 @@ Layout, under ``<state folder>/compile_cache/``::
     runtime/<name>/...    folders runtimes manage themselves (counted against the size limit)
     locks/<key>.lock      flock()ed while one process builds an entry (the others wait, then hit)
     .evict.lock           flock()ed while one process evicts
+    displaced/<name>.<ns> a folder that stood at an entry's path, moved aside (not the cache's:
+                          never evicted or cleared)
 
 Safety: an entry is written to a temporary file and renamed over its name (readers see a whole
 entry or none); the header carries the payload's SHA-256, checked on every read, so a truncated or
 corrupted entry is deleted and compiled again (never loaded). A ``load`` that raises is treated the
-same way. Size: after each store the oldest files (by last use: hits touch their entry) are deleted
+same way. Before the payload is even read, the header must name the key asked for, this entry
+format, this plugin and the versions the plugin passes in ``meta["versions"]``: another model's
+entry copied onto a key, or one from another plugin version, is compiled again and replaced.
+Anything at an entry's path that is not a regular file (a FIFO, a symbolic link, a folder) is
+never opened for reading: it is skipped with its reason, and the fresh entry takes its name (a
+folder that holds files is moved to ``displaced/``, never deleted). Size: after each store the oldest files (by last use: hits touch their entry) are deleted
 until the folder is under ``NEURENIX_COMPILE_CACHE_MAX_BYTES`` (default 2 GiB).
 ``NEURENIX_COMPILE_CACHE=0`` turns the whole cache off (nothing read, nothing written).
 """
@@ -27,10 +34,12 @@ until the folder is under ``NEURENIX_COMPILE_CACHE_MAX_BYTES`` (default 2 GiB).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import struct
 import tempfile
 import threading
@@ -38,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, BinaryIO, Final, Generic, TypeVar, cast
 
 from neurenix_core.config import compile_cache_enabled, compile_cache_limit
 
@@ -51,6 +60,7 @@ __all__ = [
     "cached",
     "clear",
     "cpu_identity",
+    "displaced",
     "entries",
     "evict",
     "pack",
@@ -59,19 +69,33 @@ __all__ = [
     "stats",
     "total_bytes",
     "unpack",
+    "unusable",
 ]
 
 T = TypeVar("T")
 
 #: Bumped when the entry layout or the key's recipe changes: older entries then simply miss.
-FORMAT: Final = 1
+#: 2: the header holds the producing plugin's versions (``"versions"``), and a read checks the
+#: header's key, format, plugin and versions against the ones asked for before the payload.
+FORMAT: Final = 2
 _MAGIC: Final = b"NXCC\x01"
 _HEADER: Final = struct.Struct("<I")
 #: How long a process waits for another one building the same entry before building it too.
 _BUILD_WAIT_S: Final = 600.0
+#: Where a folder found at an entry's path is moved, inside the cache folder (a rename there never
+#: crosses a filesystem). Not the cache's: never counted, evicted or cleared.
+_DISPLACED: Final = "displaced"
 
 _counts_lock = threading.Lock()
-_counts: dict[str, int] = {"hit": 0, "miss": 0, "corrupt": 0, "off": 0, "evicted": 0}
+_counts: dict[str, int] = {"hit": 0, "miss": 0, "corrupt": 0, "rejected": 0, "skipped": 0, "off": 0, "evicted": 0}
+
+#: What :func:`CacheResult.line` says an unusable entry was, and what became of it when the fresh
+#: compile was stored and when it could not be.
+_UNUSABLE: Final[Mapping[str, tuple[str, str, str]]] = {
+    "corrupt": ("was unusable", "deleted and compiled again", "deleted and compiled again, not stored"),
+    "rejected": ("was not used", "compiled again and stored over it", "compiled again, not stored"),
+    "skipped": ("was skipped", "compiled again and stored", "compiled again, not stored"),
+}
 
 
 @dataclass(frozen=True)
@@ -79,22 +103,32 @@ class CacheResult(Generic[T]):
     """What :func:`cached` returns: the compiled object and how it was obtained."""
 
     value: T
-    state: str  # "hit", "miss" (built and stored), "corrupt" (bad entry deleted, built again), "off"
+    #: "hit"; "miss" (built and stored); "corrupt" (a damaged entry, or one the runtime refused:
+    #: deleted, built again); "rejected" (a whole entry, but of another key, format, plugin or
+    #: version: built again and stored over it); "skipped" (not a regular file: never opened,
+    #: built again and stored in its place); "off"
+    state: str
     key: str
     seconds: float  # time spent loading (hit) or building and storing (miss)
     nbytes: int = 0
     reason: str = ""
+    #: Why the built value could not be stored ("" when it was); the process keeps its value.
+    store_error: str = ""
 
     def line(self) -> str:
         """One phrase for ``compiled.summary`` and the placement report."""
         short = self.key[:12]
         if self.state == "hit":
             return f"compile cache: hit, entry {short} ({self.nbytes:,} bytes) loaded in {self.seconds * 1e3:.0f} ms"
+        if self.state == "off":
+            return f"compile cache: off ({self.reason})"
         if self.state == "miss":
+            if self.store_error:
+                return f"compile cache: miss, compiled in {self.seconds * 1e3:.0f} ms, not stored ({self.store_error})"
             return f"compile cache: miss, compiled in {self.seconds * 1e3:.0f} ms and stored as entry {short} ({self.nbytes:,} bytes)"
-        if self.state == "corrupt":
-            return f"compile cache: entry {short} was unusable ({self.reason}), deleted and compiled again"
-        return f"compile cache: off ({self.reason})"
+        was, stored, unstored = _UNUSABLE[self.state]
+        done = f"{unstored} ({self.store_error})" if self.store_error else stored
+        return f"compile cache: entry {short} {was} ({self.reason}), {done}"
 
 
 @dataclass(frozen=True)
@@ -170,26 +204,116 @@ def _entry_path(root: Path, key: str) -> Path:
     return root / "entries" / f"{key}.nxc"
 
 
-def _read(path: Path) -> tuple[dict[str, Any], bytes]:
-    """Header and payload of an entry; ValueError when it is not a whole, unaltered entry."""
-    # Read in two steps, so the payload is the bytes object read from the file rather than a
-    # slice copied out of the whole file (17 MB for BERT-tiny on npu).
-    with open(path, "rb") as fh:
-        head = fh.read(len(_MAGIC) + _HEADER.size)
-        if not head.startswith(_MAGIC) or len(head) < len(_MAGIC) + _HEADER.size:
-            raise ValueError("not a compile cache entry (bad magic)")
-        (n,) = _HEADER.unpack_from(head, len(_MAGIC))
-        text = fh.read(n)
-        payload = fh.read()
+class _Skipped(Exception):
+    """The path is not a regular file: never opened for reading (the message says what it is)."""
+
+
+class _Rejected(Exception):
+    """A whole entry, but not the one asked for: another key, format, plugin or version."""
+
+
+#: What a path that is not a regular file is, for the reason a skip gives.
+_KINDS: Final = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                 (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(mode: int) -> _Skipped:
+    kind = next((name for is_kind, name in _KINDS if is_kind(mode)), "of an unknown kind")
+    return _Skipped(f"{kind}, not a regular file")
+
+
+def _open(path: Path) -> BinaryIO:
+    """The file at ``path`` opened for reading; _Skipped when it is not a regular file.
+
+    Checked before opening: opening a FIFO for reading waits for a writer (forever), opening a
+    device may act on it, and a symbolic link may lead anywhere (``/dev/zero`` reads without end,
+    a file of another user's). The cache writes regular files only, so it follows no link at an
+    entry's path (a cache folder that is itself a link still works: only the last part is
+    checked). O_NOFOLLOW, O_NONBLOCK and fstat cover a path swapped between the check and the
+    open; O_NONBLOCK changes nothing for reads of a regular file.
+    """
+    mode = os.lstat(path).st_mode  # FileNotFoundError: there is no entry
+    if not stat.S_ISREG(mode):
+        raise _not_regular(mode)
     try:
-        header = json.loads(text)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_regular(stat.S_IFLNK) from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(mode)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_header(fh: BinaryIO) -> dict[str, Any]:
+    head = fh.read(len(_MAGIC) + _HEADER.size)
+    if not head.startswith(_MAGIC) or len(head) < len(_MAGIC) + _HEADER.size:
+        raise ValueError("not a compile cache entry (bad magic)")
+    (n,) = _HEADER.unpack_from(head, len(_MAGIC))
+    try:
+        header = json.loads(fh.read(n))
     except ValueError as exc:
         raise ValueError(f"unreadable header ({exc})") from exc
-    if not isinstance(header, dict) or header.get("nbytes") != len(payload):
-        raise ValueError(f"truncated: {len(payload)} payload bytes, the header says {header.get('nbytes') if isinstance(header, dict) else '?'}")
+    # A damaged entry is a ValueError whatever the damage: the caller deletes it and compiles again.
+    if not isinstance(header, dict):
+        raise ValueError("unreadable header (not a JSON object)")  # noqa: TRY004
+    return header
+
+
+def _format_differs(found: object) -> str:
+    if isinstance(found, int) and not isinstance(found, bool):
+        return f"{'older' if found < FORMAT else 'newer'} format {found} (this neurenix reads format {FORMAT})"
+    return f"an unknown format {found!r} (this neurenix reads format {FORMAT})"
+
+
+def _versions_differ(found: object, wanted: Mapping[str, str]) -> str:
+    have = found if isinstance(found, dict) else {}
+    differ = [f"{name} {have.get(name, 'absent')} (this process: {wanted.get(name, 'absent')})"
+              for name in sorted({*have, *wanted}) if have.get(name) != wanted.get(name)]
+    return "" if not differ else "written with " + ", ".join(differ)
+
+
+def _check(header: Mapping[str, Any], key: str, plugin: str | None = None, versions: Mapping[str, str] | None = None) -> None:
+    """_Rejected unless the header is that of ``key``, in this format, and (when given) written by
+    ``plugin`` at ``versions``. The checksum only says the payload is whole: a whole entry of
+    another model copied onto this key would load and give that model's results."""
+    if header.get("format") != FORMAT:
+        raise _Rejected(_format_differs(header.get("format")))
+    if header.get("key") != key:
+        raise _Rejected(f"its header names key {str(header.get('key'))[:12]}, not this key {key[:12]}: another entry's file, "
+                        "copied or renamed here")
+    if plugin is not None and header.get("plugin") != plugin:
+        raise _Rejected(f"written by plugin {header.get('plugin')!r}, not {plugin!r}")
+    differ = "" if versions is None else _versions_differ(header.get("versions"), versions)
+    if differ:
+        raise _Rejected(differ)
+
+
+def _read_payload(fh: BinaryIO, header: Mapping[str, Any]) -> bytes:
+    # The payload is the bytes object read from the file rather than a slice copied out of the
+    # whole file (17 MB for BERT-tiny on npu).
+    payload = fh.read()
+    if header.get("nbytes") != len(payload):
+        raise ValueError(f"truncated: {len(payload)} payload bytes, the header says {header.get('nbytes')}")
     if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise ValueError("checksum mismatch")
-    return header, payload
+    return payload
+
+
+def _read(path: Path, key: str, plugin: str | None = None, versions: Mapping[str, str] | None = None) -> tuple[dict[str, Any], bytes]:
+    """Header and payload of the entry of ``key`` at ``path``. FileNotFoundError: none there;
+    _Skipped: not a regular file; _Rejected: another entry (checked before the payload is read:
+    a foreign entry's bytes are not even hashed); ValueError: not a whole, unaltered entry."""
+    with _open(path) as fh:
+        header = _read_header(fh)
+        _check(header, key, plugin, versions)
+        return header, _read_payload(fh, header)
 
 
 def _write(path: Path, header: Mapping[str, Any], payload: bytes) -> None:
@@ -205,6 +329,30 @@ def _write(path: Path, header: Mapping[str, Any], payload: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _make_room(root: Path, path: Path) -> str:
+    """Clear the way for an entry at ``path``; what was done, for the reason ("" when nothing).
+
+    The rename in :func:`_write` takes the name of a file of any other kind (a FIFO; a symbolic
+    link: the link, never its target), but not of a folder. An empty folder is removed. A folder
+    that holds files is not the cache's to delete: it is moved to ``displaced/``, which eviction
+    and ``clear`` leave alone and ``neurenix cache info`` lists.
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return ""
+        path.rmdir()
+        return "it was empty and is removed"
+    except FileNotFoundError:  # gone meanwhile (another process stored the entry): nothing in the way
+        return ""
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    dest = root / _DISPLACED / f"{path.name}.{time.time_ns()}"
+    dest.parent.mkdir(exist_ok=True, mode=0o700)
+    os.rename(path, dest)
+    return f"moved to {dest}"
 
 
 @contextlib.contextmanager
@@ -248,21 +396,39 @@ def stats() -> dict[str, int]:
         return dict(_counts)
 
 
-def _try_load(path: Path, load: Callable[[bytes], T]) -> tuple[T | None, int, str]:
-    """(value, payload size, "") on a good entry; (None, 0, why) after deleting a bad one;
-    (None, 0, "") when there is none."""
+@dataclass(frozen=True)
+class _Found(Generic[T]):
+    """What :func:`_try_load` found: a value ("hit"), nothing ("") or an unusable entry (its state and why)."""
+
+    value: T | None
+    nbytes: int = 0
+    state: str = ""
+    reason: str = ""
+
+
+def _try_load(path: Path, key: str, plugin: str, versions: Mapping[str, str], load: Callable[[bytes], T]) -> _Found[T]:
+    """The entry at ``path`` loaded, when it is one this caller may use."""
     try:
-        _, payload = _read(path)
+        _, payload = _read(path, key, plugin, versions)
         value = load(payload)
     except (FileNotFoundError, NotADirectoryError):  # no entry (or no usable folder at all)
-        return None, 0, ""
+        return _Found(None)
+    except _Skipped as exc:  # left in place: the store takes its name (a folder is moved aside)
+        return _Found(None, state="skipped", reason=str(exc))
+    except _Rejected as exc:  # another key's whole entry: the store replaces it
+        return _Found(None, state="rejected", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - any unusable entry (bad bytes, a runtime refusing them) is deleted and compiled again, the reason reported
         with contextlib.suppress(OSError):
             path.unlink()
-        return None, 0, f"{type(exc).__name__}: {exc}"
+        return _Found(None, state="corrupt", reason=f"{type(exc).__name__}: {exc}")
     with contextlib.suppress(OSError):
         os.utime(path)  # last use, for LRU eviction
-    return value, len(payload), ""
+    return _Found(value, len(payload), "hit")
+
+
+def _producer_versions(meta: Mapping[str, Any]) -> dict[str, str]:
+    versions = meta.get("versions")
+    return {str(k): str(v) for k, v in versions.items()} if isinstance(versions, Mapping) else {}
 
 
 def cached(
@@ -277,10 +443,13 @@ def cached(
 ) -> CacheResult[T]:
     """The compiled object under ``key``: loaded from the cache, or built, dumped and stored.
 
-    ``meta`` (JSON values: fingerprint, options, versions) goes into the entry's header for
-    ``neurenix cache list``. A process that finds another one building the same key waits for it
-    and loads its entry. Errors of ``build`` propagate unchanged; a failure to store (a full or
-    read-only disk) only loses the entry.
+    ``meta`` (JSON values: fingerprint, device, options, versions) goes into the entry's header
+    for ``neurenix cache list``. ``meta["versions"]`` names the producing plugin's version and its
+    runtime's: they are stored in the header, and an entry whose header names another key, format,
+    plugin or versions is not loaded (state "rejected", built again and stored over it). A process
+    that finds another one building the same key waits for it and loads its entry. Errors of
+    ``build`` propagate unchanged; a failure to store (a full or read-only disk) only loses the
+    entry, and the result's ``store_error`` says why.
     """
     t0 = time.perf_counter()
     root = cache_root(state_dir)
@@ -288,31 +457,40 @@ def cached(
         _count("off")
         return CacheResult(build(), "off", key, time.perf_counter() - t0, reason=_off_reason(state_dir))
     path = _entry_path(root, key)
-    value, n, bad = _try_load(path, load)
-    if value is not None:
+    versions = _producer_versions(meta)
+    found = _try_load(path, key, plugin, versions, load)
+    if found.state == "hit":
         _count("hit")
-        return CacheResult(value, "hit", key, time.perf_counter() - t0, n)
+        return CacheResult(cast(T, found.value), "hit", key, time.perf_counter() - t0, found.nbytes)
     with _flock(root / "locks" / f"{key}.lock", timeout=_BUILD_WAIT_S):
-        if not bad:  # another process may have stored it while this one waited for the lock
-            value, n, bad = _try_load(path, load)
-            if value is not None:
+        if not found.state:  # another process may have stored it while this one waited for the lock
+            found = _try_load(path, key, plugin, versions, load)
+            if found.state == "hit":
                 _count("hit")
-                return CacheResult(value, "hit", key, time.perf_counter() - t0, n)
+                return CacheResult(cast(T, found.value), "hit", key, time.perf_counter() - t0, found.nbytes)
         value = build()
-        n = _store(root, path, plugin, key, meta, dump(value))
-    _count("corrupt" if bad else "miss")
+        n, room, error = _store(root, path, plugin, key, versions, meta, dump(value))
+    state = found.state or "miss"
+    _count(state)
     evict(root)
-    return CacheResult(value, "corrupt" if bad else "miss", key, time.perf_counter() - t0, n, bad)
+    reason = "; ".join(part for part in (found.reason, room) if part)
+    return CacheResult(value, state, key, time.perf_counter() - t0, n, reason, error)
 
 
-def _store(root: Path, path: Path, plugin: str, key: str, meta: Mapping[str, Any], payload: bytes) -> int:
-    header = {"format": FORMAT, "plugin": plugin, "key": key, "created": time.time(), "nbytes": len(payload),
-              "sha256": hashlib.sha256(payload).hexdigest(), "meta": dict(meta)}
+def _store(root: Path, path: Path, plugin: str, key: str, versions: Mapping[str, str], meta: Mapping[str, Any],
+           payload: bytes) -> tuple[int, str, str]:
+    """Store the entry: (bytes stored, what was done to a folder at its path, why it was not stored).
+    A full or read-only state folder only loses the entry: this process has its model, the next
+    one compiles again."""
+    header = {"format": FORMAT, "plugin": plugin, "key": key, "versions": dict(versions), "created": time.time(),
+              "nbytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest(), "meta": dict(meta)}
+    room = ""
     try:
+        room = _make_room(root, path)
         _write(path, header, payload)
-    except OSError:
-        return 0  # a full or read-only state folder: this process has its model; the next one compiles again
-    return len(payload)
+    except OSError as exc:
+        return 0, room, f"{type(exc).__name__}: {exc}"
+    return len(payload), room, ""
 
 
 # ---------------------------------------------------------------------------- size and listing
@@ -322,18 +500,22 @@ _WRITING_S: Final = 3600.0
 
 def _files(root: Path) -> list[tuple[float, int, Path]]:
     """(mtime, size, path) of every file the size limit counts: entries, runtime folders, and
-    temporary files left by a crashed writer (an hour old); not the locks."""
+    temporary files left by a crashed writer (an hour old); not the locks, and nothing that is
+    not the cache's (``displaced/``, a folder found at an entry's path)."""
     out = []
     now = time.time()
-    for dirpath, _, names in os.walk(root):
-        if Path(dirpath) == root / "locks":
-            continue
+    for dirpath, dirnames, names in os.walk(root):
+        here = Path(dirpath)
+        if here == root:
+            dirnames[:] = [d for d in dirnames if d not in ("locks", _DISPLACED)]
+        elif here == root / "entries":
+            dirnames[:] = []  # a folder at an entry's path: moved aside by the next store of that entry
         for name in names:
-            p = Path(dirpath) / name
-            if p.parent == root and name.startswith("."):
+            p = here / name
+            if here == root and name.startswith("."):
                 continue  # the eviction lock
             with contextlib.suppress(OSError):
-                st = p.stat()
+                st = p.lstat()  # a link counts as itself (eviction removes the link, never its target)
                 if name.startswith(".tmp-") and now - st.st_mtime < _WRITING_S:
                     continue
                 out.append((st.st_mtime, st.st_size, p))
@@ -369,27 +551,65 @@ def evict(root: Path | None = None, limit: int | None = None) -> list[Path]:
     return removed
 
 
+def _scan(root: Path) -> Iterator[tuple[Path, dict[str, Any] | None, str]]:
+    """Each path in ``entries/`` with its header (a whole entry of this format under its own key)
+    or, instead, why it is unusable. Another process's temporary files are passed over."""
+    try:
+        names = sorted(os.listdir(root / "entries"))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        path = root / "entries" / name
+        if name.startswith(".tmp-"):
+            continue
+        if not name.endswith(".nxc"):
+            yield path, None, "not named as an entry (<key>.nxc)"
+            continue
+        try:
+            header, _ = _read(path, path.stem)
+        except FileNotFoundError:  # evicted or replaced meanwhile
+            continue
+        except (_Skipped, _Rejected, ValueError, OSError) as exc:
+            yield path, None, str(exc) if not isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+            continue
+        yield path, header, ""
+
+
 def entries(root: Path | None = None) -> list[Entry]:
-    """Every readable entry, most recently used first (runtime folders are not listed)."""
+    """Every readable entry, most recently used first (runtime folders are not listed; see
+    :func:`unusable` for the rest)."""
     root = root if root is not None else cache_root()
-    folder = None if root is None else root / "entries"
-    if folder is None or not folder.is_dir():
+    if root is None:
         return []
     out = []
-    for p in folder.glob("*.nxc"):
-        try:
-            header, _ = _read(p)
-            used = p.stat().st_mtime
-        except (OSError, ValueError):
+    for p, header, _ in _scan(root):
+        if header is None:
             continue
-        meta = header.get("meta") or {}
-        out.append(Entry(p.stem, str(header.get("plugin")), str(meta.get("fingerprint", "?")), int(header["nbytes"]),
-                         float(header.get("created", used)), used, p, meta))
+        with contextlib.suppress(OSError):
+            used = p.stat().st_mtime
+            meta = header.get("meta") or {}
+            out.append(Entry(p.stem, str(header.get("plugin")), str(meta.get("fingerprint", "?")), int(header["nbytes"]),
+                             float(header.get("created", used)), used, p, meta))
     return sorted(out, key=lambda e: -e.used)
 
 
+def unusable(root: Path | None = None) -> list[tuple[Path, str]]:
+    """What ``entries/`` holds that no process would load, and why (a damaged file, another key's
+    entry, an older format, a FIFO, a folder...). The next compile of that key replaces it."""
+    root = root if root is not None else cache_root()
+    return [] if root is None else [(p, why) for p, header, why in _scan(root) if header is None]
+
+
+def displaced(root: Path | None = None) -> list[Path]:
+    """Folders found at an entry's path and moved aside by a store: left for their owner to look
+    at; eviction and :func:`clear` never delete them."""
+    root = root if root is not None else cache_root()
+    folder = None if root is None else root / _DISPLACED
+    return [] if folder is None or not folder.is_dir() else sorted(folder.iterdir())
+
+
 def clear(root: Path | None = None) -> int:
-    """Delete every entry and runtime file; the bytes freed."""
+    """Delete every entry and runtime file; the bytes freed (``displaced/`` is left alone)."""
     root = root if root is not None else cache_root()
     if root is None or not root.is_dir():
         return 0
