@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DTYPES",
+    "DTYPE_ALIASES",
     "DTYPE_NAMES",
+    "DTYPE_SPELLINGS",
     "FInfo",
     "IInfo",
     "as_dtype",
@@ -129,22 +131,65 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: Names NumPy does not read, as PyTorch, JAX and precision strings write them (NumPy's own
+#: spellings, "half", "double", "f4", "int", are read by np.dtype below). "f16" is not here:
+#: NumPy reads it as float128.
+DTYPE_ALIASES: dict[str, str] = {
+    "fp16": "float16", "fp32": "float32", "fp64": "float64", "bf16": "bfloat16", "cfloat": "complex64",
+    "cdouble": "complex128", "long": "int64", "short": "int16", "byte": "int8", "char": "int8",
+}
+#: The one place every public ``dtype=`` is read (asarray, zeros, astype, sum, finfo ...).
+DTYPE_SPELLINGS: str = ("a neurenix or NumPy dtype, its name ('float16', 'bfloat16', 'fp16', 'bf16'), a torch dtype "
+                        "(torch.float16), a JAX or ml_dtypes type (jnp.bfloat16), or float, int, bool, complex")
+
+
 def as_dtype(value: Any) -> np.dtype[Any]:
-    """A neurenix dtype from a dtype, a name ("bfloat16") or a Python type."""
+    """A neurenix dtype from any spelling users write (:data:`DTYPE_SPELLINGS`): NumPy dtypes and
+    names, the aliases of :data:`DTYPE_ALIASES`, torch dtypes (read by name: torch is not
+    imported), JAX and ml_dtypes scalar types, Python ``float``/``int``/``bool``/``complex``
+    (NumPy's meaning: float64, int64). Anything else is an UnsupportedDTypeError naming the valid names."""
     # Fast path first: a dtype object is the common case on the hot path, and str(dtype) costs
     # about a microsecond.
     if isinstance(value, np.dtype) and value in PLAIN_DTYPES:
         return value
     table = dtype_table()
-    if isinstance(value, str) and value in table:
-        return table[value]
+    if isinstance(value, str):
+        name = value.strip().lower()
+        if name in table or name in DTYPE_ALIASES:
+            return table[DTYPE_ALIASES.get(name, name)]
+    elif _is_torch_dtype(value):
+        return _from_torch(value, table)
     try:
         dt: np.dtype[Any] = np.dtype(value)
     except TypeError:
-        raise UnsupportedDTypeError(f"unknown dtype {value!r}; known: {', '.join(DTYPE_NAMES)}") from None
+        raise UnsupportedDTypeError(f"unknown dtype {value!r}{_suggestion(value)}; neurenix dtypes: {', '.join(DTYPE_NAMES)} "
+                                    f"(given as {DTYPE_SPELLINGS})") from None
     if str(dt) not in table:
-        raise UnsupportedDTypeError(f"dtype {dt} is not a neurenix dtype; known: {', '.join(DTYPE_NAMES)}")
+        raise UnsupportedDTypeError(f"dtype {dt} (from {value!r}) is not a neurenix dtype{_suggestion(value)}; "
+                                    f"neurenix dtypes: {', '.join(DTYPE_NAMES)}")
     return dt
+
+
+def _is_torch_dtype(value: Any) -> builtins.bool:
+    # By the type's module and name: importing torch to ask isinstance would cost a second.
+    kind = type(value)
+    return kind.__name__ == "dtype" and kind.__module__ == "torch"
+
+
+def _from_torch(value: Any, table: dict[str, np.dtype[Any]]) -> np.dtype[Any]:
+    name = str(value).removeprefix("torch.")  # str() is the canonical name: torch.half is "torch.float16"
+    if name not in table:
+        raise UnsupportedDTypeError(f"torch dtype {value} has no neurenix equivalent; neurenix dtypes: {', '.join(DTYPE_NAMES)}")
+    return table[name]
+
+
+def _suggestion(value: Any) -> str:
+    if not isinstance(value, str):
+        return ""
+    from neurenix_core.kwargs import closest
+
+    near = closest(value.strip().lower(), [*DTYPE_NAMES, *DTYPE_ALIASES])
+    return f" (did you mean {near!r}?)" if near is not None else ""
 
 
 def isdtype(dtype: Any, kind: Any) -> builtins.bool:
@@ -160,7 +205,11 @@ def isdtype(dtype: Any, kind: Any) -> builtins.bool:
 
 
 def _dtype_of(x: Any) -> Any:
-    return x.dtype if hasattr(x, "dtype") and not isinstance(x, type) else x
+    """An array's dtype (a Tensor's, NumPy's, torch's) or a dtype in any spelling, as a neurenix
+    dtype; a Python scalar stays itself (the array API lets result_type promote with scalars)."""
+    if type(x) in (builtins.bool, int, float, complex):
+        return x
+    return as_dtype(x.dtype if hasattr(x, "dtype") and not isinstance(x, type) else x)
 
 
 def result_type(*arrays_and_dtypes: Any) -> np.dtype[Any]:
