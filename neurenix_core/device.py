@@ -8,11 +8,12 @@ the core knowing the name. Built-in names are only conveniences.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final, Protocol, final
 
 from neurenix_core.errors import BackendUnavailableError, InvalidDeviceError
 
-__all__ = ["Device", "DeviceDirectory", "DeviceLike", "DeviceType", "use_directory"]
+__all__ = ["TYPE_ALIASES", "Device", "DeviceDirectory", "DeviceLike", "DeviceType", "suggest_device", "use_directory"]
 
 
 class DeviceDirectory(Protocol):
@@ -23,6 +24,10 @@ class DeviceDirectory(Protocol):
     def is_emulated(self, device: Device) -> bool: ...
 
     def plugin_for(self, device: Device) -> Any: ...
+
+    def device_hint(self, text: str) -> str:
+        """" Did you mean 'npu:0' (plugin npu-openvino)?" for a device string no plugin serves, or ""."""
+        ...
 
 
 # Set by ``neurenix_core.plugins.state`` each time it (re)builds the registry: the registry is passed
@@ -40,6 +45,50 @@ def _lookup() -> DeviceDirectory:
     if _directory is None:
         raise BackendUnavailableError("no plugin registry yet: import neurenix_core before asking a Device about its backend")
     return _directory
+
+#: Names users write for a device type that neurenix calls otherwise. Only real equivalents:
+#: PyTorch's and TensorFlow's "gpu" is a CUDA device here; Intel's NPU driver is ``intel_vpu``;
+#: Coral is the Edge TPU's product name. Suggested only where an installed plugin serves the target.
+TYPE_ALIASES: Final = {"gpu": "cuda", "vpu": "npu", "coral": "edgetpu", "edge_tpu": "edgetpu"}
+
+
+def suggest_device(text: str, served: Mapping[str, int], *, fuzzy: bool = True) -> str | None:
+    """The device string a user most likely meant by ``text``, or None when nothing is close:
+    ``"npu0"`` -> ``"npu:0"``, ``"CUDA-0"`` -> ``"cuda:0"``, ``"gpu"`` -> ``"cuda:0"``,
+    ``"Edge-TPU"`` -> ``"edgetpu:0"``; with ``fuzzy`` also misspellings (``"nup:1"`` -> ``"npu:1"``).
+    ``served`` maps device types to their device count; an index beyond it becomes 0."""
+    m = re.fullmatch(r"\s*([A-Za-z][A-Za-z_\- ]*?)[\s:_\-]*(\d*)\s*", text)
+    if m is None or not served:
+        return None
+    kind = m.group(1).lower().replace("-", "_").replace(" ", "_")
+    found = next((k for k in (kind, kind.replace("_", ""), TYPE_ALIASES.get(kind)) if k is not None and k in served), None)
+    if found is None and fuzzy:
+        near = sorted(t for t in served if _one_edit(kind, t))
+        found = near[0] if len(near) == 1 else None  # two as near (tpuu: tpu? cpu?) is no answer
+    if found is None:
+        return None
+    index = int(m.group(2)) if m.group(2) else 0
+    return f"{found}:{index if index < max(served[found], 1) else 0}"
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """``a`` is ``b`` with one letter added, dropped or two neighbours swapped (``nup``, ``cdua``,
+    ``edgtpu``), or, for names of five letters or more, one letter replaced (``edgetpo``).
+    Replacing one letter of a three-letter name is not a misspelling: ``xpu`` is not ``tpu``."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        swapped = len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+        return swapped or (len(diff) == 1 and len(b) >= 5)
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def _did_you_mean(text: str) -> str:
+    """The plugin registry's "did you mean" for a malformed device string ("" before it exists)."""
+    return _directory.device_hint(text) if _directory is not None else ""
+
 
 _TYPE_NAME: Final = r"^[a-z][a-z0-9_]*$"
 _LOWER: Final = frozenset("abcdefghijklmnopqrstuvwxyz")
@@ -92,7 +141,7 @@ class DeviceType(str, metaclass=_DeviceTypeMeta):
             return found
         if not valid_type_name(key):
             raise InvalidDeviceError(
-                f"invalid device type {name!r}: use lower-case letters, digits and '_' (e.g. 'npu')"
+                f"invalid device type {name!r}: use lower-case letters, digits and '_' (e.g. 'npu').{_did_you_mean(name)}"
             )
         obj = super().__new__(cls, key)
         cls._registry[key] = obj
@@ -191,7 +240,7 @@ DeviceLike = Device | str
 def _parse(text: str) -> tuple[DeviceType, int]:
     kind, _, raw = text.strip().partition(":")
     if not (raw.isascii() and raw.isdigit()):  # str.isdigit() is also true for '²', which int() refuses
-        raise InvalidDeviceError(f"invalid device string {text!r}: expected 'type:index' such as 'npu:0'")
+        raise InvalidDeviceError(f"invalid device string {text!r}: expected 'type:index' such as 'npu:0'.{_did_you_mean(text)}")
     return DeviceType(kind), int(raw)
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pluggy
 
 from neurenix_core.config import Config
-from neurenix_core.device import Device, DeviceType
+from neurenix_core.device import Device, DeviceType, suggest_device
 from neurenix_core.errors import (
     BackendUnavailableError,
     DeviceNotFoundError,
@@ -528,9 +528,11 @@ class Registry:
             if device.type in r.manifest.device_types:
                 assert r.probe is not None
                 if device.index >= r.probe.device_count:
-                    have = ", ".join(f"{device.type}:{i}" for i in range(r.probe.device_count))
+                    count = r.probe.device_count
+                    have = ", ".join(f"{device.type}:{i}" for i in range(count))
                     raise DeviceNotFoundError(
-                        f"{device} does not exist: plugin {r.name} found {r.probe.device_count} {device.type} device(s) ({have})"
+                        f"{device} does not exist: plugin {r.name} found {count} {device.type} device(s) ({have}); "
+                        f"use an index below {count}"
                     )
                 return r
         raise self._unserved(device)
@@ -540,11 +542,43 @@ class Registry:
             r for r in self.records if r.manifest is None and r.name.split("-")[0] == str(device.type)
         ]
         if not candidates:
-            hint = FIRST_PARTY_HINTS.get(str(device.type), "install the neurenix plugin that serves it")
+            text = str(device.type) if str(device.type)[-1:].isdigit() else f"{device.type}{device.index or ''}"
+            meant = self.device_hint(text)
+            hint = FIRST_PARTY_HINTS.get(str(device.type), "" if meant else "install the neurenix plugin that serves it")
             known = ", ".join(sorted({t for r in self._ranked if r.manifest for t in r.manifest.device_types}))
-            return DeviceNotFoundError(f"no installed backend serves {device.type!s} devices ({device}); available types: {known}. Remedy: {hint}")
+            return DeviceNotFoundError(f"no installed backend serves {device.type!s} devices ({device}).{meant} Available types: {known}"
+                                       + (f". Remedy: {hint}" if hint else ""))
         reasons = "; ".join(self._why_unusable(r) for r in candidates)
         return BackendUnavailableError(f"{device} is not available: {reasons}")
+
+    def served_types(self) -> dict[str, int]:
+        """Each device type a usable plugin serves (its best-ranked one), with its device count."""
+        served: dict[str, int] = {}
+        for r in self._ranked:
+            assert r.manifest is not None and r.probe is not None
+            for t in r.manifest.device_types:
+                served.setdefault(t, r.probe.device_count)
+        return served
+
+    def device_hint(self, text: str) -> str:
+        """" Did you mean 'npu:0' (plugin npu-openvino)?" for a device string nothing serves
+        ("npu0", "gpu", "cuda0", "edge-tpu"), naming the plugin that serves the suggestion; where
+        only an installed plugin that is not usable serves it, why not; where none is installed,
+        the package that would. Spellings of a type (``npu0``, aliases) come before misspellings."""
+        usable = self.served_types()
+        installed = {t: 1 for r in self.records if r.manifest is not None and not r.squatter for t in r.manifest.device_types}
+        for fuzzy in (False, True):
+            meant = suggest_device(text, usable, fuzzy=fuzzy)
+            if meant is not None and meant != text:
+                return f" Did you mean {meant!r} (plugin {self.plugin_for(Device(meant)).name})?"
+            meant = suggest_device(text, installed, fuzzy=fuzzy)
+            if meant is not None:
+                why = "; ".join(self._why_unusable(r) for r in self._serving(meant.split(":")[0]))
+                return f" Did you mean {meant!r}? It is not available: {why}."
+            meant = None if fuzzy else suggest_device(text, dict.fromkeys(FIRST_PARTY_HINTS, 1), fuzzy=False)
+            if meant is not None:
+                return f" Did you mean {meant!r}? No installed plugin serves it: {FIRST_PARTY_HINTS[meant.split(':')[0]]}."
+        return ""
 
     def _why_unusable(self, r: PluginRecord) -> str:
         if r.denied:
