@@ -195,4 +195,5 @@ def cached_lowering(backend: Any, graph: Graph, precision: str | None, plan: Qua
         load=lambda payload: _load(payload, lambda: lower_graph(graph, precision, plan)),
         meta=meta, state_dir=registry().config.state_dir,
     )
-    return compile_cache.CacheResult(result.value.lowered, result.state, result.key, result.seconds, result.nbytes, result.reason)
+    return compile_cache.CacheResult(result.value.lowered, result.state, result.key, result.seconds, result.nbytes, result.reason,
+                                     result.store_error)
