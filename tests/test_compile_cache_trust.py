@@ -249,7 +249,7 @@ def test_cli_names_what_it_skipped(state: str) -> None:
 
 # ---------------------------------------------------------------------------- every device that keeps entries
 #: (device, extra environment) for each runtime whose plugin stores entries in neurenix's cache.
-DEVICES = {
+DEVICES: dict[str, tuple[str, dict[str, str]]] = {
     "npu": ("npu:0", {}),
     "tpu": ("tpu:0", {}),
     "edgetpu": ("edgetpu:0", {}),
@@ -272,7 +272,9 @@ def _other_plugin_version(path: Path) -> None:
     header, payload = _split(path)
     changed = 0
     for versions in (header.get("versions"), header.get("meta", {}).get("versions")):
-        for name in list(versions or {}):
+        if not isinstance(versions, dict):
+            continue
+        for name in list(versions):
             if name.startswith("neurenix-"):
                 versions[name] = "0.0.1+another"
                 changed += 1
@@ -284,7 +286,7 @@ def _other_plugin_version(path: Path) -> None:
 @pytest.mark.parametrize("name", list(DEVICES))
 def test_tampered_entries_are_never_loaded_on_each_device(tmp_path: Path, name: str) -> None:
     device, extra = DEVICES[name]
-    cold = trust.run(tmp_path, device, SEEDS, **extra)
+    cold = trust.run(tmp_path, device, SEEDS, extra=extra)
     values = {s: np.asarray(cold[s]["values"]) for s in SEEDS}
     assert np.max(np.abs(values[0] - values[1])) > 1e-2  # model 0's entry loaded for model 1 would show
     paths = {s: _entry_of(tmp_path, cold[s]["summary"]) for s in SEEDS}
@@ -299,7 +301,7 @@ def test_tampered_entries_are_never_loaded_on_each_device(tmp_path: Path, name: 
     paths[5].mkdir()
     (paths[5] / "notes.txt").write_text("not the cache's")
 
-    again = trust.run(tmp_path, device, SEEDS[1:], timeout=180, **extra)  # a FIFO once hung here forever
+    again = trust.run(tmp_path, device, SEEDS[1:], extra=extra, timeout=180)  # a FIFO once hung here forever
     expected = {1: "was not used (its header names key", 2: "was not used (written with neurenix-",
                 3: "was unusable (ValueError: truncated", 4: "was skipped (a FIFO, not a regular file",
                 5: "was skipped (a directory, not a regular file; moved to"}
@@ -311,7 +313,7 @@ def test_tampered_entries_are_never_loaded_on_each_device(tmp_path: Path, name: 
         assert paths[seed].is_file() and not paths[seed].is_symlink()
     assert list((tmp_path / "compile_cache" / "displaced").glob("*/notes.txt"))
 
-    warm = trust.run(tmp_path, device, SEEDS, **extra)  # every entry whole and its own again: all hit
+    warm = trust.run(tmp_path, device, SEEDS, extra=extra)  # every entry whole and its own again: all hit
     for seed in SEEDS:
         assert _HIT.search(warm[seed]["summary"]), (seed, warm[seed]["summary"])
         assert warm[seed]["sha256"] == cold[seed]["sha256"]

@@ -15,6 +15,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,14 @@ from compile_cache_child import environment
 __all__ = ["run"]
 
 
-def run(state: str | Path, device: str, seeds: list[int], *, timeout: float = 240.0, **extra: str) -> dict[int, dict[str, Any]]:
-    """Compile and call the models of ``seeds`` in a fresh interpreter; its results by seed.
-    ``timeout`` bounds a child that hangs (a FIFO at an entry's path once did)."""
+def run(state: str | Path, device: str, seeds: list[int], *, extra: Mapping[str, str] | None = None,
+        timeout: float = 240.0) -> dict[int, dict[str, Any]]:
+    """Compile and call the models of ``seeds`` in a fresh interpreter with ``extra`` in its
+    environment; its results by seed. ``timeout`` bounds a child that hangs (a FIFO at an
+    entry's path once did)."""
     command = [sys.executable, str(Path(__file__).resolve()), device, *map(str, seeds)]
-    proc = subprocess.run(command, capture_output=True, text=True, env=environment(state, **extra), timeout=timeout, check=False)
+    proc = subprocess.run(command, capture_output=True, text=True, env=environment(state, **(extra or {})), timeout=timeout,
+                          check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {int(k): v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
 
