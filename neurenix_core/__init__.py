@@ -18,6 +18,7 @@ _aliases.install()  # old module paths (neurenix_core.hookspecs ...) keep workin
 from neurenix_core.device import Device, DeviceType
 from neurenix_core.errors import *  # the hierarchy is part of the public API
 from neurenix_core.errors import __all__ as _errors_all
+from neurenix_core.kwargs import strict_kwargs as _strict_kwargs
 from neurenix_core.plugins import state as _state
 from neurenix_core.plugins.backend import ArrayNamespaceBackend, Backend, CompiledModel
 from neurenix_core.plugins.hookspecs import hookimpl
@@ -157,11 +158,13 @@ def backends() -> list[Any]:
     return report_backends()
 
 
+@_strict_kwargs("nx.devices")
 def devices(type: str | DeviceType | None = None) -> list[Device]:
     """Available devices (emulated ones included), best-ranked first; filter by ``type``."""
     return _state.registry().devices(type)
 
 
+@_strict_kwargs("nx.explain")
 def explain(*, file: Any = None) -> str:
     """Print and return why the default device is what it is, and each plugin's status."""
     from neurenix_core.plugins.report import explain_text
@@ -176,6 +179,7 @@ def rediscover() -> None:
     _state.initialize()
 
 
+@_strict_kwargs("nx.backend")
 def backend(device: Any = None) -> Backend:
     """The backend object serving ``device`` (default device when None); starts it if needed."""
     from neurenix_core.tensor.placement import default_backend
@@ -183,12 +187,14 @@ def backend(device: Any = None) -> Backend:
     return default_backend(device)[0]
 
 
+@_strict_kwargs("nx.set_memory_limit")
 def set_memory_limit(device: Any, nbytes: int | None) -> None:
     """Limit the bytes tensors may hold on ``device`` (None removes the limit)."""
     dev = Device(device) if not isinstance(device, Device) else device
     backend(dev).memory.set_limit(dev.index, nbytes)
 
 
+@_strict_kwargs("nx.memory_stats")
 def memory_stats(device: Any = None) -> MemoryStats:
     """Bytes in use, peak, limit and live allocations on ``device``."""
     dev = default_device() if device is None else (device if isinstance(device, Device) else Device(device))

@@ -18,6 +18,7 @@ from typing import Any
 
 from neurenix_core.autograd import engine, tape
 from neurenix_core.errors import ShapeError
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.tensor import creation
 from neurenix_core.tensor.tensor import Tensor
 
@@ -47,6 +48,7 @@ def enable_grad() -> _Mode:
     return _Mode(True)
 
 
+@strict_kwargs("nx.set_grad_enabled")
 def set_grad_enabled(mode: bool) -> _Mode:
     return _Mode(mode)
 
@@ -84,6 +86,7 @@ def _recording() -> Iterator[None]:
         tape.set_enabled(previous)
 
 
+@strict_kwargs("nx.value_and_grad")
 def value_and_grad(f: Callable[..., Any], argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable[..., Any]:
     """``f``'s value and its gradient with respect to the arguments at ``argnums``.
 
@@ -115,6 +118,7 @@ def value_and_grad(f: Callable[..., Any], argnums: int | tuple[int, ...] = 0, ha
     return run
 
 
+@strict_kwargs("nx.grad")
 def grad(f: Callable[..., Any], argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable[..., Any]:
     """The gradient of scalar-valued ``f`` with respect to the arguments at ``argnums`` (JAX's ``grad``)."""
     vg = value_and_grad(f, argnums, has_aux)

@@ -22,6 +22,7 @@ from neurenix_core.errors import (
     DeviceNotFoundError,
 )
 from neurenix_core.io.atomic import settled
+from neurenix_core.kwargs import strict_kwargs
 
 if TYPE_CHECKING:
     from neurenix_core.device import DeviceLike
@@ -43,6 +44,7 @@ class SavedVerification:
         return f"{self._line} (when saved)"
 
 
+@strict_kwargs("nx.load_compiled")
 def load_compiled(path: str | os.PathLike[str], device: DeviceLike | None = None) -> Compiled:
     """``nx.load_compiled``: the compiled model saved at ``path``, on ``device`` (default: the
     device type it was saved for, index 0). Needs the core and the saving plugin (same version)."""

@@ -22,6 +22,7 @@ from neurenix_core.distributed.checkpoint import load_checkpoint, save_checkpoin
 from neurenix_core.distributed.engine import REDUCE_OPS, LocalEngine, current, install, uninstall
 from neurenix_core.distributed.launch import LaunchEnv, read_launch_env
 from neurenix_core.errors import DistributedError, ShapeError
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.tensor.tensor import Tensor
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 180.0  # a dead rank is reported by the heartbeat in ~2 s; this bounds a rank that hangs
 
 
+@strict_kwargs("nx.distributed.init")
 def init(device: Any = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Device:
     """Join the job described by the launch environment and start the engine for ``device``.
 
@@ -134,6 +136,7 @@ def barrier() -> None:
     current("barrier").barrier()
 
 
+@strict_kwargs("nx.distributed.all_reduce")
 def all_reduce(x: Tensor, op: str = "sum") -> Tensor:
     """A new Tensor on ``x``'s device: ``op`` ("sum", "mean", "max", "min") of ``x`` over the ranks."""
     if op not in REDUCE_OPS:
@@ -141,11 +144,13 @@ def all_reduce(x: Tensor, op: str = "sum") -> Tensor:
     return current("all_reduce").all_reduce(_tensor(x, "all_reduce"), op)
 
 
+@strict_kwargs("nx.distributed.all_gather")
 def all_gather(x: Tensor) -> Tensor:
     """A new Tensor of shape ``(world_size, *x.shape)``: every rank's ``x``, in rank order."""
     return current("all_gather").all_gather(_tensor(x, "all_gather"))
 
 
+@strict_kwargs("nx.distributed.broadcast")
 def broadcast(x: Tensor, src: int = 0) -> Tensor:
     """A new Tensor holding rank ``src``'s ``x`` on every rank."""
     eng = current("broadcast")
@@ -154,12 +159,14 @@ def broadcast(x: Tensor, src: int = 0) -> Tensor:
     return eng.broadcast(_tensor(x, "broadcast"), src)
 
 
+@strict_kwargs("nx.distributed.broadcast_parameters")
 def broadcast_parameters(model: Any, src: int = 0) -> None:
     """Give every rank rank ``src``'s parameters and buffers (in place): call once before training
     with the eager tape; ``compile_step(..., data_parallel=True)`` does it itself."""
     current("broadcast_parameters").broadcast_parameters(model, src)
 
 
+@strict_kwargs("nx.distributed.average_gradients")
 def average_gradients(model_or_params: Any) -> None:
     """The eager tape's data parallelism: after ``loss.backward()``, before ``optimizer.step()``,
     replace every parameter's ``.grad`` by its mean over the ranks (bucketed all-reduce)."""
@@ -167,6 +174,7 @@ def average_gradients(model_or_params: Any) -> None:
     current("average_gradients").average_gradients(params)
 
 
+@strict_kwargs("nx.distributed.shard")
 def shard(batch: Any, axis: int = 0) -> Any:
     """This rank's contiguous share of a global batch (a Tensor or NumPy array), along ``axis``.
 

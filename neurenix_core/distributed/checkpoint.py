@@ -25,6 +25,7 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.errors import ModelFormatError, SaveError
+from neurenix_core.kwargs import strict_kwargs
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -35,6 +36,7 @@ _OPTIMIZER: Final = "optimizer.npz"
 _MEMBERS: Final = frozenset({_META, _MODEL, _OPTIMIZER})
 
 
+@strict_kwargs("nx.distributed.save_checkpoint")
 def save_checkpoint(path: str | os.PathLike[str], model: Any, optimizer: Any = None, *, step: int = 0) -> Path:
     """Rank 0 writes ``model`` (and ``optimizer``) to the folder ``path``, replacing the checkpoint
     there as a whole; every rank returns once it exists. A full or read-only disk is a SaveError."""
@@ -75,6 +77,7 @@ def _check_target(folder: Path) -> None:
                         "or move those files")
 
 
+@strict_kwargs("nx.distributed.load_checkpoint")
 def load_checkpoint(path: str | os.PathLike[str], model: Any, optimizer: Any = None) -> int:
     """Load the folder written by :func:`save_checkpoint` into ``model`` (and ``optimizer``) on this
     rank; returns the saved step (resume from the next one). Any world size may resume."""

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from neurenix_core.errors import DistributedError, WorldSizeMismatchError
+from neurenix_core.kwargs import strict_kwargs
 
 __all__ = ["LaunchEnv", "read_launch_env"]
 
@@ -81,6 +82,7 @@ def _slurm(env: Mapping[str, str]) -> LaunchEnv:
     return LaunchEnv("slurm", rank, world, local, addr or None, port, False, f"slurm.{env.get('SLURM_JOB_ID', '0')}")
 
 
+@strict_kwargs("nx.distributed.read_launch_env")
 def read_launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
     """This process's rank and world from the launcher's variables (``os.environ`` by default)."""
     env = os.environ if env is None else env

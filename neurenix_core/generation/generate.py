@@ -20,6 +20,7 @@ from neurenix_core.generation.cache import KVCache
 from neurenix_core.generation.errors import GenerationError
 from neurenix_core.generation.sampling import Sampler
 from neurenix_core.generation.step import StepSpec, export_step, spec_of
+from neurenix_core.kwargs import strict_kwargs
 
 __all__ = ["CACHE_KINDS", "CausalLM", "clear", "generate"]
 
@@ -56,6 +57,7 @@ class CausalLM:
     ``.compilations`` counts the input shapes compiled so far.
     """
 
+    @strict_kwargs("nx.generation.CausalLM")
     def __init__(self, model: Any, device: Any = None, *, cache: str | None = None, capacity: int | None = None,
                  precision: str | None = None) -> None:
         from neurenix_core.graph.compiler import compile as nx_compile
@@ -88,6 +90,7 @@ class CausalLM:
         return len(self.compiled.compiled_shapes)
 
     # ------------------------------------------------------------------ public
+    @strict_kwargs("nx.generation.CausalLM.generate")
     def generate(self, input_ids: Any, *, attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                  eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None, stream: bool = False,
@@ -221,6 +224,7 @@ def clear() -> None:
     clear_exports()
 
 
+@strict_kwargs("nx.generate")
 def generate(model: Any, input_ids: Any, *, attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None, device: Any = None,

@@ -29,6 +29,7 @@ from neurenix_core.graph.inputs import check_outputs, deliver_tensors, host_arra
 from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES, VALUE_KINDS
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.plugins.host import HostModel
 from neurenix_core.tensor import fallback
@@ -279,6 +280,7 @@ class Compiled:
     def __repr__(self) -> str:
         return f"Compiled(device='{self.device}', precision={self.precision!r}, shapes={self.compiled_shapes})"
 
+    @strict_kwargs("Compiled.save")
     def save(self, path: Any) -> Any:
         """Write this model, as compiled so far, to the folder ``path``: each plugin-compiled part
         in the plugin's native format beside a JSON manifest (docs/deploy.md); returns the folder.
@@ -304,6 +306,7 @@ class Compiled:
         """The last :meth:`verify` result (``graph.verify.Verification``), or None."""
         return self._verification
 
+    @strict_kwargs("Compiled.verify")
     def verify(self, batches: Sequence[Any]) -> Any:
         """Run the first ``verify.VERIFY_BATCHES`` of ``batches`` (calibration-style: an array per
         batch, or a tuple for several inputs) through this quantized model and the core's integer

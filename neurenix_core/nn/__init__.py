@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.nn import functional, init
 from neurenix_core.nn.graph_module import GraphModule
 from neurenix_core.nn.layers import (
@@ -73,6 +74,7 @@ __all__ = [
 manual_seed = init.manual_seed
 
 
+@strict_kwargs("nx.nn.from_torch")
 def from_torch(module: Any, example_inputs: Any = None, *, dynamic_shapes: Any = None, static: bool = False) -> Module:
     """A neurenix model equal to the PyTorch ``module`` (weights copied as NumPy float32).
 
@@ -95,6 +97,7 @@ def from_torch(module: Any, example_inputs: Any = None, *, dynamic_shapes: Any =
     return from_torch_export(module, example_inputs, dynamic_shapes=dynamic_shapes, static=static)
 
 
+@strict_kwargs("nx.nn.from_onnx")
 def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False, qdq: str = "plan") -> Module:
     """A neurenix model from an ONNX file path, bytes or ``onnx.ModelProto`` (opset 13+);
     the ``onnx`` package is imported only here. Input dimensions with a ``dim_param`` (dynamic
@@ -107,6 +110,7 @@ def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False, qdq
     return convert(model, input_shapes=input_shapes, static=static, qdq=qdq)
 
 
+@strict_kwargs("nx.nn.export_onnx")
 def export_onnx(model: Module, path: Any, *shapes: tuple[int, ...], opset_version: int = 21) -> Any:
     """``model`` as a standard ONNX file at ``path`` (static input shapes: ``shapes``, one per
     input, which a GraphModule may omit to use its import's example shapes); returns the path.
@@ -124,6 +128,7 @@ def export_onnx(model: Module, path: Any, *shapes: tuple[int, ...], opset_versio
     return write_onnx(model, path, *shapes, opset_version=opset_version)
 
 
+@strict_kwargs("nx.nn.save")
 def save(model_or_state: Module | dict[str, Any], path: Any, *, quantization_plan: Any = None) -> None:
     """Save a model to ``path``, atomically.
 
@@ -142,6 +147,7 @@ def save(model_or_state: Module | dict[str, Any], path: Any, *, quantization_pla
     save_state(state, path)
 
 
+@strict_kwargs("nx.nn.load")
 def load(path: Any) -> Any:
     """A model file (``.nxm``) as a GraphModule on cpu:0; a weights file as a state dict (name -> NumPy array). Never unpickles."""
     from neurenix_core.nn.model_file import is_model_file, load_model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["constant", "generator", "manual_seed", "uniform"]
@@ -11,6 +12,7 @@ __all__ = ["constant", "generator", "manual_seed", "uniform"]
 _rng = np.random.default_rng()
 
 
+@strict_kwargs("nx.nn.manual_seed")
 def manual_seed(seed: int) -> None:
     """Make layer initialisation reproducible."""
     global _rng

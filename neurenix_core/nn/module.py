@@ -16,6 +16,7 @@ import numpy as np
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import ModelFormatError, ShapeError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.nn import tracing
 from neurenix_core.tensor.tensor import Tensor
 
@@ -174,6 +175,7 @@ class Module:
         """Host NumPy copies of every parameter and buffer, by dotted name (PyTorch's names)."""
         return {name: t.numpy() for name, _, _, t in self._slots()}
 
+    @strict_kwargs("Module.load_state_dict")
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Load weights; everything is checked before anything is assigned (no half-loaded model)."""
         slots = {name: (mod, attr, t) for name, mod, attr, t in self._slots()}
@@ -202,12 +204,14 @@ class Module:
             store = mod._parameters if attr in mod._parameters else mod._buffers
             store[attr] = new.requires_grad_(True) if store is mod._parameters and old.requires_grad else new
 
+    @strict_kwargs("Module.save")
     def save(self, path: Any) -> None:
         """Save the weights to ``.npz`` or ``.safetensors`` (atomic: a temp file, then rename)."""
         from neurenix_core.nn.serialization import save_state
 
         save_state(self.state_dict(), path)
 
+    @strict_kwargs("Module.load")
     def load(self, path: Any, strict: bool = True) -> Module:
         """Load weights saved by :meth:`save` (no pickle); returns the model."""
         from neurenix_core.nn.serialization import conform_dtypes, load_state

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import ModelFormatError, NeurenixWarning, UnsupportedDTypeError
+from neurenix_core.kwargs import strict_kwargs
 
 __all__ = ["FORMATS", "conform_dtypes", "load_state", "save_state"]
 
@@ -30,6 +31,7 @@ def _format(path: Path) -> str:
     return suffix
 
 
+@strict_kwargs("nx.nn.save_state")
 def save_state(state: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -> Path:
     """Write ``state`` (name -> array) atomically to ``path``; returns the path."""
     target = Path(path)
@@ -53,6 +55,7 @@ def save_state(state: Mapping[str, np.ndarray], path: str | os.PathLike[str]) ->
     return target
 
 
+@strict_kwargs("nx.nn.load_state")
 def load_state(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Read a weights file written by :func:`save_state` (or PyTorch's safetensors export)."""
     import zipfile  # np.load of an .npz raises its BadZipFile (loaded by then); ~1 ms at import

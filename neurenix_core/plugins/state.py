@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from neurenix_core.config import ConfigReport, Problem, enforce, inspect_config, plugin_problems
 from neurenix_core.device import Device, DeviceLike, as_device, use_directory
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.plugins.registry import Registry
 
 __all__ = ["check_configuration", "configuration", "default_device", "device", "initialize", "registry", "set_default_device"]
@@ -95,6 +96,7 @@ def is_auto() -> bool:
     return _context.get() is None and _explicit_default is None
 
 
+@strict_kwargs("nx.set_default_device")
 def set_default_device(value: DeviceLike | None) -> None:
     """Set the process default device (``None`` returns to automatic selection)."""
     global _explicit_default
@@ -107,6 +109,7 @@ def set_default_device(value: DeviceLike | None) -> None:
 
 
 @contextlib.contextmanager
+@strict_kwargs("nx.device")
 def device(value: DeviceLike) -> Iterator[Device]:
     """``with nx.device("npu:0"):`` new tensors in the block go to that device."""
     dev = as_device(value)

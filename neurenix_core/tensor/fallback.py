@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from neurenix_core.config import FALLBACK_POLICIES, inspect_config
 from neurenix_core.errors import ConfigurationError, FallbackError, NeurenixWarning
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["FallbackWarning", "fallback_policy", "fallback_stats", "get_fallback_policy", "record", "reset_fallback_stats", "set_fallback_policy"]
@@ -44,6 +45,7 @@ def get_fallback_policy() -> str:
     return _context.get() or _global
 
 
+@strict_kwargs("nx.set_fallback_policy")
 def set_fallback_policy(policy: str) -> None:
     """Set the process-wide policy (``NEURENIX_FALLBACK`` sets the initial one)."""
     global _global
@@ -51,6 +53,7 @@ def set_fallback_policy(policy: str) -> None:
 
 
 @contextlib.contextmanager
+@strict_kwargs("nx.fallback_policy")
 def fallback_policy(policy: str) -> Iterator[str]:
     """``with nx.fallback_policy("error"):`` the policy inside the block."""
     token = _context.set(_check(policy))

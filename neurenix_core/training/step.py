@@ -23,6 +23,7 @@ from typing import Any
 
 from neurenix_core.autograd.grad import enable_grad
 from neurenix_core.errors import UnsupportedOperationError
+from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.tensor.tensor import Tensor
 
 __all__ = ["TapeStep", "compile_step", "refuse_random_layers", "replace_data", "swapped", "trainable_state"]
@@ -59,6 +60,7 @@ def swapped(tensors: Sequence[Tensor], natives: Sequence[Any]) -> Iterator[None]
             t._data = n
 
 
+@strict_kwargs("nx.compile_step")
 def compile_step(loss_fn: LossFn, model: Any, optimizer: Any, *, data_parallel: bool = False) -> Callable[..., Tensor]:
     """A callable ``step(*batch) -> loss`` that trains ``model`` with ``optimizer`` on its device.
 
