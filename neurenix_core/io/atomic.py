@@ -37,6 +37,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -47,7 +48,7 @@ from typing import Final
 
 from neurenix_core.errors import NeurenixError, NeurenixWarning, SaveError
 
-__all__ = ["STALE_FOREIGN_S", "STALE_LEGACY_S", "remove_stale", "replace_file", "replace_folder", "save_error", "settled", "write_file"]
+__all__ = ["STALE_FOREIGN_S", "STALE_LEGACY_S", "remove_stale", "replace_file", "replace_folder", "settled", "write_file"]
 
 #: Staging names of another host are removed when untouched this long (its pids cannot be checked).
 STALE_FOREIGN_S: Final = 24 * 3600.0
@@ -173,7 +174,12 @@ def remove_stale(target: str | os.PathLike[str]) -> list[Path]:
     for s in _staged(target):
         if _in_use(s) or (s.kind == "old" and not os.path.lexists(target)):
             continue
-        _remove(s.path)
+        try:
+            _remove(s.path)
+        except OSError as exc:  # another user's leftover must not stop this save: said, and left
+            warnings.warn(f"{s.path} is left from an interrupted save of {target.name} and could not be removed ({exc}); delete it "
+                          "yourself", NeurenixWarning, stacklevel=3)
+            continue
         removed.append(s.path)
     return removed
 
@@ -227,6 +233,12 @@ def replace_file(target: str | os.PathLike[str], write: Callable[[Path], None], 
     errors. Returns ``target``."""
     target = Path(target)
     previous = target.exists()
+    if target.parent.name in _ACTIVE and not previous:
+        # A file of a folder this process is staging (an artifact's graph.arrays, a checkpoint's
+        # model.npz): nothing reads it before the folder's swap, which fsyncs the whole tree.
+        with _saving(target, what, previous):
+            write(target)
+        return target
     with _saving(target, what, previous):
         remove_stale(target)
         staging = _staging_name(target, "tmp")
@@ -234,11 +246,12 @@ def replace_file(target: str | os.PathLike[str], write: Callable[[Path], None], 
         try:
             with _discarding(staging, target, what, previous):
                 write(staging)
+                _keep_mode(staging, target)
                 _fsync(staging)
                 os.replace(staging, target)
         finally:
             _ACTIVE.discard(staging.name)
-        _fsync(target.parent)
+    _flush_folder(target, what)
     return target
 
 
@@ -265,13 +278,14 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
             with _discarding(staging, target, what, previous):
                 staging.mkdir()
                 write(staging)
+                _keep_mode(staging, target)
                 _fsync_tree(staging)
                 old = _swap(staging, target)
         finally:
             _ACTIVE.discard(staging.name)
-        _fsync(target.parent)
-        if old is not None:
-            _remove_leftover(old, target)
+    _flush_folder(target, what)
+    if old is not None:
+        _remove_leftover(old, target)
     return target
 
 
@@ -320,6 +334,18 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
+def _flush_folder(target: Path, what: str) -> None:
+    """After the swap, the rename made durable. Its failure is told as such: the new version is
+    already in place, so "the previous one is unchanged" would be wrong."""
+    try:
+        _fsync(target.parent)
+    except OSError as exc:
+        err = SaveError(f"{what} was saved to {target}, but flushing its folder to the disk failed ({type(exc).__name__}: {exc}); "
+                        "after a power cut the path may hold the previous version: check the disk, then save again")
+        err.errno = exc.errno
+        raise err from exc
+
+
 def _remove_leftover(old: Path, target: Path) -> None:
     """The old version, swapped out: removed now, or by the next save if this fails (the new one
     is in place either way, so a failure here is a warning, not the save's error)."""
@@ -328,6 +354,16 @@ def _remove_leftover(old: Path, target: Path) -> None:
     except OSError as exc:
         warnings.warn(f"{target} was saved, but its previous version at {old} could not be removed ({exc}); the next save of "
                       f"{target.name} removes it, or delete it yourself", NeurenixWarning, stacklevel=3)
+
+
+def _keep_mode(staging: Path, target: Path) -> None:
+    """The new version gets the permission bits of the one it replaces (a file shared with a group
+    stays shared, a private one private); a first save gets the umask's."""
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return
+    os.chmod(staging, mode)
 
 
 def _fsync(path: Path) -> None:
@@ -355,7 +391,7 @@ def _fsync_tree(folder: Path) -> None:
 @contextmanager
 def _saving(target: Path, what: str, previous: bool) -> Iterator[None]:
     """Any ``OSError`` of the save outside the staging write (creating the parent folder, listing
-    it, the final fsync) as a SaveError naming ``target``."""
+    it, checking the target) as a SaveError naming ``target``."""
     try:
         yield
     except OSError as exc:
@@ -442,14 +478,6 @@ _REASONS: Final = {
     errno.ENOTDIR: ("a part of the path is a file, not a folder", "check the path"),
     errno.ENAMETOOLONG: ("the name is too long for the filesystem", "choose a shorter path"),
 }
-
-
-def save_error(target: str | os.PathLike[str], exc: BaseException, what: str, *, previous: bool = True) -> SaveError | None:
-    """The SaveError for ``exc`` raised while saving ``what`` to ``target`` (the disk full, read-only
-    or not writable), or None where ``exc`` is not a filesystem failure."""
-    target = Path(target)
-    code = _cause_errno(exc, target.parent if target.parent.exists() else Path.cwd())
-    return None if code is None else _save_error(target, exc, what, previous, code)
 
 
 def _save_error(target: Path, exc: BaseException, what: str, previous: bool, code: int | None) -> SaveError:
