@@ -108,7 +108,7 @@ class LiteRTBackend(Backend):
 
     def _resolver(self, kernels: str) -> Any:
         if kernels not in KERNELS:
-            raise ConfigurationError(f"edgetpu: kernels must be one of {', '.join(KERNELS)}, got {kernels!r} (compile option extra={{'kernels': ...}})")
+            raise ConfigurationError(f"edgetpu: kernels must be one of {', '.join(KERNELS)}, got {kernels!r} (compile option kernels=..., or options={{'kernels': ...}})")
         return getattr(self.litert.OpResolverType, KERNELS[kernels])
 
     def _delegate(self, index: int) -> Any:
