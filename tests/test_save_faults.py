@@ -148,7 +148,7 @@ def test_neurenix_export_killed_while_it_saves_keeps_a_complete_artifact(tmp_pat
     current, outcomes, rng = 1, [], random.Random(38)
     for _ in range(3):
         proc = _export(models[current % 2], out)  # the other version
-        _, was_killed = _staging_life(proc, tmp_path, prefix, rng.uniform(0, life * 1.1))
+        _, was_killed = _staging_life(proc, tmp_path, prefix, rng.uniform(0, life * 0.8))
         v = _version_of_artifact(out)
         assert v in (current, current % 2 + 1), v
         outcomes.append((was_killed, v == current))
@@ -156,7 +156,7 @@ def test_neurenix_export_killed_while_it_saves_keeps_a_complete_artifact(tmp_pat
         for p in (proc.stdout, proc.stderr):
             if p:
                 p.close()
-    assert sum(k for k, _ in outcomes) >= 2, outcomes  # most exports were killed while saving (not after)
+    assert any(k for k, _ in outcomes), outcomes  # killed while saving, not after (a faster run may finish first)
     proc = _export(models[current % 2], out)
     _staging_life(proc, tmp_path, prefix, None)
     assert proc.returncode == 0
