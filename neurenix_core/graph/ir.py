@@ -193,7 +193,10 @@ class CompileOptions:
 
     ``precision`` is one of "fp32", "fp16", "bf16", "tf32", "int8", "int16" or None (the
     backend's default, which it must state in ``CompiledModel.summary``). ``quantization`` is
-    set for int8/int16. ``extra`` carries backend-specific options (``optimize_for``, bucket sizes).
+    set for int8/int16. ``extra`` carries the compile options (``optimize_for``, bucket sizes):
+    since plugin API 1.4 only those the plugin declares in ``Capabilities.compile_options`` and the
+    core's own (``runtime``, ``threads``; ``shape_buckets``, set by the core), each checked by
+    ``nx.compile`` against its declared type and values (``graph.compile_options``).
     """
 
     device: Any

@@ -160,6 +160,11 @@ def neurenix_compile(backend: Backend, graph: Any, options: Any) -> CompiledMode
     arrays, static input shapes) and ``options`` a ``neurenix_core.graph.ir.CompileOptions``
     (device, precision, quantization parameters from the core's calibration).
 
+    Since API 1.4 ``options.extra`` holds only the options the manifest declares
+    (``capabilities.compile_options``, each name, type and value checked by ``nx.compile``) and
+    the core's own (``runtime``, ``threads``, ``shape_buckets``); a plugin declaring None gets
+    whatever names the core did not recognise, as before.
+
     Since API 1.1 the core partitions first: ``graph`` holds only ops listed in
     ``capabilities.graph_ops`` (the 17 first-release ops when that is None) on values of
     ``capabilities.graph_dtypes``; undeclared composites were decomposed, the rest runs on the
