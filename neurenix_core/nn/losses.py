@@ -40,7 +40,10 @@ class BCEWithLogitsLoss(Module):
     def __init__(self, reduction: str = "mean", pos_weight: Tensor | None = None) -> None:
         super().__init__()
         self.reduction = reduction
-        object.__setattr__(self, "pos_weight", pos_weight)  # a constant, not a trainable parameter
+        # A buffer, as in PyTorch: a constant (not trained) that .to(device) moves with the module
+        # (held as a plain attribute it stayed on cpu:0, and the loss on any other device raised
+        # DeviceMismatchError; found by tests/differential).
+        self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.binary_cross_entropy_with_logits(input, target, self.reduction, self.pos_weight)
