@@ -14,7 +14,7 @@ from neurenix_core.errors import CompilationError, ShapeError
 from neurenix_core.nn import init
 from neurenix_core.nn.tracing import Symbol
 from neurenix_core.tensor.creation import asarray
-from neurenix_core.tensor.tensor import Tensor, _call
+from neurenix_core.tensor.tensor import Tensor, _call, cast
 from neurenix_core.training import amp
 
 __all__ = [
@@ -234,7 +234,10 @@ def _one_hot(target: Tensor, classes: int, like: Tensor) -> Tensor:
         raise TypeError(f"class-index targets must be integers, got {target.dtype} on {target.device}; pass probabilities as a float tensor of the input's shape")
     labels = _call("reshape", (arange(classes, dtype=target.dtype, device=target.device), (1, classes) + (1,) * (target.ndim - 1)))
     hot = _call("expand_dims", (target,), {"axis": 1}) == labels
-    return _call("astype", (hot, like._p.backend._native_dtype(like.dtype)), {"copy": True})
+    # cast, not _call("astype", backend-native dtype): a backend whose native astype is not in its op
+    # table falls back to the host, which cannot read the native dtype (OpenVINO's Type on npu:0 made
+    # every cross_entropy / nll_loss with class indices raise there; found by tests/differential).
+    return cast(hot, like.dtype)
 
 
 def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
