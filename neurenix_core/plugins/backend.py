@@ -321,6 +321,20 @@ def _numpy_matmul(x1: Any, x2: Any, /) -> Any:
 _matmul = np.matmul
 
 
+def _bfloat16_kept(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a NumPy contraction without a bfloat16 loop: ``vecdot`` computes, and returns,
+    float32) with bfloat16 operands giving a bfloat16 result, as ``_numpy_matmul`` does."""
+
+    def op(x1: Any, x2: Any, /, **kwargs: Any) -> Any:
+        out = fn(x1, x2, **kwargs)
+        if out.dtype != x1.dtype and (x1.dtype.name == "bfloat16" or x2.dtype.name == "bfloat16"):
+            return out.astype(np.result_type(x1, x2))
+        return out
+
+    op.__name__ = op.__qualname__ = getattr(fn, "__name__", "op")
+    return op
+
+
 def _numpy_reduction(ufunc: np.ufunc, name: str) -> Callable[..., Any]:
     """``np.<name>`` as the ufunc's own ``reduce``: ``np.sum``/``np.prod``/``np.max``/``np.min``
     are a Python dispatch layer over exactly this call (``_wrapreduction``) that costs about 1 µs,
@@ -426,6 +440,11 @@ class ArrayNamespaceBackend(Backend):
             self.ops.update({n: getattr(xp, n) for n in self.direct_ops if hasattr(xp, n) and n in self.ops})
         if xp is np:
             self.ops["matmul"] = _numpy_matmul
+            # linalg.matmul and vecdot lost bfloat16 the same way (float32 results; found by tests/differential).
+            self.ops["linalg.matmul"] = _numpy_matmul
+            for name in ("vecdot", "linalg.vecdot"):
+                if name in self.ops:
+                    self.ops[name] = _bfloat16_kept(self.ops[name])
             self.ops.update(NUMPY_REDUCTIONS)
             self.ops.update(NUMPY_DIRECT)
 
