@@ -115,6 +115,10 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         self.ops.update(EAGER_NN_OPS)
         # JAX arrays are immutable: assignment returns a new array that the core stores.
         self.ops["__setitem__"] = lambda a, key, value: a.at[key].set(value)
+        # jnp.searchsorted gives int32 even under x64; the standard's (and this device's declared)
+        # indexing dtype is int64 (found by tests/differential).
+        searchsorted = self.ops["searchsorted"]
+        self.ops["searchsorted"] = lambda x1, x2, /, **kw: searchsorted(x1, x2, **kw).astype(jnp.int64)
         # Programs (device-resident weights + jit) live as long as a compiled model uses them.
         self.compile_cache: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
         self._adopt_runtime_limits()
