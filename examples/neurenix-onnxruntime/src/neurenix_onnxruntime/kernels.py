@@ -140,6 +140,10 @@ def _permute_dims(be: ORTBackend) -> Callable[..., Any]:
         perm = [int(a) % max(x.ndim, 1) for a in axes]
         if sorted(perm) != list(range(x.ndim)):
             raise ValueError(f"permute_dims: axes {tuple(axes)} are not a permutation of {x.ndim} dims")
+        if x.ndim == 0:
+            # ONNX Transpose cannot type an empty perm ("Could not infer attribute `perm` type from
+            # empty iterator"): a 0-d array is its own transpose, left to NumPy (found by tests/differential).
+            raise Rejected("permute_dims of a 0-d array")
         return be.kernels.run("permute_dims", "Transpose", (x,), {"perm": perm})
 
     return guarded(be, "permute_dims", kernel)
