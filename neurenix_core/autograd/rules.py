@@ -448,6 +448,33 @@ def _basic(key: Any) -> bool:
     return all(k is None or k is Ellipsis or isinstance(k, (int, slice)) for k in parts)
 
 
+def _forward_steps(key: Any, shape: tuple[int, ...], g: Tensor) -> tuple[Any, Tensor]:
+    """A basic ``key`` (no new axes) with every negative-step slice turned into the positive-step
+    slice of the same elements, and ``g`` flipped along those axes of the result: the same
+    assignment, which runtimes that refuse negative steps in writes (PyTorch) can make. x[::-1]
+    read through a host fallback on cuda:0, and its backward raised (found by tests/differential)."""
+    parts = list(key) if isinstance(key, tuple) else [key]
+    if Ellipsis in parts:
+        at = parts.index(Ellipsis)
+        parts[at : at + 1] = [slice(None)] * (len(shape) - (len(parts) - 1))
+    out: list[Any] = []
+    flips: list[int] = []
+    axis = 0  # the axis of the result the next slice makes
+    for dim, part in zip(shape, parts):
+        if isinstance(part, slice) and (part.step or 1) < 0:
+            picked = range(dim)[part]
+            if len(picked):
+                part = slice(picked[-1], picked[0] + 1, -(part.step or 1))
+                flips.append(axis)
+            else:
+                part = slice(0, 0)
+        out.append(part)
+        axis += isinstance(part, slice)
+    if flips:
+        g = xp.flip(g, axis=tuple(flips))
+    return tuple(out) + tuple(parts[len(shape):]), g
+
+
 @rule("__getitem__")
 def _getitem(node: Node, g: Tensor) -> Grads:
     x, key = node.args[0], node.args[1]
@@ -457,6 +484,8 @@ def _getitem(node: Node, g: Tensor) -> Grads:
             # the key and the matching length-1 axes from g.
             key = tuple(k for k in key if k is not None)
             g = xp.reshape(g, np.broadcast_to(np.empty((), dtype=np.bool_), x.shape)[key].shape)
+        if _basic(key):
+            key, g = _forward_steps(key, tuple(x.shape), g)
         dx = zeros(g, x.shape)
         dx[key] = g  # Tensor.__setitem__ turns index tensors into the backend's own
         return [dx]
