@@ -93,6 +93,19 @@ def _promoting(fn: Any) -> Any:
     return op
 
 
+def _widening_ints(fn: Any) -> Any:
+    """``fn(x, dtype=None)`` with the standard's accumulation dtype for small integers (int64 /
+    uint64, as ``prod`` and ``cumulative_sum`` already give): jnp.cumulative_prod kept int8 (found
+    by tests/differential)."""
+
+    def op(x: Any, /, *, dtype: Any = None, **kwargs: Any) -> Any:
+        if dtype is None and x.dtype.kind in "iu" and x.dtype.itemsize < 8:
+            dtype = np.int64 if x.dtype.kind == "i" else np.uint64
+        return fn(x, dtype=dtype, **kwargs)
+
+    return op
+
+
 class JaxTPUBackend(ArrayNamespaceBackend):
     """``tpu:i`` is ``jax.devices("tpu")[i]`` (or ``jax.devices("cpu")[i]`` when emulated)."""
 
@@ -119,6 +132,7 @@ class JaxTPUBackend(ArrayNamespaceBackend):
         # indexing dtype is int64 (found by tests/differential).
         searchsorted = self.ops["searchsorted"]
         self.ops["searchsorted"] = lambda x1, x2, /, **kw: searchsorted(x1, x2, **kw).astype(jnp.int64)
+        self.ops["cumulative_prod"] = _widening_ints(self.ops["cumulative_prod"])
         # Programs (device-resident weights + jit) live as long as a compiled model uses them.
         self.compile_cache: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
         self._adopt_runtime_limits()
