@@ -335,6 +335,21 @@ def _bfloat16_kept(fn: Callable[..., Any]) -> Callable[..., Any]:
     return op
 
 
+def _bfloat16_clip(clip: Callable[..., Any]) -> Callable[..., Any]:
+    """``clip`` that takes bfloat16: array-api-compat's clip (casting='no' into a bfloat16 output)
+    raised for it with both bounds given; min/max are exact in float32, so bfloat16 is clipped
+    there and cast back (found by tests/differential)."""
+
+    def op(x: Any, /, min: Any = None, max: Any = None) -> Any:  # min, max: the standard's parameter names
+        if x.dtype.name != "bfloat16":
+            return clip(x, min, max)
+        wide = [v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in (x, min, max)]
+        return clip(*wide).astype(x.dtype)
+
+    op.__name__ = op.__qualname__ = "clip"
+    return op
+
+
 def _numpy_reduction(ufunc: np.ufunc, name: str) -> Callable[..., Any]:
     """``np.<name>`` as the ufunc's own ``reduce``: ``np.sum``/``np.prod``/``np.max``/``np.min``
     are a Python dispatch layer over exactly this call (``_wrapreduction``) that costs about 1 µs,
@@ -445,6 +460,8 @@ class ArrayNamespaceBackend(Backend):
             for name in ("vecdot", "linalg.vecdot"):
                 if name in self.ops:
                     self.ops[name] = _bfloat16_kept(self.ops[name])
+            if "clip" in self.ops:
+                self.ops["clip"] = _bfloat16_clip(self.ops["clip"])
             self.ops.update(NUMPY_REDUCTIONS)
             self.ops.update(NUMPY_DIRECT)
 
