@@ -98,3 +98,16 @@ def test_cumulative_prod_of_small_integers_widens_on_tpu() -> None:
     out = nx.cumulative_prod(nx.asarray(np.array([1, 2, 3], np.int8), device="tpu:0"))
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out.numpy(), [1, 2, 6])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clip_of_bfloat16_with_both_bounds(device: str) -> None:
+    # array-api-compat's clip (casting='no' into a bfloat16 output) raised on cpu:0 and every host fallback.
+    if not nx.backend(nx.Device(device)).supports_dtype(np.dtype(ml_dtypes.bfloat16)):
+        pytest.skip(f"{device} does not declare bfloat16")
+    x = nx.asarray(np.array([-3.0, 0.5, 2.0]).astype(ml_dtypes.bfloat16), device=device)
+    bound = nx.asarray(np.array([1.0, 1.0, 1.0]).astype(ml_dtypes.bfloat16), device=device)
+    with nx.fallback_policy("allow"):
+        for out in (nx.clip(x, -1.0, 1.0), nx.clip(x, -bound, bound)):
+            assert str(out.dtype) == "bfloat16"
+            np.testing.assert_array_equal(out.numpy().astype(np.float32), [-1.0, 0.5, 1.0])
