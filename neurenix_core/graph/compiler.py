@@ -34,7 +34,7 @@ from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.plugins.host import HostModel
 from neurenix_core.tensor import fallback
 from neurenix_core.tensor.dtypes import PLAIN_DTYPES, contiguous
-from neurenix_core.tensor.tensor import Tensor, _fresh, wrap_results
+from neurenix_core.tensor.tensor import Tensor, _fresh, adopt, views_of, wrap_results
 
 __all__ = ["PRECISIONS", "Compiled", "compile"]
 
@@ -347,10 +347,15 @@ class Compiled:
                 p, shape_of, shape, call, array_type, dtype_of, dtype = fast
                 if (type(x) is Tensor and x._p is p and (x._data.shape if shape_of is None else shape_of(x._data)) == shape
                         and (x._data.dtype if dtype_of is None else dtype_of(x._data)) == dtype):
-                    out = call(x._data)
+                    d = x._data
+                    out = call(d)
                     if type(out) is not array_type:
-                        return wrap_results(out, p)
-                    return _fresh(out, p)  # the one constructor of a Tensor owning a new buffer
+                        res = wrap_results(out, p)
+                        views_of(res if type(res) is tuple else (res,), inputs)  # made views in place
+                        return res
+                    if type(out) is np.ndarray and out.base is None and out is not d:
+                        return _fresh(out, p)  # a new buffer (NumPy says so): the one constructor
+                    return adopt(out, p, inputs)  # maybe the input itself or a view of it: charged as one
         if len(inputs) != len(self.graph.inputs):
             raise ShapeError(f"compiled model on {self.device} takes {len(self.graph.inputs)} input(s), got {len(inputs)}")
         if self._buckets is not None:  # never on the fast path above: _set_fast is not called for it
@@ -369,7 +374,7 @@ class Compiled:
             runner = self._value_runner(shapes, natives)
         else:
             runner = self._runner_for(shapes)
-        outs = runner(*natives)
+        outs = views_of(runner(*natives), inputs)
         if self.outputs != "device":
             outs = _deliver(outs, self.outputs)
         return outs[0] if len(outs) == 1 else outs

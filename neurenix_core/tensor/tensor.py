@@ -10,7 +10,7 @@ else goes through ``_call``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -659,6 +659,29 @@ def wrap_on(native: Any, p: Placement) -> Tensor:
     return _fresh(native, p)
 
 
+def views_of(outs: tuple[Any, ...], sources: Sequence[Any]) -> tuple[Any, ...]:
+    """A compiled call's result Tensors, each one that shares a buffer with a ``sources`` Tensor
+    (a model returning its input, or a view of it: Identity, a Flatten that torch.fx leaves a
+    view) turned into a view of that Tensor, as ``adopt`` makes views: charged nothing and
+    keeping the buffer's owner alive. Runners wrap their natives without seeing the call's
+    Tensors, which charged one buffer twice."""
+    owners = [s for s in sources if type(s) is Tensor]
+    if not owners:
+        return outs
+    for t in outs:
+        if type(t) is not Tensor or t._base is not None or not t._nbytes:
+            continue
+        p = t._p
+        root = p.backend._memory_root(t._data)
+        for s in owners:
+            if s._p is p and (root is s._data or root is p.backend._memory_root(s._data)):
+                p.mem.in_use -= t._nbytes  # undo the fresh buffer's charge (the count stays one Tensor)
+                t._nbytes = 0
+                t._base = s if s._base is None else s._base
+                break
+    return outs
+
+
 def wrap_results(out: Any, p: Placement) -> Any:
     """A compiled call's results other than one array of the backend's type (tuples and lists of
     results, results that are already Tensors, arrays to coerce) as Tensors on ``p``. The one
@@ -1008,6 +1031,8 @@ def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | Non
     """
     if not hasattr(x, "__dlpack__"):
         raise TransferError(f"from_dlpack needs an object with __dlpack__, got {type(x).__name__}")
+    if device is None and isinstance(x, Tensor):
+        device = x.device  # the standard: without device=, the result stays on x's device
     p = placement_for(device)
     if isinstance(x, Tensor):
         if x.device == p.device and copy is not True:

@@ -3,8 +3,8 @@
 Each entry names the cases it shows in (a case-id pattern: ``<target>-<mode>-<backend>[.<runtime>]``,
 ``*`` any run of characters), the failure's kind and a regex its message matches, why it is wrong
 and where the fix belongs. A sampled case failing exactly that way is reported as xfailed with the
-reason; any other failure of the same case still fails. Each entry has a deterministic strict-xfail
-reproduction in test_known_bugs.py, which turns XPASS (a failure of the run) once the bug is
+reason; any other failure of the same case still fails. Each entry needs a deterministic strict-xfail
+reproduction (a test_known_bugs.py beside this file), which turns XPASS (a failure of the run) once the bug is
 fixed, until its entry is removed here. No entry may cover a whole device or mode.
 """
 
@@ -25,25 +25,9 @@ class KnownBug:
     reason: str
 
 
-KNOWN_BUGS: tuple[KnownBug, ...] = (
-    KnownBug(
-        key="from_dlpack-device",
-        cases="from_dlpack-*",
-        kind="device",
-        message=r"result on cpu:0, not on the device under test",
-        reason="nx.from_dlpack(x) for a Tensor x off cpu:0 returns a cpu:0 tensor: the standard says device=None keeps x's "
-               "device (tensor/tensor.py from_dlpack: placement_for(None) is the default device)",
-    ),
-    KnownBug(
-        key="compiled-output-aliases-input",
-        cases="*-compiled-*",
-        kind="memory",
-        message=r"output for a device tensor: a view of an operand's buffer is charged \d+ bytes, not 0",
-        reason="a compiled model whose output is its input or a view of it (Identity; Flatten/Dropout through torch.fx on "
-               "cuda:0) wraps it as a fresh buffer: the device is charged twice for one buffer and the output does not keep "
-               "the input alive as its _base (graph/compiler.py Compiled.__call__ / tensor.wrap_results)",
-    ),
-)
+#: Empty: the two bugs listed here (from_dlpack's device, a compiled output aliasing its input) are
+#: fixed and pinned in test_fixed_bugs.py.
+KNOWN_BUGS: tuple[KnownBug, ...] = ()
 
 
 def _regex(pattern: str) -> str:

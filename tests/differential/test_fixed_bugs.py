@@ -11,6 +11,8 @@ import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.testing.plugin import devices_under_test
 
+from .harness import check_fields
+
 DEVICES = [pytest.param(d.device, id=d.backend) for d in devices_under_test()]
 
 
@@ -111,3 +113,24 @@ def test_clip_of_bfloat16_with_both_bounds(device: str) -> None:
         for out in (nx.clip(x, -1.0, 1.0), nx.clip(x, -bound, bound)):
             assert str(out.dtype) == "bfloat16"
             np.testing.assert_array_equal(out.numpy().astype(np.float32), [-1.0, 0.5, 1.0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_from_dlpack_keeps_the_tensors_device(device: str) -> None:
+    # device=None placed the result on the default device (cpu:0); the standard keeps x's device.
+    with nx.fallback_policy("allow"):
+        x = nx.asarray(np.arange(3, dtype=np.float32), device=device)
+        y = nx.from_dlpack(x)
+    assert y.device == x.device
+    np.testing.assert_array_equal(y.numpy(), np.arange(3, dtype=np.float32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_compiled_identity_output_is_charged_as_a_view(device: str) -> None:
+    # A compiled model returning its input (or a view of it) was wrapped as a fresh buffer:
+    # the device charged one buffer twice and the output did not keep the input alive.
+    compiled = nx.compile(nn.Sequential(nn.Identity()), device=device, progress=False)
+    x = nx.asarray(np.arange(4, dtype=np.float32), device=device)
+    for _ in range(2):  # the first call takes the general path, the second the one-input fast path
+        y = compiled(x)
+        check_fields(y, "compiled Identity output", nx.Device(device), [x], on_tape=False)
