@@ -10,6 +10,7 @@ with the device's memory accounting (bytes charged, live count, peak), under gra
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -79,9 +80,14 @@ def _fields(t: Any, sources: dict[str, Any]) -> dict[str, Any]:
 def _run(form: Callable[[dict[str, Any]], Any], ops: dict[str, Any]) -> tuple[dict[str, Any], tuple[int, int]]:
     """The result's fields and what making it charged (bytes, live Tensors), the result alone
     alive (temporaries of the form itself, e.g. a transposed operand, released first)."""
-    before = _memory(ops["a"])
-    out = form(ops)
-    after = _memory(ops["a"])
+    gc.collect()  # tensors of earlier tests freed now, not by a collection in the middle
+    gc.disable()
+    try:
+        before = _memory(ops["a"])
+        out = form(ops)
+        after = _memory(ops["a"])
+    finally:
+        gc.enable()
     return _fields(out, ops), (after[0] - before[0], after[1] - before[1])
 
 
@@ -99,6 +105,7 @@ def test_fast_path_equals_general_path_on_every_field(label: str, fast: Any, gen
 
 def test_released_memory_returns_to_where_it_was() -> None:
     ops = _operands()
+    gc.collect()  # what earlier tests left in reference cycles, freed before counting
     start = _memory(ops["a"])
     with nx.no_grad():
         outs = [fast(ops) for _, fast, _ in FORMS]
@@ -107,6 +114,7 @@ def test_released_memory_returns_to_where_it_was() -> None:
     assert all((c._nbytes == 0) == (c._base is not None) for c in chained)
     assert sum(c._base is not None for c in chained) >= 10
     del outs, chained
+    gc.collect()
     assert _memory(ops["a"]) == start
 
 

@@ -61,7 +61,7 @@ def test_the_plugin_offers_litert_as_a_host_runtime() -> None:
     assert rt.version == metadata.version("ai-edge-litert")
     assert {"conv2d", "batch_norm2d", "linear", "max_pool2d", "avg_pool2d"} <= rt.graph_ops and "exp" not in rt.graph_ops
     manifest = next(r.manifest for r in registry().records if r.name == "edgetpu")
-    assert manifest.capabilities.host_runtime == "litert" and manifest.api == ">=1.3,<2"
+    assert manifest.capabilities.host_runtime == "litert" and manifest.api == ">=1.4,<2"
 
 
 @pytest.mark.parametrize(("make", "shape"), [(_cnn, (2, 3, 32, 32)), (_mlp, (4, 64))], ids=["cnn", "mlp"])
