@@ -64,8 +64,10 @@ def test_fp16_follows_the_reported_capability(npu: Any, kit: Any, monkeypatch: p
     graph = kit.cnn(batch=2, seed=5 if fp16 == "reported" else 6)
     if "FP16" not in npu.capabilities:
         assert "fp16" not in npu.precisions()
-        with pytest.raises(CompilationError, match=r"npu:0 cannot run fp16: OpenVINO reports .*\(no FP16\)"):
+        with pytest.raises(CompilationError, match=r"npu:0 cannot run fp16: OpenVINO reports .*\(no FP16\)") as refused:
             _compile(npu, graph, "fp16")
+        remedy = str(refused.value).split("Use precision=", 1)[1]
+        assert "'fp16'" not in remedy and "'fp32'" in remedy  # only what the device reports is suggested
         return
     assert "fp16" in npu.precisions()
     x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
@@ -103,8 +105,9 @@ def test_graph_whose_shapes_do_not_fit_a_layer_names_the_layer(npu: Any, kit: An
 def test_int16_where_the_device_cannot_is_a_clear_error(npu: Any, kit: Any) -> None:
     graph = kit.mlp(batch=2)
     plan = kit.minmax_plan(graph, [np.ones((2, 32), np.float32)], bits=16)
-    assert "int16" not in npu.precisions()
-    with pytest.raises(QuantizationError, match=r"npu:0 cannot run int16.*no INT16.*precision='int8'"):
+    if "int16" in npu.precisions():  # asked of OpenVINO, never assumed: no CPU seen here reports INT16
+        pytest.skip(f"OpenVINO reports INT16 on this CPU ({', '.join(npu.capabilities)}): int16 compiles here")
+    with pytest.raises(QuantizationError, match=r"npu:0 cannot run int16.*no INT16.*precision=.*'int8' on this device"):
         compile_graph(npu, graph, CompileOptions(device="npu:0", precision="int16", quantization=plan))
 
 

@@ -56,9 +56,13 @@ def check_precision(precision: str, device: str, capabilities: tuple[str, ...]) 
     if precision == "fp32" or needed in capabilities:
         return
     error = QuantizationError if precision.startswith("int") else CompilationError
+    # The remedy names what this device reports, not a fixed list: fp16 was once suggested on a
+    # CPU refusing fp16 for want of FP16.
+    names = [repr(p) for p, (_, cap) in PRECISIONS.items() if p == "fp32" or cap in capabilities]
+    usable = " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
     raise error(
         f"{device} cannot run {precision}: OpenVINO reports its capabilities as {', '.join(capabilities) or 'none'} "
-        f"(no {needed}). Use precision='int8' or 'fp16' on this device, or compile for device='cpu'."
+        f"(no {needed}). Use precision={usable} on this device, or compile for device='cpu'."
     )
 
 
