@@ -147,13 +147,13 @@ def test_corrupted_file_is_a_format_error(saved: dict[str, Any], tmp_path: Path)
 
 
 def test_corrupted_blob_behind_a_matching_checksum_is_a_format_error(saved: dict[str, Any], tmp_path: Path) -> None:
-    from neurenix_core.deploy.artifact import _sha256
+    from neurenix_core.io.digest import file_sha256
 
     folder = _copy(saved, ("npu", "cnn"), tmp_path)
     blob = folder / "parts" / "0" / "model.blob"
     blob.write_bytes(b"not an OpenVINO blob" * 10)
     manifest = json.loads((folder / "artifact.json").read_text())
-    manifest["checksums"]["parts/0/model.blob"] = _sha256(blob)
+    manifest["checksums"]["parts/0/model.blob"] = file_sha256(blob)
     (folder / "artifact.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactFormatError, match="plugin npu-openvino.*cannot import the compiled blob"):
         nx.load_compiled(folder)
@@ -280,7 +280,7 @@ def test_loaded_model_saves_again(saved: dict[str, Any], dev: str, tmp_path: Pat
 
 
 def test_malformed_manifest_and_graph(saved: dict[str, Any], tmp_path: Path) -> None:
-    from neurenix_core.deploy.artifact import _sha256
+    from neurenix_core.io.digest import file_sha256
 
     folder = _copy(saved, ("cpu", "cnn"), tmp_path)
     manifest = json.loads((folder / "artifact.json").read_text())
@@ -290,7 +290,7 @@ def test_malformed_manifest_and_graph(saved: dict[str, Any], tmp_path: Path) -> 
         with pytest.raises(ArtifactFormatError, match=match):
             nx.load_compiled(folder)
     (folder / "graph.json").write_text("{not json")
-    checksums = {**manifest["checksums"], "graph.json": _sha256(folder / "graph.json")}
+    checksums = {**manifest["checksums"], "graph.json": file_sha256(folder / "graph.json")}
     (folder / "artifact.json").write_text(json.dumps({**manifest, "checksums": checksums}))
     with pytest.raises(ArtifactFormatError, match="graph.json is not readable JSON"):
         nx.load_compiled(folder)

@@ -11,7 +11,6 @@ never compiled (those compile on first call, as before saving).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ from neurenix_core.errors import (
     ArtifactUnsupportedError,
 )
 from neurenix_core.io.atomic import replace_folder, settled
+from neurenix_core.io.digest import file_sha256
 from neurenix_core.io.graph_json import graph_to_json, plan_to_json
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
         "verification": None if compiled._verification is None else compiled._verification.line(),
         "api_version": ".".join(map(str, NEURENIX_API_VERSION)),
     }
-    manifest["checksums"] = {str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    manifest["checksums"] = {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1))
 
 
@@ -158,14 +158,6 @@ def _write_parts(compiled: Compiled, folder: Path, where: str) -> list[dict[str,
     return parts
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 # ------------------------------------------------------------------------------------ load
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The artifact's manifest, its format checked and every file checked against its checksum."""
@@ -190,7 +182,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         member = folder / name
         if not member.is_file():
             raise ArtifactFormatError(f"{folder}: file {name} of the artifact is missing; {_REMEDY}")
-        if _sha256(member) != digest:
+        if file_sha256(member) != digest:
             raise ArtifactFormatError(f"{folder}: file {name} is corrupted (its checksum differs from the manifest's); {_REMEDY}")
     return manifest
 

@@ -16,7 +16,6 @@ written before the digests load as before.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.errors import ModelFormatError, SaveError
+from neurenix_core.io.digest import file_sha256
 from neurenix_core.kwargs import strict_kwargs
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
@@ -60,7 +60,7 @@ def _write(folder: Path, model: Any, optimizer: Any, step: int, world_size: int)
 
         arrays, meta["optimizer"] = _split_optimizer(optimizer.state_dict())
         save_state(arrays, folder / _OPTIMIZER)
-    meta["sha256"] = {name: _sha256(folder / name) for name in (_MODEL, _OPTIMIZER) if (folder / name).is_file()}
+    meta["sha256"] = {name: file_sha256(folder / name) for name in (_MODEL, _OPTIMIZER) if (folder / name).is_file()}
     (folder / _META).write_text(json.dumps(meta))
 
 
@@ -108,17 +108,9 @@ def _check_digests(folder: Path, meta: dict[str, Any]) -> None:
     for name, digest in (meta.get("sha256") or {}).items():
         if name not in _MEMBERS or not (folder / name).is_file():
             raise ModelFormatError(f"{folder}: {name} of the checkpoint is missing; save the checkpoint again or copy the whole folder")
-        if _sha256(folder / name) != digest:
+        if file_sha256(folder / name) != digest:
             raise ModelFormatError(f"{folder}: {name} is not the file this checkpoint's {_META} was written with (a file of another "
                                    "save, or a corrupted copy); load the folder as save_checkpoint wrote it, or save it again")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _load_in_place(model: Any, weights: Path) -> None:

@@ -603,8 +603,7 @@ def adopt(native: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ()) 
     root = be._memory_root(native)
     for s in sources:
         if type(s) is Tensor and s._p is p and (root is s._data or root is be._memory_root(s._data)):
-            owner = s._base if getattr(s, "_base", None) is not None else s  # never bool() a Tensor
-            return _make(native, p, 0, owner)
+            return _view(native, p, s if s._base is None else s._base)  # every Tensor has _base set (_fresh, _view)
     return _fresh(native, p)
 
 
@@ -632,13 +631,13 @@ def _fresh(r: Any, p: Placement) -> Tensor:
     return t
 
 
-def _make(native: Any, p: Placement, nbytes: int, base: Tensor | None) -> Tensor:
-    """A view of ``base``'s buffer (``nbytes`` 0, nothing charged; counted as a live Tensor)."""
+def _view(native: Any, p: Placement, base: Tensor) -> Tensor:
+    """A view of ``base``'s buffer: charged nothing, counted as a live Tensor, keeping ``base`` alive."""
     p.mem.count += 1
     t = _new(Tensor)
     t._data = native
     t._p = p
-    t._nbytes = nbytes
+    t._nbytes = 0
     t._base = base
     return t
 
@@ -768,7 +767,7 @@ def _own1(r: Any, x: Tensor, d: Any, p: Placement) -> Any:
             return _fresh(r, p)
         if b is d:
             owner = x._base
-            return _make(r, p, 0, x if owner is None else owner)
+            return _view(r, p, x if owner is None else owner)
     return rewrap(r, p, [x])
 
 

@@ -117,13 +117,7 @@ def _layer_run(name: str, built: Built, graph: Graph, want: np.ndarray, chain: l
         xt = nx.asarray(built.x.native(), device=device)
         if grad:
             xt.requires_grad_(True)
-        try:
-            y = model(xt)
-        except Exception as exc:  # typed refusals are reported, the rest is a crash
-            reason = refusal(exc, dtypes_declared=True)  # float32 and int64 only: every device declares them
-            if reason is not None:
-                raise Refused(reason) from exc
-            raise crash(where, exc) from exc
+        y = _forward(lambda: model(xt), where)
         check_fields(y, f"{where}: output", device, [xt, *state], on_tape=grad, composite=True)
         scale = magnitude(want)
         compare(y, want, device, f"{where}: output", dtype="float32", scale=scale)
@@ -132,13 +126,30 @@ def _layer_run(name: str, built: Built, graph: Graph, want: np.ndarray, chain: l
         watch.holds(live_tensors(made), f"{where}: after the forward pass and the chain")
         if g_host is None:
             return
-        g = nx.asarray(g_host.astype(np.float32), device=device)
-        try:
-            final.backward(g)
-        except Exception as exc:  # every layer trains on a device that trains
-            raise crash(f"{where}: backward", exc) from exc
+        g = _backward(final, g_host, device, where)  # every layer trains on a device that trains
         _check_layer_grads(graph, built, xt, model, chain, g_host, device, where)
         watch.holds(live_tensors([*made, g]), f"{where}: after backward")
+
+
+def _forward(run: Any, where: str) -> Tensor:
+    """``run()``: a typed refusal is reported as Refused, any other exception is a crash."""
+    try:
+        return run()  # type: ignore[no-any-return]
+    except Exception as exc:
+        reason = refusal(exc, dtypes_declared=True)  # float32 and int64 only: every device declares them
+        if reason is not None:
+            raise Refused(reason) from exc
+        raise crash(where, exc) from exc
+
+
+def _backward(final: Tensor, g_host: np.ndarray, device: nx.Device, where: str) -> Tensor:
+    """``final.backward(g)`` with ``g_host`` on the device; any exception is a crash. Returns g."""
+    g = nx.asarray(g_host.astype(np.float32), device=device)
+    try:
+        final.backward(g)
+    except Exception as exc:
+        raise crash(f"{where}: backward", exc) from exc
+    return g
 
 
 def _chain(y: Tensor, want: np.ndarray, chain: list[View], sources: list[Any], device: nx.Device, where: str, scale: float, grad: bool,
@@ -326,13 +337,7 @@ def _one_input_run(where: str, call: Callable[[Tensor, Tensor | None], Any], ref
         tt = nx.asarray(other, device=device) if other is not None else None
         if grad:
             xt.requires_grad_(True)
-        try:
-            y = call(xt, tt)
-        except Exception as exc:  # typed refusals are reported, the rest is a crash
-            reason = refusal(exc, dtypes_declared=True)  # float32 and int64 only: every device declares them
-            if reason is not None:
-                raise Refused(reason) from exc
-            raise crash(where, exc) from exc
+        y = _forward(lambda: call(xt, tt), where)
         state = [t for m in modules for t in (*m.parameters(), *m.buffers())]
         check_fields(y, f"{where}: output", device, [xt, *([tt] if tt is not None else []), *state], on_tape=grad, composite=True)
         scale = magnitude(want) * max(x.size, 1)  # a mean or sum over the batch: the kit's reduction rule
@@ -342,11 +347,7 @@ def _one_input_run(where: str, call: Callable[[Tensor, Tensor | None], Any], ref
         watch.holds(live_tensors(made), f"{where}: after the forward pass and the chain")
         if g_host is None:
             return
-        g = nx.asarray(g_host.astype(np.float32), device=device)
-        try:
-            final.backward(g)
-        except Exception as exc:  # losses are differentiable on every device that trains
-            raise crash(f"{where}: backward", exc) from exc
+        g = _backward(final, g_host, device, where)  # losses are differentiable on every device that trains
         g64 = g_host.astype(np.float64)
 
         def loss(v: np.ndarray) -> float:

@@ -33,7 +33,7 @@ def test_program_round_trips_with_its_precision(tmp_path: Path, precision: str) 
 
 
 def test_damaged_program_is_refused(tmp_path: Path) -> None:
-    from neurenix_core.deploy.artifact import _sha256
+    from neurenix_core.io.digest import file_sha256
 
     compiled = nx.compile(_mlp(), device="cuda:0", outputs="host")
     compiled(np.ones((2, 6), np.float32))
@@ -42,7 +42,7 @@ def test_damaged_program_is_refused(tmp_path: Path) -> None:
     program.write_bytes(b"PK broken")
     file = tmp_path / "a" / "artifact.json"
     manifest = json.loads(file.read_text())
-    manifest["checksums"]["parts/0/model.pt2"] = _sha256(program)
+    manifest["checksums"]["parts/0/model.pt2"] = file_sha256(program)
     file.write_text(json.dumps(manifest))
     with pytest.raises(ArtifactFormatError, match=r"plugin cuda-tc.*not a loadable torch.export program.*export the model again"):
         nx.load_compiled(tmp_path / "a")

@@ -33,7 +33,7 @@ def test_saved_tflite_is_a_standalone_model(tmp_path: Path) -> None:
 
 
 def test_damaged_tflite_behind_a_matching_checksum(tmp_path: Path) -> None:
-    from neurenix_core.deploy.artifact import _sha256
+    from neurenix_core.io.digest import file_sha256
 
     compiled = nx.compile(_mlp(), device="edgetpu:0", outputs="host")
     compiled(np.ones((1, 6), np.float32))
@@ -42,7 +42,7 @@ def test_damaged_tflite_behind_a_matching_checksum(tmp_path: Path) -> None:
     tflite.write_bytes(b"\x00" * 64)
     file = tmp_path / "a" / "artifact.json"
     manifest = json.loads(file.read_text())
-    manifest["checksums"]["parts/0/model.tflite"] = _sha256(tflite)
+    manifest["checksums"]["parts/0/model.tflite"] = file_sha256(tflite)
     file.write_text(json.dumps(manifest))
     with pytest.raises(ArtifactFormatError, match=r"plugin edgetpu.*model.tflite is not a usable TFLite model.*export the model again"):
         nx.load_compiled(tmp_path / "a")
