@@ -16,7 +16,8 @@ import numpy as np
 
 from neurenix_core.deploy.artifact import member
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError, ModelFormatError, ShapeError
-from neurenix_edgetpu.compiled import CompilerReport, Edge, EdgeTPUModel
+from neurenix_edgetpu.compiled import CompilerReport, EdgeTPUModel
+from neurenix_edgetpu.edges import Edge
 from neurenix_edgetpu.verify import inspect_model
 
 if TYPE_CHECKING:

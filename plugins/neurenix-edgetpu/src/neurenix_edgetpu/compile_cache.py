@@ -36,8 +36,8 @@ def _dump(written: Written) -> bytes:
 
 
 def _load(payload: bytes) -> Written:
-    from neurenix_edgetpu.compiled import Edge
     from neurenix_edgetpu.compiler import CompilerReport
+    from neurenix_edgetpu.edges import Edge
 
     parts, _ = compile_cache.unpack(payload)
     meta = json.loads(parts["meta"])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +24,9 @@ from neurenix_core.errors import ModelFormatError, ShapeError
 from neurenix_core.graph.inputs import call_runtime, check_outputs
 from neurenix_core.graph.ir import CompileOptions, Graph
 from neurenix_core.plugins.backend import CompiledModel
-from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu.compile_cache import cached_tflite
 from neurenix_edgetpu.compiler import CompilerReport, run_edgetpu_compiler
+from neurenix_edgetpu.edges import Edge
 from neurenix_edgetpu.lower_s2d import choose_stem
 from neurenix_edgetpu.lowering import lower
 from neurenix_edgetpu.verify import ModelInfo, inspect_model
@@ -35,28 +34,7 @@ from neurenix_edgetpu.verify import ModelInfo, inspect_model
 if TYPE_CHECKING:
     from neurenix_edgetpu.backend import LiteRTBackend
 
-__all__ = ["Edge", "EdgeTPUModel", "compile_graph", "load_model"]
-
-
-@dataclass(frozen=True, slots=True)
-class Edge:
-    """How one model input/output meets the user: its shape, layout change and quantization."""
-
-    name: str
-    shape: tuple[int, ...]  # as the user passes/receives it
-    nhwc: bool  # the model stores it NHWC; the user sees NCHW
-    dtype: np.dtype[Any]  # the model's dtype (int8 means quantize/dequantize here)
-    quant: tuple[float, int] | None
-
-    @property
-    def quantizer(self) -> qz.EdgeQuantizer | None:
-        q = _QUANTIZERS.get((self.quant, self.dtype.str)) if self.quant is not None else None
-        if q is None and self.quant is not None:
-            q = _QUANTIZERS[(self.quant, self.dtype.str)] = qz.EdgeQuantizer(self.quant[0], self.quant[1], self.dtype)
-        return q
-
-
-_QUANTIZERS: dict[tuple[Any, str], qz.EdgeQuantizer] = {}
+__all__ = ["EdgeTPUModel", "compile_graph", "load_model"]
 
 
 class EdgeTPUModel(CompiledModel):

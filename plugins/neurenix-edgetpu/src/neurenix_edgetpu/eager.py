@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import tflite
@@ -20,10 +20,7 @@ from neurenix_core.tensor import fallback
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.runtime import Runner
 from neurenix_edgetpu.tflite_writer import ModelBuilder
-from neurenix_edgetpu.verify import inspect_model
-
-if TYPE_CHECKING:
-    from neurenix_edgetpu.backend import LiteRTBackend
+from neurenix_edgetpu.verify import ModelInfo, inspect_model
 
 __all__ = ["OpCache", "op_table"]
 
@@ -32,10 +29,20 @@ _F32 = np.dtype(np.float32)
 _BINARY = {"add": OP.ADD, "subtract": OP.SUB, "multiply": OP.MUL, "maximum": OP.MAXIMUM, "minimum": OP.MINIMUM, "divide": OP.DIV}
 
 
+class Interpreters(Protocol):
+    """What the ops need of the backend (backend.LiteRTBackend): its name for the fallback
+    count, and an interpreter per single-op model. Typed here, not imported, because the
+    backend builds its op table from this module."""
+
+    name: str
+
+    def interpreter(self, data: bytes, index: int, info: ModelInfo, *, source: str) -> Runner: ...
+
+
 class OpCache:
     """Single-op models by key; building one costs ~1 ms, running it ~10 us."""
 
-    def __init__(self, backend: LiteRTBackend) -> None:
+    def __init__(self, backend: Interpreters) -> None:
         self.backend = backend
         self._runners: dict[tuple[Any, ...], Runner] = {}
         self._lock = threading.Lock()
@@ -74,7 +81,7 @@ def _single(opcode: int, shapes: list[tuple[int, ...]], out_shape: tuple[int, ..
 
 
 class _Ops:
-    def __init__(self, backend: LiteRTBackend) -> None:
+    def __init__(self, backend: Interpreters) -> None:
         self.backend = backend
         self.cache = OpCache(backend)
         self._cpu_ops: dict[str, Callable[..., Any]] | None = None
@@ -156,7 +163,7 @@ class _Ops:
         return self.cache.run(("concat", ax, *shapes), build, *items)
 
 
-def op_table(backend: LiteRTBackend) -> dict[str, Callable[..., Any]]:
+def op_table(backend: Interpreters) -> dict[str, Callable[..., Any]]:
     ops = _Ops(backend)
     table: dict[str, Callable[..., Any]] = {name: ops.binary(name) for name in _BINARY}
     table.update({"matmul": ops.matmul, "nn.linear": ops.linear, "nn.relu": ops.relu, "nn.softmax": ops.softmax, "concat": ops.concat})
