@@ -12,14 +12,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
 from neurenix_core.tensor import fallback
-
-if TYPE_CHECKING:
-    from neurenix_npu_openvino.backend import NPUOpenVINOBackend
 
 __all__ = ["NATIVE_OPS", "EagerKernels"]
 
@@ -33,6 +30,22 @@ _NN: Final = (
 )
 NATIVE_OPS: Final = (*_UNARY, *_BINARY, "matmul", *_NN)
 _FLOATS: Final = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+class EagerDevice(Protocol):
+    """What the kernels need of the backend (backend.NPUOpenVINOBackend): which dtypes run on
+    the device, how a one-op graph is compiled, and where a fallback goes. Typed here, not
+    imported, because the backend builds its op table from this module."""
+
+    name: str
+
+    def runs_dtype(self, dtype: np.dtype[Any]) -> bool: ...
+
+    def compile_eager(self, model: Any, dtype: np.dtype[Any]) -> Any: ...
+
+    def device_label(self, index: int = 0) -> str: ...
+
+    def host_op(self, name: str) -> Callable[..., Any]: ...
 
 
 class _Entry:
@@ -58,7 +71,7 @@ class _Entry:
 class EagerKernels:
     """The op table of the backend: native callables on host arrays, with a bounded LRU cache."""
 
-    def __init__(self, backend: NPUOpenVINOBackend, capacity: int = 256) -> None:
+    def __init__(self, backend: EagerDevice, capacity: int = 256) -> None:
         import openvino as ov
         import openvino.opset16 as opset
 

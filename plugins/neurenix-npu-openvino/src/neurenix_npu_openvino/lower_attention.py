@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
 from neurenix_core.graph.ir import Node
-from neurenix_npu_openvino.lower_types import Handler, output
-
-if TYPE_CHECKING:
-    from neurenix_npu_openvino.lowering import Lowering
+from neurenix_npu_openvino.lower_types import Handler, LoweringContext, output
 
 __all__ = ["HANDLERS", "attention"]
 
 Attrs = Mapping[str, Any]
 
 
-def attention(lw: Lowering, q: Any, k: Any, v: Any, mask: Any | None, mask_dtype: str | None, scale: float | None, causal: bool) -> Any:
+def attention(lw: LoweringContext, q: Any, k: Any, v: Any, mask: Any | None, mask_dtype: str | None, scale: float | None, causal: bool) -> Any:
     """softmax(q @ k^T * scale + mask) @ v on f32 q, k, v (the opset's semantics)."""
     q_shape, k_shape = lw.shape(q), lw.shape(k)
     scale = 1.0 / math.sqrt(q_shape[-1]) if scale is None else float(scale)
@@ -43,14 +40,14 @@ def attention(lw: Lowering, q: Any, k: Any, v: Any, mask: Any | None, mask_dtype
     return _composed(lw, q, k, v, mask, mask_dtype == "bool", scale, causal)
 
 
-def _with_causal(lw: Lowering, mask: Any, boolean: bool, length: int, source: int) -> Any:
+def _with_causal(lw: LoweringContext, mask: Any, boolean: bool, length: int, source: int) -> Any:
     keep = np.tril(np.ones((length, source), bool))
     if boolean:
         return lw.op.logical_and(mask, lw.op.constant(keep))
     return lw.op.add(mask, lw.const(np.where(keep, 0.0, -np.inf)))
 
 
-def _composed(lw: Lowering, q: Any, k: Any, v: Any, mask: Any | None, boolean: bool, scale: float, causal: bool) -> Any:
+def _composed(lw: LoweringContext, q: Any, k: Any, v: Any, mask: Any | None, boolean: bool, scale: float, causal: bool) -> Any:
     scores = output(lw.op.multiply(lw.op.matmul(q, k, False, True), lw.const(scale)))
     if causal:
         shape = lw.shape(scores)
@@ -60,14 +57,14 @@ def _composed(lw: Lowering, q: Any, k: Any, v: Any, mask: Any | None, boolean: b
     return lw.op.matmul(lw.op.softmax(scores, -1), v, False, False)
 
 
-def _sdpa(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _sdpa(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     q, k, v = (lw.to_dtype(t, "float32") for t in x[:3])
     mask = x[3] if len(x) > 3 else None
     mask_dtype = lw.specs[node.inputs[3]].dtype if len(x) > 3 else None
     return attention(lw, q, k, v, mask, mask_dtype, a["scale"], bool(a["is_causal"]))
 
 
-def _multihead_attention(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _multihead_attention(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     p, op = node.params, lw.op
     e, h = int(np.shape(p["out_proj_weight"])[0]), int(a["num_heads"])
     q_in, k_in, v_in = (x[0], x[0], x[0]) if len(x) == 1 else x[:3]  # one input: the first release's self-attention

@@ -8,28 +8,25 @@ opset's output dtype, which is also all ``cast`` needs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
 from neurenix_core.graph.ir import Node
-from neurenix_npu_openvino.lower_types import Handler, axis_of
-
-if TYPE_CHECKING:
-    from neurenix_npu_openvino.lowering import Lowering
+from neurenix_npu_openvino.lower_types import Handler, LoweringContext, axis_of
 
 __all__ = ["HANDLERS"]
 
 Attrs = Mapping[str, Any]
 
 
-def _operands(lw: Lowering, node: Node, x: list[Any], dtype: str | None = None) -> list[Any]:
+def _operands(lw: LoweringContext, node: Node, x: list[Any], dtype: str | None = None) -> list[Any]:
     """Inputs converted to one dtype: ``dtype``, else the node's output dtype."""
     target = dtype or lw.spec_of(node).dtype
     return [lw.to_dtype(v, target) for v in x]
 
 
-def _common_dtype(lw: Lowering, node: Node) -> str:
+def _common_dtype(lw: LoweringContext, node: Node) -> str:
     """The dtype comparisons compare in (floats win, else a shared integer type)."""
     dtypes = [lw.specs[i].dtype for i in node.inputs]
     if any(d.startswith(("float", "bfloat")) for d in dtypes):
@@ -40,13 +37,13 @@ def _common_dtype(lw: Lowering, node: Node) -> str:
 
 
 def _binary(name: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         return getattr(lw.op, name)(*_operands(lw, node, x))
 
     return lower
 
 
-def _div(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _div(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     num, den = _operands(lw, node, x)
     if lw.spec_of(node).dtype.startswith("float"):
         return lw.op.divide(num, den)
@@ -57,45 +54,45 @@ def _div(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
 
 
 def _compare(name: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         return getattr(lw.op, name)(*_operands(lw, node, x, _common_dtype(lw, node)))
 
     return lower
 
 
 def _logical(name: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         return getattr(lw.op, name)(*_operands(lw, node, x, "bool"))
 
     return lower
 
 
 def _unary(name: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         return getattr(lw.op, name)(x[0])
 
     return lower
 
 
-def _rsqrt(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _rsqrt(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.divide(lw.scalar_like(x[0], 1.0), lw.op.sqrt(x[0]))
 
 
-def _reciprocal(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _reciprocal(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.divide(lw.scalar_like(x[0], 1.0), x[0])
 
 
-def _relu(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _relu(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     if lw.specs[node.inputs[0]].dtype.startswith("float"):
         return lw.op.relu(x[0])
     return lw.op.maximum(x[0], lw.scalar_like(x[0], 0))  # Relu is float-only in OpenVINO
 
 
-def _identity(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _identity(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return x[0]  # dropout at inference, identity
 
 
-def _clip(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _clip(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     out = x[0]
     if a["min"] is not None:
         out = lw.op.maximum(out, lw.scalar_like(out, a["min"]))
@@ -104,11 +101,11 @@ def _clip(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return out
 
 
-def _leaky_relu(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _leaky_relu(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.prelu(x[0], lw.const([a["alpha"]]))
 
 
-def _hardsigmoid(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _hardsigmoid(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     alpha, beta = float(a["alpha"]), float(a["beta"])
     if abs(alpha - 1.0 / 6.0) < 1e-9 and beta == 0.5:
         # PyTorch's hardsigmoid is OpenVINO's HSigmoid, which the CPU plugin fuses with its
@@ -118,12 +115,12 @@ def _hardsigmoid(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.clamp(scaled, 0.0, 1.0)
 
 
-def _gelu(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _gelu(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.gelu(x[0], "tanh" if a["approximate"] == "tanh" else "erf")
 
 
 def _softmax(name: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         return getattr(lw.op, name)(x[0], int(a["axis"]))
 
     return lower
@@ -136,7 +133,7 @@ _EXTREMES: Final = {"reduce_max": -np.inf, "reduce_min": np.inf}
 
 
 def _reduce(name: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         ndim = len(lw.shape(x[0]))
         axes = lw.axes(sorted(range(ndim) if a["axes"] is None else [axis_of(int(v), ndim) for v in a["axes"]]))
         keep, dtype = bool(a["keepdims"]), lw.specs[node.inputs[0]].dtype
@@ -156,14 +153,14 @@ def _reduce(name: str) -> Handler:
 
 
 def _global(name: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         return getattr(lw.op, name)(x[0], lw.axes([2, 3]), True)
 
     return lower
 
 
 def _arg(mode: str) -> Handler:
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         axis = axis_of(int(a["axis"]), len(lw.shape(x[0])))
         # stable=True (which needs a sort mode): ties give the first index, as the opset's (NumPy's) argmax.
         indices = lw.op.topk(x[0], lw.const(1, np.int64), axis, mode, "value", "i64", True).output(1)
@@ -172,14 +169,14 @@ def _arg(mode: str) -> Handler:
     return lower
 
 
-def _cast(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _cast(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     if a["to"] == "bool" and lw.specs[node.inputs[0]].dtype != "bool":
         # Convert to boolean is "not equal to zero" (NumPy's astype(bool)), stated explicitly.
         return lw.op.not_equal(x[0], lw.scalar_like(x[0], 0))
     return x[0]  # the driver converts to the opset's output dtype
 
 
-def _constant(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _constant(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     value = np.asarray(node.params["value"])
     return lw.op.constant(np.array(value, dtype=lw.ov_type(lw.spec_of(node).dtype).to_dtype(), order="C"))
 

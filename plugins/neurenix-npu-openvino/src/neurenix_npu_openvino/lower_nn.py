@@ -10,22 +10,19 @@ activation inputs, ``Lowering.weight`` on their weights (per output channel), an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
 from neurenix_core.graph.ir import Node
-from neurenix_npu_openvino.lower_types import Handler, pair
-
-if TYPE_CHECKING:
-    from neurenix_npu_openvino.lowering import Lowering
+from neurenix_npu_openvino.lower_types import Handler, LoweringContext, pair
 
 __all__ = ["HANDLERS"]
 
 Attrs = Mapping[str, Any]
 
 
-def _linear(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _linear(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     in_features = int(np.shape(node.params["weight"])[1])
     lw.expect(node, x[0], None, -1, in_features, f"a last dimension of {in_features} (in_features)")
     out = lw.op.matmul(x[0], lw.weight(node), False, True)
@@ -33,7 +30,7 @@ def _linear(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return out if b is None else lw.op.add(out, lw.const(b))
 
 
-def _matmul(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _matmul(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     dtype = lw.spec_of(node).dtype
     left, right = (lw.to_dtype(v, dtype) for v in x)
     right_rank = len(lw.shape(right))
@@ -42,7 +39,7 @@ def _matmul(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.matmul(left, right, False, False)
 
 
-def _gemm(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _gemm(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     dtype = lw.spec_of(node).dtype
     left, right = (lw.to_dtype(v, dtype) for v in x[:2])
     left = lw.constant_operand(node, 0, left, None)
@@ -59,7 +56,7 @@ def _gemm(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
 def _conv(nd: int) -> Handler:
     layout = "NCHW" if nd == 2 else "N,C,L"
 
-    def lower(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+    def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         groups = int(a["groups"])
         w_shape = np.shape(node.params["weight"])
         in_channels = int(w_shape[1] * groups)
@@ -77,7 +74,7 @@ def _conv(nd: int) -> Handler:
     return lower
 
 
-def _conv_transpose2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _conv_transpose2d(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     # The opset's weight is (C_in, C_out/groups, kh, kw): ConvolutionBackpropData's filter layout,
     # and GroupConvolutionBackpropData's once split to (groups, C_in/groups, C_out/groups, kh, kw).
     groups = int(a["groups"])
@@ -100,31 +97,31 @@ def _pool_args(a: Attrs) -> tuple[list[int], list[int], list[int]]:
     return k, s, pair(a["padding"])
 
 
-def _max_pool2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _max_pool2d(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     lw.expect_rank(node, x[0], 4, "an NCHW input")
     k, s, p = _pool_args(a)
     return lw.op.max_pool(x[0], s, [1, 1], p, p, k, "floor").output(0)
 
 
-def _avg_pool2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _avg_pool2d(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     lw.expect_rank(node, x[0], 4, "an NCHW input")
     k, s, p = _pool_args(a)
     # opset16 AvgPool has dilations; leaving them None crashes OpenVINO 2026.4 at compile time.
     return lw.op.avg_pool(x[0], s, p, p, k, not bool(a["count_include_pad"]), "floor", dilations=[1, 1])
 
 
-def _adaptive_avg_pool2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _adaptive_avg_pool2d(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     lw.expect_rank(node, x[0], 4, "an NCHW input")
     return lw.op.adaptive_avg_pool(x[0], lw.const(pair(a["output_size"]), np.int64))
 
 
-def _adaptive_max_pool2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _adaptive_max_pool2d(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     lw.expect_rank(node, x[0], 4, "an NCHW input")
     # i32 indices: OpenVINO's CPU plugin runs no i64 output through oneDNN (the indices are unused).
     return lw.op.adaptive_max_pool(x[0], lw.const(pair(a["output_size"]), np.int64), "i32").output(0)
 
 
-def _batch_norm2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _batch_norm2d(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     p = node.params
     c = int(np.shape(p["running_mean"])[0])
     lw.expect(node, x[0], None, 1, c, f"{c} channels on axis 1 (num_features)")
@@ -139,7 +136,7 @@ def _batch_norm2d(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     )
 
 
-def _layer_norm(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _layer_norm(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     shape = tuple(int(d) for d in a["normalized_shape"])
     got = lw.shape(x[0])
     if got[len(got) - len(shape) :] != shape:

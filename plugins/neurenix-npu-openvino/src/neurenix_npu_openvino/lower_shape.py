@@ -8,48 +8,45 @@ the core's) instead of re-deriving ONNX's 0 / -1 conventions here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
 from neurenix_core.graph.ir import Node
-from neurenix_npu_openvino.lower_types import Handler, axis_of, output
-
-if TYPE_CHECKING:
-    from neurenix_npu_openvino.lowering import Lowering
+from neurenix_npu_openvino.lower_types import Handler, LoweringContext, axis_of, output
 
 __all__ = ["HANDLERS"]
 
 Attrs = Mapping[str, Any]
 
 
-def _reshape_to_spec(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _reshape_to_spec(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     target = lw.spec_of(node).shape
     if lw.shape(x[0]) == target:
         return x[0]
     return lw.op.reshape(x[0], lw.const(list(target), np.int64), False)
 
 
-def _transpose(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _transpose(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     ndim = len(lw.shape(x[0]))
     perm = list(reversed(range(ndim))) if a["perm"] is None else [axis_of(int(v), ndim) for v in a["perm"]]
     return lw.op.transpose(x[0], lw.const(perm, np.int64))
 
 
-def _expand(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _expand(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.broadcast(x[0], lw.const(list(lw.spec_of(node).shape), np.int64))
 
 
-def _concat(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _concat(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     dtype = lw.spec_of(node).dtype
     return lw.op.concat([lw.to_dtype(v, dtype) for v in x], int(a["axis"]))
 
 
-def _slice_axis(lw: Lowering, value: Any, axis: int, start: int, stop: int, step: int = 1) -> Any:
+def _slice_axis(lw: LoweringContext, value: Any, axis: int, start: int, stop: int, step: int = 1) -> Any:
     return lw.op.slice(value, lw.axes([start]), lw.axes([stop]), lw.axes([step]), lw.axes([axis]))
 
 
-def _split(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _split(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     shape = lw.shape(x[0])
     axis = axis_of(int(a["axis"]), len(shape))
     sizes = [int(s) for s in a["sizes"]]
@@ -57,7 +54,7 @@ def _split(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return _slice_axis(lw, x[0], axis, start, start + sizes[int(a["index"])])
 
 
-def _slice(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _slice(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     shape = lw.shape(x[0])
     axes = a["axes"] if a["axes"] is not None else tuple(range(len(a["starts"])))
     steps = a["steps"] if a["steps"] is not None else (1,) * len(axes)
@@ -74,19 +71,19 @@ def _slice(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.slice(x[0], lw.axes(starts), lw.axes(stops), lw.axes(steps_out), lw.axes(axes_out))
 
 
-def _gather(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _gather(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     axis = axis_of(int(a["axis"]), len(lw.shape(x[0])))
     return lw.op.gather(x[0], x[1], lw.const(axis, np.int64))
 
 
-def _wrapped(lw: Lowering, indices: Any, sizes: Any) -> Any:
+def _wrapped(lw: LoweringContext, indices: Any, sizes: Any) -> Any:
     """Negative indices counted from the end (the opset's rule), made explicit: OpenVINO's
     GatherElements / GatherND specs leave negative indices to the plugin."""
     zero = lw.scalar_like(indices, 0)
     return lw.op.select(lw.op.less(indices, zero), lw.op.add(indices, sizes), indices)
 
 
-def _gather_elements(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _gather_elements(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     shape, idx_shape = lw.shape(x[0]), lw.shape(x[1])
     axis = axis_of(int(a["axis"]), len(shape))
     data = x[0]
@@ -102,17 +99,17 @@ def _gather_elements(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.gather_elements(data, indices, axis)
 
 
-def _gather_nd(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _gather_nd(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     k = lw.shape(x[1])[-1]
     dims = np.asarray(lw.shape(x[0])[:k], output(x[1]).get_element_type().to_dtype())
     return lw.op.gather_nd(x[0], _wrapped(lw, x[1], lw.op.constant(dims)), int(a["batch_dims"]))
 
 
-def _embedding(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _embedding(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.gather(lw.const(node.params["weight"]), x[0], lw.const(0, np.int64))
 
 
-def _where(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _where(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     dtype = lw.spec_of(node).dtype
     return lw.op.select(lw.to_dtype(x[0], "bool"), lw.to_dtype(x[1], dtype), lw.to_dtype(x[2], dtype))
 
@@ -120,7 +117,7 @@ def _where(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
 _PAD_MODES: Final = {"constant": "constant", "reflect": "reflect", "edge": "edge"}
 
 
-def _pad(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
+def _pad(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     pads = [(int(lo), int(hi)) for lo, hi in a["pads"]]
     if a["mode"] == "wrap":
         return _wrap(lw, x[0], pads)
@@ -130,7 +127,7 @@ def _pad(lw: Lowering, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.pad(x[0], begin, end, _PAD_MODES[a["mode"]])
 
 
-def _wrap(lw: Lowering, value: Any, pads: list[tuple[int, int]]) -> Any:
+def _wrap(lw: LoweringContext, value: Any, pads: list[tuple[int, int]]) -> Any:
     # OpenVINO's Pad has no wrap mode: gather the periodic indices along each padded axis.
     shape = lw.shape(value)
     for axis, (lo, hi) in enumerate(pads):

@@ -3,23 +3,60 @@
 A handler takes the lowering in progress, the node, its attributes completed with the opset's
 defaults, and its input values (OpenVINO outputs), and returns the node's value; the driver
 (lowering.py) converts it to the element type the opset infers.
+
+The lowering in progress is typed as :class:`LoweringContext`, the part of ``lowering.Lowering``
+handlers use, so that the handler modules need not import the driver that imports them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from neurenix_core.graph.ir import Node
+from neurenix_core.graph.shapes import ValueSpec
 
-if TYPE_CHECKING:
-    from neurenix_npu_openvino.lowering import Lowering
+__all__ = ["Handler", "LoweringContext", "axis_of", "output", "pair"]
 
-__all__ = ["Handler", "axis_of", "output", "pair"]
 
-Handler = Callable[["Lowering", Node, Mapping[str, Any], list[Any]], Any]
+class LoweringContext(Protocol):
+    """The lowering in progress as handlers see it (implemented by ``lowering.Lowering``, whose
+    methods say what each does): the opset16 module, the specs of the values built so far, and
+    the helpers for constants, dtypes, quantized weights and shape checks."""
+
+    op: Any
+    specs: dict[str, ValueSpec]
+
+    def spec_of(self, node: Node) -> ValueSpec: ...
+
+    def const(self, array: Any, dtype: Any = ...) -> Any: ...
+
+    def axes(self, values: Any) -> Any: ...
+
+    def shape(self, value: Any) -> tuple[int, ...]: ...
+
+    def ov_type(self, dtype: str) -> Any: ...
+
+    def to_dtype(self, value: Any, dtype: str) -> Any: ...
+
+    def scalar_like(self, value: Any, number: float) -> Any: ...
+
+    def weight(self, node: Node, key: str = ...) -> Any: ...
+
+    def constant_operand(self, node: Node, index: int, value: Any, channel_axis: int | None) -> Any: ...
+
+    def bias(self, node: Node) -> np.ndarray | None: ...
+
+    def expect_rank(self, node: Node, value: Any, rank: int, what: str) -> tuple[int, ...]: ...
+
+    def expect(self, node: Node, value: Any, rank: int | None, axis: int, size: int, what: str) -> tuple[int, ...]: ...
+
+    def shape_error(self, node: Node, shape: tuple[int, ...], what: str) -> None: ...
+
+
+Handler = Callable[[LoweringContext, Node, Mapping[str, Any], list[Any]], Any]
 
 
 def output(node: Any) -> Any:

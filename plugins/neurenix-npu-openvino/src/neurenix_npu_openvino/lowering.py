@@ -165,7 +165,7 @@ class Lowering:
         low, high, levels = weight_bounds(q, w.ndim) if q is not None else constant_weight_bounds(w, 0)
         return output(fake_quantize(self.op, self.const(w), low, high, levels))
 
-    def constant_operand(self, node: Node, index: int, value: Any, channel_axis: int) -> Any:
+    def constant_operand(self, node: Node, index: int, value: Any, channel_axis: int | None) -> Any:
         """A matmul/gemm operand that is a weight constant, per-channel quantized under a static plan
         (the plan holds weights of linear/conv layers only; constants feeding matmul are weights too)."""
         plan = self.plan
