@@ -119,15 +119,14 @@ def _export(graph: Graph, precision: str | None, plan: QuantizationPlan | None, 
     """Lower ``graph``, export it for ``shapes`` (padded) and pack module, weights and layout."""
     import jax
 
-    from neurenix_tpu.compiled import _on_leaves
-    from neurenix_tpu.lowering import lower_graph
+    from neurenix_tpu.lowering import lower_graph, on_leaves
 
     lowered = lower_graph(graph, precision, plan)
     flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.params)
     leaves = [np.asarray(a) for _, a in flat]
     specs = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves)
     args = [jax.ShapeDtypeStruct(s, _canonical(i.dtype)) for s, i in zip(shapes, graph.inputs)]
-    exported = jax.export.export(jax.jit(_on_leaves(lowered.fn, treedef)))(specs, *args)
+    exported = jax.export.export(jax.jit(on_leaves(lowered.fn, treedef)))(specs, *args)
     layout = {"paths": [[k.key for k in path] for path, _ in flat], "mode": lowered.mode.name, "nodes": lowered.node_count,
               "conv_layout": lowered.conv_layout, "shapes": [list(s) for s in shapes]}
     payload = compile_cache.pack({"module": bytes(exported.serialize()), "layout": json.dumps(layout).encode()},

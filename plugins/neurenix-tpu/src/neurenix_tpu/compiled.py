@@ -31,7 +31,7 @@ from neurenix_core.graph.inputs import call_runtime
 from neurenix_core.graph.ir import Graph
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_tpu.compile_cache import cache_phrase, cached_lowering, use_jax_cache, xla_cache_counts
-from neurenix_tpu.lowering import Lowered, lower_graph, resolve_mode
+from neurenix_tpu.lowering import Lowered, lower_graph, on_leaves, resolve_mode
 
 if TYPE_CHECKING:
     from neurenix_tpu.backend import JaxTPUBackend
@@ -86,7 +86,7 @@ class Program:
         for i in self.indices:  # refuse before allocating, like any tensor creation
             backend.memory.check(i, nbytes)
         host_leaves, treedef = jax.tree_util.tree_flatten(lowered.params)
-        fn = _on_leaves(lowered.fn, treedef)
+        fn = on_leaves(lowered.fn, treedef)
         if parallel > 1:
             mesh = Mesh(np.array([backend._native_device(i) for i in self.indices]), ("data",))
             replicated, self.batch_sharding = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
@@ -127,16 +127,6 @@ class Program:
 
     def padded_batch(self, batch: int) -> int:
         return bucket_for(batch, self.buckets, self.parallel)
-
-
-def _on_leaves(fn: Any, treedef: Any) -> Any:
-    """``fn(params, *xs)`` as a function of the flat weight tuple: the dict is rebuilt while jit
-    traces, so the XLA program is the same and only the per-call argument flattening shrinks."""
-
-    def program(leaves: tuple[Any, ...], *xs: Any) -> Any:
-        return fn(jax.tree_util.tree_unflatten(treedef, leaves), *xs)
-
-    return program
 
 
 def _release(memory: Any, indices: tuple[int, ...], nbytes: int) -> None:

@@ -77,8 +77,7 @@ class XLAHostRuntime(HostRuntime):
 
     def compile(self, graph: Graph, options: HostOptions) -> XLAHostModel:
         from neurenix_tpu.compile_cache import cache_phrase, use_jax_cache, xla_cache_counts
-        from neurenix_tpu.compiled import _on_leaves
-        from neurenix_tpu.lowering import lower_graph
+        from neurenix_tpu.lowering import lower_graph, on_leaves
 
         use_jax_cache()  # XLA's compiled programs kept in neurenix's compile cache, as for tpu devices
         before = xla_cache_counts()
@@ -90,7 +89,7 @@ class XLAHostRuntime(HostRuntime):
             leaves, treedef = jax.tree_util.tree_flatten(lowered.params)
             leaves = tuple(jax.device_put(leaves, self.device))
             try:
-                executable = jax.jit(_on_leaves(lowered.fn, treedef)).lower(leaves, *_input_specs(jax, graph, self.device)).compile()
+                executable = jax.jit(on_leaves(lowered.fn, treedef)).lower(leaves, *_input_specs(jax, graph, self.device)).compile()
             except (TypeError, ValueError, RuntimeError) as exc:  # XlaRuntimeError is a RuntimeError
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise CompilationError(f"{_WHO} could not compile the cpu:0 graph: {first}; pass runtime='auto' to use another") from exc

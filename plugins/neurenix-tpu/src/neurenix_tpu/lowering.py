@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -26,7 +27,7 @@ from neurenix_core.graph.shapes import infer_values
 from neurenix_tpu.modes import MODES, QUANT_MODES, Mode, resolve_mode
 from neurenix_tpu.optable import LOWERINGS, Value, nchw
 
-__all__ = ["LOWERINGS", "MODES", "QUANT_MODES", "Lowered", "Mode", "lower_graph", "resolve_mode"]
+__all__ = ["LOWERINGS", "MODES", "QUANT_MODES", "Lowered", "Mode", "lower_graph", "on_leaves", "resolve_mode"]
 
 Array = Any
 
@@ -99,6 +100,18 @@ class Lowered:
     mode: Mode
     node_count: int
     conv_layout: bool
+
+
+def on_leaves(fn: Callable[..., Any], treedef: Any) -> Callable[..., Any]:
+    """``fn(params, *xs)`` as a function of the flat weight tuple: the dict is rebuilt while jit
+    traces, so the XLA program is the same and only the per-call argument flattening shrinks.
+    Here, beside :class:`Lowered`, because every caller of a lowering (compiled.py, the
+    persistent cache's export, the XLA:CPU host runtime) jits it this way."""
+
+    def program(leaves: tuple[Any, ...], *xs: Any) -> Any:
+        return fn(jax.tree_util.tree_unflatten(treedef, leaves), *xs)
+
+    return program
 
 
 def _check_ops(graph: Graph) -> None:
