@@ -1,0 +1,402 @@
+"""How many of PyTorch's OpInfo ops neurenix imports through torch.export and runs correctly.
+
+Each op of ``torch.testing._internal.common_methods_invocations.op_db`` becomes a one-op
+``torch.nn.Module`` (its tensor arguments are the forward's inputs, everything else is baked
+in), imported with ``nx.nn.from_torch(module, inputs, static=True)`` and run on cpu:0 with
+NumPy inputs; the results are compared with eager PyTorch. Only neurenix's public API is used,
+so the same script measures older and newer versions of the package.
+
+    .venv/bin/python benchmarks/opinfo_sweep.py                            # every op, 3 samples each
+    .venv/bin/python benchmarks/opinfo_sweep.py --ops add,mul,nn.functional.relu --samples 1
+    .venv/bin/python benchmarks/opinfo_sweep.py --json now.json --diff before.json
+
+Samples: float32 (an op whose CPU dtypes lack float32 is counted as ``no float32``), the first
+``--samples`` of OpInfo's sample inputs whose tensors are all strided CPU tensors of float32,
+int64 or bool (a list of tensors, as ``cat`` takes, gives one input per tensor). A sample eager
+PyTorch cannot run, whose outputs are not all float/int/bool tensors, or whose outputs differ
+between two eager runs from different RNG states (random ops: dropout with p > 0) is skipped;
+an op with no usable sample is counted as ``unsupported sample`` (its error names the first
+reason). Samples are seeded (torch and NumPy): two runs give the same samples.
+
+Outcome of an op (its first failing sample decides; ``pass`` when every chosen sample matches):
+
+    pass                every sample imported, ran, and matched eager PyTorch
+    wrong               ran, but a result differs (float: rtol 1e-4, atol 1e-5, NaN where torch's
+                        NaN is; integer and bool: exact; shape or dtype kind differs)
+    run refused         imported, but calling the model raised a NeurenixError (typed refusal)
+    import refused      nx.nn.from_torch raised a NeurenixError while torch.export alone succeeds
+    export failed       torch.export itself cannot capture the module: not neurenix's doing
+    crash               neurenix raised anything else (not a NeurenixError): a bug
+    timeout             the op took longer than --timeout seconds (SIGALRM)
+    no float32          the OpInfo does not support float32 on CPU
+    unsupported sample  no sample fits the rules above
+
+``imported`` in the summary is pass + wrong + run refused over the ops whose export succeeded
+(every op but export failed / no float32 / unsupported sample). ``--json`` writes one record
+per op (name, variant, outcome, error: the exception type and first message line), sorted, so
+two runs diff cleanly; ``--diff OLD.json`` prints the ops whose outcome changed since OLD.
+An ``import refused`` whose message reads "torch.export could not capture" while torch.export
+alone succeeds is neurenix's importer wrapping its own error (a ShapeError, an IndexError): read
+those as bugs. A full run (702 ops, torch 2.13) takes about 7 to 10 minutes on 2 vCPUs, one
+process. torch's testing helpers import ``expecttest``; where it is not installed a stub stands in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import platform
+import signal
+import sys
+import time
+import types
+import unittest
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# benchmarks/ holds openvino.py, onnxruntime.py ...: as the script's folder it would shadow the runtimes.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+
+import numpy as np
+
+OUTCOMES = ("pass", "wrong", "run refused", "import refused", "crash", "timeout", "export failed",
+            "no float32", "unsupported sample")
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class Timeout(BaseException):
+    """Raised by SIGALRM; a BaseException so no ``except Exception`` in the code under test eats it."""
+
+
+class SkipSample(Exception):
+    """This sample cannot be compared (the reason is the message)."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_op_db() -> list[Any]:
+    """OpInfo's database. torch's testing helpers import ``expecttest``, a test-only package; a
+    stub stands in where it is not installed (only its TestCase base class is touched at import)."""
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("expecttest")
+        stub.TestCase = unittest.TestCase  # type: ignore[attr-defined]
+        stub.ACCEPT = False  # type: ignore[attr-defined]
+        sys.modules["expecttest"] = stub
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)
+
+
+@contextlib.contextmanager
+def alarm(seconds: int) -> Iterator[None]:
+    if seconds <= 0 or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise Timeout(f"over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class OneOp:
+    """A sample as (tensor leaves, a function rebuilding the call from them)."""
+
+    def __init__(self, torch: Any, op: Callable[..., Any], sample: Any) -> None:
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        leaves, spec = tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+        self.slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+        self.tensors = [leaves[i] for i in self.slots]
+        ok = {torch.float32, torch.int64, torch.bool}
+        for t in self.tensors:
+            if t.dtype not in ok or t.device.type != "cpu" or t.layout != torch.strided or t.requires_grad:
+                raise SkipSample(f"input tensor {t.dtype} {t.layout} on {t.device}")
+        if not self.tensors:
+            raise SkipSample("no tensor inputs")
+        baked, slots = list(leaves), self.slots
+
+        class Op(torch.nn.Module):
+            def forward(self, *xs: Any) -> Any:
+                call = list(baked)
+                for slot, x in zip(slots, xs):
+                    call[slot] = x
+                inp, args, kwargs = tree_unflatten(call, spec)
+                return op(inp, *args, **kwargs)
+
+        self.module = Op().eval()
+
+
+def eager(torch: Any, one: OneOp, seed: int, reseeding: bool = True) -> list[np.ndarray]:
+    """Eager PyTorch's outputs from RNG state ``seed``. ``reseeding=False`` makes ``torch.manual_seed``
+    a no-op meanwhile: OpInfo wraps random ops (dropout ...) in ``wrapper_set_seed``, which seeds
+    42 on every call, and a random op would otherwise look deterministic."""
+    from torch.utils._pytree import tree_flatten
+
+    torch.manual_seed(seed)
+    manual_seed = torch.manual_seed
+    if not reseeding:
+        torch.manual_seed = lambda *_: torch.random.default_generator
+    try:
+        with torch.no_grad():
+            out = one.module(*[t.clone() for t in one.tensors])
+    finally:
+        torch.manual_seed = manual_seed
+    leaves, _ = tree_flatten(out)
+    if not leaves:
+        raise SkipSample("no outputs")
+    arrays = []
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            raise SkipSample(f"non-tensor output {type(leaf).__name__}")
+        if leaf.dtype.is_complex or leaf.layout != torch.strided or leaf.dtype in (torch.bfloat16,):
+            raise SkipSample(f"output {leaf.dtype} {leaf.layout}")
+        arrays.append(leaf.detach().cpu().resolve_conj().resolve_neg().numpy().copy())
+    return arrays
+
+
+def same(a: np.ndarray, b: np.ndarray, exact: bool = False) -> bool:
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        if exact:
+            return bool(np.array_equal(a, b, equal_nan=True))
+        return bool(np.all(np.isclose(b.astype(np.float64), a.astype(np.float64), rtol=RTOL, atol=ATOL, equal_nan=True)))
+    return bool(np.array_equal(a, b))
+
+
+def mismatch(expected: list[np.ndarray], got: list[np.ndarray]) -> str:
+    """'' when ``got`` matches ``expected``, else what differs."""
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, torch gives {len(expected)}"
+    for i, (want, have) in enumerate(zip(expected, got)):
+        if have.shape != want.shape:
+            return f"output {i}: shape {have.shape}, torch {want.shape}"
+        kinds = {k: "int" for k in "iu"}
+        if kinds.get(have.dtype.kind, have.dtype.kind) != kinds.get(want.dtype.kind, want.dtype.kind):
+            return f"output {i}: dtype {have.dtype}, torch {want.dtype}"
+        if not same(want, have):
+            if want.dtype.kind == "f":
+                w, h = want.astype(np.float64), have.astype(np.float64)
+                nan = np.isnan(w) != np.isnan(h)
+                if nan.any():
+                    return f"output {i}: NaN at {int(nan.sum())} places where torch has none or vice versa"
+                with np.errstate(invalid="ignore"):
+                    err = np.nanmax(np.abs(np.where(np.isfinite(w) & np.isfinite(h), w - h, 0.0)))
+                return f"output {i}: max abs error {err:.3g} ({int((~np.isclose(h, w, RTOL, ATOL, True)).sum())}/{w.size} off)"
+            return f"output {i}: {int((want != have).sum())}/{want.size} elements differ"
+    return ""
+
+
+def torch_export_error(torch: Any, one: OneOp) -> str:
+    """'' when torch.export (and its decompositions) captures the module alone, else the error."""
+    try:
+        torch.export.export(one.module, tuple(one.tensors)).run_decompositions({})
+    except Exception as exc:  # noqa: BLE001 - any failure of torch.export is torch's
+        return first_line(exc)
+    return ""
+
+
+def usable_samples(torch: Any, info: Any, count: int, dtype: Any, skipped: list[str]) -> Iterator[tuple[OneOp, list[np.ndarray]]]:
+    """The first ``count`` usable samples with eager PyTorch's outputs; why others were skipped
+    goes to ``skipped``. At most 100 samples are looked at."""
+    for seen, sample in enumerate(info.sample_inputs("cpu", dtype, requires_grad=False)):
+        if seen >= 100:
+            return
+        try:
+            one = OneOp(torch, info.op, sample)
+            want = eager(torch, one, 0)
+            again = eager(torch, one, 1, reseeding=False)
+        except SkipSample as exc:
+            skipped.append(str(exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 - eager PyTorch refuses the sample: not ours to judge
+            skipped.append(f"eager torch raised {first_line(exc)}")
+            continue
+        if len(want) != len(again) or not all(same(a, b, exact=True) for a, b in zip(want, again)):
+            skipped.append("random outputs (two eager runs differ)")
+            continue
+        yield one, want
+        count -= 1
+        if count <= 0:
+            return
+
+
+def run_op(torch: Any, nx: Any, errors: Any, info: Any, samples: int) -> tuple[str, str]:
+    """(outcome, error) of one OpInfo."""
+    if torch.float32 not in info.supported_dtypes("cpu"):
+        return "no float32", ""
+    tried = 0
+    skipped: list[str] = []
+    for one, want in usable_samples(torch, info, samples, torch.float32, skipped):
+        tried += 1
+        try:
+            model = nx.nn.from_torch(one.module, tuple(one.tensors), static=True)
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            export = torch_export_error(torch, one)
+            if export:
+                return "export failed", export
+            return ("import refused" if isinstance(exc, errors.NeurenixError) else "crash"), first_line(exc)
+        try:
+            out = model(*[t.numpy() for t in one.tensors])
+            got = [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+        except errors.NeurenixError as exc:
+            return "run refused", first_line(exc)
+        except Exception as exc:  # noqa: BLE001 - anything untyped is a bug
+            return "crash", first_line(exc)
+        diff = mismatch(want, got)
+        if diff:
+            return "wrong", diff
+    if tried:
+        return "pass", ""
+    return "unsupported sample", f"{skipped[0]} ({len(skipped)} samples skipped)" if skipped else "no samples"
+
+
+def quiet() -> None:
+    warnings.simplefilter("ignore")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    for name in ("torch", "torch._dynamo", "torch._export", "torch.export", "torch.fx", "torch._inductor", "neurenix_core", "jax"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    logging.disable(logging.ERROR)
+
+
+def summary(records: list[dict[str, str]]) -> str:
+    counts = Counter(r["outcome"] for r in records)
+    total = len(records) or 1
+    lines = [f"{'outcome':<20}{'ops':>6}{'%':>8}"]
+    for outcome in OUTCOMES:
+        lines.append(f"{outcome:<20}{counts[outcome]:>6}{100 * counts[outcome] / total:>7.1f}%")
+    lines.append(f"{'total':<20}{len(records):>6}")
+    exported = [r for r in records if r["outcome"] not in ("export failed", "no float32", "unsupported sample")]
+    imported = sum(r["outcome"] in ("pass", "wrong", "run refused") for r in records)
+    if exported:
+        lines.append(f"imported: {imported}/{len(exported)} ops whose export succeeded "
+                     f"({100 * imported / len(exported):.1f}%); pass {counts['pass']}/{len(exported)} "
+                     f"({100 * counts['pass'] / len(exported):.1f}%)")
+    return "\n".join(lines)
+
+
+def key(r: dict[str, str]) -> str:
+    return f"{r['name']}.{r['variant']}" if r["variant"] else r["name"]
+
+
+def diff(old_path: str, records: list[dict[str, str]]) -> str:
+    """The ops of both runs whose outcome changed (ops in only one run are counted, not listed:
+    a run filtered with --ops or --limit compares with a full one)."""
+    old = {key(r): r for r in json.loads(Path(old_path).read_text())["ops"]}
+    new = {key(r): r for r in records}
+    lines = []
+    for name in sorted(old.keys() & new.keys()):
+        before, after = old[name]["outcome"], new[name]["outcome"]
+        if before != after:
+            lines.append(f"  {name:<45} {before:>18} -> {after:<18} {new[name]['error']}".rstrip())
+    head = (f"{len(lines)} of {len(old.keys() & new.keys())} ops changed since {old_path} "
+            f"({len(old.keys() - new.keys())} only there, {len(new.keys() - old.keys())} only here)")
+    return "\n".join([head, *lines])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="", help="comma-separated substrings; an op is swept if its name contains one")
+    parser.add_argument("--limit", type=int, default=0, help="sweep at most N ops (after --ops)")
+    parser.add_argument("--samples", type=int, default=3, help="sample inputs per op (default 3)")
+    parser.add_argument("--timeout", type=int, default=20, help="seconds per op (0: none; default 20)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="PATH", help="write the per-op records here")
+    parser.add_argument("--diff", metavar="OLD.json", help="print the ops whose outcome changed since this file")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each op's outcome to stderr")
+    args = parser.parse_args(argv)
+    if args.diff and not Path(args.diff).is_file():
+        parser.error(f"--diff {args.diff}: no such file")
+
+    quiet()
+    started = time.perf_counter()
+    import torch
+
+    import neurenix_core as nx
+    from neurenix_core import errors
+
+    infos = load_op_db()
+    wanted = [s.strip() for s in args.ops.split(",") if s.strip()]
+    if wanted:
+        infos = [i for i in infos if any(w in i.name for w in wanted)]
+    infos.sort(key=lambda i: (i.name, i.variant_test_name))
+    if args.limit:
+        infos = infos[: args.limit]
+    version = getattr(nx, "__version__", "?")
+    print(f"OpInfo sweep: torch {torch.__version__}, neurenix {version}, numpy {np.__version__}, "
+          f"python {platform.python_version()}")
+    print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), torch threads {torch.get_num_threads()}")
+    print(f"{len(infos)} ops, float32, {args.samples} samples each, timeout {args.timeout} s, seed {args.seed}, "
+          f"rtol {RTOL} atol {ATOL}", flush=True)
+
+    records: list[dict[str, str]] = []
+    sink = io.StringIO()
+    swept = time.perf_counter()
+    for index, info in enumerate(infos, 1):
+        torch.manual_seed(args.seed)
+        np.random.seed(args.seed)
+        t0 = time.perf_counter()
+        try:
+            with alarm(args.timeout), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outcome, error = run_op(torch, nx, errors, info, args.samples)
+        except Timeout as exc:
+            outcome, error = "timeout", str(exc)
+        except Exception as exc:  # noqa: BLE001 - OpInfo's own sample generation failed
+            outcome, error = "unsupported sample", f"sample_inputs: {first_line(exc)}"
+        sink.seek(0)
+        sink.truncate()
+        records.append({"name": info.name, "variant": info.variant_test_name, "outcome": outcome, "error": error})
+        if args.verbose:
+            print(f"  {key(records[-1]):<45} {outcome:<18} {time.perf_counter() - t0:5.1f}s {error}", file=sys.stderr)
+        if index % 50 == 0 or index == len(infos):
+            counts = Counter(r["outcome"] for r in records)
+            print(f"[{index}/{len(infos)}] {time.perf_counter() - swept:.0f}s pass {counts['pass']} "
+                  f"wrong {counts['wrong']} crash {counts['crash']}", file=sys.stderr, flush=True)
+
+    records.sort(key=lambda r: (r["name"], r["variant"]))
+    print()
+    print(summary(records))
+    print(f"wall time {time.perf_counter() - started:.0f} s (sweep {time.perf_counter() - swept:.0f} s)")
+    if args.json:
+        meta = {"torch": torch.__version__, "neurenix": version, "cpu": cpu_model(), "samples": args.samples,
+                "seed": args.seed, "ops_filter": args.ops, "limit": args.limit}
+        Path(args.json).write_text(json.dumps({"meta": meta, "ops": records}, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.json}")
+    if args.diff:
+        print(diff(args.diff, records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
