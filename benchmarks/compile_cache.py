@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(*args.child)
         return 0
-    from neurenix_core.cli import benchkit
+    from neurenix_core import benchkit
 
     repeats = 1 if args.quick else args.repeats
     rows = []

@@ -73,7 +73,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE
 
 import numpy as np
 
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 MODELS = ("resnet18", "mobilenetv3_small", "vit_tiny", "bert_tiny", "mlp_small")
 QUICK_MODEL: Final = "mobilenetv3_small"

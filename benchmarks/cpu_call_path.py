@@ -34,7 +34,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE
 
 import numpy as np
 
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 _CHILD_ENV = "NEURENIX_BENCH_CALL_PATH_ROUNDS"
 

@@ -27,7 +27,7 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-from neurenix_core.cli.benchkit import machine, run_child
+from neurenix_core.benchkit import machine, run_child
 
 Fn = Callable[[], Any]
 #: (kind, row label, NumPy, neurenix, PyTorch): the three spellings of one form.

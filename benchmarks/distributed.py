@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.cli.benchkit import cpu_model
+from neurenix_core.benchkit import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES, HIDDEN, CLASSES = 64, 512, 10

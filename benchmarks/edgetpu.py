@@ -38,7 +38,7 @@ os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
 import numpy as np
 
 import neurenix_core as nx
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 MODELS = ("mlp", "cnn", "cnn-s2")
 

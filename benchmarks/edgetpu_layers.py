@@ -24,7 +24,7 @@ os.environ.setdefault("NEURENIX_EMULATE", "edgetpu")
 import numpy as np
 
 import neurenix_core as nx
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 #: (in channels, out channels, kernel, stride, input H = W): the seed ``cnn``'s three convolutions,
 #: ``cnn-s2``'s three (benchmarks/edgetpu.py), then wider and 1x1 layers.

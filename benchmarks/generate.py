@@ -26,8 +26,8 @@ import os
 import time
 from typing import Any
 
-from neurenix_core.cli.benchkit import THREAD_VARS as _THREAD_VARS
-from neurenix_core.cli.benchkit import run_child
+from neurenix_core.benchkit import THREAD_VARS as _THREAD_VARS
+from neurenix_core.benchkit import run_child
 
 POSITIONS = (16, 64, 256)
 PROMPT = 8
@@ -79,7 +79,7 @@ def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
     import torch
 
     import neurenix_core as nx
-    from neurenix_core.cli.benchkit import schedule
+    from neurenix_core.benchkit import schedule
 
     torch.set_num_threads(threads)
     new = 60 if quick else NEW
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(measure(args.child, args.quick)))
         return 0
-    from neurenix_core.cli.benchkit import machine, write_json
+    from neurenix_core.benchkit import machine, write_json
 
     rows: list[dict[str, Any]] = []
     for threads in args.threads:

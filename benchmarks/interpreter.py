@@ -26,7 +26,7 @@ os.environ.setdefault("NEURENIX_DISABLE_PLUGIN_AUTOLOAD", "1")  # cpu:0 alone, a
 
 import numpy as np
 
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 MODELS = ("resnet18", "resnet18-b32", "mobilenetv3s", "vit-tiny", "bert-tiny", "nodes")
 NODES = 200
@@ -151,7 +151,7 @@ def _nodes_row(threads: int, rounds: int) -> dict[str, Any]:
     import torch
 
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
-    from neurenix_core.graph.reference import run_graph
+    from neurenix_core.graph.reference.run import run_graph
 
     ops = ("add", "mul", "sub")
     nodes = tuple(Node(f"n{i}", ops[i % 3], (f"v{i}", "x"), f"v{i + 1}") for i in range(NODES))

@@ -35,7 +35,7 @@ if reader == "base":
     from old_model_file import load_model
     kwargs = {}
 else:
-    from neurenix_core.nn.model_file import load_model
+    from neurenix_core.graph.models.model_file import load_model
     kwargs = {"writable": reader == "writable"}
 def status():
     return {k: int(v.split()[0]) / 1024 for k, v in (line.split(":", 1) for line in open("/proc/self/status"))

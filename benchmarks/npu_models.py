@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tests", "support"))
 import numpy as np
 
 import neurenix_core as nx
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 MODELS = ("resnet_block", "mobilenetv3_block")
 IMAGE = 32  # input H = W

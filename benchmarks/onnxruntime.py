@@ -21,7 +21,7 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 
 def _model() -> Any:

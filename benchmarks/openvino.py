@@ -34,7 +34,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE
 import numpy as np
 
 import neurenix_core as nx
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 MODELS = ("cnn", "cnn-s2")
 

@@ -9,7 +9,7 @@ is what a PyTorch user writes for the same configuration: the same torch module 
 ``channels_last`` where asked, and per call ``x.to(dtype)`` (+ ``contiguous(channels_last)``).
 Each side's configuration is read back from PyTorch (device, parameter dtype and count, weight
 memory format, autocast, intra-op threads, the TF32/cuDNN switches) and a row whose two sides
-differ is refused (``neurenix_core.cli.benchkit``). Without a GPU it runs emulated on PyTorch's
+differ is refused (``neurenix_core.benchkit``). Without a GPU it runs emulated on PyTorch's
 CPU (NEURENIX_EMULATE=cuda); fp16 convolutions on the CPU are very slow, so ``--quick`` skips
 the fp16 rows there. On a GPU every call ends with ``torch.cuda.synchronize()``.
 
@@ -27,7 +27,7 @@ from typing import Any
 os.environ.setdefault("NEURENIX_EMULATE", "cuda")
 
 import neurenix_core as nx
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 #: model name -> (precision, Tensor Core recipe: align + channels_last).
 CONFIGS: dict[str, tuple[str, bool]] = {

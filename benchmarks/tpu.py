@@ -5,7 +5,7 @@ and eager (layer by layer) against compiled, in the same run on the same device.
 
 Both sides' configurations are read back from the XLA programs themselves (platform, device,
 the dot/convolution precision and result types in the lowered StableHLO, the XLA thread flags);
-a row whose two sides differ is refused (neurenix_core.cli.benchkit).
+a row whose two sides differ is refused (neurenix_core.benchkit).
 
 Each thread count runs in a fresh process pinned to that many CPUs (sched_setaffinity) with XLA's
 CPU thread pool sized to match, since XLA reads its flags once at start. Without a Cloud TPU it
@@ -139,7 +139,7 @@ def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float
     # The eager contender makes many small objects; a cyclic GC pass it triggers would land in
     # whichever call runs next. GC is off while sampling, and the order is shuffled every turn
     # (seeded: benchkit.schedule), so each contender follows each other one about equally often.
-    from neurenix_core.cli.benchkit import schedule
+    from neurenix_core.benchkit import schedule
 
     gc.collect()
     gc.disable()
@@ -161,7 +161,7 @@ def _best(fns: dict[str, Callable[[], Any]], budget_s: float) -> dict[str, float
 def _compile(nx: Any, model: Any, shape: tuple[int, ...], precision: str) -> tuple[Callable[[Any], Any], str]:
     """nx.compile when the core provides it; else the plugin's hook on the traced graph."""
     try:
-        from neurenix_core.graph.compiler import compile as nx_compile
+        from neurenix_core.graph.compile.compiler import compile as nx_compile
     except ImportError:
         from neurenix_tpu.api import TPUBackend
 
@@ -175,8 +175,7 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
     import numpy as np
 
     import neurenix_core as nx
-    from neurenix_core import nn
-    from neurenix_core.cli import benchkit
+    from neurenix_core import benchkit, nn
 
     budget_s = 0.05 if quick else 3.0
     rows = []
@@ -254,7 +253,7 @@ def run_threads(threads: int, quick: bool, models: list[str], batches: list[int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from neurenix_core.cli import benchkit
+    from neurenix_core import benchkit
 
     parser = benchkit.parser(__doc__.split("\n\n")[0], models=MODELS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)

@@ -10,7 +10,7 @@ hardswish/hardsigmoid and the squeeze-excite product, on the same weights, in th
 mode as neurenix: fp32 at ``Precision.HIGHEST``, or bf16 weights and activations with float32
 accumulation and float32 batch norm. Both sides' configurations (platform, device, dot and
 convolution precisions and result types in the lowered StableHLO, XLA thread flags) are read
-back from the XLA programs; a row whose two sides differ is refused (``neurenix_core.cli.benchkit``).
+back from the XLA programs; a row whose two sides differ is refused (``neurenix_core.benchkit``).
 
 Each thread count runs in a fresh process pinned to that many CPUs with XLA's CPU thread pool
 sized to match. Without a Cloud TPU it runs emulated (JAX's CPU platform), so the ratio measures
@@ -109,8 +109,7 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
     from tpu import _best, _jax_config, _native  # the TPU benchmarks' shared timing and read-back
 
     import neurenix_core as nx
-    from neurenix_core import nn
-    from neurenix_core.cli import benchkit
+    from neurenix_core import benchkit, nn
 
     budget_s = 0.05 if quick else 2.0
     rows = []
@@ -145,7 +144,7 @@ def child(quick: bool, threads: int, models: list[str], batches: list[int]) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
-    from neurenix_core.cli import benchkit
+    from neurenix_core import benchkit
 
     parser = benchkit.parser(__doc__.split("\n\n")[0], models=MODELS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)

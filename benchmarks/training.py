@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.cli.benchkit import cpu_model, run_child
+from neurenix_core.benchkit import cpu_model, run_child
 
 BATCH, SIZE, LR, MOMENTUM = 64, 16, 0.05, 0.9
 

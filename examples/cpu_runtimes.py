@@ -19,8 +19,8 @@ import numpy as np
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph import host_select
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.compile import host_select
+from neurenix_core.graph.reference.run import run_graph
 
 
 def _cnn() -> nn.Module:

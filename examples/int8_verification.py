@@ -16,7 +16,7 @@ import numpy as np
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph.verify import layer_errors
+from neurenix_core.graph.quantization.verify import layer_errors
 
 
 def main() -> None:

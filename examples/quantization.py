@@ -13,7 +13,7 @@ import numpy as np
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.graph import quantization as Q
-from neurenix_core.graph.reference import run_graph, run_quantized
+from neurenix_core.graph.reference.run import run_graph, run_quantized
 
 
 def main() -> None:

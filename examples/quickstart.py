@@ -18,7 +18,7 @@ import numpy as np
 import neurenix_core as nx
 
 if TYPE_CHECKING:
-    from neurenix_core.graph.compiler import Compiled
+    from neurenix_core.graph.compile.compiler import Compiled
 
 
 def main() -> None:
@@ -38,7 +38,7 @@ def main() -> None:
 
 def _run_model(device: nx.Device, rng: np.random.Generator) -> None:
     from neurenix_core import nn
-    from neurenix_core.graph.reference import run_graph
+    from neurenix_core.graph.reference.run import run_graph
 
     # ~35 MFLOPs per call: large enough that, on cpu:0, the fastest installed CPU runtime is
     # measured and chosen (the summary says which and why; small graphs stay in NumPy).

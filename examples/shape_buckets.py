@@ -17,7 +17,7 @@ import numpy as np
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph.buckets import PaddingRefusedError
+from neurenix_core.graph.compile.buckets import PaddingRefusedError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
 

@@ -88,6 +88,8 @@ if TYPE_CHECKING:
     from neurenix_core import nn as nn
     from neurenix_core import optim as optim
     from neurenix_core import testing as testing
+    from neurenix_core.autograd.amp import GradScaler as GradScaler
+    from neurenix_core.autograd.amp import autocast as autocast
     from neurenix_core.autograd.grad import (
         enable_grad as enable_grad,
     )
@@ -108,14 +110,12 @@ if TYPE_CHECKING:
     )
     from neurenix_core.generation.generate import generate as generate
     from neurenix_core.graph import quantization as quantization
-    from neurenix_core.graph.compiler import compile as compile
+    from neurenix_core.graph.compile.compiler import compile as compile
     from neurenix_core.plugins.backend_info import BackendInfo as BackendInfo
     from neurenix_core.tensor import fft as fft
     from neurenix_core.tensor import linalg as linalg
     from neurenix_core.tensor._generated_ops import *
     from neurenix_core.tensor.dtypes import bfloat16 as bfloat16
-    from neurenix_core.training.amp import GradScaler as GradScaler
-    from neurenix_core.training.amp import autocast as autocast
     from neurenix_core.training.step import compile_step as compile_step
 
 from neurenix_core._version import __version__ as __version__
@@ -214,7 +214,6 @@ _LAZY_MODULES = {
     "nn": "neurenix_core.nn",
     "optim": "neurenix_core.optim",
     "quantization": "neurenix_core.graph.quantization",
-    "testing": "neurenix_core.testing",
     "graph": "neurenix_core.graph",
     "generation": "neurenix_core.generation",
     "distributed": "neurenix_core.distributed",  # imports no engine: nx.distributed.init() does
@@ -227,7 +226,7 @@ _LAZY_ATTRIBUTES = {
     **dict.fromkeys(
         ("grad", "value_and_grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"), "neurenix_core.autograd.grad"
     ),
-    **dict.fromkeys(("autocast", "GradScaler"), "neurenix_core.training.amp"),
+    **dict.fromkeys(("autocast", "GradScaler"), "neurenix_core.autograd.amp"),
     "generate": "neurenix_core.generation.generate",
     "load_compiled": "neurenix_core.deploy.load",
 }
@@ -258,7 +257,7 @@ def __getattr__(name: str) -> Any:
 
         return compile_step
     if name == "compile":
-        from neurenix_core.graph.compiler import compile as compile_
+        from neurenix_core.graph.compile.compiler import compile as compile_
 
         return compile_
     raise AttributeError(f"module 'neurenix_core' has no attribute {name!r}")

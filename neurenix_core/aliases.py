@@ -36,11 +36,11 @@ MOVED: Final[dict[str, str]] = {
     "neurenix_core.dtypes": "neurenix_core.tensor.dtypes",
     "neurenix_core.fallback": "neurenix_core.tensor.fallback",
     "neurenix_core.info": "neurenix_core.tensor.info",
-    "neurenix_core.compiler": "neurenix_core.graph.compiler",
+    "neurenix_core.compiler": "neurenix_core.graph.compile.compiler",
     "neurenix_core.quantization": "neurenix_core.graph.quantization",
-    "neurenix_core.reference": "neurenix_core.graph.reference",
-    "neurenix_core.nn.shapes": "neurenix_core.graph.shapes",
-    "neurenix_core.nn.executor": "neurenix_core.graph.executor",
+    "neurenix_core.reference": "neurenix_core.graph.reference.run",
+    "neurenix_core.nn.shapes": "neurenix_core.graph.ir.shapes",
+    "neurenix_core.nn.executor": "neurenix_core.graph.compile.executor",
 }
 
 

@@ -326,7 +326,7 @@ def _fallback(r: _Reader) -> str:
 
 def _runtime_problem(raw: str) -> str | None:
     """Why ``raw`` (stripped) cannot name a cpu:0 runtime, or None. Whether the named runtime is
-    installed is checked by graph/host_select.py when a model is compiled (it lists them)."""
+    installed is checked by graph/compile/host_select.py when a model is compiled (it lists them)."""
     if len(raw) > _MAX_NAME or not _NAME_CHARS.issuperset(raw) or not raw[:1].isalnum():
         return (f"NEURENIX_CPU_RUNTIME={raw!r} is not a runtime name: use 'auto' (the default), 'numpy' or a runtime's name "
                 "such as 'openvino', 'litert', 'xla', 'torch' (letters, digits, '_', '.', '-')")

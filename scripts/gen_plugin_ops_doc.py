@@ -27,7 +27,7 @@ def begin(plugin: str) -> str:
 
 
 def section(plugin: str) -> str:
-    from neurenix_core.graph.coverage import markdown
+    from neurenix_core.graph.opset.coverage import markdown
     from neurenix_core.plugins.state import registry
 
     record = registry().record_named(plugin)

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="print every case with this outcome")
     args = parser.parse_args(argv)
 
-    from neurenix_core.cli.benchkit import cpu_model
+    from neurenix_core.benchkit import cpu_model
     from neurenix_core.testing import onnx_expected, onnx_suite
 
     cases = onnx_suite.load_cases()

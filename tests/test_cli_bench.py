@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 
 
 def test_rows_with_different_configurations_are_refused() -> None:

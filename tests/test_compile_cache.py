@@ -1,4 +1,4 @@
-"""The persistent compile cache (neurenix_core.graph.compile_cache): hits across processes, the
+"""The persistent compile cache (neurenix_core.graph.compile.cache): hits across processes, the
 key, LRU eviction by bytes, NEURENIX_COMPILE_CACHE=0, corrupt entries, concurrent builders, and
 ``neurenix cache``. The plugins' pieces are tested in each plugin's test_*_compile_cache.py."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from neurenix_core.config import compile_cache_enabled, compile_cache_limit
 from neurenix_core.errors import ConfigurationError
-from neurenix_core.graph import compile_cache as cc
+from neurenix_core.graph.compile import cache as cc
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ def test_pack_roundtrip_keeps_bytes_and_array_dtypes() -> None:
 
 _CONCURRENT = """
 import json, sys, time
-from neurenix_core.graph import compile_cache as cc
+from neurenix_core.graph.compile import cache as cc
 
 def build():
     with open(sys.argv[2], "a") as fh:

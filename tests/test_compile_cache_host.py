@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from neurenix_core.graph import host_select
+from neurenix_core.graph.compile import host_select
 
 #: The module each host runtime imports when it starts.
 FRAMEWORKS = {"openvino": "openvino", "xla": "jax", "torch": "torch", "litert": "ai_edge_litert", "onnxruntime": "onnxruntime"}
@@ -21,7 +21,7 @@ import json, sys
 import numpy as np
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph import host_select
+from neurenix_core.graph.compile import host_select
 
 nn.init.manual_seed(0)
 model = nn.Sequential(nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 64))  # ~2.6 MFLOPs at batch 16: measured

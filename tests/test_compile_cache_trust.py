@@ -27,7 +27,7 @@ import compile_cache_trust_child as trust
 import numpy as np
 import pytest
 
-from neurenix_core.graph import compile_cache as cc
+from neurenix_core.graph.compile import cache as cc
 
 #: The entry layout docs/compile-cache.md describes: magic, header length, JSON header, payload.
 _MAGIC = b"NXCC\x01"
@@ -130,7 +130,7 @@ def test_a_damaged_entry_is_deleted_and_compiled_again(state: str, damage: str) 
 
 _FIFO_CHILD = """
 import json, sys
-from neurenix_core.graph import compile_cache as cc
+from neurenix_core.graph.compile import cache as cc
 
 state, key = sys.argv[1], sys.argv[2]
 listed = [e.key for e in cc.entries(cc.cache_root(state))]  # `neurenix cache list` reads every entry too

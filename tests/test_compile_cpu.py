@@ -8,7 +8,7 @@ import pytest
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 RNG = np.random.default_rng(0)
 
@@ -75,7 +75,7 @@ from __future__ import annotations
 import numpy as np
 from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult, ArrayNamespaceBackend, CompiledModel
 from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 CALLS = []
 

@@ -10,9 +10,9 @@ import pytest
 import neurenix_core as nx
 from neurenix_core.device import Device
 from neurenix_core.errors import CompilationError, UnsupportedOperationError
-from neurenix_core.graph.executor import EagerGraph
+from neurenix_core.graph.compile.executor import EagerGraph
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 # The edgetpu writer pads with a constant only: it refuses this graph as a whole.
 GRAPH = Graph((TensorSpec("x", (1, 3, 4, 4), "float32"),),

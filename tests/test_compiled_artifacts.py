@@ -297,7 +297,7 @@ def test_malformed_manifest_and_graph(saved: dict[str, Any], tmp_path: Path) -> 
 
 
 def test_malformed_stored_value_is_a_format_error() -> None:
-    from neurenix_core.deploy.codec import decoder
+    from neurenix_core.graph.compile.artifact_codec import decoder
 
     format1 = decoder({}, "compiled artifact", 1)  # the tags format 1 artifacts wrote
     assert format1.value({"t": [1, {"sym": "d0_0"}]})[0] == 1

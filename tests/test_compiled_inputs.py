@@ -1,4 +1,4 @@
-"""The compiled-model input rule (neurenix_core.graph.inputs) on the CPU backend's nx.compile.
+"""The compiled-model input rule (neurenix_core.graph.compile.inputs) on the CPU backend's nx.compile.
 
 Every plugin's compiled paths run the same checks (``neurenix_core.testing.compiled``) in its
 own tests; the refusal of a Tensor on another accelerator is tested here with a plugin that
@@ -13,7 +13,7 @@ import pytest
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.errors import CompilationError, ConfigurationError, DeviceMismatchError
-from neurenix_core.graph.inputs import OUTPUTS, deliver, host_array, to_device_input
+from neurenix_core.graph.compile.inputs import OUTPUTS, deliver, host_array, to_device_input
 from neurenix_core.testing.compiled import ArrayOnly, DeviceBuffer, HostBuffer, check_input_rule
 
 CPU = nx.Device("cpu", 0)

@@ -138,7 +138,7 @@ def test_denial_reasons_read_as_sentences() -> None:
 
 
 def test_cpu_runtime_is_validated_where_it_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    from neurenix_core.graph.host_select import requested_runtime
+    from neurenix_core.graph.compile.host_select import requested_runtime
 
     assert cpu_runtime({"NEURENIX_CPU_RUNTIME": " openvino "}) == "openvino" and cpu_runtime({}) is None
     monkeypatch.setenv("NEURENIX_CPU_RUNTIME", "numpy")

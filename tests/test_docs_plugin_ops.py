@@ -9,7 +9,7 @@ import pytest
 from repo_scripts import load_script
 
 from neurenix_core.graph import opset
-from neurenix_core.graph.coverage import coverage, markdown
+from neurenix_core.graph.opset.coverage import coverage, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

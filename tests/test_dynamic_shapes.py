@@ -24,7 +24,7 @@ import model_zoo as zoo
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.errors import FallbackError, NeurenixWarning, ShapeError
-from neurenix_core.graph.symbolic import SymDim, is_symbolic
+from neurenix_core.graph.ir.symbolic import SymDim, is_symbolic
 
 FP32_CPU = 1e-5  # the NumPy opset interpreter in float32 vs torch eager
 FP32_PLUGIN = 1e-4  # a plugin runtime's fp32 kernels (OpenVINO) vs torch eager
@@ -215,7 +215,7 @@ def test_onnx_bert_with_dynamic_batch_runs_at_other_batches(tmp_path: Path) -> N
 
 
 def test_range_over_the_batch_is_capped_and_says_so() -> None:
-    from neurenix_core.graph.symbolic import ARANGE_CAP
+    from neurenix_core.graph.ir.symbolic import ARANGE_CAP
 
     _, imported = _bert()  # its attention mask indexes arange(batch): a constant range, capped
     graph = imported.symbolic_graph()
@@ -232,7 +232,7 @@ def test_symdim_expressions_are_evaluated_without_eval() -> None:
     assert (2 - SymDim("17*d0_0 + 1")).evaluate({(0, 0): 1}) == -16  # precedence kept
     assert (-SymDim("d0_0 - 3")).evaluate({(0, 0): 1}) == 2
     assert d.variables == frozenset({(0, 0), (1, 1)})
-    from neurenix_core.graph.symbolic import NotSymbolicError
+    from neurenix_core.graph.ir.symbolic import NotSymbolicError
 
     for bad in ("__import__('os')", "d0_0.real", "1.5 * d0_0", "x + 1"):
         with pytest.raises(NotSymbolicError):

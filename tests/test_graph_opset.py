@@ -9,11 +9,11 @@ import pytest
 
 from neurenix_core.errors import ShapeError
 from neurenix_core.graph import opset
-from neurenix_core.graph.decompose import decompose_node, legalize
 from neurenix_core.graph.ir import OPS, Graph, Node, TensorSpec
-from neurenix_core.graph.opnames import OPSET_NAMES, PORTABLE_ATTRS
-from neurenix_core.graph.reference import run_graph
-from neurenix_core.graph.shapes import infer_values
+from neurenix_core.graph.ir.decompose import decompose_node, legalize
+from neurenix_core.graph.ir.shapes import infer_values
+from neurenix_core.graph.reference.run import run_graph
+from neurenix_core.plugins.opnames import OPSET_NAMES, PORTABLE_ATTRS
 
 RNG = np.random.default_rng(7)
 

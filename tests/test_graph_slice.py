@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper

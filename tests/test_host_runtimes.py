@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.graph import host_select
+from neurenix_core.graph.compile import host_select
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 RUNTIMES = sorted(name for name, rt in host_select.host_runtimes().items() if not isinstance(rt, str))
 
@@ -135,7 +135,7 @@ BAD_RUNTIMES = """
 from __future__ import annotations
 import numpy as np
 from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult
-from neurenix_core.plugins.host import HostModel, HostRuntime
+from neurenix_core.graph.ir.host import HostModel, HostRuntime
 
 KIND = "{kind}"
 
@@ -181,8 +181,8 @@ def test_a_broken_or_wrong_runtime_is_skipped_with_the_reason(plugin_site: Any, 
     out = run_neurenix(
         """
 import json, numpy as np, neurenix_core as nx
-from neurenix_core.graph import host_select
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.compile import host_select
+from neurenix_core.graph.reference.run import run_graph
 from neurenix_core.plugins.state import registry
 import test_host_runtimes as t
 g = t._mlp_graph()
@@ -240,7 +240,7 @@ def test_a_fallback_segment_is_compiled_on_a_host_runtime_and_reported(
         """
 import json, numpy as np, neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 rng = np.random.default_rng(0)
 conv = {"in_channels": 3, "out_channels": 16, "kernel_size": (3, 3), "padding": (1, 1)}
 graph = Graph((TensorSpec("x", (16, 3, 4, 4)),), (

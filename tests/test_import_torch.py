@@ -12,7 +12,7 @@ import model_zoo as zoo
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 RNG = np.random.default_rng(0)
 

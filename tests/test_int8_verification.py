@@ -3,7 +3,7 @@
 * Regression: a Linear -> Tanh -> Linear MLP and a tiny BERT (transformers config) with the zero
   biases Hugging Face initialises, int8 on npu:0, were silently wrong (OpenVINO CPU's fused
   quantized-MLP Snippets kernel); now every int8 device is as close to torch as cpu:0 int8.
-* Verification at compile time (``neurenix_core.graph.verify``): a compile that leaves the
+* Verification at compile time (``neurenix_core.graph.quantization.verify``): a compile that leaves the
   integer reference, or a plan that does not describe the model, is a CompilationError naming
   the first layer where they diverge; the agreement is in ``.summary`` and the placement report.
 * Degenerate ranges (all-zero weight channels, vanishing weights, a dead ReLU) quantize to
@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import neurenix_core as nx
-from neurenix_core.graph import verify as V
+from neurenix_core.graph.quantization import verify as V
 
 INT8_DEVICES = [d for d in ("cpu", "npu", "edgetpu") if any(str(x) == f"{d}:0" for x in nx.devices())]
 RNG_SEED = 0

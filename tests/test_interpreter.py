@@ -1,4 +1,4 @@
-"""The planned CPU interpreter (graph/interpreter.py) and the convolution / pooling kernels it
+"""The planned CPU interpreter (graph/reference/interpreter.py) and the convolution / pooling kernels it
 runs: the same values as the node-by-node opset interpreter, float32 within 1e-5 of the float64
 reference, other dtypes through the plain references, plans kept per graph and shape."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
-from neurenix_core.graph.interpreter import plan_for
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.interpreter import plan_for
+from neurenix_core.graph.reference.run import run_graph
 
 torch = pytest.importorskip("torch")
 

@@ -146,9 +146,9 @@ def _split_in_child() -> list[int]:
 @pytest.mark.parametrize("mask", [None, "float-row", "float-per-sample", "bool-square", "bool-per-head"])
 @pytest.mark.parametrize("threads,batch", [(1, 4), (2, 4), (2, 1)])  # batch 1 on 2 threads: split by head
 def test_attention_step_gives_the_reference_bits(mask: str | None, threads: int, batch: int) -> None:
-    from neurenix_core.graph.interpreter import plan_for
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
-    from neurenix_core.graph.reference import run_graph
+    from neurenix_core.graph.reference.interpreter import plan_for
+    from neurenix_core.graph.reference.run import run_graph
 
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((batch, 3, 17, 8)).astype(np.float32) for _ in range(3))
@@ -193,8 +193,8 @@ def test_convolution_kernel_splits_agree(batch: int, channels_last: bool, kernel
 
 @pytest.mark.parametrize("perm", [(0, 2, 1, 3), (3, 1, 0, 2), None, (0, 2, -3, 3)])
 def test_transpose_step_copies_in_shards(perm: tuple[int, ...] | None) -> None:
-    from neurenix_core.graph.interpreter import plan_for
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
+    from neurenix_core.graph.reference.interpreter import plan_for
 
     x = np.random.default_rng(2).standard_normal((6, 80, 5, 128)).astype(np.float32)  # above the split threshold
     graph = Graph((TensorSpec("x", x.shape),), (Node("t", "transpose", ("x",), "y", {"perm": perm}),), ("y",))
@@ -206,8 +206,8 @@ def test_transpose_step_copies_in_shards(perm: tuple[int, ...] | None) -> None:
 
 def test_transpose_step_refuses_a_bad_perm_as_the_reference_does() -> None:
     from neurenix_core.errors import ShapeError
-    from neurenix_core.graph.interpreter import plan_for
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
+    from neurenix_core.graph.reference.interpreter import plan_for
 
     x = np.zeros((6, 40, 5, 64), np.float32)
     graph = Graph((TensorSpec("x", x.shape),), (Node("t", "transpose", ("x",), "y", {"perm": (0, 1, 2, 7)}),), ("y",))
@@ -219,8 +219,8 @@ def test_transpose_step_refuses_a_bad_perm_as_the_reference_does() -> None:
 def test_elementwise_and_row_steps_split_to_the_same_bits(op: str) -> None:
     """Above the split threshold (2 x 128K elements), in a channels-last view and contiguous:
     elementwise and row steps on 2 threads give exactly the 1-thread bits."""
-    from neurenix_core.graph.interpreter import plan_for
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
+    from neurenix_core.graph.reference.interpreter import plan_for
 
     x = np.random.default_rng(5).standard_normal((4, 48, 48, 64)).astype(np.float32) * 4
     params = {"weight": np.full(64, 1.5, np.float32), "bias": np.full(64, 0.25, np.float32)} if op == "layer_norm" else {}

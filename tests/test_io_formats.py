@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.deploy.arrays import read_arrays, write_arrays
 from neurenix_core.errors import ArtifactFormatError, ModelFormatError
+from neurenix_core.graph.compile.artifact_arrays import read_arrays, write_arrays
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.symbolic import SymDim
+from neurenix_core.graph.ir.symbolic import SymDim
+from neurenix_core.graph.models.graph_module import GraphModule
+from neurenix_core.graph.models.model_file import load_model
 from neurenix_core.io import array_file
-from neurenix_core.nn.graph_module import GraphModule
-from neurenix_core.nn.model_file import load_model
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "serialization"
 

@@ -23,9 +23,9 @@ import pytest
 import neurenix_core as nx
 from neurenix_core.errors import ModelFormatError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.symbolic import SymDim
+from neurenix_core.graph.ir.symbolic import SymDim
+from neurenix_core.graph.models.graph_module import GraphModule
 from neurenix_core.io import array_file
-from neurenix_core.nn.graph_module import GraphModule
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "tests" / "support" / "no_torch_runner.py"

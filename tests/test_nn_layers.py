@@ -8,7 +8,7 @@ import pytest
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.errors import CompilationError, ModelFormatError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 torch = pytest.importorskip("torch")
 RNG = np.random.default_rng(0)
@@ -231,7 +231,7 @@ def test_module_to_moves_parameters_that_keep_requiring_grad() -> None:
 
 def test_import_pulls_no_framework(run_neurenix) -> None:
     out = run_neurenix(
-        "import sys, json, neurenix, neurenix_core.nn, neurenix_core.graph.compiler, neurenix_core.graph.quantization, neurenix_core.graph.reference\n"
+        "import sys, json, neurenix, neurenix_core.nn, neurenix_core.graph.compile.compiler, neurenix_core.graph.quantization, neurenix_core.graph.reference.run\n"
         "print(json.dumps([m for m in ('torch','jax','openvino','ai_edge_litert','tflite_runtime','onnxruntime') if m in sys.modules]))"
     )
     assert out == []

@@ -26,7 +26,7 @@ import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.errors import NeurenixError
 from neurenix_core.graph.importers.onnx_import import import_onnx
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 FLOAT8 = {
     TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn, TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,

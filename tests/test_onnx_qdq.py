@@ -20,7 +20,7 @@ from quantized_models import trained as _trained
 import neurenix as nx
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.importers.onnx_qdq import METHOD
-from neurenix_core.graph.reference import run_quantized
+from neurenix_core.graph.reference.run import run_quantized
 
 N_CALIB, N_EVAL = 64, 300
 DEVICES = ("cpu", "npu", "edgetpu")

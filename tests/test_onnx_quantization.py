@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.graph.importers.onnx_import import import_onnx
-from neurenix_core.graph.reference import eval_node
+from neurenix_core.graph.reference.run import eval_node
 
 RNG = np.random.default_rng(5)
 

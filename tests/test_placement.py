@@ -11,8 +11,8 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.graph import opset
+from neurenix_core.graph.compile.placement import place
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.placement import place
 from neurenix_core.tensor.fallback import FallbackWarning
 
 # A vendor-style plugin whose compiler lowers conv2d and matmul only (NumPy kernels standing in
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from neurenix_core import hookimpl, Manifest, Capabilities, PriorityBand, ProbeResult, ArrayNamespaceBackend, CompiledModel
 from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 SEGMENTS = []
 
@@ -69,7 +69,7 @@ def neurenix_compile(backend, graph, options):
 MODEL = """
 import json, warnings, numpy as np, neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 import nx_plugin_convdev as plugin
 rng = np.random.default_rng(0)
 w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
@@ -198,7 +198,7 @@ def test_imported_vit_runs_whole_on_a_plugin_that_declares_the_opset(device: str
 # The same kind of plugin for a quantized model: it lowers conv2d and linear only and runs the
 # (sub-)plan it is given with the core's integer reference, as the vendor template does.
 QPLUGIN = PLUGIN.replace('"convdev"', '"qdev"').replace("convdev", "qdev").replace('("conv2d", "matmul")', '("conv2d", "linear")').replace(
-    "from neurenix_core.graph.reference import run_graph", "from neurenix_core.graph.reference import run_graph, run_quantized").replace(
+    "from neurenix_core.graph.reference.run import run_graph", "from neurenix_core.graph.reference.run import run_graph, run_quantized").replace(
     '''    def _run(self, *xs):
         out = run_graph(self.graph, *xs, float_dtype=np.float32)''', '''    def _run(self, *xs):
         out = run_quantized(self.graph, self.plan, *xs)
@@ -218,7 +218,7 @@ QPLUGIN = PLUGIN.replace('"convdev"', '"qdev"').replace("convdev", "qdev").repla
 QMODEL = """
 import json, warnings, numpy as np, neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph, run_quantized
+from neurenix_core.graph.reference.run import run_graph, run_quantized
 import nx_plugin_qdev as plugin
 rng = np.random.default_rng(0)
 conv = {"in_channels": 3, "out_channels": 4, "kernel_size": (3, 3), "padding": (1, 1)}

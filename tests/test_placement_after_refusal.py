@@ -44,7 +44,7 @@ def neurenix_compile(backend, graph, options):
 CODE = """
 import json, numpy as np, neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 rng = np.random.default_rng(0)
 w1 = rng.standard_normal((8, 4)).astype(np.float32)
 w2 = rng.standard_normal((3, 8)).astype(np.float32)

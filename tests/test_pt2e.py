@@ -19,8 +19,8 @@ from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmet
 
 import neurenix as nx
 from neurenix_core.errors import NeurenixWarning, QuantizationError
-from neurenix_core.graph import qmath as Q
 from neurenix_core.graph.importers.torch_pt2e import METHOD
+from neurenix_core.graph.ir import qmath as Q
 
 N_CALIB, N_EVAL = 64, 300
 DEVICES = ("cpu", "npu", "edgetpu")

@@ -12,7 +12,7 @@ from neurenix_core import nn
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph import quantization as Q
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, TensorSpec
-from neurenix_core.graph.reference import run_graph, run_quantized
+from neurenix_core.graph.reference.run import run_graph, run_quantized
 
 RNG = np.random.default_rng(0)
 

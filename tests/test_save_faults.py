@@ -31,9 +31,9 @@ import pytest
 import neurenix_core as nx
 from neurenix_core.errors import ModelFormatError, SaveError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
+from neurenix_core.graph.models.graph_module import GraphModule
 from neurenix_core.io import atomic
 from neurenix_core.nn import functional as F
-from neurenix_core.nn.graph_module import GraphModule
 from neurenix_core.optim import Adam
 
 SUPPORT = Path(__file__).parent / "support"
@@ -97,7 +97,7 @@ def _version_of_artifact(folder: Path) -> int:
     """The version an artifact holds: read_manifest checks every file against its SHA-256 (the
     OpenVINO IR, the blob, the graph), then the graph's weights say which version it is."""
     from neurenix_core.deploy import read_manifest
-    from neurenix_core.deploy.arrays import read_arrays
+    from neurenix_core.graph.compile.artifact_arrays import read_arrays
 
     read_manifest(folder)
     weight = next(a for a in read_arrays(folder / "graph.arrays").values() if a.ndim == 2)

@@ -1,6 +1,6 @@
 """Shape buckets (nx.compile(..., buckets=...)): the number of compilations stays at the number of
 buckets, padded results equal unpadded ones, and padding that could change a result is refused
-(neurenix_core.graph.buckets, docs/shape-buckets.md)."""
+(neurenix_core.graph.compile.buckets, docs/shape-buckets.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.errors import CompilationError, ShapeError
-from neurenix_core.graph.buckets import PaddingRefusedError, pow2_bucket
+from neurenix_core.graph.compile.buckets import PaddingRefusedError, pow2_bucket
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
 DEVICES = ["cuda:0", "tpu:0", "npu:0", "edgetpu:0"]
@@ -201,7 +201,7 @@ def test_bert_with_a_pad_token_outside_the_vocabulary_is_refused(bert: tuple[Any
 
 def test_a_causal_mask_built_from_positions_pads_the_length() -> None:
     """mask = positions[None, :] <= positions[:, None]: a real row i < n never sees a padded column j >= n."""
-    from neurenix_core.graph.symbolic import SymDim
+    from neurenix_core.graph.ir.symbolic import SymDim
 
     nodes = [
         Node("positions.const", "constant", (), "positions.const", {}, {"value": np.arange(64, dtype=np.int64)}),

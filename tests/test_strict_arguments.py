@@ -17,8 +17,8 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph import compile_options
-from neurenix_core.graph.compiler import Compiled
+from neurenix_core.graph.compile import options as compile_options
+from neurenix_core.graph.compile.compiler import Compiled
 from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, validate_manifest
 from neurenix_core.plugins.registry import PluginRecord

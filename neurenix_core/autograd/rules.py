@@ -24,7 +24,7 @@ from neurenix_core.tensor import ops as xp
 from neurenix_core.tensor.tensor import Tensor, _call
 
 if TYPE_CHECKING:
-    from neurenix_core.autograd.tape import Node
+    from neurenix_core.autograd.node import Node
 
 __all__ = ["RULES", "Rule", "unbroadcast"]
 

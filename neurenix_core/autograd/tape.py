@@ -14,52 +14,13 @@ from typing import Any, Final
 
 import numpy as np
 
+from neurenix_core.autograd.node import Leaf, Node
 from neurenix_core.autograd.rules import RULES
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.tensor import tensor as _tensor
 from neurenix_core.tensor.tensor import Tensor, collect_tensors
 
 __all__ = ["Leaf", "Node", "is_enabled", "leaf_of", "record", "requires_grad", "set_enabled", "set_requires_grad"]
-
-
-class Leaf:
-    """Autograd state of a tensor created by the user that requires grad: its accumulated grad."""
-
-    __slots__ = ("grad", "release")
-
-    def __init__(self) -> None:
-        self.grad: Tensor | None = None
-        self.release: weakref.finalize | None = None
-
-
-class Node:
-    """One recorded op: its rule, arguments, and one parent per tensor argument.
-
-    ``parents[i]`` is the Node of the i-th tensor argument, the leaf Tensor itself (its grad is
-    accumulated there), or None when that argument does not require grad.
-    """
-
-    __slots__ = ("__weakref__", "_out", "args", "inputs", "kwargs", "op", "parents")
-
-    def __init__(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor], parents: list[Any], out: Tensor) -> None:
-        self.op = op
-        self.args = args
-        self.kwargs = kwargs
-        self.inputs = inputs
-        self.parents = parents
-        self._out = weakref.ref(out)
-
-    @property
-    def out(self) -> Tensor:
-        t = self._out()
-        if t is None:  # every node reached by backward is an input of a live consumer
-            raise RuntimeError(f"autograd: the result of {self.op} was freed before backward reached it")
-        return t
-
-    @property
-    def needs(self) -> list[bool]:
-        """Which tensor arguments need a gradient (rules skip the others' work)."""
-        return [p is not None for p in self.parents]
 
 
 # ----------------------------------------------------------------------------- grad mode

@@ -2,7 +2,7 @@
 
 Each plugin's benchmark (``benchmarks/<name>.py`` in a source checkout) runs in its own process
 (runtimes read their thread settings once at start) with the same options; every one of them
-reports rows through ``neurenix_core.cli.benchkit``: neurenix and the native runtime on the
+reports rows through ``neurenix_core.benchkit``: neurenix and the native runtime on the
 same model, both configurations read back, rows with differing configurations refused. This
 command shows a progress bar, merges the rows into ``<out>/bench.json`` and draws
 ``<out>/bench.png``: neurenix vs native time per model, precision, batch and thread count.
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from neurenix_core.cli import benchkit
+from neurenix_core import benchkit
 from neurenix_core.errors import ConfigurationError
 
 __all__ = ["BENCHMARKS", "chart", "figure", "register", "run"]

@@ -1,4 +1,4 @@
-"""``neurenix cache``: the persistent compile cache (``neurenix_core.graph.compile_cache``).
+"""``neurenix cache``: the persistent compile cache (``neurenix_core.graph.compile.cache``).
 
 ``list`` shows each entry (plugin, model fingerprint, size, age, last use; ``--json`` for
 scripts), ``info`` the folder, the limit, the size in use, whether the cache is on, and what it
@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
 
 
 def _root() -> Any:
-    from neurenix_core.graph.compile_cache import cache_root
+    from neurenix_core.graph.compile.cache import cache_root
 
     return cache_root()
 
@@ -47,7 +47,7 @@ def _age(seconds: float) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from neurenix_core.graph.compile_cache import entries
+    from neurenix_core.graph.compile.cache import entries
 
     now = time.time()
     found = entries(_root())
@@ -79,7 +79,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _skipped_note(root: Any) -> str:
     """One line naming what ``list`` did not show, or ""."""
-    from neurenix_core.graph.compile_cache import unusable
+    from neurenix_core.graph.compile.cache import unusable
 
     n = 0 if root is None else len(unusable(root))
     return "" if not n else f"neurenix: {n} unusable entr{'y' if n == 1 else 'ies'} not listed (reasons: neurenix cache info)"
@@ -87,7 +87,7 @@ def _skipped_note(root: Any) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from neurenix_core.config import compile_cache_enabled, compile_cache_limit, read_config
-    from neurenix_core.graph.compile_cache import displaced, entries, total_bytes, unusable
+    from neurenix_core.graph.compile.cache import displaced, entries, total_bytes, unusable
 
     root = _root()
     data: dict[str, Any] = {
@@ -119,7 +119,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    from neurenix_core.graph.compile_cache import clear, entries
+    from neurenix_core.graph.compile.cache import clear, entries
 
     root = _root()
     if root is None:

@@ -6,6 +6,6 @@
 
 from __future__ import annotations
 
-from neurenix_core.deploy.artifact import FORMAT_VERSION, MANIFEST_NAME, member, read_manifest, save_compiled
+from neurenix_core.graph.compile.artifact import FORMAT_VERSION, MANIFEST_NAME, member, read_manifest, save_compiled
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "member", "read_manifest", "save_compiled"]

@@ -1,4 +1,4 @@
-"""``nx.load_compiled``: rebuild a :class:`~neurenix_core.graph.compiler.Compiled` from an artifact
+"""``nx.load_compiled``: rebuild a :class:`~neurenix_core.graph.compile.compiler.Compiled` from an artifact
 folder written by ``deploy.artifact``: the plugin checked against the one that saved it, each
 plugin part loaded through ``neurenix_load_compiled``, each cpu:0 part pinned to its runtime,
 and every saved input shape built again through the compiler's own path."""
@@ -10,9 +10,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.deploy.arrays import read_arrays
-from neurenix_core.deploy.artifact import _REMEDY, read_manifest
-from neurenix_core.deploy.codec import decoder, read_graph
 from neurenix_core.errors import (
     ArtifactFormatError,
     ArtifactMismatchError,
@@ -21,12 +18,15 @@ from neurenix_core.errors import (
     CompilationError,
     DeviceNotFoundError,
 )
+from neurenix_core.graph.compile.artifact import _REMEDY, read_manifest
+from neurenix_core.graph.compile.artifact_arrays import read_arrays
+from neurenix_core.graph.compile.artifact_codec import decoder, read_graph
 from neurenix_core.io.atomic import settled
 from neurenix_core.kwargs import strict_kwargs
 
 if TYPE_CHECKING:
     from neurenix_core.device import DeviceLike
-    from neurenix_core.graph.compiler import Compiled
+    from neurenix_core.graph.compile.compiler import Compiled
 
 __all__ = ["SavedVerification", "load_compiled"]
 
@@ -86,7 +86,7 @@ def _plugin(manifest: dict[str, Any], dev: Any, folder: Path) -> tuple[Any, Any]
 
 
 def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend: Any) -> Compiled:
-    from neurenix_core.graph.compiler import Compiled
+    from neurenix_core.graph.compile.compiler import Compiled
     from neurenix_core.graph.ir import CompileOptions
 
     where = f"compiled artifact {folder}"
@@ -120,7 +120,7 @@ def _rebuild(manifest: dict[str, Any], folder: Path, dev: Any, rec: Any, backend
 
 
 def _restore_buckets(compiled: Compiled, stored: list[Any], dec: Any) -> None:
-    from neurenix_core.graph.buckets import parse_buckets
+    from neurenix_core.graph.compile.buckets import parse_buckets
 
     buckets, pad_values = (dec.value(v) for v in stored)
     compiled._buckets = parse_buckets(buckets, compiled.graph, pad_values)

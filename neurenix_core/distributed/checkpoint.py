@@ -116,7 +116,7 @@ def _check_digests(folder: Path, meta: dict[str, Any]) -> None:
 def _load_in_place(model: Any, weights: Path) -> None:
     """``model.load`` (its checks and dtype rules), keeping the parameter objects: an optimizer
     built before the load still holds the model's parameters afterwards."""
-    from neurenix_core.training.step import replace_data
+    from neurenix_core.tensor.tensor import replace_data
 
     before = {name: t for name, _, _, t in model._slots()}
     model.load(weights)

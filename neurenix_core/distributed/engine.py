@@ -48,7 +48,7 @@ class Engine:
     def broadcast_parameters(self, model: Any, src: int = 0) -> None:
         """Overwrite every parameter and buffer with rank ``src``'s values (in place: the same
         Tensor objects, so an optimizer holding them still works; same shape and dtype, so the
-        memory accounting is unchanged, as ``training.step.replace_data``, which imports this module)."""
+        memory accounting is unchanged, as ``tensor.tensor.replace_data``)."""
         for t in [*model.parameters(), *model.buffers()]:
             t._data = self.broadcast(t, src)._data
 

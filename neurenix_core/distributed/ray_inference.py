@@ -35,10 +35,12 @@ class ModelActor:
     def __init__(self, make_model: Callable[[], Any], device: str | None, column: str, output: str, compile_options: Mapping[str, Any]) -> None:
         import ray
 
-        import neurenix_core as nx
+        from neurenix_core.device import Device
+        from neurenix_core.graph.compile.compiler import compile as nx_compile
+        from neurenix_core.plugins.state import default_device
 
-        dev = nx.Device(device) if device is not None else nx.default_device()  # this node's best device
-        self.compiled = nx.compile(make_model(), device=dev, outputs="host", progress=False, **compile_options)
+        dev = Device(device) if device is not None else default_device()  # this node's best device
+        self.compiled = nx_compile(make_model(), device=dev, outputs="host", progress=False, **compile_options)
         self.column, self.output = column, output
         ctx = ray.get_runtime_context()
         self.where = {"nx_node": f"{socket.gethostname()} ({ctx.get_node_id()[:8]})", "nx_actor": f"pid {os.getpid()}",

@@ -2,7 +2,7 @@
 
 Both kinds hold the same state: one device Tensor per layer and per keys/values ``(B, H, S, D)``
 (fed back into the compiled step as inputs: a Tensor on the compiled device is used without a
-copy, see ``neurenix_core.graph.inputs``), and on the host which slots hold a real token and
+copy, see ``neurenix_core.graph.compile.inputs``), and on the host which slots hold a real token and
 the next position of each sequence. Per step the host builds the additive mask ``(B, 1, n, S + n)``:
 a query attends to the valid slots up to itself.
 

@@ -60,7 +60,7 @@ class CausalLM:
     @strict_kwargs("nx.generation.CausalLM")
     def __init__(self, model: Any, device: Any = None, *, cache: str | None = None, capacity: int | None = None,
                  precision: str | None = None) -> None:
-        from neurenix_core.graph.compiler import compile as nx_compile
+        from neurenix_core.graph.compile.compiler import compile as nx_compile
         from neurenix_core.plugins.state import registry
         from neurenix_core.tensor.placement import default_backend
 

@@ -131,10 +131,10 @@ def export_step(model: Any, spec: StepSpec, *, window: bool) -> Any:
 def _export(model: Any, spec: StepSpec, window: bool) -> Any:
     import torch
 
-    from neurenix_core.nn import from_torch
+    from neurenix_core.graph.models.importing import from_torch_export
 
     auto = torch.export.Dim.AUTO
     shapes = {"input_ids": {0: auto, 1: auto}, "mask": {0: auto, 2: auto, 3: auto}, "position_ids": {0: auto, 1: auto},
               "past": tuple({0: auto, 2: auto} for _ in range(2 * spec.layers))}
     with torch.no_grad():
-        return from_torch(_wrapper(model, spec, window), _examples(spec), dynamic_shapes=shapes)
+        return from_torch_export(_wrapper(model, spec, window), _examples(spec), dynamic_shapes=shapes, static=False)

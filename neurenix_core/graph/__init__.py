@@ -1,15 +1,15 @@
-"""The model path below ``nn``: the graph IR, shape inference, the eager executor, ``nx.compile``,
-quantization plans and the float64/integer reference interpreters.
+"""The model path, one subpackage per stage (docs/architecture.md), each importing only the ones
+before it:
 
-``nn`` builds graphs from layers; plugins lower them. Empty on purpose: import the module you need.
+* ``opset``: the op table (attributes, params, shape/dtype rules, reference semantics);
+* ``ir``: the graph, its value specs and quantization plan, shape inference, symbolic dims,
+  graph rewrites, the integer arithmetic, the JSON form, and the host-runtime contract;
+* ``reference``: the float64 and integer reference interpreters and the NumPy graph interpreter;
+* ``quantization``: calibration and int8 verification on top of the references;
+* ``importers`` / ``exporters``: ONNX and PyTorch to a graph, a graph to ONNX;
+* ``compile``: ``nx.compile`` (placement, host runtimes, per-shape compilation, buckets, the
+  compile cache and compiled artifacts);
+* ``models``: ``GraphModule``, what importing a model or loading a model file gives back.
+
+Empty on purpose: import the module you need.
 """
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    # 0.1 had one module ``neurenix_core.graph``; ``neurenix_core.graph.Graph`` keeps working for
-    # one release by forwarding to the IR module (attribute access only: nothing loads eagerly).
-    import importlib
-
-    return getattr(importlib.import_module("neurenix_core.graph.ir"), name)

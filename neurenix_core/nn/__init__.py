@@ -7,11 +7,10 @@ the ``nn.*`` extension ops of its tensors' backend; ``nx.compile`` lowers a whol
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.nn import functional, init
-from neurenix_core.nn.graph_module import GraphModule
 from neurenix_core.nn.layers import (
     GELU,
     AdaptiveAvgPool2d,
@@ -73,6 +72,20 @@ __all__ = [
 
 manual_seed = init.manual_seed
 
+if TYPE_CHECKING:
+    from neurenix_core.graph.models.graph_module import GraphModule
+
+
+def __getattr__(name: str) -> Any:
+    # GraphModule sits above nn (calling one compiles it: docs/architecture.md). Loaded on first
+    # access: at module level it would run whenever any nn submodule is imported, graph_module's
+    # own import of nn.module included (a circular import).
+    if name == "GraphModule":
+        from neurenix_core.graph.models.graph_module import GraphModule
+
+        return GraphModule
+    raise AttributeError(f"module 'neurenix_core.nn' has no attribute {name!r}")
+
 
 @strict_kwargs("nx.nn.from_torch")
 def from_torch(module: Any, example_inputs: Any = None, *, dynamic_shapes: Any = None, static: bool = False) -> Module:
@@ -92,7 +105,7 @@ def from_torch(module: Any, example_inputs: Any = None, *, dynamic_shapes: Any =
         from neurenix_core.nn.torch_import import from_torch as convert
 
         return convert(module)
-    from neurenix_core.nn.importing import from_torch_export
+    from neurenix_core.graph.models.importing import from_torch_export
 
     return from_torch_export(module, example_inputs, dynamic_shapes=dynamic_shapes, static=static)
 
@@ -105,7 +118,7 @@ def from_onnx(model: Any, *, input_shapes: Any = None, static: bool = False, qdq
     with, and ``static=True`` fixes them there. A pre-quantized (QDQ) file becomes a float graph
     with the file's int8 plan (``model.quantization_plan``, which ``nx.compile`` lowers);
     ``qdq="ops"`` imports its Q/DQ nodes as float ops instead (docs/quantization.md)."""
-    from neurenix_core.nn.importing import from_onnx as convert
+    from neurenix_core.graph.models.importing import from_onnx as convert
 
     return convert(model, input_shapes=input_shapes, static=static, qdq=qdq)
 
@@ -115,6 +128,8 @@ def export_onnx(model: Module, path: Any, *shapes: tuple[int, ...], opset_versio
     """``model`` as a standard ONNX file at ``path`` (static input shapes: ``shapes``, one per
     input, which a GraphModule may omit to use its import's example shapes); returns the path.
     The same as ``GraphModule.to_onnx``; ``onnx`` is imported only here."""
+    from neurenix_core.graph.models.graph_module import GraphModule
+
     if isinstance(model, GraphModule):
         return model.to_onnx(path, *shapes, opset_version=opset_version)
     from neurenix_core.errors import UnsupportedOperationError
@@ -136,7 +151,7 @@ def save(model_or_state: Module | dict[str, Any], path: Any, *, quantization_pla
     ``.nxm``: a self-contained model file of a GraphModule
     (graph, weights, input specs, ``quantization_plan`` or the model's own; docs/model-files.md)
     that :func:`load` reads back without the framework it was imported from."""
-    from neurenix_core.nn.model_file import is_model_file, save_model
+    from neurenix_core.graph.models.model_file import is_model_file, save_model
 
     if is_model_file(path):
         save_model(model_or_state, path, quantization_plan=quantization_plan)
@@ -150,6 +165,6 @@ def save(model_or_state: Module | dict[str, Any], path: Any, *, quantization_pla
 @strict_kwargs("nx.nn.load")
 def load(path: Any) -> Any:
     """A model file (``.nxm``) as a GraphModule on cpu:0; a weights file as a state dict (name -> NumPy array). Never unpickles."""
-    from neurenix_core.nn.model_file import is_model_file, load_model
+    from neurenix_core.graph.models.model_file import is_model_file, load_model
 
     return load_model(path) if is_model_file(path) else load_state(path)

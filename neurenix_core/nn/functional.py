@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.autograd import amp
 from neurenix_core.errors import CompilationError, ShapeError
 from neurenix_core.nn import init
 from neurenix_core.nn.tracing import Symbol
 from neurenix_core.tensor.creation import asarray
 from neurenix_core.tensor.tensor import Tensor, _call, cast
-from neurenix_core.training import amp
 
 __all__ = [
     "adaptive_avg_pool2d",

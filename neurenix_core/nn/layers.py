@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.autograd import amp
 from neurenix_core.autograd.grad import no_grad
 from neurenix_core.errors import ShapeError
 from neurenix_core.nn import functional as F
@@ -15,7 +16,6 @@ from neurenix_core.nn import init
 from neurenix_core.nn.module import Module
 from neurenix_core.tensor import ops
 from neurenix_core.tensor.tensor import Tensor
-from neurenix_core.training import amp
 
 __all__ = [
     "GELU",

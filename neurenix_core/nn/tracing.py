@@ -11,18 +11,25 @@ graph and raises :class:`CompilationError` naming the module.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from neurenix_core.errors import CompilationError, NeurenixError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
-if TYPE_CHECKING:
-    from neurenix_core.nn.module import Module
-
 __all__ = ["Symbol", "Tracer", "is_symbolic", "trace"]
+
+class Module(Protocol):
+    """What tracing asks of an ``nn.Module`` (module.py calls into this file, so this file names
+    the methods it uses instead of importing the class)."""
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Any]]: ...
+    def forward(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _is_leaf(self) -> bool: ...
+    def _trace(self, tracer: Tracer, name: str, *args: Any, **kwargs: Any) -> Any: ...
+
 
 _active: contextvars.ContextVar[Tracer | None] = contextvars.ContextVar("neurenix_tracer", default=None)
 

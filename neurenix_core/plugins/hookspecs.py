@@ -42,8 +42,8 @@ import pluggy
 from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
 if TYPE_CHECKING:
+    from neurenix_core.graph.ir.host import HostRuntime
     from neurenix_core.plugins.backend import Backend, CompiledModel
-    from neurenix_core.plugins.host import HostRuntime
     from neurenix_core.plugins.manifest import Manifest, ProbeContext, ProbeResult
 
 __all__ = ["NEURENIX_API_VERSION", "PROJECT", "hookimpl", "hookspec"]
@@ -189,7 +189,7 @@ def neurenix_host_runtime() -> HostRuntime:
     ``capabilities.host_runtime``. It is called whether or not the plugin's own device is present:
     OpenVINO's CPU device runs on a laptop without an NPU. Not called for a denied plugin.
 
-    Return: a :class:`~neurenix_core.plugins.host.HostRuntime`. Raise
+    Return: a :class:`~neurenix_core.graph.ir.host.HostRuntime`. Raise
     ``BackendUnavailableError`` naming what is missing when the runtime cannot start (the core
     records it and uses the next runtime, the NumPy interpreter last).
 

@@ -494,7 +494,7 @@ def _check_fields(m: Manifest) -> None:
 
 #: Names a plugin may not declare as options: ``nx.compile``'s own parameters (an option of that
 #: name could never be passed as a keyword) and the keys the core sets in ``CompileOptions.extra``
-#: itself (``shape_buckets``: the model is bucketed, see ``neurenix_core.graph.buckets``).
+#: itself (``shape_buckets``: the model is bucketed, see ``neurenix_core.graph.compile.buckets``).
 RESERVED_OPTION_NAMES: Final = frozenset({
     "model", "device", "precision", "quantize", "calibration", "calibration_method", "progress", "outputs",
     "buckets", "pad_values", "verify", "options", "shape_buckets",

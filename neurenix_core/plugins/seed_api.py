@@ -50,9 +50,9 @@ class DeviceBackend:
     def initialize(self) -> bool:
         """Start the runtime for the device; True on success. Raises BackendUnavailableError
         naming what is missing (driver, device node, runtime): never a silent False."""
-        import neurenix_core as nx
+        from neurenix_core.plugins.state import registry
 
-        backend = nx.backend(self.device)
+        backend = registry().backend_for(self.device)  # an explicit device: a failure raises
         module, _, name = self.backend_class.partition(":")
         expected = getattr(importlib.import_module(module), name)
         if not isinstance(backend, expected):

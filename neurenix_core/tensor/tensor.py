@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 import numpy as np
 
@@ -30,7 +30,11 @@ if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self from Python 3.11; for type checkers only
 
     from neurenix_core.plugins.backend import Backend, Placement
-    from neurenix_core.tensor.types import Operand
+
+#: An operand of a binary function (``nx.add``) or operator (``x + 1``): a Tensor or a Python scalar,
+#: as the array API 2024.12 allows. Defined here, beside Tensor, and re-exported by tensor/types.py.
+# Union, not |: "Tensor" is a forward reference here, and str | type fails at run time.
+Operand: TypeAlias = Union["Tensor", bool, int, float, complex]
 
 # mismatch, raise_op_error, default_backend and placement_for live in op_errors.py and placement.py;
 # they stay importable from here, where plugins found them in 0.1.
@@ -590,6 +594,12 @@ def _rebuild(host: np.ndarray, device: str) -> Tensor:
 
 
 # --------------------------------------------------------------------- wrapping natives
+def replace_data(t: Tensor, native: Any) -> None:
+    """Point ``t`` at ``native`` (same shape and dtype, so the memory accounting is unchanged):
+    how a lowered step writes back what the framework computed (buffers, gradients' owners)."""
+    t._data = native
+
+
 def adopt(native: Any, p: Placement, sources: tuple[Any, ...] | list[Any] = ()) -> Tensor:
     """A Tensor around an op result on placement ``p``.
 

@@ -11,9 +11,11 @@ only (a backend returns its own named tuple, which has the same fields).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
+
+from neurenix_core.tensor.tensor import Operand as _Operand
 
 if TYPE_CHECKING:
     from neurenix_core.tensor.tensor import Tensor
@@ -23,9 +25,9 @@ __all__ = ["Axes", "DTypeLike", "Operand", "Scalar"]
 
 #: A Python scalar an elementwise function or operator accepts beside a Tensor.
 Scalar: TypeAlias = bool | int | float | complex
-#: An operand of a binary function (``nx.add``) or operator (``x + 1``).
-# Union, not |: "Tensor" is a forward reference here, and str | type fails at run time.
-Operand: TypeAlias = Union["Tensor", bool, int, float, complex]
+#: An operand of a binary function (``nx.add``) or operator (``x + 1``): ``Tensor`` or a Scalar.
+#: Defined beside Tensor (tensor/tensor.py annotates its operators with it), re-exported here.
+Operand: TypeAlias = _Operand
 #: What ``dtype=`` accepts: a neurenix dtype (``nx.float32``), its name, or a Python/NumPy type.
 DTypeLike: TypeAlias = np.dtype[Any] | str | type
 #: One axis or several.

@@ -1,4 +1,4 @@
-"""Checks of the compiled-model input rule (``neurenix_core.graph.inputs``) for any compiled path.
+"""Checks of the compiled-model input rule (``neurenix_core.graph.compile.inputs``) for any compiled path.
 
 A backend author calls :func:`check_input_rule` with the callable their path returns
 (``nx.compile(...)``, a seed-style ``optimize_model(...)``, a runtime model) and one input

@@ -26,7 +26,7 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.tensor.tensor import Tensor
 
-__all__ = ["TapeStep", "compile_step", "refuse_random_layers", "replace_data", "swapped", "trainable_state"]
+__all__ = ["TapeStep", "compile_step", "refuse_random_layers", "swapped", "trainable_state"]
 
 LossFn = Callable[..., Tensor]
 
@@ -108,12 +108,6 @@ def _data_parallel_step(loss_fn: LossFn, model: Any, optimizer: Any, device: Any
     step = engine.lower_step(lower, optimizer)
     step.data_parallel = engine.name  # what keeps the ranks together, next to .engine
     return step
-
-
-def replace_data(t: Tensor, native: Any) -> None:
-    """Point ``t`` at ``native`` (same shape and dtype, so the memory accounting is unchanged):
-    how a lowered step writes back what the framework computed (buffers, gradients' owners)."""
-    t._data = native
 
 
 def trainable_state(model: Any) -> tuple[list[Tensor], list[tuple[Any, str]]]:

@@ -19,7 +19,7 @@ DEFERRED = (
     "dataclasses",
     "neurenix_core.autograd.engine",  # loaded by the first autograd use (autograd/on_demand.py)
     "neurenix_core.autograd.grad",
-    "neurenix_core.training.amp",
+    "neurenix_core.autograd.amp",
     "neurenix_core.tensor.signatures",  # the generated ops need no table at import
     "neurenix_core.tensor.dtype_info",  # finfo/iinfo answer types
     "neurenix_core.plugins.journal",  # only with a third-party plugin

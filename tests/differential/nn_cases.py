@@ -2,7 +2,7 @@
 models users write: a CNN ending in Flatten, an MLP), every loss of ``nn.losses`` and the
 functional forms the layers do not cover, with hypothesis generators of their configuration and
 input, and their float64 references: layers and models through the reference interpreter
-(``neurenix_core.graph.reference.run_graph`` on the traced graph), losses and functional forms
+(``neurenix_core.graph.reference.run.run_graph`` on the traced graph), losses and functional forms
 through float64 NumPy (PyTorch's definitions).
 
 ``test_nn_catalogue_covers_every_layer`` (test_nn.py) fails when a layer or loss is added to

@@ -19,7 +19,7 @@ from neurenix_core import nn
 from neurenix_core.autograd import tape
 from neurenix_core.errors import CompilationError
 from neurenix_core.graph.ir import Graph
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 from neurenix_core.tensor.dtypes import as_dtype
 from neurenix_core.tensor.tensor import Tensor
 

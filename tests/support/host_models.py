@@ -61,8 +61,8 @@ def relative_error(got: Any, want: Any) -> float:
 def host_runtime(name: str) -> Any:
     """The started host runtime ``name`` from the core's discovery; the test fails with the reason
     the plugin's runtime did not start."""
-    from neurenix_core.graph import host_select
-    from neurenix_core.plugins.host import HostRuntime
+    from neurenix_core.graph.compile import host_select
+    from neurenix_core.graph.ir.host import HostRuntime
 
     runtime = host_select.host_runtimes().get(name)
     if not isinstance(runtime, HostRuntime):
@@ -103,7 +103,7 @@ def check_matches_torch_and_reference(runtime: str, make: Any, shape: tuple[int,
     import torch
 
     import neurenix_core as nx
-    from neurenix_core.graph.reference import run_graph
+    from neurenix_core.graph.reference.run import run_graph
 
     module = make()
     x = inputs(*shape)

@@ -1,6 +1,6 @@
 """One small graph per opset op (a few ops more than once: masks, causal attention, negative
 axes), for the plugins' per-op tests: lower ``graph`` on a device, compare with
-``neurenix_core.graph.reference.run_graph(graph, *inputs)``.
+``neurenix_core.graph.reference.run.run_graph(graph, *inputs)``.
 
 ``every_op_case()`` yields ``(case id, Graph, inputs)``; ``COVERED`` is the set of ops the cases
 cover (a test asserts it is the whole opset, so a new op needs a case here).

@@ -34,7 +34,7 @@ import numpy as np
 import neurenix_core as nx
 from neurenix_core.errors import NeurenixError, SaveError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.nn.graph_module import GraphModule
+from neurenix_core.graph.models.graph_module import GraphModule
 from neurenix_core.optim import Adam
 
 X = np.linspace(-1, 1, 2 * 64, dtype=np.float32).reshape(2, 64)

@@ -41,7 +41,7 @@ import numpy as np
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.nn.graph_module import GraphModule
+from neurenix_core.graph.models.graph_module import GraphModule
 from neurenix_core.optim import Adam
 
 #: atomic.py's functions that commit a save: every line of them is a kill point in traced mode.

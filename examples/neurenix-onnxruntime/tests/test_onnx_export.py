@@ -17,9 +17,9 @@ from neurenix_onnxruntime.plugin import GRAPH_OPS as DECLARED
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph.coverage import markdown
-from neurenix_core.graph.opnames import OPSET_NAMES
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.opset.coverage import markdown
+from neurenix_core.graph.reference.run import run_graph
+from neurenix_core.plugins.opnames import OPSET_NAMES
 
 #: float32 ONNX Runtime vs the float64 reference: a few float32 roundings per op.
 FP32_RTOL, FP32_ATOL = 1e-5, 1e-5
@@ -118,5 +118,5 @@ def test_readme_lists_the_generated_op_coverage() -> None:
     assert begin in text and end in text, "README.md lacks the generated ops section"
     section = text.split(begin, 1)[1].split(end, 1)[0]
     assert section.strip() == markdown("onnxruntime", caps.graph_ops, caps.graph_dtypes).strip(), (
-        "README.md's ops section is stale: regenerate it with neurenix_core.graph.coverage.markdown (see the README)"
+        "README.md's ops section is stale: regenerate it with neurenix_core.graph.opset.coverage.markdown (see the README)"
     )

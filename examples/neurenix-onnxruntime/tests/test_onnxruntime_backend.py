@@ -13,7 +13,7 @@ import pytest
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 HERE = Path(__file__).resolve().parent
 PKG = HERE.parent

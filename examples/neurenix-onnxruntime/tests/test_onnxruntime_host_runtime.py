@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import neurenix_core as nx
-from neurenix_core.graph import host_select
+from neurenix_core.graph.compile import host_select
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 
 def _graph() -> Graph:

@@ -14,7 +14,7 @@ import numpy as np
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.contract import run_graph
 
 
 def models() -> dict[str, tuple[Any, tuple[int, ...]]]:

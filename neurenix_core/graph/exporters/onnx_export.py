@@ -8,7 +8,7 @@ imported on use only (``import neurenix_core`` never loads it).
 The inverse of the core's ONNX importer (``nx.nn.from_onnx``): graph -> ONNX -> from_onnx computes
 what the graph computes (tests/test_to_onnx.py, and the example plugin's tests/test_onnx_export.py
 on every opset op). Shapes
-are static (``neurenix_core.graph.shapes.infer_values``), so shape operands (``Reshape``'s target,
+are static (``neurenix_core.graph.ir.shapes.infer_values``), so shape operands (``Reshape``'s target,
 ``Slice``'s bounds, ``Expand``'s shape) are int64 initializers and reshape-like ops use the
 inferred output shape. Composites with an ONNX counterpart keep it (``Conv``, ``Gelu``,
 ``HardSwish``, ``LayerNormalization``, ``BatchNormalization``, ``Gather`` for embedding,
@@ -37,9 +37,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph import opset
-from neurenix_core.graph.decompose import legalize
 from neurenix_core.graph.ir import Graph, Node, fresh_name
-from neurenix_core.graph.shapes import ValueSpec, infer_values
+from neurenix_core.graph.ir.decompose import legalize
+from neurenix_core.graph.ir.shapes import ValueSpec, infer_values
 
 __all__ = ["EMIT", "EXPORTED_OPS", "GRAPH_OPS", "MIN_OPSET", "Exporter", "export", "write_onnx"]
 

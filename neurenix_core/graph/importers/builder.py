@@ -6,7 +6,7 @@ A value is either a graph value (a name, with its static shape and dtype) or a :
 weight reshapes and mask arithmetic never reach the graph; a constant that feeds a real node
 becomes a ``constant`` node once.
 
-Attributes may hold :class:`~neurenix_core.graph.symbolic.SymDim` sizes (dynamic input axes):
+Attributes may hold :class:`~neurenix_core.graph.ir.symbolic.SymDim` sizes (dynamic input axes):
 the builder infers shapes with the example's sizes (``bindings``) and keeps the symbolic
 attributes on the node; an op with a symbolic attribute is never folded.
 """
@@ -22,8 +22,8 @@ import numpy as np
 from neurenix_core.errors import ModelFormatError, ShapeError, UnsupportedOperationError
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node, TensorSpec, fresh_name
-from neurenix_core.graph.shapes import ValueSpec, node_spec
-from neurenix_core.graph.symbolic import SymDim, is_symbolic, resolve
+from neurenix_core.graph.ir.shapes import ValueSpec, node_spec
+from neurenix_core.graph.ir.symbolic import SymDim, is_symbolic, resolve
 
 __all__ = ["MAX_FOLDED_BYTES", "Const", "GraphBuilder", "Value", "check_constant_bytes"]
 

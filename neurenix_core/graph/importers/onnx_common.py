@@ -17,7 +17,7 @@ import numpy as np
 
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
-from neurenix_core.graph.symbolic import SymDim
+from neurenix_core.graph.ir.symbolic import SymDim
 
 __all__ = ["REMEDY", "Handler", "OnnxNode", "ValueInputNeeded", "const", "dims", "fail", "ints", "outputs_used", "simple", "symbolic_const", "variadic"]
 

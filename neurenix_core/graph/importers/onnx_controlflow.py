@@ -32,9 +32,9 @@ from neurenix_core.graph import opset
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import REMEDY, Handler, OnnxNode, ValueInputNeeded, _value_source, fail
 from neurenix_core.graph.importers.onnx_common import symbolic_const as _symbolic
+from neurenix_core.graph.ir.symbolic import NotSymbolicError
 from neurenix_core.graph.opset import controlflow as CF
 from neurenix_core.graph.opset.sequence import is_kind, optional_of, seq_of
-from neurenix_core.graph.symbolic import NotSymbolicError
 
 __all__ = ["HANDLERS", "OnnxBody", "batched_scan8", "bind", "value_kind"]
 

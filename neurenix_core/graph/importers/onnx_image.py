@@ -14,8 +14,8 @@ import numpy as np
 
 from neurenix_core.graph.importers.builder import GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, dims, fail, ints
+from neurenix_core.graph.ir.symbolic import SymDim
 from neurenix_core.graph.opset.image import COORDINATE_MODES, GRID_MODES, NEAREST_MODES, PADDING_MODES, RESIZE_MODES
-from neurenix_core.graph.symbolic import SymDim
 
 __all__ = ["HANDLERS"]
 

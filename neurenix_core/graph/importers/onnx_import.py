@@ -9,7 +9,7 @@ must be constants, and ``Shape`` of a static value is folded.
 Dynamic axes: an input dimension with a ``dim_param`` (``torch.onnx.export(..., dynamic_shapes=
 ...)`` or ``dynamic_axes=``) stays dynamic. The importer builds with an example size for it
 (``input_shapes=``, else 2) and keeps every size computed from it symbolic
-(:class:`~neurenix_core.graph.symbolic.SymDim`): ``Shape`` of a value gives its dimensions from
+(:class:`~neurenix_core.graph.ir.symbolic.SymDim`): ``Shape`` of a value gives its dimensions from
 the model's value_info (ONNX shape inference fills it where missing), and the Gather / Slice /
 Concat / Unsqueeze / arithmetic chains on them are folded symbolically into the ``Reshape``,
 ``Expand``, ``Slice`` and ``ConstantOfShape`` they feed. Where a size has no symbolic form the
@@ -63,10 +63,10 @@ from neurenix_core.graph.importers.onnx_common import simple as _simple
 from neurenix_core.graph.importers.onnx_common import symbolic_const as _symbolic_const
 from neurenix_core.graph.importers.onnx_common import variadic as _variadic
 from neurenix_core.graph.ir import Graph, QuantizationPlan
+from neurenix_core.graph.ir.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 from neurenix_core.graph.opset import DTYPES
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES
-from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, variable
 
 __all__ = ["HANDLERS", "ValueImport", "build_for_values", "import_onnx", "import_onnx_quantized"]
 

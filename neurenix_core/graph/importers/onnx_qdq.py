@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import NeurenixWarning, QuantizationError
-from neurenix_core.graph import qmath as Q
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.shapes import infer_values
+from neurenix_core.graph.ir import qmath as Q
+from neurenix_core.graph.ir.shapes import infer_values
 
 __all__ = ["METHOD", "QdqFold", "Reader", "fold_qdq", "is_qdq", "quantization_plan"]
 

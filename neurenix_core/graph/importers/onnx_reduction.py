@@ -12,7 +12,7 @@ import numpy as np
 
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, fail, ints
-from neurenix_core.graph.symbolic import NotSymbolicError
+from neurenix_core.graph.ir.symbolic import NotSymbolicError
 
 __all__ = ["HANDLERS"]
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.onnx_common import Handler, OnnxNode, const, fail, ints, outputs_used
-from neurenix_core.graph.symbolic import NotSymbolicError, SymDim
+from neurenix_core.graph.ir.symbolic import NotSymbolicError, SymDim
 
 __all__ = ["HANDLERS"]
 

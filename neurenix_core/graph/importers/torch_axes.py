@@ -291,7 +291,7 @@ def differs_at_example(torch: Any, module: Any, graph: Any, args: tuple[Any, ...
     import numpy as np
     import torch.utils._pytree as pytree
 
-    from neurenix_core.graph.reference import run_graph
+    from neurenix_core.graph.reference.run import run_graph
 
     with torch.no_grad():
         want = [x.detach().cpu().numpy() for x in pytree.tree_leaves(module(*args, **kwargs)) if isinstance(x, torch.Tensor)]

@@ -11,7 +11,7 @@ Shapes: by default axis 0 of every input (and axis 1 of rank-2 integer inputs: t
 exported as a dynamic dimension (``torch.export.Dim.AUTO``), whatever its example size: an axis
 of size 1, which torch.export would fix, is traced at size 2 (``torch_axes``). Every size
 PyTorch computes from those dimensions (``view`` and ``expand`` targets, slice ends, ``arange``
-lengths) is imported as a :class:`~neurenix_core.graph.symbolic.SymDim` over the input
+lengths) is imported as a :class:`~neurenix_core.graph.ir.symbolic.SymDim` over the input
 dimensions, resolved per input shape by ``Graph.with_input_shapes``. ``dynamic_shapes=``
 (torch.export's own argument: ``Dim``, ``Dim.AUTO``, ``Dim.DYNAMIC``) overrides the default;
 ``static=True`` gives the example's shapes only. Each axis meant dynamic that comes out fixed
@@ -39,7 +39,7 @@ from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, dif
 from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
 from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value
 from neurenix_core.graph.ir import Graph
-from neurenix_core.graph.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
+from neurenix_core.graph.ir.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
 __all__ = ["HANDLERS", "import_module"]
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.graph.importers.builder import Const, Value
-from neurenix_core.graph.symbolic import NotSymbolicError, SymDim
+from neurenix_core.graph.ir.symbolic import NotSymbolicError, SymDim
 
 __all__ = ["HANDLERS", "Unavailable", "batch_norm_nd", "conv_nd", "conv_transpose_nd", "size_value"]
 

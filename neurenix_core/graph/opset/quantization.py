@@ -2,7 +2,7 @@
 
 These are plain ops with ONNX's semantics, computed on integers and floats by their NumPy
 reference (cpu:0); they are unrelated to the quantization plans of ``nx.compile(quantize=...)``
-(``graph/qmath.py``). Scales and zero points are inputs, not params, because ONNX passes them as
+(``graph/ir/qmath.py``). Scales and zero points are inputs, not params, because ONNX passes them as
 tensors that a model may compute or feed. Rounding is ONNX's (half to even, ``np.rint``) and
 every conversion to an integer type saturates to that type's range.
 

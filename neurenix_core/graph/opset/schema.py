@@ -98,7 +98,7 @@ REQUIRED: Final = _Required()
 
 
 class Builder(Protocol):
-    """What a decomposition writes into (``neurenix_core.graph.decompose`` implements it)."""
+    """What a decomposition writes into (``neurenix_core.graph.ir.decompose`` implements it)."""
 
     def op(self, op: str, inputs: Sequence[str], attrs: Attrs | None = None, params: Params | None = None) -> str:
         """Append a node; returns its output value name."""

@@ -41,7 +41,7 @@ def test_benchmark_quick_mode(tmp_path: Path) -> None:
                           env={**__import__("os").environ, "NEURENIX_EMULATE": "cuda"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
-    # The shared benchmark schema (neurenix_core.cli.benchkit): one row per model, precision,
+    # The shared benchmark schema (neurenix_core.benchkit): one row per model, precision,
     # batch and thread count, both sides' configurations read back and compared.
     rows = data["rows"]
     assert data["benchmark"] == "tensor_cores" and data["machine"]["cpu"]

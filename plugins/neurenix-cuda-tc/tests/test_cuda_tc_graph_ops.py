@@ -20,8 +20,8 @@ from neurenix_cuda_tc.plugin import GRAPH_DTYPES, GRAPH_OPS, neurenix_manifest
 import neurenix_core as nx
 from neurenix_core import nn
 from neurenix_core.graph.ir import CompileOptions
-from neurenix_core.graph.opnames import OPSET_NAMES
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
+from neurenix_core.plugins.opnames import OPSET_NAMES
 
 #: float32 lowering vs the float64 reference: a few float32 roundings per op.
 FP32_RTOL, FP32_ATOL = 1e-5, 1e-5

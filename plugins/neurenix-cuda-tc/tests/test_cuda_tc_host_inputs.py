@@ -1,6 +1,6 @@
 """Host inputs on every compiled cuda path: nx.compile and TensorCoresBackend.optimize_model.
 Torch tensors keep torch semantics (the optimised model is a torch module); everything else
-follows the core's rule (neurenix_core.graph.inputs)."""
+follows the core's rule (neurenix_core.graph.compile.inputs)."""
 
 from __future__ import annotations
 

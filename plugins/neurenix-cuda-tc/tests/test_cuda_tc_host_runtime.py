@@ -13,7 +13,7 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.plugins.host import HostOptions, HostRuntime
+from neurenix_core.graph.ir.host import HostOptions, HostRuntime
 
 torch = pytest.importorskip("torch")
 

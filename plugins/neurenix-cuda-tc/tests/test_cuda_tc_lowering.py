@@ -12,7 +12,7 @@ from neurenix_cuda_tc.lowering import lower_graph
 import neurenix_core as nx
 from neurenix_core.errors import CompilationError
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 RNG = np.random.default_rng(7)
 

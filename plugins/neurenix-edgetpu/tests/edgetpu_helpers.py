@@ -1,6 +1,6 @@
 """Test models as core Graphs, a float64 NumPy forward pass and min/max calibration.
 
-Used until/unless ``neurenix_core.graph.reference`` and ``neurenix_core.graph.quantization`` provide them; the
+Used until/unless ``neurenix_core.graph.reference.run`` and ``neurenix_core.graph.quantization`` provide them; the
 tests prefer the core's versions when they are importable.
 """
 

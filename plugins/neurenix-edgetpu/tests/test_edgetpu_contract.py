@@ -8,7 +8,8 @@ import numpy as np
 def test_nx_compile_int8_on_edgetpu_matches_core_integer_reference(edgetpu):
     import neurenix_core as nx
     from neurenix_core import nn
-    from neurenix_core.graph import compiler, reference
+    from neurenix_core.graph.compile import compiler
+    from neurenix_core.graph.reference import run as reference
 
     nn.manual_seed(0)  # weights independent of which tests ran before
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10))
@@ -54,7 +55,7 @@ def test_int8_softmax_uses_tflite_fixed_output_parameters(edgetpu):
     import neurenix_core as nx
     from neurenix_core import nn
     from neurenix_core.graph.quantization import calibrate
-    from neurenix_core.graph.reference import run_quantized
+    from neurenix_core.graph.reference.run import run_quantized
 
     nn.manual_seed(1)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10), nn.Softmax(dim=-1))

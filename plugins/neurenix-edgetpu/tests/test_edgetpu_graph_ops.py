@@ -1,6 +1,6 @@
 """The op-level graph through the TFLite writer and the real LiteRT interpreter (emulated edgetpu).
 
-fp32: each declared op against ``neurenix_core.graph.reference.run_graph`` (float64), within
+fp32: each declared op against ``neurenix_core.graph.reference.run.run_graph`` (float64), within
 float32 rounding (rtol 2e-5 of the output's magnitude). int8: each op the quantized CNNs use,
 after a conv so the value is a real int8 activation, against the core's integer reference
 ``run_quantized`` with LiteRT's reference kernels: data movement bit-exact, arithmetic within
@@ -18,9 +18,9 @@ from neurenix_edgetpu.lowering import lower
 from neurenix_edgetpu.plugin import GRAPH_OPS
 
 from neurenix_core.device import Device
-from neurenix_core.graph import reference
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.quantization import calibrate
+from neurenix_core.graph.reference import run as reference
 
 DEV = Device("edgetpu", 0)
 FP32_RTOL = 2e-5

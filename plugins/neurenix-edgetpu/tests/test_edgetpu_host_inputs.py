@@ -1,6 +1,6 @@
 """Host inputs on every compiled edgetpu path: nx.compile, EdgeTPUBackend.optimize_model and a
 loaded .tflite. NumPy in gives NumPy out (as LiteRT); everything else follows the core's rule
-(neurenix_core.graph.inputs)."""
+(neurenix_core.graph.compile.inputs)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
-from neurenix_core.plugins.host import HostOptions
+from neurenix_core.graph.ir.host import HostOptions
+from neurenix_core.graph.reference.run import run_graph
 
 torch = pytest.importorskip("torch")
 

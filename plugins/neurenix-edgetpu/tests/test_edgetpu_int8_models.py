@@ -22,7 +22,7 @@ from neurenix_core.device import Device
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
 from neurenix_core.graph.quantization import calibrate
-from neurenix_core.graph.reference import run_graph, run_quantized
+from neurenix_core.graph.reference.run import run_graph, run_quantized
 
 DEV = Device("edgetpu", 0)
 HW = 16  # 16 is even: k3 s2 p1 and k7 s2 p3 are not TFLite SAME on it

@@ -9,7 +9,7 @@ import pytest
 
 import neurenix_core as nx
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 pytest.importorskip("ai_edge_litert")
 if np.dtype(np.longlong).num == np.dtype(np.int64).num:

@@ -29,7 +29,7 @@ def _pool_graph(hw: int) -> Graph:
 @pytest.mark.parametrize("hw", [8, 12])  # 64 and 144 elements: a power of two and not
 def test_int8_mean_requantizes_bit_exact_with_core_reference(edgetpu, hw):
     from neurenix_core.graph.quantization import calibrate
-    from neurenix_core.graph.reference import run_quantized
+    from neurenix_core.graph.reference.run import run_quantized
 
     graph = _pool_graph(hw)
     rng = np.random.default_rng(7)

@@ -155,7 +155,7 @@ def test_rewritten_ops_stay_in_the_edge_tpu_op_set(edgetpu):
 def test_reference_kernels_stay_bit_exact_with_the_core(edgetpu):
     """The reference-kernel check (TFLite BUILTIN_REF against the core's integer reference) holds
     for the rewritten model."""
-    from neurenix_core.graph import reference
+    from neurenix_core.graph.reference import run as reference
 
     graph = seed_cnn()
     plan = _plan(graph)

@@ -104,7 +104,7 @@ def test_int8_bit_exact_against_core_integer_reference(edgetpu, make, shape):
     """TFLite's reference kernels (OpResolverType.BUILTIN_REF) against the core's integer
     reference: the same integers on every element. The default XNNPACK kernels requantize in
     float and may differ by one step; that run is checked separately below."""
-    from neurenix_core.graph import reference
+    from neurenix_core.graph.reference import run as reference
     graph = make()
     rng = np.random.default_rng(5)
     batches = [rng.normal(size=shape).astype(np.float32) for _ in range(16)]
@@ -135,7 +135,7 @@ def test_int8_default_kernels_are_xnnpack_qs8_within_one_step(edgetpu, make, sha
     assert cfg["kernels"] == "xnnpack"
     # every conv/FC and the edges run in XNNPACK; int8 AVERAGE_POOL_2D has no XNNPACK kernel
     assert set(cfg["cpu_kernel_ops"].split(",")) <= {"-", "AVERAGE_POOL_2D"} and done >= total - 1, cfg
-    from neurenix_core.graph import reference
+    from neurenix_core.graph.reference import run as reference
     step = float(plan.activations[graph.outputs[0]].scale[0])
     for x in batches:
         np.testing.assert_allclose(model(x), reference.run_quantized(graph, plan, x), rtol=0, atol=1.01 * step)

@@ -110,7 +110,7 @@ def cnn_graph(batch: int = 4, seed: int = 1, width: int = 16) -> Graph:
 def reference(graph: Graph, *inputs: np.ndarray) -> np.ndarray:
     """The core's float64 interpreter when it is installed, else a small local one."""
     try:
-        from neurenix_core.graph.reference import run_graph
+        from neurenix_core.graph.reference.run import run_graph
     except ImportError:
         return _local_reference(graph, *inputs)
     out = run_graph(graph, *inputs)

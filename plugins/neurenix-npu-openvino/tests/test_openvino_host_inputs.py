@@ -1,6 +1,6 @@
 """Host inputs on every compiled npu path: nx.compile, NPUBackend.optimize_model (neurenix
 models and PyTorch modules). The rule and its checks live once in the core
-(neurenix_core.graph.inputs, neurenix_core.testing.compiled)."""
+(neurenix_core.graph.compile.inputs, neurenix_core.testing.compiled)."""
 
 from __future__ import annotations
 

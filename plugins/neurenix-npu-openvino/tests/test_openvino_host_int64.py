@@ -9,7 +9,7 @@ import pytest
 import neurenix_core as nx
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 
 pytest.importorskip("openvino")
 
@@ -23,7 +23,7 @@ def test_openvino_itself_truncates_int64_the_reason_for_the_rule() -> None:
     """What the rule guards against, on OpenVINO directly (its lowering, compiled for CPU)."""
     from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
-    from neurenix_core.plugins.host import HostOptions
+    from neurenix_core.graph.ir.host import HostOptions
 
     x, y = np.array([2**62 + 1], np.int64), np.array([3], np.int64)
     runtime = OpenVINOHostRuntime(("float32", "int64"))

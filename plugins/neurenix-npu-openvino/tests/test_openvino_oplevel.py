@@ -1,6 +1,6 @@
 """The op-level lowering: every op the manifest declares (``graph_ops``), lowered to opset16,
 compiled by the real OpenVINO runtime in fp32 and compared with the core's float64 reference
-(``neurenix_core.graph.reference.run_graph``); attention through OpenVINO's SDPA with bool and
+(``neurenix_core.graph.reference.run.run_graph``); attention through OpenVINO's SDPA with bool and
 additive masks; int8 through FakeQuantize, checked in the compiled model's runtime precisions."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from neurenix_npu_openvino.lowering import LOWERED_OPS, lower_graph
 from neurenix_npu_openvino.plugin import _GRAPH_DTYPES, _GRAPH_OPS
 
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
 from neurenix_core.testing.host import int8_dot_product
 
 #: On an AVX2-only host the emulated npu's int8 models (OpenVINO's CPU int8 kernels) were measured

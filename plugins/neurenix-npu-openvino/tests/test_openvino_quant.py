@@ -53,7 +53,7 @@ def test_int8_cnn_keeps_top1_and_runs_conv_and_fc_in_int8(npu: Any, kit: Any) ->
 
 @NPU_INT8_XFAIL
 def test_int8_mlp_matches_the_fake_quantized_reference(npu: Any, kit: Any) -> None:
-    from neurenix_core.graph.reference import run_graph
+    from neurenix_core.graph.reference.run import run_graph
 
     graph = kit.mlp(batch=64)
     calibration = [_data(200 + i, 64, (32,)) for i in range(4)]

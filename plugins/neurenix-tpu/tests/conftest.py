@@ -2,7 +2,7 @@
 
 The whole-suite run sets these variables before anything is imported; alone, this file sets them
 before neurenix_core (and so JAX) is imported. Graph builders and a float64 NumPy reference
-(used where ``neurenix_core.graph.reference`` has not landed) live here so every test file shares them.
+(used where ``neurenix_core.graph.reference.run`` has not landed) live here so every test file shares them.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def _node(n: Node, ins: list[np.ndarray]) -> np.ndarray:
 def reference(graph: Graph, *inputs: np.ndarray) -> np.ndarray:
     """Run ``graph`` in float64 NumPy (the core's run_graph is preferred once it lands)."""
     try:
-        from neurenix_core.graph.reference import run_graph
+        from neurenix_core.graph.reference.run import run_graph
     except ImportError:
         run_graph = None
     if run_graph is not None:

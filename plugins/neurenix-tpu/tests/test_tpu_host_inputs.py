@@ -1,6 +1,6 @@
 """Host inputs on every compiled tpu path: nx.compile and TPUBackend.compile_graph. JAX arrays
 in give JAX arrays out (as jax.jit); everything else follows the core's rule
-(neurenix_core.graph.inputs), including the refusal of a tensor on another tpu."""
+(neurenix_core.graph.compile.inputs), including the refusal of a tensor on another tpu."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ import neurenix_core as nx
 from neurenix_core.device import Device, DeviceType
 
 nn = pytest.importorskip("neurenix_core.nn", reason="neurenix_core.nn (issue 4) has not landed")
-compiler = pytest.importorskip("neurenix_core.graph.compiler", reason="nx.compile (neurenix_core.graph.compiler, issue 4) has not landed")
-reference = pytest.importorskip("neurenix_core.graph.reference", reason="neurenix_core.graph.reference (issue 4) has not landed")
+compiler = pytest.importorskip("neurenix_core.graph.compile.compiler", reason="nx.compile (neurenix_core.graph.compile.compiler, issue 4) has not landed")
+reference = pytest.importorskip("neurenix_core.graph.reference.run", reason="neurenix_core.graph.reference.run (issue 4) has not landed")
 
 from neurenix_tpu.compiled import RECOMPILE_WARN_AFTER, RecompilationWarning
 

@@ -18,8 +18,8 @@ from neurenix_tpu.plugin import GRAPH_DTYPES, GRAPH_OPS, neurenix_manifest
 
 import neurenix_core as nx
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
-from neurenix_core.graph.opnames import OPSET_NAMES
-from neurenix_core.graph.reference import run_graph
+from neurenix_core.graph.reference.run import run_graph
+from neurenix_core.plugins.opnames import OPSET_NAMES
 
 FP32_RTOL = FP32_ATOL = 2e-5
 BF16_TOL = 5e-2

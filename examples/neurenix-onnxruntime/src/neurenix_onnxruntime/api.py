@@ -58,7 +58,7 @@ class ORTRuntime:
         """``nx.compile`` of ``model`` on this device; with ``example_input`` it is compiled now.
 
         Host inputs (NumPy, cpu tensors) are copied in by each call; results are ort tensors, or
-        NumPy arrays with ``outputs="host"`` (``neurenix_core.graph.inputs``)."""
+        NumPy arrays with ``outputs="host"`` (``neurenix_core.graph.compile.inputs``)."""
         import neurenix_core as nx
 
         compiled = nx.compile(model, device=self.device, precision=precision, quantize=quantize, calibration=calibration, outputs=outputs)

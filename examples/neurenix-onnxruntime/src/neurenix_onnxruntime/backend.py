@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from neurenix_core.contract import Backend
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, UnsupportedDTypeError
-from neurenix_core.plugins.backend import Backend
 from neurenix_onnxruntime import providers as prov
 from neurenix_onnxruntime.eager import KernelCache
 from neurenix_onnxruntime.kernels import build_op_table

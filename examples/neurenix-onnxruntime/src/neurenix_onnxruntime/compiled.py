@@ -14,9 +14,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import helper
 
+from neurenix_core.contract import CompiledModel, CompileOptions, Graph
 from neurenix_core.errors import CompilationError, UnsupportedDTypeError
-from neurenix_core.graph.ir import CompileOptions, Graph
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_onnxruntime.backend import ORTBackend, ensure_provider
 from neurenix_onnxruntime.eager import OPSET, REJECTED_BY_ORT
 from neurenix_onnxruntime.lowering import Lowered, lower

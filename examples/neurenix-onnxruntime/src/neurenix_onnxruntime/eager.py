@@ -18,8 +18,8 @@ import onnxruntime as ort
 from onnx import helper
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
+from neurenix_core.contract import fallback
 from neurenix_core.errors import FallbackError, ShapeError
-from neurenix_core.tensor import fallback
 
 if TYPE_CHECKING:
     from neurenix_onnxruntime.backend import ORTBackend

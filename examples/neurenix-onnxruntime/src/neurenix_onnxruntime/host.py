@@ -1,7 +1,7 @@
 """ONNX Runtime's CPU execution provider as a host runtime for ``cpu:0`` (``runtime="onnxruntime"``).
 
 A third-party plugin offers its runtime to the core the same way the first-party ones do
-(``neurenix_core.plugins.host``, API 1.2): the graph is exported with this plugin's ONNX
+(``neurenix_core.graph.ir.host``, API 1.2): the graph is exported with this plugin's ONNX
 exporter (``lowering.lower``, fp32) and run in an ``InferenceSession`` on
 ``CPUExecutionProvider`` with every graph optimization, ``intra_op_num_threads`` set from
 ``threads=`` (read back from the session). The device stays ``cpu:0``.
@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime
 from neurenix_core.errors import BackendUnavailableError, CompilationError
-from neurenix_core.graph.ir import Graph
-from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
 __all__ = ["ORTHostModel", "ORTHostRuntime"]
 

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from neurenix_core.contract import Graph, Node, QuantizationPlan, QuantParams, onnx_export
 from neurenix_core.errors import CompilationError
-from neurenix_core.graph.exporters.onnx_export import Exporter
-from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_onnxruntime.eager import OPSET
 
 __all__ = ["PRECISIONS", "Lowered", "lower"]
@@ -36,7 +35,7 @@ class Lowered:
 
 
 # ----------------------------------------------------------------------------- int8: the QDQ model
-class _QDQExporter(Exporter):
+class _QDQExporter(onnx_export.Exporter):
     """The exporter with the plan's quantization: QuantizeLinear/DequantizeLinear after every
     activation the plan names, int8 per-channel weights and int32 biases of linear/conv2d."""
 
@@ -108,8 +107,8 @@ def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None =
     _check(precision, plan)
     if precision == "int8":
         assert plan is not None
-        exporter: Exporter = _QDQExporter(graph, plan)
+        exporter: onnx_export.Exporter = _QDQExporter(graph, plan)
     else:
-        exporter = Exporter(graph, float_type=np.float16 if precision == "fp16" else np.float32, opset_version=OPSET)
+        exporter = onnx_export.Exporter(graph, float_type=np.float16 if precision == "fp16" else np.float32, opset_version=OPSET)
     model = exporter.export()
     return Lowered(model, precision, [s.name for s in graph.inputs], [o.name for o in model.graph.output], len(graph.nodes))

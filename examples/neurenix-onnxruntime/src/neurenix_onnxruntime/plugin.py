@@ -15,14 +15,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.graph.opnames import OPSET_NAMES
-from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.contract import (
+    OPSET_NAMES,
+    Capabilities,
+    CompileOption,
+    Manifest,
+    PriorityBand,
+    ProbeContext,
+    ProbeResult,
+    hookimpl,
+)
 from neurenix_onnxruntime import __version__
 
 if TYPE_CHECKING:
-    from neurenix_core.plugins.backend import Backend, CompiledModel
-    from neurenix_core.plugins.host import HostRuntime
+    from neurenix_core.contract import Backend, CompiledModel, HostRuntime
 
 __all__ = ["GRAPH_DTYPES", "GRAPH_OPS", "NATIVE_OPS"]
 

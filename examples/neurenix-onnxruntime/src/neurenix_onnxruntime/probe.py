@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
+from neurenix_core.contract import ProbeContext, ProbeResult
 from neurenix_onnxruntime import providers
 
 __all__ = ["probe"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.contract import ArrayNamespaceBackend
 from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.plugins.backend import ArrayNamespaceBackend
 
 __all__ = ["DTYPES", "AcmeBackend"]
 
@@ -49,6 +49,6 @@ class AcmeBackend(ArrayNamespaceBackend):
 def _extension_ops() -> dict[str, Any]:
     """The nn.* extension ops. The emulation runs NumPy, so it uses the core's NumPy kernels;
     a real vendor maps these names to their own kernels."""
-    from neurenix_core.backends.cpu import CPUBackend
+    from neurenix_core.contract import CPUBackend
 
     return {name: fn for name, fn in CPUBackend().ops.items() if name.startswith("nn.")}

@@ -2,7 +2,7 @@
 
 A real vendor lowers ``graph`` to their compiler's format here. The emulated ACME device runs
 NumPy, so it lowers only quantized models, to the core's integer reference kernels
-(``neurenix_core.graph.reference.run_quantized``, TFLite arithmetic); float models return ``None`` and
+(``neurenix_core.graph.reference.run.run_quantized``, TFLite arithmetic); float models return ``None`` and
 the core runs them layer by layer through the op table.
 """
 
@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
-from neurenix_core.plugins.backend import CompiledModel
+from neurenix_core.contract import CompiledModel, CompileOptions, Graph, QuantizationPlan
 
 __all__ = ["AcmeIntegerModel", "lower"]
 
@@ -27,7 +26,7 @@ class AcmeIntegerModel(CompiledModel):
         self.summary = f"ACME int{plan.bits} integer kernels, {len(graph.nodes)} layers" + (" (emulated with NumPy on the host CPU)" if emulated else "")
 
     def _run(self, *inputs: Any) -> Any:
-        from neurenix_core.graph.reference import run_quantized
+        from neurenix_core.contract import run_quantized
 
         out = run_quantized(self.graph, self.plan, *inputs)
         if isinstance(out, tuple):

@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from neurenix_acme import __version__
-from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.contract import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult, hookimpl
 
 if TYPE_CHECKING:
-    from neurenix_core.plugins.backend import Backend, CompiledModel
+    from neurenix_core.contract import Backend, CompiledModel
 
 
 @hookimpl

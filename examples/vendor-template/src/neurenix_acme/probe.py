@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 
-from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
+from neurenix_core.contract import ProbeContext, ProbeResult
 
 __all__ = ["DEVICE_GLOB", "RUNTIME_MODULE", "probe"]
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.device import Device, DeviceLike, as_device
+from neurenix_core.contract import Device, DeviceLike, as_device, check_outputs
 from neurenix_core.errors import BackendUnavailableError, NeurenixError
-from neurenix_core.graph.inputs import check_outputs
 from neurenix_cuda_tc.alignment import Finding, align_model, validate_model
 from neurenix_cuda_tc.amp import MixedPrecision
 from neurenix_cuda_tc.capability import (
@@ -51,7 +50,7 @@ __all__ = [
 def tensor_cores_status(device: DeviceLike = "cuda:0") -> dict[str, Any]:
     """Whether ``device`` has Tensor Cores, from the probe alone (no framework import):
     ``{"available", "emulated", "compute_capability", "precisions", "reason"}``."""
-    from neurenix_core.plugins.state import registry
+    from neurenix_core.contract import registry
 
     dev = as_device(device)
     try:
@@ -157,7 +156,7 @@ class TensorCoresBackend:
 
         Torch tensors in give torch tensors out; neurenix Tensors on this device and host data
         (NumPy, cpu tensors: copied in) give Tensors on this device, or NumPy arrays with
-        ``outputs="host"`` (``neurenix_core.graph.inputs``)."""
+        ``outputs="host"`` (``neurenix_core.graph.compile.inputs``)."""
 
         from neurenix_cuda_tc.convert import to_torch_module
         from neurenix_cuda_tc.optimize import optimize_module

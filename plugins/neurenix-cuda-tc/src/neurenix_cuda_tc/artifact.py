@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from neurenix_core.deploy.artifact import member
+from neurenix_core.contract import member
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError
 from neurenix_cuda_tc.compiled import _TORCH_DTYPES, TorchCompiledModel
 

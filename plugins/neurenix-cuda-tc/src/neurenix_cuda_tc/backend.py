@@ -14,10 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.contract import DTYPES, ArrayNamespaceBackend, ProbeResult
 from neurenix_core.errors import BackendUnavailableError, UnsupportedDTypeError
-from neurenix_core.plugins.backend import ArrayNamespaceBackend
-from neurenix_core.plugins.manifest import ProbeResult
-from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_cuda_tc.capability import ComputeCapability, architecture, tensor_core_precisions
 from neurenix_cuda_tc.probe import EMULATED_CC
 from neurenix_cuda_tc.switches import SwitchState

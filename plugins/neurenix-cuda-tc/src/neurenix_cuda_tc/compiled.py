@@ -7,15 +7,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from neurenix_core.contract import CompiledModel
 from neurenix_core.errors import CompilationError
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_cuda_tc.capability import parse_precision
 from neurenix_cuda_tc.lowering import lower_graph
 
 if TYPE_CHECKING:
     import torch
 
-    from neurenix_core.graph.ir import Graph
+    from neurenix_core.contract import Graph
 
 __all__ = ["TorchCompiledModel", "compile_graph"]
 

@@ -20,14 +20,14 @@ def to_torch_module(model: Any) -> torch.nn.Module:
     """
     import torch
 
-    from neurenix_core.graph.ir import Graph
+    from neurenix_core.contract import Graph
     from neurenix_cuda_tc.lowering import lower_graph
 
     if isinstance(model, torch.nn.Module):
         return model
     if isinstance(model, Graph):
         return lower_graph(model)
-    from neurenix_core.nn.module import Module
+    from neurenix_core.contract import Module
 
     if isinstance(model, Module):
         return lower_graph(model.to_graph())

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from neurenix_core.contract import opset
 from neurenix_core.errors import CompilationError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph import opset
 from neurenix_cuda_tc.torch_ops import FUNCTIONS, function_for
 
 if TYPE_CHECKING:
     import torch
 
-    from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+    from neurenix_core.contract import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = ["LOWERED_OPS", "graph_module_classes", "lower_graph", "module_key"]
 
@@ -224,13 +224,13 @@ def _fake_quant(x: torch.Tensor, q: QuantParams) -> torch.Tensor:
 def _with_quantized_weights(node: Node, plan: QuantizationPlan | None) -> Node:
     from dataclasses import replace
 
-    from neurenix_core.graph import quantization as Q
+    from neurenix_core.contract import fake_quantize
 
     if plan is None or node.name not in plan.weights or "weight" not in node.params:
         return node
     params = dict(node.params)
     # The core's own math: the plan's parameters are applied, never recomputed.
-    params["weight"] = Q.fake_quantize(np.asarray(params["weight"]), plan.weights[node.name]).astype(np.float32)
+    params["weight"] = fake_quantize(np.asarray(params["weight"]), plan.weights[node.name]).astype(np.float32)
     return replace(node, params=params)
 
 
@@ -239,7 +239,7 @@ _Step = tuple[str, str, tuple[str, ...], str, Any]
 
 def _static_specs(graph: Graph) -> dict[str, Any] | None:
     """Every value's static shape and dtype, when the graph's inputs have shapes (imported models)."""
-    from neurenix_core.graph.shapes import infer_values
+    from neurenix_core.contract import infer_values
 
     if not all(s.shape for s in graph.inputs):
         return None  # a neurenix model lowered before its input shapes are known: sizes are read at run time

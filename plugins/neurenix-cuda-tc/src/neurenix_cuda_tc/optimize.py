@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.device import Device
+from neurenix_core.contract import Device, Tensor, deliver, to_device_inputs, wrap_on
 from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.graph.inputs import deliver, to_device_inputs
-from neurenix_core.tensor.tensor import Tensor, wrap_on
 from neurenix_cuda_tc.switches import SwitchState
 
 if TYPE_CHECKING:
@@ -98,7 +96,7 @@ def optimize_module(
     """Optimise ``module`` in place for ``precision`` and wrap it in a TensorCoreModel.
 
     ``target``/``backend``: the neurenix device the model runs on and its backend, for inputs
-    that are not torch tensors (``neurenix_core.graph.inputs``); ``outputs`` says where their
+    that are not torch tensors (``neurenix_core.graph.compile.inputs``); ``outputs`` says where their
     results go ("device" or "host").
     """
     import torch
@@ -170,7 +168,7 @@ def tensor_core_model_class() -> type:
 
     class TensorCoreModel(torch.nn.Module):
         """An optimised model. Torch tensors in, torch tensors out (a torch module like any other);
-        anything else follows the compiled-model input rule (``neurenix_core.graph.inputs``):
+        anything else follows the compiled-model input rule (``neurenix_core.graph.compile.inputs``):
         cuda tensors of its device are used, host data (NumPy, cpu tensors) is copied in, tensors
         on other accelerators are refused, and results are neurenix Tensors on its device (NumPy
         with ``outputs="host"``).

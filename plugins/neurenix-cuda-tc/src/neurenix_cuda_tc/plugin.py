@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.graph.opnames import OPSET_NAMES
-from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.contract import OPSET_NAMES, Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult, hookimpl
 from neurenix_cuda_tc import __version__
 from neurenix_cuda_tc import probe as _probe
 
 if TYPE_CHECKING:
-    from neurenix_core.plugins.backend import Backend, CompiledModel
-    from neurenix_core.plugins.host import HostRuntime
+    from neurenix_core.contract import Backend, CompiledModel, HostRuntime
 
 NATIVE_OPS = (
     "matmul", "add", "multiply", "nn.linear", "nn.conv2d", "nn.relu", "nn.gelu", "nn.softmax",

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
+from neurenix_core.contract import ProbeContext, ProbeResult
 
 __all__ = ["EMULATED_CC", "driver_files", "native_probe", "probe", "query_driver"]
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neurenix_core.autograd.grad import no_grad
-from neurenix_core.tensor.tensor import Tensor, adopt
-from neurenix_core.training.step import replace_data, trainable_state
+from neurenix_core.contract import Tensor, adopt, no_grad, replace_data, trainable_state
 
 __all__ = ["TorchTrainStep"]
 

@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from neurenix_core.contract import CompileOptions, DeviceBackend, Graph, check_outputs, device_available
 from neurenix_core.errors import QuantizationError, ShapeError
-from neurenix_core.graph.inputs import check_outputs
-from neurenix_core.graph.ir import CompileOptions, Graph
-from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
 if TYPE_CHECKING:
-    from neurenix_core.tensor.tensor import Tensor
+    from neurenix_core.contract import Tensor
     from neurenix_edgetpu.backend import LiteRTBackend
     from neurenix_edgetpu.compiled import EdgeTPUModel
 
@@ -101,7 +99,7 @@ class EdgeTPUBackend(DeviceBackend):
         if precision == "int8":
             if not batches:
                 raise QuantizationError(f"{self.device}: int8 needs calibration=[batch, ...] of representative inputs")
-            from neurenix_core.graph.quantization import calibrate
+            from neurenix_core.contract import calibrate
 
             plan = calibrate(graph, batches)
         options = CompileOptions(device=self.device, precision=precision, quantization=plan, extra={"num_threads": num_threads, "stem": stem})

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.deploy.artifact import member
+from neurenix_core.contract import member
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError, ModelFormatError, ShapeError
 from neurenix_edgetpu.compiled import CompilerReport, EdgeTPUModel
 from neurenix_edgetpu.edges import Edge

@@ -12,10 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.contract import DTYPES, Backend, ProbeResult
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, UnsupportedDTypeError
-from neurenix_core.plugins.backend import Backend
-from neurenix_core.plugins.manifest import ProbeResult
-from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_edgetpu import probe as probe_mod
 from neurenix_edgetpu.amx import xnnpack_amx
 from neurenix_edgetpu.native_log import native_stderr_to_logging

@@ -1,4 +1,4 @@
-"""The edgetpu plugin's piece of the persistent compile cache (``neurenix_core.graph.compile_cache``).
+"""The edgetpu plugin's piece of the persistent compile cache (``neurenix_core.graph.compile.cache``).
 
 An entry is the ``.tflite`` bytes the writer produced (after ``edgetpu_compiler`` where it ran)
 and how each input and output meets the user (shape, NHWC, dtype, quantization), so a later
@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.graph import compile_cache
-from neurenix_core.graph.ir import Graph, QuantizationPlan
+from neurenix_core.contract import Graph, QuantizationPlan, compile_cache
 
 __all__ = ["cached_tflite"]
 
@@ -53,7 +52,7 @@ def _load(payload: bytes) -> Written:
 def cached_tflite(backend: Any, graph: Graph, precision: str, plan: QuantizationPlan | None, io: str, stem: str,
                   build: Callable[[], Written]) -> compile_cache.CacheResult[Written]:
     """The written model of ``graph`` from the persistent cache, else ``build()`` stored there."""
-    from neurenix_core.plugins.state import registry
+    from neurenix_core.contract import registry
     from neurenix_edgetpu import __version__
 
     try:

@@ -19,11 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.device import Device
+from neurenix_core.contract import CompiledModel, CompileOptions, Device, Graph, call_runtime, check_outputs
 from neurenix_core.errors import ModelFormatError, ShapeError
-from neurenix_core.graph.inputs import call_runtime, check_outputs
-from neurenix_core.graph.ir import CompileOptions, Graph
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_edgetpu.compile_cache import cached_tflite
 from neurenix_edgetpu.compiler import CompilerReport, run_edgetpu_compiler
 from neurenix_edgetpu.edges import Edge
@@ -41,7 +38,7 @@ class EdgeTPUModel(CompiledModel):
     """A .tflite model on one edgetpu device.
 
     Called directly: NumPy arrays in, NumPy arrays out, as LiteRT does; any other input follows
-    the compiled-model rule (``neurenix_core.graph.inputs``: host data such as cpu tensors is
+    the compiled-model rule (``neurenix_core.graph.compile.inputs``: host data such as cpu tensors is
     copied in, edgetpu tensors are used, other accelerators are refused) and gives edgetpu
     tensors, or NumPy arrays when ``result="host"``. Through ``nx.compile`` the core feeds ``_run``.
     """

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 import tflite
 
-from neurenix_core.tensor import fallback
+from neurenix_core.contract import fallback
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.runtime import Runner
 from neurenix_edgetpu.tflite_writer import ModelBuilder
@@ -90,10 +90,9 @@ class _Ops:
         # Not expressible as a float32 single-op model: the fallback policy decides (it may raise).
         fallback.record(name, self.backend.name, "edgetpu")
         if self._cpu_ops is None:
-            from neurenix_core.device import Device
-            from neurenix_core.plugins import state as _state
+            from neurenix_core.contract import Device, registry
 
-            reg = _state.registry()
+            reg = registry()
             self._cpu_ops = reg.backend(reg.plugin_for(Device("cpu", 0))).ops
         return self._cpu_ops[name](*args, **kwargs)
 

@@ -35,9 +35,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime
 from neurenix_core.errors import BackendUnavailableError, CompilationError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph
-from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
 __all__ = ["LiteRTHostModel", "LiteRTHostRuntime"]
 
@@ -145,7 +144,7 @@ def _threads(asked: int | None) -> int:
 def _write(graph: Graph) -> tuple[bytes, list[np.dtype[Any] | None]]:
     """The fp32 float-I/O TFLite model of ``graph``, and per output the dtype to restore where
     the model's differs from the opset's (None: the model returns the opset's dtype)."""
-    from neurenix_core.graph.shapes import infer_values
+    from neurenix_core.contract import infer_values
     from neurenix_edgetpu.lowering import lower
 
     try:

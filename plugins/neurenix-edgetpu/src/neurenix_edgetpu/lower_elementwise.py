@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import tflite
 
+from neurenix_core.contract import Node
 from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.graph.ir import Node
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_values import Value as _Value
 from neurenix_edgetpu.tflite_writer import TensorQuant

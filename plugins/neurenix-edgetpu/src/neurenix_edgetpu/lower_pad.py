@@ -14,7 +14,7 @@ the ResNet stem's ``max_pool2d(3, 2, padding=1)`` on an even image is not. Where
 | max_pool2d, padding p, any other input | PADV2 (fp32: -inf; int8: -128) -> MAX_POOL_2D VALID |
 | avg_pool2d, padding p, count_include_pad=False | SAME where equivalent, else refused (``UnsupportedOperationError``) |
 
-Why each is exact. int8 results are bit-exact with ``neurenix_core.graph.reference.run_quantized``
+Why each is exact. int8 results are bit-exact with ``neurenix_core.graph.reference.run.run_quantized``
 (and fp32 ones equal ``run_graph`` up to float32 rounding): PAD and PADV2 keep their input's
 quantization (TFLite requires it), so nothing is requantized; the reference pads a convolution's
 ``x - zp`` with 0 (= PAD with zp), an average pool's raw integers with zp before the same
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import numpy as np
 import tflite
 
+from neurenix_core.contract import Graph, Node
 from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node
 from neurenix_edgetpu.lower_values import TO_NHWC as _TO_NHWC
 from neurenix_edgetpu.lower_values import Value as _Value
 

@@ -37,15 +37,15 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import tflite
 
+from neurenix_core.contract import Graph, Node
 from neurenix_core.errors import ConfigurationError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_values import Value as _Value
 from neurenix_edgetpu.tflite_writer import TensorQuant
 
 if TYPE_CHECKING:
-    from neurenix_core.graph.ir import QuantizationPlan
+    from neurenix_core.contract import QuantizationPlan
     from neurenix_edgetpu.tflite_writer import ModelBuilder
 
 __all__ = ["MAX_STEM_CHANNELS", "STEMS", "SpaceToDepthOps", "choose_stem", "find_pairs", "next_kernel", "stem_kernel", "stem_of_ops"]

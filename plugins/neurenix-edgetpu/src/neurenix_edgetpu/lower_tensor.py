@@ -2,7 +2,7 @@
 
 The layer-level writer (``lowering.py``) keeps images NHWC; these handlers work in the core's
 layout (an NHWC image is transposed back once, ``_core``) except where the op maps its axes
-(reductions, concat, pad), so the numbers equal ``neurenix_core.graph.reference.run_graph``.
+(reductions, concat, pad), so the numbers equal ``neurenix_core.graph.reference.run.run_graph``.
 
 | core op | TFLite |
 |---|---|
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import tflite
 
+from neurenix_core.contract import Node
 from neurenix_core.errors import UnsupportedOperationError
-from neurenix_core.graph.ir import Node
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_values import NHWC_AXIS as _NHWC_AXIS
 from neurenix_edgetpu.lower_values import STORED_ORDER as _STORED_ORDER
@@ -154,7 +154,7 @@ class TensorOps:
         self._set(node.output, out, False)
 
     def _op_slice(self, node: Node) -> None:
-        from neurenix_core.graph.opset import attrs_of
+        from neurenix_core.contract import attrs_of
 
         shape = self.specs[node.inputs[0]].shape
         a = attrs_of("slice", node.attrs)

@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 
-from neurenix_core.graph.ir import QuantParams
+from neurenix_core.contract import QuantParams
 from neurenix_edgetpu.tflite_writer import TensorQuant
 
 __all__ = ["NHWC_AXIS", "STORED_ORDER", "TO_NCHW", "TO_NHWC", "Value", "per_tensor", "symmetric"]

@@ -33,10 +33,8 @@ from typing import Any, Final
 import numpy as np
 import tflite
 
+from neurenix_core.contract import Graph, Node, QuantizationPlan, ValueSpec, infer_values, softmax_output_params
 from neurenix_core.errors import CompilationError, QuantizationError, ShapeError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node, QuantizationPlan
-from neurenix_core.graph.quantization import softmax_output_params
-from neurenix_core.graph.shapes import ValueSpec, infer_values
 from neurenix_edgetpu import quantize as qz
 from neurenix_edgetpu import tflite_writer as w
 from neurenix_edgetpu.lower_elementwise import ElementwiseOps
@@ -475,7 +473,7 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps, PaddingOps):
         in the core's definition) and STRIDED_SLICE crops ``padding`` from each side."""
         self._float_only(node)  # the plan has no weight parameters for transposed convolutions
         v = self._image_input(node)
-        from neurenix_core.graph.opset import attrs_of
+        from neurenix_core.contract import attrs_of
 
         a = attrs_of("conv_transpose2d", node.attrs)
         weight = np.asarray(node.params["weight"], np.float32)

@@ -17,14 +17,20 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.device import Device
+from neurenix_core.contract import (
+    CompileOptions,
+    Device,
+    DeviceBackend,
+    check_outputs,
+    deliver,
+    device_available,
+    to_device_input,
+    to_device_inputs,
+)
 from neurenix_core.errors import CompilationError, NeurenixWarning, QuantizationError
-from neurenix_core.graph.inputs import check_outputs, deliver, to_device_input, to_device_inputs
-from neurenix_core.graph.ir import CompileOptions
-from neurenix_core.plugins.seed_api import DeviceBackend, device_available
 
 if TYPE_CHECKING:
-    from neurenix_core.tensor.tensor import Tensor
+    from neurenix_core.contract import Tensor
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
     from neurenix_npu_openvino.compiled import OpenVINOCompiledModel
 
@@ -88,7 +94,7 @@ class NPUBackend(DeviceBackend):
         in int8, activations quantized at run time), with a warning saying so.
 
         The model takes host inputs (NumPy, cpu tensors: copied in) and npu tensors; results
-        are npu tensors, or NumPy arrays with ``outputs="host"`` (``neurenix_core.graph.inputs``).
+        are npu tensors, or NumPy arrays with ``outputs="host"`` (``neurenix_core.graph.compile.inputs``).
         """
         precision = _resolve_precision(quantize, precision, self.device)
         check_outputs(outputs, self.device)

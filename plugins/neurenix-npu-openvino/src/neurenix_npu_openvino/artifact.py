@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.deploy.artifact import member
+from neurenix_core.contract import member
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError
 from neurenix_npu_openvino.compiled import OpenVINOCompiledModel
 from neurenix_npu_openvino.lowering import lower_graph

@@ -15,9 +15,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from neurenix_core.contract import DTYPES, Backend
 from neurenix_core.errors import BackendUnavailableError, CompilationError, UnsupportedDTypeError, UnsupportedOperationError
-from neurenix_core.plugins.backend import Backend
-from neurenix_core.tensor.dtypes import DTYPES
 from neurenix_npu_openvino.config import QUANTIZED_CPU_PROPERTIES, check_precision, performance_properties, precision_hint
 from neurenix_npu_openvino.telemetry import keep_telemetry_out
 
@@ -124,8 +123,7 @@ class NPUOpenVINOBackend(Backend):
     def host_op(self, name: str) -> Callable[..., Any]:
         """The core CPU backend's implementation of ``name`` (for fallbacks inside native ops)."""
         if self._host_ops is None:
-            from neurenix_core.device import Device
-            from neurenix_core.plugins.state import registry
+            from neurenix_core.contract import Device, registry
 
             reg = registry()
             self._host_ops = reg.backend(reg.plugin_for(Device("cpu", 0))).ops

@@ -1,4 +1,4 @@
-"""The npu plugin's piece of the persistent compile cache (``neurenix_core.graph.compile_cache``).
+"""The npu plugin's piece of the persistent compile cache (``neurenix_core.graph.compile.cache``).
 
 An entry holds OpenVINO's own export of the compiled model (``CompiledModel.export_model()``,
 the blob OpenVINO's CACHE_DIR would keep), so a later process skips both neurenix's lowering
@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.graph import compile_cache
-from neurenix_core.graph.ir import Graph, QuantizationPlan
+from neurenix_core.contract import Graph, QuantizationPlan, compile_cache
 
 if TYPE_CHECKING:
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
@@ -38,7 +37,7 @@ def _key(device: str, version: str, graph: Graph, plan: QuantizationPlan | None,
 
 def _cached(core: Any, ov_device: str, label: str, version: str, graph: Graph, plan: QuantizationPlan | None,
             props: Mapping[str, Any], build: Callable[[], Any], fingerprint: str | None) -> compile_cache.CacheResult[Any]:
-    from neurenix_core.plugins.state import registry
+    from neurenix_core.contract import registry
 
     key, meta = _key(label, version, graph, plan, props, fingerprint)
 

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from neurenix_core.contract import CompiledModel, CompileOptions, Graph, QuantizationPlan
 from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDTypeError, UnsupportedOperationError
-from neurenix_core.graph.ir import CompileOptions, Graph, QuantizationPlan
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_npu_openvino.compile_cache import compile_cached
 from neurenix_npu_openvino.config import check_precision, precision_hint, user_properties
 from neurenix_npu_openvino.lowering import lower_graph

@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from neurenix_core.tensor import fallback
+from neurenix_core.contract import fallback
 
 __all__ = ["NATIVE_OPS", "EagerKernels"]
 

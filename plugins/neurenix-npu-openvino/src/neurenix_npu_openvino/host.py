@@ -14,9 +14,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime
 from neurenix_core.errors import BackendUnavailableError, CompilationError
-from neurenix_core.graph.ir import Graph
-from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
 __all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
 
@@ -115,7 +114,7 @@ def _int64_beyond_indices(graph: Graph) -> str | None:
     so int64 arithmetic, data or results beyond 2**31 come back silently wrong ((2**62 + 1) // 3
     gave 0). Graphs whose int64 values are only indices (BERT's token ids, a gather's index) are
     taken; the compile-time check feeds integer inputs as zeros and could not catch the rest."""
-    from neurenix_core.graph.shapes import infer_values
+    from neurenix_core.contract import infer_values
 
     specs = infer_values(graph)
     wide = {name for name, spec in specs.items() if str(spec.dtype) == "int64"}

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.graph.ir import Node
+from neurenix_core.contract import Node
 from neurenix_npu_openvino.lower_types import Handler, LoweringContext, axis_of, output
 
 __all__ = ["HANDLERS"]

@@ -15,8 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from neurenix_core.graph.ir import Node
-from neurenix_core.graph.shapes import ValueSpec
+from neurenix_core.contract import Node, ValueSpec
 
 __all__ = ["Handler", "LoweringContext", "axis_of", "output", "pair"]
 

@@ -19,10 +19,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from neurenix_core.contract import Graph, Node, QuantizationPlan, ValueSpec, attrs_of, node_spec
 from neurenix_core.errors import ShapeError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node, QuantizationPlan
-from neurenix_core.graph.opset import attrs_of
-from neurenix_core.graph.shapes import ValueSpec, node_spec
 from neurenix_npu_openvino.lower_attention import HANDLERS as _ATTENTION
 from neurenix_npu_openvino.lower_math import HANDLERS as _MATH
 from neurenix_npu_openvino.lower_nn import HANDLERS as _NN

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from neurenix_core.contract import (
+    OPSET_NAMES,
+    Capabilities,
+    CompileOption,
+    Manifest,
+    PriorityBand,
+    ProbeContext,
+    ProbeResult,
+    hookimpl,
+)
 from neurenix_core.errors import BackendUnavailableError
-from neurenix_core.graph.opnames import OPSET_NAMES
-from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, ProbeContext, ProbeResult
 from neurenix_npu_openvino import probe as _probe
 
 if TYPE_CHECKING:
-    from neurenix_core.plugins.backend import Backend, CompiledModel
-    from neurenix_core.plugins.host import HostRuntime
+    from neurenix_core.contract import Backend, CompiledModel, HostRuntime
 
 __all__ = [
     "neurenix_backend",

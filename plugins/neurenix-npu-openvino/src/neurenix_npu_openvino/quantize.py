@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.contract import QuantizationPlan, QuantParams
 from neurenix_core.errors import QuantizationError
-from neurenix_core.graph.ir import QuantizationPlan, QuantParams
 
 __all__ = ["QUANTIZED_OPS", "activation_bounds", "check_plan", "constant_weight_bounds", "fake_quantize", "weight_bounds"]
 
@@ -45,7 +45,7 @@ def constant_weight_bounds(weight: np.ndarray, channel_axis: int | None) -> tupl
     """Bounds for a weight the plan does not list (conv1d, a matmul's constant operand): the
     core's symmetric per-channel int8 parameters (qmath.weight_params) along ``channel_axis``
     (None: per tensor), shaped to broadcast against ``weight``."""
-    from neurenix_core.graph.qmath import weight_params
+    from neurenix_core.contract import weight_params
 
     w = np.asarray(weight, np.float64)
     if channel_axis is None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.device import Device
+from neurenix_core.contract import Device
 from neurenix_core.errors import BackendUnavailableError, ShapeError, UnsupportedOperationError
 from neurenix_npu_openvino.telemetry import keep_telemetry_out
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import neurenix_core as nx
-from neurenix_core.device import Device, DeviceType
-from neurenix_core.plugins.seed_api import DeviceBackend, device_available
+from neurenix_core.contract import Device, DeviceBackend, DeviceType, device_available
 
 __all__ = ["Device", "DeviceType", "TPUBackend", "is_tpu_available", "is_tpu_emulated", "tpu_device_count"]
 
 
 def _record() -> Any:
-    from neurenix_core.plugins.state import registry
+    from neurenix_core.contract import registry
 
     return registry().record_named("tpu")
 
@@ -72,7 +71,7 @@ class TPUBackend(DeviceBackend):
         ``nx.compile(model, device="tpu:0", ...)`` is the usual entry; this serves graphs built
         by hand and tools that already hold a Graph.
         """
-        from neurenix_core.graph.ir import CompileOptions
+        from neurenix_core.contract import CompileOptions
         from neurenix_tpu.compiled import compile_graph
 
         extra = {"batch_buckets": tuple(batch_buckets), "data_parallel": data_parallel}

@@ -17,11 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neurenix_core.deploy.arrays import read_arrays, write_arrays
-from neurenix_core.device import Device
+from neurenix_core.contract import CompiledModel, Device, call_runtime, read_arrays, write_arrays
 from neurenix_core.errors import ArtifactFormatError, ArtifactMismatchError, ArtifactUnsupportedError
-from neurenix_core.graph.inputs import call_runtime
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_tpu.compiled import TPUCompiledModel
 
 if TYPE_CHECKING:

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core.contract import DTYPES, ArrayNamespaceBackend
 from neurenix_core.errors import BackendUnavailableError, DeviceNotFoundError, UnsupportedDTypeError
-from neurenix_core.plugins.backend import ArrayNamespaceBackend
-from neurenix_core.tensor.dtypes import DTYPES
 
 __all__ = ["TENSORCORES_PER_CHIP", "XLA_MEMORY_VARIABLES", "JaxTPUBackend"]
 
@@ -74,7 +73,7 @@ def _result_type(a: Any, b: Any) -> np.dtype[Any]:
     key = (a, b)
     found = _RESULT_TYPES.get(key)
     if found is None:
-        from neurenix_core.tensor.dtypes import result_type
+        from neurenix_core.contract import result_type
 
         found = _RESULT_TYPES[key] = result_type(np.dtype(a), np.dtype(b))
     return found

@@ -1,4 +1,4 @@
-"""The tpu plugin's piece of the persistent compile cache (``neurenix_core.graph.compile_cache``).
+"""The tpu plugin's piece of the persistent compile cache (``neurenix_core.graph.compile.cache``).
 
 Two layers. :func:`cached_lowering` keeps neurenix's lowering as a serialized ``jax.export``
 module (StableHLO, the weights its first argument) with the weights in TPU layout: a later process
@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from neurenix_core.graph import compile_cache
-from neurenix_core.graph.ir import Graph, QuantizationPlan
+from neurenix_core.contract import Graph, QuantizationPlan, compile_cache
 
 if TYPE_CHECKING:
     from neurenix_tpu.lowering import Lowered
@@ -78,8 +77,7 @@ def use_jax_cache() -> str:
 def _configure() -> str:
     import jax
 
-    from neurenix_core.graph import compile_cache
-    from neurenix_core.plugins.state import registry
+    from neurenix_core.contract import compile_cache, registry
 
     own = jax.config.jax_compilation_cache_dir
     if own:
@@ -175,7 +173,7 @@ def cached_lowering(backend: Any, graph: Graph, precision: str | None, plan: Qua
     tracing), else lowered, exported and stored."""
     import jax
 
-    from neurenix_core.plugins.state import registry
+    from neurenix_core.contract import registry
     from neurenix_tpu import __version__
     from neurenix_tpu.lowering import lower_graph
 

@@ -25,11 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from neurenix_core.device import Device
+from neurenix_core.contract import CompiledModel, Device, Graph, call_runtime
 from neurenix_core.errors import CompilationError, NeurenixWarning
-from neurenix_core.graph.inputs import call_runtime
-from neurenix_core.graph.ir import Graph
-from neurenix_core.plugins.backend import CompiledModel
 from neurenix_tpu.compile_cache import cache_phrase, cached_lowering, use_jax_cache, xla_cache_counts
 from neurenix_tpu.lowering import Lowered, lower_graph, on_leaves, resolve_mode
 
@@ -144,7 +141,7 @@ class TPUCompiledModel(CompiledModel):
 
     Called directly (``TPUBackend().compile_graph(...)``): JAX arrays in, JAX arrays out, as
     ``jax.jit`` does; anything else follows the compiled-model rule
-    (``neurenix_core.graph.inputs``) and gives tpu tensors.
+    (``neurenix_core.graph.compile.inputs``) and gives tpu tensors.
     """
 
     def __init__(self, program: Program, input_shapes: tuple[tuple[int, ...], ...], summary: str, precision: str) -> None:
@@ -194,7 +191,7 @@ class TPUCompiledModel(CompiledModel):
 
 
 def _options(options: Any) -> tuple[int, str | None, tuple[int, ...], int]:
-    from neurenix_core.device import as_device
+    from neurenix_core.contract import as_device
 
     dev = as_device(options.device)
     extra = dict(getattr(options, "extra", {}) or {})

@@ -27,9 +27,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime
 from neurenix_core.errors import BackendUnavailableError, CompilationError
-from neurenix_core.graph.ir import Graph
-from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
 
 __all__ = ["XLAHostModel", "XLAHostRuntime"]
 

@@ -21,9 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neurenix_core.contract import Graph, Node, QuantizationPlan, QuantParams, infer_values
 from neurenix_core.errors import CompilationError, UnsupportedOperationError
-from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.shapes import infer_values
 from neurenix_tpu.modes import MODES, QUANT_MODES, Mode, resolve_mode
 from neurenix_tpu.optable import LOWERINGS, Value, nchw
 
@@ -61,9 +60,9 @@ def _layout_params(node: Node, mode: Mode, weight_qp: QuantParams | None = None)
             continue
         arr = np.asarray(value, dtype=np.float32)
         if key == "weight" and weight_qp is not None:
-            from neurenix_core.graph import quantization as Q
+            from neurenix_core.contract import quantize_weight
 
-            arr = Q.quantize_weight(arr, weight_qp)  # int8/int16, quantized once by the core's math
+            arr = quantize_weight(arr, weight_qp)  # int8/int16, quantized once by the core's math
             out["weight_scale"] = np.asarray(weight_qp.scale, np.float32).reshape(-1)
         if node.op == "conv2d" and key == "weight":
             arr = arr.transpose(2, 3, 1, 0)  # OIHW -> HWIO, the TPU convolution layout

@@ -15,8 +15,8 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
+from neurenix_core.contract import QuantizationPlan
 from neurenix_core.errors import CompilationError
-from neurenix_core.graph.ir import QuantizationPlan
 
 __all__ = ["MODES", "QUANT_MODES", "Mode", "resolve_mode"]
 

@@ -27,8 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from neurenix_core.graph import opset
-from neurenix_core.graph.ir import Node
+from neurenix_core.contract import Node, opset
 from neurenix_tpu import kernels
 from neurenix_tpu.modes import Mode
 

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neurenix_core.graph.opnames import OPSET_NAMES
-from neurenix_core.plugins.hookspecs import hookimpl
-from neurenix_core.plugins.manifest import Capabilities, CompileOption, Manifest, PriorityBand, ProbeContext, ProbeResult
+from neurenix_core.contract import (
+    OPSET_NAMES,
+    Capabilities,
+    CompileOption,
+    Manifest,
+    PriorityBand,
+    ProbeContext,
+    ProbeResult,
+    hookimpl,
+)
 from neurenix_tpu import __version__
 from neurenix_tpu.probe import probe
 
 if TYPE_CHECKING:
-    from neurenix_core.plugins.backend import Backend, CompiledModel
-    from neurenix_core.plugins.host import HostRuntime
+    from neurenix_core.contract import Backend, CompiledModel, HostRuntime
 
 #: Precision modes nx.compile accepts for tpu devices (None means "bf16", the TPU default);
 #: int8/int16 need the core's quantization plan (quantize=..., calibration=...).

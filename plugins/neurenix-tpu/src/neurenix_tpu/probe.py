@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
-from neurenix_core.plugins.manifest import ProbeContext, ProbeResult
+from neurenix_core.contract import ProbeContext, ProbeResult
 
 __all__ = ["TPUPresence", "emulated_device_count", "missing_reason", "probe", "scan"]
 

@@ -15,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.autograd.grad import no_grad
-from neurenix_core.tensor.tensor import Tensor, adopt
-from neurenix_core.training.step import refuse_random_layers, replace_data, swapped, trainable_state
+from neurenix_core.contract import Tensor, adopt, no_grad, refuse_random_layers, replace_data, swapped, trainable_state
 
 __all__ = ["JaxTrainStep"]
 

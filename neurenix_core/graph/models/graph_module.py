@@ -39,7 +39,7 @@ class GraphModule(Module):
 
         object.__setattr__(self, "_graph", graph)
         # The scales a pre-quantized import carried (ONNX QDQ, PT2E): nx.compile lowers them as
-        # they are instead of calibrating (neurenix_core.graph.compiler.compile).
+        # they are instead of calibrating (neurenix_core.graph.compile.compiler.compile).
         object.__setattr__(self, "quantization_plan", quantization_plan)
         object.__setattr__(self, "_source", source)
         object.__setattr__(self, "_values", values)
@@ -92,7 +92,7 @@ class GraphModule(Module):
         elif dynamic:
             graph = graph.with_input_shapes(*(s.shape for s in graph.inputs))
         if dynamic:
-            from neurenix_core.graph.specialize import fold_size_constants
+            from neurenix_core.graph.ir.specialize import fold_size_constants
 
             graph = fold_size_constants(graph)
         return graph
@@ -113,7 +113,7 @@ class GraphModule(Module):
         return write_onnx(self, path, *shapes, opset_version=opset_version)
 
     def forward(self, *inputs: Any) -> Any:
-        from neurenix_core.graph.compiler import compile as compile_graph
+        from neurenix_core.graph.compile.compiler import compile as compile_graph
 
         key = str(self.device)
         compiled = self._compiled.get(key)

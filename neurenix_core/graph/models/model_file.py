@@ -12,7 +12,7 @@ constants, array attributes, the quantization plan's scales) is a tensor, and th
 * ``model``: JSON of the graph (inputs with dynamic axes, nodes, outputs, limits), the plan,
   the module's state (training flag, frozen parameters, source) and the data's SHA-256.
 
-The graph and plan are JSON through :mod:`neurenix_core.io.graph_json` (the codec compiled
+The graph and plan are JSON through :mod:`neurenix_core.graph.ir.serialize` (the codec compiled
 artifacts use too), so the loaded graph has the saved graph's fingerprint. Loading maps the file:
 the graph's arrays are read-only views of it unless ``writable=True``. docs/model-files.md is the
 specification.
@@ -28,9 +28,9 @@ from typing import Any, Final
 
 from neurenix_core.errors import ModelFormatError, UnsupportedOperationError
 from neurenix_core.graph.ir import QuantizationPlan
-from neurenix_core.graph.symbolic import NotSymbolicError
+from neurenix_core.graph.ir.serialize import Decoder, Encoder, graph_from_json, graph_to_json, plan_from_json, plan_to_json
+from neurenix_core.graph.ir.symbolic import NotSymbolicError
 from neurenix_core.io import array_file
-from neurenix_core.io.graph_json import Decoder, Encoder, graph_from_json, graph_to_json, plan_from_json, plan_to_json
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SUFFIX", "is_model_file", "load_model", "save_model"]
 
@@ -54,7 +54,7 @@ def save_model(model: Any, path: str | os.PathLike[str], *, quantization_plan: Q
     ``quantization_plan`` (from ``nx.quantization.calibrate``, or a compiled model's ``.plan``)
     is saved with it; by default the model's own (a pre-quantized import's)."""
     from neurenix_core._version import __version__
-    from neurenix_core.nn.graph_module import GraphModule
+    from neurenix_core.graph.models.graph_module import GraphModule
 
     if not isinstance(model, GraphModule):
         raise UnsupportedOperationError(f"nx.nn.save(model, '*{SUFFIX}') saves a GraphModule (nx.nn.from_torch / from_onnx), not a "
@@ -88,7 +88,7 @@ def load_model(path: str | os.PathLike[str], *, writable: bool = False) -> Any:
     The file is memory-mapped: the graph's arrays (constants, array attributes, the plan's scales)
     are views of it, read-only unless ``writable`` (copy-on-write: the file never changes). The
     module's parameters are its own copies either way, as for any GraphModule."""
-    from neurenix_core.nn.graph_module import GraphModule
+    from neurenix_core.graph.models.graph_module import GraphModule
 
     source = Path(path)
     if not source.is_file():

@@ -10,7 +10,7 @@ import numpy as np
 
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.ir import Graph
-from neurenix_core.nn.graph_module import GraphModule
+from neurenix_core.graph.models.graph_module import GraphModule
 
 __all__ = ["from_onnx", "from_torch_export"]
 

@@ -1,7 +1,7 @@
 """Verification of a quantized compile: the device against the core's integer reference.
 
 A static int8/int16 compile lowers the core's :class:`~neurenix_core.graph.ir.QuantizationPlan`;
-every backend should then compute what :func:`~neurenix_core.graph.reference.run_quantized`
+every backend should then compute what :func:`~neurenix_core.graph.reference.run.run_quantized`
 computes, up to rounding. ``nx.compile`` runs a few calibration batches through the compiled
 model, the integer reference and the float64 reference, and checks two things:
 
@@ -86,7 +86,7 @@ def _steps(a: np.ndarray, b: np.ndarray, scale: float) -> float:
 
 def _real(value: Any, plan: QuantizationPlan, name: str) -> np.ndarray:
     """An integer reference value as real numbers: dequantized when it is held as integers."""
-    from neurenix_core.graph import qmath as Q
+    from neurenix_core.graph.ir import qmath as Q
 
     arr = np.asarray(value)
     return Q.dequantize(arr, plan.activations[name]) if arr.dtype.kind in "iu" else arr.astype(np.float64)
@@ -99,7 +99,7 @@ def _scale(plan: QuantizationPlan, name: str) -> float:
 def layer_errors(graph: Graph, plan: QuantizationPlan, *inputs: Any) -> list[LayerError]:
     """Per quantized value, in topological order: the integer reference (dequantized) against the
     float64 reference on ``inputs``. The first rows that jump show where the plan loses the model."""
-    from neurenix_core.graph.reference import run_graph, run_quantized, specialized
+    from neurenix_core.graph.reference.run import run_graph, run_quantized, specialized
 
     exact = run_graph(graph, *inputs, return_values=True)
     ints = run_quantized(graph, plan, *inputs, return_values=True)
@@ -133,7 +133,7 @@ def _check_plan(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], re
         f"{device}: the int{plan.bits} plan does not describe the model: the integer reference is {relative:.1%} away from float "
         f"on the calibration data, more than int{plan.bits} rounding explains ({PLAN_TOLERANCE:.0%}); {where}{scale}. "
         "Recalibrate with representative data (or method='percentile'), check a hand-made plan's scales, "
-        "or pass verify=False to nx.compile to accept it; neurenix_core.graph.verify.layer_errors shows every layer"
+        "or pass verify=False to nx.compile to accept it; neurenix_core.graph.quantization.verify.layer_errors shows every layer"
     )
 
 
@@ -149,7 +149,7 @@ def verify_outputs(
     """Check ``run`` (the compiled model: inputs -> host arrays of ``graph.outputs``) against the
     integer and float references on ``batches``; raise CompilationError outside the bounds.
     ``locate`` compiles a graph on the same device (used to find the first diverging layer)."""
-    from neurenix_core.graph.reference import run_graph, run_quantized
+    from neurenix_core.graph.reference.run import run_graph, run_quantized
 
     dev_diff = int_base = plan_diff = flt_base = bound = 0.0
     steps = 0.0
@@ -213,7 +213,7 @@ def _locate(
     Bisection over prefixes of the graph, each compiled alone with that value as its one output:
     a prefix keeps the fusions the runtime makes in the whole model (a graph with every value as
     an output would not), and a divergence, once there, carries to every later value."""
-    from neurenix_core.graph.reference import run_graph, run_quantized, specialized
+    from neurenix_core.graph.reference.run import run_graph, run_quantized, specialized
 
     spec = specialized(graph, batch)
     exact = run_graph(graph, *batch, return_values=True)

@@ -13,7 +13,7 @@ import numpy as np
 
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
-from neurenix_core.graph.qmath import (
+from neurenix_core.graph.ir.qmath import (
     activation_params,
     constant_weight_axis,
     fixed_output_params,
@@ -21,7 +21,7 @@ from neurenix_core.graph.qmath import (
     passes_through,
     weight_params,
 )
-from neurenix_core.graph.reference import run_graph, specialized
+from neurenix_core.graph.reference.run import run_graph, specialized
 
 __all__ = ["batch_arrays", "calibrate", "dynamic_plan", "plan_summary"]
 

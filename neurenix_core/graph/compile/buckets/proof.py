@@ -51,7 +51,7 @@ from typing import Any, Final, final
 
 import numpy as np
 
-from neurenix_core.graph.buckets.policy import BucketPolicy, PaddingRefusedError, Src
+from neurenix_core.graph.compile.buckets.policy import BucketPolicy, PaddingRefusedError, Src
 
 __all__ = ["MASK_NEGATIVE", "PaddingProof", "prove_padding"]
 
@@ -145,7 +145,7 @@ _BATCH_ONLY: Final = frozenset({  # image and convolution ops: every position al
 
 class _Analysis:
     def __init__(self, graph: Any, shaped: Any, padded: Sequence[Src], pad_values: Sequence[Any]) -> None:
-        from neurenix_core.graph.shapes import infer_values
+        from neurenix_core.graph.ir.shapes import infer_values
 
         self.graph, self.shaped = graph, shaped
         self.specs = infer_values(shaped)
@@ -207,7 +207,7 @@ class _Analysis:
 
     def follows_product(self, want: Any, merged: _Merged) -> bool:
         """Whether a size attribute is the merged axis's size at every size of its classes."""
-        from neurenix_core.graph.symbolic import SymDim
+        from neurenix_core.graph.ir.symbolic import SymDim
 
         if isinstance(want, (int, np.integer)):
             return int(want) == -1
@@ -229,7 +229,7 @@ class _Analysis:
 
     def var_class(self, value: Any) -> Src | None:
         """The class a size attribute follows exactly (a SymDim equal to one padded input axis), else None."""
-        from neurenix_core.graph.symbolic import SymDim
+        from neurenix_core.graph.ir.symbolic import SymDim
 
         if not isinstance(value, SymDim):
             return None
@@ -244,7 +244,7 @@ class _Analysis:
         return None
 
     def depends_on_padding(self, value: Any) -> bool:
-        from neurenix_core.graph.symbolic import SymDim
+        from neurenix_core.graph.ir.symbolic import SymDim
 
         if isinstance(value, SymDim):
             return any(v in self.parent for v in value.variables)

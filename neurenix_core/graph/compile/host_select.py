@@ -1,7 +1,7 @@
 """Which runtime runs a ``cpu:0`` graph: the host runtimes plugins offer, or the NumPy interpreter.
 
 A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0``
-(``neurenix_core.plugins.host``). For a graph at its input shapes, :func:`choose`:
+(``neurenix_core.graph.ir.host``). For a graph at its input shapes, :func:`choose`:
 
 1. ``runtime="numpy"`` or ``runtime="<name>"`` (``nx.compile(..., runtime=...)``, or the
    ``NEURENIX_CPU_RUNTIME`` environment variable) names one: that one, or a typed error saying
@@ -47,7 +47,7 @@ import numpy as np
 from neurenix_core.config import cpu_runtime
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, NeurenixError
 from neurenix_core.graph.ir import Graph
-from neurenix_core.plugins.host import HostModel, HostOptions, HostRuntime
+from neurenix_core.graph.ir.host import HostModel, HostOptions, HostRuntime
 
 __all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "small_model"]
 
@@ -210,7 +210,7 @@ def choose(
 def small_model(graph: Graph) -> bool:
     """Whether a graph below FLOP_FLOOR is still measured: a layer in :data:`MODEL_OPS`, and
     float32 inputs and values only (what every host runtime takes as it is)."""
-    from neurenix_core.graph.shapes import infer_values
+    from neurenix_core.graph.ir.shapes import infer_values
 
     if not any(n.op in MODEL_OPS for n in graph.nodes):
         return False
@@ -355,7 +355,7 @@ def _from_cache(graph: Graph, cached: Mapping[str, Any], options: HostOptions, f
 
 # ------------------------------------------------------------------------------ the choice cache
 def _cache_key(graph: Graph, threads: int | None) -> str:
-    from neurenix_core.cli.benchkit import cpu_model
+    from neurenix_core.benchkit import cpu_model
 
     shapes = [(s.name, tuple(s.shape), s.dtype) for s in graph.inputs]
     text = json.dumps([graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), _installed_runtimes()], default=str)

@@ -38,7 +38,7 @@ def _foldable(op: str, arrays: list[np.ndarray]) -> bool:
 
 def fold_size_constants(graph: Graph) -> Graph:
     from neurenix_core.graph.ir import Node
-    from neurenix_core.graph.shapes import infer_shapes
+    from neurenix_core.graph.ir.shapes import infer_shapes
 
     consts: dict[str, np.ndarray] = {}
     nodes: list[Node] = []

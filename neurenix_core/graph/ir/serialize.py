@@ -24,7 +24,7 @@ import numpy as np
 
 from neurenix_core.errors import ModelFormatError, UnsupportedOperationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams, TensorSpec
-from neurenix_core.graph.symbolic import SymDim
+from neurenix_core.graph.ir.symbolic import SymDim
 from neurenix_core.io.array_file import dtype_named
 
 __all__ = ["ARTIFACT_V1_TAGS", "TAGS", "Decoder", "Encoder", "graph_from_json", "graph_to_json", "plan_from_json", "plan_to_json"]

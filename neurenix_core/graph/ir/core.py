@@ -22,8 +22,8 @@ from typing import Any, Final, final
 
 import numpy as np
 
+from neurenix_core.graph.ir.symbolic import is_symbolic, resolve
 from neurenix_core.graph.opset import LEGACY_OPS, OPSET
-from neurenix_core.graph.symbolic import is_symbolic, resolve
 
 __all__ = ["OPS", "CompileOptions", "Graph", "Node", "QuantParams", "QuantizationPlan", "TensorSpec", "fresh_name"]
 
@@ -38,7 +38,7 @@ class TensorSpec:
 
     ``dynamic`` lists the axes whose size may change from call to call (an imported model's
     batch axis, a token sequence axis); ``shape`` then holds the example's sizes there, and node
-    attributes that depend on them are :class:`~neurenix_core.graph.symbolic.SymDim` values that
+    attributes that depend on them are :class:`~neurenix_core.graph.ir.symbolic.SymDim` values that
     ``Graph.with_input_shapes`` resolves. ``display_shape`` shows dynamic axes as None.
     """
 

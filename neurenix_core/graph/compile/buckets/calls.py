@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import CompilationError, ShapeError
-from neurenix_core.graph.buckets.policy import BucketPolicy, PaddingRefusedError, pad_array
-from neurenix_core.graph.buckets.proof import PaddingProof, prove_padding
+from neurenix_core.graph.compile.buckets.policy import BucketPolicy, PaddingRefusedError, pad_array
+from neurenix_core.graph.compile.buckets.proof import PaddingProof, prove_padding
 
 __all__ = ["BucketStats", "bucket_report", "call_bucketed", "check_early"]
 

@@ -10,7 +10,7 @@
   (``integer_mean``); pooling and reshapes otherwise keep their input's (``passes_through``).
 * Requantization: TFLite's ``QuantizeMultiplier`` and ``MultiplyByQuantizedMultiplier``
   (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT), so a backend that emits TFLite
-  int8 kernels is bit-exact against :func:`neurenix_core.graph.reference.run_quantized`.
+  int8 kernels is bit-exact against :func:`neurenix_core.graph.reference.run.run_quantized`.
 * Scales are float32, as a TFLite flatbuffer stores them; multipliers are computed in float64
   from those float32 values, as TFLite's kernels do.
 

@@ -2,7 +2,7 @@
 graph (``graph.json`` + ``graph.arrays``) and one folder per plugin-compiled part
 (``parts/<i>/``) holding the plugin's native artifact (neurenix_save_compiled, API 1.3).
 
-Loading rebuilds the same :class:`~neurenix_core.graph.compiler.Compiled`: placement, summary
+Loading rebuilds the same :class:`~neurenix_core.graph.compile.compiler.Compiled`: placement, summary
 and calls follow the code path of the original compile, with each plugin part loaded from its
 artifact instead of compiled, and each cpu:0 part run on the runtime that ran it when saved.
 The graph is there for that placement, for the cpu:0 segments and for input shapes that were
@@ -16,18 +16,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from neurenix_core.deploy.arrays import write_arrays
-from neurenix_core.deploy.codec import encoder
 from neurenix_core.errors import (
     ArtifactFormatError,
     ArtifactUnsupportedError,
 )
+from neurenix_core.graph.compile.artifact_arrays import write_arrays
+from neurenix_core.graph.compile.artifact_codec import encoder
+from neurenix_core.graph.ir.serialize import graph_to_json, plan_to_json
 from neurenix_core.io.atomic import replace_folder, settled
 from neurenix_core.io.digest import file_sha256
-from neurenix_core.io.graph_json import graph_to_json, plan_to_json
 
 if TYPE_CHECKING:
-    from neurenix_core.graph.compiler import Compiled
+    from neurenix_core.graph.compile.lowering import Lowering
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "member", "read_manifest", "save_compiled"]
 
@@ -40,7 +40,7 @@ _REMEDY: Final = "write it again with compiled.save(path) or `neurenix export`"
 
 
 # ------------------------------------------------------------------------------------ save
-def save_compiled(compiled: Compiled, path: str | os.PathLike[str]) -> Path:
+def save_compiled(compiled: Lowering, path: str | os.PathLike[str]) -> Path:
     """``Compiled.save``: the folder ``path``, replaced as a whole when it holds an artifact already;
     a full or read-only disk is a SaveError naming the path and the remedy."""
     target = Path(path)
@@ -54,7 +54,7 @@ def save_compiled(compiled: Compiled, path: str | os.PathLike[str]) -> Path:
     return replace_folder(target, lambda staging: _write(compiled, staging, where), what="the compiled artifact", check=_check_target)
 
 
-def _compile_static(compiled: Compiled, where: str) -> None:
+def _compile_static(compiled: Lowering, where: str) -> None:
     """A model not called yet is compiled for its static input shapes; a dynamic one must be
     called once per shape to deploy (or given shapes through ``neurenix export --shape``)."""
     if compiled.compiled_shapes:
@@ -73,7 +73,7 @@ def _check_target(target: Path) -> None:
         raise ArtifactUnsupportedError(f"{target} exists and is not a compiled artifact; choose an empty or new folder")
 
 
-def _write(compiled: Compiled, folder: Path, where: str) -> None:
+def _write(compiled: Lowering, folder: Path, where: str) -> None:
     from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
 
     rec = compiled._record
@@ -98,7 +98,7 @@ def _write(compiled: Compiled, folder: Path, where: str) -> None:
         "precision": compiled.precision, "outputs": compiled.outputs,
         "extra": extra,
         "inputs": [{"name": s.name, "shape": list(s.display_shape), "dtype": s.dtype, "dynamic": list(s.dynamic)} for s in compiled.graph.inputs],
-        "input_rule": "host data is copied in; float inputs become the declared float dtype, integer inputs keep theirs (neurenix_core.graph.inputs, docs/models.md)",
+        "input_rule": "host data is copied in; float inputs become the declared float dtype, integer inputs keep theirs (neurenix_core.graph.compile.inputs, docs/models.md)",
         "output_names": list(compiled.graph.outputs), "buckets": buckets,
         "shapes": [{"shapes": [list(s) for s in shapes], "summary": compiled._summaries.get(shapes, ""),
                     "placement": compiled._placements[shapes].line() if shapes in compiled._placements else None}
@@ -136,7 +136,7 @@ def _plain_extra(extra: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in extra.items() if k != "shape_buckets"}
 
 
-def _write_parts(compiled: Compiled, folder: Path, where: str) -> list[dict[str, Any]]:
+def _write_parts(compiled: Lowering, folder: Path, where: str) -> list[dict[str, Any]]:
     from neurenix_core.plugins.state import registry
 
     reg, rec = registry(), compiled._record

@@ -1,5 +1,5 @@
 """The model graph, quantization plan and options of a compiled artifact as JSON plus one array
-file: the core's one codec (:mod:`neurenix_core.io.graph_json`) with the artifacts' error classes
+file: the core's one codec (:mod:`neurenix_core.graph.ir.serialize`) with the artifacts' error classes
 and remedy. Format 2 artifacts write the tags model files write; format 1 artifacts (their own
 tags, ``a``, ``t``, ``l`` ...) still read.
 """
@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.deploy.arrays import REMEDY
 from neurenix_core.errors import ArtifactFormatError, ArtifactUnsupportedError
+from neurenix_core.graph.compile.artifact_arrays import REMEDY
 from neurenix_core.graph.ir import Graph, QuantizationPlan
-from neurenix_core.graph.symbolic import NotSymbolicError
-from neurenix_core.io.graph_json import ARTIFACT_V1_TAGS, TAGS, Decoder, Encoder, graph_from_json, plan_from_json
+from neurenix_core.graph.ir.serialize import ARTIFACT_V1_TAGS, TAGS, Decoder, Encoder, graph_from_json, plan_from_json
+from neurenix_core.graph.ir.symbolic import NotSymbolicError
 
 __all__ = ["decoder", "encoder", "read_graph"]
 

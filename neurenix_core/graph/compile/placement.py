@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import final
 
 from neurenix_core.graph import opset
-from neurenix_core.graph.decompose import legalize
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.opnames import PORTABLE_ATTRS
-from neurenix_core.graph.shapes import ValueSpec, infer_values
+from neurenix_core.graph.ir.decompose import legalize
+from neurenix_core.graph.ir.shapes import ValueSpec, infer_values
+from neurenix_core.plugins.opnames import PORTABLE_ATTRS
 
 __all__ = ["OffDevice", "Placement", "Segment", "moved_to_cpu", "node_flops", "place"]
 

@@ -14,15 +14,15 @@ number of programs. Padding is only done where the graph itself shows it cannot 
 - ``calls.py``: one bucketed call (pad, run the bucket's program, cut back) and the per-bucket
   statistics ``Compiled.summary`` reports.
 
-``neurenix_core.graph.compiler`` imports this package lazily, only for a model compiled with
+``neurenix_core.graph.compile.compiler`` imports this package lazily, only for a model compiled with
 ``buckets=``.
 """
 
 from __future__ import annotations
 
-from neurenix_core.graph.buckets.calls import BucketStats, bucket_report, call_bucketed, check_early
-from neurenix_core.graph.buckets.policy import BucketPolicy, PaddingRefusedError, pad_array, parse_buckets, pow2_bucket
-from neurenix_core.graph.buckets.proof import MASK_NEGATIVE, PaddingProof, prove_padding
+from neurenix_core.graph.compile.buckets.calls import BucketStats, bucket_report, call_bucketed, check_early
+from neurenix_core.graph.compile.buckets.policy import BucketPolicy, PaddingRefusedError, pad_array, parse_buckets, pow2_bucket
+from neurenix_core.graph.compile.buckets.proof import MASK_NEGATIVE, PaddingProof, prove_padding
 
 __all__ = [
     "MASK_NEGATIVE",

@@ -615,7 +615,7 @@ def specialized(graph: Graph, inputs: Sequence[Any]) -> Graph:
     constants they built folded (what nx.compile lowers; the same value names)."""
     if not graph.dynamic:
         return graph
-    from neurenix_core.graph.specialize import fold_size_constants  # what nx.compile runs: same value names
+    from neurenix_core.graph.ir.specialize import fold_size_constants  # what nx.compile runs: same value names
 
     return fold_size_constants(graph.with_input_shapes(*_shapes(graph, inputs)))
 

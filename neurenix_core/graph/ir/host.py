@@ -5,7 +5,7 @@ not only the way their plugins emulate an accelerator. A plugin whose runtime ru
 declares ``Capabilities.host_runtime`` (the runtime's name, e.g. ``"openvino"``) and implements
 the ``neurenix_host_runtime`` hook, which returns a :class:`HostRuntime`. The core then may
 compile a ``cpu:0`` model, or a fallback segment of another device's model, on it
-(``neurenix_core.graph.host_select`` chooses among the installed ones, the NumPy interpreter
+(``neurenix_core.graph.compile.host_select`` chooses among the installed ones, the NumPy interpreter
 being the last resort). ``cpu:0`` stays the CPU device: nothing here is emulation.
 
 Contract for implementers:
@@ -82,7 +82,7 @@ class HostRuntime(ABC):
 
     def covers(self, graph: Graph) -> str | None:
         """Why this runtime cannot take ``graph`` (None: it can): an op or a value dtype it lacks."""
-        from neurenix_core.graph.shapes import infer_values
+        from neurenix_core.graph.ir.shapes import infer_values
 
         missing = sorted({n.op for n in graph.nodes if n.op not in self.graph_ops})
         if missing:

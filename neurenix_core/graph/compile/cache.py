@@ -176,7 +176,7 @@ def runtime_folder(name: str, state_dir: str | None = None) -> Path | None:
 # ---------------------------------------------------------------------------- the key
 def cpu_identity() -> str:
     """CPU model name, logical CPU count and a hash of the feature flags (``/proc/cpuinfo``)."""
-    from neurenix_core.cli.benchkit import cpu_model
+    from neurenix_core.benchkit import cpu_model
 
     flags = ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -644,7 +644,7 @@ def unpack(payload: bytes) -> tuple[dict[str, bytes], dict[str, Any]]:
     """The byte strings and arrays :func:`pack` wrote (arrays are read-only views of ``payload``)."""
     import numpy as np
 
-    from neurenix_core.deploy.arrays import dtype_named
+    from neurenix_core.graph.compile.artifact_arrays import dtype_named
 
     (n,) = _HEADER.unpack_from(payload, 0)
     index = json.loads(payload[_HEADER.size:_HEADER.size + n])

@@ -19,10 +19,10 @@ import numpy as np
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
 from neurenix_core.graph import opset
-from neurenix_core.graph import qmath as Q
-from neurenix_core.graph.interpreter import input_array as _input_array
-from neurenix_core.graph.interpreter import run_planned, specialized
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.ir import qmath as Q
+from neurenix_core.graph.reference.interpreter import input_array as _input_array
+from neurenix_core.graph.reference.interpreter import run_planned, specialized
 
 __all__ = ["eval_node", "run_graph", "run_quantized", "specialized"]
 
