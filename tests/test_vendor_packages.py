@@ -3,6 +3,8 @@ environment beside neurenix-core only, then discovered, ranked, selected, listed
 doctor``, run through the conformance kit and checked on real models.
 
 Slow-ish (a venv and a pip install each, served from the pip cache) but part of the default run.
+The whole file runs in one pytest-xdist worker (tests/conftest.py, ``ONE_WORKER``), which builds
+each venv once; balanced test by test, every worker built every venv.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 ORT = ROOT / "examples" / "neurenix-onnxruntime"
 TEMPLATE = ROOT / "examples" / "vendor-template"
+#: What a vendor's CI installs beside neurenix-core to run the conformance kit (pytest, hypothesis)
+#: and read `neurenix doctor` (rich); the core's whole [test] extra (transformers, torchao, onnxscript,
+#: matplotlib ...) doubled each venv's install time and is not what a vendor has.
+KIT = ("pytest>=8", "hypothesis>=6.100", "rich>=13")
 HEAVY = ("torch", "jax", "openvino", "ai_edge_litert", "tflite_runtime", "onnxruntime", "onnx")
 
 
@@ -51,20 +57,32 @@ class Env:
 def make_env(tmp: Path, package: Path) -> Env:
     venv.EnvBuilder(with_pip=True, clear=True).create(tmp)
     env = Env(tmp)
-    cmd = [env.python, "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), f"{ROOT}[test]", str(package)]
+    cmd = [env.python, "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), str(ROOT), *KIT, str(package)]
     proc = env.run(cmd, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return env
 
 
+#: One venv per package per worker process. pytest tears a module fixture down whenever a worker
+#: runs a test without knowing its next one (xdist hands tests over in batches), which would
+#: build a venv again (~85 s); the venvs outlive that here, in the session's temp folder.
+_ENVS: dict[str, Env] = {}
+
+
+def _env_for(name: str, package: Path, factory: pytest.TempPathFactory) -> Env:
+    if name not in _ENVS:
+        _ENVS[name] = make_env(factory.mktemp(name), package)
+    return _ENVS[name]
+
+
 @pytest.fixture(scope="module")
 def ort_env(tmp_path_factory: pytest.TempPathFactory) -> Env:
-    return make_env(tmp_path_factory.mktemp("venv-ort"), ORT)
+    return _env_for("venv-ort", ORT, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def acme_env(tmp_path_factory: pytest.TempPathFactory) -> Env:
-    return make_env(tmp_path_factory.mktemp("venv-acme"), TEMPLATE)
+    return _env_for("venv-acme", TEMPLATE, tmp_path_factory)
 
 
 _STATE = """

@@ -1,6 +1,6 @@
 """neurenix_core has no import cycles: the graph is built from the source with ``ast`` (nothing is
 imported), counting imports inside functions and the lazy submodule table of the package
-``__init__`` (``nx.nn``, ``nx.testing`` ...), and leaving out imports under ``TYPE_CHECKING``.
+``__init__`` (``nx.nn``, ``nx.generation`` ...), and leaving out imports under ``TYPE_CHECKING``.
 
 Python imports a package's ``__init__`` before any of its submodules; that implicit step is not an
 edge here (every module would otherwise form a cycle with its own package).
