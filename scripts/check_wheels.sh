@@ -17,10 +17,19 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/neurenix-wheels.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 dist="$work/dist"
 
+# Built from a copy of the checkout's files (tracked, and untracked ones git does not ignore): a
+# build writes build/ and *.egg-info beside the sources, and scripts/test.sh runs this beside the
+# tests, which read the checkout (entry points included).
+src="$work/src"
+mkdir -p "$src"
+git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+  [ -e "$f" ] && printf '%s\0' "$f"
+done | xargs -0 cp --parents -t "$src"
+
 echo "== build wheels and sdists into $dist"
 for dir in . plugins/*/ examples/neurenix-onnxruntime/; do
   [ -f "$dir/pyproject.toml" ] || continue
-  if ! "$py" -m build --no-isolation --outdir "$dist" "$dir" >"$work/build.log" 2>&1; then
+  if ! "$py" -m build --no-isolation --outdir "$dist" "$src/$dir" >"$work/build.log" 2>&1; then
     cat "$work/build.log"
     echo "check_wheels: building $dir failed" >&2
     exit 1

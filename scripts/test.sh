@@ -24,12 +24,32 @@ done
 workers=${NEURENIX_TEST_WORKERS:-2}
 # Static checks (scripts/lint.sh): the generated stubs current, mypy on neurenix_core and neurenix
 # at 0 errors (public API modules strict), ruff's rules at 0 (~1 min cold). NEURENIX_LINT=0 skips them.
+# Release check (scripts/check_wheels.sh): every wheel and sdist built (from a copy of the checkout)
+# and checked, installed non-editably in a fresh venv, then the CLI and a compiled model on the
+# emulated npu (~2 min). NEURENIX_CHECK_WHEELS=0 skips it.
+# Both run beside the tests (the test workers leave a core idle while they wait on subprocesses);
+# their output follows the tests', and either failing fails the run.
+checks=()
 if [ "${NEURENIX_LINT:-1}" != 0 ]; then
-  bash scripts/lint.sh
+  checks+=(lint.sh)
 fi
-# Release check: every wheel and sdist built and checked, installed non-editably in a fresh venv,
-# then the CLI and a compiled model on the emulated npu (~2 min). NEURENIX_CHECK_WHEELS=0 skips it.
 if [ "${NEURENIX_CHECK_WHEELS:-1}" != 0 ]; then
-  bash scripts/check_wheels.sh
+  checks+=(check_wheels.sh)
 fi
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" "${paths[@]}" "$@"
+logs=$(mktemp -d "${TMPDIR:-/tmp}/neurenix-checks.XXXXXX")
+pids=()
+for check in "${checks[@]}"; do
+  bash "scripts/$check" >"$logs/$check.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" "${paths[@]}" "$@" || status=$?
+for i in "${!checks[@]}"; do
+  rc=0
+  wait "${pids[$i]}" || rc=$?
+  echo "== scripts/${checks[$i]} (exit $rc)"
+  cat "$logs/${checks[$i]}.log"
+  [ "$rc" = 0 ] || status=1
+done
+rm -rf "$logs"
+exit "$status"
