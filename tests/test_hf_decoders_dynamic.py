@@ -36,16 +36,22 @@ EXAMPLE = (1, 16)  # batch, length of the example the models are imported with (
 SHAPES = [(3, 8), (1, 5), (2, 24)]  # other batches, shorter and longer sequences
 
 
-@pytest.fixture(scope="module")
-def imported() -> dict[str, tuple[Any, Any, Any]]:
-    """name -> (torch model, inputs(batch, seq), imported model), each imported once for the module."""
-    cache: dict[str, tuple[Any, Any, Any]] = {}
-    for name in MODELS:
+class _Imported(dict[str, tuple[Any, Any, Any]]):
+    """name -> (torch model, inputs(batch, seq), imported model), each imported on first use: a
+    test-xdist worker imports only the models of the tests it runs (importing all five up front
+    took ~30 s on each worker)."""
+
+    def __missing__(self, name: str) -> tuple[Any, Any, Any]:
         model, inputs = hz.build(name)
         with warnings.catch_warnings():
             warnings.simplefilter("error", NeurenixWarning)  # a static-shape fallback fails the test
-            cache[name] = (model, inputs, nn.from_torch(model, inputs(*EXAMPLE)))
-    return cache
+            self[name] = (model, inputs, nn.from_torch(model, inputs(*EXAMPLE)))
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def imported() -> _Imported:
+    return _Imported()
 
 
 def _error(got: Any, want: list[np.ndarray]) -> float:
