@@ -28,7 +28,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.architecture.test_import_graph import PACKAGE, _imported_names, _resolve, cycles, import_graph, module_files
+from tests.architecture.test_import_graph import (
+    PACKAGE,
+    _imported_names,
+    _is_type_checking,
+    _resolve,
+    cycles,
+    import_graph,
+    module_files,
+)
 
 ROOT = PACKAGE.parent
 PAGE = ROOT / "docs" / "architecture.md"
@@ -90,7 +98,7 @@ def _module_level_imports(module: str, path: Path, mods: dict[str, Path]) -> set
             tree = ast.Module(body=[node], type_ignores=[])
             found.update(t for n in _imported_names(module, path.name == "__init__.py", tree) if (t := _resolve(n, mods)))
             continue
-        if isinstance(node, ast.If) and isinstance(node.test, (ast.Name, ast.Attribute)) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
@@ -180,7 +188,7 @@ def _all_imports(root: Path) -> dict[str, set[str]]:
 
 def _every_import(module: str, is_package: bool, tree: ast.AST) -> Iterator[str]:
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, (ast.Name, ast.Attribute)):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
             # _imported_names skips TYPE_CHECKING blocks: read them here as plain code.
             yield from _imported_names(module, is_package, ast.Module(body=node.body, type_ignores=[]))
     yield from _imported_names(module, is_package, tree)
