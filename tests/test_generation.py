@@ -5,7 +5,8 @@ so that greedy decoding does not repeat one token (the configs' initialisation m
 uniform logits). Greedy generation of 32 tokens is compared token for token with transformers'
 own ``model.generate(do_sample=False)`` on cpu:0 (both cache kinds) and on the emulated cuda,
 tpu, npu and edgetpu devices (fp32, the fixed-capacity cache: two compilations, prefill and
-decode). Each model is exported once per cache kind (the export is shared across devices).
+decode). Each model is exported once (the export is shared across devices and cache kinds);
+its weights are the transformers model's own memory, and the cache's buffers are written in place.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def test_greedy_equals_transformers_on_devices(models: dict[str, Any], name: str
         pytest.skip(f"{device} is not available here (run with NEURENIX_EMULATE=cuda,tpu,npu,edgetpu JAX_PLATFORMS=cpu)")
     model, ids, ref = models[name]
     lm = CausalLM(model, device, precision="fp32")
-    assert lm.cache == "fixed"  # these plugins compile per input shape
+    assert lm.cache == "fixed"  # the default on every device: one decode shape
     np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)
     assert lm.compilations == 2  # the prompt's bucket and the one decode shape
     assert lm.generate(_prompt(1, PROMPT - 1, seed=3), max_new_tokens=NEW).shape[1] <= PROMPT - 1 + NEW
@@ -172,3 +173,37 @@ def test_refusals(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM]) 
         CausalLM(models["gpt2"][0], "cpu:0", cache="fixed", capacity=8).generate(ids, max_new_tokens=16)
     with pytest.raises(GenerationError, match="already prepared"):  # a prepared model never moves silently
         nx.generate(lm, ids, max_new_tokens=2, device="npu:0")
+
+
+def test_step_model_shares_the_models_weights(models: dict[str, Any], lms: dict[tuple[str, str], CausalLM]) -> None:
+    """The step graph holds views of the transformers model's tensors, not copies (a 135M model
+    would otherwise cost 540 MB more per copy), read-only so that nothing writes through them."""
+    model = models["llama"][0]
+    graph = lms[("llama", "fixed")].graph.symbolic_graph()
+    weights = [v for node in graph.nodes for v in node.params.values() if isinstance(v, np.ndarray) and v.size > 1000]
+    own = [p.detach().numpy() for p in model.parameters()]
+    assert weights and all(any(np.shares_memory(w, o) for o in own) for w in weights)
+    assert not any(w.flags.writeable for w in weights)
+
+
+def test_default_cache_is_fixed_and_written_in_place(models: dict[str, Any]) -> None:
+    """cpu:0 too gets one decode shape; the step returns only the new keys/values, which the
+    cache writes into its buffers (the same objects from the prefill to the last step)."""
+    model, ids, _ = models["llama"]
+    lm = CausalLM(model, "cpu:0")
+    assert lm.cache == "fixed"
+    cache, ids_in, mask_in = lm._start(ids, np.ones(ids.shape, bool), 4)
+    buffers = [id(b) for b in cache.buffers]
+    outs = lm.compiled(*cache.step_inputs(ids_in, mask_in))
+    spec = lm.spec
+    assert [tuple(o.shape) for o in outs[1:]] == [(1, spec.kv_heads, ids_in.shape[1], spec.head_dim)] * (2 * spec.layers)
+    cache.advance(tuple(outs[1:]), mask_in)
+    assert cache.filled == ids_in.shape[1] and [id(b) for b in cache.buffers] == buffers
+    np.testing.assert_array_equal(cache.buffers[0].numpy()[:, :, :cache.filled], outs[1].numpy())
+    assert not cache.buffers[0].numpy()[:, :, cache.filled:].any()  # the slots to come are untouched
+    for _ in range(3):
+        lm._step(cache, np.array([[7]]), np.ones((1, 1), bool))
+    assert cache.filled == ids_in.shape[1] + 3 and [id(b) for b in cache.buffers] == buffers
+    with pytest.raises(GenerationError, match="is full"):
+        while True:
+            lm._step(cache, np.array([[7]]), np.ones((1, 1), bool))

@@ -12,7 +12,7 @@ import pytest
 from neurenix_core.backends import cpu_nn as K
 from neurenix_core.errors import ShapeError
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.reference.interpreter import plan_for
+from neurenix_core.graph.reference.interpreter import plan_for, run_planned
 from neurenix_core.graph.reference.run import run_graph
 
 torch = pytest.importorskip("torch")
@@ -178,3 +178,24 @@ def test_max_pool2d_kernel_matches_torch(k: int, s: int, p: int) -> None:
     x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
     x[0, 0, 0, 0] = np.nan
     np.testing.assert_array_equal(K.max_pool2d(x, k, s, p), torch.nn.functional.max_pool2d(torch.from_numpy(x), k, s, p).numpy())
+
+
+def test_plans_share_float32_weights_across_shapes() -> None:
+    """A dynamic graph's plan per input shape uses the graph's float32 weights as they are: a
+    language model decoding at a new shape per step holds one copy of its weights, not one per
+    shape kept (tracemalloc sees NumPy's allocations)."""
+    import tracemalloc
+
+    w = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)  # 2 MiB
+    graph = Graph((TensorSpec("x", (1, 1024), "float32", dynamic=(0,)),),
+                  (Node("fc", "linear", ("x",), "y", {}, {"weight": w}),), ("y",))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for batch in range(1, 6):  # five shapes, five plans
+            x = np.ones((batch, 1024), np.float32)
+            np.testing.assert_allclose(run_planned(graph, [x], 1), x @ w.T, rtol=1e-5)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < w.nbytes, f"plans of five shapes hold {grown} bytes: the {w.nbytes}-byte weight was copied"

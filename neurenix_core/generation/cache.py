@@ -1,16 +1,21 @@
-"""Key/value caches for the step model: past keys and values stay on the device between steps.
+"""The key/value cache: one buffer per layer and per keys/values on the device, written in place.
 
-Both kinds hold the same state: one device Tensor per layer and per keys/values ``(B, H, S, D)``
-(fed back into the compiled step as inputs: a Tensor on the compiled device is used without a
-copy, see ``neurenix_core.graph.compile.inputs``), and on the host which slots hold a real token and
-the next position of each sequence. Per step the host builds the additive mask ``(B, 1, n, S + n)``:
-a query attends to the valid slots up to itself.
+A generation allocates its buffers once, ``(B, H, capacity, D)`` each, where ``capacity`` holds
+the (padded) prompt and every new token. The step model takes the past keys/values and returns
+the logits and only the **new** keys/values ``(B, H, n, D)``; :meth:`KVCache.advance` writes those
+into the buffers at the next free slots (a slice assignment on the device: in place on cpu:0 and
+on PyTorch, the backend's own update elsewhere). The host keeps which slots hold a real token and
+the next position of each sequence, and builds the additive mask ``(B, 1, n, S + n)`` per step: a
+query attends to the valid slots and to the new tokens up to itself. Slot order does not matter
+to attention (positions are inputs, rotary embeddings are applied before a key is stored), so a
+new key appended at the end of the past in the step and stored at its slot afterwards is the
+same key.
 
-- ``dynamic``: S grows by n per step (the present is the past with the new tokens appended);
-  every step is a new input shape, for devices that run graphs per shape cheaply (cpu).
-- ``fixed``: S is a capacity chosen up front; the step drops the oldest n slots (masked empty
-  ones) as it appends n, so every decode step has the same shapes and one compilation serves
-  them all, as OpenVINO's NPU LLM pipeline does for static-shape hardware.
+- ``fixed``: the past is the whole buffer at every step (unused slots masked), so every decode
+  step has one input shape: one compilation serves them all (as OpenVINO's NPU LLM pipeline runs
+  static-shape hardware), and the cost of a step does not depend on its position.
+- ``dynamic``: the past is the filled slots only (``S`` grows by ``n`` per step); every step is a
+  new input shape, for checking against the exact computation.
 """
 
 from __future__ import annotations
@@ -30,41 +35,46 @@ MASKED = float(np.finfo(np.float32).min)
 
 
 class KVCache:
-    """One generation's cache: device tensors plus the host's slot and position bookkeeping."""
+    """One generation's cache: device buffers plus the host's slot and position bookkeeping."""
 
-    __slots__ = ("past", "positions", "valid", "window")
+    __slots__ = ("buffers", "filled", "grows", "positions", "valid")
 
-    def __init__(self, spec: StepSpec, batch: int, slots: int, device: Any, *, window: bool) -> None:
+    def __init__(self, spec: StepSpec, batch: int, capacity: int, device: Any, *, grows: bool) -> None:
         from neurenix_core.tensor.creation import zeros
 
-        shape = (batch, spec.kv_heads, slots, spec.head_dim)
-        self.past: list[Any] = [zeros(shape, device=device) for _ in range(2 * spec.layers)]
-        self.valid = np.zeros((batch, slots), bool)
+        shape = (batch, spec.kv_heads, capacity, spec.head_dim)
+        self.buffers: list[Any] = [zeros(shape, device=device) for _ in range(2 * spec.layers)]
+        self.valid = np.zeros((batch, capacity), bool)
         self.positions = np.zeros(batch, np.int64)
-        self.window = window
+        self.filled = 0
+        self.grows = grows
 
     @property
-    def length(self) -> int:
-        """Slots the cache holds now (the capacity of a fixed cache)."""
+    def capacity(self) -> int:
+        """Slots each buffer holds."""
         return int(self.valid.shape[1])
 
     def step_inputs(self, ids: np.ndarray, new_valid: np.ndarray) -> tuple[Any, ...]:
         """The step model's inputs for ``ids (B, n)`` whose real tokens are ``new_valid (B, n)``."""
         n = ids.shape[1]
-        kv_valid = np.concatenate([self.valid, new_valid], axis=1)
-        if self.window and kv_valid[:, :n].any():
+        if self.filled + n > self.capacity:
             raise CacheCapacityError(
-                f"the fixed key/value cache holds {self.length} tokens and this step would drop one still attended to; "
-                "give a larger capacity (CausalLM(..., capacity=...)) or fewer max_new_tokens")
-        return (ids.astype(np.int64), _mask(kv_valid, n), self._positions(new_valid), *self.past)
+                f"the key/value cache holds {self.capacity} tokens and is full; give a larger capacity "
+                "(CausalLM(..., capacity=...)) or fewer max_new_tokens")
+        seen = self.filled if self.grows else self.capacity
+        kv_valid = np.concatenate([self.valid[:, :seen], new_valid], axis=1)
+        past = [b[:, :, :seen] for b in self.buffers] if self.grows else self.buffers
+        return (ids.astype(np.int64), _mask(kv_valid, n), self._positions(new_valid), *past)
 
-    def advance(self, present: tuple[Any, ...], new_valid: np.ndarray) -> None:
-        """Take the step's present keys/values (device Tensors) as the next past."""
+    def advance(self, new_kv: tuple[Any, ...], new_valid: np.ndarray) -> None:
+        """Store the step's new keys/values (device Tensors ``(B, H, n, D)``) at the next slots."""
         n = new_valid.shape[1]
-        kv_valid = np.concatenate([self.valid, new_valid], axis=1)
-        self.valid = kv_valid[:, n:] if self.window else kv_valid
+        end = self.filled + n
+        for buffer, kv in zip(self.buffers, new_kv, strict=True):
+            buffer[:, :, self.filled:end] = kv
+        self.valid[:, self.filled:end] = new_valid
+        self.filled = end
         self.positions = self.positions + new_valid.sum(axis=1)
-        self.past = list(present)
 
     def _positions(self, new_valid: np.ndarray) -> np.ndarray:
         """Positions as transformers' generate computes them: the count of real tokens before

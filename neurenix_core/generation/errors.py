@@ -16,4 +16,4 @@ class NotACausalLMError(GenerationError, TypeError):
 
 
 class CacheCapacityError(GenerationError):
-    """A fixed-capacity key/value cache would drop a token that is still attended to."""
+    """The key/value cache has no free slot for the next token (give a larger capacity)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,16 +24,26 @@ from neurenix_core.kwargs import strict_kwargs
 
 __all__ = ["CACHE_KINDS", "CausalLM", "clear", "generate"]
 
-#: "dynamic": the cache grows per step (one input shape per step); "fixed": a capacity chosen per
-#: generation, one compiled shape for every decode step (static-shape devices).
+#: "fixed": the step attends over a capacity chosen per generation, one compiled shape for every
+#: decode step (the default); "dynamic": over the filled slots only, one input shape per step.
 CACHE_KINDS = ("dynamic", "fixed")
 _MIN_BUCKET = 8
+#: Fixed capacities above this are multiples of it (below, powers of two): a 1024-token prompt and
+#: 128 new tokens attend over 1280 slots, not 2048, and a few capacities still serve every call.
+_CAPACITY_STEP = 256
 #: Show a progress bar by default from this many new tokens on (on a terminal).
 _PROGRESS_FROM = 64
 
 
 def _pow2(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, int(n) - 1).bit_length())
+
+
+def _capacity(need: int) -> int:
+    """The fixed cache's default capacity for ``need`` slots (see _CAPACITY_STEP)."""
+    if need <= _CAPACITY_STEP:
+        return _pow2(need, 2 * _MIN_BUCKET)
+    return -(-need // _CAPACITY_STEP) * _CAPACITY_STEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,27 +60,25 @@ class _Plan:
 class CausalLM:
     """A ``transformers`` causal LM prepared for generation on ``device``.
 
-    ``cache``: "dynamic" or "fixed" (None: "fixed" where the device's plugin compiles models per
-    input shape, "dynamic" where graphs run per shape without compiling, as on cpu).
-    ``capacity``: the fixed cache's slots (None: the next power of two that holds the prompt and
-    the new tokens, so a few capacities serve every call). ``precision`` goes to ``nx.compile``.
+    ``cache``: "fixed" (the default: every decode step has one input shape, compiled once) or
+    "dynamic" (the step attends over the filled slots only: a new input shape per step).
+    ``capacity``: the fixed cache's slots (None: what the padded prompt and the new tokens need,
+    rounded up to a power of two, past 256 to a multiple of 256, so a few capacities serve every
+    call). ``precision`` and ``options`` go to ``nx.compile``; a dynamic cache on cpu:0 runs on the
+    interpreter unless ``options`` names a runtime (its plans share the weights, where a host
+    runtime would compile, and copy the weights, once per step).
     ``.compilations`` counts the input shapes compiled so far.
     """
 
     @strict_kwargs("nx.generation.CausalLM")
     def __init__(self, model: Any, device: Any = None, *, cache: str | None = None, capacity: int | None = None,
-                 precision: str | None = None) -> None:
+                 precision: str | None = None, options: Mapping[str, Any] | None = None) -> None:
         from neurenix_core.graph.compile.compiler import compile as nx_compile
-        from neurenix_core.plugins.state import registry
         from neurenix_core.tensor.placement import default_backend
 
         self.spec: StepSpec = spec_of(model)
         _, self.device, _ = default_backend(device)
-        if cache is None:
-            manifest = registry().plugin_for(self.device).manifest
-            assert manifest is not None  # plugin_for returns usable plugins only, which have one
-            compiles = manifest.capabilities.compiles_models
-            cache = "fixed" if compiles else "dynamic"
+        cache = "fixed" if cache is None else cache
         if cache not in CACHE_KINDS:
             raise GenerationError(f"{self.device}: cache={cache!r}; use 'dynamic' or 'fixed'")
         if capacity is not None and (cache != "fixed" or capacity < 1):
@@ -78,8 +86,11 @@ class CausalLM:
         self.cache, self.capacity = cache, capacity
         self.generation_config = getattr(model, "generation_config", None)
         self.model_name = type(model).__name__
-        self.graph = export_step(model, self.spec, window=cache == "fixed")
-        self.compiled = nx_compile(self.graph, self.device, precision=precision, progress=False)
+        self.graph = export_step(model, self.spec)
+        opts = dict(options or {})
+        if cache == "dynamic" and self.device.type == "cpu":
+            opts.setdefault("runtime", "numpy")
+        self.compiled = nx_compile(self.graph, self.device, precision=precision, progress=False, options=opts or None)
 
     def __repr__(self) -> str:
         return f"CausalLM({self.model_name}, device='{self.device}', cache={self.cache!r}, compilations={self.compilations})"
@@ -154,18 +165,18 @@ class CausalLM:
     def _start(self, ids: np.ndarray, mask: np.ndarray, max_new: int) -> tuple[KVCache, np.ndarray, np.ndarray]:
         """An empty cache and the prompts as the prefill step takes them."""
         batch, length = ids.shape
-        if self.cache == "dynamic":
-            return KVCache(self.spec, batch, 0, self.device, window=False), ids, mask
+        if self.cache == "dynamic":  # the buffers hold exactly this generation; shapes follow the filled slots
+            return KVCache(self.spec, batch, length + max_new - 1, self.device, grows=True), ids, mask
         # fixed: prompts left-padded to a power of two, so a few prefill shapes serve every length
         padded = _pow2(length, _MIN_BUCKET)
         ids = np.concatenate([np.zeros((batch, padded - length), np.int64), ids], axis=1)
         mask = np.concatenate([np.zeros((batch, padded - length), bool), mask], axis=1)
-        need = max(padded, length + max_new - 1)
-        capacity = self.capacity if self.capacity is not None else _pow2(need, 2 * _MIN_BUCKET)
+        need = padded + max_new - 1  # the last new token is returned, never fed back
+        capacity = self.capacity if self.capacity is not None else _capacity(need)
         if capacity < need:
             raise GenerationError(f"{self.device}: capacity={capacity} holds fewer than the {need} slots this generation needs "
                                   f"(prompt {length} padded to {padded}, {max_new} new tokens); give capacity >= {need}")
-        return KVCache(self.spec, batch, capacity, self.device, window=True), ids, mask
+        return KVCache(self.spec, batch, capacity, self.device, grows=False), ids, mask
 
     def _step(self, cache: KVCache, ids: np.ndarray, valid: np.ndarray) -> np.ndarray:
         outs = self.compiled(*cache.step_inputs(ids, valid))

@@ -3,15 +3,14 @@
 ``export_step`` wraps the model so that its inputs are ``input_ids (B, n)``, a ready additive
 attention mask ``(B, 1, n, S + n)``, ``position_ids (B, n)`` and the past keys and values of
 every layer ``(B, H, S, D)`` (key then value, layer by layer), and its outputs the logits of the
-last position ``(B, vocab)`` and the present keys and values. It is exported once through
-``nx.nn.from_torch`` with the batch, the new-token count ``n`` and the past length ``S`` dynamic.
+last position ``(B, vocab)`` and the keys and values of the ``n`` new tokens ``(B, H, n, D)``,
+which the cache stores in place (``cache.py``): the past is never returned. It is exported once
+through ``nx.nn.from_torch`` with the batch, the new-token count ``n`` and the past length ``S``
+dynamic; the graph's weights are views of the model's own tensors, not copies.
 
 The mask is built by the caller (``cache.py``) and handed in as a 4-D tensor, which
 ``transformers`` uses as it is: the import then has no causal-mask construction to follow, and
 the same graph serves a growing cache and a fixed-capacity one (unused slots masked out).
-
-``window=True`` keeps the present length equal to the past length (the oldest ``n`` slots are
-dropped): a fixed-capacity cache whose shapes never change, for devices that compile per shape.
 PyTorch and transformers are imported here only.
 """
 
@@ -66,7 +65,7 @@ def spec_of(model: Any) -> StepSpec:
     return StepSpec(int(text.num_hidden_layers), kv_heads, head_dim, int(text.vocab_size), int(limit) if learned and limit is not None else None)
 
 
-def _wrapper(model: Any, spec: StepSpec, window: bool) -> Any:
+def _wrapper(model: Any) -> Any:
     import torch
     from transformers import DynamicCache
 
@@ -84,13 +83,11 @@ def _wrapper(model: Any, spec: StepSpec, window: bool) -> Any:
                 layer.lazy_initialization(past[2 * i], past[2 * i + 1])
                 layer.keys, layer.values = past[2 * i], past[2 * i + 1]
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True)
-            present: list[Any] = []
-            for layer in out.cache.layers:
-                k, v = layer.keys, layer.values
-                if window:  # the oldest n slots go: the cache keeps its capacity
-                    k, v = k[:, :, input_ids.shape[1]:], v[:, :, input_ids.shape[1]:]
-                present += [k, v]
-            return (out.logits[:, -1, :], *present)
+            new: list[Any] = []
+            for layer, k_past in zip(out.cache.layers, past[::2], strict=True):
+                s = k_past.shape[2]  # the present is the past with the n new slots appended: keep those
+                new += [layer.keys[:, :, s:], layer.values[:, :, s:]]
+            return (out.logits[:, -1, :], *new)
 
     return Step().eval()
 
@@ -109,9 +106,9 @@ def _examples(spec: StepSpec) -> tuple[Any, ...]:
     return (ids, torch.from_numpy(mask), torch.arange(s, s + n).expand(b, n).contiguous(), *past)
 
 
-#: Exports kept per model and window flag: preparing one model for several devices exports once.
-#: A model whose weights change after preparation is prepared again after nx.generation.clear().
-_EXPORTS: weakref.WeakKeyDictionary[Any, dict[bool, Any]] = weakref.WeakKeyDictionary()
+#: Exports kept per model: preparing one model for several devices exports once. A model whose
+#: weights change after preparation is prepared again after nx.generation.clear().
+_EXPORTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def clear() -> None:
@@ -119,16 +116,15 @@ def clear() -> None:
     _EXPORTS.clear()
 
 
-def export_step(model: Any, spec: StepSpec, *, window: bool) -> Any:
+def export_step(model: Any, spec: StepSpec) -> Any:
     """The step model imported into neurenix (a GraphModule) with dynamic batch, n and S."""
-    done = _EXPORTS.get(model, {}).get(window)
+    done = _EXPORTS.get(model)
     if done is None:
-        done = _export(model, spec, window)
-        _EXPORTS.setdefault(model, {})[window] = done
+        done = _EXPORTS[model] = _export(model, spec)
     return done
 
 
-def _export(model: Any, spec: StepSpec, window: bool) -> Any:
+def _export(model: Any, spec: StepSpec) -> Any:
     import torch
 
     from neurenix_core.graph.models.importing import from_torch_export
@@ -137,4 +133,5 @@ def _export(model: Any, spec: StepSpec, window: bool) -> Any:
     shapes = {"input_ids": {0: auto, 1: auto}, "mask": {0: auto, 2: auto, 3: auto}, "position_ids": {0: auto, 1: auto},
               "past": tuple({0: auto, 2: auto} for _ in range(2 * spec.layers))}
     with torch.no_grad():
-        return from_torch_export(_wrapper(model, spec, window), _examples(spec), dynamic_shapes=shapes, static=False)
+        return from_torch_export(_wrapper(model), _examples(spec), dynamic_shapes=shapes, static=False,
+                                 share_weights=True)

@@ -30,6 +30,27 @@ def _is_weight(arr: Any) -> bool:
     return isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim > 0 and str(arr.dtype) not in STORAGE_DTYPES
 
 
+def _parameter(asarray: Any, arr: np.ndarray) -> Any:
+    """A weight as a Tensor sharing the graph's buffer where the default device holds host memory
+    (one copy of a model's weights, not one in the graph and one in the parameters)."""
+    from neurenix_core.errors import TransferError
+
+    try:
+        return asarray(arr, copy=False)
+    except TransferError:  # a device with its own memory: the parameter is necessarily a copy there
+        return asarray(arr)
+
+
+def _host(t: Any) -> np.ndarray:
+    """A parameter's current value as NumPy: its own buffer on a host-memory device, else a copy."""
+    from neurenix_core.errors import TransferError
+
+    try:
+        return np.asarray(t, copy=False)
+    except TransferError:  # device memory: copied to the host (what compiling it needs)
+        return t.numpy()
+
+
 class GraphModule(Module):
     """An imported graph as a Module. ``input_names``/``output_names`` say what it takes and returns."""
 
@@ -46,8 +67,8 @@ class GraphModule(Module):
         object.__setattr__(self, "_compiled", {})
         for node in graph.nodes:
             for key, arr in node.params.items():
-                if _is_weight(arr):
-                    self.register_parameter(f"{node.name}.{key}", asarray(np.asarray(arr)))  # its own dtype: float16 stays float16
+                if _is_weight(arr):  # its own dtype: float16 stays float16
+                    self.register_parameter(f"{node.name}.{key}", _parameter(asarray, arr))
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -76,7 +97,7 @@ class GraphModule(Module):
         what ``nx.compile`` specializes per input shape."""
         nodes = []
         for node in self._graph.nodes:
-            params = {k: (self._parameters[f"{node.name}.{k}"].numpy() if f"{node.name}.{k}" in self._parameters else v)
+            params = {k: (_host(self._parameters[f"{node.name}.{k}"]) if f"{node.name}.{k}" in self._parameters else v)
                       for k, v in node.params.items()}
             nodes.append(Node(node.name, node.op, node.inputs, node.output, node.attrs, params))
         return replace(self._graph, nodes=tuple(nodes))

@@ -56,7 +56,8 @@ def _without_cache(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
         config.use_cache = True
 
 
-def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any = None, static: bool = False) -> GraphModule:
+def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any = None, static: bool = False,
+                      share_weights: bool = False) -> GraphModule:
     try:
         import torch
     except ImportError as exc:
@@ -72,7 +73,7 @@ def from_torch_export(module: Any, example_inputs: Any, *, dynamic_shapes: Any =
         graph, plan = import_pt2e(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static)
         return GraphModule(graph, f"from_torch({type(module).__name__}, PT2E)", quantization_plan=plan)
     with _without_cache(module, args, kwargs):
-        graph = import_module(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static)
+        graph = import_module(module, args, kwargs, dynamic_shapes=dynamic_shapes, static=static, share_weights=share_weights)
     return GraphModule(graph, f"from_torch({type(module).__name__})")
 
 

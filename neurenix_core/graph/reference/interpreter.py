@@ -109,6 +109,10 @@ def _chain(fns: Sequence[StepFn]) -> StepFn:
 
 
 def _f32(v: Any) -> np.ndarray:
+    """``v`` as contiguous float32: a float32 weight is used as it is (every input shape's plan of
+    a model shares one buffer, not a copy each), anything else goes through float64 (as exact)."""
+    if isinstance(v, np.ndarray) and v.dtype == _F32 and v.flags.c_contiguous:
+        return v
     return np.ascontiguousarray(np.asarray(v, np.float64).astype(np.float32))
 
 

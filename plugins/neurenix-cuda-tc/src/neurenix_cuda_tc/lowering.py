@@ -38,7 +38,8 @@ def module_key(node_name: str) -> str:
 def _t(array: np.ndarray) -> torch.Tensor:
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).clone()
+    # torch.tensor copies (a weight may be a read-only view of someone else's model: never aliased)
+    return torch.tensor(np.ascontiguousarray(array, dtype=np.float32))
 
 
 def _param(node: Node, key: str, shape: tuple[int, ...]) -> np.ndarray:
