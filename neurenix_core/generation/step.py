@@ -118,9 +118,11 @@ def clear() -> None:
 
 def export_step(model: Any, spec: StepSpec) -> Any:
     """The step model imported into neurenix (a GraphModule) with dynamic batch, n and S."""
+    from neurenix_core.generation.step_cache import load_or_export
+
     done = _EXPORTS.get(model)
-    if done is None:
-        done = _EXPORTS[model] = _export(model, spec)
+    if done is None:  # from the step-model cache where another process exported this model already
+        done = _EXPORTS[model] = load_or_export(model, spec, lambda: _export(model, spec))
     return done
 
 
