@@ -8,7 +8,7 @@ docs/generation.md. PyTorch and transformers are imported when a model is prepar
 from __future__ import annotations
 
 from neurenix_core.generation.errors import CacheCapacityError, GenerationError, NotACausalLMError
-from neurenix_core.generation.generate import CACHE_KINDS, CausalLM, clear, generate
+from neurenix_core.generation.generate import CACHE_KINDS, CausalLM, QuantizationCheck, clear, generate
 from neurenix_core.generation.sampling import Sampler
 
-__all__ = ["CACHE_KINDS", "CacheCapacityError", "CausalLM", "GenerationError", "NotACausalLMError", "Sampler", "clear", "generate"]
+__all__ = ["CACHE_KINDS", "CacheCapacityError", "CausalLM", "GenerationError", "NotACausalLMError", "QuantizationCheck", "Sampler", "clear", "generate"]

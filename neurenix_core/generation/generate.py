@@ -22,7 +22,7 @@ from neurenix_core.generation.sampling import Sampler
 from neurenix_core.generation.step import StepSpec, export_step, spec_of
 from neurenix_core.kwargs import strict_kwargs
 
-__all__ = ["CACHE_KINDS", "CausalLM", "clear", "generate"]
+__all__ = ["CACHE_KINDS", "CausalLM", "QuantizationCheck", "clear", "generate"]
 
 #: "fixed": the step attends over a capacity chosen per generation, one compiled shape for every
 #: decode step (the default); "dynamic": over the filled slots only, one input shape per step.
@@ -47,6 +47,23 @@ def _capacity(need: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class QuantizationCheck:
+    """:meth:`CausalLM.check_quantization`'s result: the largest logit difference of the first step
+    relative to the largest logit, and how many greedy tokens equal the float model's
+    (``agreement`` of ``tokens``; ``first_difference``: the step of the first one that differs)."""
+
+    quantize: str | None
+    logits_error: float
+    agreement: int
+    tokens: int
+    first_difference: int
+
+    def __str__(self) -> str:
+        return (f"{self.quantize or 'float weights'}: {self.agreement}/{self.tokens} greedy tokens equal to the float model's "
+                f"(first difference at step {self.first_difference}), first-step logits within {self.logits_error:.2%} of the largest")
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     """One generate call's resolved arguments."""
 
@@ -64,7 +81,11 @@ class CausalLM:
     "dynamic" (the step attends over the filled slots only: a new input shape per step).
     ``capacity``: the fixed cache's slots (None: what the padded prompt and the new tokens need,
     rounded up to a power of two, past 256 to a multiple of 256, so a few capacities serve every
-    call). ``precision`` and ``options`` go to ``nx.compile``; a dynamic cache on cpu:0 runs on the
+    call). ``quantize``: None (the model's float weights), "int8-weights" (int8 per output channel)
+    or "int4-weights" (int4 per group of input features), planned by the core and lowered by the
+    device's plugin where it can (npu: OpenVINO compressed weights), else computed as the dequantized
+    float model with a warning; :meth:`check_quantization` measures what it changes.
+    ``precision`` and ``options`` go to ``nx.compile``; a dynamic cache on cpu:0 runs on the
     interpreter unless ``options`` names a runtime (its plans share the weights, where a host
     runtime would compile, and copy the weights, once per step).
     ``.compilations`` counts the input shapes compiled so far.
@@ -72,7 +93,7 @@ class CausalLM:
 
     @strict_kwargs("nx.generation.CausalLM")
     def __init__(self, model: Any, device: Any = None, *, cache: str | None = None, capacity: int | None = None,
-                 precision: str | None = None, options: Mapping[str, Any] | None = None) -> None:
+                 precision: str | None = None, quantize: str | None = None, options: Mapping[str, Any] | None = None) -> None:
         from neurenix_core.graph.compile.compiler import compile as nx_compile
         from neurenix_core.tensor.placement import default_backend
 
@@ -83,17 +104,41 @@ class CausalLM:
             raise GenerationError(f"{self.device}: cache={cache!r}; use 'dynamic' or 'fixed'")
         if capacity is not None and (cache != "fixed" or capacity < 1):
             raise GenerationError(f"{self.device}: capacity={capacity!r} applies to cache='fixed' only and must be >= 1")
-        self.cache, self.capacity = cache, capacity
+        self.cache, self.capacity, self.quantize = cache, capacity, quantize
+        self._model_ref = weakref.ref(model)
         self.generation_config = getattr(model, "generation_config", None)
         self.model_name = type(model).__name__
         self.graph = export_step(model, self.spec)
         opts = dict(options or {})
         if cache == "dynamic" and self.device.type == "cpu":
             opts.setdefault("runtime", "numpy")
-        self.compiled = nx_compile(self.graph, self.device, precision=precision, progress=False, options=opts or None)
+        self.compiled = nx_compile(self.graph, self.device, precision=precision, quantize=quantize, progress=False, options=opts or None)
 
     def __repr__(self) -> str:
-        return f"CausalLM({self.model_name}, device='{self.device}', cache={self.cache!r}, compilations={self.compilations})"
+        weights = "" if self.quantize is None else f", quantize={self.quantize!r}"
+        return f"CausalLM({self.model_name}, device='{self.device}', cache={self.cache!r}{weights}, compilations={self.compilations})"
+
+    def check_quantization(self, input_ids: Any = None, max_new_tokens: int = 32) -> QuantizationCheck:
+        """What quantized weights change against the float model this was prepared from: greedy
+        generation of ``max_new_tokens`` after ``input_ids`` (default: 16 seeded ids) here and in
+        transformers, and the first step's logits. Compiles the shapes that generation needs."""
+        import torch
+
+        model = self._model_ref()
+        if model is None:
+            raise GenerationError(f"{self!r}: the transformers model it was prepared from is gone; nothing to compare with")
+        ids = _prompts(np.random.default_rng(0).integers(0, self.spec.vocab, (1, 16)) if input_ids is None else input_ids, None)[0]
+        with torch.no_grad():
+            ref = model.generate(torch.from_numpy(ids), attention_mask=torch.ones(ids.shape, dtype=torch.int64), do_sample=False,
+                                 max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=0).numpy()
+            full = model(torch.from_numpy(ids), use_cache=False).logits[:, -1].numpy()
+        got = self.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[], progress=False)
+        cache, ids_in, mask_in = self._start(ids, np.ones(ids.shape, bool), 1)
+        logits = self._step(cache, ids_in, mask_in)
+        error = float(np.abs(logits - full).max() / max(float(np.abs(full).max()), 1e-30))
+        new_got, new_ref = got[:, ids.shape[1]:], ref[:, ids.shape[1]:]
+        return QuantizationCheck(self.quantize, error, int((new_got == new_ref).sum()), int(new_ref.size),
+                                 int(np.argmax(np.concatenate([(new_got != new_ref).any(axis=0), [True]]))))
 
     @property
     def compilations(self) -> int:
@@ -223,7 +268,7 @@ def _with_progress(tokens: Iterator[np.ndarray], total: int) -> Iterator[np.ndar
             bar.advance(task)
 
 
-_PREPARED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str | None], CausalLM]] = weakref.WeakKeyDictionary()
+_PREPARED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str | None, str | None], CausalLM]] = weakref.WeakKeyDictionary()
 
 
 def clear() -> None:
@@ -239,14 +284,15 @@ def clear() -> None:
 def generate(model: Any, input_ids: Any, *, attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None, device: Any = None,
-             cache: str | None = None, precision: str | None = None, stream: bool = False, progress: bool | None = None) -> Any:
+             cache: str | None = None, precision: str | None = None, quantize: str | None = None, stream: bool = False,
+             progress: bool | None = None) -> Any:
     """Generate with ``model`` (a transformers causal LM, or a prepared :class:`CausalLM`).
 
     The model is prepared once per device, cache kind and precision and kept while it lives;
     the arguments are :meth:`CausalLM.generate`'s.
     """
     if isinstance(model, CausalLM):
-        given = {k: v for k, v in (("device", device), ("cache", cache), ("precision", precision)) if v is not None}
+        given = {k: v for k, v in (("device", device), ("cache", cache), ("precision", precision), ("quantize", quantize)) if v is not None}
         if given:  # the prepared model has its own; never generate somewhere else than asked
             raise GenerationError(f"{model!r} is already prepared, so {sorted(given)} cannot change here; "
                                   "pass them to CausalLM(...) or give nx.generate the transformers model")
@@ -254,9 +300,9 @@ def generate(model: Any, input_ids: Any, *, attention_mask: Any = None, max_new_
     else:
         from neurenix_core.tensor.placement import default_backend
 
-        key = (str(default_backend(device)[1]), cache, precision)
+        key = (str(default_backend(device)[1]), cache, precision, quantize)
         prepared = _PREPARED.setdefault(model, {}) if _weakrefable(model) else {}
-        lm = prepared.get(key) or prepared.setdefault(key, CausalLM(model, device, cache=cache, precision=precision))
+        lm = prepared.get(key) or prepared.setdefault(key, CausalLM(model, device, cache=cache, precision=precision, quantize=quantize))
     return lm.generate(input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, eos_token_id=eos_token_id,
                        pad_token_id=pad_token_id, stream=stream, progress=progress)

@@ -10,6 +10,7 @@ computed here, once, by ``neurenix_core.graph.quantization``; backends only lowe
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -60,7 +61,9 @@ def compile(  # the public name the seeds and DESIGN.md use
 
     ``precision``: one of PRECISIONS or None (the backend's default, stated in ``.summary``).
     ``quantize``: True / "int8" / "int16" (static: needs ``calibration`` batches), "dynamic"
-    (int8 Linear weights), or a ready ``QuantizationPlan``. ``outputs``: "device" (Tensors on
+    (int8 Linear weights), "int8-weights" / "int4-weights" (weight-only: int8 per channel or int4
+    per group, activations in float; ``neurenix_core.graph.quantization.weights``), or a ready
+    ``QuantizationPlan``. ``outputs``: "device" (Tensors on
     ``device``) or "host" (NumPy arrays); inputs follow ``neurenix_core.graph.compile.inputs``.
     ``options`` ({name: value}) are the device's own options: the core's ``runtime`` and
     ``threads`` and those its plugin declares (``Capabilities.compile_options``), passed to the
@@ -92,8 +95,13 @@ def compile(  # the public name the seeds and DESIGN.md use
         quantize = own_plan
     if calibration is not None and not isinstance(calibration, Sequence):
         calibration = list(calibration)  # read twice: calibration, then verification
+    weights, note = None, None
+    if isinstance(quantize, str) and quantize.endswith("-weights"):
+        graph, weights, note = _weight_only(graph, dev, record, quantize)
+        quantize = None
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
+    compiled.weights, compiled.weights_note = weights, note
     compiled._values = values
     if buckets is not None and buckets is not False:
         from neurenix_core.graph.compile.buckets import check_early, parse_buckets
@@ -141,6 +149,29 @@ def _graph_of(model: Any) -> Graph:
         )
     symbolic = getattr(model, "symbolic_graph", None)  # an import with dynamic axes keeps them
     return symbolic() if symbolic is not None else model.to_graph()
+
+
+def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str) -> tuple[Graph, QuantizationPlan | None, str]:
+    """Weight-only quantization (graph.quantization.weights): the plan, handed to a plugin that
+    lists the scheme in ``Capabilities.quantization``; elsewhere the dequantized float graph,
+    which computes the quantized model's values at fp32's memory and speed, with a warning."""
+    from neurenix_core.graph.quantization import weights as W
+
+    if scheme not in W.WEIGHT_SCHEMES:
+        raise QuantizationError(f"{dev}: quantize={scheme!r}; weight-only quantization is one of {', '.join(W.WEIGHT_SCHEMES)}")
+    plan = W.weight_plan(graph, scheme)
+    groups = {q.scale.shape[1] for q in plan.weights.values() if q.scale.ndim == 2}
+    what = f"{scheme} ({len(plan.weights)} linear weights" + (f", groups per row {sorted(groups)})" if groups else ", per channel)")
+    manifest = record.manifest
+    if manifest is not None and scheme in manifest.capabilities.quantization:
+        return graph, plan, f"{what}, lowered by plugin {record.name}"
+    from neurenix_core.tensor.fallback import FallbackWarning
+    from neurenix_core.user_frame import user_stacklevel
+
+    note = (f"{what} dequantized to float: plugin {record.name} lowers no {scheme} kernels, so {dev} computes the quantized "
+            "model's values with fp32 memory and speed")
+    warnings.warn(f"{dev}: {note}", FallbackWarning, stacklevel=user_stacklevel())
+    return W.dequantized(graph, plan), None, note
 
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,

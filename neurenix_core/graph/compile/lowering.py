@@ -77,7 +77,8 @@ class Lowering(Runners):
             runner, _ = self._partition_runner(placement, False)
             return runner, f"no computation on {self.device}: the outputs are constants or inputs, copied to the device"
         if compiles:
-            options = CompileOptions(device=self.device, precision=self.precision, quantization=self.plan, extra=self.extra)
+            plan = self.plan if self.plan is not None else self.weights
+            options = CompileOptions(device=self.device, precision=self.precision, quantization=plan, extra=self.extra)
             try:
                 native = self._plugin_compile(placement.graph, options)
             except UnsupportedOperationError as exc:
@@ -147,8 +148,9 @@ class Lowering(Runners):
 
     def _fallback(self, exc: UnsupportedOperationError, graph: Graph) -> tuple[Runner, str]:
         where = f"{self.device} (plugin {self._record.name})"
-        if self.plan is not None or self.precision not in (None, "fp32"):
-            raise CompilationError(f"{where} cannot lower the model at {self.precision}: {exc}; no eager equivalent exists") from exc
+        if self.plan is not None or self.weights is not None or self.precision not in (None, "fp32"):
+            at = self.precision if self.weights is None else self.weights_note
+            raise CompilationError(f"{where} cannot lower the model at {at}: {exc}; no eager equivalent exists") from exc
         if fallback.get_fallback_policy() == "error":
             raise CompilationError(
                 f"{where} cannot lower the model: {exc}. The fallback policy is 'error'; allow eager execution with "

@@ -18,6 +18,8 @@ def summary(compiled: CompiledState) -> str:
         from neurenix_core.graph.compile.buckets import bucket_report
 
         text += "; " + bucket_report(compiled)
+    if compiled.weights_note is not None:
+        text += "; weights " + compiled.weights_note
     if compiled._verification is not None:
         text += "; " + compiled._verification.line()
     return text

@@ -60,7 +60,7 @@ class Runners(CompiledState):
         from neurenix_core.graph.ir.qmath import restrict_plan
 
         if compiles:
-            sub_plan = None if self.plan is None else restrict_plan(self.plan, sub)
+            sub_plan = self.weights if self.plan is None else restrict_plan(self.plan, sub)
             options = CompileOptions(device=self.device, precision=self.precision, quantization=sub_plan, extra=self.extra)
             native = self._plugin_compile(sub, options)
             if native is not None:
@@ -143,6 +143,10 @@ class Runners(CompiledState):
         from neurenix_core.graph.reference.run import run_graph, run_quantized
 
         if self.plan is None:
+            if self.weights is not None:  # a planned layer on cpu:0 computes with the quantized weights too
+                from neurenix_core.graph.quantization.weights import dequantized
+
+                sub = dequantized(sub, self.weights)
             interpret = lambda *hosts: run_graph(sub, *hosts, float_dtype=None)
             choice = self._choose_host(sub, interpret, f"segment {sub.nodes[0].name!r}" if sub.nodes else "segment")
             if choice is None or choice.model is None:

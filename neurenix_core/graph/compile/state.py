@@ -45,6 +45,10 @@ class CompiledState:
         self.device = device
         self.precision = precision
         self.plan = plan
+        # A weight-only plan (graph.quantization.weights) its plugin lowers natively, and the
+        # summary's line about it (also set where the core runs the dequantized graph instead).
+        self.weights: QuantizationPlan | None = None
+        self.weights_note: str | None = None
         self.extra = dict(extra)
         self._backend = backend
         self._record = record

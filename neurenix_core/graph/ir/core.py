@@ -154,7 +154,7 @@ class QuantParams:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return np.dtype(np.int8 if self.bits == 8 else np.int16)
+        return np.dtype(np.int8 if self.bits <= 8 else np.int16)  # int4 codes are stored in int8
 
 
 @final

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.contract import CompiledModel, CompileOptions, Graph, QuantizationPlan
+from neurenix_core.contract import CompiledModel, CompileOptions, Graph, QuantizationPlan, is_weight_plan
 from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDTypeError, UnsupportedOperationError
 from neurenix_npu_openvino.compile_cache import compile_cached
 from neurenix_npu_openvino.config import check_precision, precision_hint, user_properties
 from neurenix_npu_openvino.lowering import lower_graph
-from neurenix_npu_openvino.quantize import check_plan
+from neurenix_npu_openvino.quantize import check_plan, check_plan_scales
 
 if TYPE_CHECKING:
     from neurenix_npu_openvino.backend import NPUOpenVINOBackend
@@ -192,6 +192,10 @@ def infer_shared(request: Any, tensor: Any, arrays: Sequence[np.ndarray], output
 # ---------------------------------------------------------------------- compilation
 def resolve_precision(backend: NPUOpenVINOBackend, precision: str | None, plan: QuantizationPlan | None) -> str:
     """The explicit precision to compile with; never the device's silent default."""
+    if is_weight_plan(plan):  # weight-only: the activations' precision is the user's (fp32 by default)
+        assert plan is not None
+        check_plan_scales(plan, backend.device_label())
+        plan = None
     if precision is None:
         precision = f"int{plan.bits}" if plan is not None else ("fp32" if backend.emulated or "FP32" in backend.capabilities else "fp16")
     check_precision(precision, backend.device_label(), backend.capabilities)
@@ -215,6 +219,10 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
     optimize_for = options.extra.get("optimize_for")
     threads = options.extra.get("threads", backend.threads)
     properties = user_properties(options.extra.get("ov_properties"), backend.device_label())
+    if is_weight_plan(plan) and backend.ov_device == "CPU":
+        # Weight-only means float activations: OpenVINO's CPU would otherwise quantize them at
+        # run time in groups of 32 (its default for compressed weights). ov_properties can ask for it.
+        properties = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0, **properties}
     key = ("graph", graph.fingerprint(), precision, backend.ov_device, None if plan is None else plan.fingerprint(), optimize_for, threads, backend.memory_optimization,
            tuple(sorted(properties.items())))
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.contract import Graph, Node, QuantizationPlan, ValueSpec, attrs_of, node_spec
+from neurenix_core.contract import Graph, Node, QuantizationPlan, ValueSpec, attrs_of, is_weight_plan, node_spec, weight_codes
 from neurenix_core.errors import ShapeError, UnsupportedOperationError
 from neurenix_npu_openvino.lower_attention import HANDLERS as _ATTENTION
 from neurenix_npu_openvino.lower_math import HANDLERS as _MATH
@@ -158,7 +158,7 @@ class Lowering:
         if plan is None or key != "weight" or node.op not in QUANTIZED_OPS:
             return self.const(w)
         q = plan.weights.get(node.name)
-        if plan.dynamic:
+        if plan.dynamic or is_weight_plan(plan):
             return self.const(w) if q is None else self._compressed_weight(w, q)
         low, high, levels = weight_bounds(q, w.ndim) if q is not None else constant_weight_bounds(w, 0)
         return output(fake_quantize(self.op, self.const(w), low, high, levels))
@@ -168,7 +168,7 @@ class Lowering:
         (the plan holds weights of linear/conv layers only; constants feeding matmul are weights too)."""
         plan = self.plan
         name = node.inputs[index]
-        if plan is None or plan.dynamic or not self._is_constant(name):
+        if plan is None or plan.dynamic or is_weight_plan(plan) or not self._is_constant(name):
             return value
         w = np.asarray(self.producers[name].params["value"])
         if w.dtype.kind != "f" or w.ndim == 0:
@@ -177,12 +177,24 @@ class Lowering:
         return output(fake_quantize(self.op, value, low, high, levels))
 
     def _compressed_weight(self, w: np.ndarray, q: Any) -> Any:
-        # Integer weights + Convert + Multiply(scale): the pattern OpenVINO executes as an
-        # int8-weight FullyConnected with activations quantized at run time.
+        # Integer weights + Convert + Multiply(scale): the pattern OpenVINO executes as a
+        # compressed-weight FullyConnected (int8 per channel; int4 per group, whose codes are
+        # (out, groups, group) i4 constants reshaped back to (out, in) after the scale).
+        if np.asarray(q.scale).ndim == 2 or q.bits == 4:
+            return self._grouped_weight(w, q)
         scale = np.asarray(q.scale, np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
         ints = np.clip(np.rint(w / scale), q.qmin, q.qmax).astype(q.dtype)
         converted = self.op.convert(self.op.constant(ints), self.ov.Type.f32)
         return output(self.op.multiply(converted, self.const(scale)))
+
+    def _grouped_weight(self, w: np.ndarray, q: Any) -> Any:
+        scale = np.asarray(q.scale, np.float32)
+        scale = scale.reshape(scale.shape[0], -1, 1)  # (out, groups, 1); per channel: one group
+        codes = weight_codes(w, q).reshape(w.shape[0], scale.shape[1], -1)
+        kind = self.ov.Type.i4 if q.bits == 4 else self.ov.Type.i8
+        converted = self.op.convert(self.op.constant(codes, dtype=kind), self.ov.Type.f32)
+        scaled = self.op.multiply(converted, self.const(scale))
+        return output(self.op.reshape(scaled, self.axes(w.shape), False))
 
     def bias(self, node: Node) -> np.ndarray | None:
         b = node.params.get("bias")

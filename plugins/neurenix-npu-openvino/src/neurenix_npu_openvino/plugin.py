@@ -85,7 +85,7 @@ def neurenix_manifest() -> Manifest:
             graph_ops=_GRAPH_OPS,
             graph_dtypes=_GRAPH_DTYPES,
             compiles_models=True,
-            quantization=("int8",),
+            quantization=("int8", "int8-weights", "int4-weights"),
             dlpack=False,
             extra={"runtime": "OpenVINO", "async_batches": True, "compute_dtypes": ("float32", "float16")},
             host_runtime="openvino",  # OpenVINO's CPU device compiles cpu:0 graphs too (host.py)

@@ -69,6 +69,11 @@ def check_plan(plan: QuantizationPlan, precision: str, device: str) -> None:
             f"{device}: the quantization plan has {plan.bits}-bit parameters but precision={precision!r} was asked; "
             "calibrate again with the same precision"
         )
+    check_plan_scales(plan, device)
+
+
+def check_plan_scales(plan: QuantizationPlan, device: str) -> None:
+    """Refuse a plan with a scale that is not finite and positive."""
     for name, q in [*plan.activations.items(), *plan.weights.items()]:
         scale = np.asarray(q.scale)
         if not np.all(np.isfinite(scale)) or np.any(scale <= 0):

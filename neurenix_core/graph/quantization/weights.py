@@ -1,0 +1,109 @@
+"""Weight-only quantization: int8 per output channel, int4 in groups along the input axis.
+
+``nx.compile(..., quantize="int8-weights" | "int4-weights")`` plans it once here and every
+backend lowers the same numbers. Only the weights of ``linear`` layers are quantized; activations
+stay in the model's float precision (what language-model runtimes call weight compression).
+
+* int8: symmetric per output channel, codes in [-127, 127], ``scale[c] = max|w[c]| / 127``.
+* int4: symmetric per group of ``g`` consecutive input features, codes in [-7, 7],
+  ``scale[c, k] = max|w[c, k*g:(k+1)*g]| / 7``. Symmetric because the Intel NPU's compressed
+  weights are; ``g`` is the first of 64, 32, 128, 16 that divides the input width (a width none
+  divides gets one group: per channel).
+
+A plan is a :class:`QuantizationPlan` with ``method="weights"`` whose ``weights`` hold each
+layer's :class:`QuantParams` (a 2-D ``scale (out, groups)`` for int4). Its meaning is
+:func:`dequantized`: the float model whose weights are ``codes * scale``. A plugin that lowers
+the scheme natively (it lists ``"int8-weights"`` / ``"int4-weights"`` in
+``Capabilities.quantization``) computes the same codes with :func:`weight_codes` and keeps them
+in its own compressed form; on every other device ``nx.compile`` runs the dequantized model,
+which has the quantized model's values and fp32's memory and speed, and says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+
+from neurenix_core.errors import QuantizationError
+from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+
+__all__ = ["GROUP_SIZES", "WEIGHT_SCHEMES", "dequantize", "dequantized", "group_size", "is_weight_plan", "weight_codes", "weight_plan"]
+
+#: ``quantize=`` values of weight-only quantization, and their bit widths.
+WEIGHT_SCHEMES: Final = {"int8-weights": 8, "int4-weights": 4}
+#: int4 group sizes, in order of preference (the first that divides the input width).
+GROUP_SIZES: Final = (64, 32, 128, 16)
+_RANGE: Final = {8: 127, 4: 7}
+
+
+def is_weight_plan(plan: QuantizationPlan | None) -> bool:
+    """Whether ``plan`` is a weight-only plan (this module's)."""
+    return plan is not None and plan.method == "weights"
+
+
+def group_size(in_features: int) -> int:
+    """The int4 group size for an input width (the width itself when no preferred size divides it)."""
+    return next((g for g in GROUP_SIZES if in_features % g == 0 and in_features > g), in_features)
+
+
+def _params(w: np.ndarray, bits: int) -> QuantParams:
+    """Symmetric parameters of one ``(out, in)`` weight: per channel (int8) or per group (int4)."""
+    top = _RANGE[bits]
+    w64 = np.asarray(w, np.float64)
+    out, width = w64.shape
+    groups = 1 if bits == 8 else width // group_size(width)
+    bound = np.abs(w64.reshape(out, groups, -1)).max(axis=2)
+    step = (bound / top).astype(np.float32)
+    # An all-zero (or denormal) group quantizes to zeros with scale 1, as weight_params does.
+    scale = np.where(step >= np.finfo(np.float32).tiny, step, np.float32(1.0)).astype(np.float32)
+    scale = scale[:, 0] if bits == 8 else scale
+    return QuantParams(scale, np.zeros(scale.shape, np.int64), bits, 0, -top, top)
+
+
+def weight_plan(graph: Graph, scheme: str) -> QuantizationPlan:
+    """The plan of ``scheme`` ("int8-weights" or "int4-weights") for every 2-D float linear weight."""
+    bits = WEIGHT_SCHEMES.get(scheme)
+    if bits is None:
+        raise QuantizationError(f"weight-only quantization {scheme!r}; use one of {', '.join(WEIGHT_SCHEMES)}")
+    weights = {n.name: _params(np.asarray(n.params["weight"]), bits) for n in graph.nodes if _quantizable(n)}
+    if not weights:
+        raise QuantizationError(f"{scheme} quantizes the weights of linear layers, and this model has none")
+    return QuantizationPlan(bits=bits, activations={}, weights=weights, method="weights", dynamic=False)
+
+
+def _quantizable(node: Node) -> bool:
+    w = node.params.get("weight")
+    return node.op == "linear" and isinstance(w, np.ndarray) and w.ndim == 2 and w.dtype.kind == "f" and w.size > 0
+
+
+def weight_codes(weight: Any, q: QuantParams) -> np.ndarray:
+    """The integer codes (int8 storage, in ``[q.qmin, q.qmax]``) of an ``(out, in)`` weight:
+    ``rint(w / scale)`` per channel, or per group when ``q.scale`` is ``(out, groups)``."""
+    w = np.asarray(weight, np.float32)
+    scale = np.asarray(q.scale, np.float32)
+    grouped = w.reshape(w.shape[0], scale.shape[1], -1) if scale.ndim == 2 else w
+    step = scale[:, :, None] if scale.ndim == 2 else scale[:, None]
+    return np.clip(np.rint(grouped / step), q.qmin, q.qmax).astype(np.int8).reshape(w.shape)
+
+
+def dequantize(codes: np.ndarray, q: QuantParams) -> np.ndarray:
+    """``codes * scale`` as float32, the weight the quantized model computes with."""
+    scale = np.asarray(q.scale, np.float32)
+    if scale.ndim == 2:
+        return (codes.reshape(codes.shape[0], scale.shape[1], -1) * scale[:, :, None]).reshape(codes.shape).astype(np.float32)
+    return (codes * scale[:, None]).astype(np.float32)
+
+
+def dequantized(graph: Graph, plan: QuantizationPlan) -> Graph:
+    """The float graph a weight-only plan means: each planned weight replaced by ``codes * scale``."""
+    from dataclasses import replace
+
+    nodes = []
+    for node in graph.nodes:
+        q = plan.weights.get(node.name)
+        if q is not None:
+            w = np.asarray(node.params["weight"])
+            node = replace(node, params={**node.params, "weight": dequantize(weight_codes(w, q), q).astype(w.dtype)})
+        nodes.append(node)
+    return replace(graph, nodes=tuple(nodes))

@@ -1,0 +1,30 @@
+"""examples/weight_quantization.py: int8 and int4 weights of a tiny Llama on the emulated npu,
+lowered by the plugin (no fallback) and checked against the float model."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_example_quantizes_weights_on_the_npu() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("openvino")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")} | {"NEURENIX_EMULATE": "npu", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-W", "error::UserWarning", str(ROOT / "examples" / "weight_quantization.py"), "--device", "npu:0"],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    for scheme in ("int8-weights", "int4-weights"):
+        assert re.search(rf"^{scheme} on npu:0: \[(\d+, ){{15}}\d+\]$", out, re.MULTILINE), out
+        assert f"weights: {scheme} (15 linear weights" in out and "lowered by plugin npu-openvino" in out, out
+    agreement = [int(a) for a in re.findall(r"(\d+)/16 greedy tokens equal", out)]
+    assert len(agreement) == 2 and agreement[0] >= 12, out  # int8 stays close to the float model
