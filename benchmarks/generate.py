@@ -1,21 +1,32 @@
-"""Time per generated token with the key/value cache: nx.generate on cpu:0 (dynamic and
-fixed-capacity caches) against transformers' own ``generate`` on PyTorch CPU, in the same run,
-at positions 16, 64 and 256, pinned to 1 and to 2 threads.
+"""Language-model decoding: nx.generate on cpu:0 and on the npu (OpenVINO, emulated on the CPU;
+fp32, int8 and int4 weights)
+against transformers' own ``generate`` on PyTorch, each contender in its own process, at 1 and 2
+threads, for prompts of 128 and 1024 tokens.
 
-    .venv/bin/python benchmarks/generate.py            # full run (a few minutes)
-    .venv/bin/python benchmarks/generate.py --quick    # smoke run
+    .venv/bin/python benchmarks/generate.py                  # SmolLM-135M shape (a few minutes per row)
+    .venv/bin/python benchmarks/generate.py --model 0.5b     # a Qwen2-0.5B shape (494M parameters)
+    .venv/bin/python benchmarks/generate.py --quick          # a 4-layer model: checks the benchmark runs
     .venv/bin/python benchmarks/generate.py --json out.json
 
-Models: small GPT-2 and Llama configs built from configs (random weights, nothing downloaded;
-4 layers, width 256, vocabulary 2048, 512 positions). A prompt of 8 tokens, then greedy decoding
-of 256 tokens with no stop token; the time of each step is read as the tokens come out (nx's
-``stream=True``, a transformers streamer), and the time per token at position p is the median of
-the steps p-4 .. p+4, best over rounds. Rounds are interleaved (nx dynamic, nx fixed, torch, in a
-shuffled order per round) so load on the shared machine hits every contender alike. Each thread
-count runs in its own interpreter: BLAS pools (NumPy's, which cpu:0 uses, and PyTorch's) are sized
-at import from OMP/OPENBLAS/MKL_NUM_THREADS, and torch.set_num_threads is set too; both are read
-back and printed. The goal is a flat cost per token (position 256 <= 1.5x position 16); nothing
-is asserted: the numbers are for people.
+Models are built from configs (random weights, nothing downloaded): ``135m`` is a Llama shaped
+like SmolLM-135M (hidden 576, 30 layers, 9 heads / 3 key-value heads, vocabulary 49,152, tied
+embeddings), ``0.5b`` a Qwen2 shaped like Qwen2-0.5B (hidden 896, 24 layers, 14 / 2 heads,
+vocabulary 151,936). Batch 1, greedy, no stop token, 128 new tokens per prompt.
+
+Each (contender, threads) runs in a fresh interpreter: the model is built, prepared (for nx: the
+step model's export and compilation, ``prepare s``), then each prompt is generated twice, the
+second time measured (the first compiles that prompt's shapes). Per prompt:
+
+- ``ttft``: seconds from the call to the first token (the prefill), measured warm;
+- ``tok/s``: decode tokens per second, the median step after the first;
+- ``peak RSS``: the process's peak resident memory (``ru_maxrss``) over everything it did,
+  the transformers model included (every contender holds it: nx prepares from it);
+- ``same``: how many of the new tokens equal transformers' fp32 ones (all should in fp32; with
+  int8 / int4 weights, ``quantize="int8-weights"`` / ``"int4-weights"``, the token agreement).
+
+Thread pools are pinned by OMP/OPENBLAS/MKL_NUM_THREADS and ``torch.set_num_threads`` (PyTorch),
+and by the compile option ``threads`` (the cpu:0 host runtime, OpenVINO's INFERENCE_NUM_THREADS).
+Nothing is asserted: the numbers are for people; docs/generation.md holds the last run.
 """
 
 from __future__ import annotations
@@ -23,28 +34,44 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import subprocess
+import sys
 import time
 from typing import Any
 
-from neurenix_core.benchkit import THREAD_VARS as _THREAD_VARS
-from neurenix_core.benchkit import run_child
+from neurenix_core.benchkit import THREAD_VARS
 
-POSITIONS = (16, 64, 256)
-PROMPT = 8
-NEW = 256
+CONTENDERS = ("transformers", "nx cpu:0", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
+PROMPTS = (128, 1024)
+NEW = 128
 
-_SMALL = {"vocab_size": 2048, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "intermediate_size": 1024,
-          "max_position_embeddings": 512}
+_CONFIGS: dict[str, dict[str, Any]] = {
+    "135m": {"arch": "llama", "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+             "intermediate_size": 1536, "vocab_size": 49152, "max_position_embeddings": 2048, "tie_word_embeddings": True},
+    "0.5b": {"arch": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+             "intermediate_size": 4864, "vocab_size": 151936, "max_position_embeddings": 2048, "tie_word_embeddings": True},
+    "quick": {"arch": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
+              "intermediate_size": 1024, "vocab_size": 2048, "max_position_embeddings": 2048, "tie_word_embeddings": False},
+}
 
 
 def _model(name: str) -> Any:
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    cfg = dict(_CONFIGS[name])
+    arch = cfg.pop("arch")
     torch.manual_seed(0)
-    if name == "gpt2":
-        return GPT2LMHeadModel(GPT2Config(vocab_size=2048, n_embd=256, n_layer=4, n_head=8, n_positions=512)).eval()
-    return LlamaForCausalLM(LlamaConfig(num_key_value_heads=4, **_SMALL)).eval()
+    if arch == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**cfg)).eval()
+    return LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+
+
+def _prompt(length: int, vocab: int) -> Any:
+    import numpy as np
+
+    return np.random.default_rng(length).integers(3, vocab - 1, (1, length))
 
 
 class _Clock:
@@ -60,108 +87,129 @@ class _Clock:
         pass
 
 
-def _per_token(start: float, stamps: list[float]) -> list[float]:
-    """Seconds per step: step i produced the token at position PROMPT + i."""
-    from itertools import pairwise
+def _torch_run(model: Any, ids: Any, new: int) -> tuple[float, list[float], list[int]]:
+    import torch
 
-    return [b - a for a, b in pairwise([start, *stamps])]
-
-
-def _at(steps: list[float], position: int) -> float:
-    import numpy as np
-
-    i = position - PROMPT
-    return float(np.median(steps[max(1, i - 4):i + 5]))  # step 0 is the prefill
+    clock = _Clock()
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(torch.from_numpy(ids), attention_mask=torch.ones(ids.shape, dtype=torch.int64), do_sample=False,
+                             max_new_tokens=new, min_new_tokens=new, streamer=clock, pad_token_id=0)
+    stamps = clock.stamps[1:]  # the first put is the prompt
+    return start, stamps, out[0, ids.shape[1]:].tolist()
 
 
-def measure(threads: int, quick: bool) -> list[dict[str, Any]]:
+def _nx_run(lm: Any, ids: Any, new: int) -> tuple[float, list[float], list[int]]:
+    start = time.perf_counter()
+    stamps, tokens = [], []
+    for tok in lm.generate(ids, max_new_tokens=new, eos_token_id=[], stream=True, progress=False):
+        stamps.append(time.perf_counter())
+        tokens.append(int(tok[0]))
+    return start, stamps, tokens
+
+
+def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
+    """One contender in this process: prepare, then each prompt twice (the second measured)."""
     import numpy as np
     import torch
 
-    import neurenix_core as nx
-    from neurenix_core.benchkit import schedule
-
     torch.set_num_threads(threads)
-    new = 60 if quick else NEW
-    positions = tuple(p for p in POSITIONS if p - PROMPT + 5 <= new)
-    rows = []
-    for name in ("gpt2", "llama"):
-        model = _model(name)
-        ids = np.random.default_rng(0).integers(3, 2000, (1, PROMPT))
-        lms = {kind: nx.generation.CausalLM(model, "cpu:0", cache=kind) for kind in ("dynamic", "fixed")}
+    model = _model(model_name)
+    start = time.perf_counter()
+    if contender == "transformers":
+        def run(ids: Any) -> tuple[float, list[float], list[int]]:
+            return _torch_run(model, ids, new)
+        config: dict[str, Any] = {"torch.get_num_threads": torch.get_num_threads()}
+    else:
+        import neurenix_core as nx
 
-        def run_nx(kind: str, lms: dict[str, Any] = lms, ids: Any = ids) -> tuple[list[float], Any]:
-            start = time.perf_counter()
-            stamps, toks = [], []
-            for tok in lms[kind].generate(ids, max_new_tokens=new, eos_token_id=[], stream=True, progress=False):
-                stamps.append(time.perf_counter())
-                toks.append(int(tok[0]))
-            return _per_token(start, stamps), toks
+        _, device, *weights = contender.split()
+        quantize = f"{weights[0]}-weights" if weights else None
+        lm = nx.generation.CausalLM(model, device, precision="fp32", quantize=quantize, options={"threads": threads})
 
-        def run_torch(model: Any = model, ids: Any = ids) -> tuple[list[float], Any]:
-            clock = _Clock()
-            start = time.perf_counter()
-            with torch.no_grad():
-                out = model.generate(torch.from_numpy(ids), attention_mask=torch.ones(1, PROMPT, dtype=torch.int64), do_sample=False,
-                                     max_new_tokens=new, min_new_tokens=new, streamer=clock, pad_token_id=0)
-            return _per_token(start, clock.stamps[1:]), out[0, PROMPT:].tolist()
-
-        fns = {"nx_dynamic": lambda: run_nx("dynamic"), "nx_fixed": lambda: run_nx("fixed"), "torch": run_torch}
-        best: dict[str, dict[int, float]] = {k: {p: float("inf") for p in positions} for k in fns}
-        tokens: dict[str, Any] = {}
-        for order in schedule(list(fns), 2 if quick else 3):
-            for key in order:
-                steps, tokens[key] = fns[key]()
-                for p in positions:
-                    best[key][p] = min(best[key][p], _at(steps, p))
-        same = tokens["nx_dynamic"] == tokens["torch"] == tokens["nx_fixed"]
-        for key in fns:
-            rows.append({"model": name, "threads": threads, "runtime": key, "same_tokens": same,
-                         **{f"tok_s@{p}": 1.0 / best[key][p] for p in positions},
-                         "flat_ratio": best[key][positions[-1]] / best[key][positions[0]],
-                         "config": {"torch.get_num_threads": torch.get_num_threads(),
-                                    **{v: os.environ.get(v) for v in _THREAD_VARS},
-                                    "compilations": lms[key[3:]].compilations if key.startswith("nx") else None}})
-    return rows
+        def run(ids: Any) -> tuple[float, list[float], list[int]]:
+            return _nx_run(lm, ids, new)
+        config = {"device": device, "cache": lm.cache, "quantize": quantize}
+    prepare = time.perf_counter() - start
+    out: dict[str, Any] = {"contender": contender, "model": model_name, "threads": threads, "prepare_s": prepare, "prompts": {}}
+    for length in prompts:
+        ids = _prompt(length, model.config.vocab_size)
+        run(ids)  # compiles this prompt's shapes (nx), warms the allocator (both)
+        t0, stamps, tokens = run(ids)
+        steps = np.diff(stamps)
+        out["prompts"][str(length)] = {"ttft_s": stamps[0] - t0, "tok_s": 1.0 / float(np.median(steps)), "tokens": tokens}
+    if contender != "transformers":
+        config["compilations"] = lm.compilations
+        config["summary"] = str(lm.compiled.summary).split("; not used")[0][-300:]
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["config"] = {**config, **{v: os.environ.get(v) for v in THREAD_VARS}}
+    return out
 
 
-def _child(threads: int, quick: bool) -> list[dict[str, Any]]:
-    return run_child(__file__, threads, quick, env={"NEURENIX_DISABLE_PLUGIN_AUTOLOAD": "1"}, timeout=3600)
+def _child(contender: str, model: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
+    env = {**os.environ, **{v: str(threads) for v in THREAD_VARS}, "JAX_PLATFORMS": "cpu"}
+    if contender.startswith("nx npu:0"):
+        env["NEURENIX_EMULATE"] = "npu"  # OpenVINO's CPU device stands in for the NPU here
+    # -P: the script's folder is not put on sys.path (benchmarks/openvino.py would shadow OpenVINO)
+    cmd = [sys.executable, "-P", __file__, "--child", json.dumps([contender, model, threads, list(prompts), new])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=7200)
+    if proc.returncode != 0:
+        return {"contender": contender, "model": model, "threads": threads, "failed": proc.stderr[-2000:]}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    cols = [k for k in rows[0] if k.startswith("tok_s@")]
-    head = f"{'model':<7}{'thr':>4}  {'runtime':<11}" + "".join(f"{c.replace('tok_s@', 'tok/s @'):>12}" for c in cols) + f"{'p' + cols[-1][6:] + '/p' + cols[0][6:]:>10}  same tokens"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['model']:<7}{r['threads']:>4}  {r['runtime']:<11}" + "".join(f"{r[c]:>12.1f}" for c in cols)
-                     + f"{r['flat_ratio']:>10.2f}  {r['same_tokens']}")
+def table(results: list[dict[str, Any]], prompts: tuple[int, ...]) -> str:
+    ref = {(r["model"], r["threads"]): r for r in results if r["contender"] == "transformers" and "failed" not in r}
+    head = ("| model | contender | thr | prepare s | peak RSS MB | "
+            + " | ".join(f"ttft s @{p} | tok/s @{p} | same @{p}" for p in prompts) + f" | tok/s @{prompts[-1]} / @{prompts[0]} |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        if "failed" in r:
+            lines.append(f"| {r['model']} | {r['contender']} | {r['threads']} | failed: {r['failed'].strip().splitlines()[-1][:120]} |")
+            continue
+        base = ref.get((r["model"], r["threads"]))
+        cells = []
+        for p in prompts:
+            got = r["prompts"][str(p)]
+            same = "" if base is None else sum(a == b for a, b in zip(got["tokens"], base["prompts"][str(p)]["tokens"], strict=True))
+            cells.append(f"{got['ttft_s']:.2f} | {got['tok_s']:.1f} | {same}/{len(got['tokens'])}")
+        flat = r["prompts"][str(prompts[-1])]["tok_s"] / r["prompts"][str(prompts[0])]["tok_s"]
+        lines.append(f"| {r['model']} | {r['contender']} | {r['threads']} | {r['prepare_s']:.1f} | {r['peak_rss_mb']:.0f} | "
+                     + " | ".join(cells) + f" | {flat:.2f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="60 tokens, 2 rounds: checks that the benchmark runs")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--model", choices=["135m", "0.5b"], default="135m")
+    parser.add_argument("--quick", action="store_true", help="a 4-layer model, prompts of 8 and 64, 16 new tokens")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default: 1 2)")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    parser.add_argument("--prompts", type=int, nargs="+", default=list(PROMPTS))
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.quick)))
+        contender, model, threads, prompts, new = json.loads(args.child)
+        print(json.dumps(measure(contender, model, threads, tuple(prompts), new)))
         return 0
     from neurenix_core.benchkit import machine, write_json
 
-    rows: list[dict[str, Any]] = []
+    model, prompts, new = ("quick", (8, 64), 16) if args.quick else (args.model, tuple(args.prompts), NEW)
+    results = []
     for threads in args.threads:
-        rows.extend(_child(threads, args.quick))
+        for contender in args.contenders:  # transformers first: the others' tokens are compared with its own
+            print(f"running {contender} ({model}, {threads} thread(s)) ...", file=sys.stderr, flush=True)
+            results.append(_child(contender, model, threads, prompts, new))
     m = machine()
-    print(f"generate: CPU {m['cpu']} ({m['cpus']} CPUs available, 1-min load {m['load_1min']})" + (" -- quick run" if args.quick else ""))
-    print(table(rows))
+    print(f"generate: CPU {m['cpu']} ({m['cpus']} CPUs available, 1-min load {m['load_1min']}); {model}, batch 1, greedy, "
+          f"{new} new tokens" + (" -- quick run" if args.quick else ""))
+    print(table(results, prompts))
     print("configurations (read back):")
-    for r in rows:
-        print(f"  {r['model']} {r['runtime']}: {r['config']}")
+    for r in results:
+        print(f"  {r['model']} {r['contender']} {r['threads']} thr: {r.get('config')}")
     if args.json:
-        write_json(args.json, "generate", rows)
+        write_json(args.json, "generate", results)
     return 0
 
 
