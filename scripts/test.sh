@@ -43,7 +43,8 @@ for check in "${checks[@]}"; do
   pids+=($!)
 done
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" "${paths[@]}" "$@" || status=$?
+# --durations: the slowest tests in the log, so a run near the 25-minute budget says where the time went.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --durations=25 "${paths[@]}" "$@" || status=$?
 for i in "${!checks[@]}"; do
   rc=0
   wait "${pids[$i]}" || rc=$?
