@@ -133,7 +133,7 @@ class CausalLM:
                                  max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=0).numpy()
             full = model(torch.from_numpy(ids), use_cache=False).logits[:, -1].numpy()
         got = self.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[], progress=False)
-        cache, ids_in, mask_in = self._start(ids, np.ones(ids.shape, bool), 1)
+        cache, ids_in, mask_in = self._start(ids, np.ones(ids.shape, bool), max_new_tokens)  # the generation's shapes: nothing compiles
         logits = self._step(cache, ids_in, mask_in)
         error = float(np.abs(logits - full).max() / max(float(np.abs(full).max()), 1e-30))
         new_got, new_ref = got[:, ids.shape[1]:], ref[:, ids.shape[1]:]

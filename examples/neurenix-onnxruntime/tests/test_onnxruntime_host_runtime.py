@@ -39,3 +39,26 @@ def test_a_graph_onnxruntime_rejects_is_a_typed_error() -> None:
     graph = Graph((TensorSpec("x", (2, 3)),), (Node("s", "reshape", ("x",), "y", {"shape": (4, 2)}),), ("y",))  # 6 elements into 8
     with pytest.raises(nx.NeurenixError):
         nx.compile(graph, device="cpu", runtime="onnxruntime")(np.ones((2, 3), np.float32))
+
+
+def test_large_weights_reach_the_session_from_memory() -> None:
+    """Weights of 1 MiB or more stay out of the serialized model (ONNX Runtime holds one copy of
+    each, not the protobuf's and its own two); the results are the interpreter's."""
+    from neurenix_onnxruntime.lowering import lower
+    from neurenix_onnxruntime.plugin import neurenix_host_runtime
+
+    from neurenix_core.contract import HostOptions
+
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((512, 1024)).astype(np.float32)  # 2 MiB: from memory
+    small = rng.standard_normal((8, 512)).astype(np.float32)  # 16 KiB: embedded
+    graph = Graph((TensorSpec("x", (4, 1024)),), (Node("a", "linear", ("x",), "h", {}, {"weight": big}),
+                                                   Node("b", "linear", ("h",), "y", {}, {"weight": small})), ("y",))
+    lowered = lower(graph, "fp32", external_min_bytes=1 << 20)
+    assert [a.nbytes for a in lowered.external.values()] == [big.nbytes]
+    assert lowered.model.ByteSize() < 100_000  # the 2 MiB weight is not in the protobuf
+    runtime = neurenix_host_runtime()
+    model = runtime.compile(graph, HostOptions(threads=1))
+    x = rng.standard_normal((4, 1024)).astype(np.float32)
+    want = run_graph(graph, x, float_dtype=None)
+    np.testing.assert_allclose(model(x)[0], want, rtol=1e-5, atol=1e-4 * float(np.abs(want).max()))

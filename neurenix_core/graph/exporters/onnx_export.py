@@ -52,10 +52,20 @@ def _float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
+def _in_memory(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    """An initializer whose data a runtime is given from memory (external data, location "in-memory")."""
+    t = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(arr.dtype), dims=list(arr.shape))
+    t.data_location = onnx.TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", "in-memory"
+    return t
+
+
 class Exporter:
     """One export: ONNX nodes and initializers for ``graph`` (static input shapes)."""
 
-    def __init__(self, graph: Graph, *, float_type: Any = np.float32, opset_version: int = _DEFAULT_OPSET) -> None:
+    def __init__(self, graph: Graph, *, float_type: Any = np.float32, opset_version: int = _DEFAULT_OPSET,
+                 external_min_bytes: int | None = None) -> None:
         if opset_version < MIN_OPSET:
             raise UnsupportedOperationError(f"onnx_export writes ONNX opset {MIN_OPSET} or later, not {opset_version}")
         # Composites without an ONNX counterpart go through the opset's own decomposition.
@@ -65,6 +75,11 @@ class Exporter:
         self.specs: dict[str, ValueSpec] = infer_values(self.graph)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
+        # Constants of external_min_bytes or more are left out of the model (a TensorProto that
+        # names them, data "in-memory") and kept here, for a runtime that takes them from memory
+        # (ONNX Runtime's add_external_initializers): no copy in the protobuf, none serialized.
+        self.external_min_bytes = external_min_bytes
+        self.external: dict[str, np.ndarray] = {}
         self.names: dict[str, str] = {}  # graph value -> the ONNX value its consumers read
         self._used: set[str] = {s.name for s in self.graph.inputs} | {n.output for n in self.graph.nodes}
         self._inputs: list[onnx.ValueInfoProto] = []
@@ -83,8 +98,12 @@ class Exporter:
         if dtype is not None:
             arr = arr.astype(dtype)
         elif arr.dtype.kind == "f":
-            arr = arr.astype(self.float_type)
+            arr = arr.astype(self.float_type, copy=False)
         name = self.fresh(name)
+        if self.external_min_bytes is not None and arr.ndim > 0 and arr.nbytes >= self.external_min_bytes:
+            self.external[name] = np.ascontiguousarray(arr)
+            self.inits.append(_in_memory(name, arr))
+            return name
         # np.ascontiguousarray would turn a 0-d scalar into shape (1,): copy in C order instead.
         self.inits.append(numpy_helper.from_array(np.array(arr, order="C", copy=True), name))
         return name

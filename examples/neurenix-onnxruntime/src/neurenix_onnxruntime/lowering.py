@@ -9,7 +9,7 @@ patterns into QLinearConv/QLinearMatMul). Scales and zero points come from the p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -32,6 +32,9 @@ class Lowered:
     input_names: list[str]
     output_names: list[str]
     layers: int
+    #: Initializers left out of ``model`` (``external_min_bytes``), by name: give them to the
+    #: session with ``SessionOptions.add_external_initializers``.
+    external: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- int8: the QDQ model
@@ -102,13 +105,18 @@ def _check(precision: str, plan: QuantizationPlan | None) -> None:
         )
 
 
-def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None) -> Lowered:
-    """Lower ``graph`` (static input shapes) to an ONNX model of opset ``OPSET`` (the core's ``onnx_export``)."""
+def lower(graph: Graph, precision: str = "fp32", plan: QuantizationPlan | None = None, *,
+          external_min_bytes: int | None = None) -> Lowered:
+    """Lower ``graph`` (static input shapes) to an ONNX model of opset ``OPSET`` (the core's
+    ``onnx_export``); float constants of ``external_min_bytes`` or more stay out of the model
+    (``Lowered.external``)."""
     _check(precision, plan)
     if precision == "int8":
         assert plan is not None
         exporter: onnx_export.Exporter = _QDQExporter(graph, plan)
     else:
-        exporter = onnx_export.Exporter(graph, float_type=np.float16 if precision == "fp16" else np.float32, opset_version=OPSET)
+        exporter = onnx_export.Exporter(graph, float_type=np.float16 if precision == "fp16" else np.float32, opset_version=OPSET,
+                                        external_min_bytes=external_min_bytes)
     model = exporter.export()
-    return Lowered(model, precision, [s.name for s in graph.inputs], [o.name for o in model.graph.output], len(graph.nodes))
+    return Lowered(model, precision, [s.name for s in graph.inputs], [o.name for o in model.graph.output], len(graph.nodes),
+                   exporter.external)
