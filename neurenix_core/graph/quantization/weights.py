@@ -8,7 +8,8 @@ stay in the model's float precision (what language-model runtimes call weight co
 * int4: symmetric per group of ``g`` consecutive input features, codes in [-7, 7],
   ``scale[c, k] = max|w[c, k*g:(k+1)*g]| / 7``. Symmetric because the Intel NPU's compressed
   weights are; ``g`` is the first of 64, 32, 128, 16 that divides the input width (a width none
-  divides gets one group: per channel).
+  divides gets one group: per channel). The last linear layer (a language model's output head)
+  stays int8 per channel, as NNCF's int4 default does.
 
 A plan is a :class:`QuantizationPlan` with ``method="weights"`` whose ``weights`` hold each
 layer's :class:`QuantParams` (a 2-D ``scale (out, groups)`` for int4). Its meaning is
@@ -66,9 +67,12 @@ def weight_plan(graph: Graph, scheme: str) -> QuantizationPlan:
     bits = WEIGHT_SCHEMES.get(scheme)
     if bits is None:
         raise QuantizationError(f"weight-only quantization {scheme!r}; use one of {', '.join(WEIGHT_SCHEMES)}")
-    weights = {n.name: _params(np.asarray(n.params["weight"]), bits) for n in graph.nodes if _quantizable(n)}
-    if not weights:
+    layers = [n for n in graph.nodes if _quantizable(n)]
+    if not layers:
         raise QuantizationError(f"{scheme} quantizes the weights of linear layers, and this model has none")
+    # int4 keeps the last linear layer (a language model's output head) at int8 per channel, as
+    # NNCF's and OpenVINO GenAI's int4 do by default: its error reaches every logit directly.
+    weights = {n.name: _params(np.asarray(n.params["weight"]), 8 if n is layers[-1] and len(layers) > 1 else bits) for n in layers}
     return QuantizationPlan(bits=bits, activations={}, weights=weights, method="weights", dynamic=False)
 
 
