@@ -65,9 +65,24 @@ def spec_of(model: Any) -> StepSpec:
     return StepSpec(int(text.num_hidden_layers), kv_heads, head_dim, int(text.vocab_size), int(limit) if learned and limit is not None else None)
 
 
+def _last_logits_only(model: Any) -> dict[str, Any]:
+    """``logits_to_keep=1`` where the model's forward takes it: the head runs on the last
+    position only (a 1024-token prefill of a 49,152-word vocabulary skips 58 GFLOP and 200 MB),
+    as transformers' own generate asks."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature: the whole head, as before
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
 def _wrapper(model: Any) -> Any:
     import torch
     from transformers import DynamicCache
+
+    keep = _last_logits_only(model)
 
     class Step(torch.nn.Module):
         def __init__(self) -> None:
@@ -82,7 +97,7 @@ def _wrapper(model: Any) -> Any:
                 # tensor first, which torch allows and the opset's concat does not.
                 layer.lazy_initialization(past[2 * i], past[2 * i + 1])
                 layer.keys, layer.values = past[2 * i], past[2 * i + 1]
-            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True)
+            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True, **keep)
             new: list[Any] = []
             for layer, k_past in zip(out.cache.layers, past[::2], strict=True):
                 s = k_past.shape[2]  # the present is the past with the n new slots appended: keep those

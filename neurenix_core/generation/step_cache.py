@@ -35,8 +35,9 @@ from neurenix_core.errors import ModelFormatError, NeurenixError
 
 __all__ = ["FORMAT", "entry_path", "load_or_export"]
 
-#: The entry format; a change makes every older entry a miss.
-FORMAT: Final = 1
+#: The entry format, and the step wrapper's version (``step._wrapper``): a change to either makes
+#: every older entry a miss (2: the head runs on the last position only).
+FORMAT: Final = 2
 _REMEDY = "the step model is exported again and the entry rewritten"
 
 
