@@ -188,7 +188,8 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
         Q.check_plan(graph, quantize)
         return f"int{quantize.bits}", quantize, graph
     if quantize not in _QUANTIZE:
-        raise QuantizationError(f"{dev}: quantize={quantize!r}; use True, 'int8', 'int16', 'dynamic' or a QuantizationPlan")
+        raise QuantizationError(f"{dev}: quantize={quantize!r}; use True, 'int8', 'int16', 'dynamic', 'int8-weights', "
+                                "'int4-weights' or a QuantizationPlan")
     if quantize == "dynamic":
         return "int8", Q.dynamic_plan(graph), graph
     wants_int = precision in ("int8", "int16")

@@ -30,10 +30,11 @@ def _is_weight(arr: Any) -> bool:
     return isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim > 0 and str(arr.dtype) not in STORAGE_DTYPES
 
 
-def _parameter(asarray: Any, arr: np.ndarray) -> Any:
+def _parameter(arr: np.ndarray) -> Any:
     """A weight as a Tensor sharing the graph's buffer where the default device holds host memory
     (one copy of a model's weights, not one in the graph and one in the parameters)."""
     from neurenix_core.errors import TransferError
+    from neurenix_core.tensor.creation import asarray
 
     try:
         return asarray(arr, copy=False)
@@ -56,8 +57,6 @@ class GraphModule(Module):
 
     def __init__(self, graph: Graph, source: str = "graph", *, values: Any = None, quantization_plan: Any = None) -> None:
         super().__init__()
-        from neurenix_core.tensor.creation import asarray
-
         object.__setattr__(self, "_graph", graph)
         # The scales a pre-quantized import carried (ONNX QDQ, PT2E): nx.compile lowers them as
         # they are instead of calibrating (neurenix_core.graph.compile.compiler.compile).
@@ -68,7 +67,7 @@ class GraphModule(Module):
         for node in graph.nodes:
             for key, arr in node.params.items():
                 if _is_weight(arr):  # its own dtype: float16 stays float16
-                    self.register_parameter(f"{node.name}.{key}", _parameter(asarray, arr))
+                    self.register_parameter(f"{node.name}.{key}", _parameter(arr))
 
     @property
     def input_names(self) -> tuple[str, ...]:

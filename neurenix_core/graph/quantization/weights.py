@@ -81,22 +81,25 @@ def _quantizable(node: Node) -> bool:
     return node.op == "linear" and isinstance(w, np.ndarray) and w.ndim == 2 and w.dtype.kind == "f" and w.size > 0
 
 
+def _groups(shape: tuple[int, ...], q: QuantParams) -> tuple[tuple[int, int, int], np.ndarray]:
+    """An ``(out, in)`` weight's shape as ``(out, groups, group)`` and its scale as
+    ``(out, groups, 1)``: per channel is one group per row."""
+    scale = np.asarray(q.scale, np.float32).reshape(shape[0], -1, 1)
+    return (shape[0], scale.shape[1], shape[1] // scale.shape[1]), scale
+
+
 def weight_codes(weight: Any, q: QuantParams) -> np.ndarray:
     """The integer codes (int8 storage, in ``[q.qmin, q.qmax]``) of an ``(out, in)`` weight:
     ``rint(w / scale)`` per channel, or per group when ``q.scale`` is ``(out, groups)``."""
     w = np.asarray(weight, np.float32)
-    scale = np.asarray(q.scale, np.float32)
-    grouped = w.reshape(w.shape[0], scale.shape[1], -1) if scale.ndim == 2 else w
-    step = scale[:, :, None] if scale.ndim == 2 else scale[:, None]
-    return np.clip(np.rint(grouped / step), q.qmin, q.qmax).astype(np.int8).reshape(w.shape)
+    grouped, scale = _groups(w.shape, q)
+    return np.clip(np.rint(w.reshape(grouped) / scale), q.qmin, q.qmax).astype(np.int8).reshape(w.shape)
 
 
 def dequantize(codes: np.ndarray, q: QuantParams) -> np.ndarray:
     """``codes * scale`` as float32, the weight the quantized model computes with."""
-    scale = np.asarray(q.scale, np.float32)
-    if scale.ndim == 2:
-        return (codes.reshape(codes.shape[0], scale.shape[1], -1) * scale[:, :, None]).reshape(codes.shape).astype(np.float32)
-    return (codes * scale[:, None]).astype(np.float32)
+    grouped, scale = _groups(codes.shape, q)
+    return (codes.reshape(grouped) * scale).reshape(codes.shape).astype(np.float32)
 
 
 def dequantized(graph: Graph, plan: QuantizationPlan) -> Graph:
