@@ -207,3 +207,22 @@ def test_default_cache_is_fixed_and_written_in_place(models: dict[str, Any]) -> 
     with pytest.raises(GenerationError, match="is full"):
         while True:
             lm._step(cache, np.array([[7]]), np.ones((1, 1), bool))
+
+
+def test_cpu_runs_a_fixed_cache_on_pytorch(models: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """On cpu:0 a fixed cache runs on PyTorch's runtime (the cuda-tc plugin's, whose layers are the
+    graph's weights: test_cuda_tc_host_runtime), not on whichever runtime measures fastest; a
+    runtime named by options= or NEURENIX_CPU_RUNTIME still decides."""
+    pytest.importorskip("neurenix_cuda_tc")
+    model, ids, ref = models["llama"]
+    lm = CausalLM(model, "cpu:0")
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)
+    summary = str(lm.compiled.summary)
+    assert summary.count("runtime torch (runtime='torch' asked") == lm.compilations == 2
+    named = CausalLM(model, "cpu:0", options={"runtime": "numpy"})
+    named.generate(ids, max_new_tokens=2)
+    assert "runtime='numpy' asked" in str(named.compiled.summary) and "PyTorch" not in str(named.compiled.summary)
+    monkeypatch.setenv("NEURENIX_CPU_RUNTIME", "numpy")
+    by_env = CausalLM(model, "cpu:0")
+    by_env.generate(ids, max_new_tokens=2)
+    assert "PyTorch" not in str(by_env.compiled.summary)

@@ -85,9 +85,11 @@ class CausalLM:
     or "int4-weights" (int4 per group of input features), planned by the core and lowered by the
     device's plugin where it can (npu: OpenVINO compressed weights), else computed as the dequantized
     float model with a warning; :meth:`check_quantization` measures what it changes.
-    ``precision`` and ``options`` go to ``nx.compile``; a dynamic cache on cpu:0 runs on the
-    interpreter unless ``options`` names a runtime (its plans share the weights, where a host
-    runtime would compile, and copy the weights, once per step).
+    ``precision`` and ``options`` go to ``nx.compile``. On cpu:0, unless ``options`` or
+    NEURENIX_CPU_RUNTIME names a runtime, a fixed cache runs on PyTorch's runtime (plugin cuda-tc:
+    it shares the transformers model's weights, so the model is in memory once) and a dynamic one
+    on the interpreter (its per-shape plans share the weights, where a host runtime would compile,
+    and copy the weights, once per step).
     ``.compilations`` counts the input shapes compiled so far.
     """
 
@@ -110,8 +112,10 @@ class CausalLM:
         self.model_name = type(model).__name__
         self.graph = export_step(model, self.spec)
         opts = dict(options or {})
-        if cache == "dynamic" and self.device.type == "cpu":
-            opts.setdefault("runtime", "numpy")
+        if self.device.type == "cpu" and "runtime" not in opts:
+            runtime = _cpu_runtime(cache)
+            if runtime is not None:
+                opts["runtime"] = runtime
         self.compiled = nx_compile(self.graph, self.device, precision=precision, quantize=quantize, progress=False, options=opts or None)
 
     def __repr__(self) -> str:
@@ -228,6 +232,28 @@ class CausalLM:
         cache.advance(tuple(outs[1:]), valid)
         logits = outs[0]
         return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
+
+
+def _cpu_runtime(cache: str) -> str | None:
+    """The runtime a step model runs on at cpu:0 unless ``options`` or NEURENIX_CPU_RUNTIME names
+    one (None: measure them, as nx.compile does).
+
+    - dynamic cache: the interpreter, whose per-shape plans share the weights (a host runtime would
+      compile, and copy the weights, once per step);
+    - fixed cache: PyTorch's where the cuda-tc plugin offers it: its layers are the transformers
+      model's own weight tensors for every compiled shape (the model in memory once, as in
+      transformers), where ONNX Runtime and OpenVINO each hold a copy per compiled shape, and it
+      decodes at their speed (docs/generation.md); the measurement would compile those copies too.
+    """
+    from neurenix_core.config import cpu_runtime
+    from neurenix_core.graph.compile.host_select import INTERPRETER, host_runtime_named
+    from neurenix_core.graph.ir.host import HostRuntime
+
+    if cpu_runtime() not in (None, "auto"):
+        return None  # the user's variable decides
+    if cache == "dynamic":
+        return INTERPRETER
+    return "torch" if isinstance(host_runtime_named("torch").get("torch"), HostRuntime) else None
 
 
 def _as_array(x: Any, name: str, what: str = "integer token ids", *, floats: bool = False) -> np.ndarray:

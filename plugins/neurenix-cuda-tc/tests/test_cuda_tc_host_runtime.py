@@ -93,3 +93,45 @@ def test_precisions_other_than_fp32_are_refused(rt: HostRuntime) -> None:
     with pytest.raises(nx.CompilationError, match=r"host runtime torch .* fp32, not 'fp16'"):
         rt.compile(_mlp_graph(), HostOptions(precision="fp16"))
 
+
+
+def test_weights_are_the_graphs_arrays_for_every_shape_and_never_written(rt: HostRuntime) -> None:
+    """The host runtime's layers are tensors over the graph's own float32 weights (read-only views
+    of a caller's model, as generation imports them): a model compiled at two shapes adds no copy."""
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((32, 64)).astype(np.float32), rng.standard_normal((8, 32)).astype(np.float32)
+    table = rng.standard_normal((50, 64)).astype(np.float32)
+    for array in (w1, w2, table):
+        array.flags.writeable = False
+    before = [a.copy() for a in (w1, w2, table)]
+
+    def graph(batch: int) -> Graph:
+        return Graph((TensorSpec("ids", (batch, 3), "int64"),), (
+            Node("emb", "embedding", ("ids",), "e", {}, {"weight": table}),
+            Node("fc1", "linear", ("e",), "h", {}, {"weight": w1}),
+            Node("act", "relu", ("h",), "r"),
+            Node("fc2", "linear", ("r",), "y", {}, {"weight": w2}),
+        ), ("y",))
+
+    ids = rng.integers(0, 50, (2, 3))
+    want = np.maximum(table[ids] @ w1.T, 0) @ w2.T
+    for batch in (2, 5):
+        model = rt.compile(graph(batch), HostOptions())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no writability warning from torch reaches the user
+            got = model(np.resize(ids, (batch, 3)))[0]
+        np.testing.assert_allclose(got[:2], want, rtol=1e-5, atol=1e-5)
+        pointers = {p.untyped_storage().data_ptr() for p in model._runner.parameters()}
+        assert {w1.ctypes.data, w2.ctypes.data, table.ctypes.data} <= pointers
+        assert not any(p.requires_grad for p in model._runner.parameters())
+    for array, old in zip((w1, w2, table), before, strict=True):
+        np.testing.assert_array_equal(array, old)
+
+
+def test_the_cuda_lowering_still_copies_weights() -> None:
+    """Only the host runtime shares: the cuda device's module is moved and converted (fp16, channels_last)."""
+    from neurenix_cuda_tc.lowering import lower_graph
+
+    w = np.ones((4, 4), np.float32)
+    module = lower_graph(Graph((TensorSpec("x", (2, 4)),), (Node("fc", "linear", ("x",), "y", {}, {"weight": w}),), ("y",)))
+    assert all(p.untyped_storage().data_ptr() != w.ctypes.data for p in module.parameters())

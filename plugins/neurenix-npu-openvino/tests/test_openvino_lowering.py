@@ -182,3 +182,23 @@ def test_multihead_attention_matches_pytorch(npu: Any, batch_first: bool) -> Non
     t = torch.from_numpy(x).double()
     want = mha(t, t, t, need_weights=False)[0].detach().numpy()
     np.testing.assert_allclose(_compile(npu, graph)(x), want, rtol=1e-4, atol=1e-5)
+
+
+def test_large_weights_are_shared_with_the_graph_not_copied(npu: Any, kit: Any) -> None:
+    """A weight of 64 KiB or more becomes a Constant over the graph's own array (read-only, as
+    the weights of an imported model are), so the ov.Model holds no copy; small ones are copied."""
+    rng = np.random.default_rng(0)
+    big, small = rng.standard_normal((256, 128)).astype(np.float32), rng.standard_normal((4, 256)).astype(np.float32)
+    big.flags.writeable = False
+    graph = Graph((TensorSpec("x", (2, 128)),), (
+        Node("fc1", "linear", ("x",), "h", {}, {"weight": big}),
+        Node("fc2", "linear", ("h",), "y", {}, {"weight": small}),
+    ), ("y",))
+    model = lower_graph(graph, None, device="npu:0")
+    consts = [op for op in model.get_ordered_ops() if op.get_type_name() == "Constant" and op.get_output_size() == 1]
+    shared = [c for c in consts if np.shares_memory(c.data, big)]
+    assert len(shared) == 1 and not any(np.shares_memory(c.data, small) for c in consts)
+    x = rng.standard_normal((2, 128)).astype(np.float32)
+    got = _compile(npu, graph)(x)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    np.testing.assert_allclose(np.asarray(got.numpy() if hasattr(got, "numpy") else got), x @ big.T @ small.T, rtol=1e-4, atol=1e-4)

@@ -10,6 +10,8 @@ are for, not CUDA emulation: the device stays ``cpu:0``.
   float32 matmuls/convolutions through oneDNN in bf16 or tf32 (``torch.backends.mkldnn.*.
   fp32_precision``, set by ``torch.set_float32_matmul_precision("medium")``): the runtime refuses
   to compile while such a setting is in force, rather than return results 1e-2 off.
+* Weights are the graph's own float32 arrays (``lower_graph(share_weights=True)``): every shape
+  compiled from one graph, and the model the graph was imported from, share one copy.
 * Inputs arrive by ``torch.from_numpy`` (no copy), results leave by ``.numpy()`` (no copy; a
   result that is a model constant is copied, so a caller writing into it cannot change the model).
 * Threads: PyTorch's intra-op pool is process-wide (``torch.set_num_threads``). ``threads=`` is
@@ -88,7 +90,7 @@ class TorchHostRuntime(HostRuntime):
         if options.precision != "fp32":
             raise CompilationError(f"{_WHO} compiles cpu:0 graphs in fp32, not {options.precision!r}")
         _check_fp32(torch)
-        module = lower_graph(graph).to(device="cpu", dtype=torch.float32).eval()  # raises UnsupportedOperationError naming the node
+        module = lower_graph(graph, share_weights=True).to(device="cpu", dtype=torch.float32).eval()  # raises UnsupportedOperationError naming the node
         runner = _traced(torch, module)
         state = frozenset(t.untyped_storage().data_ptr() for t in (*module.parameters(), *module.buffers()))
         kind = "torch.fx GraphModule" if runner is not module else "torch.nn.Module"

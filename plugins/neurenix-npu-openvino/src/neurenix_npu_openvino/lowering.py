@@ -44,6 +44,25 @@ def lower_graph(graph: Graph, plan: QuantizationPlan | None = None, *, device: s
     """Build the OpenVINO model of ``graph``; ``plan`` adds FakeQuantize nodes (int8/int16)."""
     return Lowering(graph, plan, device).build()
 
+#: Constants from this size on are built over the graph's array (``shared_memory``), smaller ones
+#: copied (a copy of a few bytes costs less than keeping the array alive).
+_SHARED_MIN_BYTES: Final = 64 * 1024
+
+
+class _Alias:
+    """An ``__array_interface__`` over another array's memory that keeps that array alive."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.owner = array
+        self.__array_interface__ = {**array.__array_interface__, "data": (array.ctypes.data, False)}
+
+
+def _writable_alias(array: np.ndarray) -> np.ndarray:
+    """``array`` itself where it is writable; else a writable view of the same memory that holds
+    a reference to it. OpenVINO shares only memory that NumPy calls writable, and a graph's weights
+    are read-only views (of the model they were imported from); OpenVINO never writes a Constant."""
+    return array if array.flags.writeable else np.asarray(_Alias(array))
+
 
 class Lowering:
     """One lowering: the values built so far (by name), their specs, and the helpers handlers use."""
@@ -128,6 +147,11 @@ class Lowering:
 
     # ------------------------------------------------------------------ helpers for handlers
     def const(self, array: Any, dtype: Any = np.float32) -> Any:
+        if isinstance(array, np.ndarray) and array.dtype == dtype and array.flags.c_contiguous and array.nbytes >= _SHARED_MIN_BYTES:
+            # The graph's weight itself (a view of the caller's model, perhaps): OpenVINO keeps a
+            # reference instead of a copy in the ov.Model, and every shape compiled from the
+            # graph starts from the same memory.
+            return self.op.constant(_writable_alias(array), shared_memory=True)
         # np.array, not np.ascontiguousarray: the latter turns a 0-d scalar into shape (1,).
         return self.op.constant(np.array(array, dtype=dtype, order="C"))
 
