@@ -56,7 +56,8 @@ class HostModel(ABC):
 
     @abstractmethod
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Run on host arrays; one host array per graph output."""
+        """Run on host arrays; one host array per graph output. The inputs are the caller's
+        arrays, not copies: read them during the call, never write them."""
 
     def call_one(self, x: np.ndarray) -> np.ndarray:
         """The output of a one-input, one-output graph: ``self(x)[0]``. ``nx.compile`` calls this on
