@@ -689,11 +689,11 @@ def views_of(outs: tuple[Any, ...], sources: Sequence[Any]) -> tuple[Any, ...]:
                 for buffer in {id(s._data): s._data, id(root := s._p.backend._memory_root(s._data)): root}.values():
                     roots.setdefault(id(buffer), []).append(s)
         p = t._p
-        s = next((s for s in roots.get(id(p.backend._memory_root(t._data)), ()) if s._p is p), None)
-        if s is not None:
+        owner = next((s for s in roots.get(id(p.backend._memory_root(t._data)), ()) if s._p is p), None)
+        if owner is not None:
             p.mem.in_use -= t._nbytes  # undo the fresh buffer's charge (the count stays one Tensor)
             t._nbytes = 0
-            t._base = s if s._base is None else s._base
+            t._base = owner if owner._base is None else owner._base
     return outs
 
 
