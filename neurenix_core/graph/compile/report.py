@@ -3,9 +3,25 @@ shape (what the backend did), then the shape buckets' calls and the int8 verific
 
 from __future__ import annotations
 
+from typing import Any
+
 from neurenix_core.graph.compile.state import CompiledState
 
 __all__ = ["summary"]
+
+
+def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
+    """The input shapes, runs of three or more equal ones written once with their count (a
+    language model's step takes 60 cache buffers of one shape)."""
+    runs: list[list[Any]] = []
+    for shape in shapes:
+        if runs and runs[-1][0] == shape:
+            runs[-1][1] += 1
+        else:
+            runs.append([shape, 1])
+    if all(n < 3 for _, n in runs):
+        return str(shapes)
+    return "(" + ", ".join(str(shape) if n < 3 else f"{shape} x{n}" for shape, n in runs for _ in range(n if n < 3 else 1)) + ")"
 
 
 def summary(compiled: CompiledState) -> str:
@@ -13,7 +29,7 @@ def summary(compiled: CompiledState) -> str:
         graph = compiled.graph
         dynamic = f", dynamic input shapes {[s.display_shape for s in graph.inputs]}" if graph.dynamic else ""
         return f"{compiled.device}: not compiled yet (compiles on the first call per input shape), {len(graph.nodes)} layers{dynamic}"
-    text = "; ".join(f"{shapes}: {text}" for shapes, text in compiled._summaries.items())
+    text = "; ".join(f"{_shapes_text(shapes)}: {text}" for shapes, text in compiled._summaries.items())
     if compiled._buckets is not None:
         from neurenix_core.graph.compile.buckets import bucket_report
 
