@@ -8,12 +8,13 @@ imports without them. Run with ``python -P`` (benchmarks/openvino.py would shado
     /work/peers-venv/bin/python -P benchmarks/generate_peers.py                      # 135M, prompt 128, 32 new, 1 thread
     /work/peers-venv/bin/python -P benchmarks/generate_peers.py --model 0.5b --prompts 128 1024 --threads 2
 
-The parent builds the model (``_model`` of generate.py), saves it with a word-level tokenizer,
-exports every (peer, weights) into a cache (``--cache``, reused on the next run), takes
-transformers' greedy tokens as the reference, then times each (peer, weights) in a fresh child
-process that loads only that peer: each prompt is generated twice, the second measured, as
-generate.py does. ``ttft`` is the call to the first token, ``tok/s`` one over the median step
-after it, ``peak RSS`` the child's ``ru_maxrss``.
+A child builds the model (``_model`` of generate.py), saves it with a word-level tokenizer,
+exports every (peer, weights) into a cache (``--cache``; an export of the same model is reused)
+and takes transformers' greedy tokens as the reference; then each (peer, weights) is timed, one
+at a time, in a fresh child that loads only that peer, each prompt generated twice and the
+second measured, as generate.py does. ``ttft`` is the call to the first token, ``tok/s`` one over
+the median step after it, ``peak RSS`` the child's ``ru_maxrss`` (the parent stays small, so the
+child's count starts near zero), ``same`` the tokens equal to transformers' fp32 ones.
 
 Exports (what ``export`` runs):
 
@@ -107,12 +108,14 @@ def save_local(model: Any, directory: str | os.PathLike[str]) -> Path:
 
 
 def _fingerprint(model_dir: Path) -> str:
-    """What the model directory holds (config text, weight file sizes and times): a cached export
-    of a different model saved under the same name is redone, not reused."""
+    """The model directory's content (config and weights, hashed): a cached export of a different
+    model saved under the same name is redone, not reused."""
     digest = hashlib.sha256((model_dir / "config.json").read_bytes())
     for path in sorted(model_dir.glob("*.safetensors")):
-        stat = path.stat()
-        digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        digest.update(path.name.encode())
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 24):
+                digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -177,7 +180,7 @@ def _openvino_run(exported_dir: Path, threads: int) -> Run:
     pipe = ov_genai.LLMPipeline(str(exported_dir), "CPU", scheduler_config=scheduler, INFERENCE_PRECISION_HINT="f32",
                                 INFERENCE_NUM_THREADS=threads, KV_CACHE_PRECISION="f32")
 
-    class Clock(ov_genai.StreamerBase):  # type: ignore[misc]
+    class Clock(ov_genai.StreamerBase):
         """Stamps every token as the pipeline streams it."""
 
         def __init__(self) -> None:
@@ -261,30 +264,61 @@ def prepare(peer: str, weights: str, exported_dir: str | os.PathLike[str], threa
 
 
 def measure(peer: str, weights: str, exported_dir: str, threads: int, prompts: list[int], vocab: int, new: int) -> dict[str, Any]:
-    """One peer in this process: load, then each prompt twice (the second measured), as generate.py."""
+    """One peer in this process: load, then each prompt twice (the second measured), as generate.py.
+
+    ``cpu/wall`` is the process's CPU time over the wall time of the measured runs: about 1.0 at
+    one thread tells that the peer's thread setting took.
+    """
     generate = load_generate()
     start = time.perf_counter()
     run = prepare(peer, weights, exported_dir, threads)
     out: dict[str, Any] = {"contender": f"{peer} {weights}", "threads": threads, "prepare_s": time.perf_counter() - start,
                            "prompts": {}}
+    busy = wall = 0.0
     for length in prompts:
         ids = generate._prompt(length, vocab)
         run(ids, new)
+        before = resource.getrusage(resource.RUSAGE_SELF)
         t0, stamps, tokens = run(ids, new)
+        wall += time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        busy += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         steps = np.diff(stamps)
         out["prompts"][str(length)] = {"ttft_s": stamps[0] - t0, "tok_s": 1.0 / float(np.median(steps)), "tokens": tokens}
+    out["cpu_per_wall"] = busy / wall
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
-def _child(peer: str, weights: str, exported: Path, threads: int, prompts: list[int], vocab: int, new: int) -> dict[str, Any]:
+def build(model_name: str, pairs: list[str], cache: str, prompts: list[int], new: int, threads: int) -> dict[str, Any]:
+    """The heavy half, in a child of its own: build the model (generate.py's ``_model``), save it,
+    export every pair, and take transformers' greedy tokens (``_torch_run``) as the reference."""
+    import torch
+
+    generate = load_generate()
+    torch.set_num_threads(threads)
+    model = generate._model(model_name)
+    model_dir = save_local(model, Path(cache) / "models" / model_name)
+    vocab = model.config.vocab_size
+    reference = {str(p): generate._torch_run(model, generate._prompt(p, vocab), new)[2] for p in prompts}
+    exported = {}
+    for pair in pairs:
+        peer, weights = pair.split()
+        exported[pair] = str(export(peer, weights, model_dir, cache))
+    return {"vocab": vocab, "reference": reference, "exported": exported}
+
+
+def _python(mode: str, payload: list[Any], threads: int) -> dict[str, Any]:
+    """Run ``build`` or ``measure`` in a fresh interpreter. This parent stays small (no torch, no
+    peer): a child's ``ru_maxrss`` starts from its parent's resident size at the exec."""
     from neurenix_core.benchkit import THREAD_VARS
 
     env = {**os.environ, **{v: str(threads) for v in THREAD_VARS}}
-    cmd = [sys.executable, "-P", __file__, "--child", json.dumps([peer, weights, str(exported), threads, prompts, vocab, new])]
+    # -P: the script's folder is not put on sys.path (benchmarks/openvino.py would shadow OpenVINO)
+    cmd = [sys.executable, "-P", __file__, mode, json.dumps(payload)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=7200)
     if proc.returncode != 0:
-        return {"contender": f"{peer} {weights}", "threads": threads, "failed": proc.stderr[-2000:]}
+        raise RuntimeError(f"{mode} {payload[:2]} failed:\n{proc.stderr[-4000:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
@@ -298,30 +332,29 @@ def main(argv: list[str] | None = None) -> int:
                         help='"peer weights" pairs (default: all)')
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"saved models and exports (default {DEFAULT_CACHE})")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--build", help=argparse.SUPPRESS)
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(measure(*json.loads(args.child))))
+    if args.build or args.measure:
+        out = build(*json.loads(args.build)) if args.build else measure(*json.loads(args.measure))
+        print(json.dumps(out))
         return 0
-    import torch
-
-    generate = load_generate()
-    torch.set_num_threads(args.threads)
-    model = generate._model(args.model)
-    model_dir = args.cache / "models" / args.model
-    if not (model_dir / "config.json").is_file():
-        save_local(model, model_dir)
-    vocab = model.config.vocab_size
-    reference = {p: generate._torch_run(model, generate._prompt(p, vocab), args.new)[2] for p in args.prompts}
-    del model
-    results = []
     for pair in args.peers:
+        _check(*pair.split())
+    load_generate()  # the repository root on sys.path, for benchkit
+    built = _python("--build", [args.model, args.peers, str(args.cache), args.prompts, args.new, args.threads], args.threads)
+    results = []
+    for pair in args.peers:  # one at a time, each in its own process
         peer, weights = pair.split()
-        exported = export(peer, weights, model_dir, args.cache)
-        result = _child(peer, weights, exported, args.threads, args.prompts, vocab, args.new)
+        payload = [peer, weights, built["exported"][pair], args.threads, args.prompts, built["vocab"], args.new]
+        try:
+            result = _python("--measure", payload, args.threads)
+        except RuntimeError as exc:
+            result = {"contender": pair, "threads": args.threads, "failed": str(exc)}
         results.append(result)
-        print(json.dumps({k: v for k, v in result.items() if k != "prompts"}), file=sys.stderr)
-    lines = ["| contender | thr | prepare s | peak RSS MB | " + " | ".join(f"ttft s @{p} | tok/s @{p} | same @{p}" for p in args.prompts) + " |"]
+        print(json.dumps({k: v for k, v in result.items() if k != "prompts"})[:500], file=sys.stderr)
+    cols = " | ".join(f"ttft s @{p} | tok/s @{p} | same @{p}" for p in args.prompts)
+    lines = [f"| contender | thr | prepare s | peak RSS MB | cpu/wall | {cols} |"]
     lines.append("|" + "---|" * (lines[0].count("|") - 1))
     for r in results:
         if "failed" in r:
@@ -330,13 +363,14 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for p in args.prompts:
             got = r["prompts"][str(p)]
-            same = sum(a == b for a, b in zip(got["tokens"], reference[p], strict=True))
+            same = sum(a == b for a, b in zip(got["tokens"], built["reference"][str(p)], strict=True))
             cells.append(f"{got['ttft_s']:.3f} | {got['tok_s']:.1f} | {same}/{len(got['tokens'])}")
-        lines.append(f"| {r['contender']} | {r['threads']} | {r['prepare_s']:.1f} | {r['peak_rss_mb']:.0f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['contender']} | {r['threads']} | {r['prepare_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['cpu_per_wall']:.2f} | "
+                     + " | ".join(cells) + " |")
     print(f"model {args.model}, {args.new} new tokens, greedy; same: tokens equal to transformers' fp32 ones")
     print("\n".join(lines))
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "reference": reference, "results": results}, indent=1))
+        Path(args.json).write_text(json.dumps({"model": args.model, **built, "results": results}, indent=1))
     return 0
 
 

@@ -62,8 +62,8 @@ def test_group_sizes_divide_the_width() -> None:
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_cpu_runs_the_dequantized_model_and_says_so(scheme: str) -> None:
     graph = _mlp()
-    with pytest.warns(FallbackWarning, match="dequantized to float"):
-        compiled = nx.compile(graph, "cpu:0", quantize=scheme, progress=False)
+    with pytest.warns(FallbackWarning, match="dequantized to float"):  # the interpreter has no integer-weight kernels
+        compiled = nx.compile(graph, "cpu:0", quantize=scheme, progress=False, runtime="numpy")
     want = nx.compile(dequantized(graph, weight_plan(graph, scheme)), "cpu:0", progress=False)(_x()).numpy()
     np.testing.assert_allclose(compiled(_x()).numpy(), want, rtol=0, atol=FP32_REL * np.abs(want).max())
     assert "fp32 memory and speed" in compiled.summary
@@ -133,8 +133,28 @@ def test_generation_with_quantized_weights_npu_equals_the_cores_meaning() -> Non
 
     npu = CausalLM(model, "npu:0", quantize="int4-weights", precision="fp32")
     with pytest.warns(FallbackWarning):
-        cpu = CausalLM(model, "cpu:0", quantize="int4-weights")
+        cpu = CausalLM(model, "cpu:0", quantize="int4-weights", options={"runtime": "numpy"})
     np.testing.assert_array_equal(npu.generate(ids, max_new_tokens=16, eos_token_id=[]), cpu.generate(ids, max_new_tokens=16, eos_token_id=[]))
     check = CausalLM(model, "npu:0", quantize="int8-weights", precision="fp32").check_quantization(ids, max_new_tokens=16)
     assert check.tokens == 16 and check.agreement >= 12 and check.logits_error < 0.05, str(check)
     assert "greedy tokens equal" in str(check)
+
+
+def test_generation_with_int4_weights_on_cpu_uses_a_runtime_with_int4_kernels() -> None:
+    """With a host runtime that lists int4-weights (ONNX Runtime's MatMulNBits), cpu:0 generates
+    with the integer weights, no fallback warning, the dequantized model's tokens."""
+    pytest.importorskip("neurenix_onnxruntime")
+    import warnings
+
+    from neurenix_core.generation import CausalLM
+
+    model = _tiny_llama()
+    ids = np.random.default_rng(4).integers(3, 120, (1, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        lm = CausalLM(model, "cpu:0", quantize="int4-weights")
+        got = lm.generate(ids, max_new_tokens=16, eos_token_id=[])
+    assert "lowered by host runtime onnxruntime" in str(lm.compiled.summary)
+    with pytest.warns(FallbackWarning):
+        ref = CausalLM(model, "cpu:0", quantize="int4-weights", options={"runtime": "numpy"})
+    np.testing.assert_array_equal(got, ref.generate(ids, max_new_tokens=16, eos_token_id=[]))

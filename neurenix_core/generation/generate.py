@@ -113,7 +113,7 @@ class CausalLM:
         self.graph = export_step(model, self.spec)
         opts = dict(options or {})
         if self.device.type == "cpu" and "runtime" not in opts:
-            runtime = _cpu_runtime(cache)
+            runtime = _cpu_runtime(cache, quantize)
             if runtime is not None:
                 opts["runtime"] = runtime
         self.compiled = nx_compile(self.graph, self.device, precision=precision, quantize=quantize, progress=False, options=opts or None)
@@ -234,7 +234,7 @@ class CausalLM:
         return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
 
 
-def _cpu_runtime(cache: str) -> str | None:
+def _cpu_runtime(cache: str, quantize: str | None) -> str | None:
     """The runtime a step model runs on at cpu:0 unless ``options`` or NEURENIX_CPU_RUNTIME names
     one (None: measure them, as nx.compile does).
 
@@ -243,7 +243,9 @@ def _cpu_runtime(cache: str) -> str | None:
     - fixed cache: PyTorch's where the cuda-tc plugin offers it: its layers are the transformers
       model's own weight tensors for every compiled shape (the model in memory once, as in
       transformers), where ONNX Runtime and OpenVINO each hold a copy per compiled shape, and it
-      decodes at their speed (docs/generation.md); the measurement would compile those copies too.
+      decodes at their speed (docs/generation.md); the measurement would compile those copies too;
+    - quantized weights: measured among the runtimes with kernels for the scheme (ONNX Runtime's
+      MatMulNBits for int4), whose copies are the small integer weights.
     """
     from neurenix_core.config import cpu_runtime
     from neurenix_core.graph.compile.host_select import INTERPRETER, host_runtime_named
@@ -253,6 +255,8 @@ def _cpu_runtime(cache: str) -> str | None:
         return None  # the user's variable decides
     if cache == "dynamic":
         return INTERPRETER
+    if quantize is not None:
+        return None
     return "torch" if isinstance(host_runtime_named("torch").get("torch"), HostRuntime) else None
 
 

@@ -9,6 +9,7 @@ import neurenix_core as nx
 from neurenix_core.graph.compile import host_select
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.reference.run import run_graph
+from neurenix_core.tensor.fallback import FallbackWarning
 
 
 def _graph() -> Graph:
@@ -62,3 +63,49 @@ def test_large_weights_reach_the_session_from_memory() -> None:
     x = rng.standard_normal((4, 1024)).astype(np.float32)
     want = run_graph(graph, x, float_dtype=None)
     np.testing.assert_allclose(model(x)[0], want, rtol=1e-5, atol=1e-4 * float(np.abs(want).max()))
+
+
+def _mlp(batch: int = 3) -> Graph:
+    rng = np.random.default_rng(2)
+    return Graph((TensorSpec("x", (batch, 5, 128)),), (
+        Node("fc1", "linear", ("x",), "h", {}, {"weight": rng.standard_normal((256, 128)).astype(np.float32),
+                                                 "bias": rng.standard_normal(256).astype(np.float32)}),
+        Node("act", "relu", ("h",), "r"),
+        Node("head", "linear", ("r",), "y", {}, {"weight": rng.standard_normal((64, 256)).astype(np.float32)}),
+    ), ("y",))
+
+
+def test_int4_weights_on_cpu_run_on_matmulnbits_with_the_plans_values() -> None:
+    """quantize='int4-weights' on cpu:0: ONNX Runtime lists the scheme (HostRuntime.weight_schemes),
+    so the plan reaches it (no fallback warning); its int4 layers are MatMulNBits and the model
+    computes the dequantized model's values (the head, kept int8 by the plan, as float)."""
+    import warnings
+
+    from neurenix_core.graph.quantization.weights import dequantized, weight_plan
+
+    graph = _mlp()
+    x = np.random.default_rng(3).standard_normal((3, 5, 128)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        compiled = nx.compile(graph, device="cpu", quantize="int4-weights", threads=1)
+        got = compiled(x).numpy()
+    want = run_graph(dequantized(graph, weight_plan(graph, "int4-weights")), x)
+    assert float(np.abs(got - want).max() / np.abs(want).max()) <= 1e-5
+    assert float(np.abs(run_graph(graph, x) - want).max() / np.abs(want).max()) > 1e-3  # the weights really are quantized
+    summary = compiled.summary
+    assert "lowered by host runtime onnxruntime" in summary and "runtime onnxruntime" in summary
+    session = compiled.native().session
+    assert session is not None
+    from neurenix_onnxruntime.lowering import lower
+
+    lowered = lower(graph, "fp32", weights=weight_plan(graph, "int4-weights"))
+    ops = [n.op_type for n in lowered.model.graph.node]
+    assert ops.count("MatMulNBits") == 1 and "MatMul" in ops  # fc1 int4; the int8 head as a float matmul
+
+
+def test_int8_weights_and_a_runtime_without_the_scheme_fall_back_with_a_warning() -> None:
+    graph = _mlp()
+    with pytest.warns(FallbackWarning, match="dequantized to float"):
+        nx.compile(graph, device="cpu", quantize="int8-weights")
+    with pytest.warns(FallbackWarning, match="dequantized to float"):
+        nx.compile(graph, device="cpu", quantize="int4-weights", runtime="numpy")

@@ -29,7 +29,7 @@ from neurenix_core.graph.compile.report import summary
 from neurenix_core.graph.compile.state import Runner
 from neurenix_core.graph.compile.verification import verify_compiled
 from neurenix_core.graph.ir import Graph, QuantizationPlan
-from neurenix_core.graph.ir.host import HostModel
+from neurenix_core.graph.ir.host import HostModel, HostRuntime
 from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.tensor.tensor import Tensor, _fresh, adopt, views_of, wrap_results
@@ -97,7 +97,7 @@ def compile(  # the public name the seeds and DESIGN.md use
         calibration = list(calibration)  # read twice: calibration, then verification
     weights, note = None, None
     if isinstance(quantize, str) and quantize.endswith("-weights"):
-        graph, weights, note = _weight_only(graph, dev, record, quantize)
+        graph, weights, note = _weight_only(graph, dev, record, quantize, extra)
         quantize = None
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
@@ -151,10 +151,11 @@ def _graph_of(model: Any) -> Graph:
     return symbolic() if symbolic is not None else model.to_graph()
 
 
-def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str) -> tuple[Graph, QuantizationPlan | None, str]:
+def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Mapping[str, Any]) -> tuple[Graph, QuantizationPlan | None, str]:
     """Weight-only quantization (graph.quantization.weights): the plan, handed to a plugin that
-    lists the scheme in ``Capabilities.quantization``; elsewhere the dequantized float graph,
-    which computes the quantized model's values at fp32's memory and speed, with a warning."""
+    lists the scheme in ``Capabilities.quantization`` (on cpu:0: to a host runtime listing it in
+    ``weight_schemes``); elsewhere the dequantized float graph, which computes the quantized
+    model's values at fp32's memory and speed, with a warning."""
     from neurenix_core.graph.quantization import weights as W
 
     if scheme not in W.WEIGHT_SCHEMES:
@@ -167,6 +168,9 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str) -> tuple[G
     manifest = record.manifest
     if manifest is not None and scheme in manifest.capabilities.quantization:
         return graph, plan, f"{what}, lowered by plugin {record.name}"
+    runtimes = _host_weight_runtimes(dev, scheme, extra)
+    if runtimes:
+        return graph, plan, f"{what}, lowered by host runtime {' or '.join(runtimes)}"
     from neurenix_core.tensor.fallback import FallbackWarning
     from neurenix_core.user_frame import user_stacklevel
 
@@ -174,6 +178,20 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str) -> tuple[G
             "model's values with fp32 memory and speed")
     warnings.warn(f"{dev}: {note}", FallbackWarning, stacklevel=user_stacklevel())
     return W.dequantized(graph, plan), None, note
+
+
+def _host_weight_runtimes(dev: Device, scheme: str, extra: Mapping[str, Any]) -> list[str]:
+    """On cpu:0, the host runtimes (the one ``runtime=`` names, else every installed one) with
+    integer-weight kernels for ``scheme``; empty elsewhere."""
+    if str(dev.type) != "cpu":
+        return []
+    from neurenix_core.graph.compile import host_select
+
+    runtime = host_select.requested_runtime(extra)
+    if runtime == host_select.INTERPRETER:
+        return []
+    found = host_select.host_runtime_named(runtime) if runtime is not None else host_select.host_runtimes()
+    return sorted(name for name, rt in found.items() if isinstance(rt, HostRuntime) and scheme in rt.weight_schemes)
 
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,

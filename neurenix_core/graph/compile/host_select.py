@@ -46,10 +46,10 @@ import numpy as np
 
 from neurenix_core.config import cpu_runtime
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, NeurenixError
-from neurenix_core.graph.ir import Graph
+from neurenix_core.graph.ir import Graph, QuantizationPlan
 from neurenix_core.graph.ir.host import HostModel, HostOptions, HostRuntime
 
-__all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "small_model"]
+__all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "scheme_of", "small_model"]
 
 #: Graphs estimated below this many FLOPs stay on the interpreter without measuring (except
 #: :func:`small_model` graphs).
@@ -164,15 +164,18 @@ def choose(
     interpreter: Callable[..., Sequence[np.ndarray]],
     flops: int,
     state_dir: str | None,
+    weights: QuantizationPlan | None = None,
 ) -> HostChoice:
-    """The runtime for ``graph`` (static shapes) on cpu:0; ``interpreter`` runs it in NumPy."""
-    options = HostOptions(threads=threads)
+    """The runtime for ``graph`` (static shapes) on cpu:0; ``interpreter`` runs it in NumPy.
+    ``weights``: a weight-only quantization plan, offered only to the runtimes that list its
+    scheme (``HostRuntime.weight_schemes``); ``interpreter`` computes the dequantized graph."""
+    options = HostOptions(threads=threads, weights=weights)
     if runtime == INTERPRETER:
         return HostChoice(INTERPRETER, "runtime='numpy' asked")
     if runtime is not None:
         named = host_runtime_named(runtime)
         return _named(graph, runtime, named if named else host_runtimes(), options)
-    key = _cache_key(graph, threads)
+    key = _cache_key(graph, threads, weights)
     failed: dict[str, str] = {}  # the cached winner's failure to compile, kept as its reason
     measured = flops >= FLOP_FLOOR or small_model(graph)
     cached = _cache_read(state_dir).get(key) if measured else None
@@ -184,7 +187,7 @@ def choose(
     skipped: dict[str, str] = {}
     candidates: dict[str, HostRuntime] = {}
     for name, rt in available.items():
-        why = rt if isinstance(rt, str) else rt.covers(graph)
+        why = rt if isinstance(rt, str) else rt.covers(graph) or _lacks_scheme(rt, weights)
         if name in failed:
             skipped[name] = failed[name]
         elif why is None and isinstance(rt, HostRuntime):
@@ -207,6 +210,21 @@ def choose(
     return _measure(graph, candidates, options, interpreter, skipped, key, state_dir, frozenset(failed))
 
 
+def scheme_of(plan: QuantizationPlan) -> str:
+    """The weight-only scheme of a weight plan ("int4-weights", "int8-weights")."""
+    from neurenix_core.graph.quantization.weights import WEIGHT_SCHEMES
+
+    return next(name for name, bits in WEIGHT_SCHEMES.items() if bits == plan.bits)
+
+
+def _lacks_scheme(rt: HostRuntime, weights: QuantizationPlan | None) -> str | None:
+    """Why ``rt`` cannot take a model quantized by ``weights`` (None: it can, or no plan)."""
+    if weights is None:
+        return None
+    scheme = scheme_of(weights)
+    return None if scheme in rt.weight_schemes else f"{rt.name} has no {scheme} kernels"
+
+
 def small_model(graph: Graph) -> bool:
     """Whether a graph below FLOP_FLOOR is still measured: a layer in :data:`MODEL_OPS`, and
     float32 inputs and values only (what every host runtime takes as it is)."""
@@ -227,7 +245,7 @@ def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str
         )
     if isinstance(rt, str):
         raise BackendUnavailableError(f"cpu:0: host runtime {runtime!r} cannot start: {rt}")
-    why = rt.covers(graph)
+    why = rt.covers(graph) or _lacks_scheme(rt, options.weights)
     if why is not None:
         from neurenix_core.errors import UnsupportedOperationError
 
@@ -348,7 +366,8 @@ def _from_cache(graph: Graph, cached: Mapping[str, Any], options: HostOptions, f
     if best == INTERPRETER:
         return HostChoice(best, reason, None, times, skipped)
     rt = host_runtime_named(best).get(best)
-    if not isinstance(rt, HostRuntime) or cached.get("version", rt.version) != rt.version or rt.covers(graph) is not None:
+    if (not isinstance(rt, HostRuntime) or cached.get("version", rt.version) != rt.version or rt.covers(graph) is not None
+            or _lacks_scheme(rt, options.weights) is not None):
         return None
     try:
         model = rt.compile(graph, options)
@@ -359,11 +378,14 @@ def _from_cache(graph: Graph, cached: Mapping[str, Any], options: HostOptions, f
 
 
 # ------------------------------------------------------------------------------ the choice cache
-def _cache_key(graph: Graph, threads: int | None) -> str:
+def _cache_key(graph: Graph, threads: int | None, weights: QuantizationPlan | None = None) -> str:
     from neurenix_core.benchkit import cpu_model
 
     shapes = [(s.name, tuple(s.shape), s.dtype) for s in graph.inputs]
-    text = json.dumps([graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), _installed_runtimes()], default=str)
+    parts: list[Any] = [graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), _installed_runtimes()]
+    if weights is not None:  # another computation: the runtimes with integer-weight kernels, timed on them
+        parts.append(scheme_of(weights))
+    text = json.dumps(parts, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

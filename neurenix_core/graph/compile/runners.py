@@ -215,7 +215,7 @@ class Runners(CompiledState):
             self._eager = lambda *natives: eager(*self._tensors(natives))
         return self._eager, f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(self.graph.nodes)} layers"
 
-    def _choose_host(self, graph: Graph, interpret: Callable[..., Any], what: str) -> Any:
+    def _choose_host(self, graph: Graph, interpret: Callable[..., Any], what: str, weights: Any = None) -> Any:
         """The host runtime for ``graph`` on cpu:0 (graph.host_select), noted for the placement
         report; None where the graph cannot leave the interpreter (sequences, optionals)."""
         from neurenix_core.graph.compile import host_select
@@ -239,7 +239,7 @@ class Runners(CompiledState):
 
         choice = host_select.choose(graph, threads=self.extra.get("threads"), runtime=runtime,
                                     interpreter=reference, flops=sum(node_flops(n, specs) for n in graph.nodes),
-                                    state_dir=registry().config.state_dir)
+                                    state_dir=registry().config.state_dir, weights=weights)
         if key in self._host_pins:  # the artifact asked for it, not the user's runtime=
             choice = dataclasses.replace(choice, reason="the runtime this part ran on when the artifact was saved")
         self._host_lines.append(f"{what} on cpu:0: {choice.line()}")
@@ -249,22 +249,39 @@ class Runners(CompiledState):
     def _cpu_runner(self, graph: Graph) -> tuple[Runner, str]:
         """A cpu:0 fp32 graph on the host runtime host_select chooses, the interpreter last."""
         from neurenix_core.backends import cpu_threads
+        from neurenix_core.graph.quantization.weights import dequantized
         from neurenix_core.graph.reference.run import run_graph
 
-        interpreter = self._interpreter_runner(graph)
+        # Weight-only quantization kept as a plan (compiler._weight_only: a host runtime lowers its
+        # scheme): that runtime gets the plan, the interpreter the dequantized graph, same values.
+        # The dequantized graph is a float copy of the weights: it lives only while the choice is
+        # measured against it, or as long as the interpreter is the runtime.
+        weights = self.weights if self.plan is None else None
+        made: list[Graph] = []  # built on first use: a cached choice of a runtime never needs it
+
+        def floats() -> Graph:
+            if weights is None:
+                return graph
+            if not made:
+                made.append(dequantized(graph, weights))
+            return made[0]
+
         threads = self.extra.get("threads")
         eager = f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(graph.nodes)} nodes" + (
             "" if threads is None else f", {threads} thread{'s' if threads != 1 else ''}")
+        if weights is not None:
+            eager += ", weights dequantized"
         if self._values is not None:  # a graph per input value: measuring runtimes for each would cost more than it saves
-            return interpreter, eager
+            return self._interpreter_runner(floats()), eager
 
         def interpret(*hosts: Any) -> Any:  # measured against the host runtimes as it will run: with its threads
             with cpu_threads.using(cpu_threads.checked(threads)):
-                return run_graph(graph, *hosts, float_dtype=None)
+                return run_graph(floats(), *hosts, float_dtype=None)
 
-        choice = self._choose_host(graph, interpret, "model")
+        choice = self._choose_host(graph, interpret, "model", weights)
         if choice is None or choice.model is None:
-            return interpreter, eager + ("" if choice is None else f"; {choice.line()}")
+            return self._interpreter_runner(floats()), eager + ("" if choice is None else f"; {choice.line()}")
+        made.clear()
         self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = choice.model  # .native(), and the one-input fast path
         return self._host_model_runner(choice.model), f"{choice.model.summary}; {choice.line()}"
 

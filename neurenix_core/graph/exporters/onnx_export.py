@@ -148,6 +148,10 @@ class Exporter:
     def after(self, value: str) -> None:
         """Called once ``value`` is written (graph inputs and node outputs)."""
 
+    def emitter(self, node: Node) -> Emit | None:
+        """The function writing ``node``'s ONNX nodes (a subclass may lower some nodes its own way)."""
+        return EMIT.get(node.op)
+
     # ------------------------------------------------------------------ driver
     def export(self, name: str = "neurenix_model") -> onnx.ModelProto:
         for spec in self.graph.inputs:
@@ -159,7 +163,7 @@ class Exporter:
                                                  to=helper.np_dtype_to_tensor_dtype(self.float_type))
             self.after(spec.name)
         for node in self.graph.nodes:
-            emit = EMIT.get(node.op)
+            emit = self.emitter(node)
             if emit is None:  # an op added to the opset after this exporter was written
                 raise UnsupportedOperationError(
                     f"layer {node.name} ({node.op}) has no ONNX export in neurenix_core.graph.exporters.onnx_export; run the model "

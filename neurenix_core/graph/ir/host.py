@@ -18,6 +18,12 @@ Contract for implementers:
   defaults to bf16 on CPUs that have it).
 * ``options.threads`` (None: the runtime's default) is applied where the runtime allows it per
   model; ``HostModel.threads`` reads back what the runtime uses (None where it cannot say).
+* ``weight_schemes``: the weight-only quantization schemes (``"int4-weights"``, ...:
+  ``neurenix_core.graph.quantization.weights``) the runtime computes with its own integer-weight
+  kernels. A model quantized so gets the core's plan in ``options.weights`` (its ``weights`` map:
+  the planned linear nodes' scales, ``weight_codes`` gives the integer codes); each planned layer
+  must compute with exactly those dequantized weights. A runtime that lists none is not offered
+  such a model (the core runs it dequantized elsewhere).
 * Raise ``UnsupportedOperationError`` for a graph the runtime cannot take and
   ``BackendUnavailableError`` when the runtime is not installed or cannot start; the core records
   the reason and uses the next runtime. Import the framework inside the hook or ``compile``,
@@ -40,10 +46,14 @@ __all__ = ["HostModel", "HostOptions", "HostRuntime"]
 
 @dataclass(frozen=True)
 class HostOptions:
-    """What the core asks of a host compile: fp32 (the only host precision so far) and threads."""
+    """What the core asks of a host compile: fp32 (the only host precision so far), threads, and
+    the weight-only quantization plan where the runtime lowers its scheme."""
 
     precision: str = "fp32"
     threads: int | None = None
+    #: A weight-only quantization plan (``is_weight_plan``) for a runtime listing its scheme in
+    #: ``HostRuntime.weight_schemes``; None: float weights.
+    weights: Any = None
 
 
 class HostModel(ABC):
@@ -76,6 +86,8 @@ class HostRuntime(ABC):
     #: Graph ops (``neurenix_core.graph.opset`` names) and value dtypes ``compile`` lowers.
     graph_ops: frozenset[str] = frozenset()
     graph_dtypes: frozenset[str] = frozenset({"float32"})
+    #: Weight-only quantization schemes ``compile`` lowers natively (``options.weights``).
+    weight_schemes: frozenset[str] = frozenset()
 
     @abstractmethod
     def compile(self, graph: Graph, options: HostOptions) -> HostModel:

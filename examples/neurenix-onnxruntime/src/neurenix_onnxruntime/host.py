@@ -55,6 +55,9 @@ class ORTHostRuntime(HostRuntime):
         self.version = str(ort.__version__)
         self.graph_ops = frozenset(graph_ops)
         self.graph_dtypes = frozenset(graph_dtypes)
+        # int4 group-wise weights run on MatMulNBits (lowering._WeightExporter); int8 ones have no
+        # fast CPU kernel there, so they are left to runtimes that do.
+        self.weight_schemes = frozenset({"int4-weights"})
 
     def compile(self, graph: Graph, options: HostOptions) -> ORTHostModel:
         from neurenix_onnxruntime.compiled import REJECTED_BY_ORT
@@ -62,7 +65,7 @@ class ORTHostRuntime(HostRuntime):
 
         if options.precision != "fp32":
             raise CompilationError(f"host runtime onnxruntime compiles cpu:0 graphs in fp32, not {options.precision!r}")
-        lowered = lower(graph, "fp32", external_min_bytes=_EXTERNAL_MIN_BYTES)
+        lowered = lower(graph, "fp32", external_min_bytes=_EXTERNAL_MIN_BYTES, weights=options.weights)
         opts = self.ort.SessionOptions()
         if lowered.external:  # weights from memory: ORT keeps one copy, the protobuf none
             names = list(lowered.external)
