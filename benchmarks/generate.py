@@ -1,4 +1,4 @@
-"""Language-model decoding: nx.generate on cpu:0 and on the npu (OpenVINO, emulated on the CPU;
+"""Language-model decoding: nx.generate on cpu:0 (fp32, and int4 weights on ONNX Runtime) and on the npu (OpenVINO, emulated on the CPU;
 fp32, int8 and int4 weights)
 against transformers' own ``generate`` on PyTorch, each contender in its own process, at 1 and 2
 threads, for prompts of 128 and 1024 tokens.
@@ -42,7 +42,7 @@ from typing import Any
 
 from neurenix_core.benchkit import THREAD_VARS
 
-CONTENDERS = ("transformers", "nx cpu:0", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
+CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
 PROMPTS = (128, 1024)
 NEW = 128
 
