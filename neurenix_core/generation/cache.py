@@ -11,9 +11,10 @@ to attention (positions are inputs, rotary embeddings are applied before a key i
 new key appended at the end of the past in the step and stored at its slot afterwards is the
 same key.
 
-- ``fixed``: the past is the whole buffer at every step (unused slots masked), so every decode
-  step has one input shape: one compilation serves them all (as OpenVINO's NPU LLM pipeline runs
-  static-shape hardware), and the cost of a step does not depend on its position.
+- ``fixed``: the past is the whole buffer at every decode step (unused slots masked), so every
+  decode step has one input shape: one compilation serves them all (as OpenVINO's NPU LLM
+  pipeline runs static-shape hardware), and the cost of a step does not depend on its position.
+  The prefill takes an empty past (length 0): one shape per prompt bucket either way.
 - ``dynamic``: the past is the filled slots only (``S`` grows by ``n`` per step); every step is a
   new input shape, for checking against the exact computation.
 """
@@ -61,9 +62,11 @@ class KVCache:
             raise CacheCapacityError(
                 f"the key/value cache holds {self.capacity} tokens and is full; give a larger capacity "
                 "(CausalLM(..., capacity=...)) or fewer max_new_tokens")
-        seen = self.filled if self.grows else self.capacity
+        # The prefill (nothing stored yet) attends over no past in both kinds: a fixed cache's
+        # empty slots would cost a 1,024-token prompt attention over 2,304 positions, not 1,024.
+        seen = self.filled if self.grows or self.filled == 0 else self.capacity
         kv_valid = np.concatenate([self.valid[:, :seen], new_valid], axis=1)
-        past = [b[:, :, :seen] for b in self.buffers] if self.grows else self.buffers
+        past = self.buffers if seen == self.capacity else [b[:, :, :seen] for b in self.buffers]
         return (ids.astype(np.int64), _mask(kv_valid, n), self._positions(new_valid), *past)
 
     def advance(self, new_kv: tuple[Any, ...], new_valid: np.ndarray) -> None:
