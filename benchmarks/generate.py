@@ -7,6 +7,13 @@ threads, for prompts of 128 and 1024 tokens.
     .venv/bin/python benchmarks/generate.py --model 0.5b     # a Qwen2-0.5B shape (494M parameters)
     .venv/bin/python benchmarks/generate.py --quick          # a 4-layer model: checks the benchmark runs
     .venv/bin/python benchmarks/generate.py --json out.json
+    .venv/bin/python benchmarks/generate.py --peers-python /work/peers-venv/bin/python   # + the peers
+
+The peers (``--peers-python``: an interpreter with ``benchmarks/requirements-peers.txt``
+installed, see benchmarks/generate_peers.py) run in the same interleaved run: OpenVINO GenAI
+(exported by optimum-intel: fp32, int8 per channel, int4 group 64, symmetric) and
+onnxruntime-genai (its model builder: fp32, int8, int4 block 64, symmetric), each from the same
+saved random-weight model, greedy from token ids, prefix caching off, threads pinned.
 
 Models are built from configs (random weights, nothing downloaded): ``135m`` is a Llama shaped
 like SmolLM-135M (hidden 576, 30 layers, 9 heads / 3 key-value heads, vocabulary 49,152, tied
@@ -158,6 +165,39 @@ def _child(contender: str, model: str, threads: int, prompts: tuple[int, ...], n
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+def _peer_contenders() -> tuple[str, ...]:
+    peers = _peers_module()
+    return tuple(f"{p} {w}" for p in peers.PEERS for w in peers.WEIGHTS[p])
+
+
+def _peers_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate_peers", os.path.join(os.path.dirname(__file__), "generate_peers.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _peers_child(python: str, mode: str, payload: list[Any], threads: int) -> dict[str, Any]:
+    """generate_peers.py's ``--build`` / ``--measure`` in the peers' interpreter."""
+    env = {**os.environ, **{v: str(threads) for v in THREAD_VARS}}
+    script = os.path.join(os.path.dirname(__file__), "generate_peers.py")
+    proc = subprocess.run([python, "-P", script, mode, json.dumps(payload)], capture_output=True, text=True, env=env, check=False, timeout=7200)
+    if proc.returncode != 0:
+        return {"failed": proc.stderr[-2000:]}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _run_peer(python: str, pair: str, built: dict[str, Any], model: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
+    if "failed" in built:
+        return {"contender": pair, "model": model, "threads": threads, "failed": built["failed"]}
+    peer, weights = pair.split()
+    out = _peers_child(python, "--measure", [peer, weights, built["exported"][pair], threads, list(prompts), built["vocab"], new], threads)
+    return {"contender": pair, "model": model, "threads": threads, **out}
+
+
 def table(results: list[dict[str, Any]], prompts: tuple[int, ...]) -> str:
     ref = {(r["model"], r["threads"]): r for r in results if r["contender"] == "transformers" and "failed" not in r}
     head = ("| model | contender | thr | prepare s | peak RSS MB | "
@@ -187,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument("--prompts", type=int, nargs="+", default=list(PROMPTS))
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--peers-python", metavar="PYTHON", default=os.environ.get("NEURENIX_PEERS_PYTHON"),
+                        help="an interpreter with benchmarks/requirements-peers.txt: adds OpenVINO GenAI and onnxruntime-genai")
+    parser.add_argument("--peers", nargs="+", metavar="PEER", help='"peer weights" pairs (default: every one)')
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -196,11 +239,20 @@ def main(argv: list[str] | None = None) -> int:
     from neurenix_core.benchkit import machine, write_json
 
     model, prompts, new = ("quick", (8, 64), 16) if args.quick else (args.model, tuple(args.prompts), NEW)
+    peers = (args.peers or list(_peer_contenders())) if args.peers_python else []
+    built: dict[str, Any] = {}
+    if peers:  # the model saved and exported once per precision (cached across runs)
+        print(f"exporting {model} for {', '.join(peers)} ...", file=sys.stderr, flush=True)
+        cache = str(_peers_module().DEFAULT_CACHE)
+        built = _peers_child(args.peers_python, "--build", [model, peers, cache, list(prompts), new, 1], 1)
     results = []
     for threads in args.threads:
-        for contender in args.contenders:  # transformers first: the others' tokens are compared with its own
+        for contender in [*args.contenders, *peers]:  # transformers first: the others' tokens are compared with its own
             print(f"running {contender} ({model}, {threads} thread(s)) ...", file=sys.stderr, flush=True)
-            results.append(_child(contender, model, threads, prompts, new))
+            if contender in peers:
+                results.append(_run_peer(args.peers_python, contender, built, model, threads, prompts, new))
+            else:
+                results.append(_child(contender, model, threads, prompts, new))
     m = machine()
     print(f"generate: CPU {m['cpu']} ({m['cpus']} CPUs available, 1-min load {m['load_1min']}); {model}, batch 1, greedy, "
           f"{new} new tokens" + (" -- quick run" if args.quick else ""))
