@@ -1,6 +1,6 @@
 """Token agreement of the peer runtimes (benchmarks/generate_peers.py) with transformers.
 
-    /work/peers-venv/bin/python -P benchmarks/check_peers.py [--cache DIR] [--threads N]
+    .venv-peers/bin/python -P benchmarks/check_peers.py [--cache DIR] [--threads N]
 
 A tiny Llama (hidden 64, 2 layers, 4 heads / 2 key-value heads, vocabulary 512) with its weights
 redrawn from N(0, 0.3²), so greedy decoding wanders over the vocabulary instead of repeating one

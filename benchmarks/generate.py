@@ -7,7 +7,7 @@ threads, for prompts of 128 and 1024 tokens.
     .venv/bin/python benchmarks/generate.py --model 0.5b     # a Qwen2-0.5B shape (494M parameters)
     .venv/bin/python benchmarks/generate.py --quick          # a 4-layer model: checks the benchmark runs
     .venv/bin/python benchmarks/generate.py --json out.json
-    .venv/bin/python benchmarks/generate.py --peers-python /work/peers-venv/bin/python   # + the peers
+    .venv/bin/python benchmarks/generate.py --peers-python .venv-peers/bin/python   # + the peers
 
 The peers (``--peers-python``: an interpreter with ``benchmarks/requirements-peers.txt``
 installed, see benchmarks/generate_peers.py) run in the same interleaved run: OpenVINO GenAI

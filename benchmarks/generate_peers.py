@@ -5,8 +5,8 @@ The peers live in their own environment (their transformers pin differs from the
 benchmarks/requirements-peers.txt; nothing here imports them at module level, so the module
 imports without them. Run with ``python -P`` (benchmarks/openvino.py would shadow OpenVINO):
 
-    /work/peers-venv/bin/python -P benchmarks/generate_peers.py                      # 135M, prompt 128, 32 new, 1 thread
-    /work/peers-venv/bin/python -P benchmarks/generate_peers.py --model 0.5b --prompts 128 1024 --threads 2
+    .venv-peers/bin/python -P benchmarks/generate_peers.py                      # 135M, prompt 128, 32 new, 1 thread
+    .venv-peers/bin/python -P benchmarks/generate_peers.py --model 0.5b --prompts 128 1024 --threads 2
 
 A child builds the model (``_model`` of generate.py), saves it with a word-level tokenizer,
 exports every (peer, weights) into a cache (``--cache``; an export of the same model is reused)
