@@ -112,11 +112,12 @@ class CausalLM:
         self.model_name = type(model).__name__
         self.graph = export_step(model, self.spec)
         opts = dict(options or {})
-        if self.device.type == "cpu" and "runtime" not in opts:
-            runtime = _cpu_runtime(cache, quantize)
-            if runtime is not None:
-                opts["runtime"] = runtime
+        chosen = _cpu_runtime(cache, quantize) if self.device.type == "cpu" and "runtime" not in opts else None
+        if chosen is not None:
+            opts["runtime"] = chosen
         self.compiled = nx_compile(self.graph, self.device, precision=precision, quantize=quantize, progress=False, options=opts or None)
+        if chosen is not None:
+            self.compiled.runtime_reason = _CPU_RUNTIME_REASONS[chosen]
 
     def __repr__(self) -> str:
         weights = "" if self.quantize is None else f", quantize={self.quantize!r}"
@@ -232,6 +233,13 @@ class CausalLM:
         cache.advance(tuple(outs[1:]), valid)
         logits = outs[0]
         return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
+
+
+#: What the summary says of the runtime _cpu_runtime chose.
+_CPU_RUNTIME_REASONS: dict[str, str] = {
+    "torch": "nx.generation's default on cpu:0: it shares the transformers model's weights",
+    "numpy": "nx.generation's default on cpu:0 for a dynamic cache: its plans share the weights",
+}
 
 
 def _cpu_runtime(cache: str, quantize: str | None) -> str | None:

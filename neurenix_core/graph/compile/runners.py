@@ -242,6 +242,8 @@ class Runners(CompiledState):
                                     state_dir=registry().config.state_dir, weights=weights)
         if key in self._host_pins:  # the artifact asked for it, not the user's runtime=
             choice = dataclasses.replace(choice, reason="the runtime this part ran on when the artifact was saved")
+        elif self.runtime_reason is not None and runtime == self.extra.get("runtime"):
+            choice = dataclasses.replace(choice, reason=self.runtime_reason)
         self._host_lines.append(f"{what} on cpu:0: {choice.line()}")
         self._host_parts[key] = choice.runtime
         return choice

@@ -82,6 +82,9 @@ class CompiledState:
         self._host_parts: dict[str, str] = {}
         self._restored: dict[str, Any] = {}
         self._host_pins: dict[str, str] = {}
+        # Why a runtime= passed in options was chosen, where a library chose it for the user (the
+        # summary says that instead of "runtime='torch' asked"): nx.generation on cpu:0.
+        self.runtime_reason: str | None = None
         self._bucket_args: tuple[Any, Any] | None = None  # buckets= and pad_values= as given, for the artifact manifest
 
     @property
