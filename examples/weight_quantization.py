@@ -5,9 +5,10 @@ compressed weights), then checked against the float model it came from.
     python examples/weight_quantization.py [--device npu:0] [--tokens 16]
 
 A tiny Llama built from a config (random weights at a scale where greedy decoding varies;
-nothing downloaded). On a device whose plugin lowers no compressed weights (cpu:0 here) the core
-runs the dequantized float model, which computes the same values at fp32's memory and speed, and
-a FallbackWarning says so.
+nothing downloaded). On cpu:0, int4 runs on ONNX Runtime's MatMulNBits where the onnxruntime
+plugin is installed (a host runtime listing int4-weights). Where nothing lowers a scheme (int8 on
+cpu:0) the core runs the dequantized float model, which computes the same values at fp32's memory
+and speed, and a FallbackWarning says so.
 """
 
 from __future__ import annotations

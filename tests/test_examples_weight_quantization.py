@@ -28,3 +28,17 @@ def test_example_quantizes_weights_on_the_npu() -> None:
         assert f"weights: {scheme} (15 linear weights" in out and "lowered by plugin npu-openvino" in out, out
     agreement = [int(a) for a in re.findall(r"(\d+)/16 greedy tokens equal", out)]
     assert len(agreement) == 2 and agreement[0] >= 12, out  # int8 stays close to the float model
+
+
+def test_example_on_cpu_runs_int4_on_matmulnbits_and_says_int8_is_dequantized() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("neurenix_onnxruntime")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")} | {"JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "weight_quantization.py"), "--device", "cpu:0"],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert re.search(r"^int4-weights on cpu:0: \[(\d+, ){15}\d+\]$", out, re.MULTILINE), out
+    assert "lowered by host runtime onnxruntime" in out and "dequantized to float" in out, out
+    assert "FallbackWarning" in proc.stderr and "int8-weights" in proc.stderr  # int8: no integer kernels on cpu:0, said
