@@ -83,12 +83,16 @@ def test_int4_weights_on_cpu_run_on_matmulnbits_with_the_plans_values() -> None:
 
     from neurenix_core.graph.quantization.weights import dequantized, weight_plan
 
+    from neurenix_core.graph.reference import interpreter
+
     graph = _mlp()
     x = np.random.default_rng(3).standard_normal((3, 5, 128)).astype(np.float32)
+    cached = set(interpreter._plans)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
         compiled = nx.compile(graph, device="cpu", quantize="int4-weights", threads=1)
         got = compiled(x).numpy()
+    assert set(interpreter._plans) <= cached, "the dequantized copy measured against must not stay in the plan cache"
     want = run_graph(dequantized(graph, weight_plan(graph, "int4-weights")), x)
     assert float(np.abs(got - want).max() / np.abs(want).max()) <= 1e-5
     assert float(np.abs(run_graph(graph, x) - want).max() / np.abs(want).max()) > 1e-3  # the weights really are quantized

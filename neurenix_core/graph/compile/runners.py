@@ -283,7 +283,10 @@ class Runners(CompiledState):
         choice = self._choose_host(graph, interpret, "model", weights)
         if choice is None or choice.model is None:
             return self._interpreter_runner(floats()), eager + ("" if choice is None else f"; {choice.line()}")
-        made.clear()
+        if made:  # the interpreter's plan cache would keep the float copy alive
+            from neurenix_core.graph.reference.interpreter import forget
+
+            forget(made.pop())
         self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = choice.model  # .native(), and the one-input fast path
         return self._host_model_runner(choice.model), f"{choice.model.summary}; {choice.line()}"
 

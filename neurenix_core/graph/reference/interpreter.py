@@ -804,6 +804,15 @@ def plan_for(graph: Graph, inputs: Sequence[Any]) -> Plan:
     return plan
 
 
+def forget(graph: Graph) -> None:
+    """Drop ``graph``'s cached plans (they hold its weights): for a graph run once, such as the
+    dequantized copy a compile measures host runtimes against."""
+    with _lock:
+        entry = _plans.get(id(graph))
+        if entry is not None and entry[0] is graph:
+            del _plans[id(graph)]
+
+
 def run_planned(graph: Graph, inputs: Sequence[Any], threads: int | None = None) -> Any:
     """``run_graph(graph, *inputs, float_dtype=None)`` through the cached plan, its steps split
     across ``threads`` cores (None: as the process is set up; see ``backends/cpu_threads.py``)."""
