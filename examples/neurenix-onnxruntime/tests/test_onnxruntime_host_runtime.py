@@ -82,7 +82,6 @@ def test_int4_weights_on_cpu_run_on_matmulnbits_with_the_plans_values() -> None:
     import warnings
 
     from neurenix_core.graph.quantization.weights import dequantized, weight_plan
-
     from neurenix_core.graph.reference import interpreter
 
     graph = _mlp()
