@@ -255,12 +255,11 @@ def _cpu_runtime(cache: str, quantize: str | None) -> str | None:
     - quantized weights: measured among the runtimes with kernels for the scheme (ONNX Runtime's
       MatMulNBits for int4), whose copies are the small integer weights.
     """
-    from neurenix_core.config import cpu_runtime
-    from neurenix_core.graph.compile.host_select import INTERPRETER, host_runtime_named
+    from neurenix_core.graph.compile.host_select import INTERPRETER, host_runtime_named, requested_runtime
     from neurenix_core.graph.ir.host import HostRuntime
 
-    if cpu_runtime() not in (None, "auto"):
-        return None  # the user's variable decides
+    if requested_runtime({}) is not None:
+        return None  # NEURENIX_CPU_RUNTIME decides
     if cache == "dynamic":
         return INTERPRETER
     if quantize is not None:

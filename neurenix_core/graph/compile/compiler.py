@@ -29,7 +29,7 @@ from neurenix_core.graph.compile.report import summary
 from neurenix_core.graph.compile.state import Runner
 from neurenix_core.graph.compile.verification import verify_compiled
 from neurenix_core.graph.ir import Graph, QuantizationPlan
-from neurenix_core.graph.ir.host import HostModel, HostRuntime
+from neurenix_core.graph.ir.host import HostModel
 from neurenix_core.kwargs import strict_kwargs
 from neurenix_core.plugins.backend import CompiledModel
 from neurenix_core.tensor.tensor import Tensor, _fresh, adopt, views_of, wrap_results
@@ -156,6 +156,7 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Map
     lists the scheme in ``Capabilities.quantization`` (on cpu:0: to a host runtime listing it in
     ``weight_schemes``); elsewhere the dequantized float graph, which computes the quantized
     model's values at fp32's memory and speed, with a warning."""
+    from neurenix_core.graph.compile import host_select
     from neurenix_core.graph.quantization import weights as W
 
     if scheme not in W.WEIGHT_SCHEMES:
@@ -168,7 +169,7 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Map
     manifest = record.manifest
     if manifest is not None and scheme in manifest.capabilities.quantization:
         return graph, plan, f"{what}, lowered by plugin {record.name}"
-    runtimes = _host_weight_runtimes(dev, scheme, extra)
+    runtimes = host_select.weight_runtimes(scheme, extra) if str(dev.type) == "cpu" else []
     if runtimes:
         return graph, plan, f"{what}, lowered by host runtime {' or '.join(runtimes)}"
     from neurenix_core.tensor.fallback import FallbackWarning
@@ -178,20 +179,6 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Map
             "model's values with fp32 memory and speed")
     warnings.warn(f"{dev}: {note}", FallbackWarning, stacklevel=user_stacklevel())
     return W.dequantized(graph, plan), None, note
-
-
-def _host_weight_runtimes(dev: Device, scheme: str, extra: Mapping[str, Any]) -> list[str]:
-    """On cpu:0, the host runtimes (the one ``runtime=`` names, else every installed one) with
-    integer-weight kernels for ``scheme``; empty elsewhere."""
-    if str(dev.type) != "cpu":
-        return []
-    from neurenix_core.graph.compile import host_select
-
-    runtime = host_select.requested_runtime(extra)
-    if runtime == host_select.INTERPRETER:
-        return []
-    found = host_select.host_runtime_named(runtime) if runtime is not None else host_select.host_runtimes()
-    return sorted(name for name, rt in found.items() if isinstance(rt, HostRuntime) and scheme in rt.weight_schemes)
 
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,

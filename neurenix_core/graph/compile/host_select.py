@@ -48,8 +48,9 @@ from neurenix_core.config import cpu_runtime
 from neurenix_core.errors import BackendUnavailableError, ConfigurationError, NeurenixError
 from neurenix_core.graph.ir import Graph, QuantizationPlan
 from neurenix_core.graph.ir.host import HostModel, HostOptions, HostRuntime
+from neurenix_core.graph.quantization.weights import scheme_of
 
-__all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "scheme_of", "small_model"]
+__all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "small_model", "weight_runtimes"]
 
 #: Graphs estimated below this many FLOPs stay on the interpreter without measuring (except
 #: :func:`small_model` graphs).
@@ -210,11 +211,14 @@ def choose(
     return _measure(graph, candidates, options, interpreter, skipped, key, state_dir, frozenset(failed))
 
 
-def scheme_of(plan: QuantizationPlan) -> str:
-    """The weight-only scheme of a weight plan ("int4-weights", "int8-weights")."""
-    from neurenix_core.graph.quantization.weights import WEIGHT_SCHEMES
-
-    return next(name for name, bits in WEIGHT_SCHEMES.items() if bits == plan.bits)
+def weight_runtimes(scheme: str, extra: Mapping[str, Any]) -> list[str]:
+    """The host runtimes (the one ``runtime=`` names, else every installed one) with
+    integer-weight kernels for the weight-only ``scheme``."""
+    runtime = requested_runtime(extra)
+    if runtime == INTERPRETER:
+        return []
+    found = host_runtime_named(runtime) if runtime is not None else host_runtimes()
+    return sorted(name for name, rt in found.items() if isinstance(rt, HostRuntime) and scheme in rt.weight_schemes)
 
 
 def _lacks_scheme(rt: HostRuntime, weights: QuantizationPlan | None) -> str | None:

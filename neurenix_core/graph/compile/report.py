@@ -21,7 +21,10 @@ def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
             runs.append([shape, 1])
     if all(n < 3 for _, n in runs):
         return str(shapes)
-    return "(" + ", ".join(str(shape) if n < 3 else f"{shape} x{n}" for shape, n in runs for _ in range(n if n < 3 else 1)) + ")"
+    parts: list[str] = []
+    for shape, n in runs:
+        parts += [str(shape)] * n if n < 3 else [f"{shape} x{n}"]
+    return "(" + ", ".join(parts) + ")"
 
 
 def summary(compiled: CompiledState) -> str:

@@ -43,6 +43,11 @@ def is_weight_plan(plan: QuantizationPlan | None) -> bool:
     return plan is not None and plan.method == "weights"
 
 
+def scheme_of(plan: QuantizationPlan) -> str:
+    """The scheme name ("int8-weights", "int4-weights") of a weight plan."""
+    return next(name for name, bits in WEIGHT_SCHEMES.items() if bits == plan.bits)
+
+
 def group_size(in_features: int) -> int:
     """The int4 group size for an input width (the width itself when no preferred size divides it)."""
     return next((g for g in GROUP_SIZES if in_features % g == 0 and in_features > g), in_features)

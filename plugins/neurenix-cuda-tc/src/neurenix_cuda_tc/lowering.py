@@ -93,7 +93,7 @@ def _param(node: Node, key: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _loaded(m: torch.nn.Module, node: Node) -> torch.nn.Module:
-    """``m`` with the node's weight (and bias, when the layer has one) copied in, each checked
+    """``m`` with the node's weight (and bias, when the layer has one) set (``_set``), each checked
     against the shape of the torch layer built for it."""
     _set(m, "weight", _param(node, "weight", tuple(m.weight.shape)))
     if m.bias is not None:
