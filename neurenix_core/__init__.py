@@ -229,6 +229,7 @@ _LAZY_ATTRIBUTES = {
     **dict.fromkeys(("autocast", "GradScaler"), "neurenix_core.autograd.amp"),
     "generate": "neurenix_core.generation.generate",
     "load_compiled": "neurenix_core.deploy.load",
+    "torch_backend": "neurenix_core.torch_compile",  # torch.compile(model, backend=nx.torch_backend(device=...))
 }
 
 
@@ -275,5 +276,5 @@ __all__ = [  # noqa: PLE0604 - the error classes and array-API functions come fr
     "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
     "complex64", "complex128", "isdtype", "result_type", "can_cast", "finfo", "iinfo",
     "e", "inf", "nan", "pi", "newaxis", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
-    "grad", "value_and_grad", "autocast", "GradScaler", "compile_step", "load_compiled", *_errors_all, *_ops_all,
+    "grad", "value_and_grad", "autocast", "GradScaler", "compile_step", "load_compiled", "torch_backend", *_errors_all, *_ops_all,
 ]

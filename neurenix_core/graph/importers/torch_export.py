@@ -28,7 +28,7 @@ order, dict and ``ModelOutput`` entries in insertion order (``last_hidden_state`
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -37,12 +37,13 @@ import numpy as np
 from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, differs_at_example, fixed_axes, plan_axes, warn_fixed
+from neurenix_core.graph.importers.torch_backward import HANDLERS as _GRADIENT_HANDLERS
 from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
 from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.ir.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
-__all__ = ["HANDLERS", "import_module"]
+__all__ = ["HANDLERS", "import_fx", "import_module"]
 
 _BIG = 2**62  # "to the end" for slices, clamped by the slice op as ONNX does
 _REMEDY = ("rewrite that part of forward with supported torch ops, or run the model in PyTorch; "
@@ -467,10 +468,27 @@ def _sdpa(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     mask = a[3] if len(a) > 3 else k.get("attn_mask")
     causal = bool(a[5] if len(a) > 5 else k.get("is_causal", False))
     scale = k.get("scale", a[6] if len(a) > 6 else None)
-    if k.get("enable_gqa", False):
-        raise c.fail(n, "uses enable_gqa")
-    inputs = list(a[:3]) + ([] if mask is None else [mask])
+    q, key, value = a[:3]
+    if k.get("enable_gqa", False) or (len(a) > 7 and a[7]):
+        key, value = (_repeat_heads(c, n, v, c.sym_shape(n.args[0])[-3], tag) for v, tag in ((key, "k"), (value, "v")))
+    inputs = [q, key, value] + ([] if mask is None else [mask])
     return c.b.emit(c.name(n), "scaled_dot_product_attention", inputs, {"scale": None if scale is None else float(scale), "is_causal": causal})
+
+
+def _repeat_heads(c: _Ctx, n: Any, x: Value, heads: int | SymDim, tag: str) -> Value:
+    """``enable_gqa``: each key/value head repeated for its group of query heads (repeat_interleave
+    on axis -3), written as transformers' ``repeat_kv`` (unsqueeze, expand, reshape) so that
+    ``grouped_attention.fold_repeated_kv`` removes the copy again where it compiles."""
+    shape = c.sym_shape(n.args[1])
+    kv = shape[-3]
+    if not isinstance(heads, int) or not isinstance(kv, int) or heads % kv:
+        raise c.fail(n, f"uses enable_gqa with {heads} query heads over {kv} key/value heads")
+    if heads == kv:
+        return x
+    lead = tuple(shape[:-3])
+    wide = c.b.emit(f"{c.name(n)}.{tag}.heads", "unsqueeze", [x], {"axes": (len(shape) - 2,)})
+    wide = c.b.emit(f"{c.name(n)}.{tag}.expand", "expand", [wide], {"shape": lead + (kv, heads // kv) + tuple(shape[-2:])})
+    return c.b.reshape(f"{c.name(n)}.{tag}.repeat", wide, lead + (heads,) + tuple(shape[-2:]), lead + (kv, heads // kv) + tuple(shape[-2:]))
 
 
 def _cast(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -614,6 +632,7 @@ HANDLERS: dict[str, Handler] = {
     "dropout": _identity, "feature_dropout": _identity,
 }
 HANDLERS.update(_MORE_HANDLERS)  # the wider ATen coverage (torch_ops), replacing entries of the same name
+HANDLERS.update(_GRADIENT_HANDLERS)  # the gradient ops AOTAutograd's backward graphs keep (torch.compile training)
 _SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 
 
@@ -900,6 +919,70 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
                 raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is not a tensor")
             return c.b.graph(outs)
     raise UnsupportedOperationError(f"from_torch({type(module).__name__}): the exported program has no output")
+
+
+def import_fx(gm: Any, constants: Mapping[int, Any], source: str) -> tuple[Graph, list[tuple[str, Any]]]:
+    """An ATen FX graph that is not an exported program (AOTAutograd's forward or backward, its
+    weights placeholders like the data), and how its outputs map to the Graph's.
+
+    Placeholder ``i`` in ``constants`` (a torch tensor) is imported as a constant (a read-only view
+    of a CPU tensor); the other tensor placeholders are the Graph's inputs, in order, their
+    symbolic axes dynamic; a SymInt placeholder is the size of the input axis it names. The
+    graph's outputs are its tensors; the second value has one entry per FX output: ("graph", k)
+    for the Graph's output k, ("input", i) for a placeholder returned as it is, ("value", v) for
+    a None or a size.
+    """
+    import torch
+
+    c = _Ctx(GraphBuilder(source), torch)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = [n for i, n in enumerate(placeholders) if i not in constants and isinstance(n.meta.get("val"), torch.Tensor)]
+    for index, n in enumerate(inputs):
+        for axis, d in enumerate(n.meta["val"].shape):
+            if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol and str(d.node.expr) not in c.symbols:
+                c.symbols[str(d.node.expr)] = variable(index, axis)
+    position = {n: i for i, n in enumerate(placeholders)}
+    for i, n in enumerate(placeholders):
+        val = n.meta.get("val")
+        if i in constants:
+            c.env[n] = Const(_host_array(constants[i], share=True))
+        elif isinstance(val, torch.Tensor):
+            dynamic = [a for a, d in enumerate(c.sym_shape(n)) if isinstance(d, SymDim)]
+            c.env[n] = c.b.add_input(n.name, _example_shape(n), _dtype(val.dtype), dynamic)
+        elif isinstance(val, torch.SymInt):
+            c.env[n] = c.dim(val)
+        else:
+            raise c.fail(n, f"is a {type(val).__name__} input; the graph takes tensors and their sizes")
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            c.env[n] = _call(c, n)
+        elif n.op == "output":
+            return _outputs(c, n.args[0], position, source)
+        elif n.op != "placeholder":
+            raise c.fail(n, f"is an FX {n.op} node; an ATen graph has only call_function nodes")
+    raise UnsupportedOperationError(f"{source}: the graph has no output")
+
+
+def _outputs(c: _Ctx, outs: Sequence[Any], position: dict[Any, int], source: str) -> tuple[Graph, list[tuple[str, Any]]]:
+    from torch import fx
+
+    values: list[Value] = []
+    template: list[tuple[str, Any]] = []
+    for o in outs:
+        if isinstance(o, fx.Node) and o in position and not isinstance(c.env[o], Const):
+            template.append(("input", position[o]))  # a saved input: the caller hands back its own tensor
+            continue
+        v = c.env[o] if isinstance(o, fx.Node) else o
+        if v is None or isinstance(v, (int, float, SymDim)):
+            template.append(("value", v))
+        elif isinstance(v, Unavailable):
+            raise UnsupportedOperationError(f"{source}: an output reads {v.why}, which the import does not compute")
+        else:
+            template.append(("graph", len(values)))
+            values.append(v)
+    if not values:
+        raise UnsupportedOperationError(f"{source}: no output is computed by the graph")
+    return c.b.graph(values), template
 
 
 def _example_shape(n: Any) -> tuple[int, ...]:

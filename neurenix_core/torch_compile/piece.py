@@ -1,0 +1,202 @@
+"""One graph dynamo hands the backend, imported and compiled by neurenix for one device.
+
+``Piece(gm, example_inputs, options)`` freezes the graph's weights (``freeze``), imports it through
+``torch.export`` (the same op mapping as ``nx.nn.from_torch``), compiles it with ``nx.compile``
+on the options' device, and is the callable dynamo runs in place of the graph: torch tensors in,
+torch tensors out, on the device of the inputs. On cpu:0 the arrays cross without a copy (NumPy
+views of the tensors, tensors over the result arrays).
+
+Before each call the piece checks that the weights are still the ones it froze (same tensors,
+same version counters); where one changed it compiles again from the current values, so a model
+updated between calls never runs with stale weights (``recompilations`` counts it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from neurenix_core.errors import FallbackError, NotDifferentiableError, UnsupportedOperationError
+from neurenix_core.torch_compile.freeze import Frozen, Split, freeze, split
+from neurenix_core.torch_compile.options import TorchCompileOptions
+
+__all__ = ["Piece", "count_ops", "fall_back", "policy", "to_numpy", "to_torch"]
+
+_numbers = itertools.count(1)
+
+
+@contextlib.contextmanager
+def policy(options: TorchCompileOptions) -> Iterator[None]:
+    """The options' fallback policy inside the block (the process's own where none is given)."""
+    if options.fallback is None:
+        yield
+        return
+    from neurenix_core.tensor.fallback import fallback_policy
+
+    with fallback_policy(options.fallback):
+        yield
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A torch tensor as NumPy: a view on the CPU, a copy from another device."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.numpy()
+
+
+def to_torch(a: Any, device: Any) -> Any:
+    """A result array as a torch tensor on ``device`` (over the array's memory on the CPU)."""
+    import torch
+
+    a = np.asarray(a)
+    if not a.flags.writeable:  # torch tensors are writable: a read-only result is copied, not aliased
+        a = a.copy()
+    out = torch.from_numpy(a)
+    return out if device is None or device.type == "cpu" else out.to(device)
+
+
+def fall_back(name: str, torch_ops: int, options: TorchCompileOptions, exc: UnsupportedOperationError) -> str:
+    """PyTorch runs graph ``name`` from now on: said once (FallbackWarning), or refused under the
+    fallback policy 'error' (FallbackError). Returns the reason, for the summary."""
+    from neurenix_core.tensor.fallback import FallbackWarning, get_fallback_policy
+
+    where = options.device if options.device is not None else "the default device"
+    if get_fallback_policy() == "error":
+        raise FallbackError(f"torch.compile(backend='neurenix'): {name} cannot run on {where} and the fallback "
+                            f"policy is 'error': {exc}") from exc
+    if get_fallback_policy() == "warn":
+        warnings.warn(f"torch.compile(backend='neurenix'): {name} ({torch_ops} torch ops) runs in PyTorch, "
+                      f"not on {where}: {exc}", FallbackWarning, stacklevel=4)
+    return str(exc)
+
+
+def count_ops(gm: Any) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+
+class Piece:
+    """A dynamo graph compiled by neurenix; call it as dynamo calls the graph."""
+
+    def __init__(self, gm: Any, example_inputs: list[Any], options: TorchCompileOptions) -> None:
+        self.number = next(_numbers)
+        self.gm = gm
+        self.options = options
+        self.torch_ops = count_ops(gm)
+        self.recompilations = 0
+        self.compiled: Any = None
+        self.frozen: Frozen | None = None
+        #: why a backward through this graph is refused (a device that cannot train), else None
+        self.no_backward: str | None = None
+        #: why PyTorch runs this graph instead (it could not be imported), else None
+        self.in_torch: str | None = None
+        try:
+            self.parts = split(gm, example_inputs)
+        except UnsupportedOperationError as exc:  # inputs that are not tensors or their sizes
+            self.parts = Split((), (), {}, ())
+            with policy(options):
+                self._fall_back(exc)
+
+    @property
+    def name(self) -> str:
+        return f"graph {self.number}"
+
+    @property
+    def summary(self) -> str:
+        """The compile summary of this graph (``nx.compile``'s), headed by what dynamo gave."""
+        head = f"{self.name}: {self.torch_ops} torch ops, {len(self.parts.live)} input(s), {len(self.parts.weights)} weights frozen"
+        if self.in_torch is not None:
+            return f"{head}\nruns in PyTorch: {self.in_torch}"
+        if self.compiled is None:
+            return f"{head}\nnot compiled yet: torch.compile compiles a graph at its first call"
+        if self.recompilations:
+            head += f", compiled again {self.recompilations}x (weights changed)"
+        return f"{head}\n{self.compiled.summary}"
+
+    def _build(self, args: list[Any] | tuple[Any, ...]) -> None:
+        from neurenix_core.graph.compile.compiler import compile as nx_compile
+        from neurenix_core.graph.importers.torch_export import import_module
+
+        module = freeze(self.gm, list(args), self.parts)
+        live = tuple(args[i] for i in self.parts.live)
+        spec = self._dynamic_shapes()
+        graph = import_module(module, live, {}, dynamic_shapes=spec, static=spec is None, share_weights=True)
+        self.compiled = nx_compile(graph, self.options.device, outputs="host", progress=False, **self.options.compile_kwargs())
+        self.frozen = Frozen(self.parts.weights, list(args))
+
+    def _dynamic_shapes(self) -> tuple[Any, ...] | None:
+        """torch.export's spec for the axes dynamo made dynamic; None where all are static."""
+        if not any(self.parts.dynamic):
+            return None
+        from torch.export import Dim
+
+        # the frozen module's forward is GraphModule's ``(*args)``: one entry, a spec per tensor
+        return (tuple({axis: Dim.DYNAMIC for axis in axes} or None for axes in self.parts.dynamic),)
+
+    @property
+    def device(self) -> Any:
+        return self.compiled.device
+
+    def _fall_back(self, exc: UnsupportedOperationError) -> None:
+        self.in_torch = fall_back(self.name, self.torch_ops, self.options, exc)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.in_torch is not None:
+            return self.gm(*args)
+        with policy(self.options):
+            if self.frozen is None or not self.frozen.current(args):
+                # The first call compiles (outside dynamo's trace, where torch.export runs as it does
+                # for from_torch); a later one only where the weights changed.
+                self.recompilations += self.frozen is not None
+                try:
+                    self._build(args)
+                except UnsupportedOperationError as exc:
+                    self._fall_back(exc)
+                    return self.gm(*args)
+            if self.no_backward is not None and _tracks_grad(args):
+                return _no_backward(self, args)
+            return self.run(args)
+
+    def run(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The compiled graph on the live inputs, as torch tensors."""
+        live = [args[i] for i in self.parts.live]
+        outs = self.compiled(*(to_numpy(t) for t in live))
+        where = live[0].device if live else None
+        return tuple(to_torch(o, where) for o in (outs if isinstance(outs, tuple) else (outs,)))
+
+
+def _tracks_grad(args: tuple[Any, ...]) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+def _no_backward(piece: Piece, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The piece's outputs as autograd sees them on a device that cannot train: they require
+    grad as eager's would, and a backward through them raises ``piece.no_backward``."""
+    return _refusing_function().apply(piece, *args)
+
+
+@functools.cache
+def _refusing_function() -> Any:
+    import torch
+
+    class NoBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, piece: Piece, *inputs: Any) -> tuple[Any, ...]:
+            outs = piece.run(inputs)
+            ctx.message = piece.no_backward
+            ctx.mark_non_differentiable(*(o for o in outs if not o.is_floating_point()))
+            return outs
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            raise NotDifferentiableError(ctx.message)
+
+    return NoBackward
