@@ -117,7 +117,7 @@ class Piece:
             return f"{head}\nnot compiled yet: torch.compile compiles a graph at its first call"
         if self.recompilations:
             head += f", compiled again {self.recompilations}x (weights changed)"
-        return f"{head}\n{self.compiled.summary}"
+        return f"{head}, on {self.compiled.device}\n{self.compiled.summary}"
 
     def _build(self, args: list[Any] | tuple[Any, ...]) -> None:
         from neurenix_core.graph.compile.compiler import compile as nx_compile

@@ -60,7 +60,7 @@ class AtenPiece:
             return f"{head}\nruns in PyTorch: {self.in_torch}"
         if self.compiled is None:
             return f"{head}\nnot compiled yet: it compiles at its first call"
-        return f"{head}\n{self.compiled.summary}"
+        return f"{head}, on {self.compiled.device}\n{self.compiled.summary}"
 
     @property
     def device(self) -> Any:
