@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from neurenix_tpu.compiled import compile_graph
 from neurenix_tpu.lowering import INLINE_CONSTANT_MAX
-from neurenix_tpu.plugin import GRAPH_DTYPES, GRAPH_OPS, neurenix_manifest
+from neurenix_tpu.plugin import EXTRA_GRAPH_OPS, GRAPH_DTYPES, GRAPH_OPS, neurenix_manifest
 
 import neurenix_core as nx
 from neurenix_core.graph.ir import CompileOptions, Graph, Node, TensorSpec
@@ -111,6 +111,9 @@ CASES: list[Case] = [
     ("isnan", [np.array([[0.0, np.nan, 1.0]], np.float32)], {}, {}),
     ("conv_transpose2d", [_f(2, 4, 5, 5)], {"stride": (2, 1), "padding": (1, 0), "output_padding": (1, 0), "dilation": (1, 2), "groups": 2},
      {"weight": _f(4, 3, 3, 3), "bias": _f(6)}),
+    # Beyond the portable opset, declared by name: weight and bias as inputs (test_tpu_conv_inputs.py has more).
+    ("conv", [_f(2, 4, 9, 8), _f(6, 2, 3, 3), _f(6)], {"strides": (2, 1), "pads": (1, 0, 2, 1), "group": 2}, {}),
+    ("conv_transpose", [_f(2, 4, 5), _f(4, 3, 3)], {"strides": (2,), "pads": (0, 1), "output_padding": (1,), "group": 2}, {}),
     ("embedding", [_ids(2, 5)], {}, {"weight": _f(10, 6)}),
     ("where", [_bool(3, 1), _f(3, 4), _f(4)], {}, {}),
     ("pad", [_f(1, 2, 3, 3)], {"pads": ((0, 0), (0, 0), (1, 2), (2, 1)), "mode": "reflect"}, {}),
@@ -162,8 +165,9 @@ def test_manifest_declares_exactly_what_the_table_lowers() -> None:
     from neurenix_tpu.optable import LOWERINGS
 
     caps = neurenix_manifest().capabilities
-    # The portable opset: ops added to the core's table later run on cpu:0 through the partitioner.
-    assert caps.graph_ops == GRAPH_OPS and set(GRAPH_OPS) == set(LOWERINGS) == set(OPSET_NAMES)
+    # The portable opset and the ops declared by name; ops added to the core's table later run on
+    # cpu:0 through the partitioner.
+    assert caps.graph_ops == GRAPH_OPS and set(GRAPH_OPS) == set(LOWERINGS) == set(OPSET_NAMES) | set(EXTRA_GRAPH_OPS)
     assert caps.graph_dtypes == GRAPH_DTYPES and set(GRAPH_DTYPES) == {"float32", "int32", "int64", "bool"}
 
 

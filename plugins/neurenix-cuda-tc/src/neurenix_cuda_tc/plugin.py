@@ -17,12 +17,17 @@ NATIVE_OPS = (
     "nn.sigmoid", "nn.tanh",
 )
 
-#: The op-level graph ops ``neurenix_compile`` lowers (``lowering.LOWERED_OPS``: the whole opset,
-#: composites included, so nx.compile hands the graph over undecomposed: attention stays one
+#: Ops beyond the portable opset that the lowering takes, declared by name: ONNX Conv /
+#: ConvTranspose over 1-3 spatial axes with the weight and bias as inputs (the convolutions of
+#: training graphs, whose weights are values), F.conv*d / F.conv_transpose*d.
+EXTRA_GRAPH_OPS: tuple[str, ...] = ("conv", "conv_transpose")
+
+#: The op-level graph ops ``neurenix_compile`` lowers (``lowering.LOWERED_OPS``: the whole portable
+#: opset, composites included, so nx.compile hands the graph over undecomposed: attention stays one
 #: F.scaled_dot_product_attention, linear/conv stay nn.Linear/nn.Conv2d for optimize_model and
-#: align_model). The core's names-only tuple, so the manifest loads without torch or the opset
-#: module; a test keeps it equal to LOWERED_OPS.
-GRAPH_OPS = OPSET_NAMES
+#: align_model; and EXTRA_GRAPH_OPS). The core's names-only tuple, so the manifest loads without
+#: torch or the opset module; a test keeps it equal to LOWERED_OPS.
+GRAPH_OPS: tuple[str, ...] = tuple(sorted(OPSET_NAMES + EXTRA_GRAPH_OPS))
 #: Value dtypes of those graphs: float activations, int64 token ids / indices, bool masks.
 GRAPH_DTYPES = ("float32", "int64", "bool")
 

@@ -14,6 +14,7 @@ lowered before its input shapes are known) the few ops that need a size read it 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from neurenix_core.errors import UnsupportedOperationError
@@ -248,6 +249,184 @@ def _global(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
         return lambda x: fn(x, dim=(2, 3), keepdim=True)
 
     return build
+
+
+#: ONNX's auto_pad values (the opset's reference refuses any other).
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _per_axis(v: Sequence[int] | None, nd: int, default: int, what: str) -> tuple[int, ...]:
+    """An ONNX per-spatial-axis attribute (strides, dilations, output_padding): absent or empty
+    means ``default`` on every axis."""
+    out = (default,) * nd if v is None or len(v) == 0 else tuple(int(i) for i in v)
+    if len(out) != nd:
+        raise UnsupportedOperationError(f"{what} {out} has {len(out)} entries for {nd} spatial axes")
+    return out
+
+
+def _auto_pad(a: Attrs) -> str:
+    mode = str(a["auto_pad"])
+    if mode not in _AUTO_PADS:
+        raise UnsupportedOperationError(f"auto_pad must be one of {_AUTO_PADS}, got {mode!r}")
+    return mode
+
+
+def _split_total(total: Sequence[int], upper: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(begin, end) of SAME padding: SAME_UPPER puts the odd element at the end, SAME_LOWER at the start."""
+    small, big = tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
+    return (small, big) if upper else (big, small)
+
+
+def _conv_pads(a: Attrs, spatial: Sequence[int], kernel: Sequence[int], st: Sequence[int],
+               dil: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """ONNX Conv's (begin, end) zero pads, as the opset's reference: explicit ``pads``, VALID
+    (none), or SAME_* (output ceil(size / stride))."""
+    nd, mode, pads = len(spatial), _auto_pad(a), a["pads"]
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        total = [max(0, (-(-n // s) - 1) * s + d * (k - 1) + 1 - n) for n, k, s, d in zip(spatial, kernel, st, dil)]
+        return _split_total(total, mode == "SAME_UPPER")
+    if mode == "VALID" or not pads:
+        return (0,) * nd, (0,) * nd
+    if len(pads) != 2 * nd or min(int(p) for p in pads) < 0:
+        raise UnsupportedOperationError(f"pads {tuple(pads)} must be 2 x {nd} entries, none negative")
+    return tuple(int(p) for p in pads[:nd]), tuple(int(p) for p in pads[nd:])
+
+
+def _conv_t_window(a: Attrs, spatial: Sequence[int], kernel: Sequence[int], st: Sequence[int],
+                   dil: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """ONNX ConvTranspose's output as a window of the unpadded result: ``out`` elements from
+    ``begin`` per axis (past the result's end: zeros), as the opset's reference decides them
+    from pads, output_padding, output_shape and auto_pad."""
+    nd, mode = len(spatial), _auto_pad(a)
+    opad = _per_axis(a["output_padding"], nd, 0, "output_padding")
+    full = [(n - 1) * s + d * (k - 1) + 1 + op for n, k, s, d, op in zip(spatial, kernel, st, dil, opad)]
+    explicit = mode == "NOTSET" and bool(a["pads"])
+    if explicit and len(a["pads"]) != 2 * nd:
+        raise UnsupportedOperationError(f"pads {tuple(a['pads'])} must have 2 x {nd} entries")
+    pads = tuple(int(p) for p in a["pads"]) if explicit else (0,) * (2 * nd)
+    begin, end = pads[:nd], pads[nd:]
+    shape = a["output_shape"]
+    if shape is not None and len(shape):
+        out = tuple(int(v) for v in shape)[-nd:]
+        if not explicit:  # the difference to the full size is split as auto_pad says
+            begin = _split_total([max(0, f - o) for f, o in zip(full, out)], mode == "SAME_UPPER")[0]
+    elif mode in ("SAME_UPPER", "SAME_LOWER"):
+        # size * stride, or the full size where that is smaller (ONNX shape inference and ONNX Runtime)
+        total = [max(0, f - n * s) for f, n, s in zip(full, spatial, st)]
+        begin, out = _split_total(total, mode == "SAME_UPPER")[0], tuple(f - t for f, t in zip(full, total))
+    else:
+        out = tuple(f - b - e for f, b, e in zip(full, begin, end))
+    if len(out) != nd or min(out) < 1 or min(begin) < 0:
+        raise UnsupportedOperationError(f"pads / output_shape leave no output (full size {tuple(full)}, output {out})")
+    return begin, out
+
+
+@dataclass(frozen=True, slots=True)
+class _ConvPlan:
+    """One F.conv{nd}d call: torch pads symmetrically, so asymmetric pads go to ``edges`` (an
+    F.pad before the convolution, last axis first), the common part to ``padding``."""
+
+    nd: int
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    edges: tuple[int, ...] | None
+
+
+def _conv_plan(a: Attrs, x: Sequence[int], w: Sequence[int]) -> _ConvPlan:
+    nd = len(w) - 2
+    if nd not in (1, 2, 3) or len(x) != len(w):
+        raise UnsupportedOperationError(f"conv over {nd} spatial axes (x {tuple(x)}, weight {tuple(w)}): PyTorch has F.conv1d..conv3d")
+    st, dil = _per_axis(a["strides"], nd, 1, "strides"), _per_axis(a["dilations"], nd, 1, "dilations")
+    begin, end = _conv_pads(a, x[2:], w[2:], st, dil)
+    common = tuple(min(b, e) for b, e in zip(begin, end))
+    edges = tuple(v for i in reversed(range(nd)) for v in (begin[i] - common[i], end[i] - common[i]))
+    return _ConvPlan(nd, st, common, dil, int(a["group"]), edges if any(edges) else None)
+
+
+def _convolve(plan: _ConvPlan, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    if plan.edges is not None:
+        x = F.pad(x, plan.edges)
+    fn = (F.conv1d, F.conv2d, F.conv3d)[plan.nd - 1]
+    # The reference computes in x's dtype: the weight and bias follow it (a no-op when they match).
+    return fn(x, w.to(x.dtype), None if b is None else b.to(x.dtype), plan.stride, plan.padding, plan.dilation, plan.groups)
+
+
+def _conv(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
+    """ONNX Conv with the weight (O, C/group, *k) and bias as inputs (training graphs, where
+    they are values): F.conv1d/2d/3d, planned once when the shapes are static."""
+    if ins is not None:
+        plan = _conv_plan(a, ins[0], ins[1])
+        return lambda x, w, b=None: _convolve(plan, x, w, b)
+    return lambda x, w, b=None: _convolve(_conv_plan(a, tuple(x.shape), tuple(w.shape)), x, w, b)
+
+
+@dataclass(frozen=True, slots=True)
+class _ConvTPlan:
+    """One F.conv_transpose{nd}d call, then ``edges`` (an F.pad, last axis first) that crops
+    (negative) or extends with zeros (positive) what torch's symmetric padding and bounded
+    output_padding cannot express; the bias comes after an extension (the reference adds it there too)."""
+
+    nd: int
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    output_padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    edges: tuple[int, ...] | None
+    bias_after: bool
+
+
+def _torch_window(begin: int, out: int, full: int, st: int, dil: int, ext: int) -> tuple[int, int, int, int]:
+    """(padding, output_padding, crop at the start, change at the end) giving the window
+    [begin, begin + out) of a transposed convolution whose unpadded size is ``full``: torch's
+    result is [padding, full - padding + output_padding) of it."""
+    tail = full - begin - out
+    # padding: the part cropped on both sides, kept within the kernel's extent (the range every
+    # torch/cuDNN kernel takes); output_padding: an extension torch allows (< stride or dilation).
+    pad = min(begin, max(tail, 0), ext)
+    opad = -tail if 0 < -tail < max(st, dil) else 0
+    return pad, opad, begin - pad, (begin + out) - (full - pad + opad)
+
+
+def _conv_t_plan(a: Attrs, x: Sequence[int], w: Sequence[int]) -> _ConvTPlan:
+    nd = len(w) - 2
+    if nd not in (1, 2, 3) or len(x) != len(w):
+        raise UnsupportedOperationError(
+            f"conv_transpose over {nd} spatial axes (x {tuple(x)}, weight {tuple(w)}): PyTorch has F.conv_transpose1d..3d")
+    st, dil = _per_axis(a["strides"], nd, 1, "strides"), _per_axis(a["dilations"], nd, 1, "dilations")
+    begin, out = _conv_t_window(a, x[2:], w[2:], st, dil)
+    ext = [d * (k - 1) for k, d in zip(w[2:], dil)]
+    parts = [_torch_window(begin[i], out[i], (x[2 + i] - 1) * st[i] + ext[i] + 1, st[i], dil[i], ext[i]) for i in range(nd)]
+    edges = tuple(v for p in reversed(parts) for v in (-p[2], p[3]))
+    return _ConvTPlan(nd, st, tuple(p[0] for p in parts), tuple(p[1] for p in parts), dil, int(a["group"]),
+                      edges if any(edges) else None, any(p[3] > 0 for p in parts))
+
+
+def _transpose_convolve(plan: _ConvTPlan, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[plan.nd - 1]
+    bias = None if b is None else b.to(x.dtype)
+    y = fn(x, w.to(x.dtype), None if plan.bias_after else bias, plan.stride, plan.padding, plan.output_padding, plan.groups,
+           plan.dilation)
+    if plan.edges is not None:
+        y = F.pad(y, plan.edges)  # negative entries crop
+    if plan.bias_after and bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * plan.nd)
+    return y
+
+
+def _conv_transpose(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
+    """ONNX ConvTranspose with the weight (C, O/group, *k) and bias as inputs:
+    F.conv_transpose1d/2d/3d, planned once when the shapes are static."""
+    if ins is not None:
+        plan = _conv_t_plan(a, ins[0], ins[1])
+        return lambda x, w, b=None: _transpose_convolve(plan, x, w, b)
+    return lambda x, w, b=None: _transpose_convolve(_conv_t_plan(a, tuple(x.shape), tuple(w.shape)), x, w, b)
 
 
 def _rank(ins: Ins, x: torch.Tensor, i: int = 0) -> int:
@@ -528,6 +707,7 @@ FUNCTIONS: dict[str, Callable[[Attrs, Ins, Shape, Dts], Fn]] = {
     "leaky_relu": _leaky_relu, "hardsigmoid": _hardsigmoid, "gelu": _gelu, "silu": _activation("silu"),
     "hardswish": _activation("hardswish"), "softmax": _softmax(False), "log_softmax": _softmax(True),
     "matmul": _matmul, "gemm": _gemm,
+    "conv": _conv, "conv_transpose": _conv_transpose,
     "max_pool2d": _pool("max"), "avg_pool2d": _pool("avg"), "adaptive_avg_pool2d": _adaptive("avg"),
     "adaptive_max_pool2d": _adaptive("max"), "global_avg_pool": _global("avg"), "global_max_pool": _global("max"),
     "reduce_sum": _reduce("sum"), "reduce_mean": _reduce("mean"), "reduce_max": _reduce("max"), "reduce_min": _reduce("min"),

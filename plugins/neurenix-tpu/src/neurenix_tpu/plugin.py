@@ -29,10 +29,16 @@ if TYPE_CHECKING:
 #: int8/int16 need the core's quantization plan (quantize=..., calibration=...).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp32", "int8", "int16")
 
+#: Ops beyond the portable opset that the lowering takes, declared by name: ONNX Conv /
+#: ConvTranspose over 1-3 spatial axes with the weight and bias as inputs (the convolutions of
+#: training graphs, whose weights are values).
+EXTRA_GRAPH_OPS: tuple[str, ...] = ("conv", "conv_transpose")
+
 #: The opset ops ``neurenix_compile`` lowers (``neurenix_tpu.optable.LOWERINGS``; a test keeps the
-#: two equal): the whole opset, so nx.compile hands imported models over without decomposing or
-#: partitioning. The core's names-only tuple: importing the opset or JAX at plugin import is too heavy.
-GRAPH_OPS: tuple[str, ...] = OPSET_NAMES
+#: two equal): the whole portable opset and EXTRA_GRAPH_OPS, so nx.compile hands imported models
+#: over without decomposing or partitioning. The core's names-only tuple: importing the opset or
+#: JAX at plugin import is too heavy.
+GRAPH_OPS: tuple[str, ...] = tuple(sorted(OPSET_NAMES + EXTRA_GRAPH_OPS))
 
 #: Value dtypes the compiled program takes: float32 activations (bf16 or fp32 inside, by
 #: precision), int32/int64 token ids and indices (int64 stays int64: the backend enables JAX's
