@@ -210,14 +210,14 @@ def report(benchmark: str, rows: Sequence[Mapping[str, Any]], args: argparse.Nam
 
 
 def run_child(script: str, threads: int, quick: bool, *, env: Mapping[str, str] | None = None, prefix: Sequence[str] = (),
-              timeout: float = 900) -> list[dict[str, Any]]:
-    """Run ``script --child THREADS [--quick]`` in a fresh interpreter with every pool pinned to
-    ``threads`` (plus ``env``), and return the JSON rows its last stdout line holds."""
+              timeout: float = 900, extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Run ``script --child THREADS [--quick] *extra`` in a fresh interpreter with every pool pinned
+    to ``threads`` (plus ``env``), and return the JSON rows its last stdout line holds."""
     import subprocess
     import sys
 
     full_env = {**os.environ, **{v: str(threads) for v in THREAD_VARS}, **(env or {})}
-    cmd = [*prefix, sys.executable, script, "--child", str(threads), *(["--quick"] if quick else [])]
+    cmd = [*prefix, sys.executable, script, "--child", str(threads), *(["--quick"] if quick else []), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, check=False, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child ({threads} threads) failed:\n{proc.stderr[-3000:]}")
