@@ -148,6 +148,25 @@ def test_greedy_generation_gives_eager_tokens(device: str) -> None:
     assert all(p.in_torch is None for p in backend.pieces), backend.summary
 
 
+@pytest.mark.parametrize("device", ["cpu:0", "npu:0"])
+def test_a_static_cache_compiles_prefill_and_decode_once_each(device: str) -> None:
+    import hf_zoo as hz
+
+    model, _ = hz.build("llama")
+    ids = torch.randint(3, 128, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=8, do_sample=False)
+    backend = _backend(device)
+    model.forward = torch.compile(model.forward, backend=backend)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        got = model.generate(ids, max_new_tokens=8, do_sample=False, cache_implementation="static")
+    assert torch.equal(got, want)
+    # transformers' StaticCache: fixed shapes, the cache written in place (index_copy_), which the
+    # piece copies back into the cache's tensors after each call
+    assert len(backend.pieces) == 2 and all(p.in_torch is None and p.written for p in backend.pieces), backend.summary
+
+
 def test_a_graph_break_gives_two_compiled_pieces() -> None:
     torch.manual_seed(0)
     model = Broken().eval()

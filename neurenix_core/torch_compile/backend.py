@@ -44,11 +44,13 @@ def _compile(gm: Any, example_inputs: list[Any], options: TorchCompileOptions, r
         if owner.trains:
             return train_backend(gm, example_inputs, options, record)
         piece = Piece(gm, example_inputs, options)
+        piece.number = len(record) + 1
         piece.no_backward = (f"torch.compile(backend='neurenix'): {dev} (backend {owner.name}) runs inference only and cannot "
                              "train; run the model under torch.no_grad() there, or train on cpu, tpu or cuda and compile "
                              f"the trained model for {dev}")
     else:
         piece = Piece(gm, example_inputs, options)
+        piece.number = len(record) + 1  # graphs are numbered per backend, in the order dynamo gave them
     record.append(piece)
     return piece
 

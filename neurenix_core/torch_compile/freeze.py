@@ -3,7 +3,8 @@
 Dynamo hands the backend an FX graph whose placeholders are the user's tensors, the sizes it
 treats as dynamic (SymInt placeholders) and, since PyTorch inlines ``nn.Module`` calls, every
 parameter and buffer the graph reads. Dynamo marks those with a static address
-(``get_static_address_type``). For inference the backend freezes them: each becomes a buffer of
+(``get_static_address_type``), as it marks other long-lived buffers (a static key/value cache),
+which stay inputs. For inference the backend freezes the parameters and buffers: each becomes a buffer of
 the graph module (``get_attr``), so ``torch.export`` lifts it as a constant and the importer gives
 the devices constant weights (folded batch norms, weight layouts, quantization) instead of inputs.
 A size placeholder becomes ``sym_size`` of the user tensor axis it names, so the module takes the
@@ -47,6 +48,15 @@ def _symbol(value: Any) -> str | None:
     return str(value.node.expr) if isinstance(value, torch.SymInt) else None
 
 
+def _is_weight(node: Any, value: Any) -> bool:
+    """A module's parameter or buffer, which dynamo reads through the module. Other tensors with a
+    static address (transformers' StaticCache marks its key/value buffers so) are data: inputs."""
+    import torch
+
+    source = getattr(node.meta.get("grapharg"), "source", None)
+    return isinstance(value, torch.nn.Parameter) or "._buffers[" in str(getattr(source, "name", ""))
+
+
 def split(gm: Any, example_inputs: list[Any]) -> Split:
     """Classify ``example_inputs`` (dynamo's, one per placeholder of ``gm``)."""
     import torch
@@ -58,7 +68,7 @@ def split(gm: Any, example_inputs: list[Any]) -> Split:
     sym_nodes: list[tuple[int, Any, Any]] = []
     for i, (node, value) in enumerate(zip(nodes, example_inputs)):
         if isinstance(value, torch.Tensor):
-            (weights if get_static_address_type(value) is not None else live).append(i)
+            (weights if get_static_address_type(value) is not None and _is_weight(node, value) else live).append(i)
         else:
             sym_nodes.append((i, node, value))
     axes_of: dict[str, tuple[int, int]] = {}

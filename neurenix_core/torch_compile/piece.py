@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -27,9 +26,6 @@ from neurenix_core.torch_compile.freeze import Frozen, Split, freeze, split
 from neurenix_core.torch_compile.options import TorchCompileOptions
 
 __all__ = ["Piece", "count_ops", "fall_back", "policy", "to_numpy", "to_torch"]
-
-_numbers = itertools.count(1)
-
 
 @contextlib.contextmanager
 def policy(options: TorchCompileOptions) -> Iterator[None]:
@@ -85,13 +81,16 @@ class Piece:
     """A dynamo graph compiled by neurenix; call it as dynamo calls the graph."""
 
     def __init__(self, gm: Any, example_inputs: list[Any], options: TorchCompileOptions) -> None:
-        self.number = next(_numbers)
+        self.number = 1  # set by the backend: graphs are numbered per backend
         self.gm = gm
         self.options = options
         self.torch_ops = count_ops(gm)
         self.recompilations = 0
         self.compiled: Any = None
         self.frozen: Frozen | None = None
+        #: positions among the live inputs of those the graph writes in place (a static key/value
+        #: cache): their new values are the compiled graph's first outputs, copied back after a call
+        self.written: list[int] = []
         #: why a backward through this graph is refused (a device that cannot train), else None
         self.no_backward: str | None = None
         #: why PyTorch runs this graph instead (it could not be imported), else None
@@ -126,7 +125,8 @@ class Piece:
         module = freeze(self.gm, list(args), self.parts)
         live = tuple(args[i] for i in self.parts.live)
         spec = self._dynamic_shapes()
-        graph = import_module(module, live, {}, dynamic_shapes=spec, static=spec is None, share_weights=True)
+        self.written = []
+        graph = import_module(module, live, {}, dynamic_shapes=spec, static=spec is None, share_weights=True, written=self.written)
         self.compiled = nx_compile(graph, self.options.device, outputs="host", progress=False, **self.options.compile_kwargs())
         self.frozen = Frozen(self.parts.weights, list(args))
 
@@ -167,8 +167,18 @@ class Piece:
         """The compiled graph on the live inputs, as torch tensors."""
         live = [args[i] for i in self.parts.live]
         outs = self.compiled(*(to_numpy(t) for t in live))
+        outs = outs if isinstance(outs, tuple) else (outs,)
         where = live[0].device if live else None
-        return tuple(to_torch(o, where) for o in (outs if isinstance(outs, tuple) else (outs,)))
+        for k, pos in enumerate(self.written):  # the in-place writes, as eager makes them
+            with _no_grad():
+                live[pos].copy_(to_torch(outs[k], where))
+        return tuple(to_torch(o, where) for o in outs[len(self.written):])
+
+
+def _no_grad() -> Any:
+    import torch
+
+    return torch.no_grad()
 
 
 def _tracks_grad(args: tuple[Any, ...]) -> bool:

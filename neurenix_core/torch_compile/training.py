@@ -15,7 +15,6 @@ and a backward through its outputs raises NotDifferentiableError naming the reme
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,9 +23,6 @@ from neurenix_core.torch_compile.options import TorchCompileOptions
 from neurenix_core.torch_compile.piece import count_ops, fall_back, policy, to_numpy, to_torch
 
 __all__ = ["AtenPiece", "train_backend", "wants_grad"]
-
-_numbers = itertools.count(1)
-
 
 def wants_grad(example_inputs: list[Any]) -> bool:
     """Whether dynamo captured the graph for autograd (grad mode on, an input that requires grad)."""
@@ -40,10 +36,12 @@ class AtenPiece:
 
     def __init__(self, gm: Any, kind: str, options: TorchCompileOptions) -> None:
         self.gm, self.kind, self.options = gm, kind, options
-        self.number = next(_numbers)
+        self.number = 1  # set by the backend: graphs are numbered per backend
         self.torch_ops = count_ops(gm)
-        self.compiled: Any = None
-        self.template: list[tuple[str, Any]] = []
+        self.compiled: Any = None  # the last call's
+        #: compiled graphs by call sizes (one entry, key (), where the graph is static)
+        self.built: dict[Any, tuple[Any, list[tuple[str, Any]]]] = {}
+        self.symbolic = self._symbolic()
         self.in_torch: str | None = None
         # AOTAutograd's calling convention: one list of arguments, which the callee may free. An
         # instance attribute, so that dynamo's wrapper around the backward copies it.
@@ -55,7 +53,7 @@ class AtenPiece:
 
     @property
     def summary(self) -> str:
-        head = f"{self.name}: {self.torch_ops} ATen ops"
+        head = f"{self.name}: {self.torch_ops} ATen ops" + (f", compiled at {len(self.built)} sizes" if self.symbolic else "")
         if self.in_torch is not None:
             return f"{head}\nruns in PyTorch: {self.in_torch}"
         if self.compiled is None:
@@ -66,38 +64,58 @@ class AtenPiece:
     def device(self) -> Any:
         return None if self.compiled is None else self.compiled.device
 
-    def _build(self) -> None:
+    def _symbolic(self) -> bool:
+        import torch
+
+        vals = [n.meta.get("val") for n in self.gm.graph.nodes if n.op == "placeholder"]
+        return any(isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape))
+                   for v in vals)
+
+    def _at_call_sizes(self, args: list[Any]) -> Any:
+        """The graph at this call's sizes. AOTAutograd's graph is symbolic where dynamo made an axis
+        dynamic (a second batch size); traced again over fake tensors of the call's shapes
+        (nothing is computed) it is static, which every device compiles."""
+        if not self.symbolic:
+            return self.gm
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        traced = make_fx(self.gm, tracing_mode="fake")(*args)
+        for node, value in zip((n for n in traced.graph.nodes if n.op == "placeholder"), args):
+            if isinstance(value, int):  # a size, now a number: make_fx leaves its placeholder without a value
+                node.meta["val"] = value
+        return traced
+
+    def _build(self, args: list[Any]) -> tuple[Any, list[tuple[str, Any]]]:
         from neurenix_core.graph.compile.compiler import compile as nx_compile
         from neurenix_core.graph.importers.torch_export import import_fx
 
-        graph, self.template = import_fx(self.gm, {}, f"torch.compile {self.name}")
-        if any(kind == "value" and not isinstance(v, (int, float, type(None))) for kind, v in self.template):
-            raise UnsupportedOperationError(f"{self.name} returns a symbolic size; compile the training step with torch.compile(dynamic=False)")
+        graph, template = import_fx(self._at_call_sizes(args), {}, f"torch.compile {self.name}")
         kwargs = self.options.compile_kwargs()
         kwargs.pop("calibration"), kwargs.pop("quantize")  # training graphs run in float
-        self.compiled = nx_compile(graph, self.options.device, outputs="host", progress=False, **kwargs)
+        return nx_compile(graph, self.options.device, outputs="host", progress=False, **kwargs), template
 
     def __call__(self, *given: Any) -> list[Any]:
+        import torch
+
         # boxed (one list: the forward) or not (the backward, through a wrapper that drops the flag)
         args = given[0] if len(given) == 1 and isinstance(given[0], list) else list(given)
-        if self.in_torch is None and self.compiled is None:
+        key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args) if self.symbolic else ()
+        if self.in_torch is None and key not in self.built:
             with policy(self.options):
                 try:
-                    self._build()
+                    self.built[key] = self._build(args)
                 except UnsupportedOperationError as exc:
                     self.in_torch = fall_back(self.name, self.torch_ops, self.options, exc)
         if self.in_torch is not None:
             return list(self.gm(*args))
-        import torch
-
+        compiled, template = self.built[key]
+        self.compiled = compiled
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         with policy(self.options):
-            outs = self.compiled(*(to_numpy(t) for t in tensors))
+            outs = compiled(*(to_numpy(t) for t in tensors))
         outs = outs if isinstance(outs, tuple) else (outs,)
         where = tensors[0].device if tensors else None
-        result = []
-        for kind, v in self.template:
-            result.append(to_torch(outs[v], where) if kind == "graph" else args[v] if kind == "input" else v)
+        result = [to_torch(outs[v], where) if kind == "graph" else args[v] if kind == "input" else v for kind, v in template]
         args.clear()  # boxed calling convention: the caller's list is ours to free
         return result
 
@@ -121,6 +139,7 @@ def train_backend(gm: Any, example_inputs: list[Any], options: TorchCompileOptio
     def compiler(kind: str) -> Callable[[Any, list[Any]], Any]:
         def compile_graph(graph: Any, inputs: list[Any]) -> Any:
             piece = AtenPiece(graph, kind, options)
+            piece.number = len(record) + 1
             record.append(piece)
             return piece
 

@@ -818,7 +818,7 @@ def _export_planned(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict
 
 
 def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, dynamic_shapes: Any = None,
-                  static: bool = False, share_weights: bool = False) -> Graph:
+                  static: bool = False, share_weights: bool = False, written: list[int] | None = None) -> Graph:
     """The Graph of ``module`` called as ``module(*args, **kwargs)`` (example inputs).
 
     Dynamic axes: ``dynamic_shapes`` as torch.export takes it, else the default (axis 0 of every
@@ -826,12 +826,15 @@ def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     traced at size 2: torch_axes); each one that comes out fixed is named in one warning.
     ``static=True`` exports the example's shapes only. ``share_weights=True``: the graph's
     weights are read-only views of the module's CPU tensors, not copies (see ``_SHARE_WEIGHTS``).
+    ``written`` (a list): a forward that writes to its inputs in place is imported with their new
+    values as the first outputs, and their positions appended to the list (``_WRITTEN``).
     """
-    token = _SHARE_WEIGHTS.set(share_weights)
+    token, mark = _SHARE_WEIGHTS.set(share_weights), _WRITTEN.set(written)
     try:
         return _import_module(module, args, kwargs, dynamic_shapes, static)
     finally:
         _SHARE_WEIGHTS.reset(token)
+        _WRITTEN.reset(mark)
 
 
 def _import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, static: bool) -> Graph:
@@ -914,6 +917,7 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
         elif n.op == "call_function":
             c.env[n] = _call(c, n)
         elif n.op == "output":
+            _refuse_mutations(module, ep)
             outs = [c.env[o] for o in n.args[0]]
             if any(o is None or isinstance(o, Unavailable) for o in outs):
                 raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is not a tensor")
@@ -949,7 +953,7 @@ def import_fx(gm: Any, constants: Mapping[int, Any], source: str) -> tuple[Graph
         elif isinstance(val, torch.Tensor):
             dynamic = [a for a, d in enumerate(c.sym_shape(n)) if isinstance(d, SymDim)]
             c.env[n] = c.b.add_input(n.name, _example_shape(n), _dtype(val.dtype), dynamic)
-        elif isinstance(val, torch.SymInt):
+        elif isinstance(val, (int, torch.SymInt)):  # a size: symbolic, or fixed where the graph was traced at sizes
             c.env[n] = c.dim(val)
         else:
             raise c.fail(n, f"is a {type(val).__name__} input; the graph takes tensors and their sizes")
@@ -983,6 +987,28 @@ def _outputs(c: _Ctx, outs: Sequence[Any], position: dict[Any, int], source: str
     if not values:
         raise UnsupportedOperationError(f"{source}: no output is computed by the graph")
     return c.b.graph(values), template
+
+
+#: Set by ``import_module(written=[])``: the positions of the user inputs forward writes in place
+#: are appended there, and their new values are the graph's first outputs (torch.compile copies
+#: them back); unset, such a forward is refused.
+_WRITTEN: ContextVar[list[int] | None] = ContextVar("neurenix_written_inputs", default=None)
+
+
+def _refuse_mutations(module: Any, ep: Any) -> None:
+    """A forward that writes to a buffer or an input in place: the exported program returns the
+    new values before the outputs, and the Graph, which is functional, would give them as outputs."""
+    specs = ep.graph_signature.output_specs
+    written = _WRITTEN.get()
+    refused = [s for s in specs if s.kind.name != "USER_OUTPUT" and (written is None or s.kind.name != "USER_INPUT_MUTATION")]
+    if refused:
+        what = ", ".join(f"{s.kind.name.lower().replace('_', ' ')} of {s.target}" for s in refused)
+        raise UnsupportedOperationError(
+            f"from_torch({type(module).__name__}): forward writes in place ({what}); a neurenix graph computes "
+            "outputs only: return the new value instead of assigning it, or run the model in PyTorch")
+    if written is not None:
+        users = list(ep.graph_signature.user_inputs)
+        written[:] = [users.index(s.target) for s in specs if s.kind.name == "USER_INPUT_MUTATION"]  # a re-import replaces them
 
 
 def _example_shape(n: Any) -> tuple[int, ...]:

@@ -747,6 +747,18 @@ def _scatter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _emit(c, n, "", "scatter_elements", [x, index, src], {"axis": dim, "reduction": op})
 
 
+def _index_copy(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """index_copy(x, dim, index, source): source's slices written at positions ``index`` of axis
+    ``dim`` (a static key/value cache's update), as scatter_elements with the index broadcast
+    along source's other axes."""
+    x, index, src = a[0], a[2], a[3]
+    shape = tuple(c.sym_shape(n.args[3]))
+    dim = int(a[1]) % max(len(shape), 1)
+    lifted = _emit(c, n, "index", "reshape", [index], {"shape": tuple(-1 if i == dim else 1 for i in range(len(shape)))})
+    spread = _emit(c, n, "spread", "expand", [lifted], {"shape": shape})
+    return _emit(c, n, "", "scatter_elements", [x, spread, c.b.cast_to(c.name(n) + ".src", src, _out_dtype(c, n))], {"axis": dim})
+
+
 def _extreme(dtype: str, low: bool) -> float | int:
     if _is_float(dtype):
         return -np.inf if low else np.inf
@@ -1079,7 +1091,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "one_hot": _one_hot, "einsum": _einsum, "broadcast_tensors": _broadcast_tensors,
     "zeros_like": _like(0), "ones_like": _like(1), "empty_like": _like(0), "full_like": _like(None),
     "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
-    "scatter": _scatter, "scatter_add": _scatter, "scatter_reduce": _scatter, "index_put": _index_put,
+    "scatter": _scatter, "scatter_add": _scatter, "index_copy": _index_copy, "scatter_reduce": _scatter, "index_put": _index_put,
     # pooling
     "max_pool1d": _pool_nd("max", 1), "max_pool2d": _pool_nd("max", 2), "max_pool3d": _pool_nd("max", 3),
     "max_pool1d_with_indices": _pool_nd("max", 1, True), "max_pool2d_with_indices": _pool_nd("max", 2, True),
