@@ -41,7 +41,8 @@ def policy(options: TorchCompileOptions) -> Iterator[None]:
 
 def to_numpy(t: Any) -> np.ndarray:
     """A torch tensor as NumPy: a view on the CPU, a copy from another device."""
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
     return t.numpy()
@@ -51,7 +52,8 @@ def to_torch(a: Any, device: Any) -> Any:
     """A result array as a torch tensor on ``device`` (over the array's memory on the CPU)."""
     import torch
 
-    a = np.asarray(a)
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
     if not a.flags.writeable:  # torch tensors are writable: a read-only result is copied, not aliased
         a = a.copy()
     out = torch.from_numpy(a)
@@ -149,30 +151,37 @@ class Piece:
     def __call__(self, *args: Any) -> Any:
         if self.in_torch is not None:
             return self.gm(*args)
+        if self.options.fallback is None:  # the hot path: no policy context to enter
+            return self._call(args)
         with policy(self.options):
-            if self.frozen is None or not self.frozen.current(args):
-                # The first call compiles (outside dynamo's trace, where torch.export runs as it does
-                # for from_torch); a later one only where the weights changed.
-                self.recompilations += self.frozen is not None
-                try:
-                    self._build(args)
-                except UnsupportedOperationError as exc:
-                    self._fall_back(exc)
-                    return self.gm(*args)
-            if self.no_backward is not None and _tracks_grad(args):
-                return _no_backward(self, args)
-            return self.run(args)
+            return self._call(args)
+
+    def _call(self, args: tuple[Any, ...]) -> Any:
+        if self.frozen is None or not self.frozen.current(args):
+            # The first call compiles (outside dynamo's trace, where torch.export runs as it does
+            # for from_torch); a later one only where the weights changed.
+            self.recompilations += self.frozen is not None
+            try:
+                self._build(args)
+            except UnsupportedOperationError as exc:
+                self._fall_back(exc)
+                return self.gm(*args)
+        if self.no_backward is not None and _tracks_grad(args):
+            return _no_backward(self, args)
+        return self.run(args)
 
     def run(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """The compiled graph on the live inputs, as torch tensors."""
         live = [args[i] for i in self.parts.live]
-        outs = self.compiled(*(to_numpy(t) for t in live))
-        outs = outs if isinstance(outs, tuple) else (outs,)
+        outs = self.compiled(*[to_numpy(t) for t in live])
+        outs = outs if type(outs) is tuple else (outs,)
         where = live[0].device if live else None
-        for k, pos in enumerate(self.written):  # the in-place writes, as eager makes them
+        if self.written:
             with _no_grad():
-                live[pos].copy_(to_torch(outs[k], where))
-        return tuple(to_torch(o, where) for o in outs[len(self.written):])
+                for k, pos in enumerate(self.written):  # the in-place writes, as eager makes them
+                    live[pos].copy_(to_torch(outs[k], where))
+            outs = outs[len(self.written):]
+        return tuple([to_torch(o, where) for o in outs])
 
 
 def _no_grad() -> Any:
