@@ -142,6 +142,7 @@ def _cases() -> dict[str, Callable[[], tuple[Graph, list[np.ndarray]]]]:
     c["gather_elements-cropped-int32"] = lambda: _one("gather_elements", _f(5, 6), _i(3, 4, high=6).astype(np.int32), attrs={"axis": -1})
     c["gather_nd"] = lambda: _one("gather_nd", _f(3, 4, 2), _i(5, 2, high=3))
     c["gather_nd-full-coordinates"] = lambda: _one("gather_nd", _f(3, 4), np.array([[[0, -1]], [[2, 1]]], np.int64))
+    c["scatter_elements"] = lambda: _one("scatter_elements", _f(4, 3), np.array([[1, -1, 0], [-4, 2, 3]], np.int64), _f(2, 3))
     c["isnan"] = lambda: _one("isnan", np.array([[np.nan, 1.0, -np.inf], [0.0, np.nan, np.inf]], np.float32))
     c["conv_transpose2d"] = lambda: _one("conv_transpose2d", _f(2, 4, 5, 6), attrs={"stride": (2, 2), "padding": (1, 0), "output_padding": (1, 1)},
                                          params={"weight": _f(4, 3, 3, 2), "bias": _f(3)})

@@ -104,9 +104,9 @@ class OpenVINOHostRuntime(HostRuntime):
         return model
 
 
-#: Operand positions where an int64 value is an index (token ids, a gather's indices): held as
-#: int32 by OpenVINO's CPU plugin, still exact, since no index reaches 2**31.
-_INDEX_OPERANDS: Final = {"embedding": (0,), "gather": (1,)}
+#: Operand positions where an int64 value is an index (token ids, a gather's or a scatter's
+#: indices): held as int32 by OpenVINO's CPU plugin, still exact, since no index reaches 2**31.
+_INDEX_OPERANDS: Final = {"embedding": (0,), "gather": (1,), "scatter_elements": (1,)}
 
 
 def _int64_beyond_indices(graph: Graph) -> str | None:

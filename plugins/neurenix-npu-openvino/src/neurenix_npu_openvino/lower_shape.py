@@ -1,5 +1,5 @@
 """Shape and indexing ops -> opset16: reshape, flatten, transpose, squeeze, unsqueeze, expand,
-concat, split, slice, gather, gather_elements, gather_nd, embedding, where and pad.
+concat, split, slice, gather, gather_elements, gather_nd, scatter_elements, embedding, where and pad.
 
 Shapes are static, so reshape-like ops reshape to the output shape the opset infers (one rule,
 the core's) instead of re-deriving ONNX's 0 / -1 conventions here.
@@ -105,6 +105,22 @@ def _gather_nd(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.gather_nd(x[0], _wrapped(lw, x[1], lw.op.constant(dims)), int(a["batch_dims"]))
 
 
+#: The opset's scatter reductions -> ScatterElementsUpdate's. Under "none" a repeated index is
+#: undefined in ONNX; OpenVINO's CPU device keeps the last update, as the reference does.
+_SCATTER_REDUCTIONS: Final = {"none": "none", "add": "sum", "mul": "prod", "max": "max", "min": "min"}
+
+
+def _scatter_elements(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
+    dtype = lw.spec_of(node).dtype
+    axis = axis_of(int(a["axis"]), len(lw.shape(x[0])))
+    # The reference casts updates to data's dtype before writing. Indices go in as they are:
+    # ScatterElementsUpdate counts negative indices from the end (its spec), as the opset does,
+    # and takes updates smaller than data outside ``axis``. use_init_val: a reduction combines
+    # the updates with data's values (ONNX's, and torch's include_self=True, rule).
+    return lw.op.scatter_elements_update(lw.to_dtype(x[0], dtype), x[1], lw.to_dtype(x[2], dtype), lw.const(axis, np.int64),
+                                         _SCATTER_REDUCTIONS[str(a["reduction"])], True)
+
+
 def _embedding(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return lw.op.gather(lw.const(node.params["weight"]), x[0], lw.const(0, np.int64))
 
@@ -150,6 +166,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "gather": _gather,
     "gather_elements": _gather_elements,
     "gather_nd": _gather_nd,
+    "scatter_elements": _scatter_elements,
     "embedding": _embedding,
     "where": _where,
     "pad": _pad,

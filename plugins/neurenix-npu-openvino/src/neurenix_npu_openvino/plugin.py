@@ -43,9 +43,15 @@ _NATIVE_OPS: Final = (
     "nn.max_pool2d", "nn.avg_pool2d", "nn.adaptive_avg_pool2d", "nn.batch_norm", "nn.layer_norm",
 )
 
-# The op-level opset ops lowering.HANDLERS lowers to opset16 (a test keeps the two equal): all
-# of neurenix_core.graph.opset, composites included, so the core decomposes and partitions nothing.
-_GRAPH_OPS: Final = OPSET_NAMES
+#: Ops beyond the portable opset that the lowering takes, declared by name: scatter_elements is
+#: how a transformers StaticCache writes its key/value cache (index_copy_), so without it every
+#: decode step splits the npu graph around the cache updates.
+_EXTRA_GRAPH_OPS: Final[tuple[str, ...]] = ("scatter_elements",)
+
+# The op-level opset ops lowering.HANDLERS lowers to opset16 (a test keeps the two equal): the
+# whole portable opset, composites included, so the core decomposes and partitions none of it,
+# and _EXTRA_GRAPH_OPS.
+_GRAPH_OPS: Final = tuple(sorted(OPSET_NAMES + _EXTRA_GRAPH_OPS))
 # Values a lowered graph carries: f32 compute, int64/int32 token ids and indices, bool masks.
 _GRAPH_DTYPES: Final = ("float32", "int64", "int32", "bool")
 
