@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from neurenix_core.graph.ir.qmath import fake_quantize, quantize_weight, softmax_output_params, weight_params  # noqa: F401
     from neurenix_core.graph.ir.shapes import ValueSpec, infer_values, node_spec  # noqa: F401
     from neurenix_core.graph.opset import OPSET, attrs_of  # noqa: F401
+    from neurenix_core.graph.opset.nn import conv_geometry, conv_transpose_geometry  # noqa: F401
     from neurenix_core.graph.quantization.calibration import calibrate  # noqa: F401
     from neurenix_core.graph.quantization.weights import dequantize, is_weight_plan, weight_codes  # noqa: F401
     from neurenix_core.graph.reference.run import run_graph, run_quantized  # noqa: F401
@@ -70,6 +71,8 @@ HOMES: Final[dict[str, str]] = {
     "OPSET_NAMES": "neurenix_core.plugins.opnames",
     # The op table: what each op takes, for a lowering.
     **dict.fromkeys(("OPSET", "attrs_of"), "neurenix_core.graph.opset"),
+    # The reference's padding and output window of conv / conv_transpose, for a lowering to follow.
+    **dict.fromkeys(("conv_geometry", "conv_transpose_geometry"), "neurenix_core.graph.opset.nn"),
     # What a lowering is checked against, and quantization parameters computed the core's way.
     **dict.fromkeys(("run_graph", "run_quantized"), "neurenix_core.graph.reference.run"),
     **dict.fromkeys(("weight_params", "softmax_output_params", "fake_quantize", "quantize_weight"), "neurenix_core.graph.ir.qmath"),

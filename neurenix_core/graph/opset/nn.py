@@ -392,7 +392,17 @@ _def("max_unpool", "pooling", "ONNX MaxUnpool: x scattered to its int64 flat ind
      attrs={"kernel_shape": REQUIRED, "strides": None, "pads": None, "output_shape": None}, flops=lambda a, s, o, p: _numel(s[0]))
 
 
-def _conv_geometry(a: Attrs, x: Shape, w: Shape) -> tuple[tuple[int, ...], ...]:
+def conv_geometry(attrs: Attrs, x_shape: Shape, w_shape: Shape) -> tuple[tuple[int, ...], ...]:
+    """ONNX Conv's geometry, as the reference computes it: ``(strides, dilations, begin, end, out)``,
+    one entry per spatial axis each: the strides and dilations (absent: 1), the zero pads before
+    (``begin``) and after (``end``) the input (explicit ``pads``, VALID: none, SAME_*: output
+    ceil(size / stride), SAME_UPPER with the odd pad at the end), and the output's spatial sizes.
+
+    ``attrs`` are the ``conv`` node's attributes completed with the defaults
+    (``opset.attrs_of("conv", node.attrs)``); ``x_shape`` is (N, C, *S), ``w_shape`` (O, C/group, *k).
+    Raises ValueError where the reference would (shapes, group, attribute lengths, auto_pad,
+    negative pads, a kernel that does not fit the padded input)."""
+    a, x, w = attrs, tuple(x_shape), tuple(w_shape)
     nd = len(w) - 2
     g = int(a["group"])
     if len(x) != len(w) or nd < 1 or g < 1 or x[1] != w[1] * g or w[0] % g:
@@ -407,14 +417,14 @@ def _conv_geometry(a: Attrs, x: Shape, w: Shape) -> tuple[tuple[int, ...], ...]:
 
 def _conv_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
     _float_in(d[0])
-    out = _conv_geometry(a, s[0], s[1])[-1]
+    out = conv_geometry(a, s[0], s[1])[-1]
     if len(s) > 2 and s[2] != (s[1][0],):
         raise ValueError(f"bias {s[2]} must be ({s[1][0]},)")
     return (s[0][0], s[1][0]) + out, d[0]
 
 
 def _conv_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
-    st, dil, begin, end, _ = _conv_geometry(a, x[0].shape, x[1].shape)
+    st, dil, begin, end, _ = conv_geometry(a, x[0].shape, x[1].shape)
     bias = x[2].astype(x[0].dtype) if len(x) > 2 else None
     return K.conv_nd(x[0], x[1].astype(x[0].dtype), bias, st, dil, begin, end, int(a["group"]))
 
@@ -425,10 +435,19 @@ _def("conv", "convolution", "ONNX Conv over 1-3 spatial axes with the weight (O,
      flops=lambda a, s, o, p: 2 * _numel(o) * _numel(s[1][1:]))
 
 
-def _conv_t_geometry(a: Attrs, x: Shape, w: Shape) -> tuple[tuple[int, ...], ...]:
-    """ONNX ConvTranspose's (strides, dilations, begin, out): the output keeps ``out`` elements of
-    the full result from ``begin``; output_shape sets ``out`` and, without explicit pads, splits
-    the difference to the full size as auto_pad says (SAME_UPPER: the odd one at the end)."""
+def conv_transpose_geometry(attrs: Attrs, x_shape: Shape, w_shape: Shape) -> tuple[tuple[int, ...], ...]:
+    """ONNX ConvTranspose's geometry, as the reference computes it: ``(strides, dilations, begin,
+    out)``, one entry per spatial axis each. The output is a window of the full (unpadded) result,
+    whose size is ``(n - 1) * stride + dilation * (k - 1) + 1 + output_padding``: ``out`` elements
+    from ``begin`` (past the full result's end: zeros). Explicit pads set ``begin`` (and ``out`` =
+    full - begin - end); output_shape sets ``out`` and, without explicit pads, splits the difference
+    to the full size as auto_pad says (SAME_UPPER: the odd one at the end); SAME_* alone keeps
+    size * stride (or the full size where that is smaller).
+
+    ``attrs`` are the ``conv_transpose`` node's attributes completed with the defaults
+    (``opset.attrs_of("conv_transpose", node.attrs)``); ``x_shape`` is (N, C, *S), ``w_shape``
+    (C, O/group, *k). Raises ValueError where the reference would."""
+    a, x, w = attrs, tuple(x_shape), tuple(w_shape)
     nd = len(w) - 2
     g = int(a["group"])
     if len(x) != len(w) or nd < 1 or g < 1 or x[1] != w[0] or w[0] % g:
@@ -461,7 +480,7 @@ def _conv_t_geometry(a: Attrs, x: Shape, w: Shape) -> tuple[tuple[int, ...], ...
 
 def _conv_t_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[Shape, str]:
     _float_in(d[0])
-    out = _conv_t_geometry(a, s[0], s[1])[-1]
+    out = conv_transpose_geometry(a, s[0], s[1])[-1]
     o_ch = s[1][1] * int(a["group"])
     if len(s) > 2 and s[2] != (o_ch,):
         raise ValueError(f"bias {s[2]} must be ({o_ch},)")
@@ -469,7 +488,7 @@ def _conv_t_nd_rule(a: Attrs, s: list[Shape], d: list[str], p: Params) -> tuple[
 
 
 def _conv_t_nd_ref(a: Attrs, x: Arrays, p: Params) -> np.ndarray:
-    st, dil, begin, out = _conv_t_geometry(a, x[0].shape, x[1].shape)
+    st, dil, begin, out = conv_transpose_geometry(a, x[0].shape, x[1].shape)
     bias = x[2].astype(x[0].dtype) if len(x) > 2 else None
     return K.conv_transpose_nd(x[0], x[1].astype(x[0].dtype), bias, st, dil, int(a["group"]), begin, out)
 
@@ -510,7 +529,7 @@ def _deform_geometry(a: Attrs, s: list[Shape]) -> tuple[tuple[int, ...], ...]:
     x, w, off = s[:3]
     if len(x) != 4:
         raise ValueError(f"deformable convolution is 2-D here; got input {x}")
-    st, dil, begin, _end, out = _conv_geometry({**a, "auto_pad": "NOTSET"}, x, w)
+    st, dil, begin, _end, out = conv_geometry({**a, "auto_pad": "NOTSET"}, x, w)
     og = int(a["offset_group"])
     taps = _numel(w[2:])
     if og < 1 or x[1] % og or off != (x[0], og * taps * 2) + out:

@@ -251,76 +251,6 @@ def _global(kind: str) -> Callable[[Attrs, Ins, Shape, Dts], Fn]:
     return build
 
 
-#: ONNX's auto_pad values (the opset's reference refuses any other).
-_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-
-
-def _per_axis(v: Sequence[int] | None, nd: int, default: int, what: str) -> tuple[int, ...]:
-    """An ONNX per-spatial-axis attribute (strides, dilations, output_padding): absent or empty
-    means ``default`` on every axis."""
-    out = (default,) * nd if v is None or len(v) == 0 else tuple(int(i) for i in v)
-    if len(out) != nd:
-        raise UnsupportedOperationError(f"{what} {out} has {len(out)} entries for {nd} spatial axes")
-    return out
-
-
-def _auto_pad(a: Attrs) -> str:
-    mode = str(a["auto_pad"])
-    if mode not in _AUTO_PADS:
-        raise UnsupportedOperationError(f"auto_pad must be one of {_AUTO_PADS}, got {mode!r}")
-    return mode
-
-
-def _split_total(total: Sequence[int], upper: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(begin, end) of SAME padding: SAME_UPPER puts the odd element at the end, SAME_LOWER at the start."""
-    small, big = tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
-    return (small, big) if upper else (big, small)
-
-
-def _conv_pads(a: Attrs, spatial: Sequence[int], kernel: Sequence[int], st: Sequence[int],
-               dil: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """ONNX Conv's (begin, end) zero pads, as the opset's reference: explicit ``pads``, VALID
-    (none), or SAME_* (output ceil(size / stride))."""
-    nd, mode, pads = len(spatial), _auto_pad(a), a["pads"]
-    if mode in ("SAME_UPPER", "SAME_LOWER"):
-        total = [max(0, (-(-n // s) - 1) * s + d * (k - 1) + 1 - n) for n, k, s, d in zip(spatial, kernel, st, dil)]
-        return _split_total(total, mode == "SAME_UPPER")
-    if mode == "VALID" or not pads:
-        return (0,) * nd, (0,) * nd
-    if len(pads) != 2 * nd or min(int(p) for p in pads) < 0:
-        raise UnsupportedOperationError(f"pads {tuple(pads)} must be 2 x {nd} entries, none negative")
-    return tuple(int(p) for p in pads[:nd]), tuple(int(p) for p in pads[nd:])
-
-
-def _conv_t_window(a: Attrs, spatial: Sequence[int], kernel: Sequence[int], st: Sequence[int],
-                   dil: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """ONNX ConvTranspose's output as a window of the unpadded result: ``out`` elements from
-    ``begin`` per axis (past the result's end: zeros), as the opset's reference decides them
-    from pads, output_padding, output_shape and auto_pad."""
-    nd, mode = len(spatial), _auto_pad(a)
-    opad = _per_axis(a["output_padding"], nd, 0, "output_padding")
-    full = [(n - 1) * s + d * (k - 1) + 1 + op for n, k, s, d, op in zip(spatial, kernel, st, dil, opad)]
-    explicit = mode == "NOTSET" and bool(a["pads"])
-    if explicit and len(a["pads"]) != 2 * nd:
-        raise UnsupportedOperationError(f"pads {tuple(a['pads'])} must have 2 x {nd} entries")
-    pads = tuple(int(p) for p in a["pads"]) if explicit else (0,) * (2 * nd)
-    begin, end = pads[:nd], pads[nd:]
-    shape = a["output_shape"]
-    if shape is not None and len(shape):
-        out = tuple(int(v) for v in shape)[-nd:]
-        if not explicit:  # the difference to the full size is split as auto_pad says
-            begin = _split_total([max(0, f - o) for f, o in zip(full, out)], mode == "SAME_UPPER")[0]
-    elif mode in ("SAME_UPPER", "SAME_LOWER"):
-        # size * stride, or the full size where that is smaller (ONNX shape inference and ONNX Runtime)
-        total = [max(0, f - n * s) for f, n, s in zip(full, spatial, st)]
-        begin, out = _split_total(total, mode == "SAME_UPPER")[0], tuple(f - t for f, t in zip(full, total))
-    else:
-        out = tuple(f - b - e for f, b, e in zip(full, begin, end))
-    if len(out) != nd or min(out) < 1 or min(begin) < 0:
-        raise UnsupportedOperationError(f"pads / output_shape leave no output (full size {tuple(full)}, output {out})")
-    return begin, out
-
-
 @dataclass(frozen=True, slots=True)
 class _ConvPlan:
     """One F.conv{nd}d call: torch pads symmetrically, so asymmetric pads go to ``edges`` (an
@@ -338,8 +268,12 @@ def _conv_plan(a: Attrs, x: Sequence[int], w: Sequence[int]) -> _ConvPlan:
     nd = len(w) - 2
     if nd not in (1, 2, 3) or len(x) != len(w):
         raise UnsupportedOperationError(f"conv over {nd} spatial axes (x {tuple(x)}, weight {tuple(w)}): PyTorch has F.conv1d..conv3d")
-    st, dil = _per_axis(a["strides"], nd, 1, "strides"), _per_axis(a["dilations"], nd, 1, "dilations")
-    begin, end = _conv_pads(a, x[2:], w[2:], st, dil)
+    from neurenix_core.contract import conv_geometry
+
+    try:  # the reference's pads (explicit, VALID, SAME_*), so the two agree by construction
+        st, dil, begin, end, _ = conv_geometry(a, x, w)
+    except ValueError as e:
+        raise UnsupportedOperationError(f"conv (x {tuple(x)}, weight {tuple(w)}): {e}") from e
     common = tuple(min(b, e) for b, e in zip(begin, end))
     edges = tuple(v for i in reversed(range(nd)) for v in (begin[i] - common[i], end[i] - common[i]))
     return _ConvPlan(nd, st, common, dil, int(a["group"]), edges if any(edges) else None)
@@ -397,8 +331,12 @@ def _conv_t_plan(a: Attrs, x: Sequence[int], w: Sequence[int]) -> _ConvTPlan:
     if nd not in (1, 2, 3) or len(x) != len(w):
         raise UnsupportedOperationError(
             f"conv_transpose over {nd} spatial axes (x {tuple(x)}, weight {tuple(w)}): PyTorch has F.conv_transpose1d..3d")
-    st, dil = _per_axis(a["strides"], nd, 1, "strides"), _per_axis(a["dilations"], nd, 1, "dilations")
-    begin, out = _conv_t_window(a, x[2:], w[2:], st, dil)
+    from neurenix_core.contract import conv_transpose_geometry
+
+    try:  # the reference's output window of the unpadded result (pads, output_padding, output_shape, auto_pad)
+        st, dil, begin, out = conv_transpose_geometry(a, x, w)
+    except ValueError as e:
+        raise UnsupportedOperationError(f"conv_transpose (x {tuple(x)}, weight {tuple(w)}): {e}") from e
     ext = [d * (k - 1) for k, d in zip(w[2:], dil)]
     parts = [_torch_window(begin[i], out[i], (x[2 + i] - 1) * st[i] + ext[i] + 1, st[i], dil[i], ext[i]) for i in range(nd)]
     edges = tuple(v for p in reversed(parts) for v in (-p[2], p[3]))

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from neurenix_core.contract import Node, opset
+from neurenix_core.contract import Node, conv_geometry, conv_transpose_geometry, opset
 from neurenix_tpu import kernels
 from neurenix_tpu.modes import Mode
 
@@ -237,76 +237,6 @@ def _conv_transpose2d(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -
     return Value(y.astype(x.dtype))
 
 
-#: ONNX's auto_pad values (the opset's reference refuses any other).
-_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-
-
-def _per_axis(v: Sequence[int] | None, nd: int, default: int, what: str) -> tuple[int, ...]:
-    """An ONNX per-spatial-axis attribute (strides, dilations, output_padding): absent or empty
-    means ``default`` on every axis."""
-    out = (default,) * nd if v is None or len(v) == 0 else tuple(int(i) for i in v)
-    if len(out) != nd:
-        raise ValueError(f"{what} {out} has {len(out)} entries for {nd} spatial axes")
-    return out
-
-
-def _auto_pad(a: Mapping[str, Any]) -> str:
-    mode = str(a["auto_pad"])
-    if mode not in _AUTO_PADS:
-        raise ValueError(f"auto_pad must be one of {_AUTO_PADS}, got {mode!r}")
-    return mode
-
-
-def _split_total(total: Sequence[int], upper: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(begin, end) of SAME padding: SAME_UPPER puts the odd element at the end, SAME_LOWER at the start."""
-    small, big = tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
-    return (small, big) if upper else (big, small)
-
-
-def _conv_pads(a: Mapping[str, Any], spatial: Sequence[int], kernel: Sequence[int], st: Sequence[int],
-               dil: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """ONNX Conv's (begin, end) zero pads, as the opset's reference: explicit ``pads``, VALID
-    (none), or SAME_* (output ceil(size / stride))."""
-    nd, mode, pads = len(spatial), _auto_pad(a), a["pads"]
-    if mode in ("SAME_UPPER", "SAME_LOWER"):
-        total = [max(0, (-(-n // s) - 1) * s + d * (k - 1) + 1 - n) for n, k, s, d in zip(spatial, kernel, st, dil)]
-        return _split_total(total, mode == "SAME_UPPER")
-    if mode == "VALID" or not pads:
-        return (0,) * nd, (0,) * nd
-    if len(pads) != 2 * nd or min(int(q) for q in pads) < 0:
-        raise ValueError(f"pads {tuple(pads)} must be 2 x {nd} entries, none negative")
-    return tuple(int(q) for q in pads[:nd]), tuple(int(q) for q in pads[nd:])
-
-
-def _conv_t_window(a: Mapping[str, Any], spatial: Sequence[int], kernel: Sequence[int], st: Sequence[int],
-                   dil: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """ONNX ConvTranspose's output as a window of the unpadded result: ``out`` elements from
-    ``begin`` per axis (past the result's end: zeros), as the opset's reference decides them
-    from pads, output_padding, output_shape and auto_pad."""
-    nd, mode = len(spatial), _auto_pad(a)
-    opad = _per_axis(a["output_padding"], nd, 0, "output_padding")
-    full = [(n - 1) * s + d * (k - 1) + 1 + op for n, k, s, d, op in zip(spatial, kernel, st, dil, opad)]
-    explicit = mode == "NOTSET" and bool(a["pads"])
-    if explicit and len(a["pads"]) != 2 * nd:
-        raise ValueError(f"pads {tuple(a['pads'])} must have 2 x {nd} entries")
-    pads = tuple(int(q) for q in a["pads"]) if explicit else (0,) * (2 * nd)
-    begin, end = pads[:nd], pads[nd:]
-    shape = a["output_shape"]
-    if shape is not None and len(shape):
-        out = tuple(int(v) for v in shape)[-nd:]
-        if not explicit:  # the difference to the full size is split as auto_pad says
-            begin = _split_total([max(0, f - o) for f, o in zip(full, out)], mode == "SAME_UPPER")[0]
-    elif mode in ("SAME_UPPER", "SAME_LOWER"):
-        # size * stride, or the full size where that is smaller (ONNX shape inference and ONNX Runtime)
-        total = [max(0, f - n * s) for f, n, s in zip(full, spatial, st)]
-        begin, out = _split_total(total, mode == "SAME_UPPER")[0], tuple(f - t for f, t in zip(full, total))
-    else:
-        out = tuple(f - b - e for f, b, e in zip(full, begin, end))
-    if len(out) != nd or min(out) < 1 or min(begin) < 0:
-        raise ValueError(f"pads / output_shape leave no output (full size {tuple(full)}, output {out})")
-    return begin, out
-
-
 def _logical_shape(v: Value) -> tuple[int, ...]:
     s = tuple(int(n) for n in v.array.shape)
     return (s[0], s[3], s[1], s[2]) if v.nhwc else s
@@ -335,8 +265,7 @@ def _conv_nd(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
     a = _attrs(node)
     xs, ws = _logical_shape(ins[0]), _logical_shape(ins[1])
     nd = len(ws) - 2
-    st, dil = _per_axis(a["strides"], nd, 1, "strides"), _per_axis(a["dilations"], nd, 1, "dilations")
-    begin, end = _conv_pads(a, xs[2:], ws[2:], st, dil)
+    st, dil, begin, end, _ = conv_geometry(a, xs, ws)  # the reference's pads; ValueError as it refuses
     layout, held = _conv_layout(nd, ins[1].nhwc)
     x = nhwc(ins[0]) if held else nchw(ins[0])
     w = ins[1].array if held else nchw(ins[1])
@@ -356,9 +285,9 @@ def _conv_t_nd(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value
     xs = _logical_shape(ins[0])
     w = nchw(ins[1])
     nd, g = w.ndim - 2, int(a["group"])
-    st, dil = _per_axis(a["strides"], nd, 1, "strides"), _per_axis(a["dilations"], nd, 1, "dilations")
     kernel = tuple(int(k) for k in w.shape[2:])
-    begin, out = _conv_t_window(a, xs[2:], kernel, st, dil)
+    # the reference's output window of the unpadded result; ValueError as it refuses
+    st, dil, begin, out = conv_transpose_geometry(a, xs, tuple(int(n) for n in w.shape))
     c, og = int(w.shape[0]), int(w.shape[1])
     # (C, O/g, *k) -> (g * O/g, C/g, *k), spatially flipped: the kernel of the equivalent convolution.
     swapped = w.reshape((g, c // g, og) + kernel).swapaxes(1, 2).reshape((g * og, c // g) + kernel)
