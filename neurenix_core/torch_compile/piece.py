@@ -27,6 +27,7 @@ from neurenix_core.torch_compile.options import TorchCompileOptions
 
 __all__ = ["Piece", "count_ops", "fall_back", "policy", "to_numpy", "to_torch"]
 
+
 @contextlib.contextmanager
 def policy(options: TorchCompileOptions) -> Iterator[None]:
     """The options' fallback policy inside the block (the process's own where none is given)."""
@@ -93,6 +94,8 @@ class Piece:
         #: positions among the live inputs of those the graph writes in place (a static key/value
         #: cache): their new values are the compiled graph's first outputs, copied back after a call
         self.written: list[int] = []
+        #: why a dynamic graph compiles per shape instead of per power-of-two bucket, else None
+        self.buckets_refused: str | None = None
         #: why a backward through this graph is refused (a device that cannot train), else None
         self.no_backward: str | None = None
         #: why PyTorch runs this graph instead (it could not be imported), else None
@@ -118,10 +121,10 @@ class Piece:
             return f"{head}\nnot compiled yet: torch.compile compiles a graph at its first call"
         if self.recompilations:
             head += f", compiled again {self.recompilations}x (weights changed)"
-        return f"{head}, on {self.compiled.device}\n{self.compiled.summary}"
+        tail = f"\nshape buckets refused, compiled per shape: {self.buckets_refused}" if self.buckets_refused else ""
+        return f"{head}, on {self.compiled.device}\n{self.compiled.summary}{tail}"
 
     def _build(self, args: list[Any] | tuple[Any, ...]) -> None:
-        from neurenix_core.graph.compile.compiler import compile as nx_compile
         from neurenix_core.graph.importers.torch_export import import_module
 
         module = freeze(self.gm, list(args), self.parts)
@@ -129,8 +132,24 @@ class Piece:
         spec = self._dynamic_shapes()
         self.written = []
         graph = import_module(module, live, {}, dynamic_shapes=spec, static=spec is None, share_weights=True, written=self.written)
-        self.compiled = nx_compile(graph, self.options.device, outputs="host", progress=False, **self.options.compile_kwargs())
+        self.compiled = self._compile(graph, bucketed=spec is not None and self.options.buckets is None)
         self.frozen = Frozen(self.parts.weights, list(args))
+
+    def _compile(self, graph: Any, bucketed: bool) -> Any:
+        """nx.compile of the imported graph. A graph dynamo made dynamic gets power-of-two shape
+        buckets on its dynamic axes where padding is proven safe (a growing batch then compiles
+        once per bucket, not once per size); where it is not (a cache joined by concat), it
+        compiles per shape, and ``buckets_refused`` says why."""
+        from neurenix_core.graph.compile.buckets.policy import PaddingRefusedError
+        from neurenix_core.graph.compile.compiler import compile as nx_compile
+
+        kwargs = self.options.compile_kwargs()
+        if bucketed:
+            try:
+                return nx_compile(graph, self.options.device, outputs="host", progress=False, **(kwargs | {"buckets": True}))
+            except PaddingRefusedError as exc:
+                self.buckets_refused = str(exc)
+        return nx_compile(graph, self.options.device, outputs="host", progress=False, **kwargs)
 
     def _dynamic_shapes(self) -> tuple[Any, ...] | None:
         """torch.export's spec for the axes dynamo made dynamic; None where all are static."""
