@@ -18,12 +18,13 @@ next call, and the piece is compiled again from the current values.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from neurenix_core.errors import UnsupportedOperationError
 
-__all__ = ["Frozen", "Split", "freeze", "split"]
+__all__ = ["Frozen", "Split", "freeze", "input_names", "split"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,15 @@ def freeze(gm: Any, example_inputs: list[Any], parts: Split) -> Any:
         graph.erase_node(nodes[i])
     module.recompile()
     return module
+
+
+def input_names(gm: Any, parts: Split) -> list[str]:
+    """The user tensors' names as the model's code has them (dynamo's ``l_kwargs_attention_mask_``
+    is ``attention_mask``): the graph's input names, which summaries show and cpu:0's runtime
+    measurement reads (an input named like a mask is measured with ones)."""
+    nodes = _placeholders(gm)
+    names = [re.sub(r"^l_(?:kwargs_|args_)?", "", str(nodes[i].name)).strip("_") or f"input_{k}" for k, i in enumerate(parts.live)]
+    return [n if names.count(n) == 1 else f"{n}_{k}" for k, n in enumerate(names)]
 
 
 class Frozen:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import FallbackError, NotDifferentiableError, UnsupportedOperationError
-from neurenix_core.torch_compile.freeze import Frozen, Split, freeze, split
+from neurenix_core.torch_compile.freeze import Frozen, Split, freeze, input_names, split
 from neurenix_core.torch_compile.options import TorchCompileOptions
 
 __all__ = ["Piece", "count_ops", "fall_back", "policy", "to_numpy", "to_torch"]
@@ -131,7 +131,8 @@ class Piece:
         live = tuple(args[i] for i in self.parts.live)
         spec = self._dynamic_shapes()
         self.written = []
-        graph = import_module(module, live, {}, dynamic_shapes=spec, static=spec is None, share_weights=True, written=self.written)
+        graph = import_module(module, live, {}, dynamic_shapes=spec, static=spec is None, share_weights=True, written=self.written,
+                              input_names=input_names(self.gm, self.parts))
         self.compiled = self._compile(graph, bucketed=spec is not None and self.options.buckets is None)
         self.frozen = Frozen(self.parts.weights, list(args))
 

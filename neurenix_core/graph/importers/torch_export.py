@@ -818,7 +818,8 @@ def _export_planned(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict
 
 
 def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, dynamic_shapes: Any = None,
-                  static: bool = False, share_weights: bool = False, written: list[int] | None = None) -> Graph:
+                  static: bool = False, share_weights: bool = False, written: list[int] | None = None,
+                  input_names: Sequence[str] | None = None) -> Graph:
     """The Graph of ``module`` called as ``module(*args, **kwargs)`` (example inputs).
 
     Dynamic axes: ``dynamic_shapes`` as torch.export takes it, else the default (axis 0 of every
@@ -828,13 +829,16 @@ def import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     weights are read-only views of the module's CPU tensors, not copies (see ``_SHARE_WEIGHTS``).
     ``written`` (a list): a forward that writes to its inputs in place is imported with their new
     values as the first outputs, and their positions appended to the list (``_WRITTEN``).
+    ``input_names``: the graph's input names, one per tensor input in order, instead of
+    torch.export's (``args_0``... for a ``forward(*args)``, as torch.compile's graphs have).
     """
-    token, mark = _SHARE_WEIGHTS.set(share_weights), _WRITTEN.set(written)
+    token, mark, names = _SHARE_WEIGHTS.set(share_weights), _WRITTEN.set(written), _INPUT_NAMES.set(input_names)
     try:
         return _import_module(module, args, kwargs, dynamic_shapes, static)
     finally:
         _SHARE_WEIGHTS.reset(token)
         _WRITTEN.reset(mark)
+        _INPUT_NAMES.reset(names)
 
 
 def _import_module(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, static: bool) -> Graph:
@@ -911,7 +915,7 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
             elif n.name in user_inputs:
                 shape, dtype = _example_shape(n), _dtype(n.meta["val"].dtype)
                 dynamic = [a for a, d in enumerate(c.sym_shape(n)) if isinstance(d, SymDim)]
-                c.env[n] = c.b.add_input(n.name, shape, dtype, dynamic)
+                c.env[n] = c.b.add_input(_input_name(n, inputs), shape, dtype, dynamic)
             else:
                 raise c.fail(n, "is an input torch.export lifted that neurenix cannot supply (a token or custom object)")
         elif n.op == "call_function":
@@ -989,10 +993,18 @@ def _outputs(c: _Ctx, outs: Sequence[Any], position: dict[Any, int], source: str
     return c.b.graph(values), template
 
 
+#: Set by ``import_module(input_names=...)``: the user inputs' names in the graph, in order.
+_INPUT_NAMES: ContextVar[Sequence[str] | None] = ContextVar("neurenix_input_names", default=None)
+
 #: Set by ``import_module(written=[])``: the positions of the user inputs forward writes in place
 #: are appended there, and their new values are the graph's first outputs (torch.compile copies
 #: them back); unset, such a forward is refused.
 _WRITTEN: ContextVar[list[int] | None] = ContextVar("neurenix_written_inputs", default=None)
+
+
+def _input_name(n: Any, inputs: list[Any]) -> str:
+    names = _INPUT_NAMES.get()
+    return str(names[inputs.index(n)]) if names is not None and len(names) == len(inputs) else str(n.name)
 
 
 def _refuse_mutations(module: Any, ep: Any) -> None:
