@@ -27,6 +27,7 @@ order, dict and ``ModelOutput`` entries in insertion order (``last_hidden_state`
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -758,7 +759,19 @@ def _export(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, An
 
     with quiet_export():  # torch's internal FutureWarning and its 0/1-specialisation log line (torch_quiet)
         ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes)
-        return ep, ep.run_decompositions({})
+        return ep, ep.run_decompositions(_decompositions())
+
+
+@functools.cache
+def _decompositions() -> dict[Any, Any]:
+    """PyTorch's own decompositions to core ATen, for the ops the importer does not map: a
+    composite it maps whole (``linear``, ``layer_norm``, ``scaled_dot_product_attention``) stays
+    one node, every other one (``logaddexp``, ``diagonal``, ``index_put``, ``new_empty``...)
+    arrives as the ops it is made of, as PyTorch itself computes it."""
+    from torch._decomp import core_aten_decompositions, decomposition_table
+
+    table = dict(decomposition_table) | dict(core_aten_decompositions())  # the core table's choice where both have one
+    return {op: fn for op, fn in table.items() if _packet_name(op) not in HANDLERS}
 
 
 def _refuse(module: Any, exc: Exception) -> UnsupportedOperationError:

@@ -270,6 +270,14 @@ def _pow(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _emit(c, n, "", "pow", [_as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")])
 
 
+def _hypot(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """sqrt(x*x + y*y), as PyTorch computes it in the input precision."""
+    dtype = _out_dtype(c, n)
+    x, y = _as(c, n, a[0], dtype, "x"), _as(c, n, a[1], dtype, "y")
+    total = _emit(c, n, "sum", "add", [_emit(c, n, "xx", "mul", [x, x]), _emit(c, n, "yy", "mul", [y, y])])
+    return _emit(c, n, "", "sqrt", [total])
+
+
 def _atan2(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     """atan(y / x) moved to the right quadrant: +-pi for x < 0, +-pi/2 on the y axis."""
     dtype = _out_dtype(c, n)
@@ -747,6 +755,25 @@ def _scatter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _emit(c, n, "", "scatter_elements", [x, index, src], {"axis": dim, "reduction": op})
 
 
+def _as_strided(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """as_strided(x, size, stride, storage_offset) over x's elements in row-major order (what
+    PyTorch's decompositions of views such as ``diagonal`` produce on a contiguous tensor): a
+    gather of the flattened input at the offsets the strides give, computed at import."""
+    size, stride = a[1], a[2]
+    offset = _arg(a, k, 3, "storage_offset", 0) or 0
+    shape = _input_shape(c, n)
+    if not all(isinstance(v, int) for v in (*size, *stride, offset, *shape)):
+        raise c.fail(n, "takes sizes or strides computed at run time")
+    index = np.full(tuple(size), int(offset), np.int64)
+    for axis, (extent, step) in enumerate(zip(size, stride)):
+        index += (np.arange(extent, dtype=np.int64) * int(step)).reshape((-1,) + (1,) * (len(size) - axis - 1))
+    total = int(np.prod(shape, dtype=np.int64))
+    if index.size and (index.min() < 0 or index.max() >= total):
+        raise c.fail(n, f"reads past its input's {total} elements (a view of a larger storage)")
+    flat = _emit(c, n, "flat", "reshape", [a[0]], {"shape": (-1,)})
+    return _emit(c, n, "", "gather", [flat, Const(index)], {"axis": 0})
+
+
 def _index_copy(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     """index_copy(x, dim, index, source): source's slices written at positions ``index`` of axis
     ``dim`` (a static key/value cache's update), as scatter_elements with the index broadcast
@@ -1063,7 +1090,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "threshold": _threshold, "glu": _glu,
     # elementwise math
     "isinf": _unary("isinf"), "isnan": _unary("isnan"), "round": _round, "trunc": _trunc, "fix": _trunc, "frac": _frac,
-    "remainder": _binary_in("mod", fmod=False), "fmod": _binary_in("mod", fmod=True), "atan2": _atan2, "arctan2": _atan2,
+    "remainder": _binary_in("mod", fmod=False), "fmod": _binary_in("mod", fmod=True), "atan2": _atan2, "arctan2": _atan2, "hypot": _hypot,
     "div": _div, "floor_divide": _floor_divide, "pow": _pow,
     "maximum": _binary_in("maximum"), "minimum": _binary_in("minimum"),
     "expm1": _expm1, "log1p": _log1p, "log2": _log_base(2.0), "log10": _log_base(10.0), "exp2": _exp2, "square": _square,
@@ -1091,7 +1118,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "one_hot": _one_hot, "einsum": _einsum, "broadcast_tensors": _broadcast_tensors,
     "zeros_like": _like(0), "ones_like": _like(1), "empty_like": _like(0), "full_like": _like(None),
     "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
-    "scatter": _scatter, "scatter_add": _scatter, "index_copy": _index_copy, "scatter_reduce": _scatter, "index_put": _index_put,
+    "scatter": _scatter, "scatter_add": _scatter, "index_copy": _index_copy, "as_strided": _as_strided, "scatter_reduce": _scatter, "index_put": _index_put,
     # pooling
     "max_pool1d": _pool_nd("max", 1), "max_pool2d": _pool_nd("max", 2), "max_pool3d": _pool_nd("max", 3),
     "max_pool1d_with_indices": _pool_nd("max", 1, True), "max_pool2d_with_indices": _pool_nd("max", 2, True),
