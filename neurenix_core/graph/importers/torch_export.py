@@ -290,7 +290,12 @@ def _reduce(op: str) -> Handler:
         dims = a[1] if len(a) > 1 else k.get("dim")
         keep = bool(a[2]) if len(a) > 2 else bool(k.get("keepdim", False))
         axes = None if dims is None or dims == [] else (tuple(dims) if isinstance(dims, (list, tuple)) else (int(dims),))
-        return c.b.emit(c.name(n), op, [a[0]], {"axes": axes, "keepdims": keep})
+        x = a[0]
+        if op in ("reduce_sum", "reduce_prod") and "val" in n.meta:
+            # PyTorch sums bool and small integers in int64 (a count of True values): cast
+            # first, or the sum of a bool tensor would stay bool (a count of 2 read as 1)
+            x = c.b.cast_to(c.name(n) + ".in", x, c.meta(n)[1])
+        return c.b.emit(c.name(n), op, [x], {"axes": axes, "keepdims": keep})
 
     return run
 

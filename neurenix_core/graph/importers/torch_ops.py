@@ -780,7 +780,9 @@ def _index_copy(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     along source's other axes."""
     x, index, src = a[0], a[2], a[3]
     shape = tuple(c.sym_shape(n.args[3]))
-    dim = int(a[1]) % max(len(shape), 1)
+    if not shape or not _input_shape(c, n):  # 0-d: the one element is the source's (index 0, checked by PyTorch)
+        return _emit(c, n, "", "reshape", [c.b.cast_to(c.name(n) + ".src", src, _out_dtype(c, n))], {"shape": tuple(c.sym_shape(n))})
+    dim = int(a[1]) % len(shape)
     lifted = _emit(c, n, "index", "reshape", [index], {"shape": tuple(-1 if i == dim else 1 for i in range(len(shape)))})
     spread = _emit(c, n, "spread", "expand", [lifted], {"shape": shape})
     return _emit(c, n, "", "scatter_elements", [x, spread, c.b.cast_to(c.name(n) + ".src", src, _out_dtype(c, n))], {"axis": dim})
