@@ -11,8 +11,8 @@ backend, device CPU, f32 precision hint) runs on the same hardware as ``npu:0``:
 with each other; ``cpu:0`` is compared with the fastest of eager, inductor and openvino.
 
 Per model, batch and backend: ``compile s`` is the first call after ``torch._dynamo.reset()``
-(dynamo's capture plus the backend's compile, the persistent compile caches of neurenix empty:
-a fresh state folder per run), ``ms`` the steady-state latency, the fastest of interleaved rounds
+(dynamo's capture plus the backend's compile, every on-disk cache empty: a fresh neurenix state
+folder and inductor cache folder per run, inductor's FX graph cache off), ``ms`` the steady-state latency, the fastest of interleaved rounds
 (``benchkit.interleaved``) under ``torch.no_grad()``. Every backend's output is checked against
 eager (max abs difference in the table). Models are built in plain ``torch.nn`` or from
 transformers configs (random weights): ``resnet18`` (BasicBlocks 2-2-2-2, 3x128x128 inputs),
@@ -211,7 +211,10 @@ def main() -> None:
         return
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as state:
-        env = {"NEURENIX_EMULATE": "npu", "JAX_PLATFORMS": "cpu", "NEURENIX_STATE_DIR": state}
+        # every compile cold: neurenix's state folder and inductor's on-disk caches fresh per run
+        env = {"NEURENIX_EMULATE": "npu", "JAX_PLATFORMS": "cpu", "NEURENIX_STATE_DIR": state,
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(state, "inductor"), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+               "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
         extra = ["--models", *args.models, "--batches", *map(str, args.batches)]
         for threads in args.threads:
             rows += run_child(__file__, threads, args.quick, env=env, timeout=7200, extra=extra)
