@@ -41,6 +41,8 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
     "cross_entropy": (torch.nn.functional.cross_entropy, (_x(4, 3), torch.tensor([2, 0, 1, 2]))),
     "masked_std": (lambda x, m: torch.masked.std(x, dim=None, mask=m), (_x(4, 5), _x(4, 5, seed=1) > 0)),
     "index_copy": (lambda x, i, v: x.index_copy(0, i, v), (_x(5, 2), torch.tensor([3, 0]), _x(2, 2, seed=1))),
+    # a 0-d tensor reduced over dim 0 (PyTorch's one element); the opset's axes did not exist
+    "reduce_0d": (lambda x: x.sum(0) + x.mean(-1) + x.amax(0) + torch.logsumexp(x, 0) + x.prod(0), (_x(1).reshape(()),)),
     "index_copy_0d": (lambda x, i, v: x.index_copy(0, i, v), (_x(1).reshape(()), torch.tensor([0]), _x(1, seed=1).reshape(()))),
 }
 

@@ -119,6 +119,10 @@ class GraphBuilder:
              params: Mapping[str, Any] | None = None) -> Value:
         """Append ``op`` (or fold it when every input is a constant); returns the output value."""
         attrs, params = dict(attrs or {}), dict(params or {})
+        if op.startswith("reduce_") and attrs.get("axes") and inputs and not self.spec(inputs[0]).shape:
+            # PyTorch reduces a 0-d tensor over dim 0 or -1 (the one element: sum, max, mean...);
+            # the opset's axes must exist, so a 0-d reduction is written over all (no) axes
+            attrs["axes"] = None
         if all(isinstance(v, Const) for v in inputs) and op != "constant" and not is_symbolic(attrs):
             arrays = [v.array for v in inputs]  # type: ignore[union-attr]
             self._check_fold(name, op, inputs, attrs, params)
