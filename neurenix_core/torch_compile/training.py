@@ -89,7 +89,7 @@ class AtenPiece:
         from neurenix_core.graph.compile.compiler import compile as nx_compile
         from neurenix_core.graph.importers.torch_export import import_fx
 
-        graph, template = import_fx(self._at_call_sizes(args), {}, f"torch.compile {self.name}")
+        graph, template = import_fx(self._at_call_sizes(args), f"torch.compile {self.name}")
         kwargs = self.options.compile_kwargs()
         kwargs.pop("calibration"), kwargs.pop("quantize")  # training graphs run in float
         return nx_compile(graph, self.options.device, outputs="host", progress=False, **kwargs), template

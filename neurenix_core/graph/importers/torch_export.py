@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -904,12 +904,17 @@ def _import_dynamic(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict
     return graph
 
 
-def _input_symbols(c: _Ctx, ep: Any, inputs: list[Any]) -> None:
-    """Map torch.export's size symbols to the input axes they first appear on, with bounds."""
+def _axis_symbols(c: _Ctx, inputs: list[Any]) -> None:
+    """Map PyTorch's size symbols to the input axes they first appear on."""
     for index, n in enumerate(inputs):
         for axis, d in enumerate(n.meta["val"].shape):
             if isinstance(d, c.torch.SymInt) and d.node.expr.is_Symbol and str(d.node.expr) not in c.symbols:
                 c.symbols[str(d.node.expr)] = variable(index, axis)
+
+
+def _input_symbols(c: _Ctx, ep: Any, inputs: list[Any]) -> None:
+    """Map torch.export's size symbols to the input axes they first appear on, with bounds."""
+    _axis_symbols(c, inputs)
     for sym, vr in ep.range_constraints.items():
         upper = vr.upper
         c.bounds[str(sym)] = int(upper) if getattr(upper, "is_Integer", False) or type(upper) is int else None
@@ -947,13 +952,12 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
     raise UnsupportedOperationError(f"from_torch({type(module).__name__}): the exported program has no output")
 
 
-def import_fx(gm: Any, constants: Mapping[int, Any], source: str) -> tuple[Graph, list[tuple[str, Any]]]:
-    """An ATen FX graph that is not an exported program (AOTAutograd's forward or backward, its
-    weights placeholders like the data), and how its outputs map to the Graph's.
+def import_fx(gm: Any, source: str) -> tuple[Graph, list[tuple[str, Any]]]:
+    """An ATen FX graph that is not an exported program (AOTAutograd's forward or backward, whose
+    weights are placeholders like the data), and how its outputs map to the Graph's.
 
-    Placeholder ``i`` in ``constants`` (a torch tensor) is imported as a constant (a read-only view
-    of a CPU tensor); the other tensor placeholders are the Graph's inputs, in order, their
-    symbolic axes dynamic; a SymInt placeholder is the size of the input axis it names. The
+    The tensor placeholders are the Graph's inputs, in order, their symbolic axes dynamic; a
+    SymInt (or, traced at sizes, int) placeholder is the size of the input axis it names. The
     graph's outputs are its tensors; the second value has one entry per FX output: ("graph", k)
     for the Graph's output k, ("input", i) for a placeholder returned as it is, ("value", v) for
     a None or a size.
@@ -962,17 +966,11 @@ def import_fx(gm: Any, constants: Mapping[int, Any], source: str) -> tuple[Graph
 
     c = _Ctx(GraphBuilder(source), torch)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    inputs = [n for i, n in enumerate(placeholders) if i not in constants and isinstance(n.meta.get("val"), torch.Tensor)]
-    for index, n in enumerate(inputs):
-        for axis, d in enumerate(n.meta["val"].shape):
-            if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol and str(d.node.expr) not in c.symbols:
-                c.symbols[str(d.node.expr)] = variable(index, axis)
+    _axis_symbols(c, [n for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)])
     position = {n: i for i, n in enumerate(placeholders)}
-    for i, n in enumerate(placeholders):
+    for n in placeholders:
         val = n.meta.get("val")
-        if i in constants:
-            c.env[n] = Const(_host_array(constants[i], share=True))
-        elif isinstance(val, torch.Tensor):
+        if isinstance(val, torch.Tensor):
             dynamic = [a for a, d in enumerate(c.sym_shape(n)) if isinstance(d, SymDim)]
             c.env[n] = c.b.add_input(n.name, _example_shape(n), _dtype(val.dtype), dynamic)
         elif isinstance(val, (int, torch.SymInt)):  # a size: symbolic, or fixed where the graph was traced at sizes
@@ -995,7 +993,7 @@ def _outputs(c: _Ctx, outs: Sequence[Any], position: dict[Any, int], source: str
     values: list[Value] = []
     template: list[tuple[str, Any]] = []
     for o in outs:
-        if isinstance(o, fx.Node) and o in position and not isinstance(c.env[o], Const):
+        if isinstance(o, fx.Node) and o in position:
             template.append(("input", position[o]))  # a saved input: the caller hands back its own tensor
             continue
         v = c.env[o] if isinstance(o, fx.Node) else o

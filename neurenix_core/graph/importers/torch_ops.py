@@ -762,12 +762,13 @@ def _as_strided(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     size, stride = a[1], a[2]
     offset = _arg(a, k, 3, "storage_offset", 0) or 0
     shape = _input_shape(c, n)
-    if not all(isinstance(v, int) for v in (*size, *stride, offset, *shape)):
+    dims = [d for d in shape if isinstance(d, int)]
+    if len(dims) != len(shape) or not all(isinstance(v, int) for v in (*size, *stride, offset)):
         raise c.fail(n, "takes sizes or strides computed at run time")
     index = np.full(tuple(size), int(offset), np.int64)
     for axis, (extent, step) in enumerate(zip(size, stride)):
         index += (np.arange(extent, dtype=np.int64) * int(step)).reshape((-1,) + (1,) * (len(size) - axis - 1))
-    total = int(np.prod(shape, dtype=np.int64))
+    total = int(np.prod(dims, dtype=np.int64))
     if index.size and (index.min() < 0 or index.max() >= total):
         raise c.fail(n, f"reads past its input's {total} elements (a view of a larger storage)")
     flat = _emit(c, n, "flat", "reshape", [a[0]], {"shape": (-1,)})
