@@ -2,7 +2,9 @@
 
 An MLP with zero biases (as Hugging Face initialises them) is compiled int8 on each int8 device
 found (cpu, and npu / edgetpu where their plugins are installed); the summary says how far the
-device is from the integer reference. Then a plan with one wrong scale is refused, naming its
+device is from the integer reference. cpu:0 runs int8 on the fastest host runtime with integer
+kernels (OpenVINO, LiteRT/XNNPACK where installed), checked the same way; ``runtime="numpy"``
+runs the integer reference itself, which is 0.00% from itself by construction. Then a plan with one wrong scale is refused, naming its
 layer, and the per-layer float-vs-integer table (the quantization "debugger") is printed.
 
     python examples/int8_verification.py
@@ -29,13 +31,17 @@ def main() -> None:
     x = rng.standard_normal((4, 64)).astype(np.float32)
 
     devices = [str(d) for d in nx.devices() if d.index == 0 and d.type in ("cpu", "npu", "edgetpu")]
-    for device in devices:
-        compiled = nx.compile(model, device=device, quantize="int8", calibration=calibration, progress=False)
+    runs = [(device, {}) for device in devices] + [("cpu:0", {"runtime": "numpy"})]
+    for device, options in runs:
+        compiled = nx.compile(model, device=device, quantize="int8", calibration=calibration, progress=False, **options)
         v = compiled.verification
+        label = device + "".join(f" ({k}={v!r})" for k, v in options.items())
         print(
-            f"{device}: device vs integer reference {v.device_relative:.2%} (bound {v.device_bound:.2%}), "
+            f"{label}: device vs integer reference {v.device_relative:.2%} (bound {v.device_bound:.2%}), "
             f"integer vs float {v.plan_relative:.2%}"
         )
+        engine = getattr(compiled.native(), "summary", "") or "the core's integer reference (NumPy)"
+        print(f"  on {engine.split(';')[0]}")
         print(f"  output[0, :4] = {np.round(np.asarray(compiled(x).numpy())[0, :4], 4)}")
 
     plan = compiled.plan

@@ -28,7 +28,8 @@ def test_int8_top1_agreement_with_torch(name: str) -> None:
     imported = nn.from_torch(model, torch.zeros(BATCH, 3, 16, 16))
     calibration = [rng.standard_normal((BATCH, 3, 16, 16)).astype(np.float32) for _ in range(6)]
     compiled = nx.compile(imported, device="cpu:0", quantize="int8", calibration=calibration, progress=False)
-    assert "integer kernels" in compiled.summary or compiled.compiled_shapes == []
+    # The integer reference, or a host runtime's int8 kernels with the core's plan (host_select).
+    assert "integer kernels" in compiled.summary or "int8 with the core's plan" in compiled.summary or compiled.compiled_shapes == []
     ops = {n.op for n in compiled.graph.nodes}
     assert "batch_norm2d" not in ops  # folded into the convolutions
     if name != "resnet_block":  # hardswish, hardsigmoid, silu, mul, reduce_mean run between quantized ops

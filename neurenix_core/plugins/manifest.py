@@ -35,8 +35,9 @@ __all__ = [
 #: 1.1 added ``Capabilities.graph_ops`` / ``graph_dtypes`` (the ops a compiling plugin lowers);
 #: 1.2 ``Capabilities.host_runtime`` and the ``neurenix_host_runtime`` hook (runtimes for cpu:0);
 #: 1.3 the optional ``neurenix_save_compiled`` / ``neurenix_load_compiled`` hooks (compiled artifacts);
-#: 1.4 ``Capabilities.compile_options`` (the ``nx.compile`` options a plugin reads, checked by the core).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 4)
+#: 1.4 ``Capabilities.compile_options`` (the ``nx.compile`` options a plugin reads, checked by the core);
+#: 1.5 ``HostRuntime.quantized_precisions`` / ``HostOptions.plan`` (static int8/int16 on host runtimes).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 5)
 
 
 _REQUIRED: Final = object()

@@ -279,6 +279,11 @@ class Compiled(Lowering):
         beyond rounding. The agreement goes into ``.summary`` and the placement report."""
         extra = dict(self.extra)
         extra.pop("shape_buckets", None)
+        runtimes = set(self._host_parts.values())
+        if str(self.device.type) == "cpu" and "runtime" not in extra and len(runtimes) == 1:
+            # Prefixes are located on the runtime that runs the model: left to choose, a small
+            # prefix would run on the integer reference and never differ from it.
+            extra["runtime"] = runtimes.pop()
 
         def locate(graph: Graph) -> Callable[..., list[np.ndarray]]:
             return _host_runner(compile(graph, self.device, quantize=self.plan, outputs="host", verify=False, progress=False, **extra))

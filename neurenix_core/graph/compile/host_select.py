@@ -166,17 +166,21 @@ def choose(
     flops: int,
     state_dir: str | None,
     weights: QuantizationPlan | None = None,
+    plan: QuantizationPlan | None = None,
 ) -> HostChoice:
     """The runtime for ``graph`` (static shapes) on cpu:0; ``interpreter`` runs it in NumPy.
     ``weights``: a weight-only quantization plan, offered only to the runtimes that list its
-    scheme (``HostRuntime.weight_schemes``); ``interpreter`` computes the dequantized graph."""
-    options = HostOptions(threads=threads, weights=weights)
+    scheme (``HostRuntime.weight_schemes``); ``interpreter`` computes the dequantized graph.
+    ``plan``: a static int8/int16 plan, offered only to the runtimes that list its precision
+    (``HostRuntime.quantized_precisions``); ``interpreter`` is the core's integer reference, and
+    a runtime must agree with it within ``Compiled.verify``'s bound."""
+    options = HostOptions(precision=quantized_precision(plan), threads=threads, weights=weights, plan=plan)
     if runtime == INTERPRETER:
         return HostChoice(INTERPRETER, "runtime='numpy' asked")
     if runtime is not None:
         named = host_runtime_named(runtime)
         return _named(graph, runtime, named if named else host_runtimes(), options)
-    key = _cache_key(graph, threads, weights)
+    key = _cache_key(graph, threads, weights, plan)
     failed: dict[str, str] = {}  # the cached winner's failure to compile, kept as its reason
     measured = flops >= FLOP_FLOOR or small_model(graph)
     cached = _cache_read(state_dir).get(key) if measured else None
@@ -188,7 +192,7 @@ def choose(
     skipped: dict[str, str] = {}
     candidates: dict[str, HostRuntime] = {}
     for name, rt in available.items():
-        why = rt if isinstance(rt, str) else rt.covers(graph) or _lacks_scheme(rt, weights)
+        why = rt if isinstance(rt, str) else rt.covers(graph) or _refuses(rt, options)
         if name in failed:
             skipped[name] = failed[name]
         elif why is None and isinstance(rt, HostRuntime):
@@ -221,11 +225,18 @@ def weight_runtimes(scheme: str, extra: Mapping[str, Any]) -> list[str]:
     return sorted(name for name, rt in found.items() if isinstance(rt, HostRuntime) and scheme in rt.weight_schemes)
 
 
-def _lacks_scheme(rt: HostRuntime, weights: QuantizationPlan | None) -> str | None:
-    """Why ``rt`` cannot take a model quantized by ``weights`` (None: it can, or no plan)."""
-    if weights is None:
+def quantized_precision(plan: QuantizationPlan | None) -> str:
+    """The host precision of a static quantization plan ("int8", "int16"), "fp32" without one."""
+    return "fp32" if plan is None else f"int{plan.bits}"
+
+
+def _refuses(rt: HostRuntime, options: HostOptions) -> str | None:
+    """Why ``rt`` cannot take a model quantized as ``options`` says (None: it can, or float)."""
+    if options.plan is not None and options.precision not in rt.quantized_precisions:
+        return f"{rt.name} has no {options.precision} kernels for a static quantization plan"
+    if options.weights is None:
         return None
-    scheme = scheme_of(weights)
+    scheme = scheme_of(options.weights)
     return None if scheme in rt.weight_schemes else f"{rt.name} has no {scheme} kernels"
 
 
@@ -249,7 +260,7 @@ def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str
         )
     if isinstance(rt, str):
         raise BackendUnavailableError(f"cpu:0: host runtime {runtime!r} cannot start: {rt}")
-    why = rt.covers(graph) or _lacks_scheme(rt, options.weights)
+    why = rt.covers(graph) or _refuses(rt, options)
     if why is not None:
         from neurenix_core.errors import UnsupportedOperationError
 
@@ -309,6 +320,25 @@ def _disagreement(got: Sequence[Any], want: Sequence[Any]) -> str | None:
     return None
 
 
+def _plan_agreement(graph: Graph, plan: QuantizationPlan, inputs: Sequence[np.ndarray]) -> Callable[[Sequence[Any]], str | None]:
+    """For a quantized graph, a runtime's results against the integer reference with the bound
+    ``Compiled.verify`` applies (graph.quantization.verify.agreement): int8 runtimes round
+    differently from the reference (TFLite arithmetic), so the fp32 bound of 1e-4 would refuse
+    every one, and a looser fixed one would pass a runtime that drops a bias."""
+    from neurenix_core.graph.quantization.verify import agreement, references
+
+    refs = references(graph, plan, tuple(inputs))
+
+    def check(got: Sequence[Any]) -> str | None:
+        result = agreement(graph, plan, [(tuple(inputs), got)], refs=[refs])
+        if result.within_bound:
+            return None
+        return (f"{result.device_relative:.3g} relative L2 (max {result.device_steps:.3g} output steps) from the core's "
+                f"integer reference, where int{plan.bits} rounding explains {result.device_bound:.2%}")
+
+    return check
+
+
 def _measure(
     graph: Graph,
     candidates: Mapping[str, HostRuntime],
@@ -321,6 +351,7 @@ def _measure(
 ) -> HostChoice:
     inputs = _inputs(graph)
     ms, reference = _time(interpreter, inputs)
+    agrees = _plan_agreement(graph, options.plan, inputs) if options.plan is not None else None
     times = {INTERPRETER: ms}
     # Only the fastest compiled model so far is kept: each runtime holds its own form of the
     # weights, and a language model's would otherwise be held once per runtime at the peak.
@@ -340,7 +371,7 @@ def _measure(
             # (XLA, PyTorch) would win or lose for the wrong reason.
             skipped[name] = f"cannot apply threads={options.threads} per model (uses {model.threads or 'its process-wide pool'})"
             continue
-        wrong = _disagreement(got, reference)
+        wrong = _disagreement(got, reference) if agrees is None else agrees(got)
         if wrong is not None:
             skipped[name] = f"wrong result: {wrong}"
             continue
@@ -371,7 +402,7 @@ def _from_cache(graph: Graph, cached: Mapping[str, Any], options: HostOptions, f
         return HostChoice(best, reason, None, times, skipped)
     rt = host_runtime_named(best).get(best)
     if (not isinstance(rt, HostRuntime) or cached.get("version", rt.version) != rt.version or rt.covers(graph) is not None
-            or _lacks_scheme(rt, options.weights) is not None):
+            or _refuses(rt, options) is not None):
         return None
     try:
         model = rt.compile(graph, options)
@@ -382,13 +413,16 @@ def _from_cache(graph: Graph, cached: Mapping[str, Any], options: HostOptions, f
 
 
 # ------------------------------------------------------------------------------ the choice cache
-def _cache_key(graph: Graph, threads: int | None, weights: QuantizationPlan | None = None) -> str:
+def _cache_key(graph: Graph, threads: int | None, weights: QuantizationPlan | None = None,
+               plan: QuantizationPlan | None = None) -> str:
     from neurenix_core.benchkit import cpu_model
 
     shapes = [(s.name, tuple(s.shape), s.dtype) for s in graph.inputs]
     parts: list[Any] = [graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), _installed_runtimes()]
     if weights is not None:  # another computation: the runtimes with integer-weight kernels, timed on them
         parts.append(scheme_of(weights))
+    if plan is not None:  # integer kernels with these scales: another computation than float
+        parts.append(["static", plan.fingerprint()])
     text = json.dumps(parts, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -165,8 +165,7 @@ class Runners(CompiledState):
 
         def run(*hosts: Any) -> tuple[Any, ...]:
             out = run_quantized(graph, plan, *(hosts[k] for k in keep))
-            outs = out if isinstance(out, tuple) else (out,)
-            return tuple(o.astype(np.float32) if np.asarray(o).dtype.kind == "f" else o for o in outs)
+            return tuple(_float32(o) for o in (out if isinstance(out, tuple) else (out,)))
 
         return run
 
@@ -195,7 +194,7 @@ class Runners(CompiledState):
                     f"{self.device} (plugin {self._record.name}) does not compile models, so it cannot run {self.precision} "
                     "quantized models; compile for 'cpu' (NumPy integer kernels) or a device whose plugin compiles models"
                 )
-            return self._integer_runner(graph), f"NumPy integer kernels on {self.device} ({self.precision}, TFLite arithmetic)"
+            return self._quantized_cpu_runner(graph)
         if self.precision not in (None, "fp32"):
             raise UnsupportedOperationError(
                 f"{self.device} (plugin {self._record.name}) runs models eagerly in fp32 only; precision={self.precision!r} "
@@ -215,7 +214,7 @@ class Runners(CompiledState):
             self._eager = lambda *natives: eager(*self._tensors(natives))
         return self._eager, f"eager on {self.device} through the {self._backend.name} op table, fp32, {len(self.graph.nodes)} layers"
 
-    def _choose_host(self, graph: Graph, interpret: Callable[..., Any], what: str, weights: Any = None) -> Any:
+    def _choose_host(self, graph: Graph, interpret: Callable[..., Any], what: str, weights: Any = None, plan: Any = None) -> Any:
         """The host runtime for ``graph`` on cpu:0 (graph.host_select), noted for the placement
         report; None where the graph cannot leave the interpreter (sequences, optionals)."""
         from neurenix_core.graph.compile import host_select
@@ -239,7 +238,7 @@ class Runners(CompiledState):
 
         choice = host_select.choose(graph, threads=self.extra.get("threads"), runtime=runtime,
                                     interpreter=reference, flops=sum(node_flops(n, specs) for n in graph.nodes),
-                                    state_dir=registry().config.state_dir, weights=weights)
+                                    state_dir=registry().config.state_dir, weights=weights, plan=plan)
         if key in self._host_pins:  # the artifact asked for it, not the user's runtime=
             choice = dataclasses.replace(choice, reason="the runtime this part ran on when the artifact was saved")
         elif self.runtime_reason is not None and runtime == self.extra.get("runtime"):
@@ -247,6 +246,29 @@ class Runners(CompiledState):
         self._host_lines.append(f"{what} on cpu:0: {choice.line()}")
         self._host_parts[key] = choice.runtime
         return choice
+
+    def _quantized_cpu_runner(self, graph: Graph) -> tuple[Runner, str]:
+        """A static int8/int16 cpu:0 graph on the host runtime whose integer kernels host_select
+        chooses (measured against the core's integer reference, and within its bound), the
+        integer reference itself last."""
+        from neurenix_core.graph.reference.run import run_quantized
+
+        plan = self.plan
+        reference = f"NumPy integer kernels on {self.device} ({self.precision}, TFLite arithmetic)"
+        # A graph per input value: measuring runtimes for each would cost more than it saves. A
+        # dynamic plan quantizes activations per call, which no host runtime's kernels take.
+        if self._values is not None or plan is None or plan.dynamic:
+            return self._integer_runner(graph), reference
+
+        def interpret(*hosts: Any) -> tuple[Any, ...]:
+            out = run_quantized(graph, plan, *hosts)
+            return tuple(_float32(o) for o in (out if isinstance(out, tuple) else (out,)))
+
+        choice = self._choose_host(graph, interpret, "model", plan=plan)
+        if choice is None or choice.model is None:
+            return self._integer_runner(graph), reference + ("" if choice is None else f"; {choice.line()}")
+        self._natives[tuple(tuple(s.shape) for s in graph.inputs)] = choice.model
+        return self._host_model_runner(choice.model), f"{choice.model.summary}; {choice.line()}"
 
     def _cpu_runner(self, graph: Graph) -> tuple[Runner, str]:
         """A cpu:0 fp32 graph on the host runtime host_select chooses, the interpreter last."""
@@ -356,6 +378,15 @@ class Runners(CompiledState):
         def run(*natives: Any) -> tuple[Tensor, ...]:
             out = run_quantized(graph, plan, *(to_host(n) for n in natives))
             outs = out if isinstance(out, tuple) else (out,)
-            return tuple(asarray(np.asarray(o, np.float32), device=dev) for o in outs)
+            # Float results leave dequantized in float32; integer and bool results (an argmax's
+            # ids, a mask) keep their dtype, as every host runtime returns them.
+            return tuple(asarray(_float32(o), device=dev) for o in outs)
 
         return run
+
+
+def _float32(value: Any) -> np.ndarray:
+    """An integer reference result as a quantized model returns it: float values dequantized in
+    float32, integer and bool values as they are."""
+    arr = np.asarray(value)
+    return arr.astype(np.float32) if arr.dtype.kind == "f" else arr

@@ -24,6 +24,14 @@ Contract for implementers:
   the planned linear nodes' scales, ``weight_codes`` gives the integer codes); each planned layer
   must compute with exactly those dequantized weights. A runtime that lists none is not offered
   such a model (the core runs it dequantized elsewhere).
+* ``quantized_precisions`` (API 1.5): the static quantization precisions (``"int8"``,
+  ``"int16"``) the runtime lowers with its own integer kernels. A model compiled with such a
+  precision for ``cpu:0`` gets the core's static plan in ``options.plan`` (``options.precision``
+  names it): every scale and zero point is the core's, and the runtime must compute what the
+  core's integer reference (``run_quantized``) computes up to its own rounding. The core checks
+  that on the measurement inputs with the same bound as ``Compiled.verify`` (device vs integer
+  reference) and skips a runtime outside it. A runtime that lists none is never offered a
+  quantized model (the core's integer reference runs it).
 * Raise ``UnsupportedOperationError`` for a graph the runtime cannot take and
   ``BackendUnavailableError`` when the runtime is not installed or cannot start; the core records
   the reason and uses the next runtime. Import the framework inside the hook or ``compile``,
@@ -46,14 +54,18 @@ __all__ = ["HostModel", "HostOptions", "HostRuntime"]
 
 @dataclass(frozen=True)
 class HostOptions:
-    """What the core asks of a host compile: fp32 (the only host precision so far), threads, and
-    the weight-only quantization plan where the runtime lowers its scheme."""
+    """What the core asks of a host compile: fp32, or int8/int16 with the core's static plan;
+    threads; and the weight-only quantization plan where the runtime lowers its scheme."""
 
+    #: "fp32", or the static plan's precision ("int8", "int16") when ``plan`` is set.
     precision: str = "fp32"
     threads: int | None = None
     #: A weight-only quantization plan (``is_weight_plan``) for a runtime listing its scheme in
     #: ``HostRuntime.weight_schemes``; None: float weights.
     weights: Any = None
+    #: A static int8/int16 quantization plan (``QuantizationPlan``, not dynamic) for a runtime
+    #: listing ``precision`` in ``HostRuntime.quantized_precisions`` (API 1.5); None: float.
+    plan: Any = None
 
 
 class HostModel(ABC):
@@ -88,6 +100,9 @@ class HostRuntime(ABC):
     graph_dtypes: frozenset[str] = frozenset({"float32"})
     #: Weight-only quantization schemes ``compile`` lowers natively (``options.weights``).
     weight_schemes: frozenset[str] = frozenset()
+    #: Static quantization precisions (``"int8"``, ``"int16"``) ``compile`` lowers with the
+    #: core's plan (``options.plan``) on the runtime's integer kernels (API 1.5).
+    quantized_precisions: frozenset[str] = frozenset()
 
     @abstractmethod
     def compile(self, graph: Graph, options: HostOptions) -> HostModel:

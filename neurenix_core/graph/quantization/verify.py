@@ -30,7 +30,7 @@ import numpy as np
 from neurenix_core.errors import CompilationError
 from neurenix_core.graph.ir import Graph, QuantizationPlan
 
-__all__ = ["PLAN_TOLERANCE", "VERIFY_BATCHES", "LayerError", "Verification", "layer_errors", "verify_outputs"]
+__all__ = ["PLAN_TOLERANCE", "VERIFY_BATCHES", "LayerError", "Verification", "agreement", "layer_errors", "references", "verify_outputs"]
 
 #: The largest relative L2 error of the integer reference against float that int8 rounding of a
 #: calibrated model explains (measured here: MLPs and CNNs 1-5%, tiny BERT 6%, a ResNet-18-like
@@ -65,6 +65,12 @@ class Verification:
     device_steps: float  # max |device - integer| in output steps
     device_bound: float  # the largest ||device - integer|| / ||integer|| rounding explains
     plan_relative: float  # ||integer - float|| / ||float||
+
+    @property
+    def within_bound(self) -> bool:
+        """Whether the device follows the plan: its distance from the integer reference is finite
+        and within what int8/int16 rounding explains."""
+        return bool(np.isfinite(self.device_relative)) and self.device_relative <= self.device_bound
 
     def line(self) -> str:
         return (
@@ -149,14 +155,39 @@ def verify_outputs(
     """Check ``run`` (the compiled model: inputs -> host arrays of ``graph.outputs``) against the
     integer and float references on ``batches``; raise CompilationError outside the bounds.
     ``locate`` compiles a graph on the same device (used to find the first diverging layer)."""
+    result = agreement(graph, plan, [(batch, list(run(*batch))) for batch in batches])
+    if not result.within_bound:
+        raise CompilationError(_device_message(graph, plan, batches[0], result, device, locate))
+    _check_plan(graph, plan, batches[0], result.plan_relative, device)
+    return result
+
+
+#: The float64 and the integer reference's outputs for one batch.
+References = tuple[tuple[Any, ...], tuple[Any, ...]]
+
+
+def references(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...]) -> References:
+    """The float64 reference's and the integer reference's outputs of ``graph`` on ``batch``."""
     from neurenix_core.graph.reference.run import run_graph, run_quantized
 
+    return _as_tuple(run_graph(graph, *batch)), _as_tuple(run_quantized(graph, plan, *batch))
+
+
+def agreement(
+    graph: Graph,
+    plan: QuantizationPlan,
+    runs: Sequence[tuple[tuple[Any, ...], Sequence[Any]]],
+    *,
+    refs: Sequence[References] | None = None,
+) -> Verification:
+    """How far a device's outputs are from the integer reference, and the bound rounding explains:
+    ``runs`` pairs each batch with the device's outputs on it; ``refs`` (one per run) saves
+    computing the references again. Raises nothing: :func:`verify_outputs` and the cpu:0 runtime
+    choice (compile.host_select) decide what to do with a result outside the bound."""
     dev_diff = int_base = plan_diff = flt_base = bound = 0.0
     steps = 0.0
-    for batch in batches:
-        exact = _as_tuple(run_graph(graph, *batch))
-        ints = _as_tuple(run_quantized(graph, plan, *batch))
-        got = list(run(*batch))
+    for k_run, (batch, got) in enumerate(runs):
+        exact, ints = refs[k_run] if refs is not None else references(graph, plan, batch)
         for k, name in enumerate(graph.outputs):
             if name not in plan.activations or np.asarray(exact[k]).dtype.kind != "f":
                 continue  # integer or bool outputs (ids, masks) are not quantized
@@ -170,17 +201,13 @@ def verify_outputs(
             bound += (2.0 * float(np.linalg.norm((want_i - want_f).ravel())) + _STEPS * scale * np.sqrt(want_i.size)) ** 2
             steps = max(steps, _steps(have, want_i, scale))
     norm = np.sqrt(int_base) or 1.0
-    result = Verification(
-        len(batches),
+    return Verification(
+        len(runs),
         float(np.sqrt(dev_diff) / norm),
         steps,
         float(np.sqrt(bound) / norm),
         float(np.sqrt(plan_diff) / (np.sqrt(flt_base) or 1.0)),
     )
-    if not np.isfinite(result.device_relative) or np.sqrt(dev_diff) > np.sqrt(bound):
-        raise CompilationError(_device_message(graph, plan, batches[0], result, device, locate))
-    _check_plan(graph, plan, batches[0], result.plan_relative, device)
-    return result
 
 
 def _as_tuple(x: Any) -> tuple[Any, ...]:

@@ -64,6 +64,6 @@ def compile_cached(backend: NPUOpenVINOBackend, graph: Graph, plan: Quantization
 
 
 def host_compile_cached(core: Any, version: str, graph: Graph, props: Mapping[str, Any],
-                        build: Callable[[], Any]) -> compile_cache.CacheResult[Any]:
-    """The same for the cpu:0 host runtime (OpenVINO's CPU device, fp32)."""
-    return _cached(core, "CPU", "cpu:0 (OpenVINO CPU)", version, graph, None, props, build, None)
+                        build: Callable[[], Any], plan: QuantizationPlan | None = None) -> compile_cache.CacheResult[Any]:
+    """The same for the cpu:0 host runtime (OpenVINO's CPU device, fp32, or int8/int16 with ``plan``)."""
+    return _cached(core, "CPU", "cpu:0 (OpenVINO CPU)", version, graph, plan, props, build, None)

@@ -5,6 +5,14 @@ device in f32: ``INFERENCE_PRECISION_HINT=f32`` always (the CPU device defaults 
 that have it, which would put a matmul ~1e-2 off), ``PERFORMANCE_HINT=LATENCY``, and
 ``INFERENCE_NUM_THREADS`` when ``threads=`` is given (read back from the compiled model).
 This is OpenVINO doing what it is for, not emulation: the device stays ``cpu:0``.
+
+Static int8/int16 models (API 1.5, ``quantized_precisions``): the core's plan becomes FakeQuantize
+nodes (``quantize.py``, as for the npu device) that OpenVINO's low-precision pass folds into
+integer Convolution / FullyConnected kernels (u8 activations x i8 weights, VNNI or AMX where
+the CPU has them); the rest of the graph stays in f32. Compiled with
+``QUANTIZED_CPU_PROPERTIES`` (Snippets off: its fused int8 MLP subgraphs are wrong with small
+biases), and the summary says how many conv/FC layers run in integers, read back from the
+compiled model's runtime graph.
 """
 
 from __future__ import annotations
@@ -75,6 +83,10 @@ class OpenVINOHostRuntime(HostRuntime):
         self.version = str(ov.get_version())
         self.graph_ops = frozenset(HANDLERS)
         self.graph_dtypes = frozenset(graph_dtypes)  # the plugin's declaration, handed over (host.py does not import plugin.py)
+        # The precisions whose integer kernels the CPU device reports (INT8 on every x86-64 CPU
+        # OpenVINO supports; INT16 is not reported by today's CPU plugin).
+        caps = set(self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+        self.quantized_precisions = frozenset(p for p, cap in (("int8", "INT8"), ("int16", "INT16")) if cap in caps)
 
     def covers(self, graph: Graph) -> str | None:
         why = super().covers(graph)
@@ -82,23 +94,39 @@ class OpenVINOHostRuntime(HostRuntime):
 
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
         from neurenix_npu_openvino.compile_cache import host_compile_cached
+        from neurenix_npu_openvino.compiled import runtime_config
+        from neurenix_npu_openvino.config import QUANTIZED_CPU_PROPERTIES
         from neurenix_npu_openvino.lowering import lower_graph
+        from neurenix_npu_openvino.quantize import check_plan
 
-        if options.precision != "fp32":
-            raise CompilationError(f"host runtime openvino compiles cpu:0 graphs in fp32, not {options.precision!r}")
+        plan = options.plan
+        if options.precision != "fp32" and (plan is None or options.precision not in self.quantized_precisions):
+            raise CompilationError(f"host runtime openvino compiles cpu:0 graphs in fp32 or, with the core's static plan, in "
+                                   f"{' or '.join(sorted(self.quantized_precisions)) or 'no integer precision'}; not {options.precision!r}")
+        if plan is not None:
+            check_plan(plan, options.precision, "host runtime openvino (cpu:0)")
+        # f32 for the float parts in every case: a quantized model's FakeQuantize layers run in
+        # integers, everything between them in f32 (never the CPU's bf16 default).
         props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+        if plan is not None:
+            props.update(QUANTIZED_CPU_PROPERTIES)
         if options.threads is not None:
             props["INFERENCE_NUM_THREADS"] = int(options.threads)
 
         def build() -> Any:
             try:
-                return self.core.compile_model(lower_graph(graph, None, device="cpu:0"), "CPU", props)
+                return self.core.compile_model(lower_graph(graph, plan, device="cpu:0"), "CPU", props)
             except RuntimeError as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
 
-        result = host_compile_cached(self.core, self.version, graph, props, build)  # a later process imports the compiled blob
+        result = host_compile_cached(self.core, self.version, graph, props, build, plan)  # a later process imports the compiled blob
         model = OpenVINOHostModel(result.value, self.ov.Tensor, options.threads)
+        if plan is not None:
+            # The low-precision pass may leave a layer in f32 (a pattern it does not fold): the
+            # count read back from the runtime graph says so rather than claiming int8 throughout.
+            layers = runtime_config(result.value).get("integer_layers", "?")
+            model.summary += f", {options.precision} with the core's plan ({layers} conv/FC layers in integer precision)"
         if result.state != "off":
             model.summary += f", {result.line()}"
         return model
