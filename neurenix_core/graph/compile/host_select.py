@@ -24,6 +24,11 @@ A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0`
    A cached winner that no longer starts, covers or compiles the graph is measured again with
    every runtime, its failure kept as the reason.
 
+A static int8/int16 model (``plan``) is offered only to the runtimes listing its precision in
+``HostRuntime.quantized_precisions``; the interpreter is then the core's integer reference, and a
+runtime's results must be within ``Compiled.verify``'s bound of it (int8 runtimes round
+differently, so fp32's 1e-4 would refuse them all). The plan's fingerprint is part of the key.
+
 A runtime that is missing, fails to start or refuses the graph is skipped with its reason; the
 result says which runtime runs the graph and why (``HostChoice.line``), and ``compiled.summary``
 and the placement report carry that line.
