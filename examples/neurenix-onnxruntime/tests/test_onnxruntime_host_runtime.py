@@ -112,3 +112,20 @@ def test_int8_weights_and_a_runtime_without_the_scheme_fall_back_with_a_warning(
         nx.compile(graph, device="cpu", quantize="int8-weights")
     with pytest.warns(FallbackWarning, match="dequantized to float"):
         nx.compile(graph, device="cpu", quantize="int4-weights", runtime="numpy")
+
+
+def test_static_int8_on_cpu_runs_the_qdq_export_within_the_integer_reference() -> None:
+    """A static int8 plan for cpu:0 reaches ONNX Runtime as the ort device's QDQ model (API 1.5):
+    its fused integer kernels requantize in float, so a value may land one output step from the
+    core's fixed-point reference, and the step may carry through one more layer; never further."""
+    from neurenix_core.graph.reference.run import run_quantized
+
+    graph = _graph()
+    rng = np.random.default_rng(2)
+    batches = [rng.standard_normal((4, 3, 16, 16)).astype(np.float32) for _ in range(6)]
+    compiled = nx.compile(graph, device="cpu", quantize="int8", calibration=batches, runtime="onnxruntime", threads=1, progress=False)
+    got = np.asarray(compiled(batches[0]).numpy(), np.float64)
+    want = np.asarray(run_quantized(compiled.graph, compiled.plan, batches[0]), np.float64)
+    step = float(np.asarray(compiled.plan.activations[compiled.graph.outputs[0]].scale).reshape(-1)[0])
+    assert float(np.abs(got - want).max()) <= 2 * step + 1e-9
+    assert "int8 with the core's plan (QDQ" in compiled.summary and compiled.verification.within_bound, compiled.summary

@@ -5,6 +5,10 @@ A third-party plugin offers its runtime to the core the same way the first-party
 exporter (``lowering.lower``, fp32) and run in an ``InferenceSession`` on
 ``CPUExecutionProvider`` with every graph optimization, ``intra_op_num_threads`` set from
 ``threads=`` (read back from the session). The device stays ``cpu:0``.
+
+Static int8 models (API 1.5, ``quantized_precisions``): the core's plan is exported as a QDQ
+model (``lowering._QDQExporter``, the one the ``ort`` device uses), which ONNX Runtime's graph
+optimizer fuses into QLinearConv / QLinearMatMul / MatMulInteger kernels.
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ _EXTERNAL_MIN_BYTES = 1 << 20
 class ORTHostModel(HostModel):
     """One ONNX model in one CPU session; host arrays in, a tuple of host arrays out."""
 
-    def __init__(self, session: Any, input_names: list[str], output_names: list[str], version: str) -> None:
+    def __init__(self, session: Any, input_names: list[str], output_names: list[str], version: str, precision: str = "fp32") -> None:
         self.session = session
         self._inputs = input_names
         self._outputs = output_names
         opts = session.get_session_options()
         self.threads = int(opts.intra_op_num_threads) or None  # 0: ORT's default (one per physical core)
-        self.summary = f"ONNX Runtime {version} CPUExecutionProvider on cpu:0, fp32, {self.threads or 'default'} intra-op thread(s)"
+        what = "fp32" if precision == "fp32" else f"{precision} with the core's plan (QDQ, fused by ORT's optimizer)"
+        self.summary = f"ONNX Runtime {version} CPUExecutionProvider on cpu:0, {what}, {self.threads or 'default'} intra-op thread(s)"
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         return tuple(self.session.run(self._outputs, dict(zip(self._inputs, inputs))))
@@ -58,14 +63,20 @@ class ORTHostRuntime(HostRuntime):
         # int4 group-wise weights run on MatMulNBits (lowering._WeightExporter); int8 ones have no
         # fast CPU kernel there, so they are left to runtimes that do.
         self.weight_schemes = frozenset({"int4-weights"})
+        self.quantized_precisions = frozenset({"int8"})  # the ort device's QDQ export (lowering._QDQExporter)
 
     def compile(self, graph: Graph, options: HostOptions) -> ORTHostModel:
         from neurenix_onnxruntime.compiled import REJECTED_BY_ORT
         from neurenix_onnxruntime.lowering import lower
 
-        if options.precision != "fp32":
-            raise CompilationError(f"host runtime onnxruntime compiles cpu:0 graphs in fp32, not {options.precision!r}")
-        lowered = lower(graph, "fp32", external_min_bytes=_EXTERNAL_MIN_BYTES, weights=options.weights)
+        quantized = options.plan is not None and options.precision in self.quantized_precisions
+        if options.precision != "fp32" and not quantized:
+            raise CompilationError(f"host runtime onnxruntime compiles cpu:0 graphs in fp32, or int8 with the core's static plan; "
+                                   f"not {options.precision!r}")
+        if quantized:
+            lowered = lower(graph, options.precision, options.plan)
+        else:
+            lowered = lower(graph, "fp32", external_min_bytes=_EXTERNAL_MIN_BYTES, weights=options.weights)
         opts = self.ort.SessionOptions()
         if lowered.external:  # weights from memory: ORT keeps one copy, the protobuf none
             names = list(lowered.external)
@@ -79,4 +90,4 @@ class ORTHostRuntime(HostRuntime):
             session = self.ort.InferenceSession(lowered.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         except REJECTED_BY_ORT as exc:
             raise CompilationError(f"host runtime onnxruntime rejected the cpu:0 graph: {exc}; pass runtime='auto' to use another") from exc
-        return ORTHostModel(session, lowered.input_names, lowered.output_names, self.version)
+        return ORTHostModel(session, lowered.input_names, lowered.output_names, self.version, options.precision)
