@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,13 +31,19 @@ from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = [
+    "FLOAT32_EXACT",
+    "FLOAT64_EXACT",
     "INTEGER_OPS",
     "PASS_THROUGH",
+    "OutputStage",
     "activation_params",
+    "apply_output_stage",
+    "centered_bound",
     "check_plan",
     "constant_weight_axis",
     "dequantize",
     "describe",
+    "exact_in_float64",
     "fake_quantize",
     "fixed_output_params",
     "fold_batch_norm",
@@ -46,12 +52,14 @@ __all__ = [
     "is_spatial_mean",
     "multiply_by_quantized_multiplier",
     "multiply_by_quantized_multiplier_int64",
+    "output_stage",
     "passes_through",
     "quantize",
     "quantize_bias",
     "quantize_multiplier",
     "quantize_weight",
     "requantize",
+    "requantize_fixed",
     "restrict_plan",
     "round_half_away",
     "rounding_divide_by_pot",
@@ -67,6 +75,16 @@ PASS_THROUGH = frozenset({"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "fl
 #: Ops the integer reference runs in integer arithmetic; the others run dequantize -> float -> quantize.
 INTEGER_OPS = frozenset({"linear", "conv2d", "relu"}) | PASS_THROUGH
 _INT32 = np.iinfo(np.int32)
+#: Output parameters for arithmetic that never reads them (``_mbqm_inplace``'s stage).
+_ANY = QuantParams(np.ones(1, np.float32), np.zeros(1, np.int64), 16, None, -(2**15), 2**15 - 1)
+#: Every integer of magnitude below 2**53 is a float64, and so is every sum or product of such
+#: integers that stays below it: a float64 GEMM (BLAS) of small integers is an exact integer GEMM
+#: whenever ``depth * max|a| * max|b| < FLOAT64_EXACT`` (each partial sum, in whatever order or
+#: FMA grouping BLAS adds, is bounded by that sum of magnitudes, so no step ever rounds).
+FLOAT64_EXACT = 2**53
+#: The same for float32 (a 24-bit significand): a float32 GEMM (sgemm, twice dgemm's speed) of
+#: int8 values is exact while ``sum |a * b| <= FLOAT32_EXACT`` over the terms of each output.
+FLOAT32_EXACT = 2**24
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -246,13 +264,134 @@ def multiply_by_quantized_multiplier_int64(x: np.ndarray, multiplier: np.ndarray
 def requantize(acc: np.ndarray, real_multiplier: np.ndarray, out_qp: QuantParams, channel_axis: int | None, wide: bool) -> np.ndarray:
     """Scale an integer accumulator to the output's integer domain: multiplier, zero point, clamp."""
     mult, shift = quantize_multiplier(real_multiplier)
-    if channel_axis is not None and mult.size > 1:
-        shape = [1] * acc.ndim
+    return requantize_fixed(acc, mult, shift, out_qp, channel_axis, wide)
+
+
+def requantize_fixed(acc: np.ndarray, mult: np.ndarray, shift: np.ndarray, out_qp: QuantParams, channel_axis: int | None,
+                     wide: bool, *, overwrite: bool = False, acc_bound: int | None = None) -> np.ndarray:
+    """:func:`requantize` with the multipliers already through :func:`quantize_multiplier` (a
+    layer computes them once). ``overwrite``: ``acc`` is a fresh int64 array the caller gives up,
+    computed in place; ``acc_bound``: a bound on ``|acc|`` the caller knows (else measured)."""
+    shape = [1] * np.ndim(acc)
+    if channel_axis is not None and np.size(mult) > 1:
         shape[channel_axis] = -1
-        mult, shift = mult.reshape(shape), shift.reshape(shape)
-    fn = multiply_by_quantized_multiplier_int64 if wide else multiply_by_quantized_multiplier
-    out = fn(acc, mult, shift) + int(np.asarray(out_qp.zero_point)[0])
-    return np.clip(out, out_qp.qmin, out_qp.qmax).astype(out_qp.dtype)
+    elif np.size(mult) != 1 or not shape:  # NumPy's broadcasting decides the shape (a 0-d accumulator's result is (1,))
+        fn = multiply_by_quantized_multiplier_int64 if wide else multiply_by_quantized_multiplier
+        out = fn(acc, mult, shift) + int(np.asarray(out_qp.zero_point)[0])
+        return np.clip(out, out_qp.qmin, out_qp.qmax).astype(out_qp.dtype)
+    stage = output_stage(mult, shift, out_qp, wide, tuple(shape), acc_bound)
+    x = acc if overwrite and isinstance(acc, np.ndarray) and acc.dtype == np.int64 and acc.flags.writeable else np.array(acc, np.int64)
+    out = np.empty(x.shape, out_qp.dtype)
+    apply_output_stage(stage, x, out)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class OutputStage:
+    """TFLite's output stage (:func:`requantize_fixed`: multiplier, zero point, clamp) prepared
+    once for a layer whose blocks hold their channels where ``mult`` broadcasts (``(C, 1)``
+    for channels on the first of two axes, ``(C,)`` for channels last). ``fast``: every
+    accumulator is known to be within ``_mbqm_inplace``'s conditions (no measuring per block)."""
+
+    mult: np.ndarray
+    shift: np.ndarray
+    zero_point: int
+    qmin: int
+    qmax: int
+    wide: bool
+    fast: bool
+    left: np.ndarray | None  # None: no channel shifts left (multipliers below 1, the usual case)
+    right: np.ndarray
+    half: np.ndarray
+    rounds: np.ndarray | None  # right > 0 where some channel has exponent 0; None where all round
+
+
+def output_stage(mult: np.ndarray, shift: np.ndarray, out_qp: QuantParams, wide: bool, shape: tuple[int, ...],
+                 bound: int | None) -> OutputStage:
+    """The :class:`OutputStage` of QuantizeMultiplier's ``(mult, shift)`` laid out as ``shape``,
+    for accumulators with ``|acc| <= bound`` (None: unknown, measured on each block)."""
+    m = np.asarray(mult, np.int64).reshape(shape)
+    s = np.asarray(shift, np.int64).reshape(shape)
+    left, right = np.maximum(s, 0), np.maximum(-s, 0)
+    widest = int(left.max()) if left.size else 0
+    fast = (not wide and bound is not None and m.size > 0 and int(m.min()) >= 0 and int(m.max()) < 1 << 31
+            and (int(bound) << widest) < (1 << 32) - 1)
+    rounds = None if not right.size or int(right.min()) > 0 else right > 0
+    return OutputStage(m, s, int(np.asarray(out_qp.zero_point).ravel()[0]), int(out_qp.qmin), int(out_qp.qmax), wide, fast,
+                       left if widest else None, right, (np.int64(1) << right) >> 1, rounds)
+
+
+def apply_output_stage(stage: OutputStage, acc: np.ndarray, out: np.ndarray) -> None:
+    """Requantize the int64 accumulators ``acc`` (overwritten) into ``out`` (the output's
+    integers: an array or a view of one, of ``acc``'s shape)."""
+    x = acc
+    if stage.wide:
+        _mbqm_int64_inplace(x, stage.mult, stage.shift)
+    elif stage.fast:
+        _mbqm_fast(x, stage)
+    elif not _mbqm_inplace(x, stage.mult, stage.shift, None):
+        x = multiply_by_quantized_multiplier(x, stage.mult, stage.shift)
+    x += stage.zero_point
+    np.clip(x, stage.qmin, stage.qmax, out=x)
+    np.copyto(out, x, casting="unsafe")  # clamped to the output type's range: exact
+
+
+def _mbqm_int64_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> None:
+    """:func:`multiply_by_quantized_multiplier_int64` in place (the same operations, in order)."""
+    multiplier = np.asarray(multiplier, np.int64)
+    reduced = np.where(multiplier < 0x7FFF0000, (multiplier + (1 << 15)) >> 16, 0x7FFF)
+    total_shift = 15 - np.asarray(shift, np.int64)
+    x *= reduced
+    x += np.int64(1) << (total_shift - 1)
+    x >>= total_shift
+
+
+def _mbqm_fast(x: np.ndarray, stage: OutputStage) -> None:
+    """``_mbqm_inplace``'s arithmetic with its conditions checked once (``stage.fast``)."""
+    if stage.left is not None:
+        x <<= stage.left
+    x *= stage.mult
+    x += 1 << 30
+    x >>= 31  # SaturatingRoundingDoublingHighMul
+    neg = x >> 63  # -1 where x < 0
+    if stage.rounds is not None:
+        neg *= stage.rounds  # a zero exponent divides by 1: no rounding
+    x += neg
+    x += stage.half
+    x >>= stage.right  # RoundingDivideByPOT
+
+
+def _mbqm_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, bound: int | None) -> bool:
+    """:func:`multiply_by_quantized_multiplier` in place with fewer passes, where it is provably the
+    same function; False (``x`` untouched) where it is not, and the caller runs the original.
+
+    With ``0 <= m < 2**31`` (every QuantizeMultiplier mantissa) and ``|a| < 2**32 - 1`` (``a``
+    the left-shifted accumulator), ``a * m`` is exact in int64 and SaturatingRoundingDoublingHighMul's
+    saturating case (``a == m == INT32_MIN``) cannot occur; its nudge-and-truncate
+    ``trunc((a*m + (2**30 if a*m >= 0 else 1 - 2**30)) / 2**31)`` equals ``(a*m + 2**30) >> 31``
+    for both signs (for a negative ``t``, ``trunc(t / 2**31) == (t + 2**31 - 1) >> 31``).
+    RoundingDivideByPOT's ``(x >> e) + ((x & mask) > (mask >> 1) + (x < 0))`` equals
+    ``(x + (2**e >> 1) - (x < 0 and e > 0)) >> e`` (the remainder test moved into the floor)."""
+    if bound is None:
+        bound = max(-int(x.min()), int(x.max())) if x.size else 0
+    stage = output_stage(multiplier, shift, _ANY, False, np.shape(multiplier), bound)
+    if not stage.fast:
+        return False
+    _mbqm_fast(x, stage)
+    return True
+
+
+def exact_in_float64(depth: int, a_max: int, b_max: int) -> bool:
+    """Whether every dot product of ``depth`` terms with ``|a| <= a_max`` and ``|b| <= b_max``
+    is exact in float64 (see :data:`FLOAT64_EXACT`). Python integers: no overflow in the test."""
+    return depth * int(a_max) * int(b_max) < FLOAT64_EXACT
+
+
+def centered_bound(dtype: Any, zero_point: int) -> int:
+    """The largest ``|q - zero_point|`` over every value of the integer ``dtype`` (a bound that
+    needs no pass over the data: int8 with any int8 zero point gives at most 255)."""
+    info = np.iinfo(dtype)
+    return max(int(info.max) - int(zero_point), int(zero_point) - int(info.min))
 
 
 def is_spatial_mean(node: Node, ndim: int | None = None) -> bool:

@@ -309,7 +309,41 @@ def _conv_shape(a: Attrs, x: Shape, w: Shape) -> Shape:
 
 def _int_conv(a: Attrs, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Exact int64 N-D cross-correlation (x and w already centred on their zero points, so zero
-    padding is padding with the zero point, as ONNX specifies)."""
+    padding is padding with the zero point, as ONNX specifies): im2col and one float64 GEMM per
+    group, exact while every dot product's ``depth * max|x| * max|w|`` stays below 2**53 (each
+    partial sum is an integer below that: always, for 8-bit operands); else the int64 loop over
+    kernel taps (``_int_conv_taps``)."""
+    nd = x.ndim - 2
+    out_shape = _conv_shape(a, x.shape, w.shape)
+    depth = int(np.prod(w.shape[1:]))
+    if depth * _magnitude(x) * _magnitude(w) >= _FLOAT64_EXACT:
+        return _int_conv_taps(a, x, w)
+    strides, dil = tuple(a["strides"] or (1,) * nd), tuple(a["dilations"] or (1,) * nd)
+    pads = tuple(a["pads"] or (0,) * 2 * nd)
+    kernel, g = w.shape[2:], a["group"]
+    n, cg, mg = x.shape[0], w.shape[1], w.shape[0] // g
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)])
+    spans = tuple(dil[i] * (kernel[i] - 1) + 1 for i in range(nd))
+    win = np.lib.stride_tricks.sliding_window_view(xp, spans, axis=tuple(range(2, 2 + nd)))  # n, C, positions..., span...
+    win = win[(slice(None), slice(None)) + tuple(slice(None, (out_shape[2 + i] - 1) * strides[i] + 1, strides[i]) for i in range(nd))
+              + tuple(slice(None, None, d) for d in dil)]  # n, C, out..., kernel...
+    order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
+    cols = win.reshape((n, g, cg) + win.shape[2:]).transpose(order).reshape(n, g, depth, -1)  # im2col: (c, kernel...) rows
+    out = np.matmul(w.reshape(g, mg, depth).astype(np.float64), cols)  # n, g, mg, out pixels
+    return out.astype(np.int64).reshape(out_shape)
+
+
+#: Integers below this magnitude, and sums of them that stay below it, are exact in float64.
+_FLOAT64_EXACT = 2**53
+
+
+def _magnitude(v: np.ndarray) -> int:
+    """max |v| of an integer array, as a Python int (no int64 overflow at its minimum)."""
+    return max(-int(v.min()), int(v.max())) if v.size else 0
+
+
+def _int_conv_taps(a: Attrs, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``_int_conv`` as int64 einsums, one per kernel tap (for values beyond float64's exact range)."""
     nd = x.ndim - 2
     strides, dil = tuple(a["strides"] or (1,) * nd), tuple(a["dilations"] or (1,) * nd)
     pads = tuple(a["pads"] or (0,) * 2 * nd)

@@ -11,8 +11,11 @@ quantize, as a runtime without an integer kernel for them would.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
 import numpy as np
 
@@ -106,8 +109,362 @@ def _s(qp: QuantParams) -> np.float64:
     return np.float64(np.asarray(qp.scale, np.float32).ravel()[0])
 
 
+# Prepared layers. A linear / conv2d / constant-weight matmul needs, every call, its integer
+# weight, its int32 bias and its per-channel requantization multipliers: all functions of the
+# float weights and the plan alone. They are computed once and kept here, keyed by the identity
+# of the arrays and parameter objects they come from (held by the entry, so no id is reused while
+# cached; a graph's weights are not mutated in place after compile, as the float interpreter's
+# pre-cast plans assume too). Held per layer: the weight as float32 integers (4 bytes per weight;
+# float64 where float32 could not sum it exactly), int64 vectors per output channel. The cache is
+# bounded by those bytes, least recently used out first: a model larger than the bound prepares
+# its layers on every call, as every call did before the cache.
+_CACHE_BYTES: Final = 1 << 30
+#: Accumulator elements per block: a layer's output is computed and requantized a block at a
+#: time, so the int64 passes of the output stage run in cache (about 1.7x faster per element
+#: than over a whole MobileNet-sized activation).
+_BLOCK: Final = 32768
+#: Depth chunks (float32 GEMMs per block) at most before a layer multiplies in float64 instead.
+_MAX_CHUNKS: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One layer's per-call constants.
+
+    ``weight``: integers in float32 or float64, as BLAS multiplies them: ``(O, K)`` for a GEMM
+    (conv2d: ``K = C/groups * kh * kw`` in im2col order; linear / matmul: ``K`` inputs), or the
+    taps ``(kh * kw, C)`` of a depthwise conv2d. ``chunks``: depth ranges whose partial sums are
+    exact in ``weight.dtype`` (``Q.FLOAT32_EXACT``; one range in float64); empty where even
+    float64 is not exact (the int64 kernels run). ``bias``: ``bias_q - zp_in * sum_k w_q`` (int64,
+    per channel): the input's zero point folded in, so the GEMM multiplies the raw integers
+    (``|q| <= 128`` for int8, half of ``|q - zp|``'s 255) and padding is with ``zp_in``.
+    ``stage``: the output stage; ``check``: whether an int32 accumulator could overflow (8-bit
+    inputs whose ``max |q - zp| * sum |w| + |bias|`` reaches 2**31: checked on each block).
+    ``dtype``: the input integer type it was prepared for."""
+
+    kind: str  # "gemm", "depthwise", "grouped", "dynamic"
+    weight: np.ndarray
+    chunks: tuple[tuple[int, int], ...]
+    bias: np.ndarray
+    stage: Q.OutputStage | None
+    check: bool
+    dtype: np.dtype[Any]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.weight.nbytes + self.bias.nbytes + (0 if self.stage is None else 4 * self.stage.mult.nbytes))
+
+
+_lock = threading.Lock()
+#: (kind, ids of the source objects) -> (the source objects, the layer); LRU order.
+_layers: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], _Layer]] = OrderedDict()
+_held = [0]  # bytes held by _layers
+
+
+def _prepared(kind: str, sources: tuple[Any, ...], make: Callable[[], _Layer]) -> _Layer:
+    """The layer ``make`` builds from ``sources`` (arrays and parameter objects, compared by
+    identity) for a layer of this ``kind``, cached."""
+    ident = (kind, *(id(k) for k in sources))
+    with _lock:
+        hit = _layers.get(ident)
+        if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
+            _layers.move_to_end(ident)
+            return hit[1]
+    layer = make()
+    if layer.nbytes > _CACHE_BYTES:
+        return layer
+    with _lock:
+        old = _layers.pop(ident, None)
+        _held[0] -= 0 if old is None else old[1].nbytes
+        _layers[ident] = (sources, layer)
+        _held[0] += layer.nbytes
+        while _held[0] > _CACHE_BYTES:
+            _held[0] -= _layers.popitem(last=False)[1][1].nbytes
+    return layer
+
+
+def clear_prepared() -> None:
+    """Drop every prepared layer (their weights)."""
+    with _lock:
+        _layers.clear()
+        _held[0] = 0
+
+
+def _raw_bound(dtype: np.dtype[Any], zp: int) -> int:
+    """The largest ``|q|`` the GEMM multiplies: any value of ``dtype``, or the zero point it pads with."""
+    info = np.iinfo(dtype)
+    return max(-int(info.min), int(info.max), abs(zp))
+
+
+def _chunks(w: np.ndarray, xmax: int, limit: int, most: int) -> tuple[tuple[int, int], ...]:
+    """At most ``most`` consecutive depth ranges of ``w`` ((O, K) integers) over which every
+    output channel's ``xmax * sum |w|`` stays within ``limit``, so that each range's dot
+    products are exact (see ``Q.FLOAT64_EXACT``); empty when more would be needed (or a single
+    term exceeds it). Running sums are taken over blocks of channels (memory: a few MB)."""
+    o, k = w.shape
+    rows = max(1, (1 << 19) // max(1, k))
+    out: list[tuple[int, int]] = []
+    k0 = 0
+    while k0 < k:
+        if len(out) == most:
+            return ()
+        widest = np.zeros(k - k0, np.int64)  # max over channels of sum |w[c, k0:k0 + j + 1]|
+        for c0 in range(0, o, rows):
+            np.maximum(widest, np.cumsum(np.absolute(w[c0:c0 + rows, k0:], dtype=np.int64), axis=1).max(axis=0), out=widest)
+        fits = widest * xmax <= limit  # non-increasing: the first False ends the range
+        n = k - k0 if fits.all() else int(np.argmin(fits))
+        if n == 0:
+            return ()
+        out.append((k0, k0 + n))
+        k0 += n
+    return tuple(out)
+
+
+def _gemm_dtype(w: np.ndarray, xmax: int) -> tuple[Any, tuple[tuple[int, int], ...]]:
+    """float32 with its depth chunks when a few suffice, else float64 (one chunk), else no
+    exact float type (empty chunks: the int64 kernels run)."""
+    chunks = _chunks(w, xmax, Q.FLOAT32_EXACT, _MAX_CHUNKS)
+    return (np.float32, chunks) if chunks else (np.float64, _chunks(w, xmax, Q.FLOAT64_EXACT, 1))
+
+
+def _make_layer(kind: str, wq: np.ndarray, bias_q: np.ndarray, in_qp: QuantParams, wqp: QuantParams,
+                out_qp: QuantParams) -> _Layer:
+    """A layer from its integer weight ``wq`` (``(O, ...)``, output channels first) and bias."""
+    o = wq.shape[0]
+    w2 = wq.reshape(o, -1)
+    zp, dtype = _zp(in_qp), in_qp.dtype
+    abs_sum = np.absolute(w2, dtype=np.int64).sum(axis=1)  # (in int64: an int8 -128 has no int8 absolute value)
+    bias_q = bias_q.astype(np.int64)
+    bias = bias_q - zp * w2.sum(axis=1, dtype=np.int64)  # conv(q - zp) + b == conv(q padded with zp) + b - zp * sum(w)
+    # |acc| <= max|q - zp| * sum|w| + |bias_q| for every output: the int32 check and the output stage's bound
+    bound = int((Q.centered_bound(dtype, zp) * abs_sum + np.abs(bias_q)).max(initial=0))
+    wide = in_qp.bits == 16
+    mult, shift = Q.quantize_multiplier(_s(in_qp) * np.asarray(wqp.scale, np.float32).astype(np.float64) / _s(out_qp))
+    xmax = _raw_bound(dtype, zp)
+    shape: tuple[int, ...]  # how the output stage's per-channel vectors lie in the blocks
+    if kind == "depthwise":  # one sum of kh*kw taps per channel, accumulated tap by tap: taps (kh*kw, C), channels last
+        ftype, chunks = _gemm_dtype(abs_sum.reshape(-1, 1), xmax)
+        weight, shape = np.ascontiguousarray(w2.T).astype(ftype), (-1,)
+        chunks = ((0, weight.shape[0]),) if chunks else ()
+    elif kind == "grouped":  # K.conv2d_nobias's stacked float64 matmul: exact while one chunk covers all
+        ftype, chunks = np.float64, _chunks(w2, xmax, Q.FLOAT64_EXACT, 1)
+        weight, shape = wq.astype(np.float64), (1, -1, 1, 1)
+    else:
+        ftype, chunks = _gemm_dtype(w2, xmax)
+        weight, shape = w2.astype(ftype), (-1, 1)
+    stage = Q.output_stage(mult, shift, out_qp, wide, shape, bound)
+    return _Layer(kind, weight, chunks, bias, stage, not wide and bound > np.iinfo(np.int32).max, dtype)
+
+
+def _layer_of(node: Node, in_qp: QuantParams, out_qp: QuantParams, plan: QuantizationPlan, groups: int) -> _Layer:
+    """A linear / conv2d node's prepared layer."""
+    wqp = plan.weights[node.name]
+    weight, bias = node.params["weight"], node.params.get("bias")
+    w_shape = np.shape(weight)
+    if node.op == "linear" or groups == 1:
+        kind = "gemm"
+    else:
+        kind = "depthwise" if w_shape[1] == 1 and groups == w_shape[0] else "grouped"
+
+    def make() -> _Layer:
+        wq = Q.quantize_weight(np.asarray(weight), wqp)
+        bq = Q.quantize_bias(bias, in_qp, wqp, wq.shape[0])
+        return _make_layer(kind, wq, bq, in_qp, wqp, out_qp)
+
+    return _prepared(kind, (weight, bias, wqp, in_qp, out_qp), make)
+
+
+def _check_block(node: Node, acc: np.ndarray) -> None:
+    if acc.size and (int(acc.min()) < np.iinfo(np.int32).min or int(acc.max()) > np.iinfo(np.int32).max):
+        raise OverflowError(f"layer {node.name!r}: int32 accumulator overflow")
+
+
+def _exact_gemm(layer: _Layer, cols: np.ndarray) -> np.ndarray:
+    """``layer.weight @ cols`` (cols ``(K, B)`` in the weight's float type), exact: one GEMM per
+    depth chunk, their sum in float64 (exact: far below 2**53)."""
+    w = layer.weight
+    if len(layer.chunks) == 1:
+        return w @ cols
+    acc = np.zeros((w.shape[0], cols.shape[1]), np.float64)
+    for k0, k1 in layer.chunks:
+        acc += w[:, k0:k1] @ cols[k0:k1]
+    return acc
+
+
+def _gemm_blocks(node: Node, layer: _Layer, cols: np.ndarray, out: np.ndarray) -> None:
+    """``out`` ((O, P) integers, any view) = requantize(weight @ cols + bias) for ``cols``
+    ((K, P), any strides BLAS takes), a block of columns at a time: the GEMM, the bias and the
+    output stage of one block run while it is in cache."""
+    o, p = out.shape
+    width = max(16, _BLOCK // max(1, o))
+    scratch = np.empty((o, min(width, p)), np.int64)
+    bias = layer.bias.reshape(-1, 1)
+    assert layer.stage is not None
+    for p0 in range(0, p, width):
+        p1 = min(p, p0 + width)
+        acc = scratch[:, : p1 - p0]
+        np.add(_exact_gemm(layer, cols[:, p0:p1]), bias, out=acc, dtype=np.float64, casting="unsafe")  # integers: exact
+        if layer.check:
+            _check_block(node, acc)
+        Q.apply_output_stage(layer.stage, acc, out[:, p0:p1])
+
+
+def _padded(xq: np.ndarray, pad: tuple[int, int], value: int, dtype: Any, channels_last: bool = False) -> np.ndarray:
+    """``xq`` (NCHW integers) in the float ``dtype`` (exact), padded on H and W with ``value``
+    (the input zero point: TFLite's padding); NHWC with ``channels_last``."""
+    if not channels_last and pad == (0, 0):
+        return xq.astype(dtype)  # keeps the layout (an NCHW view of channels-last memory stays one)
+    n, c, h, w = xq.shape
+    ph, pw = pad
+    shape = (n, h + 2 * ph, w + 2 * pw, c) if channels_last else (n, c, h + 2 * ph, w + 2 * pw)
+    out = np.empty(shape, dtype)
+    hw = (1, 2) if channels_last else (2, 3)
+    inner = [slice(None)] * 4
+    inner[hw[0]], inner[hw[1]] = slice(ph, ph + h), slice(pw, pw + w)
+    for axis, p, size in ((hw[0], ph, h), (hw[1], pw, w)):
+        if p:
+            edge = [slice(None)] * 4
+            edge[axis] = slice(0, p)
+            out[tuple(edge)] = value
+            edge[axis] = slice(p + size, None)
+            out[tuple(edge)] = value
+    np.copyto(out[tuple(inner)], xq.transpose(0, 2, 3, 1) if channels_last else xq)
+    return out
+
+
+def _out_size(size: int, k: int, stride: int, dilation: int) -> int:
+    return (size - dilation * (k - 1) - 1) // stride + 1
+
+
+def _columns(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> np.ndarray:
+    """im2col of one padded sample ``x`` (C, H, W): ``(C * kh * kw, OH * OW)``, rows in the
+    weight's (c, i, j) order (a view for a 1x1 kernel at stride 1)."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    c, h, w = x.shape
+    oh, ow = _out_size(h, kh, sh, dh), _out_size(w, kw, sw, dw)
+    if (kh, kw) == (1, 1):
+        return x[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw].reshape(c, oh * ow)
+    span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+    win = np.lib.stride_tricks.sliding_window_view(x, span, axis=(1, 2))[:, ::sh, ::sw, ::dh, ::dw]  # (C, OH, OW, kh, kw)
+    return win[:, :oh, :ow].transpose(0, 3, 4, 1, 2).reshape(c * kh * kw, oh * ow)
+
+
+def _conv_gemm(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, Any], zp: int, out_dtype: Any) -> np.ndarray:
+    """An ungrouped conv2d: per sample, im2col and one GEMM (per depth chunk) per block."""
+    o, kh, kw = layer.weight.shape[0], *np.shape(node.params["weight"])[2:]
+    stride, dilation, pad = _pair(a["stride"]), _pair(a["dilation"]), _pair(a["padding"])
+    xf = _padded(xq, pad, zp, layer.weight.dtype)
+    n, _, h, w = xf.shape
+    oh, ow = _out_size(h, kh, stride[0], dilation[0]), _out_size(w, kw, stride[1], dilation[1])
+    if oh < 1 or ow < 1:
+        raise ValueError(f"conv2d: input spatial size {(h, w)} (after padding) is smaller than the kernel extent")
+    out = np.empty((n, o, oh * ow), out_dtype)
+    for i in range(n):
+        _gemm_blocks(node, layer, _columns(xf[i], (kh, kw), stride, dilation), out[i])
+    return out.reshape(n, o, oh, ow)
+
+
+def _conv_depthwise(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, Any], zp: int, out_dtype: Any) -> np.ndarray:
+    """A depthwise conv2d channels-last: one multiply-add per kernel tap whose inner loop runs
+    along the channels (as ``cpu_nn.depthwise_channels_last``), a block of output rows at a
+    time, requantized in cache. Returns an NCHW view of NHWC memory (the next 1x1 conv's GEMM
+    reads it as a transposed operand, without a copy)."""
+    kh, kw = np.shape(node.params["weight"])[2:]
+    (sh, sw), (dh, dw) = _pair(a["stride"]), _pair(a["dilation"])
+    xh = _padded(xq, _pair(a["padding"]), zp, layer.weight.dtype, channels_last=True)
+    n, hp, wp, c = xh.shape
+    oh, ow = _out_size(hp, kh, sh, dh), _out_size(wp, kw, sw, dw)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"conv2d: input spatial size {(hp, wp)} (after padding) is smaller than the kernel extent")
+    taps = layer.weight
+    out = np.empty((n, oh, ow, c), out_dtype)
+    rows = max(1, min(oh, _BLOCK // (ow * c)))
+    fsum, ftmp = np.empty((rows, ow, c), taps.dtype), np.empty((rows, ow, c), taps.dtype)
+    scratch = np.empty((rows, ow, c), np.int64)
+    assert layer.stage is not None
+    for s in range(n):
+        for r0 in range(0, oh, rows):
+            r1 = min(oh, r0 + rows)
+            acc, tmp = fsum[: r1 - r0], ftmp[: r1 - r0]
+            for t in range(kh * kw):
+                i, j = divmod(t, kw)
+                i, j = i * dh + r0 * sh, j * dw
+                view = xh[s, i : i + (r1 - r0 - 1) * sh + 1 : sh, j : j + (ow - 1) * sw + 1 : sw]
+                if t == 0:
+                    np.multiply(view, taps[0], out=acc)
+                else:  # each partial sum an integer below FLOAT32_EXACT (or 2**53): exact
+                    np.multiply(view, taps[t], out=tmp)
+                    acc += tmp
+            block = scratch[: r1 - r0]
+            np.add(acc, layer.bias, out=block, dtype=np.float64, casting="unsafe")
+            if layer.check:
+                _check_block(node, block)
+            Q.apply_output_stage(layer.stage, block, out[s, r0:r1])
+    return out.transpose(0, 3, 1, 2)
+
+
+def _conv_grouped(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, Any], zp: int, out_dtype: Any) -> np.ndarray:
+    """A grouped (not depthwise) conv2d: ``cpu_nn.conv2d_nobias``'s stacked float64 matmul (exact),
+    then the output stage over the whole output."""
+    xf = _padded(xq, _pair(a["padding"]), zp, np.float64)
+    prod = K.conv2d_nobias(xf, layer.weight, _pair(a["stride"]), _pair(a["dilation"]), int(a["groups"]))
+    acc = np.empty(prod.shape, np.int64)
+    np.add(prod, layer.bias.reshape(1, -1, 1, 1), out=acc, casting="unsafe")
+    if layer.check:
+        _check_block(node, acc)
+    out = np.empty(acc.shape, out_dtype)
+    assert layer.stage is not None
+    Q.apply_output_stage(layer.stage, acc, out)
+    return out
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    a, b = v
+    return int(a), int(b)
+
+
+def _linear_gemm(node: Node, x: np.ndarray, layer: _Layer, out_dtype: Any) -> np.ndarray:
+    """``x @ W^T`` (any leading axes; ``W`` (O, K)) through ``_gemm_blocks`` on the transposed
+    operands: blocks of rows of ``x``, the output written through its transpose."""
+    k, o = x.shape[-1], layer.weight.shape[0]
+    rows = x.reshape(-1, k).astype(layer.weight.dtype)
+    out = np.empty((rows.shape[0], o), out_dtype)
+    _gemm_blocks(node, layer, rows.T, out.T)
+    return out.reshape(x.shape[:-1] + (o,))
+
+
 def _int_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantParams, plan: QuantizationPlan) -> np.ndarray:
-    """linear / conv2d: (x - zp) * w_q + bias_q in int32 (int64 for 16x8), then requantize."""
+    """linear / conv2d: (x - zp) * w_q + bias_q in int32 (int64 for 16x8), then requantize.
+
+    The products are float GEMMs on the integers, exact (see ``_Layer``): one per block of the
+    output (per depth chunk), im2col for a convolution, channels-last taps for a depthwise one;
+    each block requantized while in cache. A layer no float type sums exactly runs the int64
+    kernels (``_int_layer_int64``)."""
+    a = opset.attrs_of(node.op, node.attrs) if node.op == "conv2d" else {}  # with the opset defaults
+    groups = int(a.get("groups", 1))
+    layer = _layer_of(node, in_qp, out_qp, plan, groups)
+    if not (layer.chunks and xq.dtype == layer.dtype and _takes(node, xq, groups)):
+        return _int_layer_int64(node, xq, in_qp, out_qp, plan)  # (and K.conv2d's / matmul's shape errors)
+    zp = _zp(in_qp)
+    if node.op == "linear":
+        return _linear_gemm(node, xq, layer, out_qp.dtype)
+    conv = {"gemm": _conv_gemm, "depthwise": _conv_depthwise, "grouped": _conv_grouped}[layer.kind]
+    return conv(node, xq, layer, a, zp, out_qp.dtype)
+
+
+def _takes(node: Node, xq: np.ndarray, groups: int) -> bool:
+    """Whether ``xq``'s shape fits the layer (else the int64 kernels raise their shape errors)."""
+    w_shape = np.shape(node.params["weight"])
+    if node.op == "linear":
+        return xq.ndim > 0 and xq.shape[-1] == w_shape[1]
+    return xq.ndim == 4 and xq.shape[1] == w_shape[1] * groups
+
+
+def _int_layer_int64(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantParams, plan: QuantizationPlan) -> np.ndarray:
+    """``_int_layer`` in int64 arithmetic (NumPy's integer loops): for accumulators beyond
+    float64's exact range."""
     wqp = plan.weights[node.name]
     wq = Q.quantize_weight(np.asarray(node.params["weight"]), wqp).astype(np.int64)
     bias = Q.quantize_bias(node.params.get("bias"), in_qp, wqp, wq.shape[0]).astype(np.int64)
@@ -126,20 +483,79 @@ def _int_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantPara
     return Q.requantize(acc, real, out_qp, axis, wide)
 
 
-def _int_matmul(node: Node, xs: list[np.ndarray], held: list[bool], plan: QuantizationPlan) -> np.ndarray | None:
+def _matmul_layer(node: Node, b: np.ndarray, c: np.ndarray | None, sources: tuple[Any, Any], in_qp: QuantParams,
+                  out_qp: QuantParams, wqp: QuantParams) -> _Layer:
+    """A matmul/gemm's constant right-hand side ``b`` (and a gemm's constant ``c``) prepared as a
+    linear layer: cached by the constant nodes' arrays they come from (``sources``), else built
+    for this call."""
+
+    def make() -> _Layer:
+        wq = Q.quantize_weight(np.asarray(b), wqp)
+        w = wq if wqp.axis == 0 else wq.T  # (N, K): output channels first, as a linear layer's
+        # a gemm's c (a constant: calibration checked it has one value per output channel)
+        bias = np.broadcast_to(np.asarray(c, np.float64).ravel(), (w.shape[0],)) if c is not None else None
+        return _make_layer("gemm", w, Q.quantize_bias(bias, in_qp, wqp, w.shape[0]), in_qp, wqp, out_qp)
+
+    if sources[0] is None or (c is not None and sources[1] is None):
+        return make()
+    return _prepared(node.op, (*sources, wqp, in_qp, out_qp), make)
+
+
+def _int_matmul(node: Node, xs: list[np.ndarray], held: list[bool], plan: QuantizationPlan,
+                constants: Mapping[str, Node] | None = None) -> np.ndarray | None:
     """matmul/gemm in integers, or None when it runs the float path.
 
     A constant right-hand side (``plan.weights[node.name]``) is a fully connected layer:
     ``(x - zp) @ w_q + bias_q`` in int32 (int64 for 16x8), requantized per output channel with
     ``s_x * s_w[c] / s_out`` (TFLite FULLY_CONNECTED). Two activations (attention's q @ k^T and
     p @ v) multiply per tensor: ``(a - zp_a) @ (b - zp_b)`` requantized with ``s_a * s_b / s_out``
-    (TFLite BATCH_MATMUL)."""
+    (TFLite BATCH_MATMUL). Products are float GEMMs where exact (see ``_Layer``; float64 for
+    two activations), else int64. ``constants``: the graph's constant nodes by output, whose
+    arrays key the cached prepared weights."""
     acts = plan.activations
     out_qp = acts[node.output]
     wqp = plan.weights.get(node.name)
     trans_a = node.op == "gemm" and bool(node.attrs.get("trans_a"))
     if not held[0] or (wqp is None and not (node.op == "matmul" and held[1])):
         return None
+    in_qp = acts[node.inputs[0]]
+    zp, wide = _zp(in_qp), in_qp.bits == 16
+    if wqp is not None:
+        consts = constants or {}
+        sources = tuple(_const_value(consts, node.inputs[i]) if len(node.inputs) > i else None for i in (1, 2))
+        layer = _matmul_layer(node, xs[1], xs[2] if len(xs) > 2 else None, (sources[0], sources[1]), in_qp, out_qp, wqp)
+        a = xs[0].T if trans_a else xs[0]
+        if not layer.chunks or a.dtype != layer.dtype or a.ndim == 0 or a.shape[-1] != layer.weight.shape[1]:
+            return _int_matmul_int64(node, xs, plan)
+        return _linear_gemm(node, a, layer, out_qp.dtype)
+    b_qp = acts[node.inputs[1]]
+    zb = _zp(b_qp)
+    wide = wide or b_qp.bits == 16
+    depth = xs[0].shape[-1] if xs[0].ndim else 1
+    if not (xs[0].dtype.kind in "iu" and xs[1].dtype.kind in "iu"
+            and Q.exact_in_float64(depth, Q.centered_bound(xs[0].dtype, zp), Q.centered_bound(xs[1].dtype, zb))):
+        return _int_matmul_int64(node, xs, plan)
+    acc = np.asarray(np.matmul(np.subtract(xs[0], float(zp), dtype=np.float64), np.subtract(xs[1], float(zb), dtype=np.float64)))
+    acc = acc.astype(np.int64)
+    if not wide:
+        _check_block(node, acc)
+    mult, shift = Q.quantize_multiplier(np.array([_s(in_qp) * _s(b_qp) / _s(out_qp)]))
+    return Q.requantize_fixed(acc, mult, shift, out_qp, None, wide, overwrite=True)
+
+
+def _const_value(constants: Mapping[str, Node], name: str) -> Any:
+    """The array a constant node holds (the identity a prepared weight is cached by), or None."""
+    node = constants.get(name)
+    return None if node is None else node.params.get("value")
+
+
+def _int_matmul_int64(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.ndarray:
+    """``_int_matmul`` in int64 arithmetic (NumPy's integer loops), for accumulators beyond
+    float64's exact range."""
+    acts = plan.activations
+    out_qp = acts[node.output]
+    wqp = plan.weights.get(node.name)
+    trans_a = node.op == "gemm" and bool(node.attrs.get("trans_a"))
     in_qp = acts[node.inputs[0]]
     a = xs[0].astype(np.int64) - _zp(in_qp)
     a = a.T if trans_a else a
@@ -221,12 +637,26 @@ def _dynamic_linear(node: Node, x: np.ndarray, plan: QuantizationPlan) -> np.nda
     int32 accumulation against int8 weights, then a float rescale and float bias."""
     in_qp = Q.activation_params(float(x.min()), float(x.max()), 8)
     wqp = plan.weights[node.name]
-    xq = Q.quantize(x, in_qp).astype(np.int64) - _zp(in_qp)
-    wq = Q.quantize_weight(np.asarray(node.params["weight"]), wqp).astype(np.int64)
-    acc = xq @ wq.T
+    weight = node.params["weight"]
+    layer = _prepared("dynamic", (weight, wqp), lambda: _dynamic_layer(Q.quantize_weight(np.asarray(weight), wqp)))
+    xq = Q.quantize(x, in_qp)
+    if layer.chunks and xq.ndim and xq.shape[-1] == layer.weight.shape[1]:
+        # The zero point changes per call: the GEMM multiplies q - zp (|q - zp| <= 255, as prepared).
+        rows = np.subtract(xq.reshape(-1, xq.shape[-1]), float(_zp(in_qp)), dtype=layer.weight.dtype)
+        acc = _exact_gemm(layer, rows.T).T.astype(np.int64).reshape(xq.shape[:-1] + (layer.weight.shape[0],))
+    else:
+        acc = (xq.astype(np.int64) - _zp(in_qp)) @ Q.quantize_weight(np.asarray(weight), wqp).astype(np.int64).T
     out = acc * (_s(in_qp) * np.asarray(wqp.scale, np.float32).astype(np.float64))
     bias = node.params.get("bias")
     return out if bias is None else out + np.asarray(bias, np.float64)
+
+
+def _dynamic_layer(wq: np.ndarray) -> _Layer:
+    """A dynamic linear's weight (no bias or output stage: it rescales in float), for inputs
+    ``q - zp`` of any int8 zero point."""
+    w2 = wq.reshape(wq.shape[0], -1)
+    ftype, chunks = _gemm_dtype(w2, Q.centered_bound(np.int8, -128))  # |q - zp| <= 255 for any int8 zero point
+    return _Layer("dynamic", w2.astype(ftype), chunks, np.zeros(0, np.int64), None, False, np.dtype(np.int8))
 
 
 def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize: bool = True, return_values: bool = False) -> Any:
@@ -243,6 +673,7 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
     if plan.dynamic:
         return _run_dynamic(graph, plan, inputs, return_values)
     acts = plan.activations
+    constants = {n.output: n for n in graph.nodes if n.op == "constant"}  # matmul weights: their prepared layers' keys
     values: dict[str, np.ndarray] = {}
     quantized: set[str] = set()  # values held as integers; the others are float (or int/bool data)
     for spec, x in zip(graph.inputs, inputs):
@@ -254,7 +685,7 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
     for node in graph.nodes:
         xs = [values[i] for i in node.inputs]
         if node.op in ("matmul", "gemm") and node.output in acts:
-            out = _int_matmul(node, xs, [i in quantized for i in node.inputs], plan)
+            out = _int_matmul(node, xs, [i in quantized for i in node.inputs], plan, constants)
             if out is not None:
                 values[node.output] = out
                 quantized.add(node.output)
