@@ -16,8 +16,12 @@ A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0`
 3. otherwise each installed runtime that lowers every op of the graph is compiled and timed (and
    its result compared with the interpreter's: a runtime that is wrong is skipped, with the
    difference as the reason; with ``threads=`` given, so is a runtime that cannot apply it per
-   model), the interpreter too, and the fastest wins. The choice and the
-   times are cached in the state folder (``host_runtimes.json``), keyed by graph fingerprint,
+   model), the interpreter too, and the fastest wins. The candidates are timed in interleaved
+   rounds (each one's fastest round counts), and runtimes within 10% of the fastest are a tie
+   that goes the same way every time (the interpreter, else alphabetically), so that a busy
+   machine does not change the choice from one run to the next. The choice and the
+   times are cached in the state folder (``host_runtimes.json``), keyed by the graph's structure
+   and weight shapes (not the weights' values: a model with fresh weights is the same work),
    shapes, threads, CPU model and the installed host-runtime plugins with the versions of the
    packages each depends on (read from package metadata, so the key needs no framework started).
    A later process starts and compiles only the winner: the other frameworks are not imported.
@@ -27,7 +31,8 @@ A plugin declaring ``Capabilities.host_runtime`` offers its runtime for ``cpu:0`
 A static int8/int16 model (``plan``) is offered only to the runtimes listing its precision in
 ``HostRuntime.quantized_precisions``; the interpreter is then the core's integer reference, and a
 runtime's results must be within ``Compiled.verify``'s bound of it (int8 runtimes round
-differently, so fp32's 1e-4 would refuse them all). The plan's fingerprint is part of the key.
+differently, so fp32's 1e-4 would refuse them all). The plan's structure (bits, which values
+and layers it quantizes) is part of the key.
 
 A runtime that is missing, fails to start or refuses the graph is skipped with its reason; the
 result says which runtime runs the graph and why (``HostChoice.line``), and ``compiled.summary``
@@ -69,9 +74,23 @@ INTERPRETER: Final = "numpy"
 #: Entries kept in the choice cache (the oldest are dropped).
 _CACHE_ENTRIES: Final = 512
 _CACHE_FILE: Final = "host_runtimes.json"
-#: Timing per candidate: calls after one warm-up, and the time budget that may end them sooner.
-_CALLS: Final = 7
-_BUDGET_S: Final = 0.25
+#: Timing per candidate and round: calls after the warm-up, and the time budget that may end
+#: them sooner. Each candidate is timed in _ROUNDS rounds, in a rotated order, and its time is
+#: its fastest round: a machine busy for part of the measurement slows every candidate's round
+#: then, not one candidate's whole measurement (which flipped the choice between runs).
+_CALLS: Final = 3
+_BUDGET_S: Final = 0.08
+_ROUNDS: Final = 3
+#: A candidate this many times slower than the fastest after a round is not timed again: it
+#: cannot win, and a slow interpreter would otherwise spend seconds per round.
+_HOPELESS: Final = 3.0
+#: Candidates within this fraction of the fastest are tied, and the tie goes the same way every
+#: time (:func:`_settle`): noise between near-equal runtimes does not change the choice.
+_TIE: Final = 0.10
+#: Graphs whose weights are at most this many bytes have every candidate's compiled model alive
+#: at once, for interleaved rounds; heavier ones (a language model) are timed one runtime after
+#: another, keeping only the fastest model so far, as each runtime holds its own weights.
+_INTERLEAVE_BYTES: Final = 256 << 20
 #: Idle seconds before a candidate's timed calls: the previous runtime's worker threads (OpenBLAS,
 #: ONNX Runtime) spin for ~20 ms after their last call and would take a core from the next one.
 _SETTLE_S: Final = 0.03
@@ -292,10 +311,9 @@ def _inputs(graph: Graph) -> list[np.ndarray]:
     return out
 
 
-def _time(run: Callable[..., Any], inputs: Sequence[np.ndarray]) -> tuple[float, Any]:
-    """The fastest of a few calls after a warm-up: the least disturbed by other work on the
-    machine (a shared CPU slows calls down, never speeds them up)."""
-    first = run(*inputs)  # warm-up (first-call allocations, lazy initialisation)
+def _turn(run: Callable[..., Any], inputs: Sequence[np.ndarray]) -> float:
+    """One timed turn: the fastest of a few calls (a shared CPU slows calls down, never speeds
+    them up), after a pause that lets the previous runtime's worker threads go idle."""
     time.sleep(_SETTLE_S)
     times = []
     start = time.perf_counter()
@@ -305,7 +323,42 @@ def _time(run: Callable[..., Any], inputs: Sequence[np.ndarray]) -> tuple[float,
         times.append(time.perf_counter() - t0)
         if time.perf_counter() - start > _BUDGET_S:
             break
-    return float(np.min(times)) * 1e3, first
+    return float(np.min(times)) * 1e3
+
+
+def _rounds(runs: Mapping[str, Callable[..., Any]], inputs: Sequence[np.ndarray]) -> dict[str, float]:
+    """Each run's time in ms: its fastest turn over _ROUNDS rounds, the order rotated each round;
+    a run _HOPELESS times slower than the fastest is not timed again."""
+    names = list(runs)
+    best: dict[str, float] = {}
+    for r in range(_ROUNDS):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            if best and name in best and best[name] > _HOPELESS * min(best.values()):
+                continue
+            ms = _turn(runs[name], inputs)
+            best[name] = min(ms, best.get(name, ms))
+    return best
+
+
+def _settle(times: Mapping[str, float]) -> str:
+    """The winner: the fastest, except that runs within _TIE of it are tied and the tie goes to
+    the interpreter (nothing to import or compile in a later process), else to the first name in
+    alphabetical order, the same on every run of the same model on the same machine."""
+    fastest = min(times.values())
+    tied = sorted(name for name, ms in times.items() if ms <= fastest * (1.0 + _TIE))
+    return INTERPRETER if INTERPRETER in tied else tied[0]
+
+
+def _announce(candidates: Mapping[str, HostRuntime]) -> None:
+    """Say on a terminal that runtimes are being measured (a second or more, once per model and
+    machine): a first compile that goes quiet for seconds looks hung. Nothing when piped."""
+    import sys
+
+    if sys.stderr.isatty():
+        names = ", ".join([*candidates, INTERPRETER])
+        print(f"neurenix: cpu:0: measuring runtimes for this model ({names}); the choice is cached for next time",
+              file=sys.stderr, flush=True)
 
 
 def _disagreement(got: Sequence[Any], want: Sequence[Any]) -> str | None:
@@ -344,6 +397,36 @@ def _plan_agreement(graph: Graph, plan: QuantizationPlan, inputs: Sequence[np.nd
     return check
 
 
+def _checked(name: str, rt: HostRuntime, graph: Graph, options: HostOptions, inputs: Sequence[np.ndarray], reference: Any,
+             agrees: Callable[[Sequence[Any]], str | None] | None, skipped: dict[str, str]) -> HostModel | None:
+    """``rt``'s compiled model of ``graph`` after one call (its warm-up) agreed with the
+    interpreter's ``reference``; None, with the reason in ``skipped``, where it did not."""
+    try:
+        model = rt.compile(graph, options)
+        got = model(*inputs)
+    except NeurenixError as exc:
+        skipped[name] = str(exc)
+        return None
+    except Exception as exc:  # noqa: BLE001 - a runtime that crashes on this graph is skipped with the cause, the next one used
+        skipped[name] = f"{type(exc).__name__}: {exc}"
+        return None
+    if options.threads is not None and model.threads != options.threads:
+        # Compared at another thread count than asked, a runtime whose pool is process-wide
+        # (XLA, PyTorch) would win or lose for the wrong reason.
+        skipped[name] = f"cannot apply threads={options.threads} per model (uses {model.threads or 'its process-wide pool'})"
+        return None
+    reference = list(reference) if isinstance(reference, (tuple, list)) else [reference]
+    wrong = _disagreement(got, reference) if agrees is None else agrees(got)
+    if wrong is not None:
+        skipped[name] = f"wrong result: {wrong}"
+        return None
+    return model
+
+
+def _weight_bytes(graph: Graph) -> int:
+    return sum(int(np.asarray(a).nbytes) for n in graph.nodes for a in n.params.values())
+
+
 def _measure(
     graph: Graph,
     candidates: Mapping[str, HostRuntime],
@@ -355,35 +438,35 @@ def _measure(
     failed: frozenset[str] = frozenset(),
 ) -> HostChoice:
     inputs = _inputs(graph)
-    ms, reference = _time(interpreter, inputs)
+    _announce(candidates)
+    reference = interpreter(*inputs)  # also the interpreter's warm-up
     agrees = _plan_agreement(graph, options.plan, inputs) if options.plan is not None else None
-    times = {INTERPRETER: ms}
-    # Only the fastest compiled model so far is kept: each runtime holds its own form of the
-    # weights, and a language model's would otherwise be held once per runtime at the peak.
+    together = _weight_bytes(graph) <= _INTERLEAVE_BYTES
+    runs: dict[str, Callable[..., Any]] = {INTERPRETER: interpreter}
+    times = {} if together else _rounds(runs, inputs)
+    # Apart (a heavy graph), only the fastest compiled model so far is kept: each runtime holds its
+    # own form of the weights, and a language model's would otherwise be held once per runtime.
     best, best_model = INTERPRETER, None
     for name, rt in candidates.items():
-        try:
-            model = rt.compile(graph, options)
-            ms, got = _time(model, inputs)
-        except NeurenixError as exc:
-            skipped[name] = str(exc)
+        model = _checked(name, rt, graph, options, inputs, reference, agrees, skipped)
+        if model is None:
             continue
-        except Exception as exc:  # noqa: BLE001 - a runtime that crashes on this graph is skipped with the cause, the next one used
-            skipped[name] = f"{type(exc).__name__}: {exc}"
+        if together:
+            runs[name] = model
             continue
-        if options.threads is not None and model.threads != options.threads:
-            # Compared at another thread count than asked, a runtime whose pool is process-wide
-            # (XLA, PyTorch) would win or lose for the wrong reason.
-            skipped[name] = f"cannot apply threads={options.threads} per model (uses {model.threads or 'its process-wide pool'})"
-            continue
-        wrong = _disagreement(got, reference) if agrees is None else agrees(got)
-        if wrong is not None:
-            skipped[name] = f"wrong result: {wrong}"
-            continue
-        times[name] = ms
-        if ms < times[best]:
+        times[name] = _rounds({name: model}, inputs)[name]
+        if times[name] < times[best]:
             best, best_model = name, model
-        del model, got  # a slower runtime's model goes before the next one compiles
+        del model  # a slower runtime's model goes before the next one compiles
+    reason = "fastest, measured at compile time"
+    if together:
+        times = _rounds(runs, inputs)
+        best = _settle(times)
+        best_model = None if best == INTERPRETER else runs[best]
+        del runs
+        if times[best] > min(times.values()):
+            reason = (f"measured at compile time, within {_TIE:.0%} of the fastest: a tie, which goes to the interpreter, "
+                      "else the first name alphabetically, so that noise does not change the choice")
 
     # What a later process needs to start the winner alone and report as this one does: the
     # winner's version (checked once it is started) and why the others were not used (not the
@@ -391,7 +474,7 @@ def _measure(
     entry = {"runtime": best, "times_ms": times, "skipped": {k: v for k, v in skipped.items() if k not in failed},
              "version": "" if best == INTERPRETER else candidates[best].version}
     _cache_write(state_dir, key, entry)
-    return HostChoice(best, "fastest, measured at compile time", best_model, times, skipped)
+    return HostChoice(best, reason, best_model, times, skipped)
 
 
 def _from_cache(graph: Graph, cached: Mapping[str, Any], options: HostOptions, failed: dict[str, str]) -> HostChoice | None:
@@ -422,12 +505,14 @@ def _cache_key(graph: Graph, threads: int | None, weights: QuantizationPlan | No
                plan: QuantizationPlan | None = None) -> str:
     from neurenix_core.benchkit import cpu_model
 
+    # The graph's structure and weight shapes, not the weights' values: the same work whatever
+    # numbers a model holds (one with freshly drawn weights was measured again on every run).
     shapes = [(s.name, tuple(s.shape), s.dtype) for s in graph.inputs]
-    parts: list[Any] = [graph.fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), _installed_runtimes()]
+    parts: list[Any] = [graph.structure_fingerprint(), shapes, threads, cpu_model(), os.cpu_count(), _installed_runtimes()]
     if weights is not None:  # another computation: the runtimes with integer-weight kernels, timed on them
         parts.append(scheme_of(weights))
-    if plan is not None:  # integer kernels with these scales: another computation than float
-        parts.append(["static", plan.fingerprint()])
+    if plan is not None:  # integer kernels: another computation than float (its scales' values are not)
+        parts.append(["static", plan.bits, sorted(plan.activations), sorted((k, q.axis) for k, q in plan.weights.items())])
     text = json.dumps(parts, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

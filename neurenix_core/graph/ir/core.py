@@ -112,6 +112,16 @@ class Graph:
 
     def fingerprint(self) -> str:
         """A stable hash of structure, attributes and weights: the key of compiled-model caches."""
+        return self._hash(values=True)
+
+    def structure_fingerprint(self) -> str:
+        """A stable hash of structure, attributes and the weights' shapes and dtypes, not their
+        values: the key of choices that depend on what a graph computes with, not on which
+        numbers (the cpu:0 runtime measured fastest: a model with freshly drawn weights is the same
+        work). Never a key for compiled models or results."""
+        return self._hash(values=False)
+
+    def _hash(self, *, values: bool) -> str:
         h = hashlib.sha256()
         for spec in self.inputs:
             h.update(repr((spec.name, spec.display_shape, spec.dtype)).encode())  # a dynamic axis: any example size
@@ -120,9 +130,10 @@ class Graph:
             for key in sorted(node.params):
                 arr = np.ascontiguousarray(node.params[key])
                 h.update(key.encode() + str(arr.dtype).encode() + repr(arr.shape).encode())
-                # The array's own bytes, not a tobytes() copy of them (the same hash; a 17 MB
-                # model's weights are hashed at every compile the compile cache keys).
-                h.update(arr.reshape(-1).view(np.uint8).data)
+                if values:
+                    # The array's own bytes, not a tobytes() copy of them (the same hash; a 17 MB
+                    # model's weights are hashed at every compile the compile cache keys).
+                    h.update(arr.reshape(-1).view(np.uint8).data)
         h.update(repr(self.outputs).encode())
         if self.limits:
             h.update(repr(self.limits).encode())
