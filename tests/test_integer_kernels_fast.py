@@ -245,6 +245,49 @@ def test_deep_convolutions_split_their_depth_exactly(bits: int, weights: str) ->
             assert len(layer.chunks) == (5 if cin == 512 else 1)
 
 
+@pytest.mark.parametrize("op", ["conv2d", "linear"])
+def test_float32_chunks_at_their_limit(op: str) -> None:
+    """The worst case of the float32 bound: every weight +127, inputs at -128 with a few odd
+    ones (-127), so each chunk's partial sums reach just below 2**24 with odd values (one more
+    term per chunk, or a bound of 127 instead of 128, would round them)."""
+    rng = np.random.default_rng(13)
+    cin = 520
+    w = np.ones((3, cin, 3, 3) if op == "conv2d" else (3, cin * 9), np.float32)
+    in_qp = QuantParams(np.array([0.01], np.float32), np.array([0], np.int64), 8, None, -128, 127)
+    out_qp = Q.activation_params(-300.0, 300.0)
+    node = Node("l", op, ("x",), "y", {"padding": (0, 0)} if op == "conv2d" else {}, {"weight": w})
+    plan = QuantizationPlan(8, {"x": in_qp, "y": out_qp}, {"l": Q.weight_params(w)})
+    x = np.full((1, cin, 5, 5) if op == "conv2d" else (4, cin * 9), -128, np.int8)
+    x.flat[rng.choice(x.size, x.size // 50, replace=False)] = -127
+    _check_layer(node, x, in_qp, out_qp, plan)
+    layer = R._layers[next(reversed(R._layers))][1]
+    assert layer.weight.dtype == np.float32 and len(layer.chunks) == 5  # 4680 terms, at most 16777216 // (128 * 127) = 1032 a chunk
+    assert max(k1 - k0 for k0, k1 in layer.chunks) == 1032
+
+
+def test_float32_chunks_cancelling_at_their_limit() -> None:
+    """Chunk sums just below 2**24, of opposite signs in the two halves of the depth and of
+    different parities (one more odd term in one half): the exact accumulator is +-127 and the
+    output multiplier 1, so a single rounding in any chunk (a chunk one term too long, or twice
+    as long) shows in the output integers instead of cancelling."""
+    rng = np.random.default_rng(17)
+    depth = 4 * 1032
+    w = np.concatenate([np.ones(depth // 2), -np.ones(depth // 2)]).astype(np.float32)[None].repeat(2, axis=0)
+    wqp = Q.weight_params(w)
+    in_qp = QuantParams(np.array([0.5], np.float32), np.array([0], np.int64), 8, None, -128, 127)
+    out_qp = QuantParams(np.array([np.float32(0.5) * wqp.scale[0]], np.float32), np.array([0], np.int64), 8, None, -128, 127)
+    node = Node("fc", "linear", ("x",), "y", {}, {"weight": w})
+    plan = QuantizationPlan(8, {"x": in_qp, "y": out_qp}, {"fc": wqp})
+    x = np.full((16, depth), -128, np.int8)
+    for row in range(16):
+        count = int(rng.integers(1, 40))  # a -127 is one more than a -128: the exact sum is 127 * (count difference)
+        x[row, rng.choice(depth // 2, count + row % 2, replace=False)] = -127
+        x[row, depth // 2 + rng.choice(depth // 2, count + 1 - row % 2, replace=False)] = -127
+    want = old_int_layer(node, x, in_qp, out_qp, plan)
+    assert np.array_equal(np.abs(want), np.full(want.shape, 127))
+    _check_layer(node, x, in_qp, out_qp, plan)
+
+
 def test_depthwise_layers_as_mobilenets_have_them() -> None:
     """Depthwise 3x3 and 5x5, strides 1 and 2, 16 to 144 channels (the channels-last kernel)."""
     rng = np.random.default_rng(3)
@@ -472,6 +515,80 @@ def test_torch_cnns_compiled_for_cpu_int8(name: str) -> None:
         for a, b in zip(new, old):
             same(a, b)
         _compare_model(compiled.graph, compiled.plan, [(x,), ((x * 4).astype(np.float32),)])
+
+
+# ----------------------------------------------------------------------------- elementwise tables
+def _float_path(node: Node, xs: list[np.ndarray], qps: list[QuantParams], out_qp: QuantParams) -> np.ndarray:
+    """What ``run_quantized`` ran for an op without an integer kernel: dequantize, float64, quantize."""
+    return Q.quantize(R.eval_node(node, [Q.dequantize(x, q) for x, q in zip(xs, qps)]), out_qp)
+
+
+def _layouts(rng: np.random.Generator, codes: np.ndarray) -> list[np.ndarray]:
+    """Every code at many positions: shuffled 1-D (odd length), NCHW, an NCHW view of NHWC memory,
+    a strided slice, and a one-element array."""
+    pool = np.concatenate([codes, rng.choice(codes, 1001)])
+    rng.shuffle(pool)
+    n = pool.size - pool.size % 60
+    nhwc = pool[:n].reshape(-1, 3, 4, 5).copy()
+    return [pool, pool[:n].reshape(-1, 5, 3, 4), nhwc.transpose(0, 3, 1, 2), pool[::3], pool[:1]]
+
+
+UNARY_CASES = [("clip", {"min": 0.0, "max": 6.0}), ("clip", {"min": -1.0, "max": None}), ("hardswish", {}),
+               ("hardsigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}), ("sigmoid", {}), ("silu", {}), ("tanh", {}),
+               ("gelu", {"approximate": "none"}), ("gelu", {"approximate": "tanh"}), ("leaky_relu", {"alpha": 0.1}), ("elu", {}),
+               ("selu", {}), ("celu", {"alpha": 0.5}), ("softplus", {}), ("softsign", {}), ("mish", {}), ("exp", {}), ("erf", {}),
+               ("neg", {}), ("abs", {})]
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_unary_tables_are_the_float_path(bits: int) -> None:
+    """Every op with a table, every input code at many positions and layouts: its table lookup
+    gives the integers the float path gives (the unary table sets all have a case here)."""
+    assert {op for op, _ in UNARY_CASES} == set(R._UNARY_TABLES)
+    rng = np.random.default_rng(101 + bits)
+    dtype = np.dtype(np.int8 if bits == 8 else np.int16)
+    codes = np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1).astype(dtype)
+    for op, attrs in UNARY_CASES:
+        node = Node("u", op, ("x",), "y", attrs)
+        for _ in range(2):
+            in_qp, out_qp = _act(rng, bits), _act(rng, bits)
+            plan = QuantizationPlan(bits, {"x": in_qp, "y": out_qp}, {})
+            for x in _layouts(rng, codes):
+                got = R._int_lookup(node, [x], plan)
+                assert got is not None, op
+                same(got, _float_path(node, [x], [in_qp], out_qp))
+
+
+@pytest.mark.parametrize("op", sorted(R._BINARY_TABLES))
+def test_binary_tables_are_the_float_path(op: str) -> None:
+    """Every pair of int8 codes, equal shapes and broadcast ones (a squeeze-excite gate, a
+    scalar), in NCHW and NHWC-view layouts."""
+    rng = np.random.default_rng(111)
+    codes = np.arange(-128, 128).astype(np.int8)
+    a = np.repeat(codes, 256).reshape(4, 64, 16, 16)
+    b = np.tile(codes, 256).reshape(4, 64, 16, 16)
+    node = Node("b", op, ("a", "b"), "y")
+    for _ in range(3):
+        qa, qb, out_qp = _act(rng, 8), _act(rng, 8), _act(rng, 8)
+        plan = QuantizationPlan(8, {"a": qa, "b": qb, "y": out_qp}, {})
+        gate = rng.choice(codes, (4, 64, 1, 1))
+        for x, y in ((a, b), (b, a), (a.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2), b), (a, gate), (gate, b),
+                     (a, np.array(7, np.int8))):
+            got = R._int_lookup(node, [x, y], plan)
+            assert got is not None
+            same(got, _float_path(node, [x, y], [qa, qb], out_qp))
+    assert R._int_lookup(node, [a, np.zeros((3,), np.int8)], plan) is None  # no broadcast: the float path raises
+
+
+def test_tables_skip_what_they_do_not_cover() -> None:
+    """A per-channel input, an int16 pair, a node with parameters: the float path runs."""
+    qp8, qp16 = Q.activation_params(-1.0, 1.0), Q.activation_params(-1.0, 1.0, 16)
+    x8, x16 = np.zeros((2, 3), np.int8), np.zeros((2, 3), np.int16)
+    plan = QuantizationPlan(8, {"a": qp16, "b": qp16, "y": qp8}, {})
+    assert R._int_lookup(Node("m", "mul", ("a", "b"), "y"), [x16, x16], plan) is None
+    plan = QuantizationPlan(8, {"a": qp8, "y": qp8}, {})
+    assert R._int_lookup(Node("p", "prelu", ("a",), "y"), [x8], plan) is None
+    assert R._int_lookup(Node("c", "clip", ("a",), "y", {"min": 0.0}), [x16], plan) is None  # not the plan's type
 
 
 # ----------------------------------------------------------------------------- the output stage

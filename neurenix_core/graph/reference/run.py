@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 
@@ -156,35 +156,37 @@ class _Layer:
 
 
 _lock = threading.Lock()
-#: (kind, ids of the source objects) -> (the source objects, the layer); LRU order.
-_layers: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], _Layer]] = OrderedDict()
+#: (kind, ids of the source objects) -> (the source objects, the layer or table); LRU order.
+_layers: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = OrderedDict()
 _held = [0]  # bytes held by _layers
+_T = TypeVar("_T", _Layer, np.ndarray)
 
 
-def _prepared(kind: str, sources: tuple[Any, ...], make: Callable[[], _Layer]) -> _Layer:
-    """The layer ``make`` builds from ``sources`` (arrays and parameter objects, compared by
-    identity) for a layer of this ``kind``, cached."""
+def _prepared(kind: Hashable, sources: tuple[Any, ...], make: Callable[[], _T]) -> _T:
+    """What ``make`` builds from ``sources`` (arrays and parameter objects, compared by identity)
+    for a layer or table of this ``kind`` (hashable), cached."""
     ident = (kind, *(id(k) for k in sources))
     with _lock:
         hit = _layers.get(ident)
         if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
             _layers.move_to_end(ident)
-            return hit[1]
-    layer = make()
-    if layer.nbytes > _CACHE_BYTES:
-        return layer
+            found: _T = hit[1]
+            return found
+    made = make()
+    if made.nbytes > _CACHE_BYTES:
+        return made
     with _lock:
         old = _layers.pop(ident, None)
-        _held[0] -= 0 if old is None else old[1].nbytes
-        _layers[ident] = (sources, layer)
-        _held[0] += layer.nbytes
+        _held[0] -= 0 if old is None else int(old[1].nbytes)
+        _layers[ident] = (sources, made)
+        _held[0] += int(made.nbytes)
         while _held[0] > _CACHE_BYTES:
-            _held[0] -= _layers.popitem(last=False)[1][1].nbytes
-    return layer
+            _held[0] -= int(_layers.popitem(last=False)[1][1].nbytes)
+    return made
 
 
 def clear_prepared() -> None:
-    """Drop every prepared layer (their weights)."""
+    """Drop every prepared layer and elementwise table."""
     with _lock:
         _layers.clear()
         _held[0] = 0
@@ -578,6 +580,76 @@ def _int_matmul_int64(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) 
     return Q.requantize(acc, real, out_qp, axis, wide)
 
 
+# Elementwise tables. An op in these sets, between quantized values, runs the float path:
+# dequantize, the op in float64, quantize to its output's parameters. Per element that is a
+# function of the input integer(s) alone: each op computes element i from element i only (the
+# references are NumPy ufuncs, np.where and np.clip of them, whose float64 loops compute an element
+# by one routine wherever it lies in the array: SIMD lanes and masked tails run the same code), and
+# dequantize / quantize are per element too. So running that same float path once on every code
+# of the input type (256 for int8, 65536 for int16; 65536 pairs for two int8 inputs) gives a table
+# whose lookup is what the float path computes, integer for integer (tests/test_integer_kernels_fast.py
+# compares both over every code in several layouts): TFLite's own int8 kernels for these ops are
+# tables too. Ops with weights, run-time bounds or anything beyond their element are not here.
+_UNARY_TABLES: Final = frozenset({"clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "tanh", "gelu", "leaky_relu", "elu",
+                                  "selu", "celu", "softplus", "softsign", "mish", "exp", "erf", "neg", "abs"})
+_BINARY_TABLES: Final = frozenset({"add", "sub", "mul", "maximum", "minimum"})
+_TABLE_TYPES: Final[dict[np.dtype[Any], np.dtype[Any]]] = {np.dtype(np.int8): np.dtype(np.uint8), np.dtype(np.int16): np.dtype(np.uint16)}
+
+
+def _codes(dtype: np.dtype[Any]) -> np.ndarray:
+    """Every value of the integer ``dtype``, in the order of its unsigned view (0, 1, ..., -1)."""
+    unsigned = _TABLE_TYPES[dtype]
+    return np.arange(np.iinfo(unsigned).max + 1, dtype=unsigned).view(dtype)
+
+
+def _attrs_key(attrs: Mapping[str, Any]) -> Hashable | None:
+    try:
+        key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _int_lookup(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.ndarray | None:
+    """An elementwise op of quantized values through its table (see above), or None: not such
+    an op, or inputs the tables do not cover (the float path runs)."""
+    acts = plan.activations
+    qps = [acts[i] for i in node.inputs]
+    out_qp = acts[node.output]
+    if any(q.axis is not None or x.dtype != q.dtype for q, x in zip(qps, xs)) or node.params:
+        return None
+    if node.op in _UNARY_TABLES and len(xs) == 1 and xs[0].dtype in _TABLE_TYPES:
+        dtype = xs[0].dtype
+
+        def unary() -> np.ndarray:
+            return Q.quantize(eval_node(node, [Q.dequantize(_codes(dtype), qps[0])]), out_qp)
+
+        return np.take(_table(node, qps, out_qp, unary), xs[0].view(_TABLE_TYPES[dtype]))
+    if node.op in _BINARY_TABLES and len(xs) == 2 and xs[0].dtype == xs[1].dtype == np.int8:
+        try:
+            np.broadcast_shapes(xs[0].shape, xs[1].shape)
+        except ValueError:
+            return None  # the float path raises its shape error
+
+        def binary() -> np.ndarray:
+            codes = _codes(np.dtype(np.int8))
+            real = [Q.dequantize(codes[:, None], qps[0]), Q.dequantize(codes[None, :], qps[1])]
+            return Q.quantize(eval_node(node, real), out_qp).ravel()  # [a << 8 | b] for the unsigned views
+
+        index = np.left_shift(xs[0].view(np.uint8), 8, dtype=np.uint16)
+        index = np.bitwise_or(index, xs[1].view(np.uint8), dtype=np.uint16)
+        return np.take(_table(node, qps, out_qp, binary), index)
+    return None
+
+
+def _table(node: Node, qps: list[QuantParams], out_qp: QuantParams, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """``node``'s table for these parameters: cached by the op, its attributes (by value) and the
+    parameter objects (a graph specialized per call keeps its plan's)."""
+    key = _attrs_key(node.attrs)
+    return make() if key is None else _prepared(("table", node.op, key), (*qps, out_qp), make)
+
+
 def _int_relu(xq: np.ndarray, in_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
     if in_qp is out_qp or (_s(in_qp) == _s(out_qp) and _zp(in_qp) == _zp(out_qp)):
         return np.maximum(xq, _zp(out_qp)).astype(out_qp.dtype)
@@ -695,6 +767,12 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
             values[node.output] = _int_node(node, xs, plan)
             quantized.add(node.output)
             continue
+        if node.output in acts and node.inputs and all(i in quantized for i in node.inputs):
+            table_out = _int_lookup(node, xs, plan)
+            if table_out is not None:
+                values[node.output] = table_out
+                quantized.add(node.output)
+                continue
         # No integer kernel: dequantize explicitly, run the float op, quantize its output.
         real = [Q.dequantize(x, acts[i]) if i in quantized else x for x, i in zip(xs, node.inputs)]
         out = eval_node(node, real)
