@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -96,6 +97,25 @@ MLP_FEATURES: Final = 16
 #: Image models' input H = W at every batch: at batch 32 the slowest row (ResNet-18 on the
 #: interpreter, about 3 s a call on one core) still fits 15 rounds in a few minutes.
 IMAGE: Final = 224
+#: --int8: the models (BERT-tiny with its pooled output), the contenders and the peers used directly.
+INT8_MODELS: Final = ("resnet18", "mobilenetv3_small", "efficientnet_b0", "bert_tiny")
+INT8_CONTENDERS: Final = ("cpu:0 int8", "numpy int8", "cpu:0 fp32", "numpy fp32", "onnxruntime int8", "openvino int8")
+INT8_PEERS: Final = ("onnxruntime int8", "openvino int8")
+INT8_ROUNDS: Final = 25
+#: Images the int8 models' batch-norm statistics are re-estimated on (``int8_model``).
+BN_SAMPLES: Final = 32
+#: Batch-1 calibration inputs (seeds 1000...), the same for cpu:0's plan and ONNX Runtime's quantize_static.
+CALIBRATION: Final = 16
+#: Ranges from the calibration data: min/max (``nx.compile``'s default, ONNX Runtime's MinMax), or
+#: 0.01% clipped at each end where min/max ranges fail the core's plan check. EfficientNet-B0 with
+#: random weights does: its integer reference is 35.5% away from float over the calibration data,
+#: more than int8 rounding explains (30%); with percentile ranges 22.8%.
+CALIBRATION_METHOD: Final = {"efficientnet_b0": "percentile"}
+#: Top-1 agreement inputs (seeds 2000...), each called at batch 1 on the very models timed.
+AGREEMENT_SAMPLES: Final = 320
+QUICK_AGREEMENT_SAMPLES: Final = 32
+AGREEMENT_SEED: Final = 2000
+INT8_FLAGS: Final = frozenset({"avx512_vnni", "avx_vnni", "avx_vnni_int8", "amx_int8", "amx_bf16", "amx_tile", "avx512_bf16"})
 _CHILD_ENV: Final = "NEURENIX_BENCH_CPU_PLAN"  # run_child passes only --child/--quick: the rest goes by environment
 
 
@@ -115,13 +135,17 @@ def example_input(model: str, batch: int) -> np.ndarray:
     return rng.standard_normal((batch, 3, IMAGE, IMAGE)).astype(np.float32)
 
 
-def build(model: str) -> Any:
-    """The torch module ``model`` with seeded random weights, in eval mode."""
+def build(model: str, *, classify: bool = False) -> Any:
+    """The torch module ``model`` with seeded random weights, in eval mode. ``classify``: BERT-tiny
+    returns its pooled output (the pooler's tanh(dense(first token)), 128 values) instead of the
+    last hidden state, the vector whose argmax the int8 rows compare (the image models' output
+    already is 1000 class logits)."""
     import torch
 
     torch.manual_seed(0)
     builders: dict[str, Callable[[], Any]] = {"resnet18": _resnet18, "mobilenetv3_small": _mobilenetv3_small,
-                                              "vit_tiny": _vit_tiny, "bert_tiny": _bert_tiny, "mlp_small": _mlp_small}
+                                              "efficientnet_b0": _efficientnet_b0, "vit_tiny": _vit_tiny,
+                                              "bert_tiny": _bert_tiny_pooled if classify else _bert_tiny, "mlp_small": _mlp_small}
     module = builders[model]()
     _perturb_batch_norm(module)
     return module.eval()
@@ -138,6 +162,32 @@ def _perturb_batch_norm(module: Any) -> None:
                 m.running_var.uniform_(0.5, 1.5)
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.uniform_(-0.2, 0.2)
+
+
+def int8_model(model: str) -> Any:
+    """The int8 rows' torch module: ``build(model, classify=True)``, then each batch norm's running
+    statistics re-estimated on ``BN_SAMPLES`` seeded normal images (seeds 3000...; one pass in
+    train mode, cumulative averages; the perturbed scales and shifts kept). With random weights
+    and the perturbed statistics, the image models' activations fade layer after layer until the
+    logits are the classifier's bias whatever the input (MobileNetV3-Small's and EfficientNet's
+    vary across inputs by 5e-7 of their spread): every input has the same top-1, and int8's
+    rounding of near-equal logits decides agreement. Re-estimated, the logits vary with the input
+    (9-20 distinct top-1 classes over 96 inputs)."""
+    import torch
+
+    module = build(model, classify=True)
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    if not norms:
+        return module
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the pass
+    images = np.concatenate([np.random.default_rng(3000 + i).standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32)
+                             for i in range(BN_SAMPLES)])
+    module.train()
+    with torch.no_grad():
+        module(torch.from_numpy(images))
+    return module.eval()
 
 
 def _resnet18() -> Any:
@@ -215,6 +265,52 @@ def _mobilenetv3_small() -> Any:
     return nn.Sequential(*layers)
 
 
+#: EfficientNet-B0's stages (torchvision): expansion, kernel, stride, out channels, blocks.
+_EFFICIENTNET_B0: Final = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+                           (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
+
+
+def _efficientnet_b0() -> Any:
+    """EfficientNet-B0 in plain torch.nn: MBConv blocks (1x1 expansion, depthwise k x k, squeeze
+    and excitation on a quarter of the block's input channels with SiLU and a sigmoid gate, 1x1
+    projection, residual where the shape allows), SiLU throughout, 1280-channel head, 1000 classes."""
+    from torch import nn
+
+    def conv_bn(cin: int, cout: int, k: int, stride: int, groups: int, act: bool) -> nn.Sequential:
+        mods: list[nn.Module] = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+        return nn.Sequential(*mods, nn.SiLU()) if act else nn.Sequential(*mods)
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, c: int, squeeze: int) -> None:
+            super().__init__()
+            self.pool, self.fc1, self.fc2 = nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, squeeze, 1), nn.Conv2d(squeeze, c, 1)
+            self.act, self.gate = nn.SiLU(), nn.Sigmoid()
+
+        def forward(self, x: Any) -> Any:
+            return x * self.gate(self.fc2(self.act(self.fc1(self.pool(x)))))
+
+    class MBConv(nn.Module):
+        def __init__(self, cin: int, expand: int, k: int, stride: int, cout: int) -> None:
+            super().__init__()
+            exp = cin * expand
+            mods: list[nn.Module] = [] if expand == 1 else [conv_bn(cin, exp, 1, 1, 1, True)]
+            mods += [conv_bn(exp, exp, k, stride, exp, True), SqueezeExcite(exp, max(1, cin // 4)), conv_bn(exp, cout, 1, 1, 1, False)]
+            self.block, self.residual = nn.Sequential(*mods), stride == 1 and cin == cout
+
+        def forward(self, x: Any) -> Any:
+            y = self.block(x)
+            return x + y if self.residual else y
+
+    layers: list[nn.Module] = [conv_bn(3, 32, 3, 2, 1, True)]
+    cin = 32
+    for expand, k, stride, cout, blocks in _EFFICIENTNET_B0:
+        for i in range(blocks):
+            layers.append(MBConv(cin, expand, k, stride if i == 0 else 1, cout))
+            cin = cout
+    layers += [conv_bn(cin, 1280, 1, 1, 1, True), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)]
+    return nn.Sequential(*layers)
+
+
 def _vit_tiny() -> Any:
     from transformers import ViTConfig, ViTForImageClassification
 
@@ -228,6 +324,13 @@ def _bert_tiny() -> Any:
 
     config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
     return first_output(BertModel(config, add_pooling_layer=False), "input_ids", "last_hidden_state")
+
+
+def _bert_tiny_pooled() -> Any:
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
+    return first_output(BertModel(config), "input_ids", "pooler_output")
 
 
 def _mlp_small() -> Any:
@@ -382,6 +485,263 @@ def litert_direct(module: Any, x: np.ndarray, threads: int) -> tuple[Runner | No
                  "xnnpack_ops": f"{sum(1 for _, d in ops if d)}/{len(ops)}"}
 
 
+# ------------------------------------------------------------------ int8 contenders (--int8)
+Call = Callable[[np.ndarray], np.ndarray]  # one batch-1 input -> its output as a NumPy array
+
+
+def int8_inputs(model: str, count: int, seed: int) -> list[np.ndarray]:
+    """``count`` batch-1 inputs: seeded normal images, or uniform token ids (seeds ``seed``, ``seed + 1``, ...)."""
+    out = []
+    for i in range(count):
+        rng = np.random.default_rng(seed + i)
+        if model == "bert_tiny":
+            out.append(rng.integers(3, 30522, (1, BERT_SEQ)).astype(np.int64))
+        else:
+            out.append(rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32))
+    return out
+
+
+def neurenix_compiled(imported: Any, x: np.ndarray, threads: int, runtime: str | None,
+                      calibration: Sequence[np.ndarray] | None, method: str = "minmax") -> tuple[Runner, Call, dict[str, Any]]:
+    """cpu:0 as a user compiles it, fp32 (``calibration`` None) or static int8 with ``calibration``
+    and ``method`` (the core's plan, verified against its integer reference), on the default
+    choice or ``runtime``."""
+    import neurenix_core as nx
+
+    kw: dict[str, Any] = {} if runtime is None else {"runtime": runtime}
+    if calibration is not None:
+        kw.update(precision="int8", calibration=list(calibration), calibration_method=method)
+    compiled = nx.compile(imported, device="cpu", threads=threads, progress=False, **kw)
+    xt = nx.asarray(x, device="cpu")
+    compiled(xt)  # compiles (and, for the default choice, measures the runtimes) for this shape
+    summary = compiled.summary
+    chosen = re.search(r"runtime (\S+) \(", summary)
+    threads_read, source = _summary_threads(summary)
+    cfg: dict[str, Any] = {"runtime": chosen.group(1) if chosen else "?", "threads": threads_read, "threads_from": source}
+    if calibration is not None:
+        cfg["int8_path"] = int8_path(summary)
+        native = compiled.native(x.shape)
+        ov_model = getattr(native, "compiled", None)  # neurenix's OpenVINO host model keeps its compiled model
+        if ov_model is not None and hasattr(ov_model, "get_runtime_model"):
+            cfg["kernels"] = openvino_kernels(ov_model)
+    cfg["summary"] = summary
+
+    def call(a: np.ndarray) -> np.ndarray:
+        return np.asarray(compiled(nx.asarray(a, device="cpu")))
+
+    return (lambda: compiled(xt)), call, cfg
+
+
+def int8_path(summary: str) -> str:
+    """The summary's account of the int8 computation: "int8 with the core's plan (...)" with its
+    parentheses balanced (OpenVINO's and LiteRT's host runtimes), else the interpreter's "NumPy
+    integer kernels ... (int8, TFLite arithmetic)"."""
+    start = summary.find("int8 with ")
+    if start < 0:
+        found = re.search(r"NumPy integer kernels[^;]*", summary)
+        return found.group(0).split(";")[0] if found else "?"
+    depth, end = 0, len(summary)
+    for i in range(summary.find("(", start), len(summary)):
+        depth += {"(": 1, ")": -1}.get(summary[i], 0)
+        if depth == 0:
+            end = i + 1
+            break
+    return summary[start:end]
+
+
+def openvino_kernels(compiled: Any) -> str:
+    """What OpenVINO's CPU plugin runs, from its execution graph: the convolution / fully
+    connected / matmul layers executed in 8-bit (runtimePrecision u8 or i8) of all of them, and
+    the oneDNN primitives those run (their names carry the ISA: ``amx``, ``avx512_core_vnni``...)."""
+    layers, int8, reference, prims = 0, 0, 0, set()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        kind, precision, primitive = (info[k].astype(str) if k in info else "" for k in ("layerType", "runtimePrecision", "primitiveType"))
+        reference += primitive.startswith("ref")
+        if kind not in ("Convolution", "FullyConnected", "MatMul", "GroupConvolution", "Deconvolution"):
+            continue
+        layers += 1
+        if precision.lower() in ("u8", "i8"):
+            int8 += 1
+            prims.add(primitive)
+    return (f"{int8}/{layers} conv/FC/matmul layers in 8-bit ({' '.join(sorted(prims)) or 'none'}), "
+            f"{reference} layers on reference (ref_any) kernels")
+
+
+def qdq_onnx(module: Any, x: np.ndarray, calibration: Sequence[np.ndarray], folder: str, method: str = "minmax") -> tuple[str, str]:
+    """The torch model as ONNX Runtime's static QDQ model: ``torch.onnx.export`` at this input's
+    shape, ``quant_pre_process`` (shape inference, batch norm folded into the convolutions), then
+    ``quantize_static``: QDQ format, int8 weights per channel, uint8 activations, ranges over the
+    ``calibration`` batches: MinMax, or for ``method="percentile"`` Percentile with 0.01% cut at
+    each end, as neurenix's percentile 99.99 (ONNX Runtime cuts (100 - p) / 2 per end: p = 99.98).
+    (path, how it was made)."""
+    import onnxruntime
+    import torch
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._batches = iter([{"x": b} for b in calibration])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._batches, None)
+
+    fp32, pre, qdq = (os.path.join(folder, f"{n}.onnx") for n in ("fp32", "pre", "qdq"))
+    with contextlib.redirect_stdout(sys.stderr):  # the exporter's progress: the child's last stdout line must be its rows
+        torch.onnx.export(module, (torch.from_numpy(x),), fp32, input_names=["x"], output_names=["y"], dynamo=True)
+        quant_pre_process(fp32, pre)
+        ranges = ({"calibrate_method": CalibrationMethod.Percentile, "extra_options": {"CalibPercentile": 99.98}}
+                  if method == "percentile" else {"calibrate_method": CalibrationMethod.MinMax})
+        quantize_static(pre, qdq, Reader(), quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8, **ranges)
+    return qdq, (f"onnxruntime {onnxruntime.__version__} quantize_static: QDQ, int8 weights per channel, uint8 activations, "
+                 f"{'Percentile 99.98' if method == 'percentile' else 'MinMax'} over {len(calibration)} batches")
+
+
+def onnxruntime_qdq(path: str, x: np.ndarray, threads: int) -> tuple[Runner, Call, dict[str, Any]]:
+    """The QDQ model in a CPUExecutionProvider session (ONNX Runtime fuses each QuantizeLinear ->
+    op -> DequantizeLinear group into an integer kernel); the integer kernels it runs are counted
+    in the optimized model it writes."""
+    import onnx
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    inspect = ort.SessionOptions()
+    inspect.intra_op_num_threads, inspect.optimized_model_filepath = 1, path + ".optimized.onnx"
+    ort.InferenceSession(path, inspect, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(inspect.optimized_model_filepath).graph.node]
+    integer = sum("QLinear" in op or "Integer" in op or op in ("QGemm", "QAttention") for op in ops)
+    floating = sum(op in ("Conv", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul") for op in ops)
+    feed = {"x": x}
+    read = session.get_session_options()
+    cfg = {"threads": read.intra_op_num_threads, "version": ort.__version__,
+           "kernels": f"{integer} integer conv/matmul/elementwise ops, {floating} float conv/gemm/matmul left"}
+    return (lambda: session.run(["y"], feed)[0]), (lambda a: session.run(["y"], {"x": a})[0]), cfg
+
+
+def openvino_qdq(path: str, x: np.ndarray, threads: int) -> tuple[Runner, Call, dict[str, Any]]:
+    """The same QDQ model read by OpenVINO (its QDQ pairs become FakeQuantize, which the CPU
+    plugin runs in int8), compiled for "CPU" as neurenix's OpenVINO host runtime compiles:
+    INFERENCE_PRECISION_HINT=f32 (only the quantized layers are integer), PERFORMANCE_HINT=LATENCY,
+    INFERENCE_NUM_THREADS=N; a reused request."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+                                                                  "INFERENCE_NUM_THREADS": threads})
+    request = compiled.create_infer_request()
+    tensor = ov.Tensor(x, shared_memory=True)
+
+    def run() -> np.ndarray:
+        request.set_input_tensor(0, tensor)
+        request.infer()
+        return request.get_output_tensor(0).data.copy()
+
+    def call(a: np.ndarray) -> np.ndarray:
+        request.set_input_tensor(0, ov.Tensor(np.ascontiguousarray(a)))
+        request.infer()
+        return request.get_output_tensor(0).data.copy()
+
+    return run, call, {"threads": int(compiled.get_property("INFERENCE_NUM_THREADS")), "version": str(ov.get_version()),
+                       "kernels": openvino_kernels(compiled)}
+
+
+def top1_agreement(calls: Mapping[str, Call], reference: Call, inputs: Sequence[np.ndarray]) -> tuple[dict[str, float], int]:
+    """The fraction of ``inputs`` where each call's argmax over the last axis (classes; BERT-tiny's
+    pooled features) equals ``reference``'s, and how many distinct reference classes the inputs hit."""
+    want = [int(np.argmax(reference(a).reshape(-1))) for a in inputs]
+    agree = {name: sum(int(np.argmax(np.asarray(call(a)).reshape(-1))) == w for a, w in zip(inputs, want)) / len(inputs)
+             for name, call in calls.items()}
+    return agree, len(set(want))
+
+
+def cpu_int8_features() -> dict[str, Any]:
+    """The CPU's integer-dot-product features: /proc/cpuinfo's flags, OpenVINO's CPU
+    OPTIMIZATION_CAPABILITIES and torch's CPU capability (each as the runtime reports it)."""
+    flags: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    out: dict[str, Any] = {"cpu": benchkit.cpu_model(), "flags": sorted(flags & INT8_FLAGS),
+                           "vnni": bool(flags & {"avx512_vnni", "avx_vnni"}), "amx": "amx_int8" in flags}
+    try:
+        import openvino as ov
+
+        out["openvino"] = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal: the flags above still name the CPU
+        out["openvino"] = f"unavailable: {exc}"
+    return out
+
+
+def measure_int8(model: str, threads: int, rounds: int, samples: int, reference_agreement: bool) -> dict[str, Any]:
+    """One int8 row at batch 1: cpu:0 and the interpreter in int8 and fp32, ONNX Runtime's and
+    OpenVINO's int8 on ONNX Runtime's QDQ model, timed in the same rounds; top-1 agreement with
+    torch fp32 over ``samples`` inputs (the interpreter's int8 only where ``reference_agreement``)."""
+    import torch
+
+    from neurenix_core.nn import from_torch
+
+    module = int8_model(model)
+    x = example_input(model, 1)
+    calibration = int8_inputs(model, CALIBRATION, seed=1000)
+    method = CALIBRATION_METHOD.get(model, "minmax")
+    imported = from_torch(module, torch.from_numpy(x), static=True)
+    setups: dict[str, tuple[Runner, Call, dict[str, Any]] | None] = {
+        "cpu:0 int8": neurenix_compiled(imported, x, threads, None, calibration, method),
+        "numpy int8": neurenix_compiled(imported, x, threads, "numpy", calibration, method),
+        "cpu:0 fp32": neurenix_compiled(imported, x, threads, None, None),
+        "numpy fp32": neurenix_compiled(imported, x, threads, "numpy", None),
+    }
+    skipped: dict[str, str] = {}
+    made = ""
+    with tempfile.TemporaryDirectory(prefix="neurenix-bench-cpu-int8-") as tmp:
+        try:
+            path, made = qdq_onnx(module, x, calibration, tmp, method)
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot take the model is a row's reason, not a crash
+            for name in INT8_PEERS:
+                skipped[name] = f"export or quantize_static failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        else:
+            for name, setup in (("onnxruntime int8", onnxruntime_qdq), ("openvino int8", openvino_qdq)):
+                try:
+                    setups[name] = setup(path, x, threads)
+                except Exception as exc:  # noqa: BLE001 - as above
+                    skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    live = {name: s for name, s in setups.items() if s is not None}
+
+    def reference(a: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return np.asarray(module(torch.from_numpy(a)).numpy())
+
+    want = reference(x)
+    errors = {name: max_rel_err(np.asarray(run()), want) for name, (run, _, _) in live.items()}
+    times = interleaved_median({name: run for name, (run, _, _) in live.items()}, rounds)
+    peers: dict[str, float] = {name: times[name] for name in INT8_PEERS if name in times}
+    agreed = [name for name in live if name.endswith("int8") and (reference_agreement or name != "numpy int8")]
+    agreement, classes = top1_agreement({name: live[name][1] for name in agreed}, reference,
+                                        int8_inputs(model, samples, seed=AGREEMENT_SEED))
+    configs = {name: cfg for name, (_, _, cfg) in live.items()}
+    cpu0 = configs["cpu:0 int8"]
+    fastest: str | None = min(peers, key=lambda k: peers[k]) if peers else None
+    peer_cfg = {"threads": configs[fastest]["threads"], "precision": "int8"} if fastest else {"threads": "-", "precision": "int8"}
+    return benchkit.row(
+        "cpu", model, "int8", 1, threads, times["cpu:0 int8"], times[fastest] if fastest else float("nan"),
+        {"threads": cpu0["threads"], "precision": "int8"}, peer_cfg,
+        input=describe_input(model, 1), runtime=cpu0["runtime"], int8_path=cpu0["int8_path"],
+        fp32_runtime=configs["cpu:0 fp32"]["runtime"], fastest_peer=fastest, calibration_method=method,
+        times_us={name: (times[name] * 1e6 if name in times else None) for name in INT8_CONTENDERS},
+        int8_vs_fp32=times["cpu:0 int8"] / times["cpu:0 fp32"], numpy_int8_vs_fp32=times["numpy int8"] / times["numpy fp32"],
+        agreement=agreement, agreement_samples=samples, agreement_classes=classes,
+        fp32_agree=all(errors[n] <= AGREEMENT for n in ("cpu:0 fp32", "numpy fp32")),
+        errors={k: f"{v:.1e}" for k, v in errors.items()}, skipped=skipped, qdq=made, configs=configs,
+        numpy_int8_digest=hashlib.sha1(np.asarray(live["numpy int8"][0]()).tobytes()).hexdigest()[:16],
+    )
+
+
 # ------------------------------------------------------------------ timing
 def interleaved_median(fns: Mapping[str, Runner], rounds: int, seed: int = 0, settle_s: float = SETTLE_S) -> dict[str, float]:
     """Seconds per call of each fn: the median over ``rounds`` shuffled rounds of a turn's time per
@@ -446,6 +806,9 @@ def measure(model: str, batch: int, threads: int, rounds: int) -> dict[str, Any]
 def child(threads: int, plan: Mapping[str, Any]) -> list[dict[str, Any]]:
     if hasattr(os, "sched_setaffinity"):  # the child runs on N CPUs: no runtime gets more than it was told
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
+    if plan.get("int8"):
+        return [measure_int8(model, threads, plan["rounds"], plan["samples"], threads == plan["reference_threads"])
+                for model in plan["models"]]
     return [measure(model, batch, threads, plan["rounds"]) for model in plan["models"] for batch in plan["batches"]]
 
 
@@ -505,19 +868,93 @@ def report(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> None:
         benchkit.write_json(args.json, "cpu", rows, quick=bool(args.quick), versions=versions())
 
 
+def int8_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    head = ["model", "input", "thr", "cpu:0 int8 runtime", *(f"{c} µs" for c in INT8_CONTENDERS), "cpu:0 int8 / fp32",
+            "cpu:0 int8 / fastest int8 peer", "numpy int8 / fp32", "top-1 agreement (cpu:0 / numpy / ort / ov int8)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        us = ["-" if r["times_us"][c] is None else _us(r["times_us"][c]) for c in INT8_CONTENDERS]
+        if r["fastest_peer"] is None:
+            peer = "no peer"
+        elif r["ratio"] is None:
+            peer = f"REFUSED: {r['refused']}"
+        else:
+            peer = f"{r['ratio']:.2f} ({r['fastest_peer'].split()[0]})"
+        agree = " / ".join("-" if r["agreement"].get(c) is None else f"{r['agreement'][c]:.3f}"
+                           for c in ("cpu:0 int8", "numpy int8", *INT8_PEERS))
+        lines.append("| " + " | ".join([r["model"], r["input"], str(r["threads"]), r["runtime"], *us, f"{r['int8_vs_fp32']:.2f}",
+                                        peer, f"{r['numpy_int8_vs_fp32']:.2f}", agree]) + " |")
+    return "\n".join(lines)
+
+
+def int8_goals(rows: Sequence[Mapping[str, Any]], vnni: bool) -> list[str]:
+    """The issue's goals, row by row: met or not, by how much (the numbers are for people: nothing fails)."""
+    def tally(what: str, goal: float, pick: Callable[[Mapping[str, Any]], float | None]) -> str:
+        got = [(f"{r['model']} t{r['threads']}", pick(r)) for r in rows]
+        met = [f"{tag} {v:.2f}" for tag, v in got if v is not None and v <= goal]
+        missed = [f"{tag} {v:.2f}" for tag, v in got if v is not None and v > goal]
+        none = [tag for tag, v in got if v is None]  # a ratio refused (configurations differ) or without a peer
+        return (f"- {what} <= {goal}: met on {len(met)}/{len(got)} rows" + (f"; not met: {', '.join(missed)}" if missed else "")
+                + (f"; no ratio: {', '.join(none)}" if none else ""))
+
+    out = [tally("cpu:0 int8 / cpu:0 fp32" + ("" if vnni else " (this CPU has no VNNI: the goal is for one that has)"), 0.8,
+                 lambda r: r["int8_vs_fp32"]),
+           tally("cpu:0 int8 / fastest int8 peer", 1.05, lambda r: r["ratio"]),
+           tally("numpy int8 / numpy fp32 (neurenix-core alone)", 3.0, lambda r: r["numpy_int8_vs_fp32"])]
+    drift = [(f"{r['model']} t{r['threads']}", r["agreement"]["cpu:0 int8"] - r["agreement"]["numpy int8"])
+             for r in rows if r["agreement"].get("numpy int8") is not None]
+    off = [f"{tag} {d:+.3f}" for tag, d in drift if abs(d) > 0.01 + 1e-9]
+    out.append(f"- top-1 agreement of cpu:0 int8 within 0.01 of the integer reference's (runtime='numpy'): "
+               f"{len(drift) - len(off)}/{len(drift)} rows" + (f"; not: {', '.join(off)}" if off else ""))
+    return out
+
+
+def report_int8(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> None:
+    m, cpu = benchkit.machine(), cpu_int8_features()
+    ov = cpu["openvino"]
+    print(f"cpu: CPU {m['cpu']} ({m['cpus']} CPUs available, 1-min load {m['load_1min']}); int8 features: /proc/cpuinfo "
+          f"{' '.join(cpu['flags']) or 'none'} (VNNI {'yes' if cpu['vnni'] else 'no'}, AMX {'yes' if cpu['amx'] else 'no'}); "
+          f"OpenVINO CPU OPTIMIZATION_CAPABILITIES {' '.join(ov) if isinstance(ov, list) else ov}"
+          + (" -- quick run, rough numbers" if args.quick else ""))
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()))
+    print(int8_table(rows))
+    samples = {r["agreement_samples"] for r in rows}
+    print(f"top-1 agreement with torch fp32 over {'/'.join(map(str, sorted(samples)))} seeded batch-1 inputs (image models: argmax "
+          "of the 1000 logits; bert_tiny: argmax of the 128 pooled features); distinct torch classes hit: "
+          + ", ".join(f"{r['model']} {r['agreement_classes']}" for r in rows if r["threads"] == rows[0]["threads"]))
+    print("goals:")
+    print("\n".join(int8_goals(rows, cpu["vnni"])))
+    print("each contender's configuration and kernels (threads read back; OpenVINO layers from its execution graph):")
+    for r in rows:
+        cfg = ", ".join(f"{k}: {_short(v)}" for k, v in r["configs"].items())
+        print(f"- {r['model']} t{r['threads']}: {cfg}" + "".join(f"; {k}: NOT RUN: {v}" for k, v in r["skipped"].items()))
+    print("output vs torch fp32 at the timed input (largest error / largest |value|; fp32 contenders must be <= "
+          f"{AGREEMENT:g}): " + "; ".join(f"{r['model']} t{r['threads']} {r['errors']}" for r in rows))
+    print("cpu:0 int8 summaries:")
+    for r in rows:
+        print(f"- {r['model']} t{r['threads']}: {r['configs']['cpu:0 int8']['summary']}")
+    for made in dict.fromkeys(r["qdq"] for r in rows if r["qdq"]):
+        print(f"peers' model ({', '.join(dict.fromkeys(r['model'] for r in rows if r['qdq'] == made))}): {made}")
+    if args.json:
+        benchkit.write_json(args.json, "cpu", rows, quick=bool(args.quick), versions=versions(), int8=True, cpu_features=cpu)
+
+
 def _short(cfg: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in cfg.items() if k != "summary") + "}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = benchkit.parser(__doc__, models=MODELS)
+    p = benchkit.parser(__doc__, models=(*MODELS, "efficientnet_b0"))
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    # None: the defaults depend on --quick (one model at batch 1) unless given explicitly.
+    p.add_argument("--int8", action="store_true", help="the int8 rows instead: cpu:0 int8 against fp32 and the int8 peers (batch 1)")
+    # None: the defaults depend on --quick (one model at batch 1) and --int8 unless given explicitly.
     p.set_defaults(models=None, batches=None)
     args = p.parse_args(argv)
     if args.child is not None:
         print(json.dumps(child(args.child, json.loads(os.environ[_CHILD_ENV]))))
         return 0
+    if args.int8:
+        return main_int8(args, p)
     plan = {"models": args.models or ([QUICK_MODEL] if args.quick else list(MODELS)),
             "batches": args.batches or ([1] if args.quick else [1, 32]),
             "rounds": QUICK_ROUNDS if args.quick else ROUNDS}
@@ -525,6 +962,31 @@ def main(argv: list[str] | None = None) -> int:
     for threads in args.threads:
         rows += run_threads(threads, args.quick, plan)
     report(rows, args)
+    return 0
+
+
+def main_int8(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if args.batches not in (None, [1]):
+        p.error("--int8 runs batch 1 only")
+    unknown = [m for m in args.models or () if m not in INT8_MODELS]
+    if unknown:
+        p.error(f"--int8 models are {', '.join(INT8_MODELS)}; not {', '.join(unknown)}")
+    plan = {"int8": True, "models": args.models or ([QUICK_MODEL] if args.quick else list(INT8_MODELS)),
+            "rounds": QUICK_ROUNDS if args.quick else INT8_ROUNDS,
+            "samples": QUICK_AGREEMENT_SAMPLES if args.quick else AGREEMENT_SAMPLES,
+            # The interpreter's integer kernels give the same integers at any thread count: their
+            # agreement (the slowest to compute) is computed in the first child and copied.
+            "reference_threads": args.threads[0]}  # (checked: the same output bytes at the timed input, else not copied)
+    rows: list[dict[str, Any]] = []
+    for threads in args.threads:
+        rows += run_threads(threads, args.quick, plan)
+    first = {r["model"]: r for r in rows if r["threads"] == plan["reference_threads"]}
+    for r in rows:
+        ref = first[r["model"]]
+        if "numpy int8" not in r["agreement"] and r["numpy_int8_digest"] == ref["numpy_int8_digest"]:
+            r["agreement"]["numpy int8"] = ref["agreement"]["numpy int8"]
+            r["agreement_from"] = {"numpy int8": f"the {plan['reference_threads']}-thread child (integer kernels: the same integers)"}
+    report_int8(rows, args)
     return 0
 
 
