@@ -47,7 +47,7 @@ def test_interleaved_schedule_varies_who_runs_after_whom() -> None:
     assert max(counts.values()) < 2 * min(counts.values())  # about equally often
 
 
-def test_neurenix_bench_writes_json_and_a_png_chart(tmp_path: Path) -> None:
+def test_neurenix_bench_writes_json_and_a_png_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("neurenix_edgetpu", reason="neurenix-edgetpu is not installed (pip install -e plugins/neurenix-edgetpu)")
     pytest.importorskip("matplotlib", reason="neurenix bench needs the bench extra (pip install 'neurenix-core[bench]')")
     from neurenix_core.cli.main import main
@@ -57,6 +57,9 @@ def test_neurenix_bench_writes_json_and_a_png_chart(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["benchmarks"] == ["edgetpu"] and data["failures"] == {} and data["machine"]["cpu"]
     rows = data["rows"]
+    printed = capsys.readouterr().out  # the table is printed too, one line per row with its ratio
+    for r in rows:
+        assert any(f"{r['ratio']:.2f}" in line and r["precision"] in line and "mlp" in line for line in printed.splitlines()), printed
     assert {(r["benchmark"], r["model"], r["precision"], r["batch"], r["threads"]) for r in rows} == {
         ("edgetpu", "mlp", "fp32", 1, 1), ("edgetpu", "mlp", "int8", 1, 1)}
     for r in rows:

@@ -45,8 +45,9 @@ def register(sub: Any) -> None:
     """The ``neurenix.cli`` entry point: adds ``bench`` to the ``neurenix`` command."""
     p = sub.add_parser("bench", help="benchmark neurenix against each installed plugin's native runtime (JSON + PNG chart)")
     p.add_argument("--quick", action="store_true", help="few repetitions: checks everything runs, numbers are rough")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                   help="thread counts to run each benchmark at, both sides pinned to the same count (default: 1 2)")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32], help="batch sizes of the image and text models (default: 1 32)")
     p.add_argument("--models", nargs="+", help="only these models (names as the benchmark scripts know them)")
     p.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="only these plugins' benchmarks")
     p.add_argument("--out", default="neurenix-bench", help="folder for bench.json, bench.png and each benchmark's log")
@@ -82,10 +83,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = run(folder, todo, args, out)
+    print_table(result["rows"])
     print(f"wrote {out / 'bench.json'} and {out / 'bench.png'} ({len(result['rows'])} rows)")
     for name, failure in result["failures"].items():
         print(f"benchmark {name} failed: {failure}", file=sys.stderr)
     return 1 if result["failures"] else 0
+
+
+def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
+    """The rows as a table on stdout: what the chart shows, readable in a terminal or a CI log."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="neurenix / native runtime (lower is better; 1.00 = same speed)")
+    for col in ("benchmark", "model", "precision", "batch", "threads", "neurenix µs", "native µs", "ratio"):
+        table.add_column(col, justify="right" if col in ("batch", "threads", "neurenix µs", "native µs", "ratio") else "left")
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else "refused"
+        table.add_row(str(r["benchmark"]), str(r["model"]), str(r["precision"]), str(r["batch"]), str(r["threads"]),
+                      f"{r['neurenix_us']:,.1f}", f"{r['native_us']:,.1f}", ratio)
+    Console(soft_wrap=False, width=160).print(table)
 
 
 def script_models(script: Path) -> tuple[str, ...] | None:

@@ -38,9 +38,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     data = doctor_data()
     if args.json:
         print(json.dumps(data, indent=2))
-        if any(p["level"] == "error" for p in data["configuration_problems"]):
-            return 2
-        return 1 if data["failures"] and args.strict else 0
+        return _doctor_status(data, args.strict)
     from rich.markup import escape
 
     from neurenix_core.cli.doctor_table import backends_table
@@ -56,9 +54,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for note in data["notes"]:
         console.print(f"note: {escape(note)}")
     _print_configuration(console, data)
+    return _doctor_status(data, args.strict)
+
+
+def _doctor_status(data: dict[str, Any], strict: bool) -> int:
+    """2 for a configuration error; 1 when the default device asked for (``NEURENIX_DEVICE``) is
+    unavailable, or with ``--strict`` when a plugin failed; else 0. A script checking a machine
+    with ``neurenix doctor && ...`` must not go on when the device it set cannot be used."""
     if any(p["level"] == "error" for p in data["configuration_problems"]):
         return 2
-    return 1 if data["failures"] and args.strict else 0
+    if data["default_device"] is None:
+        return 1
+    return 1 if data["failures"] and strict else 0
 
 
 def _print_configuration(console: Any, data: dict[str, Any]) -> None:
