@@ -100,9 +100,9 @@ def test_the_choice_is_keyed_by_the_plan_structure_not_its_scales() -> None:
     graph = _mlp().to_graph()
     a, b = calibrate(graph, _batches(seed=0), bits=8), calibrate(graph, _batches(seed=1), bits=8)
     fewer = dataclasses.replace(a, weights={k: v for k, v in list(a.weights.items())[:1]})
-    key = lambda plan: host_select._cache_key(graph, None, None, plan)  # noqa: E731
-    assert key(a) == key(b)
-    assert len({host_select._cache_key(graph, None), key(a), key(fewer)}) == 3
+    keys = [host_select._cache_key(graph, None, None, plan) for plan in (a, b, fewer)]
+    assert keys[0] == keys[1]
+    assert len({host_select._cache_key(graph, None), keys[0], keys[2]}) == 3
 
 
 # A third-party plugin with int8 kernels: "right8" computes the core's plan (its "kernels" are the

@@ -443,6 +443,7 @@ def _measure(
     agrees = _plan_agreement(graph, options.plan, inputs) if options.plan is not None else None
     together = _weight_bytes(graph) <= _INTERLEAVE_BYTES
     runs: dict[str, Callable[..., Any]] = {INTERPRETER: interpreter}
+    models: dict[str, HostModel] = {}  # the compiled candidates timed together
     times = {} if together else _rounds(runs, inputs)
     # Apart (a heavy graph), only the fastest compiled model so far is kept: each runtime holds its
     # own form of the weights, and a language model's would otherwise be held once per runtime.
@@ -452,7 +453,7 @@ def _measure(
         if model is None:
             continue
         if together:
-            runs[name] = model
+            runs[name] = models[name] = model
             continue
         times[name] = _rounds({name: model}, inputs)[name]
         if times[name] < times[best]:
@@ -462,8 +463,8 @@ def _measure(
     if together:
         times = _rounds(runs, inputs)
         best = _settle(times)
-        best_model = None if best == INTERPRETER else runs[best]
-        del runs
+        best_model = models.get(best)
+        del runs, models
         if times[best] > min(times.values()):
             reason = (f"measured at compile time, within {_TIE:.0%} of the fastest: a tie, which goes to the interpreter, "
                       "else the first name alphabetically, so that noise does not change the choice")
