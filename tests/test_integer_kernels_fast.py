@@ -288,6 +288,26 @@ def test_float32_chunks_cancelling_at_their_limit() -> None:
     _check_layer(node, x, in_qp, out_qp, plan)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_blocks_split_across_threads(threads: int) -> None:
+    """Blocks of positions, and a deep layer's output channels, split across 1-3 interpreter
+    threads (``cpu_threads.using``, as a run with threads= sets it): the same integers."""
+    from neurenix_core.backends import cpu_threads
+
+    rng = np.random.default_rng(19)
+    cases = [{"cin": 64, "cout": 96, "kernel": (1, 1), "hw": (28, 28), "groups": 1},  # many blocks of positions
+             {"cin": 256, "cout": 80, "kernel": (3, 3), "hw": (4, 4), "groups": 1},  # one block: output channels split
+             {"cin": 32, "cout": 32, "kernel": (3, 3), "hw": (30, 30), "groups": 32},  # depthwise: blocks of rows
+             {"cin": 24, "cout": 36, "kernel": (3, 3), "hw": (9, 9), "groups": 3}]  # grouped
+    with cpu_threads.using(threads):
+        for kw in cases:
+            _check_layer(*_conv_case(rng, 8, stride=(1, 1), padding=(1, 1), dilation=(1, 1), batch=2, bias=True, **kw))
+        w = _weights(rng, (200, 300), "normal")
+        node = Node("fc", "linear", ("x",), "y", {}, {"weight": w, "bias": rng.standard_normal(200).astype(np.float32)})
+        in_qp, out_qp = _act(rng, 8), _act(rng, 8)
+        _check_layer(node, _ints(rng, (3, 300), in_qp, False), in_qp, out_qp, QuantizationPlan(8, {"x": in_qp, "y": out_qp}, {"fc": Q.weight_params(w)}))
+
+
 def test_depthwise_layers_as_mobilenets_have_them() -> None:
     """Depthwise 3x3 and 5x5, strides 1 and 2, 16 to 144 channels (the channels-last kernel)."""
     rng = np.random.default_rng(3)

@@ -47,6 +47,7 @@ __all__ = [
     "fake_quantize",
     "fixed_output_params",
     "fold_batch_norm",
+    "fold_bias",
     "int_range",
     "integer_mean",
     "is_spatial_mean",
@@ -303,6 +304,7 @@ class OutputStage:
     left: np.ndarray | None  # None: no channel shifts left (multipliers below 1, the usual case)
     right: np.ndarray
     half: np.ndarray
+    offset: np.ndarray  # half + (zero_point << right): the zero point added inside the last rounding
     rounds: np.ndarray | None  # right > 0 where some channel has exponent 0; None where all round
 
 
@@ -317,21 +319,37 @@ def output_stage(mult: np.ndarray, shift: np.ndarray, out_qp: QuantParams, wide:
     fast = (not wide and bound is not None and m.size > 0 and int(m.min()) >= 0 and int(m.max()) < 1 << 31
             and (int(bound) << widest) < (1 << 32) - 1)
     rounds = None if not right.size or int(right.min()) > 0 else right > 0
-    return OutputStage(m, s, int(np.asarray(out_qp.zero_point).ravel()[0]), int(out_qp.qmin), int(out_qp.qmax), wide, fast,
-                       left if widest else None, right, (np.int64(1) << right) >> 1, rounds)
+    zp = int(np.asarray(out_qp.zero_point).ravel()[0])
+    half = (np.int64(1) << right) >> 1
+    return OutputStage(m, s, zp, int(out_qp.qmin), int(out_qp.qmax), wide, fast, left if widest else None, right, half,
+                       half + (np.int64(zp) << right), rounds)
 
 
-def apply_output_stage(stage: OutputStage, acc: np.ndarray, out: np.ndarray) -> None:
+def fold_bias(stage: OutputStage, bias: np.ndarray, product_bound: int) -> np.ndarray | None:
+    """For a fast stage without left shifts, the per-channel ``bias * mult + 2**30`` that
+    :func:`apply_output_stage` adds after multiplying a bias-less accumulator ``p``: then
+    ``p * m + (bias * m + 2**30) == (p + bias) * m + 2**30``, one pass instead of two, exact in
+    int64 while ``|p|`` (at most ``product_bound``) and ``|bias|`` stay below 2**31. None otherwise."""
+    b = np.asarray(bias, np.int64).reshape(stage.mult.shape)
+    if not stage.fast or stage.left is not None or product_bound >= 1 << 31 or (b.size and int(np.abs(b).max()) >= 1 << 31):
+        return None
+    folded: np.ndarray = b * stage.mult + (1 << 30)
+    return folded
+
+
+def apply_output_stage(stage: OutputStage, acc: np.ndarray, out: np.ndarray, folded: np.ndarray | None = None) -> None:
     """Requantize the int64 accumulators ``acc`` (overwritten) into ``out`` (the output's
-    integers: an array or a view of one, of ``acc``'s shape)."""
+    integers: an array or a view of one, of ``acc``'s shape). ``folded``: :func:`fold_bias`'s
+    vector, when ``acc`` does not hold the bias yet."""
     x = acc
-    if stage.wide:
-        _mbqm_int64_inplace(x, stage.mult, stage.shift)
-    elif stage.fast:
-        _mbqm_fast(x, stage)
-    elif not _mbqm_inplace(x, stage.mult, stage.shift, None):
-        x = multiply_by_quantized_multiplier(x, stage.mult, stage.shift)
-    x += stage.zero_point
+    if stage.fast:
+        _mbqm_fast(x, stage, 1 << 30 if folded is None else folded)  # the zero point added in its last rounding
+    else:
+        if stage.wide:
+            _mbqm_int64_inplace(x, stage.mult, stage.shift)
+        elif not _mbqm_inplace(x, stage.mult, stage.shift, None):
+            x = multiply_by_quantized_multiplier(x, stage.mult, stage.shift)
+        x += stage.zero_point
     np.clip(x, stage.qmin, stage.qmax, out=x)
     np.copyto(out, x, casting="unsafe")  # clamped to the output type's range: exact
 
@@ -346,18 +364,19 @@ def _mbqm_int64_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray
     x >>= total_shift
 
 
-def _mbqm_fast(x: np.ndarray, stage: OutputStage) -> None:
-    """``_mbqm_inplace``'s arithmetic with its conditions checked once (``stage.fast``)."""
+def _mbqm_fast(x: np.ndarray, stage: OutputStage, nudge: np.ndarray | int, zero_point: bool = True) -> None:
+    """``_mbqm_inplace``'s arithmetic with its conditions checked once (``stage.fast``), plus the
+    output zero point with ``zero_point`` (``(t + half + zp * 2**e) >> e == ((t + half) >> e) + zp``)."""
     if stage.left is not None:
         x <<= stage.left
     x *= stage.mult
-    x += 1 << 30
+    x += nudge
     x >>= 31  # SaturatingRoundingDoublingHighMul
     neg = x >> 63  # -1 where x < 0
     if stage.rounds is not None:
         neg *= stage.rounds  # a zero exponent divides by 1: no rounding
     x += neg
-    x += stage.half
+    x += stage.offset if zero_point else stage.half
     x >>= stage.right  # RoundingDivideByPOT
 
 
@@ -377,7 +396,7 @@ def _mbqm_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, boun
     stage = output_stage(multiplier, shift, _ANY, False, np.shape(multiplier), bound)
     if not stage.fast:
         return False
-    _mbqm_fast(x, stage)
+    _mbqm_fast(x, stage, 1 << 30, zero_point=False)
     return True
 
 

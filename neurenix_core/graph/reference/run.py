@@ -14,12 +14,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
 
 import numpy as np
 
 from neurenix_core.backends import cpu_nn as K
+from neurenix_core.backends import cpu_threads
 from neurenix_core.errors import ShapeError
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
@@ -140,7 +141,8 @@ class _Layer:
     (``|q| <= 128`` for int8, half of ``|q - zp|``'s 255) and padding is with ``zp_in``.
     ``stage``: the output stage; ``check``: whether an int32 accumulator could overflow (8-bit
     inputs whose ``max |q - zp| * sum |w| + |bias|`` reaches 2**31: checked on each block).
-    ``dtype``: the input integer type it was prepared for."""
+    ``dtype``: the input integer type it was prepared for. ``folded``: the bias folded into the
+    output stage's multiply (``Q.fold_bias``), or None (added to the accumulators first)."""
 
     kind: str  # "gemm", "depthwise", "grouped", "dynamic"
     weight: np.ndarray
@@ -149,6 +151,7 @@ class _Layer:
     stage: Q.OutputStage | None
     check: bool
     dtype: np.dtype[Any]
+    folded: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
@@ -255,7 +258,9 @@ def _make_layer(kind: str, wq: np.ndarray, bias_q: np.ndarray, in_qp: QuantParam
         ftype, chunks = _gemm_dtype(w2, xmax)
         weight, shape = w2.astype(ftype), (-1, 1)
     stage = Q.output_stage(mult, shift, out_qp, wide, shape, bound)
-    return _Layer(kind, weight, chunks, bias, stage, not wide and bound > np.iinfo(np.int32).max, dtype)
+    check = not wide and bound > np.iinfo(np.int32).max
+    folded = None if check else Q.fold_bias(stage, bias, int(xmax * abs_sum.max(initial=0)))  # |GEMM| <= xmax * sum|w|
+    return _Layer(kind, weight, chunks, bias, stage, check, dtype, folded)
 
 
 def _layer_of(node: Node, in_qp: QuantParams, out_qp: QuantParams, plan: QuantizationPlan, groups: int) -> _Layer:
@@ -281,10 +286,10 @@ def _check_block(node: Node, acc: np.ndarray) -> None:
         raise OverflowError(f"layer {node.name!r}: int32 accumulator overflow")
 
 
-def _exact_gemm(layer: _Layer, cols: np.ndarray) -> np.ndarray:
-    """``layer.weight @ cols`` (cols ``(K, B)`` in the weight's float type), exact: one GEMM per
-    depth chunk, their sum in float64 (exact: far below 2**53)."""
-    w = layer.weight
+def _exact_gemm(layer: _Layer, cols: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    """``layer.weight[c0:c1] @ cols`` (cols ``(K, B)`` in the weight's float type), exact: one
+    GEMM per depth chunk, their sum in float64 (exact: far below 2**53)."""
+    w = layer.weight[c0:c1]
     if len(layer.chunks) == 1:
         return w @ cols
     acc = np.zeros((w.shape[0], cols.shape[1]), np.float64)
@@ -293,22 +298,65 @@ def _exact_gemm(layer: _Layer, cols: np.ndarray) -> np.ndarray:
     return acc
 
 
-def _gemm_blocks(node: Node, layer: _Layer, cols: np.ndarray, out: np.ndarray) -> None:
-    """``out`` ((O, P) integers, any view) = requantize(weight @ cols + bias) for ``cols``
-    ((K, P), any strides BLAS takes), a block of columns at a time: the GEMM, the bias and the
-    output stage of one block run while it is in cache."""
-    o, p = out.shape
-    width = max(16, _BLOCK // max(1, o))
-    scratch = np.empty((o, min(width, p)), np.int64)
-    bias = layer.bias.reshape(-1, 1)
+#: ``columns(sample, first, stop)``: the im2col columns ``(K, stop - first)`` of these output
+#: positions of one sample.
+Columns = Callable[[int, int, int], np.ndarray]
+#: Output channels per shard at least, where a layer's channels are split across threads.
+_MIN_SHARD_CHANNELS: Final = 16
+
+
+def _gemm_blocks(node: Node, layer: _Layer, out: np.ndarray, columns: Columns, unit: int = 1) -> None:
+    """``out`` ((N, O, P) integers, any view) = requantize(weight @ columns + bias), a block of
+    output positions (a multiple of ``unit``: whole output rows of a convolution) at a time:
+    its columns, GEMM, bias and output stage run while they are in cache. The blocks are split
+    across the run's threads, and a layer with fewer blocks than threads (a deep layer's few
+    positions) splits its output channels too: every GEMM runs on one BLAS thread."""
+    n, o, p = out.shape
+    # at least 64 positions: a GEMM per few columns would read a wide layer's weights once per block
+    width = min(p, max(unit * max(1, 64 // unit), cpu_threads.block(_BLOCK, n * o * p) // max(1, o) // unit * unit))
+    per = -(-p // width)
+    groups = max(1, min(-(-cpu_threads.current() // (n * per)), o // _MIN_SHARD_CHANNELS))
+    rows = -(-o // groups)
+
+    def run(first: int, last: int) -> None:
+        scratch = np.empty((min(rows, o), width), np.int64)
+        for b in range(first, last):
+            g, at = divmod(b, n * per)
+            i, p0 = divmod(at, per)
+            c0, c1, p0 = g * rows, min(o, g * rows + rows), p0 * width
+            p1 = min(p, p0 + width)
+            acc = scratch[: c1 - c0, : p1 - p0]
+            np.copyto(acc, _exact_gemm(layer, columns(i, p0, p1), c0, c1), casting="unsafe")  # integers: exact
+            _finish_block(node, layer, acc, out[i, c0:c1, p0:p1], (c0, c1))
+
+    cpu_threads.split(n * per * groups, run)
+
+
+def _finish_block(node: Node, layer: _Layer, acc: np.ndarray, out: np.ndarray, channels: tuple[int, int] | None = None) -> None:
+    """The bias (folded into the output stage where it can be), the int32 check where an
+    overflow is possible, and the output stage of one block (of these output ``channels``
+    of a GEMM layer, whose per-channel vectors are ``(O, 1)``; all of them by default)."""
     assert layer.stage is not None
-    for p0 in range(0, p, width):
-        p1 = min(p, p0 + width)
-        acc = scratch[:, : p1 - p0]
-        np.add(_exact_gemm(layer, cols[:, p0:p1]), bias, out=acc, dtype=np.float64, casting="unsafe")  # integers: exact
-        if layer.check:
-            _check_block(node, acc)
-        Q.apply_output_stage(layer.stage, acc, out[:, p0:p1])
+    stage, bias, folded = layer.stage, layer.bias.reshape(layer.stage.mult.shape), layer.folded
+    if channels is not None and channels != (0, layer.bias.shape[0]):
+        stage, bias, folded = _channel_rows(stage, *channels), bias[channels[0]:channels[1]], (
+            None if folded is None else folded[channels[0]:channels[1]])
+    if folded is not None:
+        Q.apply_output_stage(stage, acc, out, folded)
+        return
+    acc += bias
+    if layer.check:
+        _check_block(node, acc)
+    Q.apply_output_stage(stage, acc, out)
+
+
+def _channel_rows(stage: Q.OutputStage, c0: int, c1: int) -> Q.OutputStage:
+    """``stage`` for output channels ``c0:c1`` of its first axis."""
+    def rows(v: np.ndarray | None) -> np.ndarray | None:
+        return None if v is None else v[c0:c1]
+
+    return replace(stage, mult=stage.mult[c0:c1], shift=stage.shift[c0:c1], left=rows(stage.left), right=stage.right[c0:c1],
+                   half=stage.half[c0:c1], offset=stage.offset[c0:c1], rounds=rows(stage.rounds))
 
 
 def _padded(xq: np.ndarray, pad: tuple[int, int], value: int, dtype: Any, channels_last: bool = False) -> np.ndarray:
@@ -338,39 +386,38 @@ def _out_size(size: int, k: int, stride: int, dilation: int) -> int:
     return (size - dilation * (k - 1) - 1) // stride + 1
 
 
-def _columns(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> np.ndarray:
-    """im2col of one padded sample ``x`` (C, H, W): ``(C * kh * kw, OH * OW)``, rows in the
-    weight's (c, i, j) order (a view for a 1x1 kernel at stride 1)."""
-    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
-    c, h, w = x.shape
-    oh, ow = _out_size(h, kh, sh, dh), _out_size(w, kw, sw, dw)
-    if (kh, kw) == (1, 1):
-        return x[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw].reshape(c, oh * ow)
-    span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
-    win = np.lib.stride_tricks.sliding_window_view(x, span, axis=(1, 2))[:, ::sh, ::sw, ::dh, ::dw]  # (C, OH, OW, kh, kw)
-    return win[:, :oh, :ow].transpose(0, 3, 4, 1, 2).reshape(c * kh * kw, oh * ow)
-
-
 def _conv_gemm(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, Any], zp: int, out_dtype: Any) -> np.ndarray:
-    """An ungrouped conv2d: per sample, im2col and one GEMM (per depth chunk) per block."""
+    """An ungrouped conv2d: im2col of a block of output rows, then one GEMM (per depth chunk),
+    per block (``_gemm_blocks``); a 1x1 kernel at stride 1 reads its input as the columns."""
     o, kh, kw = layer.weight.shape[0], *np.shape(node.params["weight"])[2:]
-    stride, dilation, pad = _pair(a["stride"]), _pair(a["dilation"]), _pair(a["padding"])
+    (sh, sw), (dh, dw), pad = _pair(a["stride"]), _pair(a["dilation"]), _pair(a["padding"])
     xf = _padded(xq, pad, zp, layer.weight.dtype)
-    n, _, h, w = xf.shape
-    oh, ow = _out_size(h, kh, stride[0], dilation[0]), _out_size(w, kw, stride[1], dilation[1])
+    n, c, h, w = xf.shape
+    oh, ow = _out_size(h, kh, sh, dh), _out_size(w, kw, sw, dw)
     if oh < 1 or ow < 1:
         raise ValueError(f"conv2d: input spatial size {(h, w)} (after padding) is smaller than the kernel extent")
+    if (kh, kw) == (1, 1):
+        strided = xf[:, :, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
+
+        def columns(i: int, p0: int, p1: int) -> np.ndarray:  # whole rows: a view at stride 1
+            return strided[i, :, p0 // ow : p1 // ow].reshape(c, p1 - p0)
+    else:
+        span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+        win = np.lib.stride_tricks.sliding_window_view(xf, span, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]  # N, C, OH, OW, kh, kw
+
+        def columns(i: int, p0: int, p1: int) -> np.ndarray:  # rows in the weight's (c, i, j) order
+            return win[i, :, p0 // ow : p1 // ow, :ow].transpose(0, 3, 4, 1, 2).reshape(c * kh * kw, p1 - p0)
+
     out = np.empty((n, o, oh * ow), out_dtype)
-    for i in range(n):
-        _gemm_blocks(node, layer, _columns(xf[i], (kh, kw), stride, dilation), out[i])
+    _gemm_blocks(node, layer, out, columns, ow)
     return out.reshape(n, o, oh, ow)
 
 
 def _conv_depthwise(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, Any], zp: int, out_dtype: Any) -> np.ndarray:
     """A depthwise conv2d channels-last: one multiply-add per kernel tap whose inner loop runs
     along the channels (as ``cpu_nn.depthwise_channels_last``), a block of output rows at a
-    time, requantized in cache. Returns an NCHW view of NHWC memory (the next 1x1 conv's GEMM
-    reads it as a transposed operand, without a copy)."""
+    time, requantized in cache, the blocks split across the run's threads. Returns an NCHW
+    view of NHWC memory (the next 1x1 conv's GEMM reads it as a transposed operand, no copy)."""
     kh, kw = np.shape(node.params["weight"])[2:]
     (sh, sw), (dh, dw) = _pair(a["stride"]), _pair(a["dilation"])
     xh = _padded(xq, _pair(a["padding"]), zp, layer.weight.dtype, channels_last=True)
@@ -380,12 +427,15 @@ def _conv_depthwise(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, A
         raise ValueError(f"conv2d: input spatial size {(hp, wp)} (after padding) is smaller than the kernel extent")
     taps = layer.weight
     out = np.empty((n, oh, ow, c), out_dtype)
-    rows = max(1, min(oh, _BLOCK // (ow * c)))
-    fsum, ftmp = np.empty((rows, ow, c), taps.dtype), np.empty((rows, ow, c), taps.dtype)
-    scratch = np.empty((rows, ow, c), np.int64)
-    assert layer.stage is not None
-    for s in range(n):
-        for r0 in range(0, oh, rows):
+    rows = max(1, min(oh, cpu_threads.block(_BLOCK, n * oh * ow * c) // (ow * c)))
+    per = -(-oh // rows)
+
+    def run(first: int, last: int) -> None:
+        fsum, ftmp = np.empty((rows, ow, c), taps.dtype), np.empty((rows, ow, c), taps.dtype)
+        scratch = np.empty((rows, ow, c), np.int64)
+        for b in range(first, last):
+            s, r0 = divmod(b, per)
+            r0 *= rows
             r1 = min(oh, r0 + rows)
             acc, tmp = fsum[: r1 - r0], ftmp[: r1 - r0]
             for t in range(kh * kw):
@@ -398,10 +448,10 @@ def _conv_depthwise(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, A
                     np.multiply(view, taps[t], out=tmp)
                     acc += tmp
             block = scratch[: r1 - r0]
-            np.add(acc, layer.bias, out=block, dtype=np.float64, casting="unsafe")
-            if layer.check:
-                _check_block(node, block)
-            Q.apply_output_stage(layer.stage, block, out[s, r0:r1])
+            np.copyto(block, acc, casting="unsafe")  # integers: exact
+            _finish_block(node, layer, block, out[s, r0:r1])
+
+    cpu_threads.split(n * per, run)
     return out.transpose(0, 3, 1, 2)
 
 
@@ -410,14 +460,22 @@ def _conv_grouped(node: Node, xq: np.ndarray, layer: _Layer, a: Mapping[str, Any
     then the output stage over the whole output."""
     xf = _padded(xq, _pair(a["padding"]), zp, np.float64)
     prod = K.conv2d_nobias(xf, layer.weight, _pair(a["stride"]), _pair(a["dilation"]), int(a["groups"]))
-    acc = np.empty(prod.shape, np.int64)
-    np.add(prod, layer.bias.reshape(1, -1, 1, 1), out=acc, casting="unsafe")
-    if layer.check:
-        _check_block(node, acc)
+    acc = prod.astype(np.int64)  # integers: exact
     out = np.empty(acc.shape, out_dtype)
-    assert layer.stage is not None
-    Q.apply_output_stage(layer.stage, acc, out)
+    _finish_block(node, layer, acc, out)
     return out
+
+
+def _threads() -> int | None:
+    """How many shards an integer kernel splits its blocks into (``cpu_threads.using``): the
+    caller's run's where it set one (None: it stands), else as many threads as the process
+    gave BLAS (its environment), BLAS then held at one thread per shard as the float
+    interpreter's steps hold it (small GEMMs on BLAS's own threads ran several times slower,
+    a hand-off each). Only the integer kernels run so: the float path keeps BLAS as it is."""
+    if cpu_threads.current() > 1:
+        return None
+    blas = cpu_threads.blas_threads()
+    return blas if blas is not None and blas > 1 else None
 
 
 def _pair(v: Any) -> tuple[int, int]:
@@ -431,9 +489,9 @@ def _linear_gemm(node: Node, x: np.ndarray, layer: _Layer, out_dtype: Any) -> np
     """``x @ W^T`` (any leading axes; ``W`` (O, K)) through ``_gemm_blocks`` on the transposed
     operands: blocks of rows of ``x``, the output written through its transpose."""
     k, o = x.shape[-1], layer.weight.shape[0]
-    rows = x.reshape(-1, k).astype(layer.weight.dtype)
-    out = np.empty((rows.shape[0], o), out_dtype)
-    _gemm_blocks(node, layer, rows.T, out.T)
+    cols = x.reshape(-1, k).astype(layer.weight.dtype).T
+    out = np.empty((cols.shape[1], o), out_dtype)
+    _gemm_blocks(node, layer, out.T[None], lambda i, p0, p1: cols[:, p0:p1])
     return out.reshape(x.shape[:-1] + (o,))
 
 
@@ -449,11 +507,11 @@ def _int_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, out_qp: QuantPara
     layer = _layer_of(node, in_qp, out_qp, plan, groups)
     if not (layer.chunks and xq.dtype == layer.dtype and _takes(node, xq, groups)):
         return _int_layer_int64(node, xq, in_qp, out_qp, plan)  # (and K.conv2d's / matmul's shape errors)
-    zp = _zp(in_qp)
-    if node.op == "linear":
-        return _linear_gemm(node, xq, layer, out_qp.dtype)
-    conv = {"gemm": _conv_gemm, "depthwise": _conv_depthwise, "grouped": _conv_grouped}[layer.kind]
-    return conv(node, xq, layer, a, zp, out_qp.dtype)
+    with cpu_threads.using(_threads()):
+        if node.op == "linear":
+            return _linear_gemm(node, xq, layer, out_qp.dtype)
+        conv = {"gemm": _conv_gemm, "depthwise": _conv_depthwise, "grouped": _conv_grouped}[layer.kind]
+        return conv(node, xq, layer, a, _zp(in_qp), out_qp.dtype)
 
 
 def _takes(node: Node, xq: np.ndarray, groups: int) -> bool:
@@ -529,7 +587,8 @@ def _int_matmul(node: Node, xs: list[np.ndarray], held: list[bool], plan: Quanti
         a = xs[0].T if trans_a else xs[0]
         if not layer.chunks or a.dtype != layer.dtype or a.ndim == 0 or a.shape[-1] != layer.weight.shape[1]:
             return _int_matmul_int64(node, xs, plan)
-        return _linear_gemm(node, a, layer, out_qp.dtype)
+        with cpu_threads.using(_threads()):
+            return _linear_gemm(node, a, layer, out_qp.dtype)
     b_qp = acts[node.inputs[1]]
     zb = _zp(b_qp)
     wide = wide or b_qp.bits == 16
@@ -715,7 +774,7 @@ def _dynamic_linear(node: Node, x: np.ndarray, plan: QuantizationPlan) -> np.nda
     if layer.chunks and xq.ndim and xq.shape[-1] == layer.weight.shape[1]:
         # The zero point changes per call: the GEMM multiplies q - zp (|q - zp| <= 255, as prepared).
         rows = np.subtract(xq.reshape(-1, xq.shape[-1]), float(_zp(in_qp)), dtype=layer.weight.dtype)
-        acc = _exact_gemm(layer, rows.T).T.astype(np.int64).reshape(xq.shape[:-1] + (layer.weight.shape[0],))
+        acc = _exact_gemm(layer, rows.T, 0, layer.weight.shape[0]).T.astype(np.int64).reshape(xq.shape[:-1] + (layer.weight.shape[0],))
     else:
         acc = (xq.astype(np.int64) - _zp(in_qp)) @ Q.quantize_weight(np.asarray(weight), wqp).astype(np.int64).T
     out = acc * (_s(in_qp) * np.asarray(wqp.scale, np.float32).astype(np.float64))
