@@ -636,6 +636,16 @@ def test_requantize_matches_the_gemmlowp_composition() -> None:
         mult, shift = Q.quantize_multiplier(r)
         bound = int(np.abs(acc).max())
         same(Q.requantize_fixed(acc.copy(), mult, shift, out_qp, axis, bits == 16, overwrite=True, acc_bound=bound), want)
+    # High multiplies near the int32 limit (multipliers in [0.25, 2): exponents 1 and 0; accumulators to 2**31): the
+    # int32 tail's whole range, its sign test included.
+    for it in range(200):
+        c = int(rng.integers(1, 5))
+        real = rng.uniform(0.25, 0.5, c) if it % 2 else rng.uniform(0.5, 2.0, c)
+        out_qp = QuantParams(np.array([0.1], np.float32), np.array([0]), 16, None, -(2**31), 2**31 - 1)
+        acc = rng.integers(-(2**31) + 1, 2**31 if it % 2 else 2**30, (c, 257), dtype=np.int64)
+        mult, shift = Q.quantize_multiplier(real)
+        want = old_requantize(acc, real, out_qp, 0, False)
+        same(Q.requantize_fixed(acc.copy(), mult, shift, out_qp, 0, False, overwrite=True, acc_bound=int(np.abs(acc).max())), want)
     qp8 = Q.activation_params(-1.0, 1.0)
     for acc0 in (np.int64(12345), np.asarray(-77)):
         same(Q.requantize(np.asarray(acc0), np.array([0.01]), qp8, None, False), old_requantize(np.asarray(acc0), np.array([0.01]), qp8, None, False))

@@ -306,6 +306,9 @@ class OutputStage:
     half: np.ndarray
     offset: np.ndarray  # half + (zero_point << right): the zero point added inside the last rounding
     rounds: np.ndarray | None  # right > 0 where some channel has exponent 0; None where all round
+    narrow: bool = False  # after the high multiply every value, plus the offset, fits int32: the rest runs in int32
+    offset32: np.ndarray | None = None  # offset and right in int32, where narrow
+    right32: np.ndarray | None = None
 
 
 def output_stage(mult: np.ndarray, shift: np.ndarray, out_qp: QuantParams, wide: bool, shape: tuple[int, ...],
@@ -321,8 +324,13 @@ def output_stage(mult: np.ndarray, shift: np.ndarray, out_qp: QuantParams, wide:
     rounds = None if not right.size or int(right.min()) > 0 else right > 0
     zp = int(np.asarray(out_qp.zero_point).ravel()[0])
     half = (np.int64(1) << right) >> 1
+    offset = half + (np.int64(zp) << right)
+    narrow = False
+    if fast and bound is not None and m.size:
+        high = (((int(bound) << widest) * int(m.max()) + (1 << 30)) >> 31) + 1  # |SaturatingRoundingDoublingHighMul| at most
+        narrow = high + int(np.abs(offset).max()) + 1 < 1 << 31
     return OutputStage(m, s, zp, int(out_qp.qmin), int(out_qp.qmax), wide, fast, left if widest else None, right, half,
-                       half + (np.int64(zp) << right), rounds)
+                       offset, rounds, narrow, offset.astype(np.int32) if narrow else None, right.astype(np.int32) if narrow else None)
 
 
 def fold_bias(stage: OutputStage, bias: np.ndarray, product_bound: int) -> np.ndarray | None:
@@ -342,6 +350,9 @@ def apply_output_stage(stage: OutputStage, acc: np.ndarray, out: np.ndarray, fol
     integers: an array or a view of one, of ``acc``'s shape). ``folded``: :func:`fold_bias`'s
     vector, when ``acc`` does not hold the bias yet."""
     x = acc
+    if stage.fast and stage.narrow:
+        _output_int32(x, stage, 1 << 30 if folded is None else folded, out)
+        return
     if stage.fast:
         _mbqm_fast(x, stage, 1 << 30 if folded is None else folded)  # the zero point added in its last rounding
     else:
@@ -352,6 +363,26 @@ def apply_output_stage(stage: OutputStage, acc: np.ndarray, out: np.ndarray, fol
         x += stage.zero_point
     np.clip(x, stage.qmin, stage.qmax, out=x)
     np.copyto(out, x, casting="unsafe")  # clamped to the output type's range: exact
+
+
+def _output_int32(x: np.ndarray, stage: OutputStage, nudge: np.ndarray | int, out: np.ndarray) -> None:
+    """``_mbqm_fast`` and the clamp, the steps after the high multiply in int32 (``stage.narrow``:
+    every value fits; int32 ufuncs run about twice as fast as int64 ones)."""
+    if stage.left is not None:
+        x <<= stage.left
+    x *= stage.mult
+    x += nudge
+    h = np.empty(x.shape, np.int32)
+    np.right_shift(x, 31, out=h, casting="unsafe")  # SaturatingRoundingDoublingHighMul, narrowed: exact (stage.narrow)
+    neg = h >> 31  # -1 where h < 0
+    if stage.rounds is not None:
+        neg *= stage.rounds
+    h += neg
+    assert stage.offset32 is not None and stage.right32 is not None
+    h += stage.offset32
+    h >>= stage.right32  # RoundingDivideByPOT, plus the zero point
+    np.clip(h, stage.qmin, stage.qmax, out=h)
+    np.copyto(out, h, casting="unsafe")
 
 
 def _mbqm_int64_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> None:

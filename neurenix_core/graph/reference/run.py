@@ -356,7 +356,8 @@ def _channel_rows(stage: Q.OutputStage, c0: int, c1: int) -> Q.OutputStage:
         return None if v is None else v[c0:c1]
 
     return replace(stage, mult=stage.mult[c0:c1], shift=stage.shift[c0:c1], left=rows(stage.left), right=stage.right[c0:c1],
-                   half=stage.half[c0:c1], offset=stage.offset[c0:c1], rounds=rows(stage.rounds))
+                   half=stage.half[c0:c1], offset=stage.offset[c0:c1], rounds=rows(stage.rounds), offset32=rows(stage.offset32),
+                   right32=rows(stage.right32))
 
 
 def _padded(xq: np.ndarray, pad: tuple[int, int], value: int, dtype: Any, channels_last: bool = False) -> np.ndarray:
@@ -684,7 +685,7 @@ def _int_lookup(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.
         def unary() -> np.ndarray:
             return Q.quantize(eval_node(node, [Q.dequantize(_codes(dtype), qps[0])]), out_qp)
 
-        return np.take(_table(node, qps, out_qp, unary), xs[0].view(_TABLE_TYPES[dtype]))
+        return np.take(_table(node, qps, out_qp, unary), xs[0].view(_TABLE_TYPES[dtype]), mode="clip")  # every index in range
     if node.op in _BINARY_TABLES and len(xs) == 2 and xs[0].dtype == xs[1].dtype == np.int8:
         try:
             np.broadcast_shapes(xs[0].shape, xs[1].shape)
@@ -698,7 +699,7 @@ def _int_lookup(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.
 
         index = np.left_shift(xs[0].view(np.uint8), 8, dtype=np.uint16)
         index = np.bitwise_or(index, xs[1].view(np.uint8), dtype=np.uint16)
-        return np.take(_table(node, qps, out_qp, binary), index)
+        return np.take(_table(node, qps, out_qp, binary), index, mode="clip")  # every index in range
     return None
 
 
