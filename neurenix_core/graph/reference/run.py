@@ -7,6 +7,13 @@ quantized model (fake quantization of weights and activations). ``run_quantized(
 linear, conv2d (fused ReLU), relu, pooling, spatial means (TFLite's MEAN, requantized to the
 output's own parameters) and reshapes; other ops run dequantize -> float64 ->
 quantize, as a runtime without an integer kernel for them would.
+
+How the integer reference computes (the integers are those of the plain int64 arithmetic it
+replaced; tests/test_integer_kernels_fast.py keeps that and compares): each layer is prepared
+once (integer weights, folded bias, multipliers: ``_Layer``, cached); its products are float
+GEMMs on the integers, exact by construction (float32 over depth chunks whose partial sums stay
+below 2**24, else float64), an output block at a time, requantized in cache and split across
+threads; elementwise ops between quantized values use tables of their own float path.
 """
 
 from __future__ import annotations
