@@ -129,3 +129,21 @@ def test_static_int8_on_cpu_runs_the_qdq_export_within_the_integer_reference() -
     step = float(np.asarray(compiled.plan.activations[compiled.graph.outputs[0]].scale).reshape(-1)[0])
     assert float(np.abs(got - want).max()) <= 2 * step + 1e-9
     assert "int8 with the core's plan (QDQ" in compiled.summary and compiled.verification.within_bound, compiled.summary
+
+
+def test_static_int8_bert_classifier_runs_where_ort_rejects_its_own_rewrite() -> None:
+    """ONNX Runtime's extended optimizer rewrites the classifier's reshaped QDQ Gemm into a node it
+    then refuses; the runtime falls back to the basic level (QDQ fusion kept) and says so."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
+                                  num_labels=4)
+    model = transformers.BertForSequenceClassification(cfg).eval()
+    graph = nx.nn.from_torch(model, (torch.randint(0, 500, (1, 32)),))
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, 500, (1, 32)).astype(np.int64) for _ in range(6)]
+    compiled = nx.compile(graph, device="cpu", quantize="int8", calibration=batches, runtime="onnxruntime", progress=False)
+    compiled(batches[0])
+    assert "int8 with the core's plan (QDQ" in compiled.summary and compiled.verification.within_bound, compiled.summary
+    assert "basic graph optimizations: the extended level rejected" in compiled.summary, compiled.summary  # ORT 1.32's behaviour

@@ -86,8 +86,29 @@ class ORTHostRuntime(HostRuntime):
         if options.threads is not None:
             opts.intra_op_num_threads = int(options.threads)
             opts.inter_op_num_threads = 1
+        data = lowered.model.SerializeToString()
+        note = ""
         try:
-            session = self.ort.InferenceSession(lowered.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            session = self.ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
         except REJECTED_BY_ORT as exc:
-            raise CompilationError(f"host runtime onnxruntime rejected the cpu:0 graph: {exc}; pass runtime='auto' to use another") from exc
-        return ORTHostModel(session, lowered.input_names, lowered.output_names, self.version, options.precision)
+            if not quantized or "QuantizeLinear" not in str(exc):
+                raise CompilationError(f"host runtime onnxruntime rejected the cpu:0 graph: {exc}; pass runtime='auto' to use another") from exc
+            # ONNX Runtime 1.32's extended optimizer rewrites a QDQ Gemm whose input is reshaped
+            # (BERT's classifier) into a QuantizeLinear declaring int8 output with the plan's
+            # uint8 zero point, and then refuses its own node. The basic level (constant folding,
+            # QDQ node fusion into integer kernels) does not: used, and said in the summary.
+            opts.graph_optimization_level = self.ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            session = self._session(data, opts, exc)
+            note = f" (basic graph optimizations: the extended level rejected this QDQ model: {str(exc).splitlines()[0][:160]})"
+        model = ORTHostModel(session, lowered.input_names, lowered.output_names, self.version, options.precision)
+        model.summary += note
+        return model
+
+    def _session(self, data: bytes, opts: Any, first: Exception) -> Any:
+        from neurenix_onnxruntime.compiled import REJECTED_BY_ORT
+
+        try:
+            return self.ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        except REJECTED_BY_ORT as exc:
+            raise CompilationError(f"host runtime onnxruntime rejected the cpu:0 graph: {first}; at the basic optimization level: {exc}; "
+                                   "pass runtime='auto' to use another") from exc
