@@ -31,36 +31,27 @@ from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = [
-    "FLOAT32_EXACT",
-    "FLOAT64_EXACT",
     "INTEGER_OPS",
     "PASS_THROUGH",
-    "OutputStage",
     "activation_params",
-    "apply_output_stage",
-    "centered_bound",
     "check_plan",
     "constant_weight_axis",
     "dequantize",
     "describe",
-    "exact_in_float64",
     "fake_quantize",
     "fixed_output_params",
     "fold_batch_norm",
-    "fold_bias",
     "int_range",
     "integer_mean",
     "is_spatial_mean",
     "multiply_by_quantized_multiplier",
     "multiply_by_quantized_multiplier_int64",
-    "output_stage",
     "passes_through",
     "quantize",
     "quantize_bias",
     "quantize_multiplier",
     "quantize_weight",
     "requantize",
-    "requantize_fixed",
     "restrict_plan",
     "round_half_away",
     "rounding_divide_by_pot",
@@ -76,6 +67,9 @@ PASS_THROUGH = frozenset({"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "fl
 #: Ops the integer reference runs in integer arithmetic; the others run dequantize -> float -> quantize.
 INTEGER_OPS = frozenset({"linear", "conv2d", "relu"}) | PASS_THROUGH
 _INT32 = np.iinfo(np.int32)
+# The integer reference's fast kernels (graph/reference/run.py) use the helpers below that are
+# not in __all__: exactness bounds of float GEMMs on integers, and the output stage prepared once
+# per layer (OutputStage). They are not re-exported by neurenix_core.graph.quantization.
 #: Output parameters for arithmetic that never reads them (``_mbqm_inplace``'s stage).
 _ANY = QuantParams(np.ones(1, np.float32), np.zeros(1, np.int64), 16, None, -(2**15), 2**15 - 1)
 #: Every integer of magnitude below 2**53 is a float64, and so is every sum or product of such
