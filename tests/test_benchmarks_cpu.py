@@ -92,6 +92,9 @@ def test_cpu_benchmark_int8_quick_row_names_runtimes_and_agreement(tmp_path: Pat
     assert set(row["agreement"]) == {"cpu:0 int8", "numpy int8", "onnxruntime int8", "openvino int8"}
     assert all(0.0 <= a <= 1.0 for a in row["agreement"].values()), row["agreement"]
     assert row["agreement_samples"] == 32 and 1 <= row["agreement_classes"] <= 32
+    assert all(len(picks) == 32 for picks in row["top1"].values()) and set(row["top1"]) == set(row["agreement"])
+    assert set(row["same_top1_as_reference"]) == {"cpu:0 int8", "onnxruntime int8", "openvino int8"}
+    assert all(0.0 <= a <= 1.0 for a in row["same_top1_as_reference"].values()), row["same_top1_as_reference"]
     header = next(line for line in proc.stdout.splitlines() if line.startswith("| model"))
     assert all(f"{name} µs" in header for name in INT8_CONTENDERS) and "top-1 agreement" in header
     assert "| mobilenetv3_small | 1x3x224x224 | 1 |" in proc.stdout and "int8 features: /proc/cpuinfo" in proc.stdout
