@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -669,3 +673,20 @@ def test_onnx_integer_convolution_as_im2col() -> None:
         w = rng.integers(-255, 256, (group * mg, cg, *kernel)).astype(np.int64)
         attrs = {"strides": strides if rng.random() < 0.8 else None, "dilations": dil, "pads": pads, "group": group}
         same(onnx_quant._int_conv(attrs, x, w), old_int_conv(attrs, x, w))
+
+
+# ----------------------------------------------------------------------------- the benchmark
+def test_int8_interpreter_benchmark_quick(tmp_path: Path) -> None:
+    """benchmarks/int8_interpreter.py --quick on one model, one thread: both sides timed, their
+    threads read back alike, the int8 output close to fp32. No timing is asserted."""
+    pytest.importorskip("torch")
+    out = tmp_path / "int8.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "int8_interpreter.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--threads", "1", "--models", "mobilenetv3s", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["model"] == "mobilenetv3s" and row["neurenix_us"] > 0 and row["native_us"] > 0 and row["refused"] is None
+    assert row["neurenix_config"] == row["native_config"] == {"threads": 1}
+    assert 0 < row["int8_err"] < 0.1
+    assert "int8_interpreter: CPU " in proc.stdout and "| mobilenetv3s | int8 / fp32 | 1 | 1 |" in proc.stdout
