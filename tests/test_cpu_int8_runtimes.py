@@ -207,3 +207,19 @@ def test_a_broken_plan_is_refused_whichever_runtime_runs_it(state: Any) -> None:
     acts[first] = dataclasses.replace(acts[first], scale=acts[first].scale * np.float32(0.02))
     with pytest.raises(CompilationError, match="the int8 plan does not describe the model"):
         nx.compile(_mlp(), device="cpu", quantize=dataclasses.replace(plan, activations=acts), calibration=batches, progress=False)
+
+
+def test_threads_reach_the_integer_reference() -> None:
+    """nx.compile(..., threads=1) holds the integer kernels to one shard (they otherwise split
+    their blocks over as many threads as the process gave BLAS), and the count is unset again
+    after the run."""
+    from neurenix_core.backends import cpu_threads
+    from neurenix_core.graph.reference import run
+
+    assert cpu_threads.asked() is None
+    with cpu_threads.using(1):
+        assert cpu_threads.asked() == 1 and run._threads() is None  # the caller's 1 stands
+    assert cpu_threads.asked() is None
+    compiled = nx.compile(_mlp(), device="cpu", quantize="int8", calibration=_batches(), runtime="numpy", threads=1, progress=False)
+    compiled(_batches(1)[0])
+    assert cpu_threads.asked() is None

@@ -44,6 +44,12 @@ _pools: dict[int, ThreadPoolExecutor] = {}
 _blas: list[tuple[Callable[[int], None], Callable[[], int]] | None] = []  # [] until looked up, then [found or None]
 
 
+def asked() -> int | None:
+    """The thread count a caller's :func:`using` set for this thread (None: none set)."""
+    n: int | None = getattr(_state, "threads", None)
+    return n
+
+
 def current() -> int:
     """Shards per step in this thread: the plan run's ``threads`` (1 in pool workers and outside a run)."""
     n: int = getattr(_state, "threads", 1)
@@ -111,12 +117,15 @@ def using(threads: int | None) -> Iterator[None]:
     before = found[1]() if found is not None else None
     if found is not None and before != 1:
         found[0](1)  # each shard runs its own single-threaded GEMM; matmul() widens a large unsplit one
-    outer = current()
+    outer = asked()
     _state.threads = max(1, int(threads))
     try:
         yield
     finally:
-        _state.threads = outer
+        if outer is None:  # unset again: asked() says no caller set a count here
+            del _state.threads
+        else:
+            _state.threads = outer
         if found is not None and before is not None and before != 1:
             found[0](before)
 

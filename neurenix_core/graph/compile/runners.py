@@ -251,6 +251,7 @@ class Runners(CompiledState):
         """A static int8/int16 cpu:0 graph on the host runtime whose integer kernels host_select
         chooses (measured against the core's integer reference, and within its bound), the
         integer reference itself last."""
+        from neurenix_core.backends import cpu_threads
         from neurenix_core.graph.reference.run import run_quantized
 
         plan = self.plan
@@ -260,8 +261,11 @@ class Runners(CompiledState):
         if self._values is not None or plan is None or plan.dynamic:
             return self._integer_runner(graph), reference
 
-        def interpret(*hosts: Any) -> tuple[Any, ...]:
-            out = run_quantized(graph, plan, *hosts)
+        threads = cpu_threads.checked(self.extra.get("threads"))
+
+        def interpret(*hosts: Any) -> tuple[Any, ...]:  # measured as it will run: with its threads
+            with cpu_threads.using(threads):
+                out = run_quantized(graph, plan, *hosts)
             return tuple(_float32(o) for o in (out if isinstance(out, tuple) else (out,)))
 
         choice = self._choose_host(graph, interpret, "model", plan=plan)
@@ -367,6 +371,7 @@ class Runners(CompiledState):
         return run
 
     def _integer_runner(self, graph: Graph) -> Runner:
+        from neurenix_core.backends import cpu_threads
         from neurenix_core.graph.reference.run import run_quantized
         from neurenix_core.tensor.creation import asarray
 
@@ -374,9 +379,13 @@ class Runners(CompiledState):
         assert plan is not None
 
         to_host = self._backend._to_host
+        # threads= reaches the integer kernels as it reaches the float interpreter: they split
+        # their blocks over that many cores, BLAS at one thread per block.
+        threads = cpu_threads.checked(self.extra.get("threads"))
 
         def run(*natives: Any) -> tuple[Tensor, ...]:
-            out = run_quantized(graph, plan, *(to_host(n) for n in natives))
+            with cpu_threads.using(threads):
+                out = run_quantized(graph, plan, *(to_host(n) for n in natives))
             outs = out if isinstance(out, tuple) else (out,)
             # Float results leave dequantized in float32; integer and bool results (an argmax's
             # ids, a mask) keep their dtype, as every host runtime returns them.

@@ -480,7 +480,7 @@ def _threads() -> int | None:
     gave BLAS (its environment), BLAS then held at one thread per shard as the float
     interpreter's steps hold it (small GEMMs on BLAS's own threads ran several times slower,
     a hand-off each). Only the integer kernels run so: the float path keeps BLAS as it is."""
-    if cpu_threads.current() > 1:
+    if cpu_threads.asked() is not None:  # a caller's threads= stands, 1 included (nx.compile's threads=1)
         return None
     blas = cpu_threads.blas_threads()
     return blas if blas is not None and blas > 1 else None
