@@ -54,6 +54,7 @@ def compile(  # the public name the seeds and DESIGN.md use
     buckets: Any = None,
     pad_values: Mapping[Any, Any] | None = None,
     verify: bool = True,
+    mixed_precision: bool = True,
     options: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> Compiled:
@@ -76,6 +77,11 @@ def compile(  # the public name the seeds and DESIGN.md use
     ``verify``: a static int8/int16 compile with ``calibration`` runs its first batches through the
     compiled model and the core's integer and float references and raises CompilationError where
     they disagree beyond rounding (``neurenix_core.graph.quantization.verify``); the result is in ``.summary``.
+    ``mixed_precision``: where a calibrated plan's integer reference is far from float (over
+    ``mixed.MIXED_TARGET``, 5%; over 30% the check refuses it), the layers whose rounding loses the
+    model stay in float (``neurenix_core.graph.quantization.mixed``; named in ``.summary`` and
+    ``.float_layers``); False keeps every layer quantized and the check refuses as before. Part of
+    the verification: ``verify=False`` mixes nothing. A plan given as ``quantize=`` is never changed.
     """
     from neurenix_core.plugins.state import registry
     from neurenix_core.tensor.placement import default_backend
@@ -100,7 +106,14 @@ def compile(  # the public name the seeds and DESIGN.md use
         graph, weights, note = _weight_only(graph, dev, record, quantize, extra)
         quantize = None
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
+    mixed = None
+    if mixed_precision and verify and calibration and plan is not None and not plan.dynamic and not isinstance(quantize, QuantizationPlan):
+        from neurenix_core.graph.quantization.mixed import mix  # a calibrated plan, checked before the device compiles it
+
+        mixed = mix(graph, plan, calibration, device=str(dev), progress=progress)
+        plan = plan if mixed is None else mixed.plan
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
+    compiled._mixed = mixed
     compiled.weights, compiled.weights_note = weights, note
     compiled._values = values
     if buckets is not None and buckets is not False:
@@ -237,6 +250,8 @@ class Compiled(Lowering):
     saving in ``artifact``, verification in ``verification``, the summary in ``report``.
     """
 
+    #: The mixed-precision choice of a calibrated int8/int16 plan (graph.quantization.mixed), or None.
+    _mixed: Any = None
 
     @property
     def summary(self) -> str:
@@ -265,6 +280,12 @@ class Compiled(Lowering):
         if key not in self._runners:
             raise ShapeError(f"compiled model on {self.device} was not compiled for {list(key)}; call it once with inputs of that shape")
         return self._natives.get(key)
+
+    @property
+    def float_layers(self) -> tuple[Any, ...]:
+        """The layers a mixed-precision int8/int16 compile kept in float, each with why
+        (``graph.quantization.mixed.FloatLayer``); empty where every layer is quantized."""
+        return () if self._mixed is None else self._mixed.float_layers
 
     @property
     def verification(self) -> Any:

@@ -1,5 +1,6 @@
 """What a compiled model says about itself: ``Compiled.summary``, one line per compiled input
-shape (what the backend did), then the shape buckets' calls and the int8 verification."""
+shape (what the backend did), then the shape buckets' calls, the layers an int8 mix kept in float
+and the int8 verification."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def summary(compiled: CompiledState) -> str:
         text += "; " + bucket_report(compiled)
     if compiled.weights_note is not None:
         text += "; weights " + compiled.weights_note
+    mixed = getattr(compiled, "_mixed", None)  # set by nx.compile (Compiled), not by every state
+    if mixed is not None:
+        text += "; " + mixed.line()
     if compiled._verification is not None:
         text += "; " + compiled._verification.line()
     return text
