@@ -110,7 +110,7 @@ def test_compiles_int8_with_the_layer_norm_inputs_in_float(transformer: tuple[st
     assert compiled.plan.weights.keys() == calibrated.weights.keys()
     summary = compiled.summary
     assert f"int8, {len(dropped)} of " in summary and "layers kept in float (mixed precision" in summary, summary
-    assert all(f.node in summary for f in floats[:8]), summary
+    assert all(f.line() in summary for f in sorted(floats, key=lambda f: -f.jump)[:8]), summary  # the largest jumps first
     v = compiled.verification
     assert v.plan_relative <= M.MIXED_TARGET and v.device_relative <= v.device_bound, summary
     # The device computes the mixed plan's integer reference.

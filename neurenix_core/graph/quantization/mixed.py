@@ -87,7 +87,8 @@ _NOISE: Final = 1e-3
 @dataclass(frozen=True)
 class FloatLayer:
     """One layer kept in float: ``node`` (op ``op``) and the values it took out of the plan, and
-    why: ``culprit`` went from ``before`` (its inputs' error) to ``after`` with them quantized."""
+    why: ``culprit``'s error went from ``before`` (its inputs') to ``after`` with them quantized,
+    or (``spread``: no node's error jumped) ``after`` is their own rounding."""
 
     node: str
     op: str
@@ -96,9 +97,16 @@ class FloatLayer:
     culprit_op: str
     before: float
     after: float
+    spread: bool = False
+
+    @property
+    def jump(self) -> float:
+        return self.after - self.before
 
     def line(self) -> str:
         more = f" with {', '.join(self.values[1:])}" if len(self.values) > 1 else ""
+        if self.spread:
+            return f"{self.node} ({self.op}{more}): its own rounding, {self.after:.1%} (the error is spread over many values)"
         whose = "its output" if self.culprit == self.node else f"{self.culprit} ({self.culprit_op})"
         return f"{self.node} ({self.op}{more}): quantized, {whose} went from {self.before:.1%} to {self.after:.1%} error"
 
@@ -121,7 +129,7 @@ class MixedPrecision:
         return sum(len(f.values) for f in self.float_layers)
 
     def line(self) -> str:
-        shown = "; ".join(f.line() for f in self.float_layers[:8])
+        shown = "; ".join(f.line() for f in sorted(self.float_layers, key=lambda f: -f.jump)[:8])  # the largest jumps first
         rest = f"; and {len(self.float_layers) - 8} more (compiled.float_layers)" if len(self.float_layers) > 8 else ""
         return (f"int{self.plan.bits}, {self.kept} of {self.layers} layers kept in float (mixed precision: integer vs float "
                 f"{self.error_before:.1%} -> {self.error:.1%}, target {self.target:.0%}, {self.runs} reference runs): {shown}{rest}")
@@ -230,6 +238,7 @@ class _Credit:
     culprit: Node
     before: float
     after: float
+    spread: bool = False  # credited with its own rounding: no node's error jumped
 
 
 def _credits(graph: Graph, errors: Mapping[str, float], rounding: Mapping[str, float], droppable: frozenset[str],
@@ -269,7 +278,7 @@ def _own_rounding(graph: Graph, rounding: Mapping[str, float], droppable: frozen
         if node.output in droppable and own > _NOISE:
             group = groups[node.output]
             if group not in credit or own > credit[group].jump:
-                credit[group] = _Credit(own, node, 0.0, own)
+                credit[group] = _Credit(own, node, 0.0, own, spread=True)
     return credit
 
 
@@ -426,7 +435,7 @@ def _prune(tables: _Tables, plan: QuantizationPlan, found: _Search, bound: float
 def _float_layer(graph: Graph, group: frozenset[str], c: _Credit, order: Mapping[str, int]) -> FloatLayer:
     values = tuple(sorted(group, key=order.__getitem__))
     node = graph.nodes[order[values[0]]]
-    return FloatLayer(node.name, node.op, values, c.culprit.name, c.culprit.op, c.before, c.after)
+    return FloatLayer(node.name, node.op, values, c.culprit.name, c.culprit.op, c.before, c.after, c.spread)
 
 
 def _refusal(device: str, plan: QuantizationPlan, first: float, found: _Search, runs: int, max_runs: int) -> str:
