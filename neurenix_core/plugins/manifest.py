@@ -498,7 +498,7 @@ def _check_fields(m: Manifest) -> None:
 #: itself (``shape_buckets``: the model is bucketed, see ``neurenix_core.graph.compile.buckets``).
 RESERVED_OPTION_NAMES: Final = frozenset({
     "model", "device", "precision", "quantize", "calibration", "calibration_method", "progress", "outputs",
-    "buckets", "pad_values", "verify", "options", "shape_buckets",
+    "buckets", "pad_values", "verify", "mixed_precision", "options", "shape_buckets",
 })
 #: Longest option value a manifest may list: values appear in error messages.
 _VALUE_LIMIT: Final = 100
