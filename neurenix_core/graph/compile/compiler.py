@@ -77,9 +77,9 @@ def compile(  # the public name the seeds and DESIGN.md use
     ``verify``: a static int8/int16 compile with ``calibration`` runs its first batches through the
     compiled model and the core's integer and float references and raises CompilationError where
     they disagree beyond rounding (``neurenix_core.graph.quantization.verify``); the result is in ``.summary``.
-    ``mixed_precision``: where a calibrated plan's integer reference is far from float (over
-    ``mixed.MIXED_TARGET``, 5%; over 30% the check refuses it), the layers whose rounding loses the
-    model stay in float (``neurenix_core.graph.quantization.mixed``; named in ``.summary`` and
+    ``mixed_precision``: where a calibrated plan's integer reference is too far from float for the
+    check (over 30%), the layers whose rounding loses the model stay in float, toward
+    ``mixed.MIXED_TARGET`` (5%) (``neurenix_core.graph.quantization.mixed``; named in ``.summary`` and
     ``.float_layers``); False keeps every layer quantized and the check refuses as before. Part of
     the verification: ``verify=False`` mixes nothing. A plan given as ``quantize=`` is never changed.
     """

@@ -337,7 +337,10 @@ def mix(graph: Graph, plan: QuantizationPlan, calibration: Sequence[Any], *, dev
         return None  # nothing the plan may keep in float (a CNN of conv, relu, pooling): verification decides
     tables = _Tables(graph, spec, batches)
     first, errors = tables.measure(plan)
-    if first <= target:
+    if first <= V.PLAN_TOLERANCE:
+        # Only a plan the verification would refuse is mixed (then toward ``target``): one that
+        # passes keeps every layer in integers, as every device's lowering takes it (edgetpu's
+        # cpu:0 segments refuse a float value between them today).
         return None
     groups = _groups(spec, plan, droppable)
     with _progress(progress, max_runs) as update:
