@@ -432,6 +432,22 @@ def torch_eager(module: Any, x: np.ndarray, threads: int) -> tuple[Runner, dict[
     return run, {"threads": torch.get_num_threads(), "version": torch.__version__}
 
 
+def _reused_request(compiled: Any, x: np.ndarray) -> tuple[Any, Callable[[], np.ndarray]]:
+    """What an OpenVINO user writes per call: one infer request reused, the input shared, the
+    output copied (the request reuses its buffers)."""
+    import openvino as ov
+
+    request = compiled.create_infer_request()
+    tensor = ov.Tensor(x, shared_memory=True)
+
+    def run() -> np.ndarray:
+        request.set_input_tensor(0, tensor)
+        request.infer()
+        return request.get_output_tensor(0).data.copy()
+
+    return request, run
+
+
 def openvino_direct(module: Any, x: np.ndarray, threads: int) -> tuple[Runner, dict[str, Any]]:
     """What an OpenVINO user writes: convert_model, compile_model for CPU in f32, a reused request."""
     import openvino as ov
@@ -440,13 +456,7 @@ def openvino_direct(module: Any, x: np.ndarray, threads: int) -> tuple[Runner, d
     ov_model = ov.convert_model(module, example_input=torch.from_numpy(x), input=[(list(x.shape), ov.Type(x.dtype))])
     compiled = ov.Core().compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
                                                           "INFERENCE_NUM_THREADS": threads})
-    request = compiled.create_infer_request()
-    tensor = ov.Tensor(x, shared_memory=True)
-
-    def run() -> np.ndarray:
-        request.set_input_tensor(0, tensor)
-        request.infer()
-        return request.get_output_tensor(0).data.copy()
+    _, run = _reused_request(compiled, x)
 
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     return run, {"threads": int(compiled.get_property("INFERENCE_NUM_THREADS")), "version": str(ov.get_version()),
@@ -656,13 +666,7 @@ def openvino_qdq(path: str, x: np.ndarray, threads: int) -> tuple[Runner, Call, 
     core = ov.Core()
     compiled = core.compile_model(core.read_model(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
                                                                   "INFERENCE_NUM_THREADS": threads})
-    request = compiled.create_infer_request()
-    tensor = ov.Tensor(x, shared_memory=True)
-
-    def run() -> np.ndarray:
-        request.set_input_tensor(0, tensor)
-        request.infer()
-        return request.get_output_tensor(0).data.copy()
+    request, run = _reused_request(compiled, x)
 
     def call(a: np.ndarray) -> np.ndarray:
         request.set_input_tensor(0, ov.Tensor(np.ascontiguousarray(a)))
