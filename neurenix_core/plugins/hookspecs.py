@@ -37,9 +37,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-import pluggy
-
 from neurenix_core.plugins.manifest import NEURENIX_API_VERSION
+from neurenix_core.plugins.markers import HookimplMarker, HookspecMarker
 
 if TYPE_CHECKING:
     from neurenix_core.graph.ir.host import HostRuntime
@@ -50,9 +49,10 @@ __all__ = ["NEURENIX_API_VERSION", "PROJECT", "hookimpl", "hookspec"]
 
 PROJECT: Final = "neurenix"
 
-hookspec = pluggy.HookspecMarker(PROJECT)
+# pluggy's markers, without importing pluggy at every ``import neurenix_core`` (markers.py).
+hookspec = HookspecMarker(PROJECT)
 #: Decorate a plugin's hook functions with this (``from neurenix_core import hookimpl``).
-hookimpl = pluggy.HookimplMarker(PROJECT)
+hookimpl = HookimplMarker(PROJECT)
 
 
 # -------------------------------------------------------------------------------------------

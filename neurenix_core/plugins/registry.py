@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
-import pluggy
-
 from neurenix_core.config import Config
 from neurenix_core.device import Device, DeviceType, suggest_device
 from neurenix_core.errors import (
@@ -32,6 +30,7 @@ from neurenix_core.errors import (
 from neurenix_core.plugins import envwatch, hookspecs
 from neurenix_core.plugins.entrypoints import EntryPoint
 from neurenix_core.plugins.ep_cache import cached_entry_points
+from neurenix_core.plugins.hooktable import Impl, PlainImpl, plain_hooks, plugin_manager, spec_names
 from neurenix_core.plugins.manifest import (
     NEURENIX_API_VERSION,
     Manifest,
@@ -46,6 +45,8 @@ from neurenix_core.plugins.records import Failure, Status
 from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean, clean_manifest, clean_probe, describe
 
 if TYPE_CHECKING:
+    import pluggy
+
     from neurenix_core.plugins.backend import Backend
     from neurenix_core.plugins.backend_info import BackendInfo
     from neurenix_core.plugins.journal import Journal
@@ -128,19 +129,6 @@ class PluginRecord:
         return self.probe is not None and self.probe.emulated
 
 
-class _PluginManager(pluggy.PluginManager):
-    """pluggy's manager, skipping dunder names when looking for hook functions.
-
-    ``register`` inspects every name in ``dir(plugin)``, and two dozen of them are ``object``'s
-    dunders; pytest overrides the same documented method for the same reason.
-    """
-
-    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
-        if name.startswith("__"):
-            return None
-        return super().parse_hookimpl_opts(plugin, name)
-
-
 def _hook_namespace(module: ModuleType) -> types.SimpleNamespace:
     """The module's ``@hookimpl`` functions only, for pluggy to register.
 
@@ -160,8 +148,9 @@ class Registry:
         self.config = config
         self.records: list[PluginRecord] = []
         self.notes: list[str] = []
-        self._pm = _PluginManager(hookspecs.PROJECT)
-        self._pm.add_hookspecs(hookspecs)
+        # pluggy's manager, built when a plugin needs it (hooktable.py): plain plugins register in _plain.
+        self._pm: pluggy.PluginManager | None = None
+        self._plain: dict[str, dict[str, PlainImpl]] = {}
         self._ranked: list[PluginRecord] = []
         self._auto_default: Device | None = None
         self._journal: Journal | None = None
@@ -354,12 +343,18 @@ class Registry:
     def _register(self, record: PluginRecord, ep: EntryPoint) -> bool:
         assert record.module is not None
         try:
-            self._pm.register(_hook_namespace(record.module), name=record.name)
+            namespace = _hook_namespace(record.module)
+            plain = plain_hooks(namespace, hookspecs.PROJECT)
+            if plain is None:
+                self._manager().register(namespace, name=record.name)
+            else:
+                self._plain[record.name] = plain
         except Exception as exc:  # noqa: BLE001 - PluginValidationError, or a hostile attribute lookup
             return self._fail(record, "register", clean(exc, CAUSE_LIMIT))
         missing = [h for h in _REQUIRED_HOOKS if self._impl(record, h) is None]
         if missing:
-            self._pm.unregister(name=record.name)
+            if self._plain.pop(record.name, None) is None:
+                self._manager().unregister(name=record.name)
             return self._fail(record, "register", f"module {record.module_name} does not implement {', '.join(missing)}")
         return True
 
@@ -469,8 +464,20 @@ class Registry:
             raise StrictModeError(f"NEURENIX_STRICT=1 and {len(failed)} plugin(s) failed: {lines}. Fix or uninstall them, or unset NEURENIX_STRICT.")
 
     # ------------------------------------------------------------------ hooks
-    def _impl(self, record: PluginRecord, hook: str) -> pluggy.HookImpl | None:
-        for impl in getattr(self._pm.hook, hook).get_hookimpls():
+    def _manager(self) -> pluggy.PluginManager:
+        if self._pm is None:
+            self._pm = plugin_manager(hookspecs.PROJECT)
+        return self._pm
+
+    def _impl(self, record: PluginRecord, hook: str) -> Impl | None:
+        plain = self._plain.get(record.name)
+        if plain is not None and hook in plain:
+            return plain[hook]
+        # A specified hook has a caller in pluggy's manager: none registered there, or the plugin
+        # registered without it, means no implementation (an unknown name still asks pluggy).
+        if hook in spec_names() and (plain is not None or self._pm is None):
+            return None
+        for impl in getattr(self._manager().hook, hook).get_hookimpls():
             if impl.plugin_name == record.name:
                 return impl
         return None
