@@ -25,6 +25,22 @@ DEFERRED = (
     "neurenix_core.plugins.journal",  # only with a third-party plugin
     "neurenix_core.plugins.first_run",  # only for a third-party version never seen (subprocess, json)
     "fcntl",
+    "pluggy",  # only for a plugin whose hooks need pluggy's registration (plugins/hooktable.py)
+)
+
+#: Never loaded by ``import neurenix_core; nx.default_device()``, whatever plugins are installed
+#: (this repository's, and the onnxruntime example, a third-party plugin).
+NEVER = (
+    "pluggy",  # every installed plugin registers without it
+    "importlib.metadata",  # entry points are read by plugins/entrypoints.py (~40 ms with email)
+    "email",
+    "neurenix_core.graph",  # the compiler and its IR: nx.compile
+    "neurenix_core.nn",
+    "torch",
+    "jax",
+    "openvino",
+    "ai_edge_litert",
+    "tflite_runtime",
 )
 
 
@@ -35,6 +51,34 @@ def _loaded_after_import(env_extra: dict[str, str]) -> list[str]:
 
 def test_import_leaves_deferred_modules_unloaded() -> None:
     assert _loaded_after_import({"NEURENIX_BACKENDS": "-onnxruntime"}) == []
+
+
+def test_default_device_loads_none_of_the_deferred_modules() -> None:
+    """``import neurenix_core`` and then ``nx.default_device()``, the issue 43 measurement (and the
+    seed-style facade): discovery with every plugin installed, the third-party example included."""
+    for module in ("neurenix_core", "neurenix"):
+        code = (
+            f"import sys, json, {module} as nx\n"
+            "device = str(nx.default_device())\n"
+            f"print(json.dumps([device, [m for m in {NEVER!r} if m in sys.modules]]))"
+        )
+        device, loaded = _json_of(code)
+        assert loaded == [], module
+        assert device == "cpu:0"
+
+
+def test_lazily_resolved_names_work() -> None:
+    """Names loaded on first attribute access resolve to the real objects, and only then load."""
+    code = (
+        "import sys, json, neurenix_core as nx\n"
+        "before = [m for m in ('neurenix_core.graph.compile.compiler', 'neurenix_core.nn', 'neurenix_core.autograd.grad') if m in sys.modules]\n"
+        "from neurenix_core.graph.compile.compiler import compile as compiler_compile\n"
+        "from neurenix_core.autograd.grad import no_grad\n"
+        "layer = nx.nn.Linear(2, 3)\n"
+        "print(json.dumps([before, nx.compile is compiler_compile, nx.no_grad is no_grad, type(layer).__module__,"
+        " nx.BackendInfo.__name__, sorted({'nn', 'no_grad', 'hookimpl', 'Tensor'} - set(dir(nx)))]))"
+    )
+    assert _json_of(code) == [[], True, True, "neurenix_core.nn.layers", "BackendInfo", []]
 
 
 def test_the_autograd_engine_loads_on_first_use() -> None:
