@@ -301,3 +301,87 @@ def test_measurement_inputs_attend_everywhere() -> None:
     ids, mask, x, keep = host_select._inputs(graph)
     assert not ids.any() and mask.all() and keep.all() and mask.dtype == np.int64
     assert x.dtype == np.float32 and x.std() > 0.5
+
+
+HEAVY_RUNTIME = """
+import numpy as np
+from neurenix_core import hookimpl, Manifest, PriorityBand, ProbeResult, Capabilities
+from neurenix_core.graph.ir.host import HostRuntime, HostModel
+
+STARTS = []
+
+class Model(HostModel):
+    def __init__(self, graph):
+        from neurenix_core.graph.reference.run import run_graph
+        self.graph, self.summary, self.run_graph = graph, "heavy", run_graph
+    def __call__(self, *xs):
+        return tuple(np.asarray(o, np.float32) for o in ((self.run_graph(self.graph, *xs),)))
+
+class Runtime(HostRuntime):
+    name = "heavy"
+    version = "1.0"
+    graph_ops = frozenset({"linear", "tanh"})
+    def compile(self, graph, options):
+        return Model(graph)
+
+@hookimpl
+def neurenix_manifest():
+    return Manifest(name="heavy", distribution="neurenix-heavy", version="1.0", api=">=1.6,<2", device_types=("heavy",),
+                    band=PriorityBand.ACCELERATOR, capabilities=Capabilities(host_runtime="heavy", host_runtime_start_s=2.0))
+
+@hookimpl
+def neurenix_probe(context):
+    return ProbeResult.missing("no such device here; the plugin offers its host runtime only")
+
+@hookimpl
+def neurenix_backend(manifest, probe):
+    from neurenix_core.errors import BackendUnavailableError
+    raise BackendUnavailableError("heavy: no device here")
+
+@hookimpl
+def neurenix_host_runtime():
+    STARTS.append(1)  # the start a small graph must not pay
+    return Runtime()
+"""
+
+
+def test_a_heavy_runtime_is_not_started_for_a_small_graph(plugin_site: Any, run_neurenix: Any, tmp_path: Any) -> None:
+    """A runtime declaring a 2 s start (Capabilities.host_runtime_start_s, API 1.6) is not started
+    to time a 4 MFLOP graph (the reason is in the summary), is started from HEAVY_FLOOR FLOPs, and
+    is started when named."""
+    site = plugin_site("heavy", HEAVY_RUNTIME, module="nx_plugin_heavy")
+    out = run_neurenix(
+        """
+import json, numpy as np, neurenix_core as nx
+import nx_plugin_heavy as heavy
+from neurenix_core import nn
+from neurenix_core.graph.compile import host_select
+model = nn.Sequential(nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 10))  # ~2.2 MFLOPs at batch 16
+x = np.ones((16, 256), np.float32)
+small = nx.compile(model, device="cpu")
+small(x)
+res = {"small": small.summary, "starts_small": len(heavy.STARTS)}
+named = nx.compile(model, device="cpu", runtime="heavy")
+named(x)
+res["named"], res["starts_named"] = named.summary, len(heavy.STARTS)
+res["big"] = sorted(k for k, v in host_select.light_host_runtimes(host_select.HEAVY_FLOOR).items() if not isinstance(v, str))
+print(json.dumps(res))
+""",
+        site=site,
+        env={"NEURENIX_STATE_DIR": str(tmp_path / "state")},
+    )
+    assert out["starts_small"] == 0
+    assert "heavy: not started for a graph of 2,183,168 estimated FLOPs" in out["small"] and "starting it takes ~2.0 s" in out["small"]
+    assert out["starts_named"] == 1 and "runtime heavy (runtime='heavy' asked" in out["named"]
+    assert "heavy" in out["big"]
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("inf"), "1s", True])
+def test_a_host_runtime_start_must_be_seconds(bad: Any) -> None:
+    from neurenix_core import Capabilities, Manifest, PriorityBand
+    from neurenix_core.plugins.manifest import validate_manifest
+
+    m = Manifest(name="acme", distribution="neurenix-acme", version="1.0", api=">=1.6,<2", device_types=("acme",),
+                 band=PriorityBand.ACCELERATOR, capabilities=Capabilities(host_runtime="acme", host_runtime_start_s=bad))
+    with pytest.raises(ValueError, match="host_runtime_start_s"):
+        validate_manifest(m)

@@ -36,8 +36,9 @@ __all__ = [
 #: 1.2 ``Capabilities.host_runtime`` and the ``neurenix_host_runtime`` hook (runtimes for cpu:0);
 #: 1.3 the optional ``neurenix_save_compiled`` / ``neurenix_load_compiled`` hooks (compiled artifacts);
 #: 1.4 ``Capabilities.compile_options`` (the ``nx.compile`` options a plugin reads, checked by the core);
-#: 1.5 ``HostRuntime.quantized_precisions`` / ``HostOptions.plan`` (static int8/int16 on host runtimes).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 5)
+#: 1.5 ``HostRuntime.quantized_precisions`` / ``HostOptions.plan`` (static int8/int16 on host runtimes);
+#: 1.6 ``Capabilities.host_runtime_start_s`` (what starting the host runtime costs, read before starting it).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 6)
 
 
 _REQUIRED: Final = object()
@@ -212,6 +213,11 @@ class Capabilities(_Record):
     #: API 1.2: the name of a runtime this plugin offers to compile graphs for ``cpu:0`` through
     #: ``neurenix_host_runtime`` (``"openvino"``, ``"litert"``, ...); None offers none.
     host_runtime: str | None
+    #: API 1.6: the seconds the first start of that runtime typically takes in a process (importing
+    #: its framework: ~1.2 s for JAX, ~1.5 s for PyTorch, ~0.05 s for OpenVINO). The core does not
+    #: start a runtime of HEAVY_START_S or more to time a graph too small to repay it
+    #: (graph/compile/host_select.py); None (a plugin written before 1.6) is taken as light.
+    host_runtime_start_s: float | None
     #: API 1.4: the options this plugin's ``neurenix_compile`` reads from ``CompileOptions.extra``
     #: (``nx.compile(model, device, options={...})`` or the same names as keywords). None (a
     #: plugin written before 1.4) declares nothing: the core then refuses only names close to its
@@ -229,6 +235,7 @@ class Capabilities(_Record):
         "graph_ops": None,
         "graph_dtypes": ("float32",),
         "host_runtime": None,
+        "host_runtime_start_s": None,
         "compile_options": None,
     }
     __slots__ = tuple(_SPEC)
@@ -245,6 +252,7 @@ class Capabilities(_Record):
             "graph_ops": None if self.graph_ops is None else list(self.graph_ops),
             "graph_dtypes": list(self.graph_dtypes),
             "host_runtime": self.host_runtime,
+            "host_runtime_start_s": self.host_runtime_start_s,
             "compile_options": None if self.compile_options is None else [o.as_dict() for o in self.compile_options],
         }
 
@@ -483,6 +491,9 @@ def _check_fields(m: Manifest) -> None:
     host = m.capabilities.host_runtime
     if host is not None and (not isinstance(host, str) or not _valid_name(host)):
         raise ValueError(f"field 'capabilities.host_runtime' must be None or a runtime name (lower-case letters, digits, '-' or '_'), got {host!r}")
+    start = m.capabilities.host_runtime_start_s
+    if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 <= start < float("inf")):
+        raise ValueError(f"field 'capabilities.host_runtime_start_s' must be None or a number of seconds >= 0, got {start!r}")
     _check_compile_options(m.capabilities.compile_options)
     if m.emulation is not None and not isinstance(m.emulation, str):
         raise ValueError("field 'emulation' must be a string token or None")

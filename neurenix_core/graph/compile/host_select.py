@@ -69,6 +69,14 @@ FLOP_FLOOR: Final = 1_000_000
 #: runtime's kernels and call path beat NumPy's per-step overhead.
 MODEL_OPS: Final = frozenset({"linear", "matmul", "gemm", "conv", "conv1d", "conv2d", "conv_transpose", "conv_transpose2d",
                               "attention", "scaled_dot_product_attention", "multihead_attention"})
+#: A host runtime whose plugin declares a start of this many seconds or more
+#: (``Capabilities.host_runtime_start_s``: JAX's, PyTorch's import) is started to time a graph
+#: only from HEAVY_FLOOR estimated FLOPs: below that, a call takes a few milliseconds at most, so
+#: the start (paid again by every process that runs the model on that runtime) cannot be repaid,
+#: and the first compile of a small model would wait on imports that change nothing. Deterministic
+#: (the graph's FLOPs, not a clock), so a model gets the same candidates on every run.
+HEAVY_START_S: Final = 0.5
+HEAVY_FLOOR: Final = 100_000_000
 #: The name of the last resort, always available.
 INTERPRETER: Final = "numpy"
 #: Entries kept in the choice cache (the oldest are dropped).
@@ -142,6 +150,32 @@ def host_runtime_named(name: str) -> dict[str, HostRuntime | str]:
         return {name: found} if found != "" else {}
 
 
+def light_host_runtimes(flops: int) -> dict[str, HostRuntime | str]:
+    """The host runtimes worth starting for a graph of ``flops``: every one from HEAVY_FLOOR,
+    else those whose declared start is light, plus any already started; a heavy one not started
+    is reported with why (its name maps to the reason)."""
+    if flops >= HEAVY_FLOOR:
+        return host_runtimes()
+    from neurenix_core.plugins.state import registry
+
+    with _lock:
+        started = dict(_runtimes) if _runtimes is not None else {k: v for k, v in _started.items() if v != ""}
+    found: dict[str, HostRuntime | str] = {}
+    for rec in registry().records:
+        caps = rec.manifest.capabilities if rec.manifest is not None else None
+        name = caps.host_runtime if caps is not None else None
+        if caps is None or name is None or name in found or rec.failure is not None or rec.denied is not None:
+            continue
+        start = caps.host_runtime_start_s or 0.0
+        if name in started or start < HEAVY_START_S:
+            found.update(host_runtime_named(name))
+        else:
+            found[name] = (f"not started for a graph of {flops:,} estimated FLOPs: starting it takes ~{start:.1f} s (its "
+                           f"framework's import), more than the graph's calls could repay (measured from {HEAVY_FLOOR:,} "
+                           f"FLOPs, or pass runtime={name!r})")
+    return found
+
+
 def _discover(only: str | None = None) -> dict[str, HostRuntime | str]:
     from neurenix_core.plugins.state import registry
 
@@ -212,7 +246,7 @@ def choose(
         hit = _from_cache(graph, cached, options, failed)
         if hit is not None:
             return hit
-    available = host_runtimes()
+    available = light_host_runtimes(flops)
     skipped: dict[str, str] = {}
     candidates: dict[str, HostRuntime] = {}
     for name, rt in available.items():

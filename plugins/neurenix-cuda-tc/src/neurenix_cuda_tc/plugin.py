@@ -53,6 +53,7 @@ def neurenix_manifest() -> Manifest:
             dlpack=True,
             extra={"tensor_cores": "compute capability >= 7.0", "runtime": "PyTorch"},
             host_runtime="torch",  # PyTorch's CPU kernels compile cpu:0 graphs too, in float32 (host.py)
+            host_runtime_start_s=1.5,  # importing torch: 1.3-1.7 s on a 2-vCPU Xeon (the CPU wheel)
             compile_options=(),  # its compile hook reads no option: precision= says everything
         ),
         install_hint="pip install neurenix-cuda-tc -c constraints.txt (needs an NVIDIA driver; NEURENIX_EMULATE=cuda runs on the CPU)",
