@@ -21,10 +21,7 @@ dist="$work/dist"
 # build writes build/ and *.egg-info beside the sources, and scripts/test.sh runs this beside the
 # tests, which read the checkout (entry points included).
 src="$work/src"
-mkdir -p "$src"
-git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-  [ -e "$f" ] && printf '%s\0' "$f"
-done | xargs -0 cp --parents -t "$src"
+bash scripts/copy_checkout.sh "$src"
 
 echo "== build wheels and sdists into $dist"
 for dir in . plugins/*/ examples/neurenix-onnxruntime/; do

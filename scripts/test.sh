@@ -3,7 +3,7 @@
 # (plugins run emulated on the host CPU through their real runtimes) and each plugin's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test
 export NEURENIX_EMULATE=${NEURENIX_EMULATE:-cuda,tpu,npu,edgetpu}
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export XLA_FLAGS=${XLA_FLAGS:---xla_force_host_platform_device_count=4}
@@ -27,14 +27,20 @@ workers=${NEURENIX_TEST_WORKERS:-2}
 # Release check (scripts/check_wheels.sh): every wheel and sdist built (from a copy of the checkout)
 # and checked, installed non-editably in a fresh venv, then the CLI and a compiled model on the
 # emulated npu (~2 min). NEURENIX_CHECK_WHEELS=0 skips it.
-# Both run beside the tests (the test workers leave a core idle while they wait on subprocesses);
-# their output follows the tests', and either failing fails the run.
+# These run beside the tests (the test workers leave a core idle while they wait on subprocesses);
+# their output follows the tests', and any failing fails the run.
 checks=()
 if [ "${NEURENIX_LINT:-1}" != 0 ]; then
   checks+=(lint.sh)
 fi
 if [ "${NEURENIX_CHECK_WHEELS:-1}" != 0 ]; then
   checks+=(check_wheels.sh)
+fi
+# The main job as a new user meets it (scripts/check_main_job.sh): from a copy of the checkout, run
+# twice; what it installs, the second run installing nothing, no other library's lines (~1.5 min).
+# NEURENIX_CHECK_MAIN_JOB=0 skips it.
+if [ "${NEURENIX_CHECK_MAIN_JOB:-1}" != 0 ]; then
+  checks+=(check_main_job.sh)
 fi
 logs=$(mktemp -d "${TMPDIR:-/tmp}/neurenix-checks.XXXXXX")
 pids=()
