@@ -21,7 +21,7 @@ from typing import final
 
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
-from neurenix_core.graph.ir.decompose import legalize
+from neurenix_core.graph.ir.decompose import legalize, makes_new_values
 from neurenix_core.graph.ir.shapes import ValueSpec, infer_values
 from neurenix_core.plugins.opnames import PORTABLE_ATTRS
 
@@ -180,12 +180,13 @@ def place(graph: Graph, declared: Collection[str], dtypes: Collection[str], devi
           decompose: bool = True, missing: str | None = None, refused: Mapping[str, str] | None = None) -> Placement:
     """Decompose what ``declared`` lacks, assign every node, cut segments and count the work.
 
-    ``decompose=False`` keeps composites whole (an undeclared one runs on the CPU): a quantized
-    model's plan names the values of the graph it was calibrated on, and a decomposition would
-    create values the plan has no parameters for. ``missing`` is the reason reported for an op
+    ``decompose=False`` keeps composites whole (an undeclared one runs on the CPU) unless one
+    becomes a single primitive (``global_avg_pool`` -> ``reduce_mean``): a quantized model's plan
+    names the values of the graph it was calibrated on, and a decomposition creating values would
+    leave them without parameters. ``missing`` is the reason reported for an op
     outside ``declared`` (default "op not declared by plugin ..."). ``refused`` (node name ->
     reason) sends nodes the plugin's lowering refused to the CPU whatever they declare."""
-    legal = legalize(graph, keep=lambda n: n.op in declared) if decompose else graph
+    legal = legalize(graph, keep=lambda n: n.op in declared or (not decompose and makes_new_values(n)))
     specs = infer_values(legal)
     consts_on_device = "constant" in declared
     nodes = list(legal.nodes)

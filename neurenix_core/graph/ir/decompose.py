@@ -16,7 +16,7 @@ import numpy as np
 from neurenix_core.graph import opset
 from neurenix_core.graph.ir import Graph, Node
 
-__all__ = ["decompose_node", "legalize"]
+__all__ = ["decompose_node", "legalize", "makes_new_values"]
 
 
 class _NodeBuilder:
@@ -75,3 +75,11 @@ def legalize(graph: Graph, keep: Callable[[Node], bool]) -> Graph:
         else:
             out.append(node)
     return graph if not changed else Graph(graph.inputs, tuple(out), graph.outputs)
+
+
+def makes_new_values(node: Node) -> bool:
+    """Whether decomposing ``node`` creates values it did not have: more than one node (a constant
+    or an intermediate). One that becomes a single primitive writing the same output
+    (``global_avg_pool`` -> ``reduce_mean``) can be decomposed in a quantized graph: the plan's
+    parameters, named by value, still cover every value."""
+    return len(decompose_node(node)) > 1

@@ -45,3 +45,27 @@ def test_int8_mean_requantizes_bit_exact_with_core_reference(edgetpu, hw):
     for x in batches:
         want = run_quantized(graph, plan, x, dequantize=False)
         np.testing.assert_array_equal(np.rint(model(x) / scale).astype(np.int64) + zp, want)
+
+
+def test_int8_global_avg_pool_runs_on_the_device_in_one_segment(edgetpu):
+    """ONNX's GlobalAveragePool (core op ``global_avg_pool``, which the plugin does not declare)
+    ends almost every exported classifier. In an int8 model it is decomposed into the one
+    ``reduce_mean`` it stands for (no new value the plan lacks), so the model stays one edgetpu
+    segment instead of two around a cpu:0 hop."""
+    import neurenix_core as nx
+    from neurenix_core.graph.reference.run import run_quantized
+
+    plain = _pool_graph(8)
+    nodes = tuple(Node("gp", "global_avg_pool", ("b",), "c") if n.name == "gp" else n for n in plain.nodes)
+    graph = Graph(plain.inputs, nodes, plain.outputs)
+    rng = np.random.default_rng(3)
+    batches = [rng.normal(size=(1, 3, 8, 8)).astype(np.float32) for _ in range(16)]
+    compiled = nx.compile(graph, device="edgetpu:0", quantize="int8", calibration=batches, progress=False)
+    placement = compiled.placement
+    assert placement.off_device == ()
+    assert [s.on_device for s in placement.segments] == [True]
+    assert "reduce_mean" in [n.op for s in placement.segments for n in s.nodes]
+    plan = compiled.plan
+    for x in batches[:4]:
+        want = run_quantized(graph, plan, x)
+        np.testing.assert_allclose(compiled(x).numpy(), want, atol=float(plan.activations["e"].scale[0]) * 1.01)
