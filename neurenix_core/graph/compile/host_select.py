@@ -88,6 +88,10 @@ _CACHE_FILE: Final = "host_runtimes.json"
 #: then, not one candidate's whole measurement (which flipped the choice between runs).
 _CALLS: Final = 3
 _BUDGET_S: Final = 0.08
+#: A turn of short calls goes on until it has lasted this long: a 60 µs call is timed a few
+#: hundred times, and one preemption on a busy machine cannot move the median of so many (three
+#: calls of 60 µs chose OpenVINO over a LiteRT twice as fast on a machine at load 6).
+_TURN_S: Final = 0.02
 _ROUNDS: Final = 3
 #: A candidate this many times slower than the fastest after a round is not timed again: it
 #: cannot win, and a slow interpreter would otherwise spend seconds per round.
@@ -346,18 +350,21 @@ def _inputs(graph: Graph) -> list[np.ndarray]:
 
 
 def _turn(run: Callable[..., Any], inputs: Sequence[np.ndarray], budget_s: float = _BUDGET_S) -> float:
-    """One timed turn: the median of a few calls (a runtime whose calls vary is judged by its
+    """One timed turn: the median of at least 3 calls lasting _TURN_S together, within the
+    budget (a runtime whose calls vary is judged by its
     typical call, not by a lucky one: a fastest-call rule chose LiteRT for an int8 ResNet-18
     that OpenVINO ran 1.3-1.6x faster over many calls), after a pause that lets the previous
     runtime's worker threads go idle."""
     time.sleep(_SETTLE_S)
     times = []
+    calls = _CALLS if budget_s <= _BUDGET_S else 4 * _CALLS
     start = time.perf_counter()
-    for _ in range(_CALLS if budget_s <= _BUDGET_S else 4 * _CALLS):
+    while True:
         t0 = time.perf_counter()
         run(*inputs)
         times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s:
+        spent = time.perf_counter() - start
+        if spent > budget_s or (len(times) >= calls and spent >= _TURN_S):
             break
     return float(np.median(times)) * 1e3
 
