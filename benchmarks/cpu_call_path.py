@@ -16,7 +16,7 @@ turn), for ``--rounds`` rounds; the medians are reported:
   50 µs being at most 1 µs added.
 
 Each thread count runs in its own pinned child process (``benchkit.run_child``). No timing is
-asserted anywhere: the numbers are for people. Needs the npu-openvino and edgetpu plugins.
+asserted anywhere: the numbers are for people. Needs the npu and edgetpu plugins.
 """
 
 from __future__ import annotations

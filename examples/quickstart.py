@@ -80,11 +80,11 @@ ROOT = Path(__file__).resolve().parents[1]
 FIRST_PARTY = {"neurenix-core", "neurenix-cuda-tc", "neurenix-tpu", "neurenix-npu-openvino", "neurenix-edgetpu"}
 EXAMPLE_PLUGINS = {"neurenix-onnxruntime": "examples/neurenix-onnxruntime"}
 EXAMPLES = {
-    "cuda-tc": ("examples/tensor_cores_optimize.py", "cuda"),
+    "cuda": ("examples/tensor_cores_optimize.py", "cuda"),
     "tpu": ("examples/tpu_quickstart.py", "tpu"),
-    "npu-openvino": ("examples/npu_quickstart.py", "npu"),
+    "npu": ("examples/npu_quickstart.py", "npu"),
     "edgetpu": ("examples/edgetpu_int8.py", "edgetpu"),
-    "onnxruntime": ("examples/neurenix-onnxruntime/examples/ort_models.py", ""),
+    "ort": ("examples/neurenix-onnxruntime/examples/ort_models.py", ""),
 }
 
 

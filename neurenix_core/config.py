@@ -1,9 +1,9 @@
 """Environment variables that steer discovery and selection, parsed once and validated.
 
 NEURENIX_DEVICE                   default device ("npu:0")
-NEURENIX_BACKENDS                 ordered allow list of plugin names; "-name" denies ("cuda-tc,cpu", "-edgetpu")
+NEURENIX_BACKENDS                 ordered allow list of plugin names or aliases; "-name" denies ("cuda,cpu", "-edgetpu")
 NEURENIX_DISABLE_PLUGIN_AUTOLOAD  "1": only the built-in CPU backend is loaded
-NEURENIX_EMULATE                  emulation tokens ("tpu,npu"): plugins run their stack on the host CPU
+NEURENIX_EMULATE                  emulation tokens or plugin names ("tpu,npu"): plugins run their stack on the host CPU
 NEURENIX_STRICT                   "1": any plugin failure at discovery raises StrictModeError, and
                                   every configuration warning becomes a ConfigurationError
 NEURENIX_PROBE_TIMEOUT            seconds a probe may take (default 2)
@@ -174,8 +174,8 @@ class Config:
         self.state_dir = state_dir
         self.cpu_runtime = cpu_runtime
 
-    def is_denied(self, name: str, builtin: bool) -> str | None:
-        """Why plugin ``name`` must not be imported, or None when it may be.
+    def is_denied(self, name: str, builtin: bool, alias: str | None = None) -> str | None:
+        """Why plugin ``name`` (also called ``alias``) must not be imported, or None when it may be.
 
         The reason completes "plugin NAME is ..." (registry messages) and stands alone (doctor).
         """
@@ -183,9 +183,11 @@ class Config:
             return None
         if not self.autoload:
             return "not loaded because plugin autoload is disabled (unset NEURENIX_DISABLE_PLUGIN_AUTOLOAD to load it)"
-        if name in self.deny:
-            return f"denied by NEURENIX_BACKENDS (-{name})"
-        if self.allow and name not in self.allow:
+        called = (name, alias) if alias else (name,)
+        denied = next((n for n in called if n in self.deny), None)
+        if denied is not None:
+            return f"denied by NEURENIX_BACKENDS (-{denied})"
+        if self.allow and not any(n in self.allow for n in called):
             return f"not in the allow list NEURENIX_BACKENDS={','.join(self.allow)}"
         return None
 
@@ -416,17 +418,22 @@ def enforce(problems: Sequence[Problem], *, strict: bool) -> None:
         warnings.warn(ConfigurationWarning(p.message), stacklevel=user_stacklevel())
 
 
-def plugin_problems(config: Config, installed: Iterable[str], emulation_tokens: Iterable[str]) -> list[Problem]:
+def plugin_problems(config: Config, installed: Iterable[str], emulation_tokens: Iterable[str],
+                    aliases: Mapping[str, str] | None = None) -> list[Problem]:
     """Names in NEURENIX_BACKENDS and NEURENIX_EMULATE that match nothing installed (warnings:
-    a typo must not stop a production job, but the job must hear that the setting did nothing)."""
+    a typo must not stop a production job, but the job must hear that the setting did nothing).
+    ``aliases`` maps each alias to its plugin's name (``{"npu-openvino": "npu"}``): accepted too."""
+    aliases = aliases or {}
     names = sorted(set(installed))
+    known = sorted({*names, *aliases})
+    listed = ", ".join(names) + (f" (aliases: {', '.join(f'{a} for {n}' for a, n in sorted(aliases.items()))})" if aliases else "")
     problems: list[Problem] = []
     for name in [*config.allow, *sorted(config.deny)]:
-        if name not in names:
+        if name not in known:
             effect = "it allows nothing" if name in config.allow else "it denies nothing"
             problems.append(Problem("NEURENIX_BACKENDS", name, "warning",
-                                    f"NEURENIX_BACKENDS names {name!r}, which is not an installed plugin, so {effect}{_did_you_mean(name, names)}; "
-                                    f"installed plugins: {', '.join(names)}"))
+                                    f"NEURENIX_BACKENDS names {name!r}, which is not an installed plugin, so {effect}{_did_you_mean(name, known)}; "
+                                    f"installed plugins: {listed}"))
     tokens = sorted(set(emulation_tokens))
     for token in sorted(config.emulate - set(tokens)):
         problems.append(Problem("NEURENIX_EMULATE", token, "warning",

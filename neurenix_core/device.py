@@ -26,7 +26,7 @@ class DeviceDirectory(Protocol):
     def plugin_for(self, device: Device) -> Any: ...
 
     def device_hint(self, text: str) -> str:
-        """" Did you mean 'npu:0' (plugin npu-openvino)?" for a device string no plugin serves, or ""."""
+        """" Did you mean 'npu:0' (plugin npu)?" for a device string no plugin serves, or ""."""
         ...
 
 

@@ -10,7 +10,7 @@ report groups it) with each module's docstring: collecting runs no test. The res
 from a report of a real run over every installed backend:
 
     NEURENIX_EMULATE=cuda,tpu,npu,edgetpu JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=4 \\
-        python -m pytest -p no:cacheprovider --neurenix-backend=cpu --neurenix-backend=cuda-tc ... \\
+        python -m pytest -p no:cacheprovider --neurenix-backend=cpu --neurenix-backend=cuda ... \\
         --neurenix-report=report.json
 
 tests/test_docs_conformance.py checks that the list is current and that every row of the results

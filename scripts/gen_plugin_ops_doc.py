@@ -14,10 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {
-    "npu-openvino": ROOT / "docs" / "npu.md",
+    "npu": ROOT / "docs" / "npu.md",
     "tpu": ROOT / "docs" / "tpu.md",
     "edgetpu": ROOT / "docs" / "edgetpu.md",
-    "cuda-tc": ROOT / "docs" / "tensor-cores.md",
+    "cuda": ROOT / "docs" / "tensor-cores.md",
 }
 END = "<!-- ops:end -->"
 

@@ -94,9 +94,9 @@ def test_neurenix_bench_runs_every_script_of_a_plugin_and_filters_models_per_scr
     from neurenix_core.cli import bench
 
     folder = Path(__file__).resolve().parents[1] / "benchmarks"
-    assert bench.BENCHMARKS["npu-openvino"] == ("openvino.py", "npu_models.py")
+    assert bench.BENCHMARKS["npu"] == ("openvino.py", "npu_models.py")
     assert bench.BENCHMARKS["tpu"] == ("tpu.py", "tpu_models.py")
-    assert bench.BENCHMARKS["cuda-tc"] == ("tensor_cores.py",)
+    assert bench.BENCHMARKS["cuda"] == ("tensor_cores.py",)
     for scripts in bench.BENCHMARKS.values():
         assert all((folder / s).is_file() for s in scripts)
     assert bench.script_models(folder / "npu_models.py") == ("resnet_block", "mobilenetv3_block")

@@ -30,7 +30,7 @@ def test_version_lists_the_core_and_every_installed_plugin(capsys: pytest.Captur
         row = next(line.split() for line in lines[2:] if line.split()[0] == ep.name)
         assert row[1:3] == [ep.dist.metadata["Name"], ep.dist.version]
         # Only plugins from outside this repository carry the label (the onnxruntime example does).
-        assert ("(third-party)" in row) == (ep.name not in {"cpu", "cuda-tc", "tpu", "npu-openvino", "edgetpu"})
+        assert ("(third-party)" in row) == (ep.name not in {"cpu", "cuda", "tpu", "npu", "edgetpu"})
 
 
 def test_devices_json_has_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,7 +89,7 @@ def test_bench_chart_labels_are_readable() -> None:
     pytest.importorskip("matplotlib", reason="neurenix bench needs the bench extra (pip install 'neurenix-core[bench]')")
     from neurenix_core.cli.bench import figure
 
-    fig = figure(_rows(), title="neurenix vs native runtime on a test CPU", emulated=["npu-openvino"])
+    fig = figure(_rows(), title="neurenix vs native runtime on a test CPU", emulated=["npu (OpenVINO on the host CPU)"])
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     axes = fig.get_axes()
@@ -103,7 +103,7 @@ def test_bench_chart_labels_are_readable() -> None:
         # Every label lies inside the figure (none cut off by the PNG's edge).
         assert all(0 <= b.x0 and b.x1 <= fig.bbox.width and 0 <= b.y0 for b in boxes)
         assert "neurenix / native" in ax.get_title() and "lower is better" in ax.get_title()
-    assert "emulated: npu-openvino" in fig._suptitle.get_text()
+    assert "emulated devices (their runtimes on the host CPU, not the accelerators): npu (OpenVINO on the host CPU)" in fig._suptitle.get_text()
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -118,5 +118,5 @@ def test_bench_chart_says_nothing_of_emulation_on_real_hardware(tmp_path: Path) 
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-    png = chart(_rows(), tmp_path / "bench.png", emulated=["npu-openvino"])
+    png = chart(_rows(), tmp_path / "bench.png", emulated=["npu (OpenVINO on the host CPU)"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -90,7 +90,7 @@ def test_manifest_describes_the_model(saved: dict[str, Any]) -> None:
 
     manifest = read_manifest(saved[("npu", "cnn")]["path"])
     assert manifest["format_version"] == 2 and manifest["device_type"] == "npu" and manifest["emulated"] is True
-    assert manifest["plugin"] == {"name": "npu-openvino", "distribution": "neurenix-npu-openvino", "version": manifest["plugin"]["version"]}
+    assert manifest["plugin"] == {"name": "npu", "distribution": "neurenix-npu-openvino", "version": manifest["plugin"]["version"]}
     assert manifest["runtime"][0].startswith("openvino ")
     assert manifest["shapes"][0]["shapes"] == [[2, 3, 8, 8]]
     assert manifest["parts"][0]["meta"]["ir"] == "model.xml" and manifest["api_version"] == ".".join(map(str, nx.NEURENIX_API_VERSION))
@@ -155,7 +155,7 @@ def test_corrupted_blob_behind_a_matching_checksum_is_a_format_error(saved: dict
     manifest = json.loads((folder / "artifact.json").read_text())
     manifest["checksums"]["parts/0/model.blob"] = file_sha256(blob)
     (folder / "artifact.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactFormatError, match="plugin npu-openvino.*cannot import the compiled blob"):
+    with pytest.raises(ArtifactFormatError, match="plugin npu.*cannot import the compiled blob"):
         nx.load_compiled(folder)
 
 
@@ -180,12 +180,21 @@ def test_other_plugin_version_is_a_mismatch(saved: dict[str, Any], tmp_path: Pat
     folder = _copy(saved, ("npu", "cnn"), tmp_path)
     manifest = json.loads((folder / "artifact.json").read_text())
     _edit_manifest(folder, plugin={**manifest["plugin"], "version": "0.0.1"})
-    with pytest.raises(ArtifactMismatchError, match=r"npu-openvino 0.0.1;.*installed.*neurenix-npu-openvino==0.0.1"):
+    with pytest.raises(ArtifactMismatchError, match=r"plugin npu 0.0.1;.*installed.*neurenix-npu-openvino==0.0.1"):
         nx.load_compiled(folder)
 
 
+def test_an_artifact_saved_under_the_plugin_s_alias_loads(saved: dict[str, Any], tmp_path: Path) -> None:
+    """Releases before one name per plugin (issue #43) wrote the npu plugin's old entry point name,
+    now its alias."""
+    folder = _copy(saved, ("npu", "cnn"), tmp_path)
+    manifest = json.loads((folder / "artifact.json").read_text())
+    _edit_manifest(folder, plugin={**manifest["plugin"], "name": "npu-openvino"})
+    assert str(nx.load_compiled(folder).device) == "npu:0"
+
+
 def test_other_device_type_is_a_mismatch(saved: dict[str, Any]) -> None:
-    with pytest.raises(ArtifactMismatchError, match=r"compiled for npu:0 \(plugin npu-openvino\), not tpu:0"):
+    with pytest.raises(ArtifactMismatchError, match=r"compiled for npu:0 \(plugin npu\), not tpu:0"):
         nx.load_compiled(saved[("npu", "cnn")]["path"], device="tpu")
 
 
@@ -216,12 +225,12 @@ def test_models_that_cannot_be_saved(tmp_path: Path) -> None:
 def test_plugin_without_the_hooks_is_named(tmp_path: Path) -> None:
     from neurenix_core.plugins.state import registry
 
-    rec = registry().record_named("onnxruntime")
+    rec = registry().record_named("ort")
     if rec is None or not rec.usable:
         pytest.skip("the example onnxruntime plugin is not installed in this environment")
     device = rec.manifest.device_types[0]
     compiled = nx.compile(partitioned_graph(), device=device)
-    with nx.fallback_policy("allow"), pytest.raises(ArtifactUnsupportedError, match="plugin onnxruntime does not implement neurenix_save_compiled"):
+    with nx.fallback_policy("allow"), pytest.raises(ArtifactUnsupportedError, match="plugin ort does not implement neurenix_save_compiled"):
         compiled.save(tmp_path / "ort")
 
 

@@ -213,7 +213,7 @@ def test_denied_device_message_reads_as_a_sentence(run_neurenix) -> None:
     code = ("import json, neurenix_core as nx\n"
             "try:\n    nx.asarray([1.0], device='npu:0')\nexcept nx.NeurenixError as exc:\n    print(json.dumps(str(exc)))")
     message = run_neurenix(code, env={"NEURENIX_DISABLE_PLUGIN_AUTOLOAD": "1", "NEURENIX_EMULATE": "npu"})
-    assert "plugin npu-openvino is not loaded because plugin autoload is disabled" in message
+    assert "plugin npu is not loaded because plugin autoload is disabled" in message
 
 
 def _doctor(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -44,7 +44,7 @@ def test_an_alias_is_suggested_only_where_its_target_is_served() -> None:
 # --------------------------------------------------------------------------- the errors
 @EMULATED
 @pytest.mark.parametrize(("text", "meant", "plugin"), [
-    ("npu0", "npu:0", "npu-openvino"), ("gpu", "cuda:0", "cuda-tc"), ("cuda0", "cuda:0", "cuda-tc"), ("nup", "npu:0", "npu-openvino"),
+    ("npu0", "npu:0", "npu"), ("gpu", "cuda:0", "cuda"), ("cuda0", "cuda:0", "cuda"), ("nup", "npu:0", "npu"),
 ])
 def test_an_unserved_type_suggests_the_device_and_its_plugin(text: str, meant: str, plugin: str) -> None:
     """Before: "no installed backend serves npu0 devices ... Remedy: install the neurenix plugin that
@@ -89,7 +89,7 @@ def test_a_plugin_installed_but_without_its_device_says_why(run_neurenix: Callab
         except nx.DeviceNotFoundError as e:
             print(json.dumps(str(e)))
     """)
-    assert "Did you mean 'npu:0'? It is not available: plugin npu-openvino found no device" in out and "NEURENIX_EMULATE=npu" in out
+    assert "Did you mean 'npu:0'? It is not available: plugin npu found no device" in out and "NEURENIX_EMULATE=npu" in out
 
 
 def test_a_first_party_device_without_its_plugin_names_the_package(run_neurenix: Callable[..., Any]) -> None:

@@ -22,5 +22,5 @@ def test_compile_cache_example_runs() -> None:
         assert f"{device} first process : compile + first call" in out and "compile cache: miss" in out, out
         assert f"{device} second process" in out and f"{device}: identical results in both processes" in out, out
     assert out.count("compile cache: hit") == 3 and "entries: 3" in out, out
-    assert {"plugin npu-openvino", "plugin tpu", "plugin edgetpu"} <= {line.split(", ")[0].split(": ")[1] for line in out.splitlines()
+    assert {"plugin npu", "plugin tpu", "plugin edgetpu"} <= {line.split(", ")[0].split(": ")[1] for line in out.splitlines()
                                                                       if line.startswith("entry ")}, out

@@ -17,7 +17,7 @@ def test_deploy_compiled_example_runs() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "deploy_compiled.py"), "--device", "npu:0"], capture_output=True,
                           text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "by plugin npu-openvino" in proc.stdout and "parts/0/model.xml" in proc.stdout and "parts/0/model.blob" in proc.stdout
+    assert "by plugin npu" in proc.stdout and "parts/0/model.xml" in proc.stdout and "parts/0/model.blob" in proc.stdout
     assert "torch imported: False" in proc.stdout
     assert "same results in the fresh process: True" in proc.stdout
     assert "damaged artifact refused: ArtifactFormatError" in proc.stdout

@@ -210,7 +210,7 @@ def test_default_cache_is_fixed_and_written_in_place(models: dict[str, Any]) -> 
 
 
 def test_cpu_runs_a_fixed_cache_on_pytorch(models: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """On cpu:0 a fixed cache runs on PyTorch's runtime (the cuda-tc plugin's, whose layers are the
+    """On cpu:0 a fixed cache runs on PyTorch's runtime (the cuda plugin's, whose layers are the
     graph's weights: test_cuda_tc_host_runtime), not on whichever runtime measures fastest; a
     runtime named by options= or NEURENIX_CPU_RUNTIME still decides."""
     pytest.importorskip("neurenix_cuda_tc")

@@ -173,7 +173,7 @@ def vit_graph() -> tuple[Graph, np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("device", ["tpu:0", "cuda:0", "ort:0"])
 def test_imported_vit_runs_whole_on_a_plugin_that_declares_the_opset(device: str, vit_graph: tuple[Graph, np.ndarray, np.ndarray]) -> None:
-    """tpu, cuda-tc and the ONNX Runtime example declare every opset op: nothing is partitioned off."""
+    """tpu, cuda and the ONNX Runtime example declare every opset op: nothing is partitioned off."""
     if nx.Device(device) not in nx.devices():
         pytest.skip(f"{device} is not available here (run with NEURENIX_EMULATE=cuda,tpu,npu,edgetpu)")
     graph, x, want = vit_graph
@@ -189,7 +189,7 @@ def test_imported_vit_runs_whole_on_a_plugin_that_declares_the_opset(device: str
     gc.collect()
 
 
-# npu-openvino, edgetpu, tpu, cuda-tc and the ONNX Runtime example all declare the opset now, so no
+# npu, edgetpu, tpu, cuda and the ONNX Runtime example all declare the opset now, so no
 # real plugin is left to partition the ViT: partitioning across a plugin and the CPU is covered by
 # test_two_device_partitions_report_and_reference (a plugin declaring conv2d and matmul) and by
 # plugins/neurenix-edgetpu/tests/test_edgetpu_graph_ops.py (ops Coral's compiler refuses).

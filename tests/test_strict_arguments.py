@@ -99,10 +99,10 @@ def test_a_value_of_the_wrong_type_or_outside_the_declared_values_is_refused() -
 
 @_needs("npu")
 def test_npu_options_are_the_plugins_declared_ones() -> None:
-    with pytest.raises(nx.InvalidOptionError, match=r"npu:0: optimize_for='fastest' is refused by plugin npu-openvino: optimize_for "
+    with pytest.raises(nx.InvalidOptionError, match=r"npu:0: optimize_for='fastest' is refused by plugin npu: optimize_for "
                                                      r"takes one of 'performance', 'accuracy', 'latency', 'throughput' or None"):
         nx.compile(_model(), device="npu", optimize_for="fastest")
-    with pytest.raises(TypeError, match=r"unexpected option 'optimise_for'; did you mean 'optimize_for'\?.*plugin npu-openvino declares "
+    with pytest.raises(TypeError, match=r"unexpected option 'optimise_for'; did you mean 'optimize_for'\?.*plugin npu declares "
                                         r"optimize_for, threads, ov_properties"):
         nx.compile(_model(), device="npu", options={"optimise_for": "latency"})
     compiled = nx.compile(_model(), device="npu", options={"optimize_for": "latency"})
@@ -145,10 +145,10 @@ def test_option_declarations_match_what_the_plugins_read() -> None:
     """The manifests write the values out (they load without the frameworks); these are the
     constants the compile hooks check against."""
     by_plugin = {r.name: {o.name: o for o in r.manifest.capabilities.compile_options or ()} for r in registry().records if r.manifest}
-    if "npu-openvino" in by_plugin:
+    if "npu" in by_plugin:
         from neurenix_npu_openvino.config import OPTIMIZE_FOR
 
-        assert set(by_plugin["npu-openvino"]["optimize_for"].values or ()) == set(OPTIMIZE_FOR)
+        assert set(by_plugin["npu"]["optimize_for"].values or ()) == set(OPTIMIZE_FOR)
     if "edgetpu" in by_plugin:
         from neurenix_edgetpu.lower_s2d import STEMS
         from neurenix_edgetpu.lowering import IO_KINDS

@@ -130,11 +130,11 @@ def test_ort_env_holds_only_core_and_plugin(ort_env: Env) -> None:
 
 def test_ort_discovered_ranked_and_not_auto_selected(ort_env: Env) -> None:
     data = state(ort_env)
-    ort = row(data, "onnxruntime")
+    ort = row(data, "ort")
     assert ort["status"] == "available" and ort["distribution"] == "neurenix-onnxruntime"
     assert (ort["band"], ort["priority"], ort["device_count"]) == ("cpu", 40, 1)
     names = [r["name"] for r in data["rows"]]
-    assert names.index("cpu") < names.index("onnxruntime"), "the CPU provider must not outrank the built-in cpu backend"
+    assert names.index("cpu") < names.index("ort"), "the CPU provider must not outrank the built-in cpu backend"
     assert data["default"] == "cpu:0" and "ort:0" in data["devices"]
     assert data["heavy"] == [], f"import neurenix_core imported {data['heavy']}"
 
@@ -142,18 +142,18 @@ def test_ort_discovered_ranked_and_not_auto_selected(ort_env: Env) -> None:
 def test_ort_selectable_with_neurenix_device(ort_env: Env) -> None:
     data = state(ort_env, NEURENIX_DEVICE="ort:0")
     assert data["default"] == "ort:0" and data["tensor_device"] == "ort:0"
-    assert row(data, "onnxruntime")["status"] == "selected"
+    assert row(data, "ort")["status"] == "selected"
 
 
 def test_ort_listed_by_doctor(ort_env: Env) -> None:
     report = doctor(ort_env, NEURENIX_DEVICE="ort:0")
-    ort = next(b for b in report["backends"] if b["name"] == "onnxruntime")
+    ort = next(b for b in report["backends"] if b["name"] == "ort")
     assert ort["status"] == "selected" and ort["capabilities"]["compiles_models"] is True
     assert report["default_device"] == "ort:0" and report["failures"] == []
 
 
 def test_ort_passes_the_conformance_kit(ort_env: Env) -> None:
-    result = conformance(ort_env, "onnxruntime")
+    result = conformance(ort_env, "ort")
     assert result["totals"]["failed"] == 0 and result["rc"] == 0, result["tail"]
     assert result["totals"]["passed"] > 150
 

@@ -27,17 +27,17 @@ from neurenix_core.errors import ConfigurationError
 
 __all__ = ["BENCHMARKS", "chart", "figure", "register", "run"]
 
-#: Plugin entry point name -> its benchmark scripts (in the benchmarks folder of a checkout):
+#: Plugin name (its entry point name) -> its benchmark scripts (in the benchmarks folder of a checkout):
 #: the seed models, then the model zoo's ResNet/MobileNet blocks where the plugin has them.
 #: ``cpu`` (the core's own entry point, always installed): cpu:0 on the runtime neurenix chooses
 #: against every installed CPU runtime used directly (issue #31).
 BENCHMARKS: Final[Mapping[str, tuple[str, ...]]] = {
     "cpu": ("cpu.py",),
-    "cuda-tc": ("tensor_cores.py",),
+    "cuda": ("tensor_cores.py",),
     "edgetpu": ("edgetpu.py",),
-    "npu-openvino": ("openvino.py", "npu_models.py"),
+    "npu": ("openvino.py", "npu_models.py"),
     "tpu": ("tpu.py", "tpu_models.py"),
-    "onnxruntime": ("onnxruntime.py",),
+    "ort": ("onnxruntime.py",),
 }
 
 
@@ -49,7 +49,8 @@ def register(sub: Any) -> None:
                    help="thread counts to run each benchmark at, both sides pinned to the same count (default: 1 2)")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 32], help="batch sizes of the image and text models (default: 1 32)")
     p.add_argument("--models", nargs="+", help="only these models (names as the benchmark scripts know them)")
-    p.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="only these plugins' benchmarks")
+    p.add_argument("--only", nargs="+", metavar="PLUGIN",
+                   help=f"only these plugins' benchmarks: {', '.join(sorted(BENCHMARKS))} (or an alias: {_alias_list()})")
     p.add_argument("--out", default="neurenix-bench", help="folder for bench.json, bench.png and each benchmark's log")
     p.add_argument("--benchmarks", help="folder holding the benchmark scripts (default: benchmarks/ of this checkout)")
     p.set_defaults(func=cmd_bench)
@@ -60,6 +61,35 @@ def installed_plugins() -> list[str]:
     from importlib import metadata
 
     return sorted({ep.name for ep in metadata.entry_points(group="neurenix.backends")})
+
+
+def plugin_aliases() -> dict[str, str]:
+    """Alias -> plugin name (names.alias_of: ``npu-openvino`` -> ``npu``): this repository's own
+    plugins whether installed or not, and every installed one (read from metadata, nothing imported)."""
+    from importlib import metadata
+
+    from neurenix_core.plugins.names import RESERVED, alias_of
+
+    pairs: list[tuple[str, str | None]] = [(name, dist) for name, (dist, _) in RESERVED.items()]
+    pairs += [(ep.name, ep.dist.name if ep.dist is not None else None) for ep in metadata.entry_points(group="neurenix.backends")]
+    return {alias: name for name, dist in pairs if (alias := alias_of(name, dist)) is not None and alias not in BENCHMARKS}
+
+
+def _alias_list() -> str:
+    return ", ".join(f"{alias} for {name}" for alias, name in sorted(plugin_aliases().items()))
+
+
+def chosen_plugins(only: Sequence[str] | None) -> list[str]:
+    """The plugin names ``--only`` asks for (aliases resolved), or every benchmarked plugin; a name
+    that is neither a plugin with benchmarks nor an alias of one is a ConfigurationError."""
+    if not only:
+        return sorted(BENCHMARKS)
+    aliases = plugin_aliases()
+    unknown = [name for name in only if name not in BENCHMARKS and aliases.get(name) not in BENCHMARKS]
+    if unknown:
+        raise ConfigurationError(f"neurenix bench: --only {' '.join(unknown)}: no benchmarks for plugin(s) {', '.join(map(repr, unknown))}; "
+                                 f"valid names: {', '.join(sorted(BENCHMARKS))} (aliases: {_alias_list()})")
+    return list(dict.fromkeys(aliases.get(name, name) for name in only))
 
 
 def _benchmarks_dir(given: str | None) -> Path:
@@ -75,7 +105,7 @@ def _benchmarks_dir(given: str | None) -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     folder = _benchmarks_dir(args.benchmarks)
     have = installed_plugins()
-    chosen = [name for name in (args.only or sorted(BENCHMARKS)) if name in BENCHMARKS]
+    chosen = chosen_plugins(args.only)
     missing = [name for name in chosen if name not in have]
     if args.only and missing:
         raise ConfigurationError(f"neurenix bench: plugin(s) {', '.join(missing)} not installed; install them or drop them from --only")
@@ -168,16 +198,17 @@ def run(folder: Path, scripts: Sequence[str], args: argparse.Namespace, out: Pat
 
 def _emulated() -> list[str]:
     """The plugins whose devices are emulated in this environment (NEURENIX_EMULATE), which the
-    benchmark processes inherit."""
+    benchmark processes inherit, each with what runs it: "npu (OpenVINO on the host CPU)"."""
     from neurenix_core.plugins.report import backends
 
-    return sorted(b.name for b in backends() if b.emulated)
+    return sorted(f"{b.name} ({b.emulation.removeprefix('emulated: ')})" for b in backends() if b.emulated)
 
 
 def chart(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str = "neurenix vs native", emulated: Sequence[str] = ()) -> Path:
     """Grouped bars, one panel per benchmark: neurenix and native µs per model/precision/batch/threads,
     with the ratio neurenix / native above each pair ("refused" where the configurations differed).
-    ``emulated``: plugins whose devices ran emulated (their runtimes on the host CPU), named in the title."""
+    ``emulated``: plugins whose devices ran emulated (their runtimes on the host CPU), named in the title
+    ("npu (OpenVINO on the host CPU)")."""
     fig = figure(rows, title=title, emulated=emulated)
     import matplotlib.pyplot as plt
 
@@ -212,7 +243,7 @@ def figure(rows: Sequence[Mapping[str, Any]], *, title: str = "neurenix vs nativ
         _panel(ax, name, [r for r in rows if r["benchmark"] == name])
     if emulated:
         # Emulated devices run the plugin's runtime on this CPU: the numbers say nothing of the accelerator.
-        title = f"{title}\nemulated: {', '.join(emulated)} (their runtimes on the host CPU, not the accelerators)"
+        title = f"{title}\nemulated devices (their runtimes on the host CPU, not the accelerators): {', '.join(emulated)}"
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig

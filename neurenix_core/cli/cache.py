@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)
     clear = actions.add_parser("clear", help="delete the entries (every file in the cache folder without --plugin)")
-    clear.add_argument("--plugin", help="only this plugin's entries (e.g. tpu, npu-openvino, edgetpu)")
+    clear.add_argument("--plugin", help="only this plugin's entries (e.g. tpu, npu, edgetpu; an alias such as npu-openvino too)")
     clear.set_defaults(func=cmd_clear)
 
 
@@ -129,9 +129,14 @@ def cmd_clear(args: argparse.Namespace) -> int:
         freed = clear(root)
         print(f"neurenix: compile cache cleared ({freed:,} bytes freed in {root})")
         return 0
+    from neurenix_core.plugins.state import registry
+
+    record = registry().record_named(args.plugin)
+    # Entries name the plugin as it was called when they were written (an older release: its alias).
+    names = {args.plugin} if record is None else {n for n in (args.plugin, record.name, record.alias) if n}
     freed, n = 0, 0
     for e in entries(root):
-        if e.plugin == args.plugin:
+        if e.plugin in names:
             e.path.unlink(missing_ok=True)
             freed, n = freed + e.nbytes, n + 1
     print(f"neurenix: {n} {args.plugin} entr{'y' if n == 1 else 'ies'} removed ({freed:,} bytes)")

@@ -73,7 +73,7 @@ def _plugin(manifest: dict[str, Any], dev: Any, folder: Path) -> tuple[Any, Any]
         raise ArtifactMismatchError(f"{folder} needs plugin {saved['name']} {saved['version']} (pip install "
                                     f"{saved['distribution']}=={saved['version']}) to run on {dev}: {exc}") from exc
     assert rec.manifest is not None
-    if rec.name != saved["name"]:
+    if saved["name"] not in (rec.name, rec.alias):  # an older release wrote its alias
         raise ArtifactMismatchError(f"{folder} was written by plugin {saved['name']}, but {dev} is served by plugin {rec.name}; "
                                     f"install {saved['distribution']}=={saved['version']} (or allow it: NEURENIX_BACKENDS), or export the model again")
     if rec.manifest.version != saved["version"]:

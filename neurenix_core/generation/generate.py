@@ -86,7 +86,7 @@ class CausalLM:
     device's plugin where it can (npu: OpenVINO compressed weights), else computed as the dequantized
     float model with a warning; :meth:`check_quantization` measures what it changes.
     ``precision`` and ``options`` go to ``nx.compile``. On cpu:0, unless ``options`` or
-    NEURENIX_CPU_RUNTIME names a runtime, a fixed cache runs on PyTorch's runtime (plugin cuda-tc:
+    NEURENIX_CPU_RUNTIME names a runtime, a fixed cache runs on PyTorch's runtime (plugin cuda:
     it shares the transformers model's weights, so the model is in memory once) and a dynamic one
     on the interpreter (its per-shape plans share the weights, where a host runtime would compile,
     and copy the weights, once per step).
@@ -248,7 +248,7 @@ def _cpu_runtime(cache: str, quantize: str | None) -> str | None:
 
     - dynamic cache: the interpreter, whose per-shape plans share the weights (a host runtime would
       compile, and copy the weights, once per step);
-    - fixed cache: PyTorch's where the cuda-tc plugin offers it: its layers are the transformers
+    - fixed cache: PyTorch's where the cuda plugin offers it: its layers are the transformers
       model's own weight tensors for every compiled shape (the model in memory once, as in
       transformers), where ONNX Runtime and OpenVINO each hold a copy per compiled shape, and it
       decodes at their speed (docs/generation.md); the measurement would compile those copies too;

@@ -6,12 +6,21 @@ when somebody asks for the report, never at ``import neurenix_core``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from neurenix_core.plugins.records import Failure, Status
 
-__all__ = ["BackendInfo"]
+__all__ = ["BackendInfo", "emulation_note"]
+
+
+def emulation_note(capabilities: Any) -> str:
+    """What runs an emulated plugin's devices, from its manifest (``extra["runtime"]``):
+    "emulated: OpenVINO on the host CPU"."""
+    extra = capabilities.get("extra") if isinstance(capabilities, Mapping) else getattr(capabilities, "extra", None)
+    runtime = extra.get("runtime") if isinstance(extra, Mapping) else None
+    return f"emulated: {runtime} on the host CPU" if isinstance(runtime, str) and runtime else "emulated: its software stack on the host CPU"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +42,13 @@ class BackendInfo:
     capabilities: dict[str, Any] | None
     #: What the plugin did that works but deserves attention (it changed os.environ / sys.path).
     warnings: tuple[str, ...] = ()
+    #: Other names it answers to wherever a plugin name is taken (``npu-openvino`` for ``npu``).
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def emulation(self) -> str:
+        """"emulated: OpenVINO on the host CPU" for an emulated plugin, else ""."""
+        return emulation_note(self.capabilities) if self.emulated else ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,4 +66,5 @@ class BackendInfo:
             "failure": None if self.failure is None else {"phase": self.failure.phase, "cause": self.failure.cause},
             "capabilities": self.capabilities,
             "warnings": list(self.warnings),
+            "aliases": list(self.aliases),
         }

@@ -3,7 +3,7 @@
 A plugin is a distribution with one entry point in the group ``neurenix.backends``::
 
     [project.entry-points."neurenix.backends"]
-    npu-openvino = "neurenix_npu_openvino.plugin"
+    npu = "neurenix_npu_openvino.plugin"
 
 The named module holds ``@hookimpl`` functions and imports nothing heavy (no torch, jax,
 openvino, LiteRT): it is imported by ``import neurenix_core``. The built-in CPU backend uses

@@ -5,22 +5,33 @@ facade's ``neurenix.hardware.tpu``. Without reservation any installed package co
 ``cpu`` earlier on ``sys.path`` and switch off the host backend, or take ``tpu`` and receive what
 users meant for neurenix-tpu. A reserved name is honoured only from its own distribution *and*
 module: checking the module as well stops a package that calls its dist-info ``neurenix-core``.
+
+One name per plugin: a plugin's entry point name is the device type it serves (``cuda``, ``npu``,
+``ort``), the word users already type in ``nx.compile(device="npu")`` and ``NEURENIX_EMULATE=npu``.
+The name its distribution suggests (``neurenix-npu-openvino`` -> ``npu-openvino``) is accepted as
+an alias wherever a plugin name is taken (:func:`alias_of`); messages print the entry point name.
+The alias is read from the entry point's distribution, so it is known before the plugin is
+imported (``NEURENIX_BACKENDS=-npu-openvino`` denies without importing it).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["RESERVED", "is_own", "normalize", "squatting"]
+__all__ = ["RESERVED", "alias_of", "is_own", "normalize", "squatting"]
 
 #: name -> (distribution, entry point module). Kept equal to the pyproject.toml files of this
 #: repository by tests/plugin_system/test_hostile_plugins.py.
 RESERVED: Final[dict[str, tuple[str, str]]] = {
     "cpu": ("neurenix-core", "neurenix_core.backends.cpu"),
-    "cuda-tc": ("neurenix-cuda-tc", "neurenix_cuda_tc.plugin"),
+    "cuda": ("neurenix-cuda-tc", "neurenix_cuda_tc.plugin"),
     "tpu": ("neurenix-tpu", "neurenix_tpu.plugin"),
-    "npu-openvino": ("neurenix-npu-openvino", "neurenix_npu_openvino.plugin"),
+    "npu": ("neurenix-npu-openvino", "neurenix_npu_openvino.plugin"),
     "edgetpu": ("neurenix-edgetpu", "neurenix_edgetpu.plugin"),
+    # The entry point names of releases before one name per plugin: they are the aliases now, and
+    # stay reserved (and trusted from their own distribution, for an older install).
+    "cuda-tc": ("neurenix-cuda-tc", "neurenix_cuda_tc.plugin"),
+    "npu-openvino": ("neurenix-npu-openvino", "neurenix_npu_openvino.plugin"),
 }
 
 def normalize(distribution: str | None) -> str:
@@ -32,6 +43,17 @@ def normalize(distribution: str | None) -> str:
     while "--" in name:
         name = name.replace("--", "-")
     return name
+
+
+def alias_of(name: str, distribution: str | None) -> str | None:
+    """The other name a plugin answers to: its distribution's name without ``neurenix-``
+    (``neurenix-npu-openvino`` -> ``npu-openvino``), or None when that is its name already, the
+    distribution is not called ``neurenix-*``, or it is the core itself."""
+    dist = normalize(distribution)
+    if not dist.startswith("neurenix-") or dist == "neurenix-core":
+        return None
+    alias = dist[len("neurenix-"):]
+    return alias if alias and alias != name else None
 
 
 def is_own(name: str, distribution: str | None, module: str) -> bool:

@@ -39,7 +39,7 @@ from neurenix_core.plugins.manifest import (
     api_compatible,
     validate_manifest,
 )
-from neurenix_core.plugins.names import is_own, squatting
+from neurenix_core.plugins.names import alias_of, is_own, squatting
 from neurenix_core.plugins.probing import ProbeFailure, ProbeTimeout, run_all_bounded, run_native_probe
 from neurenix_core.plugins.records import Failure, Status
 from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean, clean_manifest, clean_probe, describe
@@ -74,6 +74,7 @@ class PluginRecord:
     """
 
     __slots__ = (
+        "alias",
         "backend",
         "builtin",
         "denied",
@@ -96,6 +97,8 @@ class PluginRecord:
         self, name: str, module_name: str, distribution: str | None, version: str | None, builtin: bool, trusted: bool = False
     ) -> None:
         self.name = name
+        #: The other name users may type for it (names.alias_of: ``npu-openvino`` for ``npu``).
+        self.alias: str | None = None
         self.module_name = module_name
         self.distribution = distribution
         self.version = version
@@ -182,9 +185,13 @@ class Registry:
     def _admit(self, eps: list[EntryPoint]) -> list[tuple[PluginRecord, EntryPoint]]:
         """A record per entry point; squatters and duplicates fail here, denied ones are marked."""
         seen: set[str] = set()
+        names = {ep.name for ep in eps}
         to_load: list[tuple[PluginRecord, EntryPoint]] = []
         for ep in eps:
             record = self._record_for(ep)
+            alias = alias_of(record.name, record.distribution)
+            # A plugin's own name always wins: an alias equal to another plugin's name is dropped.
+            record.alias = alias if alias not in names else None
             self.records.append(record)
             clash = squatting(ep.name, ep.dist_name, ep.value)
             if clash is not None:
@@ -195,7 +202,7 @@ class Registry:
                 self._fail(record, "import", f"another installed distribution already provides plugin {record.name!r}")
                 continue
             seen.add(record.name)
-            record.denied = self.config.is_denied(record.name, record.builtin)
+            record.denied = self.config.is_denied(record.name, record.builtin, record.alias)
             if record.denied is None:
                 to_load.append((record, ep))
         return to_load
@@ -388,8 +395,8 @@ class Registry:
 
     def _context(self, record: PluginRecord) -> ProbeContext:
         assert record.manifest is not None
-        token = record.manifest.emulation
-        return ProbeContext(emulate=token is not None and token in self.config.emulate, timeout=self.config.probe_timeout)
+        asked = bool(record.manifest.emulation) and not self.config.emulate.isdisjoint(emulation_names(record))
+        return ProbeContext(emulate=asked, timeout=self.config.probe_timeout)
 
     def _probe_all(self, records: list[PluginRecord]) -> None:
         """Probe every plugin, each bounded by NEURENIX_PROBE_TIMEOUT, in one worker thread."""
@@ -453,7 +460,7 @@ class Registry:
         return clean_probe(result)
 
     def _check_emulate_tokens(self) -> None:
-        tokens = {r.manifest.emulation for r in self.records if r.manifest is not None and r.manifest.emulation}
+        tokens = {t for r in self.records for t in emulation_names(r)}
         for token in sorted(self.config.emulate - tokens):
             self.notes.append(f"NEURENIX_EMULATE lists {token!r} but no loaded plugin emulates it (known: {', '.join(sorted(tokens)) or 'none'})")
 
@@ -499,7 +506,7 @@ class Registry:
 
         def key(r: PluginRecord) -> tuple[int, int, int, int, str]:
             assert r.manifest is not None
-            user = allow.index(r.name) if r.name in allow else len(allow)
+            user = min((allow.index(n) for n in (r.name, r.alias) if n in allow), default=len(allow))
             # Emulated devices are never chosen automatically over real hardware or the CPU.
             return (int(r.emulated), user, -int(r.manifest.band), -r.manifest.priority, r.name)
 
@@ -522,8 +529,16 @@ class Registry:
 
     # ------------------------------------------------------------------ devices
     def record_named(self, name: str) -> PluginRecord | None:
-        """The plugin ``name`` (never a squatter that claimed a reserved name)."""
-        return next((r for r in self.records if r.name == name and not r.squatter), None)
+        """The plugin ``name`` or the plugin whose alias it is (names.alias_of), never a squatter
+        that claimed a reserved name."""
+        records = [r for r in self.records if not r.squatter]
+        return next((r for r in records if r.name == name), None) or next((r for r in records if r.alias == name), None)
+
+    def plugin_names(self) -> str:
+        """Every name a plugin answers to, for an error about an unknown one: "cpu, cuda (alias
+        cuda-tc), npu (alias npu-openvino), tpu"."""
+        return ", ".join(f"{r.name} (alias {r.alias})" if r.alias else r.name for r in sorted(self.records, key=lambda r: r.name)
+                         if not r.squatter)
 
     def _serving(self, device_type: str) -> list[PluginRecord]:
         return [r for r in self.records if r.manifest is not None and device_type in r.manifest.device_types]
@@ -568,7 +583,7 @@ class Registry:
         return served
 
     def device_hint(self, text: str) -> str:
-        """" Did you mean 'npu:0' (plugin npu-openvino)?" for a device string nothing serves
+        """" Did you mean 'npu:0' (plugin npu)?" for a device string nothing serves
         ("npu0", "gpu", "cuda0", "edge-tpu"), naming the plugin that serves the suggestion; where
         only an installed plugin that is not usable serves it, why not; where none is installed,
         the package that would. Spellings of a type (``npu0``, aliases) come before misspellings."""
@@ -709,6 +724,7 @@ class Registry:
         m, p = r.manifest, r.probe
         return BackendInfo(
             name=r.name,
+            aliases=(r.alias,) if r.alias else (),
             distribution=r.distribution or (m.distribution if m else None),
             version=r.version or (m.version if m else None),
             status=self._status(r, default),
@@ -753,6 +769,14 @@ class Registry:
         if r.usable:
             return r.probe.reason or f"{r.probe.device_count} device(s) found"
         return self._why_unusable(r).split(": ", 1)[-1]
+
+
+def emulation_names(record: PluginRecord) -> tuple[str, ...]:
+    """What NEURENIX_EMULATE may list to emulate ``record``: its emulation token (``npu``), its
+    name and its alias (``npu-openvino``); nothing for a plugin that cannot emulate."""
+    if record.manifest is None or not record.manifest.emulation:
+        return ()
+    return tuple(dict.fromkeys(n for n in (record.manifest.emulation, record.name, record.alias) if n))
 
 
 def _probe_inline(call: Callable[[], Any]) -> Any:

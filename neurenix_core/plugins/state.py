@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from neurenix_core.config import ConfigReport, Problem, enforce, inspect_config, plugin_problems
 from neurenix_core.device import Device, DeviceLike, as_device, use_directory
 from neurenix_core.kwargs import strict_kwargs
-from neurenix_core.plugins.registry import Registry
+from neurenix_core.plugins.registry import Registry, emulation_names
 
 __all__ = ["check_configuration", "configuration", "default_device", "device", "initialize", "registry", "set_default_device"]
 
@@ -54,11 +54,12 @@ def initialize(*, defer_errors: bool = False) -> Registry:
 
 def _plugin_problems(reg: Registry) -> list[Problem]:
     loaded = [r for r in reg.records if r.manifest is not None]
-    tokens = [r.manifest.emulation for r in loaded if r.manifest is not None and r.manifest.emulation]
+    tokens = [t for r in loaded for t in emulation_names(r)]
     # A denied plugin was never imported, so its emulation token is unknown: NEURENIX_EMULATE is
     # only judged when every plugin was loaded (the registry's note covers the other case).
     complete = all(r.denied is None for r in reg.records)
-    problems = plugin_problems(reg.config, (r.name for r in reg.records), tokens)
+    aliases = {r.alias: r.name for r in reg.records if r.alias}
+    problems = plugin_problems(reg.config, (r.name for r in reg.records), tokens, aliases)
     return [p for p in problems if complete or p.variable != "NEURENIX_EMULATE"]
 
 

@@ -1,7 +1,7 @@
 """pytest plugin of the neurenix conformance kit.
 
     python -m pytest -p neurenix_core.testing.plugin --pyargs neurenix_core.testing.suite \\
-        --neurenix-backend npu-openvino --neurenix-report report.json
+        --neurenix-backend npu --neurenix-report report.json
 
 Every suite test takes one fixture, ``nx_device``: the device under test, one per backend
 (``--neurenix-backend NAME``, repeatable; default: one device of every usable backend, emulated
@@ -93,8 +93,8 @@ def devices_under_test(names: list[str] | tuple[str, ...] = ()) -> list[DeviceUn
     for name in names:
         record = reg.record_named(name)
         if record is None:
-            known = ", ".join(r.name for r in reg.records)
-            raise pytest.UsageError(f"--neurenix-backend {name}: no installed backend has that name (installed: {known}); pip install the plugin first")
+            raise pytest.UsageError(f"--neurenix-backend {name}: no installed backend has that name (installed: {reg.plugin_names()}); "
+                                    "pip install the plugin first")
         if not record.usable or record not in reg.ranked:
             raise pytest.UsageError(f"--neurenix-backend {name}: {reg._why_unusable(record)}")
         out.append(_dut(record))

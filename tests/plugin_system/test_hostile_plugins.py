@@ -23,7 +23,7 @@ import pytest
 import tomllib
 from distributions import healthy_source, write_distribution
 
-from neurenix_core.plugins.names import RESERVED
+from neurenix_core.plugins.names import RESERVED, alias_of
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = shutil.which("neurenix", path=str(Path(sys.executable).parent)) or "neurenix"
@@ -209,7 +209,12 @@ def test_reserved_names_match_this_repository_s_entry_points():
         data = tomllib.loads(pyproject.read_text())
         for name, value in data["project"].get("entry-points", {}).get("neurenix.backends", {}).items():
             declared[name] = (data["project"]["name"], value)
-    assert declared == RESERVED
+    # Every entry point reserved; the other reserved names are the aliases users may type for them
+    # (names.alias_of), reserved for the same distribution and module.
+    assert {name: RESERVED[name] for name in declared} == declared
+    aliases = {alias_of(name, dist): declared[name] for name, (dist, _) in declared.items() if alias_of(name, dist)}
+    assert aliases == {"cuda-tc": declared["cuda"], "npu-openvino": declared["npu"]}
+    assert RESERVED == {**declared, **aliases}
 
 
 # ---------------------------------------------------------------------- a hanging backend factory

@@ -1,6 +1,6 @@
 """Graphs of ONNX Conv / ConvTranspose with the weight and bias as graph inputs (opset ``conv`` /
 ``conv_transpose``: the convolutions of training graphs, whose weights are values), for the
-plugins that lower them (cuda-tc, tpu): compare with
+plugins that lower them (cuda, tpu): compare with
 ``neurenix_core.graph.reference.run.run_graph(graph, *inputs)``.
 
 ``CASES`` covers 1-3 spatial axes, strides, dilations, asymmetric pads, groups, bias and none,

@@ -114,9 +114,9 @@ def test_oldest_opset_is_written_and_checked() -> None:
 def test_readme_lists_the_generated_op_coverage() -> None:
     caps = neurenix_manifest().capabilities
     text = README.read_text()
-    begin, end = "<!-- ops:begin onnxruntime -->", "<!-- ops:end -->"
+    begin, end = "<!-- ops:begin ort -->", "<!-- ops:end -->"
     assert begin in text and end in text, "README.md lacks the generated ops section"
     section = text.split(begin, 1)[1].split(end, 1)[0]
-    assert section.strip() == markdown("onnxruntime", caps.graph_ops, caps.graph_dtypes).strip(), (
+    assert section.strip() == markdown("ort", caps.graph_ops, caps.graph_dtypes).strip(), (
         "README.md's ops section is stale: regenerate it with neurenix_core.graph.opset.coverage.markdown (see the README)"
     )

@@ -20,7 +20,7 @@ PKG = HERE.parent
 
 
 def test_probe_and_manifest_as_the_core_sees_them() -> None:
-    info = next(b for b in nx.backends() if b.name == "onnxruntime")
+    info = next(b for b in nx.backends() if b.name == "ort")
     assert info.status.value in ("available", "selected") and info.device_types == ("ort",)
     assert (info.band, info.priority) == ("cpu", 40)
     assert nx.backend("ort:0").providers[0] == "CPUExecutionProvider"

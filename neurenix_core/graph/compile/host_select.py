@@ -315,11 +315,14 @@ def small_model(graph: Graph) -> bool:
 def _named(graph: Graph, runtime: str, available: Mapping[str, HostRuntime | str], options: HostOptions) -> HostChoice:
     rt = available.get(runtime)
     if rt is None:
+        from neurenix_core.plugins.state import registry
+
         names = ", ".join([INTERPRETER, *sorted(available)])
-        raise BackendUnavailableError(
-            f"cpu:0: no host runtime named {runtime!r} is installed (available: {names}); "
-            "install the plugin that offers it, or pass runtime='auto'"
-        )
+        plugin = registry().record_named(runtime)  # a plugin's name ('ort') is not its runtime's ('onnxruntime')
+        offered = plugin.manifest.capabilities.host_runtime if plugin is not None and plugin.manifest is not None else None
+        remedy = (f"{runtime!r} names plugin {plugin.name}, not a runtime: use {offered!r}, the runtime it offers" if plugin and offered
+                  else "install the plugin that offers it, or pass runtime='auto'")
+        raise BackendUnavailableError(f"cpu:0: no host runtime named {runtime!r} is installed (available: {names}); {remedy}")
     if isinstance(rt, str):
         raise BackendUnavailableError(f"cpu:0: host runtime {runtime!r} cannot start: {rt}")
     why = rt.covers(graph) or _refuses(rt, options)

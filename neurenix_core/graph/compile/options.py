@@ -85,7 +85,7 @@ def checked(device: Device, record: PluginRecord, keywords: Mapping[str, Any], o
         for option in matches:
             _check_value(device, record, option, value)
     if merged.get("runtime") is not None:
-        _check_runtime(device, merged["runtime"], host_runtime_names(reg))
+        _check_runtime(device, merged["runtime"], host_runtime_names(reg), reg)
     threads = merged.get("threads")
     if str(device.type) == "cpu" and threads is not None and threads < 1:  # its type is checked above
         raise InvalidOptionError(f"{device}: threads={threads!r} must be a positive int or None (None: the process's BLAS pool "
@@ -142,11 +142,18 @@ def _check_value(device: Device, record: PluginRecord, option: CompileOption, va
                              f"({option.name}: {option.doc})")
 
 
-def _check_runtime(device: Device, value: str, names: list[str]) -> None:
+def _check_runtime(device: Device, value: str, names: list[str], reg: Registry) -> None:
     if value in names:
         return
-    near = closest(value, names)
-    hint = f" Did you mean {near!r}?" if near is not None else ""
+    # runtime= names a runtime (the library: 'onnxruntime', 'openvino'), not a plugin or device
+    # type ('ort', 'npu'): a plugin's name is answered with the runtime it offers, not taken for it.
+    plugin = reg.record_named(value)
+    offered = plugin.manifest.capabilities.host_runtime if plugin is not None and plugin.manifest is not None else None
+    if plugin is not None and offered in names:
+        hint = f" {value!r} names plugin {plugin.name}, not a runtime: the runtime it offers for cpu:0 is runtime={offered!r}."
+    else:
+        near = closest(value, names)
+        hint = f" Did you mean {near!r}?" if near is not None else ""
     raise InvalidOptionError(f"{device}: runtime={value!r} names no host runtime installed here: runtime takes one of "
                              f"{', '.join(repr(n) for n in names)}.{hint} A plugin offers its runtime for cpu:0 once it "
                              "is installed (docs/cpu.md)")

@@ -62,7 +62,7 @@ COMPILE_OPTIONS: tuple[CompileOption, ...] = (
 @hookimpl
 def neurenix_manifest() -> Manifest:
     return Manifest(
-        name="onnxruntime",
+        name="ort",
         distribution="neurenix-onnxruntime",
         version=__version__,
         api=">=1.4,<2",

@@ -35,7 +35,7 @@ GRAPH_DTYPES = ("float32", "int64", "bool")
 @hookimpl
 def neurenix_manifest() -> Manifest:
     return Manifest(
-        name="cuda-tc",
+        name="cuda",
         distribution="neurenix-cuda-tc",
         version=__version__,
         api=">=1.4,<2",

@@ -32,7 +32,7 @@ def _key(device: str, version: str, graph: Graph, plan: QuantizationPlan | None,
     }
     versions = {"neurenix-npu-openvino": _VERSION, "openvino": version}
     meta = {"fingerprint": fingerprint, "device": device, "options": options, "versions": versions}
-    return compile_cache.cache_key("npu-openvino", fingerprint, options, versions), meta
+    return compile_cache.cache_key("npu", fingerprint, options, versions), meta
 
 
 def _cached(core: Any, ov_device: str, label: str, version: str, graph: Graph, plan: QuantizationPlan | None,
@@ -50,7 +50,7 @@ def _cached(core: Any, ov_device: str, label: str, version: str, graph: Graph, p
     def dump(compiled: Any) -> bytes:
         return bytes(compiled.export_model().getvalue())
 
-    return compile_cache.cached("npu-openvino", key, build=build, dump=dump, load=load, meta=meta,
+    return compile_cache.cached("npu", key, build=build, dump=dump, load=load, meta=meta,
                                 state_dir=registry().config.state_dir)
 
 

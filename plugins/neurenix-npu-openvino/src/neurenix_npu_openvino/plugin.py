@@ -75,7 +75,7 @@ COMPILE_OPTIONS: Final = (
 @hookimpl
 def neurenix_manifest() -> Manifest:
     return Manifest(
-        name="npu-openvino",
+        name="npu",
         distribution="neurenix-npu-openvino",
         version=_VERSION,
         api=">=1.4,<2",
