@@ -34,7 +34,7 @@ def main() -> int:
         print(f"batch {batch:2d} -> {out.shape} on {out.device}, max |error| vs float64 = {err:.1e}")
         assert err < 1e-4
     natives = len(bucketed.compiled_shapes)
-    print(f"{natives} batch sizes served; summary of the first: {bucketed.summary.split('; ((')[0]}")
+    print(f"{natives} batch sizes served; summary of the first: {bucketed.summary.split('; input')[0]}")
 
     # Data parallel: the batch is split over every device, the result comes back to tpu:0.
     sharded = nx.compile(model, device="tpu:0", precision="fp32", data_parallel=True)

@@ -111,11 +111,11 @@ def _cpu_bench() -> Any:
 
 def test_int8_path_reads_each_runtimes_summary() -> None:
     bench = _cpu_bench()
-    ov = ("((1, 3, 224, 224),): OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, 1 thread(s), int8 with the core's plan "
+    ov = ("input (1, 3, 224, 224): OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, 1 thread(s), int8 with the core's plan "
           "(54/54 conv/FC layers in integer precision), compile cache: miss; runtime openvino (fastest, measured)")
-    litert = ("((1, 3, 224, 224),): LiteRT 2.3.0 with the XNNPACK delegate on cpu:0, int8 with the core's plan (XNNPACK's int8 "
+    litert = ("input (1, 3, 224, 224): LiteRT 2.3.0 with the XNNPACK delegate on cpu:0, int8 with the core's plan (XNNPACK's int8 "
               "kernels on AMX tiles), 1 thread(s); XNNPACK took 247/247 ops; runtime litert (fastest)")
-    numpy = ("((1, 3, 224, 224),): NumPy integer kernels on cpu:0 (int8, TFLite arithmetic); runtime numpy (runtime='numpy' asked)")
+    numpy = ("input (1, 3, 224, 224): NumPy integer kernels on cpu:0 (int8, TFLite arithmetic); runtime numpy (runtime='numpy' asked)")
     assert bench.int8_path(ov) == "int8 with the core's plan (54/54 conv/FC layers in integer precision)"
     assert bench.int8_path(litert) == "int8 with the core's plan (XNNPACK's int8 kernels on AMX tiles)"
     assert bench.int8_path(numpy) == "NumPy integer kernels on cpu:0 (int8, TFLite arithmetic)"

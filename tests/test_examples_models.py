@@ -32,4 +32,4 @@ def test_import_resnet_runs_whole_on_an_emulated_npu() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "import_resnet.py"), "--device", "npu:0"], capture_output=True,
                           text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "device: npu:0" in proc.stdout and "npu:0 runs 31/31 nodes (100.0% of FLOPs)" in proc.stdout
+    assert "device: npu:0" in proc.stdout and "npu:0 (emulated: OpenVINO on the host CPU) runs 31/31 nodes (100.0% of FLOPs)" in proc.stdout

@@ -112,7 +112,12 @@ class Lowering(Runners):
             declared, dtypes = set(EAGER_OPS), {"float32"}
             missing = f"op has no eager form on {self.device} (plugin {plugin} runs this model op by op)"
         # A quantized model keeps its composites whole: its plan names the calibrated graph's values.
-        return place(graph, declared, dtypes, str(self.device), plugin, decompose=self.plan is None, missing=missing, refused=refused)
+        placement = place(graph, declared, dtypes, str(self.device), plugin, decompose=self.plan is None, missing=missing, refused=refused)
+        if not self._record.emulated:
+            return placement
+        from neurenix_core.plugins.backend_info import emulation_note
+
+        return dataclasses.replace(placement, emulation=emulation_note(caps))
 
     @property
     def placement(self) -> Any:

@@ -15,7 +15,7 @@ off-device node with its op and the reason; :meth:`Placement.line` is the one li
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
@@ -25,7 +25,7 @@ from neurenix_core.graph.ir.decompose import legalize, makes_new_values
 from neurenix_core.graph.ir.shapes import ValueSpec, infer_values
 from neurenix_core.plugins.opnames import PORTABLE_ATTRS
 
-__all__ = ["OffDevice", "Placement", "Segment", "moved_to_cpu", "node_flops", "place"]
+__all__ = ["OffDevice", "Placement", "Segment", "count_nodes", "moved_to_cpu", "node_flops", "place"]
 
 CPU = "cpu:0"
 
@@ -73,6 +73,9 @@ class Placement:
     #: Why the device's nodes do not run as one compiled model, when they do not (its plugin
     #: refused the model: they run eagerly, op by op); part of :meth:`line`.
     execution: str = ""
+    #: What runs the device when it is emulated ("emulated: OpenVINO on the host CPU"), named
+    #: after the device in :meth:`line`; "" for a real device.
+    emulation: str = ""
 
     @property
     def partitioned(self) -> bool:
@@ -82,12 +85,16 @@ class Placement:
         return [s for s in self.segments if s.on_device]
 
     def line(self) -> str:
-        """One line: "npu:0 runs 41/43 nodes (99.8% of FLOPs); 2 nodes on cpu:0: gather (...)"."""
+        """One line: "npu:0 runs 41/43 nodes (99.8% of FLOPs); 2 nodes on cpu:0: gather (...)".
+
+        Nodes are the graph's operations; its ``constant`` nodes (weights, data) are not counted
+        here or anywhere a count of nodes is printed (:func:`count_nodes`), only named apart."""
         total = sum(self.nodes.values())
         on = self.nodes.get(self.device, 0)
         flops_total = sum(self.flops.values()) or 1
         share = 100.0 * self.flops.get(self.device, 0) / flops_total
-        text = f"{self.device} runs {on}/{total} nodes ({share:.1f}% of FLOPs)"
+        device = f"{self.device} ({self.emulation})" if self.emulation else self.device
+        text = f"{device} runs {on}/{total} nodes ({share:.1f}% of FLOPs)"
         if self.execution:
             text = f"{text} {self.execution}"
         if not self.off_device:
@@ -103,7 +110,7 @@ class Placement:
         for seg in self.segments:
             where = self.device if seg.on_device else CPU
             span = seg.nodes[0].name if len(seg.nodes) == 1 else f"{seg.nodes[0].name} .. {seg.nodes[-1].name}"
-            lines.append(f"  segment on {where}: {_nodes(len(seg.nodes))}, {span}")
+            lines.append(f"  segment on {where}: {count_nodes(seg.nodes)}, {span}")
         for o in self.off_device:
             lines.append(f"  off {self.device}: {o.node} ({o.op}): {o.reason}")
         if self.host_runtime:
@@ -115,6 +122,15 @@ class Placement:
 
 def _nodes(n: int) -> str:
     return f"{n} node{'' if n == 1 else 's'}"
+
+
+def count_nodes(nodes: Sequence[Node]) -> str:
+    """"36 nodes and 5 constants": the operations, which every node count of a placement, a segment
+    and a summary counts, then the ``constant`` nodes (data, not work) apart, so that one graph's
+    counts agree wherever they are printed."""
+    constants = sum(n.op == "constant" for n in nodes)
+    work = _nodes(len(nodes) - constants)
+    return work if not constants else f"{work} and {constants} constant{'' if constants == 1 else 's'}"
 
 
 def node_flops(node: Node, specs: Mapping[str, ValueSpec]) -> int:

@@ -12,20 +12,21 @@ __all__ = ["summary"]
 
 
 def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
-    """The input shapes, runs of three or more equal ones written once with their count (a
-    language model's step takes 60 cache buffers of one shape)."""
+    """The input shapes in words: "input (64, 64)", "inputs (1, 8), (1, 8)"; runs of three or more
+    equal ones written once with their count (a language model's step takes 60 cache buffers of one
+    shape): "inputs (1, 8), (1, 4, 7, 16) x60"."""
+    if not shapes:
+        return "no inputs"
     runs: list[list[Any]] = []
     for shape in shapes:
         if runs and runs[-1][0] == shape:
             runs[-1][1] += 1
         else:
             runs.append([shape, 1])
-    if all(n < 3 for _, n in runs):
-        return str(shapes)
     parts: list[str] = []
     for shape, n in runs:
         parts += [str(shape)] * n if n < 3 else [f"{shape} x{n}"]
-    return "(" + ", ".join(parts) + ")"
+    return f"input{'' if len(shapes) == 1 else 's'} " + ", ".join(parts)
 
 
 def summary(compiled: CompiledState) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.errors import QuantizationError, UnsupportedOperationError
+from neurenix_core.graph.compile.placement import count_nodes
 from neurenix_core.graph.compile.state import CompiledState, Runner, part_key
 from neurenix_core.graph.ir import CompileOptions, Graph
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES, VALUE_KINDS
@@ -295,7 +296,7 @@ class Runners(CompiledState):
             return made[0]
 
         threads = self.extra.get("threads")
-        eager = f"eager on {self.device} (the NumPy opset interpreter), fp32, {len(graph.nodes)} nodes" + (
+        eager = f"eager on {self.device} (the NumPy opset interpreter), fp32, {count_nodes(graph.nodes)}" + (
             "" if threads is None else f", {threads} thread{'s' if threads != 1 else ''}")
         if weights is not None:
             eager += ", weights dequantized"

@@ -57,7 +57,7 @@ class OpenVINOCompiledModel(CompiledModel):
     """A compiled OpenVINO model with the static input shapes it was compiled for."""
 
     def __init__(self, backend: NPUOpenVINOBackend, compiled: Any, *, precision: str, input_specs: Sequence[tuple[str, tuple[int, ...], np.dtype[Any]]],
-                 optimize_for: str | None, nodes: int, source: str, cache: str = "") -> None:
+                 optimize_for: str | None, nodes: int, source: str, cache: str = "", constants: int = 0) -> None:
         self.backend = backend
         self.compiled = compiled
         self.precision = precision
@@ -72,7 +72,8 @@ class OpenVINOCompiledModel(CompiledModel):
         where = f"OpenVINO {backend.ov_device}" + (" (emulating npu: NEURENIX_EMULATE=npu)" if backend.emulated else "")
         self.summary = (
             f"{where}, precision {precision} (INFERENCE_PRECISION_HINT={precision_hint(precision)}), "
-            f"optimize_for={self.optimize_for}, {nodes} {source} node(s), {self._int_summary()}"
+            f"optimize_for={self.optimize_for}, {nodes} {source} node(s){f' and {constants} constant(s)' if constants else ''}, "
+            f"{self._int_summary()}"
         ) + (f", {cache}" if cache else "")
 
     @property
@@ -238,7 +239,9 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
 
     compiled, cache_line = backend.cached_model(key, build)
     specs = [(s.name, tuple(s.shape), np.dtype(s.dtype)) for s in graph.inputs]
-    model = OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for, nodes=len(graph.nodes),
+    model = OpenVINOCompiledModel(backend, compiled, precision=precision, input_specs=specs, optimize_for=optimize_for,
+                                  # operations, as the core's placement counts them; constants apart
+                                  nodes=sum(n.op != "constant" for n in graph.nodes), constants=sum(n.op == "constant" for n in graph.nodes),
                                   source="neurenix graph", cache=cache_line)
     # What compiled.save needs to write the IR again and compile it the same way (artifact.py).
     model.source_graph, model.plan, model.threads, model.properties = graph, plan, threads, dict(properties)
