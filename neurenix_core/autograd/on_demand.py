@@ -5,14 +5,16 @@ global ``autograd`` of tensor.py, which the engine sets to itself when it is imp
 that global is this stand-in: the first attribute read imports the engine (which replaces the
 stand-in) and answers from it, so the tensor layer behaves exactly as if the engine had been
 loaded at import. Nothing records on a tape before a tensor requires grad, which needs the engine,
-so deferring it changes no result; it saves about 1 ms of import.
+so deferring it changes no result; it saves about 1 ms of import. ``import neurenix_core`` loads
+tensor.py on first use too: the stand-in waits for it in ``neurenix_core.tensor.autograd_slot``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from neurenix_core.tensor import tensor as _tensor
+from neurenix_core.tensor.autograd_slot import leave_stand_in
 
 __all__ = ["install"]
 
@@ -32,6 +34,13 @@ class _EngineOnFirstUse:
 
 
 def install() -> None:
-    """Put the stand-in in place unless the engine is loaded already (``nx.rediscover``, reloads)."""
-    if _tensor.autograd is None:
-        _tensor.autograd = _EngineOnFirstUse()
+    """Put the stand-in in place unless the engine is loaded already (``nx.rediscover``, reloads).
+
+    ``import neurenix_core`` does not load tensor.py: the stand-in waits in autograd_slot.py, which
+    tensor.py reads when it loads; a tensor.py already loaded without an engine gets it here.
+    """
+    stand_in = _EngineOnFirstUse()
+    leave_stand_in(stand_in)
+    tensor = sys.modules.get("neurenix_core.tensor.tensor")
+    if tensor is not None and vars(tensor).get("autograd") is None:
+        vars(tensor)["autograd"] = stand_in

@@ -18,6 +18,7 @@ from neurenix_core.errors import UnsupportedDTypeError
 from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
 from neurenix_core.tensor import _generated_ops
 from neurenix_core.tensor.dtypes import as_dtype
+from neurenix_core.tensor.op_names import SPECIAL
 from neurenix_core.tensor.tensor import BINARY_FUNCTIONS, Tensor, _call, _call_with_dtype, cast
 
 if TYPE_CHECKING:
@@ -28,12 +29,8 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 # Creation functions live in creation.py (they need a device, not a tensor); the rest are
-# written out below because they need more than pass-through.
-_SPECIAL = {
-    "arange", "asarray", "empty", "empty_like", "eye", "full", "full_like", "linspace",
-    "ones", "ones_like", "zeros", "zeros_like", "from_dlpack", "astype", "concat", "stack",
-    "meshgrid", "broadcast_arrays",
-}
+# written out below because they need more than pass-through (the list: op_names.py).
+_SPECIAL = SPECIAL
 
 
 def make_dispatched(qualname: str) -> Callable[..., Any]:

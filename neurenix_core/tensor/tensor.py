@@ -18,6 +18,7 @@ import numpy as np
 from neurenix_core.device import Device, DeviceLike, as_device
 from neurenix_core.errors import ShapeError, TransferError, UnsupportedDTypeError
 from neurenix_core.tensor import transfer
+from neurenix_core.tensor.autograd_slot import stand_in as _stand_in
 from neurenix_core.tensor.dtypes import PLAIN_DTYPES, as_dtype
 from neurenix_core.tensor.host_run import getitem_on_host, run_on_host
 from neurenix_core.tensor.indexing import set_native
@@ -1069,5 +1070,6 @@ def from_dlpack(x: Any, /, *, device: DeviceLike | None = None, copy: bool | Non
 # tensor requires grad (autograd/tape.py keeps the count). Otherwise it is None, and an op pays
 # one global load and compare for it (benchmarks/dispatch.py measures the hot path).
 record: Callable[[str, tuple[Any, ...], dict[str, Any] | None, Any], Any] | None = None
-#: The engine behind Tensor.requires_grad / .grad / .backward() / .detach() (autograd/engine.py).
-autograd: Any = None
+#: The engine behind Tensor.requires_grad / .grad / .backward() / .detach() (autograd/engine.py);
+#: until it is loaded, the stand-in that loads it on first use (autograd/on_demand.py, autograd_slot.py).
+autograd: Any = _stand_in()

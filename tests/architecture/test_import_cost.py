@@ -36,6 +36,13 @@ NEVER = (
     "email",
     "neurenix_core.graph",  # the compiler and its IR: nx.compile
     "neurenix_core.nn",
+    "neurenix_core.tensor.tensor",  # the tensor layer loads with the first tensor name (nx.zeros ...)
+    "neurenix_core.tensor.creation",
+    "neurenix_core.tensor.ops",
+    "neurenix_core.tensor._generated_ops",
+    "neurenix_core.tensor.fallback",
+    "neurenix_core.tensor.host_run",
+    "neurenix_core.autograd.engine",
     "torch",
     "jax",
     "openvino",
@@ -79,6 +86,21 @@ def test_lazily_resolved_names_work() -> None:
         " nx.BackendInfo.__name__, sorted({'nn', 'no_grad', 'hookimpl', 'Tensor'} - set(dir(nx)))]))"
     )
     assert _json_of(code) == [[], True, True, "neurenix_core.nn.layers", "BackendInfo", []]
+
+
+def test_the_namespace_lists_the_tensor_layer_before_loading_it() -> None:
+    """``nx.__all__`` names the array API functions from op_names.py (ops unloaded): the same list."""
+    code = (
+        "import sys, json, neurenix_core as nx\n"
+        "names, listed = list(nx.__all__), {'Tensor', 'zeros', 'matmul', 'fallback_policy'} <= set(dir(nx))\n"
+        "loaded = 'neurenix_core.tensor.ops' in sys.modules\n"
+        "from neurenix_core.tensor import ops, creation, fallback, tensor\n"
+        "fallback_names = ['fallback_policy', 'fallback_stats', 'get_fallback_policy', 'reset_fallback_stats', 'set_fallback_policy']\n"
+        "homes = [(tensor, ['Tensor', 'from_dlpack']), (creation, creation.__all__), (fallback, fallback_names), (ops, ops.__all__)]\n"
+        "print(json.dumps([loaded, listed, [n for n in ops.__all__ if n not in names],"
+        " [n for home, ns in homes for n in ns if getattr(nx, n) is not getattr(home, n)]]))"
+    )
+    assert _json_of(code) == [False, True, [], []]
 
 
 def test_the_autograd_engine_loads_on_first_use() -> None:
