@@ -8,7 +8,6 @@ CausalLM per model, device and cache kind, so repeated calls prepare nothing aga
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from neurenix_core._log import shows_progress
 from neurenix_core.generation.cache import KVCache
 from neurenix_core.generation.errors import GenerationError
 from neurenix_core.generation.sampling import Sampler
@@ -168,7 +168,7 @@ class CausalLM:
         plan = self._plan(ids.shape[1], max_new_tokens, Sampler(bool(do_sample), float(temperature), top_k, top_p), seed,
                           eos_token_id, pad_token_id)
         tokens = self._tokens(ids, mask, plan)
-        show = progress if progress is not None else plan.max_new_tokens >= _PROGRESS_FROM and sys.stderr.isatty()
+        show = progress if progress is not None else plan.max_new_tokens >= _PROGRESS_FROM and shows_progress("generation")
         if show:
             tokens = _with_progress(tokens, plan.max_new_tokens)
         if stream:
@@ -296,9 +296,10 @@ def _prompts(input_ids: Any, attention_mask: Any) -> tuple[np.ndarray, np.ndarra
 
 
 def _with_progress(tokens: Iterator[np.ndarray], total: int) -> Iterator[np.ndarray]:
+    from rich.console import Console
     from rich.progress import Progress  # rich is a core dependency; imported only for long generations
 
-    with Progress(transient=True) as bar:
+    with Progress(console=Console(stderr=True), transient=True) as bar:  # stderr: stdout is the caller's
         task = bar.add_task("generating", total=total)
         for token in tokens:
             yield token

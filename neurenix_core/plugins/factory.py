@@ -79,11 +79,22 @@ def run_with_deadline(
         if elapsed >= timeout:
             raise FactoryTimeout(doing)
         when = "" if elapsed < NOTICE_AFTER + NOTICE_EVERY / 2 else f" ({elapsed:.0f}s of NEURENIX_BACKEND_TIMEOUT={timeout:g})"
-        print(f"neurenix: starting backend {name} ({doing}){when}...", file=stream or sys.stderr, flush=True)
+        _notice(f"starting backend {name} ({doing}){when}...", stream)
         wait = min(NOTICE_EVERY, timeout - elapsed)
     if run.ok:
         return run.value
     raise run.value
+
+
+def _notice(text: str, stream: TextIO | None) -> None:
+    """To ``stream`` when one is given; else an INFO record of neurenix.plugins, on stderr (piped
+    too: a CI log must not look hung) where no handler is configured (neurenix_core/_log.py)."""
+    if stream is not None:
+        print(f"neurenix: {text}", file=stream, flush=True)
+        return
+    from neurenix_core._log import notice
+
+    notice("plugins", text, terminal_only=False)
 
 
 def _inside_import(frame: FrameType | None) -> bool:

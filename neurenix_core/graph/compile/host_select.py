@@ -414,14 +414,13 @@ def _settle(times: Mapping[str, float]) -> str:
 
 
 def _announce(candidates: Mapping[str, HostRuntime]) -> None:
-    """Say on a terminal that runtimes are being measured (a second or more, once per model and
-    machine): a first compile that goes quiet for seconds looks hung. Nothing when piped."""
-    import sys
+    """Say that runtimes are being measured (a second or more, once per model and machine): a
+    first compile that goes quiet for seconds looks hung. An INFO record of neurenix.compile,
+    shown on a terminal where logging is not configured (neurenix_core/_log.py); nothing when piped."""
+    from neurenix_core._log import notice
 
-    if sys.stderr.isatty():
-        names = ", ".join([*candidates, INTERPRETER])
-        print(f"neurenix: cpu:0: measuring runtimes for this model ({names}); the choice is cached for next time",
-              file=sys.stderr, flush=True)
+    names = ", ".join([*candidates, INTERPRETER])
+    notice("compile", f"cpu:0: measuring runtimes for this model ({names}); the choice is cached for next time")
 
 
 def _disagreement(got: Sequence[Any], want: Sequence[Any]) -> str | None:
@@ -538,6 +537,9 @@ def _measure(
     entry = {"runtime": best, "times_ms": times, "skipped": {k: v for k, v in skipped.items() if k not in failed},
              "version": "" if best == INTERPRETER else candidates[best].version}
     _cache_write(state_dir, key, entry)
+    from neurenix_core._log import logger
+
+    logger("compile").debug("cpu:0: %s chosen (%s); ms per call: %s", best, reason, {k: round(v, 3) for k, v in times.items()})
     return HostChoice(best, reason, best_model, times, skipped)
 
 

@@ -5,7 +5,7 @@ These leak to a user of ``nx.nn.from_torch`` (issue #29):
 - ``W... non_strict_utils.py] dimension inputs['x'].shape[0] 0/1 specialized; Dim.AUTO was
   specified ...``: logged by torch at WARNING through a handler torch installs. neurenix's own
   ``NeurenixWarning`` (``torch_axes.warn_fixed``) names the same axis with the reason and the
-  remedy, so the torch record is routed to the ``neurenix_core.importers.torch`` logger at DEBUG.
+  remedy, so the torch record is routed to the ``neurenix.importers.torch`` logger at DEBUG.
 - ``W... _registration.py] torchvision is not installed. Skipping torchvision::nms`` (four lines):
   ``torch.onnx.export`` (the PT2E path) saying it will not convert torchvision ops, which a
   neurenix import never needs; routed to the same logger at DEBUG.
@@ -26,7 +26,7 @@ from typing import Final
 __all__ = ["LOGGER", "quiet_export"]
 
 #: Where the routed torch records go (DEBUG): ``logging.getLogger(LOGGER).setLevel(logging.DEBUG)`` shows them.
-LOGGER: Final = "neurenix_core.importers.torch"
+LOGGER: Final = "neurenix.importers.torch"  # under neurenix's one logger (neurenix_core/_log.py)
 #: torch's logger -> the message (a substring) rerouted from it.
 _ROUTED: Final = {
     "torch._export.non_strict_utils": "0/1 specialized; Dim.AUTO",

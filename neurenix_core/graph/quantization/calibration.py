@@ -6,7 +6,7 @@ range (``minmax``, or ``percentile`` to clip outliers), with a progress bar; the
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -75,12 +75,20 @@ def _as_inputs(batch: Any, n_inputs: int, index: int) -> tuple[np.ndarray, ...]:
 
 
 def _progress(data: Iterable[Any], enabled: bool) -> Iterable[Any]:
-    if not enabled:
-        return data
-    from rich.progress import track  # rich is a core dependency; imported only while calibrating
+    """``data`` under a "calibrating" bar on stderr, on a terminal only (neurenix_core/_log.py):
+    piped, nothing is written, not even the line rich ends a bar with on stdout."""
+    from neurenix_core._log import progress
 
+    bar = progress("quantization") if enabled else None
+    if bar is None:
+        return data
     total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
-    return track(data, description="calibrating", total=total, transient=True)
+    return _tracked(bar, data, total)
+
+
+def _tracked(bar: Any, data: Iterable[Any], total: int | None) -> Iterator[Any]:
+    with bar:
+        yield from bar.track(data, total=total, description="calibrating")
 
 
 def _graph_of(model: Any) -> Graph:
@@ -133,6 +141,9 @@ def calibrate(
         batches += 1
     if batches == 0:
         raise QuantizationError("calibration data is empty: pass at least one representative input batch")
+    from neurenix_core._log import logger
+
+    logger("quantization").debug("calibrated %d value range(s) on %d batch(es) (%s, int%d)", len(obs.lo), batches, method, bits)
     acts = {name: activation_params(*obs.range(name, percentile), bits=bits) for name in obs.lo}
     _tie_parameters(graph, acts, shapes)
     weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op in ("linear", "conv2d")}

@@ -293,13 +293,15 @@ _Update = Callable[[str], None]
 
 @contextmanager
 def _progress(enabled: bool, total: int) -> Iterator[_Update]:
-    """A transient rich bar over the reference runs (``update(text)`` after each); a no-op when off."""
-    if not enabled:
+    """A transient rich bar over the reference runs (``update(text)`` after each), on stderr and on
+    a terminal only (neurenix_core/_log.py); a no-op when off."""
+    from neurenix_core._log import progress
+
+    bar = progress("quantization") if enabled else None
+    if bar is None:
         yield lambda text: None
         return
-    from rich.progress import Progress  # a core dependency; imported only while mixing
-
-    with Progress(transient=True) as bar:
+    with bar:
         task = bar.add_task("mixed precision", total=total)
         yield lambda text: bar.update(task, advance=1, description=f"mixed precision: {text}")
 
