@@ -144,6 +144,9 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="neurenix", description="neurenix: backends, devices and tools")
     parser.add_argument("--version", action=VersionAction, help="print the core's version and every installed plugin's, then exit")
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="store_true", help="show everything neurenix logs (DEBUG up) on stderr")
+    loud.add_argument("-q", "--quiet", action="store_true", help="show errors only: no notices, progress bars or warnings")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="show every discovered backend and why it is (not) usable")
     doctor.add_argument("--json", action="store_true", help="print the neurenix.doctor/1 JSON document")
@@ -182,17 +185,19 @@ def _extensions() -> list[Callable[[Any], None]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from neurenix_core.cli.output import configured
     from neurenix_core.errors import NeurenixError
 
-    try:
-        if args.command != "doctor":  # the doctor shows configuration problems; others stop on them
-            from neurenix_core.plugins.state import check_configuration
+    with configured(verbose=args.verbose, quiet=args.quiet):
+        try:
+            if args.command != "doctor":  # the doctor shows configuration problems; others stop on them
+                from neurenix_core.plugins.state import check_configuration
 
-            check_configuration()
-        return int(args.func(args))
-    except NeurenixError as exc:
-        print(f"neurenix: error: {exc}", file=sys.stderr)
-        return 2
+                check_configuration()
+            return int(args.func(args))
+        except NeurenixError as exc:
+            print(f"neurenix: error: {exc}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":
