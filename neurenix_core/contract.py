@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from neurenix_core.tensor.dtypes import DTYPE_NAMES, DTYPES, result_type  # noqa: F401
     from neurenix_core.tensor.tensor import Tensor, adopt, replace_data, wrap_on  # noqa: F401
     from neurenix_core.training.step import refuse_random_layers, swapped, trainable_state  # noqa: F401
+    from neurenix_core.user_frame import user_stacklevel  # noqa: F401
 
 #: name -> the module that defines it (a module name alone: the name is that module).
 HOMES: Final[dict[str, str]] = {
@@ -98,6 +99,8 @@ HOMES: Final[dict[str, str]] = {
     # dtype names and promotion, device parsing.
     **dict.fromkeys(("DTYPES", "DTYPE_NAMES", "result_type"), "neurenix_core.tensor.dtypes"),
     **dict.fromkeys(("Device", "DeviceLike", "DeviceType", "as_device"), "neurenix_core.device"),
+    # A warning that names the user's line, however deep in the plugin it is raised.
+    "user_stacklevel": "neurenix_core.user_frame",
 }
 
 #: name -> a module exported whole (its functions read better qualified: ``fallback.record``).

@@ -32,6 +32,7 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.errors import ModelFormatError, NeurenixError
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["FORMAT", "entry_path", "load_or_export"]
 
@@ -50,13 +51,13 @@ def load_or_export(model: Any, spec: Any, export: Callable[[], Any]) -> Any:
         try:
             return _load(path, key, model)
         except (ModelFormatError, OSError, KeyError, TypeError, ValueError) as exc:
-            warnings.warn(f"step-model cache entry {path} not used ({exc}); {_REMEDY}", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"step-model cache entry {path} not used ({exc}); {_REMEDY}", RuntimeWarning, stacklevel=user_stacklevel())
     module = export()
     try:
         _save(path, key, model, module)
     except (NeurenixError, OSError) as exc:  # a full or read-only state folder: this process runs on, the next exports
         warnings.warn(f"step-model cache entry {path} not written ({exc}); the next process exports the model again",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=user_stacklevel())
     return module
 
 

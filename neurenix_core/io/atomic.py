@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Final
 
 from neurenix_core.errors import NeurenixError, NeurenixWarning, SaveError
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["STALE_FOREIGN_S", "STALE_LEGACY_S", "remove_stale", "replace_file", "replace_folder", "settled", "write_file"]
 
@@ -178,7 +179,7 @@ def remove_stale(target: str | os.PathLike[str]) -> list[Path]:
             _remove(s.path)
         except OSError as exc:  # another user's leftover must not stop this save: said, and left
             warnings.warn(f"{s.path} is left from an interrupted save of {target.name} and could not be removed ({exc}); delete it "
-                          "yourself", NeurenixWarning, stacklevel=3)
+                          "yourself", NeurenixWarning, stacklevel=user_stacklevel())
             continue
         removed.append(s.path)
     return removed
@@ -353,7 +354,7 @@ def _remove_leftover(old: Path, target: Path) -> None:
         _remove(old)
     except OSError as exc:
         warnings.warn(f"{target} was saved, but its previous version at {old} could not be removed ({exc}); the next save of "
-                      f"{target.name} removes it, or delete it yourself", NeurenixWarning, stacklevel=3)
+                      f"{target.name} removes it, or delete it yourself", NeurenixWarning, stacklevel=user_stacklevel())
 
 
 def _keep_mode(staging: Path, target: Path) -> None:
@@ -423,7 +424,7 @@ def _note(exc: BaseException, text: str) -> None:
     if hasattr(exc, "add_note"):
         exc.add_note(text)
     else:
-        warnings.warn(text, NeurenixWarning, stacklevel=4)
+        warnings.warn(text, NeurenixWarning, stacklevel=user_stacklevel())
 
 
 def _root(exc: BaseException) -> BaseException:

@@ -18,6 +18,7 @@ import numpy as np
 
 from neurenix_core.errors import ModelFormatError, NeurenixWarning, UnsupportedDTypeError
 from neurenix_core.kwargs import strict_kwargs
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["FORMATS", "conform_dtypes", "load_state", "save_state"]
 
@@ -135,7 +136,7 @@ def conform_dtypes(state: Mapping[str, np.ndarray], expected: Mapping[str, np.dt
     if converted:
         warnings.warn(f"{source}: {len(converted)} weight(s) converted to the model's dtype: {', '.join(converted[:8])}"
                       f"{' ...' if len(converted) > 8 else ''}; save the weights in the model's dtype to load them as they are",
-                      NeurenixWarning, stacklevel=3)
+                      NeurenixWarning, stacklevel=user_stacklevel())
     return out
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from neurenix_core.errors import FallbackError, NotDifferentiableError, UnsupportedOperationError
 from neurenix_core.torch_compile.freeze import Frozen, Split, freeze, input_names, split
 from neurenix_core.torch_compile.options import TorchCompileOptions
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["Piece", "count_ops", "fall_back", "policy", "to_numpy", "to_torch"]
 
@@ -72,7 +73,7 @@ def fall_back(name: str, torch_ops: int, options: TorchCompileOptions, exc: Unsu
                             f"policy is 'error': {exc}") from exc
     if get_fallback_policy() == "warn":
         warnings.warn(f"torch.compile(backend='neurenix'): {name} ({torch_ops} torch ops) runs in PyTorch, "
-                      f"not on {where}: {exc}", FallbackWarning, stacklevel=4)
+                      f"not on {where}: {exc}", FallbackWarning, stacklevel=user_stacklevel())
     return str(exc)
 
 

@@ -67,6 +67,7 @@ from neurenix_core.graph.ir.symbolic import ARANGE_CAP, NotSymbolicError, SymDim
 from neurenix_core.graph.opset import DTYPES
 from neurenix_core.graph.opset import _np_dtype as opset_dtype
 from neurenix_core.graph.opset.schema import STORAGE_DTYPES
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["HANDLERS", "ValueImport", "build_for_values", "import_onnx", "import_onnx_quantized"]
 
@@ -697,7 +698,7 @@ def _import_any(proto: Any, input_shapes: Any, static: bool, env_out: dict[str, 
                "(or static=True to silence this)")
         if get_fallback_policy() == "error":
             raise FallbackError(msg) from exc
-        warnings.warn(msg, NeurenixWarning, stacklevel=3)
+        warnings.warn(msg, NeurenixWarning, stacklevel=user_stacklevel())
         return graph, name
 
 
@@ -741,7 +742,7 @@ def _lift_opset(proto: Any) -> Any:
                                f"and onnx.version_converter could not convert it ({type(exc).__name__}: {str(exc)[:200]}); "
                                "re-export the model with opset 13 or later") from exc
     warnings.warn(f"from_onnx({name}): the model uses ONNX opset {opset}; it was converted to opset {MIN_OPSET} with "
-                  "onnx.version_converter before import", NeurenixWarning, stacklevel=4)
+                  "onnx.version_converter before import", NeurenixWarning, stacklevel=user_stacklevel())
     return onnx_controlflow.batched_scan8(proto, lifted)  # Scan-8's batch axis, which the converter drops
 
 

@@ -40,6 +40,7 @@ from neurenix_core.errors import NeurenixWarning, QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.ir import qmath as Q
 from neurenix_core.graph.ir.shapes import infer_values
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["METHOD", "QdqFold", "Reader", "fold_qdq", "is_qdq", "quantization_plan"]
 
@@ -471,7 +472,7 @@ def _warn_rounded_means(model: _Model, node: Node, src: QuantParams, given: Mapp
         + ("" if later is None else f" and quantizes later with scale {later.scale[0]:.6g}")
         + f"; the core's integer {node.op} rounds its output to its input's scale {src.scale[0]:.6g} (TFLite requires it), "
         f"one rounding step the model does not have. Quantize that op in the model with its input's parameters to match "
-        f"exactly (a quantizer that annotates {node.op})", NeurenixWarning, stacklevel=2)
+        f"exactly (a quantizer that annotates {node.op})", NeurenixWarning, stacklevel=user_stacklevel())
 
 
 def _check_fixed(model: _Model, graph: Graph, acts: Mapping[str, QuantParams]) -> None:

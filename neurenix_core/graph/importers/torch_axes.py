@@ -27,10 +27,10 @@ import inspect
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from neurenix_core.errors import FallbackError, NeurenixWarning
+from neurenix_core.user_frame import user_stacklevel
 
 __all__ = ["Axis", "AxisPlan", "default_spec", "differs_at_example", "fixed_axes", "plan_axes", "warn_fixed"]
 
@@ -253,19 +253,6 @@ def describe(a: Axis) -> str:
     return f"input {a.name!r} axis {a.axis} (example size {a.size})"
 
 
-def _caller_level() -> int:
-    """warnings' stacklevel of the first frame outside neurenix_core (the user's from_torch call)."""
-    import os
-    import sys
-
-    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    frame: FrameType | None = sys._getframe(2)
-    level = 2  # level 1 is warn_fixed, 2 its caller
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 def warn_fixed(module: Any, fixed: list[tuple[Axis, str]]) -> None:
     """One NeurenixWarning naming every axis meant dynamic that was fixed, with the reason
     (a FallbackError under ``nx.fallback_policy('error')``)."""
@@ -280,7 +267,7 @@ def warn_fixed(module: Any, fixed: list[tuple[Axis, str]]) -> None:
            "to choose the dynamic axes yourself, or static=True to import the example's shapes without this warning")
     if get_fallback_policy() == "error":
         raise FallbackError(msg)
-    warnings.warn(msg, NeurenixWarning, stacklevel=_caller_level())
+    warnings.warn(msg, NeurenixWarning, stacklevel=user_stacklevel())
 
 
 def differs_at_example(torch: Any, module: Any, graph: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

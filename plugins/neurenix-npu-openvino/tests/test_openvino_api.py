@@ -77,8 +77,9 @@ def test_seed_optimize_model_int8_with_calibration(npu: Any) -> None:
 
 
 def test_seed_optimize_model_int8_without_calibration_is_dynamic_and_says_so(npu: Any) -> None:
-    with pytest.warns(NeurenixWarning, match="dynamic int8"):
+    with pytest.warns(NeurenixWarning, match="dynamic int8") as said:
         q = NPUBackend().optimize_model(model=_seed_cnn(), quantize=True, precision="int8")
+    assert {w.filename for w in said if issubclass(w.category, NeurenixWarning)} == {__file__}  # the user's line, not the plugin's
     x = np.zeros((1, 3, 32, 32), np.float32)
     assert q(x).shape == (1, 10)
     assert "1/4 conv/FC layer(s) in integer precision" in q.summary

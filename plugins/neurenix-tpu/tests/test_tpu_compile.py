@@ -127,6 +127,7 @@ def test_recompiling_shapes_warn_once_with_remedy(tpu: Any, graphs: Any) -> None
     hits = [w for w in caught if issubclass(w.category, RecompilationWarning)]
     assert len(hits) == 1
     assert "batch_buckets" in str(hits[0].message) and "tpu:0" in str(hits[0].message)
+    assert hits[0].filename == __file__  # the caller's line (here _compile's), not the plugin's
 
 
 def test_buckets_never_warn(tpu: Any, graphs: Any) -> None:

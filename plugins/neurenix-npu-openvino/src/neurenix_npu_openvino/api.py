@@ -26,6 +26,7 @@ from neurenix_core.contract import (
     device_available,
     to_device_input,
     to_device_inputs,
+    user_stacklevel,
 )
 from neurenix_core.errors import CompilationError, NeurenixWarning, QuantizationError
 
@@ -118,7 +119,7 @@ class NPUBackend(DeviceBackend):
                 f"{self.device}: quantize=True without calibration data gives dynamic int8 (Linear weights int8, activations "
                 "quantized at run time; convolutions stay float). Pass calibration=[batches] for static int8 on every layer.",
                 NeurenixWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
             return NPUModel(self, core=nx.compile(model, device=self.device, quantize="dynamic", **extra))
         # The resolved precision names the bit width ("int16" stays int16); "dynamic" passes through.

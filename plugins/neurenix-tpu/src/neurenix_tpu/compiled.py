@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from neurenix_core.contract import CompiledModel, Device, Graph, call_runtime
+from neurenix_core.contract import CompiledModel, Device, Graph, call_runtime, user_stacklevel
 from neurenix_core.errors import CompilationError, NeurenixWarning
 from neurenix_tpu.compile_cache import cache_phrase, cached_lowering, use_jax_cache, xla_cache_counts
 from neurenix_tpu.lowering import Lowered, lower_graph, on_leaves, resolve_mode
@@ -119,7 +119,7 @@ class Program:
             f"dynamic axis, padding proven safe per graph; docs/shape-buckets.md) or this plugin's batch-only "
             f"batch_buckets=(1, 8, 32, 128), so each bucket compiles once.",
             RecompilationWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
 
     def padded_batch(self, batch: int) -> int:
