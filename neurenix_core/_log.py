@@ -54,7 +54,7 @@ def notice(concern: str, message: str, *, terminal_only: bool = True) -> None:
     neurenix logger's level was set above INFO."""
     log = logger(concern)
     log.info(message)
-    if _handled(log) or not _allows_info(log):
+    if _handled(log) or not _allows_info(log) or sys.stderr is None:  # None: pythonw, print would pick stdout
         return
     if terminal_only and not _terminal():
         return
