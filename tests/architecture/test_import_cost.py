@@ -11,7 +11,11 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DEFERRED = (
     "threading",  # the probe worker runs on _thread
@@ -101,6 +105,33 @@ def test_the_namespace_lists_the_tensor_layer_before_loading_it() -> None:
         " [n for home, ns in homes for n in ns if getattr(nx, n) is not getattr(home, n)]]))"
     )
     assert _json_of(code) == [False, True, [], []]
+
+
+def test_a_wheel_install_loads_no_pathlib() -> None:
+    """Without the editable installs' path finder (which loads pathlib at start-up), import +
+    default_device() loads no pathlib (~4 ms; the plugins' probes use os.path): the checkout, the
+    plugins' sources and site-packages on PYTHONPATH, site's .pth files not run (-S)."""
+    purelib = sysconfig.get_paths()["purelib"]
+    roots = [str(ROOT)]
+    for pth in sorted(os.listdir(purelib)):
+        if pth.startswith("__editable__.") and pth.endswith(".pth"):
+            with open(os.path.join(purelib, pth)) as fh:
+                roots += [line.strip() for line in fh if line.strip() and not line.startswith("import ") and os.path.isdir(line.strip())]
+    code = (
+        "import sys, json, numpy\n"
+        "before = set(sys.modules)\n"
+        "import neurenix_core as nx\n"
+        "device = str(nx.default_device())\n"
+        "print(json.dumps([device, 'pathlib' in before, sorted(b.name for b in nx.backends()),"
+        " [m for m in ('pathlib', *NEVER) if m in sys.modules]]))"
+    ).replace("*NEVER", repr(NEVER)[1:-1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")}
+    env["PYTHONPATH"] = os.pathsep.join([*roots, purelib])
+    out = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True, check=True)
+    device, preloaded, names, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert device == "cpu:0" and not preloaded
+    assert {"cpu", "tpu", "edgetpu"} <= set(names)  # the plugins were discovered
+    assert loaded == []
 
 
 def test_the_autograd_engine_loads_on_first_use() -> None:

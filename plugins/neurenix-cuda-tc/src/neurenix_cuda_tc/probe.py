@@ -13,7 +13,6 @@ import ctypes
 import importlib.util
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Final
 
 from neurenix_core.contract import ProbeContext, ProbeResult
@@ -45,7 +44,8 @@ def _lib_dirs() -> Iterable[str]:
 
 def driver_files() -> list[str]:
     """Paths that show an installed NVIDIA driver (library and device/proc nodes)."""
-    found = [str(Path(d) / LIBCUDA) for d in _lib_dirs() if (Path(d) / LIBCUDA).exists()]
+    # os.path, not pathlib: this runs at ``import neurenix_core``, where importing pathlib costs ~4 ms.
+    found = [os.path.join(d, LIBCUDA) for d in _lib_dirs() if os.path.exists(os.path.join(d, LIBCUDA))]
     found += [p for p in _DRIVER_NODES if os.path.exists(p)]
     return found
 
@@ -64,7 +64,7 @@ def decide(*, emulate: bool, has_torch: bool, files: list[str]) -> ProbeResult:
             reason=f"emulated: PyTorch on the host CPU, following compute capability {EMULATED_CC[0]}.{EMULATED_CC[1]} Tensor Core rules",
             compute_capabilities=[list(EMULATED_CC)],
         )
-    if not any(Path(f).name == LIBCUDA for f in files):
+    if not any(os.path.basename(f) == LIBCUDA for f in files):
         return ProbeResult.missing(
             f"no NVIDIA driver: {LIBCUDA} not found (searched LD_LIBRARY_PATH and {', '.join(_LIB_DIRS[:3])}) "
             "and no /proc/driver/nvidia: install the NVIDIA driver"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-from pathlib import Path
 from typing import Final, NamedTuple
 
 __all__ = [
@@ -47,9 +46,11 @@ class Scan(NamedTuple):
         return tuple(f"pci:{i}" for i in range(len(self.pci))) + tuple(f"usb:{i}" for i in range(len(self.usb)))
 
 
-def _read(path: Path) -> str:
+def _read(path: str) -> str:
+    # open(), not pathlib: this runs at ``import neurenix_core``, where importing pathlib costs ~4 ms.
     try:
-        return path.read_text().strip().lower()
+        with open(path) as fh:
+            return fh.read().strip().lower()
     except OSError:
         return ""  # a USB device unplugged while we list /sys is simply not there
 
@@ -67,7 +68,7 @@ def _entries(folder: str, prefix: str = "") -> list[str]:
 def _usb_devices(root: str = "/sys/bus/usb/devices") -> tuple[str, ...]:
     found = []
     for entry in _entries(root):
-        ids = (_read(Path(entry, "idVendor")), _read(Path(entry, "idProduct")))
+        ids = (_read(os.path.join(entry, "idVendor")), _read(os.path.join(entry, "idProduct")))
         if ids in USB_IDS:
             found.append(os.path.basename(entry))
     return tuple(found)

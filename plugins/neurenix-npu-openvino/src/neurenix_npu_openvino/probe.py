@@ -7,21 +7,23 @@ Three facts decide availability, each checked on the file system only (the probe
 2. its NPU plugin library ``libopenvino_intel_npu_plugin.so`` ships inside that package,
 3. the kernel driver ``intel_vpu`` exposes device nodes ``/dev/accel/accel*``
    (``/sys/class/accel/accelN/device/driver`` links to ``.../intel_vpu``).
+
+Paths are plain strings (``os.path``): importing pathlib would cost ~4 ms of ``import neurenix_core``
+where nothing else loads it (a wheel install); the functions accept ``os.PathLike`` too.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
 from typing import Final, NamedTuple
 
 __all__ = ["NPU_DRIVER", "NPU_PLUGIN_LIBRARY", "NPUScan", "npu_device_nodes", "npu_plugin_library", "openvino_dir", "scan"]
 
 NPU_DRIVER: Final = "intel_vpu"
 NPU_PLUGIN_LIBRARY: Final = "libopenvino_intel_npu_plugin.so"
-_SYS_ACCEL: Final = Path("/sys/class/accel")
-_DEV_ACCEL: Final = Path("/dev/accel")
+_SYS_ACCEL: Final = "/sys/class/accel"
+_DEV_ACCEL: Final = "/dev/accel"
 
 
 # A NamedTuple, not a dataclass: this module is imported by `import neurenix_core`, and
@@ -29,8 +31,8 @@ _DEV_ACCEL: Final = Path("/dev/accel")
 class NPUScan(NamedTuple):
     """What the file system says; ``reason`` is empty when an NPU is usable."""
 
-    openvino: Path | None
-    plugin_library: Path | None
+    openvino: str | None
+    plugin_library: str | None
     device_nodes: tuple[str, ...]
     reason: str
 
@@ -39,7 +41,7 @@ class NPUScan(NamedTuple):
         return not self.reason
 
 
-def openvino_dir() -> Path | None:
+def openvino_dir() -> str | None:
     """The installed ``openvino`` package folder, found without importing it."""
     try:
         spec = importlib.util.find_spec("openvino")
@@ -48,7 +50,7 @@ def openvino_dir() -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    return str(next(iter(spec.submodule_search_locations)))
 
 
 def shadowing_module() -> str | None:
@@ -63,28 +65,30 @@ def shadowing_module() -> str | None:
     return None
 
 
-def npu_plugin_library(package: Path) -> Path | None:
+def npu_plugin_library(package: str | os.PathLike[str]) -> str | None:
     """OpenVINO's NPU plugin inside the wheel (``libs/``) or next to a system install."""
-    for candidate in (package / "libs" / NPU_PLUGIN_LIBRARY, package / NPU_PLUGIN_LIBRARY):
-        if candidate.is_file():
+    for candidate in (os.path.join(package, "libs", NPU_PLUGIN_LIBRARY), os.path.join(package, NPU_PLUGIN_LIBRARY)):
+        if os.path.isfile(candidate):
             return candidate
     return None
 
 
-def npu_device_nodes(sys_accel: Path = _SYS_ACCEL, dev_accel: Path = _DEV_ACCEL) -> tuple[str, ...]:
+def npu_device_nodes(sys_accel: str | os.PathLike[str] = _SYS_ACCEL, dev_accel: str | os.PathLike[str] = _DEV_ACCEL) -> tuple[str, ...]:
     """``/dev/accel/accelN`` nodes whose sysfs device is bound to the intel_vpu driver."""
-    if not sys_accel.is_dir():
+    try:
+        names = os.listdir(sys_accel)
+    except OSError:  # no such folder (no NPU driver, or no /sys in a container)
         return ()
     nodes: list[str] = []
-    for entry in sorted(sys_accel.glob("accel*")):
-        driver = entry / "device" / "driver"
+    for name in sorted(n for n in names if n.startswith("accel")):  # glob("accel*")
+        driver = os.path.join(sys_accel, name, "device", "driver")
         try:
             bound = os.path.basename(os.readlink(driver))
         except OSError:
             continue  # no driver bound to this accel node: not usable, not ours
-        node = dev_accel / entry.name
-        if bound == NPU_DRIVER and node.exists():
-            nodes.append(str(node))
+        node = os.path.join(dev_accel, name)
+        if bound == NPU_DRIVER and os.path.exists(node):
+            nodes.append(node)
     return tuple(nodes)
 
 
