@@ -165,7 +165,7 @@ class Runners(CompiledState):
         plan = restrict_plan(self.plan, graph)
 
         def run(*hosts: Any) -> tuple[Any, ...]:
-            out = run_quantized(graph, plan, *(hosts[k] for k in keep))
+            out = run_quantized(graph, plan, *(hosts[k] for k in keep), float_inputs=True)
             return tuple(_float32(o) for o in (out if isinstance(out, tuple) else (out,)))
 
         return run

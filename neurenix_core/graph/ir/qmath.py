@@ -538,13 +538,18 @@ def fixed_output_params(op: str, bits: int) -> QuantParams | None:
     return QuantParams(np.array([scale], np.float32), np.zeros(1, np.int64), bits, None, qmin, qmax)
 
 
-def check_plan(graph: Graph, plan: QuantizationPlan) -> None:
-    """Every value and quantized layer of ``graph`` has its parameters (a plan from another model fails here)."""
+def check_plan(graph: Graph, plan: QuantizationPlan, *, float_inputs: bool = False) -> None:
+    """Every value and quantized layer of ``graph`` has its parameters (a plan from another model fails here).
+
+    ``float_inputs``: ``graph`` is a segment of a model, whose float inputs the plan may leave in
+    float (a mixed-precision plan's residual stream entering a cpu:0 segment between two device
+    segments): only those an integer kernel reads need parameters. A whole model's float inputs
+    always do (the device's first layer reads integers)."""
     # Values the integer kernels read or write need parameters; other values (constants,
     # integer ids, bool masks, outputs of float-only ops) may run unquantized in between.
     integer = [n for n in graph.nodes if n.op in INTEGER_OPS]
-    names: Sequence[str] = [s.name for s in graph.inputs if s.dtype.startswith("float")] + [
-        v for n in integer for v in (*n.inputs, n.output)]
+    model_inputs = [] if float_inputs else [s.name for s in graph.inputs if s.dtype.startswith("float")]
+    names: Sequence[str] = model_inputs + [v for n in integer for v in (*n.inputs, n.output)]
     if not plan.dynamic:
         missing = [v for v in names if v not in plan.activations]
         if missing:

@@ -43,11 +43,12 @@ many values poorly (no value alone moves it); these rounds took 2 to 10 runs on 
 tests/test_int8_mixed_precision.py and up to the cap on benchmarks/int8_mixed.py's 12-block ViT. Every round and the pruning stop
 at :data:`MAX_RUNS`, with a rich progress bar (``progress=False`` hides it, as for calibration).
 
-The target is stricter than the 30% bound, and a plan under 30% is mixed too where a mix reaches
-it: 30% (or 10%) on the logits leaves top-1 agreement far below PyTorch's PTQ, 5% reaches it
-(benchmarks/int8_mixed.py; docs/quantization.md has the table). A plan within the target, or that
-no mix improves on, keeps every layer int8; a plan over 30% that no mix brings within 30% is
-refused with :class:`CompilationError`, naming the layers tried and where the error is left.
+Only a plan over the 30% bound is mixed, and then toward the stricter target: 30% (or 10%) on
+the logits leaves top-1 agreement far below PyTorch's PTQ, 5% reaches it (benchmarks/int8_mixed.py;
+docs/quantization.md has the table). A plan within 30% keeps every layer int8 (on edgetpu, which
+computes int8 only, each float layer is a hop to cpu:0 and back); a plan over 30% that no mix
+brings within 30% is refused with :class:`CompilationError`, naming the layers tried and where
+the error is left.
 """
 
 from __future__ import annotations
@@ -341,8 +342,8 @@ def mix(graph: Graph, plan: QuantizationPlan, calibration: Sequence[Any], *, dev
     first, errors = tables.measure(plan)
     if first <= V.PLAN_TOLERANCE:
         # Only a plan the verification would refuse is mixed (then toward ``target``): one that
-        # passes keeps every layer in integers, as every device's lowering takes it (edgetpu's
-        # cpu:0 segments refuse a float value between them today).
+        # passes keeps every layer in integers, as every device's lowering takes it (on edgetpu,
+        # which computes int8 only, each float layer is a hop to cpu:0 and back).
         return None
     groups = _groups(spec, plan, droppable)
     with _progress(progress, max_runs) as update:

@@ -798,17 +798,19 @@ def _dynamic_layer(wq: np.ndarray) -> _Layer:
     return _Layer("dynamic", w2.astype(ftype), chunks, np.zeros(0, np.int64), None, False, np.dtype(np.int8))
 
 
-def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize: bool = True, return_values: bool = False) -> Any:
+def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize: bool = True, return_values: bool = False,
+                  float_inputs: bool = False) -> Any:
     """Run ``graph`` as an integer runtime would with ``plan``.
 
     Static plans: inputs are quantized with their parameters, integer kernels run where TFLite
     has them, and the output is dequantized (``dequantize=False`` returns the raw integers).
     Dynamic plans: Linear layers run int8 x int8 -> int32 with per-call input quantization,
-    everything else in float64.
+    everything else in float64. ``float_inputs``: ``graph`` is a segment of a model, and an
+    input the plan has no parameters for arrives and stays float (``qmath.check_plan``).
     """
     _check_inputs(graph, inputs)
     graph = specialized(graph, inputs)
-    Q.check_plan(graph, plan)
+    Q.check_plan(graph, plan, float_inputs=float_inputs)
     if plan.dynamic:
         return _run_dynamic(graph, plan, inputs, return_values)
     acts = plan.activations

@@ -140,6 +140,8 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps, PaddingOps):
         self._plan_fusion()
         if self.int8 and self.stem == "space_to_depth":
             self._plan_s2d({name: tuple(spec.shape) for name, spec in self.specs.items()})
+        if self.int8:
+            self._refuse_float_inputs()
         ins = [self._input(spec.name, tuple(spec.shape)) for spec in self.graph.inputs]
         for node in self.graph.nodes:
             if node.name in self.skipped:
@@ -234,14 +236,30 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps, PaddingOps):
         dtype = np.dtype(np.int8) if q is not None else self.m.tensors[index].dtype
         return IOSpec(name, index, shape, nhwc, dtype, quant)
 
+    def _refuse_float_inputs(self) -> None:
+        """A segment input a mixed-precision plan keeps in float (a layer norm's output computed on
+        cpu:0) cannot enter an int8 model: its first reader is refused by name, so the core moves
+        that node to cpu:0 too and compiles the rest, rather than the whole segment."""
+        assert self.plan is not None
+        for spec in self.graph.inputs:
+            if spec.dtype.startswith(("float", "bfloat")) and spec.name not in self.plan.activations:
+                reader = next((n.name for n in self.graph.nodes if spec.name in n.inputs), None)
+                raise UnsupportedOperationError(
+                    f"value {spec.name!r} stays in float in the quantization plan (mixed precision), and the Edge TPU computes int8 only",
+                    node=reader,
+                )
+
     # ------------------------------------------------------------------ helpers
     def _act(self, name: str) -> TensorQuant:
         assert self.plan is not None
         params = self.plan.activations.get(name)
         if params is None:
-            raise QuantizationError(
-                f"the quantization plan has no activation parameters for value {name!r}; "
-                "calibrate the whole model with neurenix_core.graph.quantization before compiling for int8 on edgetpu"
+            # The core checked the plan against the whole model (qmath.check_plan), so a float value
+            # here is one a mixed-precision plan keeps in float on purpose: the Edge TPU computes
+            # int8 only, so the layer reading or writing it is refused (the lowering loop names it)
+            # and the core runs it on cpu:0 with the integer reference, in float.
+            raise UnsupportedOperationError(
+                f"value {name!r} stays in float in the quantization plan (mixed precision), and the Edge TPU computes int8 only"
             )
         if params.bits != 8 or params.axis is not None:
             raise QuantizationError(f"value {name!r}: the Edge TPU needs per-tensor int8 activations, got {params.bits}-bit axis={params.axis}")
