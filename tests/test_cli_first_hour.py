@@ -37,3 +37,21 @@ def test_bench_options_have_help(capsys: pytest.CaptureFixture[str]) -> None:
     # argparse wraps the help text: compare without the line breaks.
     flat = " ".join(out.split())
     assert "--threads THREADS [THREADS ...] thread counts" in flat and "--batches BATCHES [BATCHES ...] batch sizes" in flat, out
+
+
+def test_doctor_names_the_first_party_device_types_no_plugin_serves() -> None:
+    """The main job installs neurenix-cuda-tc only where an NVIDIA driver is: the doctor says that
+    cuda devices exist and how to get them, instead of leaving the row out silently."""
+    from types import SimpleNamespace
+
+    from neurenix_core.plugins.registry import FIRST_PARTY_HINTS
+    from neurenix_core.plugins.report import _not_installed
+
+    def record(*types: str) -> SimpleNamespace:
+        return SimpleNamespace(manifest=SimpleNamespace(device_types=types))
+
+    reg = SimpleNamespace(records=[record("cpu"), record("npu"), record("tpu"), record("edgetpu"), SimpleNamespace(manifest=None)])
+    assert _not_installed(reg) == [{"device_type": "cuda", "install": FIRST_PARTY_HINTS["cuda"]}]
+    data = json.loads(_doctor({}).stdout)  # this checkout's test install: every first-party plugin is there
+    served = {t for b in data["backends"] for t in b["device_types"]}
+    assert served >= set(FIRST_PARTY_HINTS) and data["not_installed"] == []

@@ -53,6 +53,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             console.print(f"[yellow]warning[/]: plugin {escape(b['name'])} ({escape(b['distribution'] or '-')}) {escape(warning)}")
     for note in data["notes"]:
         console.print(f"note: {escape(note)}")
+    for missing in data["not_installed"]:
+        console.print(f"not installed: {escape(missing['device_type'])} devices ({escape(missing['install'])})")
     _print_configuration(console, data)
     return _doctor_status(data, args.strict)
 

@@ -51,10 +51,21 @@ def doctor_data() -> dict[str, Any]:
             {"plugin": r["name"], "distribution": r["distribution"], **r["failure"]} for r in rows if r["failure"]
         ],
         "notes": list(reg.notes),
+        "not_installed": _not_installed(reg),
         "environment": _env(),
         "configuration": [s.as_dict() for s in config.settings],
         "configuration_problems": [p.as_dict() for p in problems],
     }
+
+
+def _not_installed(reg: Any) -> list[dict[str, str]]:
+    """The first-party device types no installed plugin serves, with the install command: the main
+    job leaves neurenix-cuda-tc out where there is no NVIDIA driver, and a table without a cuda row
+    would not say that it exists."""
+    from neurenix_core.plugins.registry import FIRST_PARTY_HINTS
+
+    served = {t for r in reg.records if r.manifest is not None for t in r.manifest.device_types}
+    return [{"device_type": t, "install": hint} for t, hint in FIRST_PARTY_HINTS.items() if t not in served]
 
 
 def _env() -> dict[str, str | None]:
