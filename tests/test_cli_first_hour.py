@@ -48,10 +48,12 @@ def test_doctor_names_the_first_party_device_types_no_plugin_serves() -> None:
     from neurenix_core.plugins.report import _not_installed
 
     def record(*types: str) -> SimpleNamespace:
-        return SimpleNamespace(manifest=SimpleNamespace(device_types=types))
+        return SimpleNamespace(name=types[0], manifest=SimpleNamespace(device_types=types))
 
-    reg = SimpleNamespace(records=[record("cpu"), record("npu"), record("tpu"), record("edgetpu"), SimpleNamespace(manifest=None)])
+    denied = SimpleNamespace(name="edgetpu", manifest=None)  # installed, its manifest never read
+    reg = SimpleNamespace(records=[record("cpu"), record("npu"), record("tpu"), denied])
     assert _not_installed(reg) == [{"device_type": "cuda", "install": FIRST_PARTY_HINTS["cuda"]}]
+    assert json.loads(_doctor({"NEURENIX_BACKENDS": "-cuda"}).stdout)["not_installed"] == []
     data = json.loads(_doctor({}).stdout)  # this checkout's test install: every first-party plugin is there
     served = {t for b in data["backends"] for t in b["device_types"]}
     assert served >= set(FIRST_PARTY_HINTS) and data["not_installed"] == []

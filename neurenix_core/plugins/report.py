@@ -64,7 +64,9 @@ def _not_installed(reg: Any) -> list[dict[str, str]]:
     would not say that it exists."""
     from neurenix_core.plugins.registry import FIRST_PARTY_HINTS
 
-    served = {t for r in reg.records if r.manifest is not None for t in r.manifest.device_types}
+    # A denied plugin (NEURENIX_BACKENDS=-cuda, autoload off) is installed though its manifest was
+    # never read: its entry point is named after its device type.
+    served = {t for r in reg.records if r.manifest is not None for t in r.manifest.device_types} | {r.name for r in reg.records}
     return [{"device_type": t, "install": hint} for t, hint in FIRST_PARTY_HINTS.items() if t not in served]
 
 
