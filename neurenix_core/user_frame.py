@@ -5,6 +5,9 @@ A fixed ``stacklevel`` is right for one call path only: a fallback is recorded u
 plugin's kernel, each a different depth below the user. :func:`user_stacklevel` walks the stack
 instead and counts the frames of neurenix's own packages (the core, the facade, the plugins,
 whose modules all start with ``neurenix``), so the warning names the first frame outside them.
+PyTorch's frames are skipped too: they lie between the user and neurenix when PyTorch calls it on
+the user's behalf (``torch.compile(backend="neurenix")``'s dynamo and ``nn.Module.__call__``,
+``torch.from_dlpack`` of a Tensor), and a warning there named ``torch/_dynamo/eval_frame.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ __all__ = ["user_stacklevel"]
 def _ours(frame: FrameType) -> bool:
     # Module names rather than file paths: editable installs, wheels and zipapps all agree on them.
     name = frame.f_globals.get("__name__", "")
-    return isinstance(name, str) and name.startswith("neurenix")
+    return isinstance(name, str) and (name.startswith("neurenix") or name == "torch" or name.startswith("torch."))
 
 
 def _importlib_internal(frame: FrameType) -> bool:
@@ -30,7 +33,8 @@ def _importlib_internal(frame: FrameType) -> bool:
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` for a ``warnings.warn`` made by the caller of this function that
-    attributes the warning to the first frame outside neurenix (the outermost frame if all are)."""
+    attributes the warning to the first frame outside neurenix and PyTorch (the outermost frame
+    if all are)."""
     frame, level = sys._getframe(1), 1  # the function that warns is stacklevel 1
     while True:
         outer = frame.f_back

@@ -257,6 +257,23 @@ def test_a_weights_conversion_warning_names_the_users_line(tmp_path: Path) -> No
     assert "converted to the model's dtype" in str(hits[0].message)
 
 
+def test_pytorch_frames_between_the_user_and_neurenix_are_skipped() -> None:
+    """torch.compile(backend="neurenix") calls neurenix from dynamo's eval_frame.py: a warning
+    lands on the user's forward, not there (torch.from_dlpack of a Tensor likewise)."""
+    from neurenix_core.user_frame import user_stacklevel
+
+    ours: dict[str, Any] = {"__name__": "neurenix_fake.piece", "warnings": warnings, "user_stacklevel": user_stacklevel}
+    exec(compile("def warn():\n    warnings.warn('x', UserWarning, stacklevel=user_stacklevel())\n", "neurenix_fake/piece.py", "exec"),
+         ours)  # noqa: S102 - the test's own source, for its module name
+    glue: dict[str, Any] = {"__name__": "torch._dynamo.fake_eval_frame", "warn": ours["warn"]}
+    exec(compile("def call():\n    warn()\n", "torch/_dynamo/fake_eval_frame.py", "exec"), glue)  # noqa: S102
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        glue["call"]()
+        line = inspect.currentframe().f_lineno - 1  # type: ignore[union-attr]
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
 # ---------------------------------------------------------------------- third-party lines
 
 
