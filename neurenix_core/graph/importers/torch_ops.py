@@ -1065,8 +1065,13 @@ def _upsample(mode: str, nd: int, exact: bool = False, antialias: bool = False) 
             attrs |= ({"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_ceil"} if exact
                       else {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
         else:
-            attrs |= {"mode": mode, "coordinate_transformation_mode": "align_corners" if corners else "pytorch_half_pixel",
-                      "antialias": antialias}
+            # half_pixel, not ONNX's pytorch_half_pixel: that one maps an output of size 1 to input
+            # coordinate 0, where torch's kernels (area_pixel_compute_source_index) take the middle,
+            # in/2 - 0.5 (a 7x9 image resized to 1x1 was 1.9 off). torch's antialiased kernels (PIL's)
+            # leave out the taps past the edge and renormalize the rest, where ONNX's antialias
+            # replicates the edge pixel into them: exclude_outside.
+            attrs |= {"mode": mode, "coordinate_transformation_mode": "align_corners" if corners else "half_pixel",
+                      "antialias": antialias, "exclude_outside": antialias}
             if mode == "cubic":  # torch's bicubic: A = -0.75, or PIL's -0.5 with antialias
                 attrs["cubic_coeff_a"] = -0.5 if antialias else -0.75
         return _emit(c, n, "", "resize", [x], attrs)
