@@ -188,3 +188,64 @@ def test_an_emulated_device_s_placement_and_bench_title_say_so() -> None:
     fig = bench.figure([], title="neurenix vs native", emulated=bench._emulated())
     title = fig._suptitle.get_text()
     assert "emulated devices (their runtimes on the host CPU, not the accelerators): " in title and "npu (OpenVINO on the host CPU)" in title
+
+
+def test_doctor_retry_takes_the_alias(tmp_path) -> None:
+    """``neurenix doctor --retry onnxruntime`` lifts the quarantine of plugin ort."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from neurenix_core.plugins.journal import Entry, _update, read_quarantine
+
+    _update(str(tmp_path), lambda entries: entries.update(ort=Entry("ort", "neurenix-onnxruntime", "0.1.0", "probe", "2026-01-01T00:00:00")))
+    assert set(read_quarantine(str(tmp_path))) == {"ort"}
+    script = shutil.which("neurenix", path=os.path.dirname(sys.executable)) or "neurenix"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")} | {"NEURENIX_STATE_DIR": str(tmp_path)}
+    proc = subprocess.run([script, "doctor", "--retry", "onnxruntime", "--json"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert "retrying ort (neurenix-onnxruntime 0.1.0)" in proc.stderr, proc.stderr
+    assert read_quarantine(str(tmp_path)) == {}
+
+
+@EMULATED_NPU
+def test_the_conformance_kit_takes_the_alias() -> None:
+    """``pytest --neurenix-backend npu-openvino`` runs the kit on plugin npu (reported as npu)."""
+    from neurenix_core.testing.plugin import devices_under_test
+
+    (dut,) = devices_under_test(["npu-openvino"])
+    assert (dut.backend, dut.device) == ("npu", "npu:0")
+    with pytest.raises(pytest.UsageError, match=r"installed: .*npu \(alias npu-openvino\)"):
+        devices_under_test(["npu_openvino"])
+
+
+def test_cache_clear_takes_the_alias_and_clears_entries_of_either_name(tmp_path) -> None:
+    """Entries written by an older release name the plugin by its alias; ``--plugin`` takes either."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from neurenix_core.graph.compile import cache as cc
+
+    state = str(tmp_path / "state")
+    for plugin, key in (("npu", "k1"), ("npu-openvino", "k2"), ("tpu", "k3")):
+        cc.cached(plugin, key, build=lambda: b"x" * 10, dump=bytes, load=bytes, meta={}, state_dir=state)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")} | {"NEURENIX_STATE_DIR": state}
+
+    def cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "neurenix_core.cli.main", "cache", *args], capture_output=True, text=True,
+                              env=env, timeout=120, check=True).stdout
+
+    assert "neurenix: 2 npu entries removed" in cli("clear", "--plugin", "npu-openvino")
+    assert [e["plugin"] for e in json.loads(cli("list", "--json"))] == ["tpu"]
+
+
+@pytest.mark.parametrize(("text", "meant", "plugin"), [("npu-openvino", "npu:0", "npu"), ("cuda-tc", "cuda:0", "cuda"), ("onnxruntime:0", "ort:0", "ort")])
+def test_a_device_written_as_a_plugin_s_alias_names_the_device(text: str, meant: str, plugin: str) -> None:
+    from neurenix_core.plugins.state import registry
+
+    if registry().record_named(plugin) is None:
+        pytest.skip(f"plugin {plugin} is not installed")
+    with pytest.raises(nx.NeurenixError, match=rf"Did you mean '{meant}'\? '{text.split(':')[0]}' names plugin {plugin}, not a device type"):
+        nx.zeros(2, device=text)

@@ -139,5 +139,5 @@ def cmd_clear(args: argparse.Namespace) -> int:
         if e.plugin in names:
             e.path.unlink(missing_ok=True)
             freed, n = freed + e.nbytes, n + 1
-    print(f"neurenix: {n} {args.plugin} entr{'y' if n == 1 else 'ies'} removed ({freed:,} bytes)")
+    print(f"neurenix: {n} {args.plugin if record is None else record.name} entr{'y' if n == 1 else 'ies'} removed ({freed:,} bytes)")
     return 0

@@ -102,6 +102,11 @@ def _retry(name: str) -> int | None:
     from neurenix_core.plugins.journal import lift, read_quarantine
 
     state_dir = read_config().state_dir
+    quarantined = read_quarantine(state_dir)
+    if name not in quarantined:  # an alias (names.alias_of: "onnxruntime" for "ort") names its plugin
+        from neurenix_core.plugins.names import alias_of
+
+        name = next((n for n, e in quarantined.items() if alias_of(n, e.distribution) == name), name)
     entry = lift(state_dir, name)
     if entry is None:
         held = ", ".join(sorted(read_quarantine(state_dir))) or "none"

@@ -586,7 +586,14 @@ class Registry:
         """" Did you mean 'npu:0' (plugin npu)?" for a device string nothing serves
         ("npu0", "gpu", "cuda0", "edge-tpu"), naming the plugin that serves the suggestion; where
         only an installed plugin that is not usable serves it, why not; where none is installed,
-        the package that would. Spellings of a type (``npu0``, aliases) come before misspellings."""
+        the package that would. Spellings of a type (``npu0``, aliases) come before misspellings.
+        A plugin's name or alias that is not a device type (``npu-openvino``, ``onnxruntime``)
+        names the plugin's device instead."""
+        kind, _, index = text.strip().lower().partition(":")
+        named = self.record_named(kind)
+        if named is not None and named.manifest is not None and named.manifest.device_types and kind not in named.manifest.device_types:
+            device = f"{named.manifest.device_types[0]}:{index if index.isdigit() else 0}"
+            return f" Did you mean {device!r}? {kind!r} names plugin {named.name}, not a device type."
         usable = self.served_types()
         installed = {t: 1 for r in self.records if r.manifest is not None and not r.squatter for t in r.manifest.device_types}
         for fuzzy in (False, True):

@@ -55,7 +55,7 @@ def test_op_onnxruntime_rejects_falls_back_or_errors_with_its_reason() -> None:
     with nx.fallback_policy("allow"):
         out = nx.maximum(x, x)
     assert out.device == "ort:0" and out.numpy().tolist() == [1, -2, 3]
-    assert nx.fallback_stats()["onnxruntime"]["maximum"] == 1
+    assert nx.fallback_stats()["ort"]["maximum"] == 1
 
 
 def test_unsupported_dtype_names_device_and_remedy() -> None:

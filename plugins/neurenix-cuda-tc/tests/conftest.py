@@ -50,7 +50,7 @@ def cuda() -> Any:
     if "cuda" not in os.environ.get("NEURENIX_EMULATE", "").split(","):
         pytest.skip("NEURENIX_EMULATE does not list 'cuda' and these tests run on the CPU emulation")
     backend = nx.backend("cuda:0")
-    assert backend.name == "cuda-tc" and backend.emulated
+    assert backend.name == "cuda" and backend.emulated
     assert type(backend).__module__ == "neurenix_cuda_tc.backend"
     return backend
 

@@ -1,4 +1,4 @@
-"""cuda-tc compiled artifacts (torch.export programs): fp16 and fp32 programs round trip with the
+"""The cuda plugin's compiled artifacts (torch.export programs): fp16 and fp32 programs round trip with the
 saved precision, and a damaged program file is refused."""
 
 from __future__ import annotations
@@ -44,5 +44,5 @@ def test_damaged_program_is_refused(tmp_path: Path) -> None:
     manifest = json.loads(file.read_text())
     manifest["checksums"]["parts/0/model.pt2"] = file_sha256(program)
     file.write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactFormatError, match=r"plugin cuda-tc.*not a loadable torch.export program.*export the model again"):
+    with pytest.raises(ArtifactFormatError, match=r"plugin cuda\).*not a loadable torch.export program.*export the model again"):
         nx.load_compiled(tmp_path / "a")

@@ -11,17 +11,17 @@ import neurenix_core as nx
 # Reviewed known failures, each a PyTorch behaviour the backend cannot change without a core hook:
 KNOWN_FAILURES = {
     # torch tensors reject negative slice steps (x[::-1]); the core indexes native arrays directly.
-    "test_indexing.py::test_basic_and_boolean_indexing[cuda-tc]",
+    "test_indexing.py::test_basic_and_boolean_indexing[cuda]",
     # torch promotes int16 * float16 to float16; the kit expects float32.
-    "test_properties.py::test_dtype_promotion[cuda-tc]",
-    "test_searching.py::test_unique_named_tuples[cuda-tc]",
+    "test_properties.py::test_dtype_promotion[cuda]",
+    "test_searching.py::test_unique_named_tuples[cuda]",
 }
 
 
 def test_conformance_kit(cuda: Any) -> None:
     from neurenix_core.testing import run_conformance
 
-    report = run_conformance("cuda-tc", env={"NEURENIX_EMULATE": "cuda"}, timeout=600)
+    report = run_conformance("cuda", env={"NEURENIX_EMULATE": "cuda"}, timeout=600)
     failed = {t for v in report["capabilities"].values() for t in v.get("failed_tests", [])}
     assert failed <= KNOWN_FAILURES, f"new conformance failures: {sorted(failed - KNOWN_FAILURES)}"
     assert report["totals"]["passed"] >= 290

@@ -1,5 +1,5 @@
 """ONNX Conv / ConvTranspose with the weight and bias as graph inputs (``conv`` / ``conv_transpose``:
-the convolutions of training graphs, whose weights are values) lowered by cuda-tc to
+the convolutions of training graphs, whose weights are values) lowered by the cuda plugin to
 F.conv*d / F.conv_transpose*d, not placed on cpu:0, and equal to the core's float64 reference
 within 1e-4 (the cases: ``tests/support/conv_input_cases.py``)."""
 

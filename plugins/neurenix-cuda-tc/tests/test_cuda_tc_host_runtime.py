@@ -1,4 +1,4 @@
-"""PyTorch CPU as a host runtime for cpu:0 (``runtime="torch"``, issue #31): the cuda-tc
+"""PyTorch CPU as a host runtime for cpu:0 (``runtime="torch"``, issue #31): the cuda
 plugin's torch lowering run on the CPU in float32 under inference_mode, against PyTorch fp32 and
 the core's float reference; named in the summary and placement report; refusals typed; the
 process-wide thread pool left alone."""

@@ -10,7 +10,7 @@ testing = pytest.importorskip("neurenix_core.testing", reason="needs the conform
 
 @pytest.mark.slow
 def test_conformance_suite_passes_on_npu() -> None:
-    row = testing.run_conformance("npu-openvino", env={"NEURENIX_EMULATE": "npu"}, timeout=1200)
+    row = testing.run_conformance("npu", env={"NEURENIX_EMULATE": "npu"}, timeout=1200)
     failed = {cap: data.get("failed_tests", data.get("failed")) for cap, data in row["capabilities"].items() if data.get("failed")}
     assert row["returncode"] == 0 and not failed, f"{failed}\n{row['output_tail'][-3000:]}"
     assert row["totals"]["passed"] > 0

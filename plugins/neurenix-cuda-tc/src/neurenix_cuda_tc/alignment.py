@@ -33,7 +33,7 @@ MAX_GROWTH: Final = 1.2
 def alignment_for(precision: str) -> int:
     key = str(precision).strip().lower()
     if key not in ALIGNMENT:
-        raise UnknownPrecisionError(f"no Tensor Core alignment rule for precision {precision!r}; use one of {', '.join(ALIGNMENT)} (plugin cuda-tc)")
+        raise UnknownPrecisionError(f"no Tensor Core alignment rule for precision {precision!r}; use one of {', '.join(ALIGNMENT)} (plugin cuda)")
     return ALIGNMENT[key]
 
 
@@ -339,7 +339,7 @@ def align_model(model: Any, precision: str = "fp16", *, max_growth: float = MAX_
         gm = fx.symbolic_trace(module)
     except Exception as exc:  # fx raises TraceError, TypeError, NotImplementedError... all mean "not traceable"
         raise UnsupportedOperationError(
-            f"cuda-tc align_model cannot trace {type(module).__name__} with torch.fx ({type(exc).__name__}: {exc}); "
+            f"plugin cuda align_model cannot trace {type(module).__name__} with torch.fx ({type(exc).__name__}: {exc}); "
             "use validate_model() and fix the dimensions in the model definition"
         ) from exc
     padder = _Padder(gm, align, max_growth)

@@ -43,7 +43,7 @@ class MixedPrecision:
         if mode not in ("fp16", "bf16", "mixed"):
             from neurenix_cuda_tc.capability import UnknownPrecisionError
 
-            raise UnknownPrecisionError(f"MixedPrecision trains in fp16, bf16 or mixed (= fp16), not {precision!r} (plugin cuda-tc)")
+            raise UnknownPrecisionError(f"MixedPrecision trains in fp16, bf16 or mixed (= fp16), not {precision!r} (plugin cuda)")
         self.dtype = torch.bfloat16 if mode == "bf16" else torch.float16
         self.device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
         # bf16 keeps fp32's exponent range: scaling is pointless there, so the scaler is disabled.

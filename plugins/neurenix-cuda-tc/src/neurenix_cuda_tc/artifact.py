@@ -1,4 +1,4 @@
-"""Compiled artifacts of the cuda-tc plugin (hooks neurenix_save_compiled / neurenix_load_compiled).
+"""Compiled artifacts of the cuda plugin (hooks neurenix_save_compiled / neurenix_load_compiled).
 
 The artifact is a ``torch.export`` program (``model.pt2``, ``torch.export.save``: the ATen graph
 as JSON and the weights, loaded back with ``torch.export.load``, which reads weights only) of
@@ -38,7 +38,7 @@ def save_compiled(backend: Any, model: Any, directory: Path) -> dict[str, Any]:
     import torch
 
     if not isinstance(model, TorchCompiledModel) or not hasattr(model, "input_specs"):
-        raise ArtifactUnsupportedError(f"cuda (plugin cuda-tc): a {type(model).__name__} cannot be saved; compile the model with nx.compile first")
+        raise ArtifactUnsupportedError(f"cuda (plugin cuda): a {type(model).__name__} cannot be saved; compile the model with nx.compile first")
     examples = tuple(
         torch.zeros(shape, dtype=model.dtype if dtype.startswith(("float", "bfloat")) else getattr(torch, dtype), device=model.device)
         for shape, dtype in model.input_specs
@@ -46,7 +46,7 @@ def save_compiled(backend: Any, model: Any, directory: Path) -> dict[str, Any]:
     try:
         program = torch.export.export(model.module, examples, strict=False)
     except Exception as exc:
-        raise ArtifactUnsupportedError(f"cuda (plugin cuda-tc): torch.export cannot capture the lowered model "
+        raise ArtifactUnsupportedError(f"cuda (plugin cuda): torch.export cannot capture the lowered model "
                                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); compile for another device to deploy it") from exc
     torch.export.save(program, str(directory / "model.pt2"))
     return {"runtime": f"torch {torch.__version__}", "file": "model.pt2", "precision": model.precision, "summary": model.summary,
@@ -60,7 +60,7 @@ def load_compiled(backend: Any, directory: Path, meta: dict[str, Any], options: 
     try:
         program = torch.export.load(str(member(directory, meta["file"])))
     except Exception as exc:
-        raise ArtifactFormatError(f"cuda:{index} (plugin cuda-tc): {member(directory, meta['file'])} is not a loadable torch.export program "
+        raise ArtifactFormatError(f"cuda:{index} (plugin cuda): {member(directory, meta['file'])} is not a loadable torch.export program "
                                   f"({type(exc).__name__}: {exc}); export the model again") from exc
     model = LoadedTorchModel(program.module(), device=backend._native_device(index), precision=meta["precision"], emulated=backend.emulated,
                              switches=backend.switches, summary=f"{meta['summary']}; loaded from {directory.parent.parent.name} (torch.export program)")

@@ -73,7 +73,7 @@ def torch_dtype(dtype: np.dtype[Any]) -> Any:
     table = _to_torch()
     found = table.get(str(np.dtype(dtype)))
     if found is None:
-        raise UnsupportedDTypeError(f"backend cuda-tc (PyTorch) has no dtype for {dtype}; use one of {', '.join(table)}")
+        raise UnsupportedDTypeError(f"backend cuda (PyTorch) has no dtype for {dtype}; use one of {', '.join(table)}")
     return found
 
 
@@ -148,7 +148,7 @@ class CudaBackend(ArrayNamespaceBackend):
             return cls(device_count=1, emulated=True, capabilities=[EMULATED_CC])
         if not torch.cuda.is_available():
             raise BackendUnavailableError(
-                f"plugin cuda-tc: the NVIDIA driver reports {probe.device_count} GPU(s) but PyTorch {torch.__version__} cannot use CUDA "
+                f"plugin cuda: the NVIDIA driver reports {probe.device_count} GPU(s) but PyTorch {torch.__version__} cannot use CUDA "
                 f"(torch.version.cuda={torch.version.cuda}); install a CUDA build of torch, or set NEURENIX_EMULATE=cuda"
             )
         count = torch.cuda.device_count()

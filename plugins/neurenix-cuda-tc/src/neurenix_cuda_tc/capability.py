@@ -74,7 +74,7 @@ def parse_precision(precision: str) -> str:
     """Normalise a precision string or raise :class:`UnknownPrecisionError` listing the valid ones."""
     if not isinstance(precision, str) or precision.strip().lower() not in PRECISIONS:
         raise UnknownPrecisionError(
-            f"unknown Tensor Core precision {precision!r}; use one of {', '.join(PRECISIONS)} (plugin cuda-tc)"
+            f"unknown Tensor Core precision {precision!r}; use one of {', '.join(PRECISIONS)} (plugin cuda)"
         )
     return precision.strip().lower()
 

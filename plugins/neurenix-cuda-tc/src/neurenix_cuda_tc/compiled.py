@@ -86,7 +86,7 @@ def compile_graph(backend: Any, graph: Graph, options: Any) -> TorchCompiledMode
     requested = options.precision or "fp32"
     if requested in ("int8", "int16"):
         if options.quantization is None:
-            raise CompilationError(f"cuda-tc: precision {requested} needs a QuantizationPlan (pass calibration= to nx.compile)")
+            raise CompilationError(f"plugin cuda: precision {requested} needs a QuantizationPlan (pass calibration= to nx.compile)")
         precision = "fp32"
     else:
         precision = parse_precision(requested)

@@ -32,7 +32,7 @@ def to_torch_module(model: Any) -> torch.nn.Module:
     if isinstance(model, Module):
         return lower_graph(model.to_graph())
     raise UnsupportedOperationError(
-        f"cuda-tc cannot lower a {type(model).__module__}.{type(model).__qualname__}: pass a neurenix_core.nn model, "
+        f"plugin cuda cannot lower a {type(model).__module__}.{type(model).__qualname__}: pass a neurenix_core.nn model, "
         "a neurenix_core.graph.ir.Graph or a torch.nn.Module"
     )
 

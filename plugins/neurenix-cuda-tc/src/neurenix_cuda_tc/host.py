@@ -33,7 +33,7 @@ from neurenix_core.errors import BackendUnavailableError, CompilationError
 
 __all__ = ["TorchHostModel", "TorchHostRuntime"]
 
-_WHO: Final = "host runtime torch (plugin cuda-tc)"
+_WHO: Final = "host runtime torch (plugin cuda)"
 
 
 class TorchHostModel(HostModel):

@@ -66,7 +66,7 @@ def _set(m: torch.nn.Module, name: str, array: np.ndarray) -> None:
     owner = functools.reduce(getattr, path, m)
     current, value = getattr(owner, leaf), _t(array)
     if tuple(value.shape) != tuple(current.shape):
-        raise CompilationError(f"cuda-tc: {name} of shape {tuple(value.shape)} does not fit the layer's {tuple(current.shape)}")
+        raise CompilationError(f"plugin cuda: {name} of shape {tuple(value.shape)} does not fit the layer's {tuple(current.shape)}")
     if not _SHARE.get():
         with torch.no_grad():
             current.copy_(value)
@@ -86,9 +86,9 @@ def _where() -> str:
 def _param(node: Node, key: str, shape: tuple[int, ...]) -> np.ndarray:
     value = node.params.get(key)
     if value is None:
-        raise CompilationError(f"cuda-tc: node {node.name!r} ({node.op}) has no parameter {key!r}; the graph is incomplete")
+        raise CompilationError(f"plugin cuda: node {node.name!r} ({node.op}) has no parameter {key!r}; the graph is incomplete")
     if tuple(value.shape) != shape:
-        raise CompilationError(f"cuda-tc: node {node.name!r} ({node.op}) parameter {key!r} has shape {tuple(value.shape)}, expected {shape}")
+        raise CompilationError(f"plugin cuda: node {node.name!r} ({node.op}) parameter {key!r} has shape {tuple(value.shape)}, expected {shape}")
     return value
 
 
@@ -173,7 +173,7 @@ def _attention(node: Node) -> torch.nn.Module:
     a = opset.attrs_of("multihead_attention", node.attrs)
     e, h = int(node.params["out_proj_weight"].shape[0]), int(a["num_heads"])
     if e % h:
-        raise CompilationError(f"cuda-tc: node {node.name!r}: embed_dim {e} is not divisible by num_heads {h}")
+        raise CompilationError(f"plugin cuda: node {node.name!r}: embed_dim {e} is not divisible by num_heads {h}")
     m = torch.nn.MultiheadAttention(e, h, batch_first=bool(a["batch_first"]), device=_where())
     zeros = {"in_proj_bias": np.zeros(3 * e, np.float32), "out_proj_bias": np.zeros(e, np.float32)}
 
@@ -210,7 +210,7 @@ def _embedding(node: Node) -> torch.nn.Module:
 _BUILDERS = {"linear": _linear, "conv2d": _conv2d, "conv1d": _conv1d, "conv_transpose2d": _conv_transpose2d, "batch_norm2d": _batch_norm, "layer_norm": _layer_norm,
              "multihead_attention": _attention, "embedding": _embedding}
 
-#: Every op cuda-tc lowers: the layers above (weights as parameters and buffers) and the
+#: Every op the cuda plugin lowers: the layers above (weights as parameters and buffers) and the
 #: weightless functions of ``torch_ops``; ``constant`` nodes become buffers.
 LOWERED_OPS: frozenset[str] = frozenset(_BUILDERS) | frozenset(FUNCTIONS) | {"constant"}
 
@@ -222,7 +222,7 @@ def build_layer(node: Node) -> torch.nn.Module | None:
     try:
         return _BUILDERS[node.op](node)
     except KeyError as exc:
-        raise CompilationError(f"cuda-tc: node {node.name!r} ({node.op}) lacks attribute {exc.args[0]!r}") from exc
+        raise CompilationError(f"plugin cuda: node {node.name!r} ({node.op}) lacks attribute {exc.args[0]!r}") from exc
 
 
 def _attention_call(layer: torch.nn.Module, args: list[Any], static: tuple[Any, Any] | None) -> Any:
@@ -300,27 +300,27 @@ def _steps(module: Any, graph: Graph, plan: QuantizationPlan | None) -> list[_St
             # (not ascontiguousarray, which makes a 0-d scalar 1-d) keeps the shape.
             tensor = torch.from_numpy(np.array(value.astype(np.float32) if value.dtype.kind == "f" else value, order="C", copy=True))
             if hasattr(module, f"const_{key}"):
-                raise CompilationError(f"cuda-tc: two constants map to the buffer name const_{key}; rename node {node.name!r}")
+                raise CompilationError(f"plugin cuda: two constants map to the buffer name const_{key}; rename node {node.name!r}")
             module.register_buffer(f"const_{key}", tensor)
             steps.append(("constant", f"const_{key}", (), node.output, None))
             continue
         layer = build_layer(node)
         if layer is not None:
             if key in module.layers:
-                raise CompilationError(f"cuda-tc: two nodes map to the layer name {key!r}; rename node {node.name!r}")
+                raise CompilationError(f"plugin cuda: two nodes map to the layer name {key!r}; rename node {node.name!r}")
             module.layers[key] = layer
             module.node_names[key] = node.name
             static = None if specs is None else (ins, tuple(specs[i].dtype for i in node.inputs))
             steps.append(("attention" if node.op == "multihead_attention" else "layer", key, tuple(node.inputs), node.output, static))
             continue
         if node.op not in FUNCTIONS:
-            raise UnsupportedOperationError(f"cuda-tc cannot lower node {node.name!r}: op {node.op!r} has no PyTorch lowering")
+            raise UnsupportedOperationError(f"plugin cuda cannot lower node {node.name!r}: op {node.op!r} has no PyTorch lowering")
         dts = None if specs is None else tuple(specs[i].dtype for i in node.inputs)
         try:
             fn = function_for(node.op, opset.attrs_of(node.op, node.attrs), ins, out, dts)
         except UnsupportedOperationError as exc:
             # A lowering that would fail in PyTorch at run time refuses here: name the node.
-            raise UnsupportedOperationError(f"cuda-tc cannot lower node {node.name!r} ({node.op}): {exc}") from exc
+            raise UnsupportedOperationError(f"plugin cuda cannot lower node {node.name!r} ({node.op}): {exc}") from exc
         steps.append(("function", key, tuple(node.inputs), node.output, fn))
     return steps
 
@@ -361,7 +361,7 @@ def graph_module_classes() -> tuple[type, type]:
 
         def forward(self, *inputs: torch.Tensor) -> Any:
             if len(inputs) != len(self._inputs):
-                raise ShapeError(f"cuda-tc model takes {len(self._inputs)} input(s) ({', '.join(self._inputs)}), got {len(inputs)}")
+                raise ShapeError(f"plugin cuda model takes {len(self._inputs)} input(s) ({', '.join(self._inputs)}), got {len(inputs)}")
             return self._forward(inputs)
 
         def _forward(self, inputs: tuple[torch.Tensor, ...]) -> Any:

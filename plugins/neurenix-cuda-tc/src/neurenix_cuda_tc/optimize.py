@@ -118,7 +118,7 @@ def optimize_module(
     if cuda_graphs:
         if device.type != "cuda":
             raise UnsupportedOperationError(
-                f"cuda-tc: CUDA graphs need a real NVIDIA GPU; {device} is {'emulated on the host CPU' if emulated else 'not a CUDA device'}. "
+                f"plugin cuda: CUDA graphs need a real NVIDIA GPU; {device} is {'emulated on the host CPU' if emulated else 'not a CUDA device'}. "
                 "Call optimize_model(..., cuda_graphs=False)"
             )
         runner = _CudaGraphRunner(runner)

@@ -64,7 +64,7 @@ def profile_tensor_cores(model: Any, *inputs: Any, iterations: int = 10) -> Tens
 
     if not torch.cuda.is_available():
         raise BackendUnavailableError(
-            "cuda-tc profile_tensor_cores needs a real NVIDIA GPU (torch.cuda.is_available() is False): "
+            "plugin cuda profile_tensor_cores needs a real NVIDIA GPU (torch.cuda.is_available() is False): "
             "kernel times come from CUDA; emulated cuda devices run on the CPU"
         )
     with torch.inference_mode():

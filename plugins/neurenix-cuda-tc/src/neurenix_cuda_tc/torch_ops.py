@@ -662,7 +662,7 @@ def function_for(op: str, attrs: Attrs, in_shapes: Ins, out_shape: Shape, in_dty
     static input/output shapes when the graph has them, else None)."""
     build = FUNCTIONS.get(op)
     if build is None:
-        raise UnsupportedOperationError(f"cuda-tc has no PyTorch lowering for op {op!r}; nx.compile places it on cpu:0")
+        raise UnsupportedOperationError(f"plugin cuda has no PyTorch lowering for op {op!r}; nx.compile places it on cpu:0")
     return build(attrs, in_shapes, None if out_shape is None else tuple(int(d) for d in out_shape), in_dtypes)
 
 
