@@ -21,7 +21,7 @@ __all__ = ["user_stacklevel"]
 def _ours(frame: FrameType) -> bool:
     # Module names rather than file paths: editable installs, wheels and zipapps all agree on them.
     name = frame.f_globals.get("__name__", "")
-    return isinstance(name, str) and (name.startswith("neurenix") or name == "torch" or name.startswith("torch."))
+    return isinstance(name, str) and (name.startswith(("neurenix", "torch.")) or name == "torch")
 
 
 def _importlib_internal(frame: FrameType) -> bool:

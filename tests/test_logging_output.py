@@ -263,8 +263,8 @@ def test_pytorch_frames_between_the_user_and_neurenix_are_skipped() -> None:
     from neurenix_core.user_frame import user_stacklevel
 
     ours: dict[str, Any] = {"__name__": "neurenix_fake.piece", "warnings": warnings, "user_stacklevel": user_stacklevel}
-    exec(compile("def warn():\n    warnings.warn('x', UserWarning, stacklevel=user_stacklevel())\n", "neurenix_fake/piece.py", "exec"),
-         ours)  # noqa: S102 - the test's own source, for its module name
+    source = "def warn():\n    warnings.warn('x', UserWarning, stacklevel=user_stacklevel())\n"
+    exec(compile(source, "neurenix_fake/piece.py", "exec"), ours)  # noqa: S102 - the test's own source, for its module name
     glue: dict[str, Any] = {"__name__": "torch._dynamo.fake_eval_frame", "warn": ours["warn"]}
     exec(compile("def call():\n    warn()\n", "torch/_dynamo/fake_eval_frame.py", "exec"), glue)  # noqa: S102
     with warnings.catch_warnings(record=True) as caught:
