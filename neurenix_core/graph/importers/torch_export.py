@@ -322,14 +322,25 @@ def _permute(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 
 def _transpose(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     ndim = len(c.b.spec(a[0]).shape)
+    if ndim == 0:  # torch takes dims 0 and -1 of a 0-d tensor (x.t(), x.transpose(0, -1)): the tensor itself
+        if int(a[1]) not in (0, -1) or int(a[2]) not in (0, -1):
+            raise UnsupportedOperationError(f"{c.name(n)}: transpose of a 0-d tensor takes dims 0 or -1, got {a[1]} and {a[2]}")
+        return a[0]
     perm = list(range(ndim))
     i, j = _axis(int(a[1]), ndim), _axis(int(a[2]), ndim)
     perm[i], perm[j] = perm[j], perm[i]
     return c.b.emit(c.name(n), "transpose", [a[0]], {"perm": tuple(perm)})
 
 
+def _t(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """torch.t: a 0-d or 1-d tensor as it is, a matrix transposed."""
+    return a[0] if len(c.b.spec(a[0]).shape) < 2 else _transpose(c, n, [a[0], 0, 1], k)
+
+
 def _squeeze(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     shape = c.b.spec(a[0]).shape
+    if not shape:  # squeeze(0) / squeeze(-1) of a 0-d tensor: nothing to remove
+        return a[0]
     dims = a[1] if len(a) > 1 else None
     dims = None if dims is None else (tuple(dims) if isinstance(dims, (list, tuple)) else (int(dims),))
     # PyTorch ignores squeeze of a non-1 axis; ONNX refuses it: keep only the size-1 ones.
@@ -624,7 +635,7 @@ HANDLERS: dict[str, Handler] = {
     "prod": _reduce("reduce_prod"),
     # shapes
     "view": _reshape, "reshape": _reshape, "_unsafe_view": _reshape, "flatten": _reshape, "expand": _expand,
-    "permute": _permute, "transpose": _transpose, "t": lambda c, n, a, k: _transpose(c, n, [a[0], 0, 1], k),
+    "permute": _permute, "transpose": _transpose, "t": _t,
     "unsqueeze": lambda c, n, a, k: c.b.emit(c.name(n), "unsqueeze", [a[0]], {"axes": (int(a[1]),)}),
     "squeeze": _squeeze, "select": _select, "slice": _slice, "cat": _cat, "concat": _cat, "stack": _stack,
     "split": _split, "split_with_sizes": _split, "unbind": _unbind,

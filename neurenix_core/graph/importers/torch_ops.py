@@ -527,6 +527,8 @@ def _mse_loss(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 def _cum(op: str) -> Handler:
     def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
         x = _as(c, n, a[0], _out_dtype(c, n), "in")  # torch sums bool / small ints as int64 (or dtype=)
+        if _rank(c, a[0]) == 0:  # along dim 0 or -1 of a 0-d tensor: its one element
+            return x
         return _emit(c, n, "", op, [x], {"axis": int(_arg(a, k, 1, "dim"))})
 
     return run
@@ -534,6 +536,8 @@ def _cum(op: str) -> Handler:
 
 def _topk(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Value | Unavailable]:
     kk, dim = int(a[1]), int(_arg(a, k, 2, "dim", -1))
+    if _rank(c, a[0]) == 0 and kk == 1:  # a 0-d tensor is its own top element, at index 0
+        return [a[0], Const(np.asarray(0, np.int64))]
     largest = bool(_arg(a, k, 3, "largest", True))
     attrs = {"k": kk, "axis": dim, "largest": largest, "sorted": True}
     return [_result(n, i, partial(_emit, c, n, ("", "indices")[i], "topk", [a[0]], attrs | {"output": i})) for i in (0, 1)]
@@ -622,7 +626,7 @@ def _diff(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 def _flip(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     dims = _dims(a[1]) or ()
     rank = _rank(c, a[0])
-    if not dims:
+    if not dims or rank == 0:  # flipping a 0-d tensor (dims 0 or -1) leaves it as it is
         return a[0]
     axes = tuple(_axis(d, rank) for d in dims)
     return _emit(c, n, "", "slice", [a[0]], {"starts": (-1,) * len(axes), "ends": (-_BIG,) * len(axes), "axes": axes,
