@@ -140,11 +140,6 @@ def _run_by_the_neurenix_command() -> _builtins.bool:  # ``bool`` here is nx.boo
     return script.replace("\\", "/").rsplit("/", 1)[-1] == "neurenix"
 
 
-# Discovery runs at import: cheap by contract (manifests and probes only, no frameworks).
-_state.initialize(defer_errors=_run_by_the_neurenix_command())
-_aliases.protect(_sys.modules[__name__])  # nx.backend stays the function when neurenix_core.backend (0.1) loads
-
-
 def backends() -> list[Any]:
     """Every discovered plugin (:class:`BackendInfo`): status, device count, reason, failure.
 
@@ -293,3 +288,8 @@ __all__ = [  # noqa: PLE0604 - the error classes and array-API functions come fr
     "e", "inf", "nan", "pi", "newaxis", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "grad", "value_and_grad", "autocast", "GradScaler", "compile_step", "load_compiled", "torch_backend", *_errors_all, *_ops_names(),
 ]
+
+# Discovery runs at import: cheap by contract (manifests and probes only, no frameworks). Last, so
+# that a plugin module it imports may import any name of this namespace, the lazily loaded ones too.
+_state.initialize(defer_errors=_run_by_the_neurenix_command())
+_aliases.protect(_sys.modules[__name__])  # nx.backend stays the function when neurenix_core.backend (0.1) loads

@@ -232,3 +232,19 @@ def test_a_plugin_needing_pluggy_is_served_by_pluggy(plugin_site: Any, run_neure
     state = {"NEURENIX_STATE_DIR": str(tmp_path / "state")}
     assert run_neurenix(code, site=site, env=state) == ["selected", True]
     assert run_neurenix(code, env=state) == [None, False]
+
+
+def test_a_plugin_may_import_the_lazily_loaded_names_at_its_import(plugin_site: Any, run_neurenix: Any, tmp_path: Any) -> None:
+    """Discovery runs inside ``import neurenix_core``: a plugin module importing ``Tensor`` or an
+    array API function from it at import still gets them (they load on first use, issue 43)."""
+    source = healthy_source().replace(
+        "from __future__ import annotations\n", "from __future__ import annotations\nfrom neurenix_core import Tensor, asarray, nn\n"
+    )
+    site = plugin_site("acme", source)
+    code = (
+        "import sys, json, neurenix_core as nx\n"
+        "rows = {b.name: (b.status.value, b.failure and b.failure.cause) for b in nx.backends()}\n"
+        "import nx_plugin_acme as plugin\n"
+        "print(json.dumps([rows['acme'], plugin.Tensor is nx.Tensor, plugin.asarray is nx.asarray]))"
+    )
+    assert run_neurenix(code, site=site, env={"NEURENIX_STATE_DIR": str(tmp_path / "state")}) == [["selected", None], True, True]
