@@ -274,6 +274,24 @@ def test_pytorch_frames_between_the_user_and_neurenix_are_skipped() -> None:
     assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
 
 
+def test_automatic_selection_moving_on_names_the_users_line(plugin_site: Any, run_neurenix: Any) -> None:
+    from distributions import healthy_source
+
+    site = plugin_site("acme", healthy_source(backend="raise RuntimeError('firmware handshake failed')"))
+    out = run_neurenix(
+        """
+        import json, sys, warnings, neurenix_core as nx
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = sys._getframe().f_lineno + 1
+            t = nx.zeros(2)
+        print(json.dumps({"line": line, "at": [[w.filename, w.lineno] for w in caught if "selection moved" in str(w.message)]}))
+        """,
+        site=site,
+    )
+    assert out["at"] == [["<string>", out["line"]]]
+
+
 # ---------------------------------------------------------------------- third-party lines
 
 

@@ -706,7 +706,9 @@ class Registry:
                 raise
             self._ranked.remove(record)
             self._rank_after_failure()
-            warnings.warn(f"{exc}; automatic selection moved to {self.auto_default}", NeurenixWarning, stacklevel=3)
+            from neurenix_core.user_frame import user_stacklevel  # sys only; no import at import neurenix_core
+
+            warnings.warn(f"{exc}; automatic selection moved to {self.auto_default}", NeurenixWarning, stacklevel=user_stacklevel())
             return self.backend_for(self.auto_default, auto=True)
 
     def _rank_after_failure(self) -> None:
