@@ -68,7 +68,9 @@ def test_refused_model_report_says_eager_and_why(plugin_site, run_neurenix):
     out = run_neurenix(CODE, site=site, env={"NEURENIX_EMULATE": "refdev", "NEURENIX_BACKENDS": "-onnxruntime"})
     assert out["ok"] and out["off"] == 0  # every node has an eager form: nothing moved to cpu:0
     line = out["line"]
-    assert line.startswith("refdev:0 runs 3/3 nodes (100.0% of FLOPs) eagerly, op by op, not compiled")
+    # NEURENIX_EMULATE=refdev: the line says the device is emulated (its manifest names no runtime).
+    assert line.startswith("refdev:0 (emulated: its software stack on the host CPU) runs 3/3 nodes (100.0% of FLOPs) eagerly, op by op, "
+                           "not compiled")
     assert "plugin refdev refused the model (refdev firmware 0.9 lowers no model at all)" in line
     assert "runs on cpu:0 under the fallback policy" in line
     assert out["text"].splitlines()[0] == line  # str(placement) leads with the same line
