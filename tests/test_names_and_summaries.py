@@ -249,3 +249,16 @@ def test_a_device_written_as_a_plugin_s_alias_names_the_device(text: str, meant:
         pytest.skip(f"plugin {plugin} is not installed")
     with pytest.raises(nx.NeurenixError, match=rf"Did you mean '{meant}'\? '{text.split(':')[0]}' names plugin {plugin}, not a device type"):
         nx.zeros(2, device=text)
+
+
+def test_an_alias_is_never_a_reserved_name_of_another_distribution() -> None:
+    """A package calling itself neurenix-cuda-tc (an impostor: the real one's entry point is cuda)
+    does not answer to cuda-tc; a vendor's neurenix-acme answers to acme."""
+    from neurenix_core.plugins.entrypoints import EntryPoint
+    from neurenix_core.plugins.registry import ENTRY_POINT_GROUP, Registry
+
+    reg = Registry(_config(autoload=False))  # nothing imported: the aliases are known before that
+    reg.discover([EntryPoint("evil", "nx_no_such_module", ENTRY_POINT_GROUP, "neurenix-cuda-tc", "9.9"),
+                  EntryPoint("acme-x", "nx_no_such_module_2", ENTRY_POINT_GROUP, "neurenix-acme", "1.0")])
+    assert {r.name: r.alias for r in reg.records if not r.builtin} == {"evil": None, "acme-x": "acme"}
+    assert reg.record_named("acme").name == "acme-x" and reg.record_named("cuda-tc") is None

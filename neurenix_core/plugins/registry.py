@@ -39,7 +39,7 @@ from neurenix_core.plugins.manifest import (
     api_compatible,
     validate_manifest,
 )
-from neurenix_core.plugins.names import alias_of, is_own, squatting
+from neurenix_core.plugins.names import RESERVED, alias_of, is_own, squatting
 from neurenix_core.plugins.probing import ProbeFailure, ProbeTimeout, run_all_bounded, run_native_probe
 from neurenix_core.plugins.records import Failure, Status
 from neurenix_core.plugins.sanitize import CAUSE_LIMIT, NAME_LIMIT, clean, clean_manifest, clean_probe, describe
@@ -190,8 +190,10 @@ class Registry:
         for ep in eps:
             record = self._record_for(ep)
             alias = alias_of(record.name, record.distribution)
-            # A plugin's own name always wins: an alias equal to another plugin's name is dropped.
-            record.alias = alias if alias not in names else None
+            # A plugin's own name always wins: an alias equal to another plugin's name is dropped,
+            # and a reserved name is an alias of this repository's own plugin only (a package
+            # calling itself neurenix-cuda-tc does not receive NEURENIX_BACKENDS=cuda-tc).
+            record.alias = alias if alias not in names and (record.trusted or alias not in RESERVED) else None
             self.records.append(record)
             clash = squatting(ep.name, ep.dist_name, ep.value)
             if clash is not None:
