@@ -649,6 +649,24 @@ HANDLERS: dict[str, Handler] = {
     "dropout": _identity, "feature_dropout": _identity,
 }
 HANDLERS.update(_MORE_HANDLERS)  # the wider ATen coverage (torch_ops), replacing entries of the same name
+
+
+def _unbatched(handler: Handler) -> Handler:
+    """A convolution of an unbatched input (C, *S), which torch takes beside (N, C, *S): the
+    batch axis added for the conv and removed from its result, as torch does inside."""
+    def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
+        if isinstance(a[1], (Value, Const)) and len(c.b.spec(a[0]).shape) == len(c.b.spec(a[1]).shape) - 1:
+            batched = c.b.emit(c.name(n) + ".batch", "unsqueeze", [a[0]], {"axes": (0,)})
+            out = handler(c, n, [batched, *a[1:]], k)
+            return c.b.emit(c.name(n) + ".unbatch", "squeeze", [out], {"axes": (0,)})
+        return handler(c, n, a, k)
+
+    return run
+
+
+for _name in ("conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
+    if _name in HANDLERS:
+        HANDLERS[_name] = _unbatched(HANDLERS[_name])
 HANDLERS.update(_GRADIENT_HANDLERS)  # the gradient ops AOTAutograd's backward graphs keep (torch.compile training)
 _SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 
@@ -957,7 +975,11 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
         elif n.op == "output":
             _refuse_mutations(module, ep)
             outs = [c.env[o] for o in n.args[0]]
-            if any(o is None or isinstance(o, Unavailable) for o in outs):
+            missing = [o for o in outs if isinstance(o, Unavailable)]
+            if missing:
+                raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is {missing[0].why}, which the "
+                                                "import does not compute; return the values only, or run this model in PyTorch")
+            if any(o is None for o in outs):
                 raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is not a tensor")
             return c.b.graph(outs)
     raise UnsupportedOperationError(f"from_torch({type(module).__name__}): the exported program has no output")

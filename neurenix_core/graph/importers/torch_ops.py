@@ -921,13 +921,20 @@ def _adaptive(kind: str, nd: int) -> Handler:
         rank, shape = _rank(c, x), _input_shape(c, n)
         sizes = a[1] if isinstance(a[1], (list, tuple)) else [a[1]]
         sizes = tuple(int(shape[rank - nd + i]) if s is None else int(s) for i, s in enumerate(_tuple_keep_none(sizes, nd)))  # type: ignore[arg-type]  # a SymDim has no __int__: symbolic dims raise here
+        spatial = tuple(shape[rank - nd:])
+        if kind == "max" and _used(n, 1) and all(isinstance(d, int) and d % s == 0 for d, s in zip(spatial, sizes)):
+            # Where every output cell's window is the same (each size divides its axis), the adaptive
+            # pool is max_pool with kernel = stride = in / out, and its indices are max_pool's.
+            kernel = [d // s for d, s in zip(spatial, sizes)]
+            return _pool_nd("max", nd, True)(c, n, [x, kernel, kernel, 0, 1, False], {})
         if rank == nd + 1:
             out = _unbatched(c, n, x, lambda v: _adaptive_body(c, n, v, op, nd, sizes, (1,) + tuple(shape)), False)
         elif rank == nd + 2:
             out = _adaptive_body(c, n, x, op, nd, sizes, shape)
         else:
             raise c.fail(n, f"pools a rank-{rank} input; {nd}-D adaptive pooling takes {nd + 1} or {nd + 2} axes")
-        return [out, Unavailable(f"the indices of {op}")] if kind == "max" else out
+        why = f"the indices of adaptive_max_pool{nd}d where an output size does not divide its axis ({spatial} to {sizes})"
+        return [out, Unavailable(why)] if kind == "max" else out
 
     return run
 
