@@ -220,7 +220,7 @@ def test_cpu_runs_a_fixed_cache_on_pytorch(models: dict[str, Any], monkeypatch: 
     summary = str(lm.compiled.summary)
     assert summary.count("runtime torch (nx.generation's default on cpu:0: it shares the transformers model's weights") == lm.compilations == 2
     cache_shape = (1, lm.spec.kv_heads, cache_capacity := 64, lm.spec.head_dim)  # PROMPT 6 -> 8 slots, + NEW - 1: 64
-    assert f"{cache_shape} x{2 * lm.spec.layers})" in summary, "equal input shapes are written once with their count"
+    assert f"{cache_shape} x{2 * lm.spec.layers}:" in summary, "equal input shapes are written once with their count"
     assert cache_capacity == lm._start(ids, np.ones(ids.shape, bool), NEW)[0].capacity
     named = CausalLM(model, "cpu:0", options={"runtime": "numpy"})
     named.generate(ids, max_new_tokens=2)
