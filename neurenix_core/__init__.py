@@ -20,10 +20,8 @@ from neurenix_core.errors import *  # the hierarchy is part of the public API
 from neurenix_core.errors import __all__ as _errors_all
 from neurenix_core.kwargs import strict_kwargs as _strict_kwargs
 from neurenix_core.plugins import state as _state
-from neurenix_core.plugins.backend import ArrayNamespaceBackend, Backend, CompiledModel
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import NEURENIX_API_VERSION, Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
-from neurenix_core.plugins.memory import MemoryStats
 from neurenix_core.plugins.records import Status
 from neurenix_core.plugins.state import default_device, device, set_default_device
 from neurenix_core.tensor.dtypes import (
@@ -87,7 +85,11 @@ if TYPE_CHECKING:
     from neurenix_core.generation.generate import generate as generate
     from neurenix_core.graph import quantization as quantization
     from neurenix_core.graph.compile.compiler import compile as compile
+    from neurenix_core.plugins.backend import ArrayNamespaceBackend as ArrayNamespaceBackend
+    from neurenix_core.plugins.backend import Backend as Backend
+    from neurenix_core.plugins.backend import CompiledModel as CompiledModel
     from neurenix_core.plugins.backend_info import BackendInfo as BackendInfo
+    from neurenix_core.plugins.memory import MemoryStats as MemoryStats
     from neurenix_core.tensor import fft as fft
     from neurenix_core.tensor import linalg as linalg
     from neurenix_core.tensor._generated_ops import *
@@ -235,12 +237,18 @@ _LAZY_ATTRIBUTES = {
         "neurenix_core.tensor.fallback",
     ),
     **dict.fromkeys(_ops_names(), "neurenix_core.tensor.ops"),
+    # The backend base classes (a plugin's factory subclasses them) and memory statistics: loaded
+    # when the first backend starts (``import neurenix_core`` does not start one).
+    **dict.fromkeys(("Backend", "ArrayNamespaceBackend", "CompiledModel"), "neurenix_core.plugins.backend"),
+    "MemoryStats": "neurenix_core.plugins.memory",
 }
 
 
 def __dir__() -> list[str]:
-    # The tensor layer's names were bound at import before they loaded on first use: still listed.
-    return sorted({*globals(), *(name for name, module in _LAZY_ATTRIBUTES.items() if module.startswith("neurenix_core.tensor."))})
+    # The names bound at import before they loaded on first use (the tensor layer, the backend
+    # classes) are still listed.
+    eager_before = ("neurenix_core.tensor.", "neurenix_core.plugins.backend", "neurenix_core.plugins.memory")
+    return sorted({*globals(), *(name for name, module in _LAZY_ATTRIBUTES.items() if module.startswith(eager_before))})
 
 
 def __getattr__(name: str) -> Any:

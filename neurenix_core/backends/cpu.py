@@ -4,51 +4,18 @@ plugin (``cpu = "neurenix_core.backends.cpu"`` in neurenix-core's metadata)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from neurenix_core.errors import UnsupportedDTypeError
-from neurenix_core.plugins.backend import ArrayNamespaceBackend
 from neurenix_core.plugins.hookspecs import hookimpl
 from neurenix_core.plugins.manifest import Capabilities, Manifest, PriorityBand, ProbeContext, ProbeResult
-from neurenix_core.tensor.dtypes import DTYPE_NAMES, PLAIN_DTYPES
+from neurenix_core.tensor.dtypes import DTYPE_NAMES
+
+if TYPE_CHECKING:
+    from neurenix_core.backends.cpu_backend import CPUBackend
 
 __all__ = ["CPUBackend"]
 
 _VERSION = "0.1.0"
-
-
-class CPUBackend(ArrayNamespaceBackend):
-    """NumPy arrays on the host; one device, ``cpu:0``. Native storage is ``numpy.ndarray``."""
-
-    def __init__(self) -> None:
-        super().__init__(np, device_type="cpu", device_count=1)
-        from neurenix_core.backends.cpu_nn import OPS as NN_OPS
-
-        # The nn.* extension ops (CONTRIBUTING.md); also the host fallback of every other backend.
-        self.ops.update(NN_OPS)
-
-    def _native_device(self, index: int) -> Any:
-        return "cpu"
-
-    def _from_host(self, array: np.ndarray, index: int) -> Any:
-        # Our own copy: later writes to the caller's array must not change the tensor.
-        return np.array(array, copy=True)
-
-    def _native_dtype(self, dtype: np.dtype[Any]) -> Any:
-        # The common dtypes by identity-backed set lookup first: str(dtype) costs about a
-        # microsecond, and nx.astype asks on every call (benchmarks/dispatch.py).
-        if dtype in PLAIN_DTYPES:
-            return dtype
-        if str(dtype) not in DTYPE_NAMES:
-            raise UnsupportedDTypeError(f"cpu:0 (backend cpu) does not support dtype {dtype}")
-        return dtype
-
-    def device_info(self, index: int) -> dict[str, Any]:
-        info = super().device_info(index)
-        info.update({"name": "host CPU (NumPy)", "numpy": np.__version__, "cpu_count": os.cpu_count()})
-        return info
 
 
 @hookimpl
@@ -83,4 +50,16 @@ def neurenix_probe(context: ProbeContext) -> ProbeResult:
 
 @hookimpl
 def neurenix_backend(manifest: Manifest, probe: ProbeResult) -> CPUBackend:
+    from neurenix_core.backends.cpu_backend import CPUBackend
+
     return CPUBackend()
+
+
+def __getattr__(name: str) -> Any:
+    # ``from neurenix_core.backends.cpu import CPUBackend``: the class lives in cpu_backend.py,
+    # loaded when the backend starts rather than at discovery (this module is the entry point).
+    if name == "CPUBackend":
+        from neurenix_core.backends.cpu_backend import CPUBackend
+
+        return CPUBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,6 +20,7 @@ import numpy as np
 from neurenix_core.device import Device, DeviceType
 from neurenix_core.errors import UnsupportedDTypeError
 from neurenix_core.plugins.memory import DeviceMemory, MemoryTracker
+from neurenix_core.plugins.opnames import ARRAY_API_FUNCTIONS  # defined there: read at import without this module
 
 if TYPE_CHECKING:
     from neurenix_core.plugins.manifest import Manifest, ProbeResult
@@ -263,32 +264,6 @@ class CompiledModel:
         """
         return None
 
-
-# Function names of the array API standard (2024.12) that a namespace maps one to one.
-ARRAY_API_FUNCTIONS: tuple[str, ...] = (
-    # elementwise
-    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
-    "bitwise_left_shift", "bitwise_invert", "bitwise_or", "bitwise_right_shift", "bitwise_xor",
-    "ceil", "clip", "conj", "copysign", "cos", "cosh", "divide", "equal", "exp", "expm1", "floor",
-    "floor_divide", "greater", "greater_equal", "hypot", "imag", "isfinite", "isinf", "isnan",
-    "less", "less_equal", "log", "log1p", "log2", "log10", "logaddexp", "logical_and",
-    "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
-    "nextafter", "not_equal", "positive", "pow", "real", "reciprocal", "remainder", "round",
-    "sign", "signbit", "sin", "sinh", "square", "sqrt", "subtract", "tan", "tanh", "trunc",
-    # linear algebra
-    "matmul", "matrix_transpose", "tensordot", "vecdot",
-    # manipulation
-    "broadcast_arrays", "broadcast_to", "concat", "expand_dims", "flip", "moveaxis", "permute_dims",
-    "repeat", "reshape", "roll", "squeeze", "stack", "tile", "unstack",
-    # searching, sorting, sets, statistics, utilities
-    "argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where", "argsort", "sort",
-    "unique_all", "unique_counts", "unique_inverse", "unique_values", "cumulative_prod",
-    "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var", "all", "any", "diff",
-    "astype", "take", "take_along_axis",
-    # creation (called with device=)
-    "arange", "asarray", "empty", "empty_like", "eye", "full", "full_like", "linspace",
-    "meshgrid", "ones", "ones_like", "tril", "triu", "zeros", "zeros_like", "from_dlpack",
-)
 
 LINALG_FUNCTIONS: tuple[str, ...] = (
     "cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",

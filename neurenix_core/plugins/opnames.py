@@ -1,4 +1,5 @@
-"""The portable opset's names and attributes, as data that costs nothing to import.
+"""The portable opset's names and attributes, and the array API's function names, as data that
+costs nothing to import.
 
 The portable opset is the 83 ops of release 0.2 that every whole-model plugin lowers; the opset
 (``opset.OPSET``) has grown since to ONNX's default domain, and ops beyond the portable ones run
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["OPSET_NAMES", "PORTABLE_ATTRS"]
+__all__ = ["ARRAY_API_FUNCTIONS", "OPSET_NAMES", "PORTABLE_ATTRS"]
 
 #: The portable ops, sorted.
 OPSET_NAMES: Final[tuple[str, ...]] = (
@@ -55,3 +56,31 @@ PORTABLE_ATTRS: Final[dict[str, tuple[str, ...]]] = {
     "slice": ('starts', 'ends', 'axes', 'steps'), "softmax": ('axis',), "split": ('axis', 'sizes', 'index'), "sqrt": (),
     "squeeze": ('axes',), "sub": (), "tanh": (), "transpose": ('perm',), "unsqueeze": ('axes',), "where": (),
 }
+
+#: Function names of the array API standard (2024.12) that a namespace maps one to one (the op
+#: tables of ``plugins.backend``). Here rather than there: ``nx.__all__`` lists the array API
+#: functions at import (``tensor/op_names.py``) without loading the backend base classes.
+ARRAY_API_FUNCTIONS: tuple[str, ...] = (
+    # elementwise
+    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
+    "bitwise_left_shift", "bitwise_invert", "bitwise_or", "bitwise_right_shift", "bitwise_xor",
+    "ceil", "clip", "conj", "copysign", "cos", "cosh", "divide", "equal", "exp", "expm1", "floor",
+    "floor_divide", "greater", "greater_equal", "hypot", "imag", "isfinite", "isinf", "isnan",
+    "less", "less_equal", "log", "log1p", "log2", "log10", "logaddexp", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
+    "nextafter", "not_equal", "positive", "pow", "real", "reciprocal", "remainder", "round",
+    "sign", "signbit", "sin", "sinh", "square", "sqrt", "subtract", "tan", "tanh", "trunc",
+    # linear algebra
+    "matmul", "matrix_transpose", "tensordot", "vecdot",
+    # manipulation
+    "broadcast_arrays", "broadcast_to", "concat", "expand_dims", "flip", "moveaxis", "permute_dims",
+    "repeat", "reshape", "roll", "squeeze", "stack", "tile", "unstack",
+    # searching, sorting, sets, statistics, utilities
+    "argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where", "argsort", "sort",
+    "unique_all", "unique_counts", "unique_inverse", "unique_values", "cumulative_prod",
+    "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var", "all", "any", "diff",
+    "astype", "take", "take_along_axis",
+    # creation (called with device=)
+    "arange", "asarray", "empty", "empty_like", "eye", "full", "full_like", "linspace",
+    "meshgrid", "ones", "ones_like", "tril", "triu", "zeros", "zeros_like", "from_dlpack",
+)

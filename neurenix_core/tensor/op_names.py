@@ -2,15 +2,15 @@
 
 ``import neurenix_core`` loads the tensor layer on first use, yet ``nx.__all__`` (and so the
 ``import neurenix`` facade) lists every array API function: their names come from the table of
-``ARRAY_API_FUNCTIONS``, already loaded by discovery. tests/architecture/test_import_cost.py checks
-that this list is ops' ``__all__``.
+``ARRAY_API_FUNCTIONS`` (``plugins/opnames.py``, data). tests/architecture/test_import_cost.py
+checks that this list is ops' ``__all__``.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from neurenix_core.plugins.backend import ARRAY_API_FUNCTIONS
+from neurenix_core.plugins.opnames import ARRAY_API_FUNCTIONS
 
 __all__ = ["SPECIAL", "WRITTEN_OUT", "ops_names"]
 

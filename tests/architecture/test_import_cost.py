@@ -47,6 +47,9 @@ NEVER = (
     "neurenix_core.tensor.fallback",
     "neurenix_core.tensor.host_run",
     "neurenix_core.autograd.engine",
+    "neurenix_core.plugins.backend",  # the backend base classes load when the first backend starts
+    "neurenix_core.plugins.memory",
+    "neurenix_core.backends.cpu_backend",
     "torch",
     "jax",
     "openvino",
@@ -90,6 +93,18 @@ def test_lazily_resolved_names_work() -> None:
         " nx.BackendInfo.__name__, sorted({'nn', 'no_grad', 'hookimpl', 'Tensor'} - set(dir(nx)))]))"
     )
     assert _json_of(code) == [[], True, True, "neurenix_core.nn.layers", "BackendInfo", []]
+
+
+def test_the_cpu_backend_class_loads_when_the_backend_starts() -> None:
+    code = (
+        "import sys, json, neurenix_core as nx\n"
+        "before = 'neurenix_core.backends.cpu_backend' in sys.modules\n"
+        "from neurenix_core.backends.cpu import CPUBackend\n"
+        "from neurenix_core.contract import CPUBackend as from_contract\n"
+        "print(json.dumps([before, type(nx.backend('cpu')) is CPUBackend is from_contract, issubclass(CPUBackend, nx.ArrayNamespaceBackend),"
+        " nx.MemoryStats.__name__, sorted({'Backend', 'CompiledModel', 'MemoryStats'} - set(dir(nx)))]))"
+    )
+    assert _json_of(code) == [False, True, True, "MemoryStats", []]
 
 
 def test_the_namespace_lists_the_tensor_layer_before_loading_it() -> None:
