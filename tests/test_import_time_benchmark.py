@@ -26,6 +26,8 @@ def test_import_time_benchmark_runs(tmp_path: Path, module: str) -> None:
     assert result["numpy_median_ms"] > 0 and result["neurenix_median_ms"] > 0
     assert result["ratio"] == round(result["neurenix_median_ms"] / result["numpy_median_ms"], 3)
     assert result["neurenix_own_ms"] == round(result["neurenix_median_ms"] - result["numpy_median_ms"], 2)
+    assert result["numpy_in_process_median_ms"] > 0 and result["in_process_ratio"] > 1
     assert result["heavy_modules_imported"] == []
     assert ["cpu", "selected"] in result["backends_discovered"]
     assert f"import numpy; import {module} as nx; nx.default_device()" in proc.stdout and "goal <= 1.3x" in proc.stdout and "neurenix's own:" in proc.stdout
+    assert "in the same processes: numpy" in proc.stdout
