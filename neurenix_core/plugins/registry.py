@@ -1,7 +1,8 @@
 """Discovery, isolation, ranking and selection of backend plugins.
 
 entry points -> reserved names -> quarantine -> import -> register (pluggy validates
-signatures) -> manifest -> api check -> probe (bounded) -> ranking. Every step is wrapped: a
+signatures; plain hook functions it would accept register without it, hooktable.py) -> manifest ->
+api check -> probe (bounded) -> ranking. Every step is wrapped: a
 failing plugin becomes a record with its phase and cause, never an exception out of
 ``import neurenix_core`` (unless strict mode). Third-party code that kills the process instead of
 raising is caught by the crash journal (journal.py) on the next import; text a plugin hands over is
