@@ -86,7 +86,7 @@ def plain_hooks(namespace: types.SimpleNamespace, project: str) -> dict[str, Pla
     specs = _read_specs()[1]
     found: dict[str, PlainImpl] = {}
     for attr, value in vars(namespace).items():
-        if attr.startswith("__"):  # the registry's manager skips dunder names (registry._PluginManager)
+        if attr.startswith("__"):  # the manager skips dunder names (plugin_manager below)
             continue
         hook = _plain_hook(attr, value, project, specs)
         if hook is None or hook[0] in found:
