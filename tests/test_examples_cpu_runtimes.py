@@ -16,10 +16,10 @@ def test_cpu_runtimes_example_runs(tmp_path: Path) -> None:
                           env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "auto: ((8, 3, 32, 32),): " in out and "; runtime " in out, out
+    assert "auto: input (8, 3, 32, 32): " in out and "; runtime " in out, out
     errors = [float(e) for e in re.findall(r"max relative error(?: vs float64:)? ([0-9.e+-]+)", out)]
     named = re.findall(r"runtime='(\w+)'", out)
     assert "numpy" in named and len(errors) == len(named) + 1 and max(errors) < 1e-5, out
-    assert "small model: ((1, 16),): " in out and "; runtime " in out, out
+    assert "small model: input (1, 16): " in out and "; runtime " in out, out
     small = re.search(r"on the interpreter; max abs error vs float64 ([0-9.e+-]+)", out)
     assert small is not None and float(small.group(1)) < 1e-5, out
