@@ -65,20 +65,6 @@ print(json.dumps({{
 """
 
 
-def cpu_name() -> str:
-    """The CPU's model name, as /proc/cpuinfo gives it (Linux), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:  # not Linux: platform's answer below
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def sample(code: str, env: dict[str, str], cwd: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=cwd)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -182,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         if not found.startswith(os.path.abspath(args.compare)):
             parser.error(f"--compare {args.compare}: neurenix_core was imported from {found}")
     sample(NUMPY_SNIPPET, env, cwd), sample(nx_code, env, cwd)  # warm the page cache and .pyc files
-    result = {"runs": args.runs, "module": args.module, "env": args.env, "compare": args.compare, "cpu": cpu_name(),
+    from neurenix_core.benchkit import cpu_model  # in this process only: the timed imports run in children
+
+    result = {"runs": args.runs, "module": args.module, "env": args.env, "compare": args.compare, "cpu": cpu_model(),
               "python": sys.version.split()[0], **measure(args.runs, args.module, env, other, cwd)}
     report(result, args.module, args.compare)
     if args.json:

@@ -40,9 +40,8 @@ echo "main job: first run $((ms1 / 1000)) s (install, doctor, quickstart), .venv
 
 status=0
 unwanted=(pytest mypy ruff ray neurenix-onnxruntime transformers)
-has_nvidia=0
-if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then has_nvidia=1; fi
-[ "$has_nvidia" = 1 ] || unwanted+=(torch)
+# Where setup.sh found no NVIDIA driver it said so and left cuda-tc out: then torch must be absent too.
+if grep -q '^setup: not installing neurenix-cuda-tc' "$work/run1.log"; then unwanted+=(torch neurenix-cuda-tc); fi
 installed=$(.venv/bin/python -m pip list --format=freeze --disable-pip-version-check 2>/dev/null | cut -d= -f1 | tr 'A-Z_' 'a-z-')
 for dist in "${unwanted[@]}"; do
   if grep -qx "$dist" <<<"$installed"; then

@@ -26,8 +26,11 @@ fi
 # An NVIDIA driver: the library the cuda-tc plugin's probe loads (ldconfig's cache or the usual folders).
 has_nvidia_driver() {
   { command -v ldconfig >/dev/null && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; } && return 0
-  compgen -G "/usr/lib/x86_64-linux-gnu/libcuda.so.1" >/dev/null || compgen -G "/usr/lib64/libcuda.so.1" >/dev/null \
-    || compgen -G "/usr/lib/aarch64-linux-gnu/libcuda.so.1" >/dev/null
+  local dir
+  for dir in /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64; do
+    [ -e "$dir/libcuda.so.1" ] && return 0
+  done
+  return 1
 }
 
 pkgs=()

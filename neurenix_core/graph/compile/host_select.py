@@ -48,9 +48,9 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -59,6 +59,9 @@ from neurenix_core.errors import BackendUnavailableError, ConfigurationError, Ne
 from neurenix_core.graph.ir import Graph, QuantizationPlan
 from neurenix_core.graph.ir.host import HostModel, HostOptions, HostRuntime
 from neurenix_core.graph.quantization.weights import scheme_of
+
+if TYPE_CHECKING:
+    from neurenix_core.plugins.registry import PluginRecord
 
 __all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "small_model", "weight_runtimes"]
 
@@ -160,17 +163,14 @@ def light_host_runtimes(flops: int) -> dict[str, HostRuntime | str]:
     is reported with why (its name maps to the reason)."""
     if flops >= HEAVY_FLOOR:
         return host_runtimes()
-    from neurenix_core.plugins.state import registry
-
     with _lock:
         started = dict(_runtimes) if _runtimes is not None else {k: v for k, v in _started.items() if v != ""}
     found: dict[str, HostRuntime | str] = {}
-    for rec in registry().records:
-        caps = rec.manifest.capabilities if rec.manifest is not None else None
-        name = caps.host_runtime if caps is not None else None
-        if caps is None or name is None or name in found or rec.failure is not None or rec.denied is not None:
+    for rec, name in _offering():
+        if name in found:
             continue
-        start = caps.host_runtime_start_s or 0.0
+        assert rec.manifest is not None  # _offering yields loaded plugins only
+        start = rec.manifest.capabilities.host_runtime_start_s or 0.0
         if name in started or start < HEAVY_START_S:
             found.update(host_runtime_named(name))
         else:
@@ -180,6 +180,17 @@ def light_host_runtimes(flops: int) -> dict[str, HostRuntime | str]:
     return found
 
 
+def _offering() -> Iterator[tuple[PluginRecord, str]]:
+    """Each loaded plugin that offers a host runtime (``Capabilities.host_runtime``), with the
+    runtime's name: not failed, not denied."""
+    from neurenix_core.plugins.state import registry
+
+    for rec in registry().records:
+        name = rec.manifest.capabilities.host_runtime if rec.manifest is not None else None
+        if name is not None and rec.failure is None and rec.denied is None:
+            yield rec, name
+
+
 def _discover(only: str | None = None) -> dict[str, HostRuntime | str]:
     from neurenix_core.plugins.state import registry
 
@@ -187,9 +198,8 @@ def _discover(only: str | None = None) -> dict[str, HostRuntime | str]:
     found: dict[str, HostRuntime | str] = {}
     if only is None and _started:  # runtimes started one by one are not started twice
         found.update({k: v for k, v in _started.items() if v != ""})
-    for rec in reg.records:
-        name = rec.manifest.capabilities.host_runtime if rec.manifest is not None else None
-        if name is None or rec.failure is not None or rec.denied is not None or name in found or (only is not None and name != only):
+    for rec, name in _offering():
+        if name in found or (only is not None and name != only):
             continue
         if not reg.implements(rec, "neurenix_host_runtime"):
             found[name] = f"plugin {rec.name} declares host_runtime={name!r} but does not implement neurenix_host_runtime"
@@ -353,11 +363,10 @@ def _inputs(graph: Graph) -> list[np.ndarray]:
 
 
 def _turn(run: Callable[..., Any], inputs: Sequence[np.ndarray], budget_s: float = _BUDGET_S) -> float:
-    """One timed turn: the median of at least 3 calls lasting _TURN_S together, within the
-    budget (a runtime whose calls vary is judged by its
-    typical call, not by a lucky one: a fastest-call rule chose LiteRT for an int8 ResNet-18
-    that OpenVINO ran 1.3-1.6x faster over many calls), after a pause that lets the previous
-    runtime's worker threads go idle."""
+    """One timed turn, after a pause that lets the previous runtime's worker threads go idle: the
+    median of at least 3 calls lasting _TURN_S together, within ``budget_s`` (a runtime whose
+    calls vary is judged by its typical call, not by a lucky one: a fastest-call rule chose
+    LiteRT for an int8 ResNet-18 that OpenVINO ran 1.3-1.6x faster over many calls)."""
     time.sleep(_SETTLE_S)
     times = []
     calls = _CALLS if budget_s <= _BUDGET_S else 4 * _CALLS
@@ -592,14 +601,7 @@ def _installed_runtimes() -> list[list[Any]]:
     framework changes the key without the framework being imported (read once per process)."""
     global _installed
     if _installed is None:
-        from neurenix_core.plugins.state import registry
-
-        found = []
-        for rec in registry().records:
-            name = rec.manifest.capabilities.host_runtime if rec.manifest is not None else None
-            if name is not None and rec.failure is None and rec.denied is None:
-                found.append([name, rec.name, str(rec.version), _requirement_versions(rec.distribution)])
-        _installed = sorted(found)
+        _installed = sorted([name, rec.name, str(rec.version), _requirement_versions(rec.distribution)] for rec, name in _offering())
     return _installed
 
 

@@ -40,7 +40,7 @@ from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, differs_at_example, fixed_axes, plan_axes, warn_fixed
 from neurenix_core.graph.importers.torch_backward import HANDLERS as _GRADIENT_HANDLERS
 from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
-from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value
+from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value, unbatched
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.ir.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
@@ -651,14 +651,11 @@ HANDLERS: dict[str, Handler] = {
 HANDLERS.update(_MORE_HANDLERS)  # the wider ATen coverage (torch_ops), replacing entries of the same name
 
 
-def _unbatched(handler: Handler) -> Handler:
-    """A convolution of an unbatched input (C, *S), which torch takes beside (N, C, *S): the
-    batch axis added for the conv and removed from its result, as torch does inside."""
+def _accepts_unbatched(handler: Handler) -> Handler:
+    """A convolution handler that also takes an unbatched input (C, *S): one rank below its weight."""
     def run(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Any:
         if isinstance(a[1], (Value, Const)) and len(c.b.spec(a[0]).shape) == len(c.b.spec(a[1]).shape) - 1:
-            batched = c.b.emit(c.name(n) + ".batch", "unsqueeze", [a[0]], {"axes": (0,)})
-            out = handler(c, n, [batched, *a[1:]], k)
-            return c.b.emit(c.name(n) + ".unbatch", "squeeze", [out], {"axes": (0,)})
+            return unbatched(c, n, a[0], lambda x: handler(c, n, [x, *a[1:]], k))
         return handler(c, n, a, k)
 
     return run
@@ -666,7 +663,7 @@ def _unbatched(handler: Handler) -> Handler:
 
 for _name in ("conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
     if _name in HANDLERS:
-        HANDLERS[_name] = _unbatched(HANDLERS[_name])
+        HANDLERS[_name] = _accepts_unbatched(HANDLERS[_name])
 HANDLERS.update(_GRADIENT_HANDLERS)  # the gradient ops AOTAutograd's backward graphs keep (torch.compile training)
 _SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 

@@ -26,7 +26,7 @@ import numpy as np
 from neurenix_core.graph.importers.builder import Const, Value
 from neurenix_core.graph.ir.symbolic import NotSymbolicError, SymDim
 
-__all__ = ["HANDLERS", "Unavailable", "batch_norm_nd", "conv_nd", "conv_transpose_nd", "size_value"]
+__all__ = ["HANDLERS", "Unavailable", "batch_norm_nd", "conv_nd", "conv_transpose_nd", "size_value", "unbatched"]
 
 Handler = Callable[[Any, Any, list[Any], dict[str, Any]], Any]
 _BIG: Final = 2**62
@@ -869,7 +869,7 @@ def _pool_nd(kind: str, nd: int, indices: bool = False) -> Handler:
         x = a[0]
         rank = _rank(c, x)
         if rank == nd + 1:  # unbatched input: a batch of one
-            return _unbatched(c, n, x, lambda v: run(c, n, [v] + list(a[1:]), k), indices)
+            return unbatched(c, n, x, lambda v: run(c, n, [v] + list(a[1:]), k))
         kernel = _tuple(a[1], nd, 1)
         stride = _tuple(_arg(a, k, 2, "stride", []), nd, 1) if _arg(a, k, 2, "stride", []) else kernel
         padding = _tuple(_arg(a, k, 3, "padding", 0), nd, 0)
@@ -902,7 +902,9 @@ def _plane_indices(c: Any, n: Any, x: Value, attrs: dict[str, Any]) -> Value:
     return _emit(c, n, "indices", "mod", [flat, Const(np.asarray(plane, np.int64))], {"fmod": False})
 
 
-def _unbatched(c: Any, n: Any, x: Value, body: Callable[[Value], Any], indices: bool) -> Any:
+def unbatched(c: Any, n: Any, x: Value, body: Callable[[Value], Any]) -> Any:
+    """``body`` of an unbatched input (C, *S), which torch takes beside (N, C, *S): a batch axis
+    of one added for it and removed from each of its results, as torch does inside."""
     lifted = _emit(c, n, "batch", "unsqueeze", [x], {"axes": (0,)})
     out = body(lifted)
     outs = out if isinstance(out, list) else [out]
@@ -928,7 +930,7 @@ def _adaptive(kind: str, nd: int) -> Handler:
             kernel = [d // s for d, s in zip(spatial, sizes)]
             return _pool_nd("max", nd, True)(c, n, [x, kernel, kernel, 0, 1, False], {})
         if rank == nd + 1:
-            out = _unbatched(c, n, x, lambda v: _adaptive_body(c, n, v, op, nd, sizes, (1,) + tuple(shape)), False)
+            out = unbatched(c, n, x, lambda v: _adaptive_body(c, n, v, op, nd, sizes, (1,) + tuple(shape)))
         elif rank == nd + 2:
             out = _adaptive_body(c, n, x, op, nd, sizes, shape)
         else:
