@@ -39,8 +39,12 @@ from neurenix_core.errors import UnsupportedOperationError
 from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, differs_at_example, fixed_axes, plan_axes, warn_fixed
 from neurenix_core.graph.importers.torch_backward import HANDLERS as _GRADIENT_HANDLERS
+from neurenix_core.graph.importers.torch_fft import HANDLERS as _FFT_HANDLERS
+from neurenix_core.graph.importers.torch_linalg import HANDLERS as _LINALG_HANDLERS
 from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
 from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value, unbatched
+from neurenix_core.graph.importers.torch_reductions import HANDLERS as _REDUCTION_HANDLERS
+from neurenix_core.graph.importers.torch_special import HANDLERS as _SPECIAL_HANDLERS
 from neurenix_core.graph.ir import Graph
 from neurenix_core.graph.ir.symbolic import ARANGE_CAP, NotSymbolicError, SymDim, is_symbolic, variable
 
@@ -649,6 +653,9 @@ HANDLERS: dict[str, Handler] = {
     "dropout": _identity, "feature_dropout": _identity,
 }
 HANDLERS.update(_MORE_HANDLERS)  # the wider ATen coverage (torch_ops), replacing entries of the same name
+# torch.special, torch.linalg, order statistics / scans / scatter reductions, and torch.fft: one module each
+for _family in (_SPECIAL_HANDLERS, _LINALG_HANDLERS, _REDUCTION_HANDLERS, _FFT_HANDLERS):
+    HANDLERS.update(_family)
 
 
 def _accepts_unbatched(handler: Handler) -> Handler:
