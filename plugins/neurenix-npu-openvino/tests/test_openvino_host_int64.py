@@ -1,5 +1,6 @@
 """OpenVINO as cpu:0's host runtime holds 64-bit integers as 32-bit ones: it must not take a graph
-whose int64 values are more than indices, or the answer is silently wrong beyond 2**31."""
+whose int64 values are more than indices, or the answer is silently wrong beyond 2**31. An int64
+input read as data by a layer with a non-int64 result is taken, and checked to fit 32 bits on every call."""
 
 from __future__ import annotations
 
@@ -47,3 +48,35 @@ def test_int64_indices_are_taken() -> None:
     compiled = nx.compile(graph, device="cpu", runtime="openvino")
     np.testing.assert_array_equal(compiled(ids).numpy(), run_graph(graph, ids))
     assert "runtime openvino" in compiled.summary
+
+
+def _mask_to_float() -> Graph:
+    """BERT's use of its attention mask: an int64 input read as data, by a cast whose result is float."""
+    return Graph((TensorSpec("mask", (2, 4), "int64"),), (Node("c", "cast", ("mask",), "m", {"to": "float32"}),), ("m",))
+
+
+def test_an_int64_input_read_as_data_is_taken_and_checked_on_every_call() -> None:
+    from neurenix_core.errors import OperationError
+
+    compiled = nx.compile(_mask_to_float(), device="cpu", runtime="openvino")
+    mask = np.array([[1, 1, 0, 0], [1, 1, 1, -(2**31)]], np.int64)
+    np.testing.assert_array_equal(compiled(mask).numpy(), mask.astype(np.float32))
+    assert "runtime openvino" in compiled.summary
+    with pytest.raises(OperationError, match=r"input 0 holds 4294967296, beyond 2\*\*31; compile with runtime='onnxruntime'"):
+        compiled(np.full((2, 4), 2**32, np.int64))
+    with pytest.raises(OperationError, match=r"holds -2147483649"):
+        compiled(np.full((2, 4), -(2**31) - 1, np.int64))
+
+
+def test_an_int64_constant_read_as_data_is_taken_only_when_it_fits() -> None:
+    from neurenix_npu_openvino.host import OpenVINOHostRuntime
+
+    def graph(value: int) -> Graph:
+        return Graph((TensorSpec("x", (2,), "float32"),),
+                     (Node("k", "constant", (), "k", {}, {"value": np.array([value, 1], np.int64)}),
+                      Node("c", "cast", ("k",), "kf", {"to": "float32"}), Node("a", "add", ("x", "kf"), "y")), ("y",))
+
+    runtime = OpenVINOHostRuntime(("float32", "int64", "bool"))
+    assert runtime.covers(graph(7)) is None
+    assert runtime.covers(graph(2**40)) == ("openvino holds 64-bit integers as 32-bit ones: layer 'c' (cast) reads int64 'k' as data, "
+                                            "which would be wrong beyond 2**31")

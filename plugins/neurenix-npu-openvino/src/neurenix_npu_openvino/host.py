@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime
-from neurenix_core.errors import BackendUnavailableError, CompilationError
+from neurenix_core.errors import BackendUnavailableError, CompilationError, OperationError
 
 __all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
 
@@ -31,10 +31,11 @@ __all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
 class OpenVINOHostModel(HostModel):
     """One compiled model on OpenVINO's CPU device with one infer request (calls are serialized)."""
 
-    def __init__(self, compiled: Any, tensor: Any, threads: int | None) -> None:
+    def __init__(self, compiled: Any, tensor: Any, threads: int | None, guarded: tuple[int, ...] = ()) -> None:
         from neurenix_npu_openvino.compiled import _native_infer
 
         self.compiled = compiled
+        self._guarded = guarded  # int64 inputs read as data: checked to fit 32 bits on every call
         self._request = compiled.create_infer_request()
         self._infer = _native_infer(self._request)
         self._tensor = tensor
@@ -46,6 +47,8 @@ class OpenVINOHostModel(HostModel):
         self.summary = f"OpenVINO {compiled.get_property('EXECUTION_DEVICES')[0]} on cpu:0, INFERENCE_PRECISION_HINT={hint}, {self.threads or 'default'} thread(s)"
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        for i in self._guarded:
+            _check_fits_int32(inputs[i], i)
         request = self._request
         with self._lock:
             # Inputs wrapped without a copy; outputs copied, since the request reuses its buffers.
@@ -55,6 +58,8 @@ class OpenVINOHostModel(HostModel):
     def call_one(self, x: np.ndarray) -> np.ndarray:
         # __call__ for one input and one output, without its dict comprehension and tuple
         # generator: about 0.8 µs of a 12 µs call on a small model (benchmarks/cpu.py, mlp_small).
+        if self._guarded:
+            _check_fits_int32(x, 0)
         request = self._request
         with self._lock:
             self._infer(request, {0: self._tensor(np.ascontiguousarray(x), shared_memory=True)}, True, False)
@@ -90,7 +95,7 @@ class OpenVINOHostRuntime(HostRuntime):
 
     def covers(self, graph: Graph) -> str | None:
         why = super().covers(graph)
-        return why if why is not None else _int64_beyond_indices(graph)
+        return why if why is not None else _int64_use(graph)[0]
 
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
         from neurenix_npu_openvino.compile_cache import host_compile_cached
@@ -121,7 +126,7 @@ class OpenVINOHostRuntime(HostRuntime):
                 raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
 
         result = host_compile_cached(self.core, self.version, graph, props, build, plan)  # a later process imports the compiled blob
-        model = OpenVINOHostModel(result.value, self.ov.Tensor, options.threads)
+        model = OpenVINOHostModel(result.value, self.ov.Tensor, options.threads, _int64_use(graph)[1])
         if plan is not None:
             # The low-precision pass may leave a layer in f32 (a pattern it does not fold): the
             # count read back from the runtime graph says so rather than claiming int8 throughout.
@@ -137,26 +142,55 @@ class OpenVINOHostRuntime(HostRuntime):
 _INDEX_OPERANDS: Final = {"embedding": (0,), "gather": (1,), "scatter_elements": (1,)}
 
 
-def _int64_beyond_indices(graph: Graph) -> str | None:
-    """Why OpenVINO's CPU device must not run ``graph``: it holds 64-bit integers as 32-bit ones,
-    so int64 arithmetic, data or results beyond 2**31 come back silently wrong ((2**62 + 1) // 3
-    gave 0). Graphs whose int64 values are only indices (BERT's token ids, a gather's index) are
-    taken; the compile-time check feeds integer inputs as zeros and could not catch the rest."""
+#: The values an int64 input read as data may hold: OpenVINO's CPU device holds it as int32.
+_INT32_RANGE: Final = (-(2**31), 2**31 - 1)
+
+
+def _check_fits_int32(x: np.ndarray, position: int) -> None:
+    """Refuse a call whose int64 input (read as data, not as an index) leaves 32 bits: OpenVINO
+    would compute with the truncated value and return a wrong answer without a word."""
+    if x.dtype == np.int64 and x.size and (int(x.min()) < _INT32_RANGE[0] or int(x.max()) > _INT32_RANGE[1]):
+        bad = int(x.max()) if int(x.max()) > _INT32_RANGE[1] else int(x.min())
+        raise OperationError(f"cpu:0's openvino runtime holds 64-bit integers as 32-bit ones: input {position} holds {bad}, "
+                             f"beyond 2**31; compile with runtime='onnxruntime' or runtime='numpy' for such values")
+
+
+def _int64_use(graph: Graph) -> tuple[str | None, tuple[int, ...]]:
+    """(Why OpenVINO's CPU device must not run ``graph``, the graph inputs each call must check).
+
+    The device holds 64-bit integers as 32-bit ones, so int64 arithmetic and results beyond 2**31
+    come back silently wrong ((2**62 + 1) // 3 gave 0): a layer computing int64 values, or an int64
+    result, refuses the graph. An int64 value read only as an index (token ids into an embedding,
+    a gather's index) is exact as int32. An int64 *input* read as data by a layer whose result is
+    not int64 (BERT's attention mask cast to bool) is exact whenever the input fits 32 bits: those
+    inputs are checked on every call (``_check_fits_int32``) instead of refusing the graph, and an
+    int64 constant read as data is taken when its values fit."""
     from neurenix_core.contract import infer_values
 
     specs = infer_values(graph)
     wide = {name for name, spec in specs.items() if str(spec.dtype) == "int64"}
     if not wide:
-        return None
+        return None, ()
+    inputs = {spec.name: k for k, spec in enumerate(graph.inputs)}
+    narrow_constants = {node.output for node in graph.nodes
+                        if node.op == "constant" and node.output in wide and _fits_int32(np.asarray(node.params["value"]))}
+    guarded: set[int] = set()
     for node in graph.nodes:
         if node.output in wide and node.op != "constant":
             return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) computes "
-                    f"{specs[node.output].dtype} values, which would be wrong beyond 2**31")
+                    f"{specs[node.output].dtype} values, which would be wrong beyond 2**31"), ()
         data = [name for k, name in enumerate(node.inputs) if name in wide and k not in _INDEX_OPERANDS.get(node.op, ())]
-        if data:
-            return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) reads "
-                    f"{specs[data[0]].dtype} {data[0]!r} as data, which would be wrong beyond 2**31")
+        for name in data:
+            if name in inputs:
+                guarded.add(inputs[name])
+            elif name not in narrow_constants:
+                return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) reads "
+                        f"{specs[name].dtype} {name!r} as data, which would be wrong beyond 2**31"), ()
     results = [o for o in graph.outputs if o in wide]
     if results:
-        return f"openvino holds 64-bit integers as 32-bit ones: the graph returns {specs[results[0]].dtype} {results[0]!r}"
-    return None
+        return f"openvino holds 64-bit integers as 32-bit ones: the graph returns {specs[results[0]].dtype} {results[0]!r}", ()
+    return None, tuple(sorted(guarded))
+
+
+def _fits_int32(value: np.ndarray) -> bool:
+    return not value.size or (int(value.min()) >= _INT32_RANGE[0] and int(value.max()) <= _INT32_RANGE[1])
