@@ -101,7 +101,18 @@ class _Ctx:
         return Const(np.asarray(v, np.float32 if not other.startswith("float") else np.dtype(other)))
 
     def fail(self, fx_node: Any, why: str) -> UnsupportedOperationError:
-        return self.b.unsupported(self.name(fx_node), _target_name(fx_node.target), why, _REMEDY)
+        return self.b.unsupported(self.name(fx_node), _target_name(fx_node.target) + _module_of(fx_node), why, _REMEDY)
+
+
+def _module_of(fx_node: Any) -> str:
+    """Where in the user's model the node comes from (torch.export's module stack, innermost):
+    ", in encoder.layer.0.attention (BertSelfAttention)"; "" for the top module's own forward."""
+    stack = fx_node.meta.get("nn_module_stack") if hasattr(fx_node, "meta") else None
+    if not stack:
+        return ""
+    path, kind = list(stack.values())[-1]
+    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    return f", in {path} ({kind.rsplit('.', 1)[-1]})" if path else ""
 
 
 def _dtype(torch_dtype: Any) -> str:
