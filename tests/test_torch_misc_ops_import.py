@@ -119,3 +119,65 @@ def test_nextafter_steps_one_float() -> None:
     x = torch.tensor([0.0, 1.0, -0.0, float("nan"), 1.0, 3.4028234e38, -1.0, 2.0, 5.0, float("inf")])
     y = torch.tensor([-1.0, 2.0, 1.0, 0.0, float("nan"), float("inf"), -2.0, 0.0, 5.0, 0.0])
     _check(torch.nextafter, x, y, rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------- nn
+def test_addbmm() -> None:
+    b1, b2 = torch.rand(4, 3, 5), torch.rand(4, 5, 2)
+    _check(torch.addbmm, torch.rand(3, 2), b1, b2)
+    _check(lambda x, p, q: torch.addbmm(x, p, q, beta=0.6, alpha=0.2), torch.rand(2), b1, b2)
+    _check(lambda x, p, q: torch.addbmm(x, p, q, beta=0), torch.full((3, 2), float("nan")), b1, b2)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 1.5, 2.0, float("inf")])
+def test_cdist_every_p(p: float) -> None:
+    x1, x2 = torch.randn(2, 5, 3), torch.randn(2, 6, 3)
+    x1[0, 0, 1] = x2[0, 0, 1]  # a zero difference, which p = 0 does not count
+    _check(lambda a, b: torch.cdist(a, b, p), x1, x2, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist", "use_mm_for_euclid_dist_if_necessary"])
+def test_cdist_compute_modes(mode: str) -> None:
+    _check(lambda a, b: torch.cdist(a, b, compute_mode=mode), torch.randn(30, 4), torch.randn(7, 4), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, float("inf")])
+def test_pdist(p: float) -> None:
+    _check(lambda x: torch.nn.functional.pdist(x, p), torch.randn(5, 3), rtol=1e-4, atol=1e-5)
+    _check(lambda x: torch.nn.functional.pdist(x, p), torch.randn(1, 3))
+
+
+def test_bilinear() -> None:
+    _check(torch.nn.functional.bilinear, torch.randn(2, 3, 3), torch.randn(2, 3, 4), torch.randn(5, 3, 4), torch.randn(5), rtol=1e-4, atol=1e-5)
+    _check(lambda a, b, w: torch.nn.functional.bilinear(a, b, w), torch.randn(3), torch.randn(4), torch.randn(5, 3, 4), rtol=1e-4, atol=1e-5)
+    _check(torch.nn.functional.bilinear, torch.randn(0, 3), torch.randn(0, 4), torch.randn(5, 3, 4), torch.randn(5))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("last", [False, True])
+def test_embedding_bag(mode: str, last: bool) -> None:
+    weight, indices = torch.randn(10, 4), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    offsets = torch.tensor([0, 3, 3, 6] + ([8] if last else []))  # bag 1 is empty
+    _check(lambda w, i, o: torch.nn.functional.embedding_bag(i, w, o, mode=mode, include_last_offset=last), weight, indices, offsets)
+    _check(lambda w, i, o: torch.nn.functional.embedding_bag(i, w, o, mode=mode, padding_idx=4, include_last_offset=last),
+           weight, indices, offsets)
+    if mode == "sum":
+        psw = torch.rand(8)
+        _check(lambda w, i, o, s: torch.nn.functional.embedding_bag(i, w, o, mode=mode, per_sample_weights=s, include_last_offset=last),
+               weight, indices, offsets, psw)
+    _check(lambda w, i: torch.nn.functional.embedding_bag(i, w, mode=mode), weight, indices.reshape(2, 4))
+
+
+@pytest.mark.parametrize("ceil", [False, True])
+def test_avg_pool_divisor_override(ceil: bool) -> None:
+    x = torch.randn(1, 2, 9, 8)
+    _check(lambda v: torch.nn.functional.avg_pool2d(v, 3, 2, 1, ceil_mode=ceil, divisor_override=2), x)
+    _check(lambda v: torch.nn.functional.avg_pool2d(v, (4, 2), (2, 3), (2, 1), ceil, False, -3), x)
+    _check(lambda v: torch.nn.functional.avg_pool3d(v, 2, 2, ceil_mode=ceil, divisor_override=5), torch.randn(2, 3, 5, 5))
+    _check(lambda v: torch.nn.functional.avg_pool2d(v, 2, divisor_override=3), torch.randn(3, 6, 6))
+
+
+def test_layer_norm_with_weight_computed_at_run_time() -> None:
+    x, w, b = torch.randn(2, 3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    _check(lambda v, s, t: torch.nn.functional.layer_norm(v, (3, 4), s * 2, t), x, w, b, rtol=1e-4, atol=1e-5)
+    _check(lambda v, s: torch.nn.functional.layer_norm(v, (4,), None, s[0], 1e-3), x, w, rtol=1e-4, atol=1e-5)

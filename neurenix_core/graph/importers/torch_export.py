@@ -291,9 +291,18 @@ def _layer_norm(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     w, bias = (a[2] if len(a) > 2 else None), (a[3] if len(a) > 3 else None)
     eps = float(a[4]) if len(a) > 4 else 1e-5
     if not all(v is None or isinstance(v, Const) for v in (w, bias)):
-        raise c.fail(n, "has a weight computed at run time")
+        return _layer_norm_inputs(c, n, a[0], tuple(int(d) for d in a[1]), w, bias, eps)
     params = {"weight": None if w is None else w.array, "bias": None if bias is None else bias.array}
     return c.b.emit(c.name(n), "layer_norm", [a[0]], {"normalized_shape": tuple(int(d) for d in a[1]), "eps": eps}, params)
+
+
+def _layer_norm_inputs(c: _Ctx, n: Any, x: Value, normalized: tuple[int, ...], w: Any, bias: Any, eps: float) -> Value:
+    """layer_norm whose weight or bias is computed at run time (a conditioning network's output):
+    the opset's ONNX LayerNormalization, which takes them as inputs (a missing weight is ones)."""
+    dtype = c.b.spec(x).dtype
+    scale = Const(np.ones(normalized, np.float32 if dtype == "bfloat16" else np.dtype(dtype))) if w is None else w
+    inputs = [x, scale] + ([] if bias is None else [bias])
+    return c.b.emit(c.name(n), "layer_normalization", inputs, {"axis": -len(normalized), "epsilon": eps})
 
 
 def _softmax(op: str) -> Handler:
@@ -1039,13 +1048,15 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
     # Python values among the example inputs (use_cache=False, return_dict=True): torch.export
     # baked them into the graph; their placeholders are read by nothing that runs.
     baked = {s.arg.name for s in ep.graph_signature.input_specs if type(s.arg).__name__ == "ConstantArgument"}
+    # Effect tokens order side effects (torch.linalg's error checks, see torch_linalg); they carry no data.
+    tokens = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "TOKEN"}
     inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name not in consts and n.name in user_inputs]
     _input_symbols(c, ep, inputs)
     for n in ep.graph.nodes:
         if n.op == "placeholder":
             if n.name in consts:
                 c.env[n] = Const(consts[n.name])
-            elif n.name in baked:
+            elif n.name in baked or n.name in tokens:
                 c.env[n] = None
             elif n.name in user_inputs:
                 shape, dtype = _example_shape(n), _dtype(n.meta["val"].dtype)
@@ -1057,7 +1068,8 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
             c.env[n] = _call(c, n)
         elif n.op == "output":
             _refuse_mutations(module, ep)
-            outs = [c.env[o] for o in n.args[0]]
+            kinds = [s.kind.name for s in ep.graph_signature.output_specs]
+            outs = [c.env[o] for o, kind in zip(n.args[0], kinds, strict=True) if kind != "TOKEN"]
             missing = [o for o in outs if isinstance(o, Unavailable)]
             if missing:
                 raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is {missing[0].why}, which the "
@@ -1144,7 +1156,7 @@ def _refuse_mutations(module: Any, ep: Any) -> None:
     new values before the outputs, and the Graph, which is functional, would give them as outputs."""
     specs = ep.graph_signature.output_specs
     written = _WRITTEN.get()
-    refused = [s for s in specs if s.kind.name != "USER_OUTPUT" and (written is None or s.kind.name != "USER_INPUT_MUTATION")]
+    refused = [s for s in specs if s.kind.name not in ("USER_OUTPUT", "TOKEN") and (written is None or s.kind.name != "USER_INPUT_MUTATION")]
     if refused:
         what = ", ".join(f"{s.kind.name.lower().replace('_', ' ')} of {s.target}" for s in refused)
         raise UnsupportedOperationError(

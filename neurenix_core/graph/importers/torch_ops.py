@@ -498,6 +498,20 @@ def _baddbmm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _emit(c, n, "", "add", [base, prod])
 
 
+def _addbmm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """beta * input + alpha * (the sum over the batch of batch1[i] @ batch2[i]); beta 0 ignores input."""
+    dtype = _out_dtype(c, n)
+    beta, alpha = _arg(a, k, 3, "beta", 1), _arg(a, k, 4, "alpha", 1)
+    prods = _emit(c, n, "bmm", "matmul", [a[1], a[2]])
+    total = _emit(c, n, "sum" if alpha != 1 or beta != 0 else "", "reduce_sum", [prods], {"axes": (0,), "keepdims": False})
+    if alpha != 1:
+        total = _emit(c, n, "alpha" if beta != 0 else "", "mul", [total, _scalar(alpha, dtype)])
+    if beta == 0:
+        return total
+    base = a[0] if beta == 1 else _emit(c, n, "beta", "mul", [a[0], _scalar(beta, dtype)])
+    return _emit(c, n, "", "add", [base, total])
+
+
 def _minmax(reduce: str, arg: str, binary: str) -> Handler:
     """max/min: of two tensors (max.other), of all (max.default), or along a dim with the index."""
 
@@ -1015,13 +1029,35 @@ def _pool_nd(kind: str, nd: int, indices: bool = False) -> Handler:
             return [values, _result(n, 1, lambda: _plane_indices(c, n, x, attrs))] if indices else values
         ceil, include = bool(_arg(a, k, 4, "ceil_mode", False)), bool(_arg(a, k, 5, "count_include_pad", True))
         if _arg(a, k, 6, "divisor_override") is not None:
-            raise c.fail(n, "uses divisor_override, which the opset's avg_pool does not have")
+            return _sum_pool(c, n, x, kernel, stride, padding, ceil, int(_arg(a, k, 6, "divisor_override")))
         if nd == 2 and not ceil:
             return _emit(c, n, "", "avg_pool2d", [x], {"kernel_size": kernel, "stride": stride, "padding": padding,
                                                        "count_include_pad": include})
         return _emit(c, n, "", "avg_pool", [x], attrs | {"ceil_mode": ceil, "count_include_pad": include})
 
     return run
+
+
+def _sum_pool(c: Any, n: Any, x: Value, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+              ceil: bool, divisor: int) -> Value:
+    """avg_pool with divisor_override: each window's sum over the divisor. The input is padded
+    with zeros (torch's padding, and on the far side as much as ceil_mode's last window needs),
+    so every window is whole: its mean times the kernel's size is its sum."""
+    nd, shape, rank = len(kernel), _input_shape(c, n), _rank(c, x)
+    pads = [(0, 0)] * (rank - nd)
+    for i in range(nd):
+        size = _static(c, n, shape, len(shape) - nd + i, "pools")
+        span = size + 2 * padding[i] - kernel[i]
+        count = (-(-span // stride[i]) if ceil else span // stride[i]) + 1
+        if ceil and (count - 1) * stride[i] >= size + padding[i]:  # torch drops a last window that starts in the padding
+            count -= 1
+        extra = max(0, (count - 1) * stride[i] + kernel[i] - size - 2 * padding[i])
+        pads.append((padding[i], padding[i] + extra))
+    padded = _emit(c, n, "pad", "pad", [x], {"pads": tuple(pads), "mode": "constant", "value": 0.0})
+    mean = _emit(c, n, "mean", "avg_pool", [padded], {"kernel_shape": kernel, "strides": stride, "pads": (0,) * (2 * nd),
+                                                      "ceil_mode": False, "count_include_pad": True})
+    area = int(np.prod(kernel, dtype=np.int64))
+    return _emit(c, n, "", "mul", [mean, _scalar(area / divisor, _dtype(c, x))])
 
 
 def _plane_indices(c: Any, n: Any, x: Value, attrs: dict[str, Any]) -> Value:
@@ -1182,6 +1218,125 @@ def _rms_norm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _emit(c, n, "", "rms_normalization", [x, scale], {"axis": -len(normalized), "epsilon": float(eps)})
 
 
+# ----------------------------------------------------------------------------- distances, bilinear, embedding bags
+def _p_norm(c: Any, n: Any, diff: Value, p: float, axis: int, tag: str) -> Value:
+    """The p-norm of ``diff`` along ``axis`` as torch's distance kernels define it: p = 0 counts
+    the nonzero entries, inf is the largest magnitude, else (sum |d| ** p) ** (1 / p)."""
+    dtype, attrs = _dtype(c, diff), {"axes": (axis,), "keepdims": False}
+    mag = _emit(c, n, f"{tag}.abs", "abs", [diff])
+    if p == 0:
+        nonzero = c.b.cast_to(f"{c.name(n)}.{tag}.nz", _emit(c, n, f"{tag}.ne", "not_equal", [diff, _scalar(0.0, dtype)]), dtype)
+        return _emit(c, n, tag, "reduce_sum", [nonzero], attrs)
+    if math.isinf(p):
+        return _emit(c, n, tag, "reduce_max", [mag], attrs)
+    if p == 1:
+        return _emit(c, n, tag, "reduce_sum", [mag], attrs)
+    if p == 2:
+        return _emit(c, n, tag, "sqrt", [_emit(c, n, f"{tag}.ss", "reduce_sum", [_emit(c, n, f"{tag}.sq", "mul", [mag, mag])], attrs)])
+    powered = _emit(c, n, f"{tag}.pow", "pow", [mag, _scalar(p, dtype)])
+    return _emit(c, n, tag, "pow", [_emit(c, n, f"{tag}.sum", "reduce_sum", [powered], attrs), _scalar(1.0 / p, dtype)])
+
+
+def _cdist(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """_cdist_forward(x1 (*, P, M), x2 (*, R, M), p, compute_mode) -> (*, P, R). p = 2 takes
+    torch's matrix-product form where compute_mode asks for it (1, or None/0 with P or R over
+    25): |a|^2 - 2 a.b + |b|^2 as one matmul of padded rows, clamped at 0; otherwise, and for
+    every other p, the norm of the pairwise differences."""
+    x1, x2, p = a[0], a[1], float(a[2])
+    mode = int(_arg(a, k, 3, "compute_mode", 0))
+    shape1, shape2 = _input_shape(c, n, 0), _input_shape(c, n, 1)
+    rows, cols = shape1[-2], shape2[-2]
+    big = not (isinstance(rows, int) and rows <= 25 and isinstance(cols, int) and cols <= 25)
+    if p == 2 and (mode == 1 or (mode == 0 and big)):
+        return _euclid_mm(c, n, x1, x2)
+    diff = _emit(c, n, "diff", "sub", [_emit(c, n, "a", "unsqueeze", [x1], {"axes": (-2,)}), _emit(c, n, "b", "unsqueeze", [x2], {"axes": (-3,)})])
+    return _p_norm(c, n, diff, p, -1, "")
+
+
+def _euclid_mm(c: Any, n: Any, x1: Value, x2: Value) -> Value:
+    """torch's _euclidean_dist: [-2 a, |a|^2, 1] @ [b, 1, |b|^2]^T, clamped at 0, square-rooted."""
+    dtype = _dtype(c, x1)
+    norms = [_emit(c, n, f"{t}.norm", "reduce_sum", [_emit(c, n, f"{t}.sq", "mul", [v, v])], {"axes": (-1,), "keepdims": True})
+             for t, v in (("a", x1), ("b", x2))]
+    one = Const(np.ones((1,) * _rank(c, x1), np.dtype(dtype)))
+    ones = [_emit(c, n, f"{t}.one", "expand", [one], {"shape": tuple(_input_shape(c, n, i)[:-1]) + (1,)}) for i, t in enumerate("ab")]
+    left = _emit(c, n, "left", "concat", [_emit(c, n, "a.m2", "mul", [x1, _scalar(-2.0, dtype)]), norms[0], ones[0]], {"axis": -1})
+    right = _emit(c, n, "right", "concat", [x2, ones[1], norms[1]], {"axis": -1})
+    rank = _rank(c, x2)
+    perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+    prod = _emit(c, n, "mm", "matmul", [left, _emit(c, n, "right.t", "transpose", [right], {"perm": perm})])
+    return _emit(c, n, "", "sqrt", [_emit(c, n, "clamp", "maximum", [prod, _scalar(0.0, dtype)])])
+
+
+def _pdist(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """_pdist_forward(x (N, M), p): the distances of rows i < j in row-major order."""
+    x, p = a[0], float(_arg(a, k, 1, "p", 2.0))
+    count = _static(c, n, _input_shape(c, n), 0, "pairs rows")
+    first, second = np.triu_indices(count, 1)
+    rows = [_emit(c, n, f"rows{i}", "gather", [x, Const(idx.astype(np.int64))], {"axis": 0}) for i, idx in enumerate((first, second))]
+    return _p_norm(c, n, _emit(c, n, "diff", "sub", rows), p, -1, "")
+
+
+def _trilinear(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim) (nn.functional.bilinear):
+    each input with size-1 axes inserted at its expand dims, the three multiplied (broadcast)
+    and summed over sumdim."""
+    lifted = [a[i] if not a[3 + i] else _emit(c, n, f"in{i}", "unsqueeze", [a[i]], {"axes": tuple(sorted(int(d) for d in a[3 + i]))})
+              for i in range(3)]
+    prod = _emit(c, n, "prod", "mul", [_emit(c, n, "prod12", "mul", lifted[:2]), lifted[2]])
+    sumdim = tuple(int(d) for d in a[6])
+    return _emit(c, n, "", "reduce_sum", [prod], {"axes": sumdim, "keepdims": False}) if sumdim else prod
+
+
+def _embedding_bag(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> list[Any]:
+    """_embedding_bag(_forward_only)(weight, indices (L,), offsets, scale_grad_by_freq, mode,
+    sparse, per_sample_weights, include_last_offset, padding_idx): each bag's rows summed,
+    averaged or maxed (mode 0, 1, 2). Static shapes throughout: a (bags, L) membership matrix,
+    bag b holding positions offsets[b] <= j < offsets[b + 1] (the last one to L, or to the last
+    offset with include_last_offset) whose index is not padding_idx; sums are a matmul, an
+    empty bag gives zeros. Only the bags' values are computed (the other results are
+    bookkeeping for the backward pass)."""
+    weight, indices, offsets = a[0], a[1], a[2]
+    mode, per_sample = int(_arg(a, k, 4, "mode", 0)), _arg(a, k, 6, "per_sample_weights")
+    last, padding = bool(_arg(a, k, 7, "include_last_offset", False)), int(_arg(a, k, 8, "padding_idx", -1))
+    dtype, length = _dtype(c, weight), _static(c, n, _input_shape(c, n, 1), 0, "bags indices")
+    bags = _static(c, n, _input_shape(c, n, 2), 0, "bags indices") - (1 if last else 0)
+    offsets = c.b.cast_to(c.name(n) + ".offsets", offsets, "int64")
+    starts = _emit(c, n, "starts", "slice", [offsets], {"starts": (0,), "ends": (bags,), "axes": (0,), "steps": (1,)})
+    if last:
+        ends = _emit(c, n, "ends", "slice", [offsets], {"starts": (1,), "ends": (bags + 1,), "axes": (0,), "steps": (1,)})
+    else:
+        later = _emit(c, n, "later", "slice", [offsets], {"starts": (1,), "ends": (_BIG,), "axes": (0,), "steps": (1,)})
+        ends = _emit(c, n, "ends", "concat", [later, Const(np.asarray([length], np.int64))], {"axis": 0})
+    position = Const(np.arange(length, dtype=np.int64).reshape(1, -1))
+    column = {"axes": (1,)}
+    inside = _emit(c, n, "inside", "logical_and", [
+        _emit(c, n, "after", "greater_equal", [position, _emit(c, n, "starts.col", "unsqueeze", [starts], column)]),
+        _emit(c, n, "before", "less", [position, _emit(c, n, "ends.col", "unsqueeze", [ends], column)])])
+    if padding >= 0:
+        kept = _emit(c, n, "kept", "not_equal", [indices, Const(np.asarray(padding, np.int64))])
+        inside = _emit(c, n, "member", "logical_and", [inside, _emit(c, n, "kept.row", "unsqueeze", [kept], {"axes": (0,)})])
+    rows = _emit(c, n, "rows", "gather", [weight, indices], {"axis": 0})
+    if per_sample is not None:
+        rows = _emit(c, n, "weighted", "mul", [rows, _emit(c, n, "psw", "unsqueeze", [per_sample], column)])
+    member = c.b.cast_to(c.name(n) + ".member", inside, dtype)
+    if mode == 2 and not length:
+        raise c.fail(n, "takes the max of bags that hold no indices at all")
+    if mode == 2:
+        masked = _emit(c, n, "masked", "where", [_emit(c, n, "member3", "unsqueeze", [inside], {"axes": (2,)}),
+                                                 _emit(c, n, "rows3", "unsqueeze", [rows], {"axes": (0,)}), _scalar(-np.inf, dtype)])
+        peak = _emit(c, n, "peak", "reduce_max", [masked], {"axes": (1,), "keepdims": False})
+        filled = _emit(c, n, "any", "reduce_max", [member], {"axes": (1,), "keepdims": True})
+        out = _emit(c, n, "", "where", [_emit(c, n, "nonempty", "greater", [filled, _scalar(0.0, dtype)]), peak, _scalar(0.0, dtype)])
+    else:
+        out = _emit(c, n, "" if mode == 0 else "sum", "matmul", [member, rows])
+        if mode == 1:
+            count = _emit(c, n, "count", "reduce_sum", [member], {"axes": (1,), "keepdims": True})
+            out = _emit(c, n, "", "div", [out, _emit(c, n, "count1", "maximum", [count, _scalar(1.0, dtype)])])
+    why = "the bookkeeping results of embedding_bag (offset2bag, bag sizes, max indices)"
+    return [out, Unavailable(why), Unavailable(why), Unavailable(why)]
+
+
 # ----------------------------------------------------------------------------- resize and sampling
 def _upsample(mode: str, nd: int, exact: bool = False, antialias: bool = False) -> Handler:
     """upsample_{nearest,linear,bilinear,trilinear,bicubic}{1,2,3}d (.vec and the per-axis
@@ -1250,6 +1405,8 @@ HANDLERS: Final[dict[str, Handler]] = {
     "sinh": _float_unary("sinh"), "cosh": _float_unary("cosh"), "asinh": _float_unary("asinh"), "acosh": _float_unary("acosh"),
     "atanh": _float_unary("atanh"), "softsign": _unary("softsign"), "nan_to_num": _nan_to_num,
     "lerp": _lerp, "addcmul": _addc("mul"), "addcdiv": _addc("div"), "baddbmm": _baddbmm,
+    "addbmm": _addbmm, "_cdist_forward": _cdist, "_pdist_forward": _pdist, "_trilinear": _trilinear,
+    "_embedding_bag_forward_only": _embedding_bag, "_embedding_bag": _embedding_bag,
     "signbit": _signbit, "fmax": _nan_ignoring("maximum"), "fmin": _nan_ignoring("minimum"), "angle": _angle,
     "frexp": _frexp, "nextafter": _nextafter,
     # logical and bitwise
