@@ -181,3 +181,38 @@ def test_layer_norm_with_weight_computed_at_run_time() -> None:
     x, w, b = torch.randn(2, 3, 4), torch.randn(3, 4), torch.randn(3, 4)
     _check(lambda v, s, t: torch.nn.functional.layer_norm(v, (3, 4), s * 2, t), x, w, b, rtol=1e-4, atol=1e-5)
     _check(lambda v, s: torch.nn.functional.layer_norm(v, (4,), None, s[0], 1e-3), x, w, rtol=1e-4, atol=1e-5)
+
+
+_IDX = torch.tensor([[2, 0], [1, 1]])
+
+
+@pytest.mark.parametrize("name", ["middle", "last", "adjacent", "apart", "negative_const", "runtime_apart"])
+def test_advanced_indexing_on_inner_axes(name: str) -> None:
+    x = torch.randn(2, 3, 4, 5)
+    cases: dict[str, Callable[..., torch.Tensor]] = {
+        "middle": lambda v: v[:, _IDX],
+        "last": lambda v: v[..., torch.tensor([4, 0, 1])],
+        "adjacent": lambda v: v[:, _IDX, torch.tensor([3, 1])],  # index axes stay in place
+        "apart": lambda v: v[:, _IDX, :, torch.tensor([0, 4])],  # index axes go first
+        "negative_const": lambda v: v[:, :, torch.tensor([-1, 0])],
+        "runtime_apart": lambda v: v[:, (v[0, :, 0, 0] * 0).long() + _IDX[0, 0], :, (v[0, 0, :3, 0] * 0).long() + torch.tensor([4, 0, 2])],
+    }
+    _check(cases[name], x)
+
+
+def test_unfold() -> None:
+    _check(lambda v: torch.nn.functional.unfold(v, (2, 3), dilation=1, padding=1, stride=(1, 2)), torch.randn(2, 3, 5, 6))
+    _check(lambda v: torch.nn.functional.unfold(v, 2), torch.randn(3, 4, 4))
+
+
+@pytest.mark.parametrize("case", ["1d", "2d", "3d", "unbatched", "ties"])
+def test_adaptive_max_pool_indices_of_uneven_windows(case: str) -> None:
+    fns: dict[str, tuple[Callable[..., Any], torch.Tensor]] = {
+        "1d": (lambda v: torch.nn.functional.adaptive_max_pool1d(v, 3, True), torch.randn(2, 3, 4)),
+        "2d": (lambda v: torch.nn.functional.adaptive_max_pool2d(v, (2, 3), True), torch.randn(2, 3, 4, 4)),
+        "3d": (lambda v: torch.nn.functional.adaptive_max_pool3d(v, (2, 3, 2), True), torch.randn(1, 2, 5, 4, 3)),
+        "unbatched": (lambda v: torch.nn.functional.adaptive_max_pool2d(v, (3, 2), True), torch.randn(3, 7, 5)),
+        "ties": (lambda v: torch.nn.functional.adaptive_max_pool2d(v, (3, 3), True), torch.ones(1, 1, 5, 5)),
+    }
+    fn, x = fns[case]
+    _check(fn, x)

@@ -560,42 +560,66 @@ def _masked_fill(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
 
 
 def _index(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """x[..., i, ..., j, ...] (aten.index.Tensor: None for a full slice). The indexed axes are
+    moved to the front, indexed there (:func:`_index_leading`), and the broadcast index axes
+    moved back where torch puts them: in place of the indexed axes when these are adjacent,
+    first otherwise (NumPy's rule)."""
     x, indices = a[0], list(a[1])
-    lead = 0
-    while lead < len(indices) and indices[lead] is not None:
-        lead += 1
-    if lead == 0 or any(i is not None for i in indices[lead:]):
-        raise c.fail(n, "indexes with tensors not on the leading axes")
-    if not all(isinstance(i, Const) for i in indices[:lead]):
-        return _index_nd(c, n, x, indices[:lead])
-    sym = c.sym_shape(n.args[0])
+    sym_in = tuple(c.sym_shape(n.args[0]))
+    indices += [None] * (len(sym_in) - len(indices))
+    axes = [i for i, v in enumerate(indices) if v is not None]
+    if not axes:
+        return x
+    if axes == list(range(len(axes))):
+        return _index_leading(c, n, x, indices[:len(axes)], sym_in, tuple(c.sym_shape(n)), c.name(n))
+    others = [i for i in range(len(sym_in)) if i not in axes]
+    moved = c.b.emit(c.name(n) + ".front", "transpose", [x], {"perm": tuple(axes + others)})
+    out_sym = tuple(c.sym_shape(n))
+    rest = tuple(sym_in[i] for i in others)
+    count = len(out_sym) - len(rest)  # the broadcast index axes
+    first = axes[0] if axes == list(range(axes[0], axes[-1] + 1)) else 0
+    front_sym = out_sym[first:first + count] + out_sym[:first] + out_sym[first + count:]
+    if first == 0:
+        return _index_leading(c, n, moved, [indices[i] for i in axes], tuple(sym_in[i] for i in axes + others), front_sym, c.name(n))
+    picked = _index_leading(c, n, moved, [indices[i] for i in axes], tuple(sym_in[i] for i in axes + others), front_sym,
+                            c.name(n) + ".picked")
+    perm = tuple(count + j for j in range(first)) + tuple(range(count)) + tuple(count + j for j in range(first, len(rest)))
+    return c.b.emit(c.name(n), "transpose", [picked], {"perm": perm})
+
+
+def _index_leading(c: _Ctx, n: Any, x: Value, indices: list[Any], sym: tuple[Any, ...], out_shape: tuple[Any, ...],
+                   name: str) -> Value:
+    """x[i0, i1, ...] with index tensors on the leading axes (``sym``: x's symbolic shape,
+    ``out_shape``: the result's)."""
+    lead = len(indices)
+    if not all(isinstance(i, Const) for i in indices):
+        return _index_nd(c, n, x, indices, out_shape, name)
     if is_symbolic(sym[:lead]):
         raise NotSymbolicError(f"node {c.name(n)!r} indexes dynamic leading axes with constant indices")
     shape = c.b.spec(x).shape
-    arrays = [i.array.astype(np.int64) for i in indices[:lead]]
+    arrays = [i.array.astype(np.int64) for i in indices]
     arrays = [np.where(i < 0, i + shape[d], i) for d, i in enumerate(arrays)]
     # Advanced indexing on the leading axes = one gather on those axes merged (flat indices).
     flat = np.ravel_multi_index(np.broadcast_arrays(*arrays), shape[:lead]).astype(np.int64)
-    merged = c.b.emit(c.name(n) + ".merge", "reshape", [x], {"shape": (-1,) + tuple(sym[lead:])}) if lead > 1 else x
-    return c.b.emit(c.name(n), "gather", [merged, Const(flat)], {"axis": 0})
+    merged = c.b.emit(name + ".merge", "reshape", [x], {"shape": (-1,) + tuple(sym[lead:])}) if lead > 1 else x
+    return c.b.emit(name, "gather", [merged, Const(flat)], {"axis": 0})
 
 
-def _index_nd(c: _Ctx, n: Any, x: Value, indices: list[Value]) -> Value:
+def _index_nd(c: _Ctx, n: Any, x: Value, indices: list[Value], out_shape: tuple[Any, ...], name: str) -> Value:
     """x[i0, i1, ...] with index tensors computed at run time (the attention-mask lookups of
     Hugging Face models): the indices broadcast to one shape and stacked on a last axis, then
     gather_nd (non-negative indices, as arange-built ones are)."""
     lead = len(indices)
-    out_shape = c.sym_shape(n)
     rank = len(out_shape) - (len(c.b.spec(x).shape) - lead)
     common = out_shape[:rank]
     parts = []
     for i, idx in enumerate(indices):
-        idx = c.b.cast_to(f"{c.name(n)}.i{i}", idx, "int64")
+        idx = c.b.cast_to(f"{name}.i{i}", idx, "int64")
         if tuple(c.b.spec(idx).shape) != tuple(c.b.example(common)) or is_symbolic(common):
-            idx = c.b.emit(f"{c.name(n)}.i{i}.expand", "expand", [idx], {"shape": common})
-        parts.append(c.b.emit(f"{c.name(n)}.i{i}.unsqueeze", "unsqueeze", [idx], {"axes": (-1,)}))
-    stacked = parts[0] if lead == 1 else c.b.emit(f"{c.name(n)}.indices", "concat", parts, {"axis": -1})
-    return c.b.emit(c.name(n), "gather_nd", [x, stacked], {"batch_dims": 0})
+            idx = c.b.emit(f"{name}.i{i}.expand", "expand", [idx], {"shape": common})
+        parts.append(c.b.emit(f"{name}.i{i}.unsqueeze", "unsqueeze", [idx], {"axes": (-1,)}))
+    stacked = parts[0] if lead == 1 else c.b.emit(f"{name}.indices", "concat", parts, {"axis": -1})
+    return c.b.emit(name, "gather_nd", [x, stacked], {"batch_dims": 0})
 
 
 def _index_select(c: _Ctx, n: Any, a: list[Any], k: dict[str, Any]) -> Value:

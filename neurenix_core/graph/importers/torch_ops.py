@@ -1096,6 +1096,8 @@ def _adaptive(kind: str, nd: int) -> Handler:
             # pool is max_pool with kernel = stride = in / out, and its indices are max_pool's.
             kernel = [d // s for d, s in zip(spatial, sizes)]
             return _pool_nd("max", nd, True)(c, n, [x, kernel, kernel, 0, 1, False], {})
+        if kind == "max" and _used(n, 1) and rank in (nd + 1, nd + 2):
+            return _adaptive_max_indices(c, n, x, sizes)
         if rank == nd + 1:
             out = unbatched(c, n, x, lambda v: _adaptive_body(c, n, v, op, nd, sizes, (1,) + tuple(shape)))
         elif rank == nd + 2:
@@ -1106,6 +1108,42 @@ def _adaptive(kind: str, nd: int) -> Handler:
         return [out, Unavailable(why)] if kind == "max" else out
 
     return run
+
+
+def _adaptive_max_indices(c: Any, n: Any, x: Value, sizes: tuple[int, ...]) -> list[Value]:
+    """Adaptive max pooling with torch's indices where the windows differ in size: output cell
+    i of an axis of length L pools [floor(i L / out), ceil((i + 1) L / out)). Each spatial axis
+    is gathered into (out, K) windows, a short window padded with its own last position (a
+    repeat moves neither the max nor its first index); the argmax over each cell's window
+    picks the value, and a table computed at import maps it to the index within the plane."""
+    nd, shape = len(sizes), _input_shape(c, n)
+    spatial = [_static(c, n, shape, len(shape) - nd + i, "returns pooling indices") for i in range(nd)]
+    lead, windows, tables = tuple(shape[:-nd]), x, []
+    for i, (size, out) in enumerate(zip(spatial, sizes)):
+        cells = np.arange(out)
+        starts, ends = (cells * size) // out, -((-(cells + 1) * size) // out)
+        width = int((ends - starts).max())
+        table = np.minimum(starts[:, None] + np.arange(width), ends[:, None] - 1).astype(np.int64)
+        tables.append(table)
+        windows = _emit(c, n, f"win{i}", "gather", [windows, Const(table)], {"axis": len(lead) + 2 * i})
+    m = len(lead)
+    perm = tuple(range(m)) + tuple(m + 2 * i for i in range(nd)) + tuple(m + 2 * i + 1 for i in range(nd))
+    cells_shape, widths = tuple(sizes), tuple(t.shape[1] for t in tables)
+    area = int(np.prod(widths, dtype=np.int64))
+    moved = _emit(c, n, "cells", "transpose", [windows], {"perm": perm})
+    flat = c.b.reshape(c.name(n) + ".flat", moved, lead + cells_shape + (area,))
+    local = _emit(c, n, "local", "argmax", [flat], {"axis": -1, "keepdims": True})
+    values = _emit(c, n, "", "squeeze", [_emit(c, n, "picked", "gather_elements", [flat, local], {"axis": -1})], {"axes": (-1,)})
+    strides = [int(np.prod(spatial[i + 1:], dtype=np.int64)) for i in range(nd)]
+    plane = np.zeros(cells_shape + widths, np.int64)
+    for i, table in enumerate(tables):  # table i: (out_i, K_i) on axes i and nd + i
+        view = [1] * (2 * nd)
+        view[i], view[nd + i] = table.shape
+        plane = plane + table.reshape(view) * strides[i]
+    offsets = Const((np.arange(int(np.prod(cells_shape, dtype=np.int64)), dtype=np.int64) * area).reshape(cells_shape + (1,)))
+    where = _emit(c, n, "where", "add", [local, offsets])
+    index = _emit(c, n, "index", "gather", [Const(plane.reshape(-1)), where], {"axis": 0})
+    return [values, _emit(c, n, "indices", "squeeze", [index], {"axes": (-1,)})]
 
 
 def _tuple_keep_none(v: Sequence[Any], nd: int) -> tuple[Any, ...]:
