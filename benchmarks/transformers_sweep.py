@@ -1,0 +1,518 @@
+"""How many Hugging Face transformers architectures neurenix imports through torch.export and runs correctly.
+
+Every model type of transformers' auto mappings (``MODEL_MAPPING_NAMES``, and the task mappings
+for a type with no base model there: causal LM, masked LM, image classification ...) is built
+from its config class with tiny sizes and random weights (nothing is downloaded: no hub access),
+given seeded inputs made from its ``main_input_name`` and config, imported with
+``nx.nn.from_torch(model, inputs, static=True)``, moved to ``--device`` and run; its first tensor
+output (``last_hidden_state``, ``logits`` ...) is compared with eager PyTorch's. Only neurenix's
+public API is used, so the same script measures older and newer versions of the package.
+
+    .venv/bin/python benchmarks/transformers_sweep.py --json now.json            # every type, cpu:0
+    .venv/bin/python benchmarks/transformers_sweep.py --types bert,gpt2 -v
+    NEURENIX_EMULATE=npu .venv/bin/python benchmarks/transformers_sweep.py --device npu:0
+    .venv/bin/python benchmarks/transformers_sweep.py --json new.json --diff now.json
+
+Tiny build: the config class's defaults, with every size attribute it has shrunk (hidden sizes
+32, 2 layers, 4 heads, vocabulary 128, images 32x32 ...: ``SHRINK``; per-stage lists such as
+``depths`` and ``hidden_sizes`` scaled down; nested configs such as ``text_config`` shrunk the
+same way), plus the few per-type fixes in ``OVERRIDES``. A build over ``MAX_PARAMS`` parameters
+(a size the shrink missed) is not run. Inputs: batch 2; token ids (and ``decoder_input_ids``
+where forward takes them) of length 8 that avoid the config's special token ids; images of
+``image_size``; raw audio of 4000 samples; filterbank features of the config's mel bins.
+
+Outcome of a model type:
+
+    pass            imported, ran on --device, and the first output matched eager PyTorch
+                    (float32: rtol 1e-3, atol 1e-4; integer and bool: exact)
+    wrong           ran, but the first output differs (or its shape or dtype kind does)
+    run refused     imported, but moving or calling the model raised a NeurenixError (typed refusal)
+    import refused  nx.nn.from_torch raised a NeurenixError while torch.export alone succeeds
+    export failed   torch.export itself cannot capture the model: not neurenix's doing
+    crash           neurenix raised anything else (not a NeurenixError): a bug
+    timeout         the type took longer than --timeout seconds (SIGALRM)
+    unsupported     no tiny build: no config or model class, inputs this script cannot make,
+                    eager PyTorch fails on them, or its outputs are random (two runs differ)
+
+torch.export is run alone only when from_torch fails (as ``opinfo_sweep.py`` does), so an
+``export failed`` is torch's refusal of exactly the call from_torch made (``static=True``: the
+example's shapes). ``--dynamic`` imports with from_torch's default dynamic axes instead.
+``imported`` in the summary is pass + wrong + run refused over the types whose export succeeded.
+``--json`` writes one record per type (name, model class, outcome, error: the exception type and
+first message line), sorted, so two runs diff cleanly; ``--diff OLD.json`` prints the types whose
+outcome changed. A full run (about 670 types, transformers 5.x) takes the better part of an hour
+on 2 vCPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import io
+import json
+import logging
+import os
+import platform
+import signal
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# benchmarks/ holds openvino.py, onnxruntime.py ...: as the script's folder it would shadow the runtimes.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+
+import numpy as np
+
+OUTCOMES = ("pass", "wrong", "run refused", "import refused", "crash", "timeout", "export failed", "unsupported")
+RTOL, ATOL = 1e-3, 1e-4
+BATCH, SEQ, DECODER_SEQ, AUDIO_SAMPLES = 2, 8, 4, 4000
+VOCAB = 128
+#: A tiny build with more parameters than this missed a size attribute: it is not run (memory).
+MAX_PARAMS = 20_000_000
+
+#: Integer size attributes set where the config has them (a config ignores the ones it lacks).
+SHRINK: dict[str, int] = {
+    # widths
+    "hidden_size": 32, "d_model": 32, "n_embd": 32, "embed_dim": 32, "dim": 32, "model_dim": 32, "emb_dim": 32,
+    "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "d_ff": 64, "n_inner": 64,
+    "hidden_dim": 64, "mlp_dim": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "projection_dim": 32, "text_embed_dim": 32, "vision_embed_dim": 32, "d_kv": 8, "head_dim": 8, "attention_head_size": 8,
+    "kv_channels": 8, "embedding_size": 32, "word_embed_proj_dim": 32,
+    # depth
+    "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
+    "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2,
+    # heads
+    "num_attention_heads": 4, "num_heads": 4, "n_head": 4, "n_heads": 4, "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4, "num_key_value_heads": 2, "num_kv_heads": 2, "decoder_num_attention_heads": 4,
+    # experts
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_num_experts": 4,
+    # vocabularies and positions
+    "vocab_size": VOCAB, "max_position_embeddings": 128, "n_positions": 128, "n_ctx": 128, "max_source_positions": 32,
+    "max_target_positions": 64, "type_vocab_size": 2,
+    # images
+    "image_size": 32, "patch_size": 8, "window_size": 4, "num_mel_bins": 16,
+}
+
+#: Per-stage lists (one entry per stage of a CNN / hierarchical vision model): how to shrink each entry.
+LIST_SHRINK: dict[str, Any] = {
+    "depths": lambda v: 1, "hidden_sizes": lambda v: max(4, v // 16), "num_heads": lambda v: max(1, v // 8),
+    "embed_dims": lambda v: max(8, v // 16), "conv_dim": lambda v: 32, "num_attention_heads": lambda v: max(1, v // 8),
+    "encoder_hidden_sizes": lambda v: max(4, v // 16), "block_sizes": lambda v: 1, "num_layers": lambda v: 1,
+    "layers": lambda v: 1, "mlp_ratios": lambda v: v, "layer_depths": lambda v: 1,
+}
+
+#: Per-type fixes where the generic shrink gives a build that cannot run (keyword arguments of the config).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
+    "reformer": {"axial_pos_shape": [2, 4], "axial_pos_embds_dim": [16, 16], "attn_layers": ["local", "lsh"]},
+    "xlnet": {"d_head": 8},
+    "longformer": {"attention_window": 4},
+    "led": {"attention_window": 4},
+    "bigbird_pegasus": {"attention_type": "original_full"},
+    "big_bird": {"attention_type": "original_full"},
+}
+
+#: The input names this script makes (``main_input_name`` of the model); others are unsupported.
+MADE_INPUTS = ("input_ids", "pixel_values", "input_values", "input_features")
+
+
+class Timeout(BaseException):
+    """Raised by SIGALRM; a BaseException so no ``except Exception`` in the code under test eats it."""
+
+
+class Unsupported(Exception):
+    """No tiny build of this type (the reason is the message)."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+@contextlib.contextmanager
+def alarm(seconds: int) -> Iterator[None]:
+    if seconds <= 0 or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise Timeout(f"over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# ----------------------------------------------------------------------------- which types
+def model_types() -> dict[str, str]:
+    """model type -> the model class to build: the base model of ``MODEL_MAPPING_NAMES``, else the
+    first task mapping (in transformers' order) that lists the type."""
+    from transformers.models.auto import modeling_auto
+
+    chosen: dict[str, str] = {}
+    tasks = sorted(n for n in dir(modeling_auto) if n.startswith("MODEL_FOR_") and n.endswith("_MAPPING_NAMES"))
+    for mapping in ["MODEL_MAPPING_NAMES", *tasks]:
+        for model_type, names in getattr(modeling_auto, mapping).items():
+            chosen.setdefault(model_type, names if isinstance(names, str) else names[0])
+    return dict(sorted(chosen.items()))
+
+
+# ----------------------------------------------------------------------------- tiny builds
+def shrink_kwargs(config: Any) -> dict[str, Any]:
+    """The config keyword arguments that make ``config`` (a default instance) tiny."""
+    from transformers import PreTrainedConfig
+
+    kwargs: dict[str, Any] = {}
+    for name, value in vars(config).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, PreTrainedConfig):
+            kwargs[name] = tiny_config(type(value), value)
+        elif name in SHRINK and isinstance(value, int) and not isinstance(value, bool):
+            kwargs[name] = min(value, SHRINK[name]) if name not in ("image_size",) else SHRINK[name]
+        elif name in LIST_SHRINK and isinstance(value, (list, tuple)) and value and all(type(v) is int for v in value):
+            kwargs[name] = type(value)(LIST_SHRINK[name](v) for v in value)
+        elif name == "image_size" and isinstance(value, (list, tuple)) and len(value) == 2:
+            kwargs[name] = [SHRINK["image_size"]] * 2
+    kwargs["use_cache"] = False
+    if isinstance(kwargs.get("num_attention_heads"), int) and isinstance(kwargs.get("num_key_value_heads"), int):
+        kwargs["num_key_value_heads"] = min(kwargs["num_key_value_heads"], kwargs["num_attention_heads"])
+    return kwargs
+
+
+def special_ids(config: Any) -> dict[str, int]:
+    """The config's special token ids and indices (attribute name -> id), nested configs excluded."""
+    return {name: value for name, value in vars(config).items()
+            if type(value) is int and (name.endswith(("_token_id", "_token_index")) or name.endswith("_id") and "token" in name)}
+
+
+def tiny_config(config_class: Any, default: Any = None, model_type: str = "") -> Any:
+    """``config_class`` with the sizes shrunk (``shrink_kwargs``, ``OVERRIDES``) and its special
+    token ids moved into the small vocabulary (an embedding's padding_idx must be in range)."""
+    default = config_class() if default is None else default
+    kwargs = shrink_kwargs(default) | OVERRIDES.get(model_type, {})
+    vocab = kwargs.get("vocab_size", getattr(default, "vocab_size", None))
+    if isinstance(vocab, int):
+        free = vocab - 1
+        for name, value in special_ids(default).items():
+            if value >= vocab:
+                kwargs[name] = free
+                free -= 1
+    return config_class(**kwargs)
+
+
+def model_class(name: str) -> Any:
+    import transformers
+
+    try:
+        return getattr(transformers, name)
+    except (AttributeError, ImportError, RuntimeError) as exc:  # a class whose extra dependency is missing
+        raise Unsupported(f"no class {name}: {first_line(exc)}") from exc
+
+
+def build(torch: Any, model_type: str, class_name: str, seed: int) -> Any:
+    """The tiny model of ``model_type`` in eval mode, random weights from ``seed``."""
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        raise Unsupported("no config class")
+    cls = model_class(class_name)
+    try:
+        config = tiny_config(CONFIG_MAPPING[model_type], model_type=model_type)
+    except Exception as exc:  # the config refuses the shrunk sizes: no tiny build
+        raise Unsupported(f"tiny config: {first_line(exc)}") from exc
+    with contextlib.suppress(Exception):  # a class that cannot build on the meta device is counted for real below
+        with torch.device("meta"):
+            params = sum(p.numel() for p in cls(config).parameters())
+        if params > MAX_PARAMS:
+            raise Unsupported(f"tiny build has {params / 1e6:.0f}M parameters (a size the shrink misses)")
+    torch.manual_seed(seed)
+    try:
+        model = cls(config)
+    except Exception as exc:  # the model refuses the tiny config
+        raise Unsupported(f"build: {first_line(exc)}") from exc
+    return model.eval()
+
+
+def find(config: Any, name: str) -> Any:
+    """``config.name``, else the first nested config's (``text_config``, ``vision_config`` ...)."""
+    from transformers import PreTrainedConfig
+
+    if getattr(config, name, None) is not None:
+        return getattr(config, name)
+    for value in vars(config).values():
+        if isinstance(value, PreTrainedConfig):
+            found = find(value, name)
+            if found is not None:
+                return found
+    return None
+
+
+def token_ids(torch: Any, config: Any, shape: tuple[int, ...]) -> Any:
+    vocab = find(config, "vocab_size")
+    vocab = min(int(vocab), VOCAB) if isinstance(vocab, int) and vocab > 0 else VOCAB
+    avoid = set(special_ids(config).values())
+    allowed = torch.tensor([i for i in range(vocab) if i not in avoid] or [0])
+    return allowed[torch.randint(0, len(allowed), shape)]
+
+
+def make_inputs(torch: Any, model: Any) -> dict[str, Any]:
+    """Seeded example inputs for ``model``'s main input (and decoder ids where forward takes them)."""
+    config = model.config
+    main = getattr(model, "main_input_name", "input_ids")
+    params = inspect.signature(model.forward).parameters
+    inputs: dict[str, Any] = {}
+    if main == "input_ids":
+        inputs["input_ids"] = token_ids(torch, config, (BATCH, SEQ))
+    elif main == "pixel_values":
+        size = find(config, "image_size") or 32
+        size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
+        channels = find(config, "num_channels") or 3
+        inputs["pixel_values"] = torch.randn(BATCH, int(channels), *size[-2:])
+    elif main == "input_values":
+        inputs["input_values"] = torch.randn(BATCH, AUDIO_SAMPLES)
+    elif main == "input_features":
+        inputs["input_features"] = features(torch, config)
+    else:
+        raise Unsupported(f"main input {main!r} (this script makes {', '.join(MADE_INPUTS)})")
+    if "decoder_input_ids" in params and main != "input_ids" or "decoder_input_ids" in params and config.is_encoder_decoder:
+        inputs["decoder_input_ids"] = token_ids(torch, config, (BATCH, DECODER_SEQ))
+    return inputs
+
+
+def features(torch: Any, config: Any) -> Any:
+    """Filterbank features: (batch, mel bins, frames) for Whisper-like encoders (twice the source
+    positions: two stride-2 convolutions), else (batch, frames, features per frame)."""
+    mel = find(config, "num_mel_bins")
+    if isinstance(mel, int):
+        frames = 2 * int(find(config, "max_source_positions") or 32)
+        return torch.randn(BATCH, mel, frames)
+    per_frame = find(config, "input_feat_per_channel") or find(config, "feature_size") or find(config, "input_dim")
+    if not isinstance(per_frame, int):
+        raise Unsupported("input_features: the config names no feature size")
+    channels = find(config, "input_channels") or 1
+    return torch.randn(BATCH, 64, per_frame * int(channels))
+
+
+# ----------------------------------------------------------------------------- one type
+def tensor_leaves(torch: Any, out: Any) -> list[Any]:
+    from torch.utils._pytree import tree_flatten
+
+    return [leaf for leaf in tree_flatten(out)[0] if isinstance(leaf, torch.Tensor)]
+
+
+def eager(torch: Any, model: Any, inputs: dict[str, Any]) -> tuple[int, np.ndarray]:
+    """(index among the model's tensor outputs, value) of its first floating output, eager."""
+    with torch.no_grad():
+        leaves = tensor_leaves(torch, model(**inputs))
+        again = tensor_leaves(torch, model(**inputs))
+    for index, leaf in enumerate(leaves):
+        if leaf.dtype.is_floating_point and leaf.dtype != torch.bfloat16:
+            if not torch.equal(leaf, again[index]):
+                raise Unsupported("random outputs (two eager runs differ)")
+            return index, leaf.detach().numpy().copy()
+    raise Unsupported("no float32 tensor output")
+
+
+def mismatch(want: np.ndarray, have: np.ndarray) -> str:
+    """'' when ``have`` matches ``want``, else what differs."""
+    if have.shape != want.shape:
+        return f"shape {have.shape}, torch {want.shape}"
+    if (have.dtype.kind == "f") != (want.dtype.kind == "f"):
+        return f"dtype {have.dtype}, torch {want.dtype}"
+    if want.dtype.kind != "f":
+        return "" if np.array_equal(want, have) else f"{int((want != have).sum())}/{want.size} elements differ"
+    w, h = want.astype(np.float64), have.astype(np.float64)
+    close = np.isclose(h, w, rtol=RTOL, atol=ATOL, equal_nan=True)
+    if close.all():
+        return ""
+    finite = np.isfinite(w) & np.isfinite(h)
+    err = float(np.max(np.abs(np.where(finite, w - h, 0.0)))) if finite.any() else float("nan")
+    return f"max abs error {err:.3g} ({int((~close).sum())}/{w.size} off)"
+
+
+def torch_export_error(torch: Any, model: Any, inputs: dict[str, Any]) -> str:
+    """'' when torch.export (and its decompositions) captures the model alone, else the error."""
+    try:
+        torch.export.export(model, (), dict(inputs)).run_decompositions({})
+    except Exception as exc:  # noqa: BLE001 - any failure of torch.export is torch's
+        return first_line(exc)
+    return ""
+
+
+def run_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str, device: str, seed: int,
+             static: bool = True) -> tuple[str, str]:
+    """(outcome, error) of one model type."""
+    try:
+        model = build(torch, model_type, class_name, seed)
+        torch.manual_seed(seed)
+        inputs = make_inputs(torch, model)
+        index, want = eager(torch, model, inputs)
+    except Unsupported as exc:
+        return "unsupported", str(exc)
+    except Exception as exc:  # noqa: BLE001 - eager PyTorch refuses the tiny build: not ours to judge
+        return "unsupported", f"eager torch raised {first_line(exc)}"
+    try:
+        imported = nx.nn.from_torch(model, dict(inputs), static=static)
+    except Exception as exc:  # noqa: BLE001 - sorted below
+        export = torch_export_error(torch, model, inputs)
+        if export:
+            return "export failed", export
+        return ("import refused" if isinstance(exc, errors.NeurenixError) else "crash"), first_line(exc)
+    try:
+        imported = imported.to(device)
+        out = imported(*[t.numpy() for t in inputs.values()])
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        if index >= len(outs):
+            return "wrong", f"{len(outs)} outputs, the first float one of torch is its output {index}"
+        got = np.asarray(outs[index].numpy() if hasattr(outs[index], "numpy") else outs[index])
+    except errors.NeurenixError as exc:
+        return "run refused", first_line(exc)
+    except Exception as exc:  # noqa: BLE001 - anything untyped is a bug
+        return "crash", first_line(exc)
+    diff = mismatch(want, got)
+    return ("wrong", diff) if diff else ("pass", "")
+
+
+# ----------------------------------------------------------------------------- the report
+def quiet() -> None:
+    warnings.simplefilter("ignore")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tiny configs only: nothing is downloaded
+    for name in ("torch", "torch._dynamo", "torch._export", "torch.export", "torch.fx", "transformers", "neurenix_core", "jax"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    logging.disable(logging.ERROR)
+
+
+def summary(records: list[dict[str, str]]) -> str:
+    counts = Counter(r["outcome"] for r in records)
+    total = len(records) or 1
+    lines = [f"{'outcome':<20}{'types':>6}{'%':>8}"]
+    for outcome in OUTCOMES:
+        lines.append(f"{outcome:<20}{counts[outcome]:>6}{100 * counts[outcome] / total:>7.1f}%")
+    lines.append(f"{'total':<20}{len(records):>6}")
+    exported = [r for r in records if r["outcome"] not in ("export failed", "unsupported")]
+    imported = sum(r["outcome"] in ("pass", "wrong", "run refused") for r in records)
+    if exported:
+        lines.append(f"imported: {imported}/{len(exported)} types whose export succeeded "
+                     f"({100 * imported / len(exported):.1f}%); pass {counts['pass']}/{len(exported)} "
+                     f"({100 * counts['pass'] / len(exported):.1f}%)")
+    return "\n".join(lines)
+
+
+def diff(old_path: str, records: list[dict[str, str]]) -> str:
+    """The types of both runs whose outcome changed (types in only one run are counted, not listed)."""
+    old = {r["name"]: r for r in json.loads(Path(old_path).read_text())["types"]}
+    new = {r["name"]: r for r in records}
+    lines = []
+    for name in sorted(old.keys() & new.keys()):
+        before, after = old[name]["outcome"], new[name]["outcome"]
+        if before != after:
+            lines.append(f"  {name:<32} {before:>15} -> {after:<15} {new[name]['error']}".rstrip())
+    head = (f"{len(lines)} of {len(old.keys() & new.keys())} types changed since {old_path} "
+            f"({len(old.keys() - new.keys())} only there, {len(new.keys() - old.keys())} only here)")
+    return "\n".join([head, *lines])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--types", default="", help="comma-separated model types (exact names, e.g. bert,gpt2)")
+    parser.add_argument("--limit", type=int, default=0, help="sweep at most N types (after --types)")
+    parser.add_argument("--device", default="cpu:0", help="where the imported model runs (default cpu:0; npu:0 with NEURENIX_EMULATE=npu)")
+    parser.add_argument("--dynamic", action="store_true", help="import with from_torch's default dynamic axes, not static=True")
+    parser.add_argument("--timeout", type=int, default=60, help="seconds per type (0: none; default 60)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="PATH", help="write the per-type records here")
+    parser.add_argument("--diff", metavar="OLD.json", help="print the types whose outcome changed since this file")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each type's outcome to stderr")
+    args = parser.parse_args(argv)
+    if args.diff and not Path(args.diff).is_file():
+        parser.error(f"--diff {args.diff}: no such file")
+
+    quiet()
+    started = time.perf_counter()
+    import torch
+    import transformers
+
+    import neurenix_core as nx
+    from neurenix_core import errors
+
+    types = model_types()
+    wanted = [s.strip() for s in args.types.split(",") if s.strip()]
+    if wanted:
+        unknown = [w for w in wanted if w not in types]
+        if unknown:
+            parser.error(f"--types: not in transformers' auto mappings: {', '.join(unknown)}")
+        types = {t: types[t] for t in wanted}
+    chosen = list(types.items())[: args.limit or None]
+    version = getattr(nx, "__version__", "?")
+    print(f"transformers sweep: transformers {transformers.__version__}, torch {torch.__version__}, neurenix {version}, "
+          f"numpy {np.__version__}, python {platform.python_version()}")
+    print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), torch threads {torch.get_num_threads()}")
+    print(f"{len(chosen)} model types on {args.device}, {'dynamic' if args.dynamic else 'static'} import, timeout {args.timeout} s, "
+          f"seed {args.seed}, rtol {RTOL} atol {ATOL}", flush=True)
+
+    records: list[dict[str, str]] = []
+    sink = io.StringIO()
+    swept = time.perf_counter()
+    for index, (model_type, class_name) in enumerate(chosen, 1):
+        np.random.seed(args.seed)
+        t0 = time.perf_counter()
+        try:
+            with alarm(args.timeout), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outcome, error = run_type(torch, nx, errors, model_type, class_name, args.device, args.seed, static=not args.dynamic)
+        except Timeout as exc:
+            outcome, error = "timeout", str(exc)
+        sink.seek(0)
+        sink.truncate()
+        records.append({"name": model_type, "model": class_name, "outcome": outcome, "error": error})
+        if args.verbose:
+            print(f"  {model_type:<32} {outcome:<15} {time.perf_counter() - t0:5.1f}s {error}", file=sys.stderr, flush=True)
+        if index % 25 == 0 or index == len(chosen):
+            counts = Counter(r["outcome"] for r in records)
+            print(f"[{index}/{len(chosen)}] {time.perf_counter() - swept:.0f}s pass {counts['pass']} "
+                  f"wrong {counts['wrong']} crash {counts['crash']}", file=sys.stderr, flush=True)
+
+    records.sort(key=lambda r: r["name"])
+    print()
+    print(summary(records))
+    failing = [r for r in records if r["outcome"] not in ("pass", "export failed", "unsupported")]
+    if failing:
+        print("not passing (export succeeded):")
+        for r in failing:
+            print(f"  {r['name']:<32} {r['outcome']:<15} {r['error']}")
+    print(f"wall time {time.perf_counter() - started:.0f} s (sweep {time.perf_counter() - swept:.0f} s)")
+    if args.json:
+        meta = {"transformers": transformers.__version__, "torch": torch.__version__, "neurenix": version, "cpu": cpu_model(),
+                "device": args.device, "dynamic": args.dynamic, "seed": args.seed, "types_filter": args.types, "limit": args.limit}
+        Path(args.json).write_text(json.dumps({"meta": meta, "types": records}, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.json}")
+    if args.diff:
+        print(diff(args.diff, records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
