@@ -216,3 +216,53 @@ def test_adaptive_max_pool_indices_of_uneven_windows(case: str) -> None:
     }
     fn, x = fns[case]
     _check(fn, x)
+
+
+# ----------------------------------------------------------------------------- index writes
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put(accumulate: bool) -> None:
+    _check(lambda x, i, s: x.put(i, s, accumulate), torch.randn(3, 4), torch.tensor([0, -1, 5]), torch.randn(3))
+    _check(lambda x, i, s: x.put(i, s, accumulate), torch.randn(3), torch.tensor([[0, 2]]), torch.randn(1, 2))
+
+
+def test_masked_scatter() -> None:
+    x, src = torch.randn(4, 5), torch.randn(4, 5) * 10
+    _check(torch.masked_scatter, x, torch.rand(4, 5) > 0.5, src)
+    _check(torch.masked_scatter, x, torch.tensor([True, False, True, True, False]), src)  # broadcast mask
+    _check(torch.masked_scatter, x, torch.tensor(True), src)
+    _check(torch.masked_scatter, x, torch.rand(4, 5) > 0.5, torch.randn(25))  # more source than true positions
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_with_a_mask_and_a_tensor_of_values(accumulate: bool) -> None:
+    x, mask = torch.randn(5, 3), torch.tensor([True, False, True, True, False])
+    _check(lambda v, m, s: v.index_put((m,), s, accumulate), x, mask, torch.randn(3, 3))
+    _check(lambda v, m, s: v.index_put((m,), s, accumulate), x, mask, torch.randn(3, 1))
+    _check(lambda v, m, s: v.index_put((m,), s, accumulate), x, mask, torch.randn(3))
+    _check(lambda v, m, s: v.index_put((m,), s, accumulate), torch.randn(5), mask, torch.randn(3))
+
+
+def test_as_strided_and_diagonal_scatter() -> None:
+    _check(lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (1, 2)), torch.randn(3, 3), torch.randn(2, 2))
+    _check(lambda x, s: torch.as_strided_scatter(x, s, (2,), (3,), 1), torch.randn(3, 3), torch.randn(2))
+    _check(lambda x, s: torch.diagonal_scatter(x, s), torch.randn(3, 4), torch.randn(3))
+    _check(lambda x, s: torch.diagonal_scatter(x, s, -1, 1, 0), torch.randn(3, 4), torch.randn(3))
+    _check(lambda x, s: torch.diagonal_scatter(x, s, 1, 0, 2), torch.randn(2, 3, 4), torch.randn(3, 2))
+
+
+def test_resize_as() -> None:
+    _check(lambda x, y: x.clone().resize_as_(y), torch.randn(2, 6), torch.randn(3, 4))
+    _check(lambda x, y: x.clone().resize_as_(y), torch.randn(2, 6), torch.randn(5))
+
+
+def test_copy_broadcasts_and_casts() -> None:
+    # aten.copy is mapped in torch_linalg (linalg.matrix_power reaches it first); checked here for the broadcast and the cast
+    _check(lambda x, y: x.clone().copy_(y), torch.randn(2, 3), torch.randint(0, 9, (3,)))
+
+
+@pytest.mark.parametrize("size", [0, 2, 4, 9])
+def test_nonzero_static(size: int) -> None:
+    x = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 3.0], [0.0, 0.0, 4.0]])
+    _check(lambda v: torch.nonzero_static(v, size=size), x)
+    _check(lambda v: torch.nonzero_static(v, size=size, fill_value=7), x[1])
+    _check(lambda v: torch.nonzero_static(v, size=size), torch.tensor(1.5))

@@ -876,8 +876,14 @@ def _as_strided(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     """as_strided(x, size, stride, storage_offset) over x's elements in row-major order (what
     PyTorch's decompositions of views such as ``diagonal`` produce on a contiguous tensor): a
     gather of the flattened input at the offsets the strides give, computed at import."""
-    size, stride = a[1], a[2]
-    offset = _arg(a, k, 3, "storage_offset", 0) or 0
+    index = _strided_index(c, n, a[1], a[2], _arg(a, k, 3, "storage_offset", 0) or 0)
+    flat = _emit(c, n, "flat", "reshape", [a[0]], {"shape": (-1,)})
+    return _emit(c, n, "", "gather", [flat, Const(index)], {"axis": 0})
+
+
+def _strided_index(c: Any, n: Any, size: Sequence[Any], stride: Sequence[Any], offset: Any) -> np.ndarray:
+    """The row-major positions in the node's (contiguous, static) first input of the view
+    ``size`` / ``stride`` / ``offset``."""
     shape = _input_shape(c, n)
     dims = [d for d in shape if isinstance(d, int)]
     if len(dims) != len(shape) or not all(isinstance(v, int) for v in (*size, *stride, offset)):
@@ -887,9 +893,118 @@ def _as_strided(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
         index += (np.arange(extent, dtype=np.int64) * int(step)).reshape((-1,) + (1,) * (len(size) - axis - 1))
     total = int(np.prod(dims, dtype=np.int64))
     if index.size and (index.min() < 0 or index.max() >= total):
-        raise c.fail(n, f"reads past its input's {total} elements (a view of a larger storage)")
+        raise c.fail(n, f"reaches past its input's {total} elements (a view of a larger storage)")
+    return index
+
+
+def _scatter_flat(c: Any, n: Any, x: Value, positions: Value, src: Value, reduction: str = "none") -> Value:
+    """x with the row-major ``positions`` (int64, any shape) set to (or, reduction 'add',
+    increased by) ``src``'s elements in the same order, as scatter_elements on the flat tensor."""
+    dtype = _dtype(c, x)
+    flat = _emit(c, n, "flat", "reshape", [x], {"shape": (-1,)})
+    index = _emit(c, n, "positions", "reshape", [positions], {"shape": (-1,)})
+    values = _emit(c, n, "values", "reshape", [c.b.cast_to(c.name(n) + ".src", src, dtype)], {"shape": (-1,)})
+    written = _emit(c, n, "scatter", "scatter_elements", [flat, index, values], {"axis": 0, "reduction": reduction})
+    return c.b.reshape(c.name(n), written, tuple(c.sym_shape(n)))
+
+
+def _as_strided_scatter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """as_strided_scatter(x, src, size, stride, storage_offset): src written into the view."""
+    index = _strided_index(c, n, a[2], a[3], _arg(a, k, 4, "storage_offset", 0) or 0)
+    return _scatter_flat(c, n, a[0], Const(index), a[1])
+
+
+def _diagonal_scatter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """diagonal_scatter(x, src, offset, dim1, dim2): src written on the diagonal (positions
+    taken from NumPy's diagonal of x's row-major positions, which orders them as torch does)."""
+    shape = _input_shape(c, n)
+    sizes = [_static(c, n, shape, i, "writes a diagonal") for i in range(len(shape))]
+    offset, dim1, dim2 = int(_arg(a, k, 2, "offset", 0)), int(_arg(a, k, 3, "dim1", 0)), int(_arg(a, k, 4, "dim2", 1))
+    positions = np.diagonal(np.arange(int(np.prod(sizes, dtype=np.int64)), dtype=np.int64).reshape(sizes), offset, dim1, dim2)
+    return _scatter_flat(c, n, a[0], Const(np.ascontiguousarray(positions)), a[1])
+
+
+def _put(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """put(x, index, source, accumulate): source's elements written (added) at the flat
+    positions index (negative ones from the end) of x."""
+    total = int(np.prod([_static(c, n, _input_shape(c, n), i, "puts") for i in range(_rank(c, a[0]))], dtype=np.int64))
+    index = c.b.cast_to(c.name(n) + ".index", a[1], "int64")
+    negative = _emit(c, n, "neg", "less", [index, _scalar(0, "int64")])
+    index = _emit(c, n, "wrap", "where", [negative, _emit(c, n, "plus", "add", [index, _scalar(total, "int64")]), index])
+    return _scatter_flat(c, n, a[0], index, a[2], "add" if bool(_arg(a, k, 3, "accumulate", False)) else "none")
+
+
+def _rank_of_true(c: Any, n: Any, mask: Value, tag: str) -> Value:
+    """For a flat bool mask, each position's rank among the true ones (0 for the first true,
+    clamped at 0 before it): which element of a packed source a true position takes."""
+    counted = _emit(c, n, f"{tag}.count", "cumsum", [c.b.cast_to(f"{c.name(n)}.{tag}.int", mask, "int64")], {"axis": 0})
+    return _emit(c, n, f"{tag}.rank", "maximum", [_emit(c, n, f"{tag}.before", "sub", [counted, _scalar(1, "int64")]),
+                                                  _scalar(0, "int64")])
+
+
+def _masked_scatter(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """masked_scatter(x, mask, source): the true positions of mask (broadcast to x) take
+    source's elements in order, with static shapes: each true position's rank among the true
+    ones (a cumulative sum) is the element of the flattened source it reads."""
+    x, mask, source = a[0], a[1], a[2]
+    shape = tuple(c.sym_shape(n))
+    if tuple(c.b.spec(mask).shape) != tuple(c.b.example(shape)):
+        mask = _emit(c, n, "mask", "expand", [mask], {"shape": shape})
+    flat_mask = _emit(c, n, "mask.flat", "reshape", [mask], {"shape": (-1,)})
+    src = _emit(c, n, "src.flat", "reshape", [c.b.cast_to(c.name(n) + ".src", source, _dtype(c, x))], {"shape": (-1,)})
+    if not int(np.prod(c.b.spec(source).shape, dtype=np.int64)):
+        return x  # torch checks that the mask then holds no true value
+    last = _scalar(int(np.prod(c.b.spec(source).shape, dtype=np.int64)) - 1, "int64")
+    rank = _emit(c, n, "clamp", "minimum", [_rank_of_true(c, n, flat_mask, "pos"), last])
+    picked = _emit(c, n, "picked", "gather", [src, rank], {"axis": 0})
+    out = _emit(c, n, "where", "where", [flat_mask, picked, _emit(c, n, "flat", "reshape", [x], {"shape": (-1,)})])
+    return c.b.reshape(c.name(n), out, shape)
+
+
+def _resize(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """resize(x, size) (resize_as_): the first prod(size) elements in row-major order, as
+    torch's storage keeps them; growing is refused (the new elements are uninitialised memory)."""
+    have = int(np.prod([_static(c, n, _input_shape(c, n), i, "resizes") for i in range(_rank(c, a[0]))], dtype=np.int64))
+    target = tuple(c.sym_shape(n))
+    want = int(np.prod([_static(c, n, target, i, "resizes") for i in range(len(target))], dtype=np.int64))
+    if want > have:
+        raise c.fail(n, f"grows a tensor of {have} elements to {want}, whose new elements torch leaves uninitialised")
     flat = _emit(c, n, "flat", "reshape", [a[0]], {"shape": (-1,)})
-    return _emit(c, n, "", "gather", [flat, Const(index)], {"axis": 0})
+    if want < have:
+        flat = _emit(c, n, "head", "slice", [flat], {"starts": (0,), "ends": (want,), "axes": (0,), "steps": (1,)})
+    return c.b.reshape(c.name(n), flat, target)
+
+
+def _nonzero_static(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """nonzero_static(x, size, fill_value): the coordinates of the first ``size`` nonzero
+    elements (row-major), rows past the count filled with fill_value. Each nonzero position is
+    scattered to its rank among the nonzero ones (ranks at or past size to a spare slot), then
+    the flat positions are split into coordinates."""
+    x = a[0]
+    size, fill = int(_arg(a, k, 1, "size")), int(_arg(a, k, 2, "fill_value", -1))
+    shape = _input_shape(c, n)
+    dims = [_static(c, n, shape, i, "finds nonzero elements") for i in range(len(shape))]
+    total = int(np.prod(dims, dtype=np.int64))
+    flat = _emit(c, n, "flat", "reshape", [x], {"shape": (-1,)})
+    nonzero = _to_bool(c, n, flat, "nonzero")
+    rank = _rank_of_true(c, n, nonzero, "rank")
+    kept = _emit(c, n, "kept", "logical_and", [nonzero, _emit(c, n, "fits", "less", [rank, _scalar(size, "int64")])])
+    slot = _emit(c, n, "slot", "where", [kept, rank, _scalar(size, "int64")])
+    found = _emit(c, n, "found", "scatter_elements", [Const(np.full((size + 1,), -1, np.int64)), slot,
+                                                      Const(np.arange(total, dtype=np.int64))], {"axis": 0, "reduction": "max"})
+    found = _emit(c, n, "first", "slice", [found], {"starts": (0,), "ends": (size,), "axes": (0,), "steps": (1,)})
+    if not dims:  # a 0-d input has no coordinates: (size, 0)
+        return _emit(c, n, "", "slice", [_emit(c, n, "col", "unsqueeze", [found], {"axes": (1,)})],
+                     {"starts": (0,), "ends": (0,), "axes": (1,), "steps": (1,)})
+    valid = _emit(c, n, "valid", "greater_equal", [found, _scalar(0, "int64")])
+    columns = []
+    for i, extent in enumerate(dims):
+        stride = int(np.prod(dims[i + 1:], dtype=np.int64))
+        coord = _emit(c, n, f"c{i}", "mod", [_emit(c, n, f"q{i}", "div", [found, _scalar(stride, "int64")]), _scalar(extent, "int64")],
+                      {"fmod": False})
+        coord = _emit(c, n, f"c{i}.fill", "where", [valid, coord, _scalar(fill, "int64")])
+        columns.append(_emit(c, n, f"c{i}.col", "unsqueeze", [coord], {"axes": (1,)}))
+    return columns[0] if len(columns) == 1 else _emit(c, n, "", "concat", columns, {"axis": 1})
 
 
 def _index_copy(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
@@ -992,14 +1107,32 @@ def _broadcast_shape(c: Any, n: Any, shapes: list[tuple[Any, ...]]) -> tuple[Any
     return tuple(out)
 
 
+def _rows_by_rank(c: Any, n: Any, mask: Value, values: Value, msym: tuple[Any, ...], rest: int) -> Value:
+    """values (K, *vrest) spread over the mask's shape: each position takes the row of its rank
+    among the true positions (false ones some row, unused), shaped to broadcast against x."""
+    vshape = tuple(c.b.spec(values).shape)
+    rows = c.b.reshape(c.name(n) + ".rows", values, (-1,) + vshape[len(vshape) - rest:] if rest else (-1,))
+    flat = _emit(c, n, "mask.flat", "reshape", [mask], {"shape": (-1,)})
+    last = _scalar(int(np.prod(vshape[:len(vshape) - rest], dtype=np.int64)) - 1, "int64")
+    rank = _emit(c, n, "clamp", "minimum", [_rank_of_true(c, n, flat, "pos"), last])
+    picked = _emit(c, n, "picked", "gather", [rows, rank], {"axis": 0})
+    vrest = vshape[len(vshape) - rest:] if rest else ()
+    return c.b.reshape(c.name(n) + ".spread", picked, msym + (1,) * (rest - len(vrest)) + tuple(vrest))
+
+
 def _masked_put(c: Any, n: Any, x: Value, mask: Value, values: Value, accumulate: bool, shape: Sequence[Any]) -> Value:
-    mshape = tuple(c.b.spec(mask).shape)
-    vsize = int(np.prod(c.b.spec(values).shape, dtype=np.int64))
-    if vsize != 1:
-        raise c.fail(n, "assigns a tensor of values through a boolean mask (its size depends on the data); only one value is supported")
+    """x[mask] = values over the mask's leading axes: one value (or row) for all true
+    positions, as where; or one row per true position, values (K, *rest), each true position
+    reading the row of its rank among the true ones (static shapes: a cumulative sum)."""
+    mshape, vshape = tuple(c.b.spec(mask).shape), tuple(c.b.spec(values).shape)
+    rest = len(shape) - len(mshape)
+    msym = tuple(c.sym_shape(n.args[1][0]))
+    if len(vshape) > rest and int(np.prod(vshape[:len(vshape) - rest], dtype=np.int64)) != 1:
+        value = _rows_by_rank(c, n, mask, values, msym, rest)
+    else:
+        value = values if len(vshape) <= rest else c.b.reshape(c.name(n) + ".value", values, vshape[len(vshape) - rest:])
     if len(mshape) < len(shape):
-        mask = c.b.reshape(c.name(n) + ".mask", mask, tuple(c.sym_shape(n.args[1][0])) + (1,) * (len(shape) - len(mshape)))
-    value = c.b.reshape(c.name(n) + ".value", values, ()) if c.b.spec(values).shape != () else values
+        mask = c.b.reshape(c.name(n) + ".mask", mask, msym + (1,) * rest)
     if accumulate:
         added = _emit(c, n, "add", "add", [x, value])
         return _emit(c, n, "", "where", [mask, added, x])
@@ -1445,6 +1578,8 @@ HANDLERS: Final[dict[str, Handler]] = {
     "lerp": _lerp, "addcmul": _addc("mul"), "addcdiv": _addc("div"), "baddbmm": _baddbmm,
     "addbmm": _addbmm, "_cdist_forward": _cdist, "_pdist_forward": _pdist, "_trilinear": _trilinear,
     "_embedding_bag_forward_only": _embedding_bag, "_embedding_bag": _embedding_bag,
+    "put": _put, "masked_scatter": _masked_scatter, "as_strided_scatter": _as_strided_scatter, "diagonal_scatter": _diagonal_scatter,
+    "resize": _resize, "nonzero_static": _nonzero_static,
     "signbit": _signbit, "fmax": _nan_ignoring("maximum"), "fmin": _nan_ignoring("minimum"), "angle": _angle,
     "frexp": _frexp, "nextafter": _nextafter,
     # logical and bitwise
