@@ -83,7 +83,11 @@ SHRINK: dict[str, int] = {
     "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "d_ff": 64, "n_inner": 64,
     "hidden_dim": 64, "mlp_dim": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
     "projection_dim": 32, "text_embed_dim": 32, "vision_embed_dim": 32, "d_kv": 8, "head_dim": 8, "attention_head_size": 8,
-    "kv_channels": 8, "embedding_size": 32, "word_embed_proj_dim": 32,
+    "kv_channels": 8, "embedding_size": 32, "word_embed_proj_dim": 32, "out_hidden_size": 32, "codebook_dim": 32,
+    # rotary and latent attention (GPT-J's rotary_dim, DeepSeek's multi-head latent attention: head_dim 8)
+    "rotary_dim": 4, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8, "kv_lora_rank": 16, "q_lora_rank": 16,
+    # state-space layers (Mamba-2 heads divide expand * hidden_size)
+    "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 16, "state_size": 16, "time_step_rank": 8,
     # depth
     "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
     "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2,
@@ -110,6 +114,7 @@ LIST_SHRINK: dict[str, Any] = {
 #: Per-type fixes where the generic shrink gives a build that cannot run (keyword arguments of the config).
 OVERRIDES: dict[str, dict[str, Any]] = {
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "reformer": {"axial_pos_shape": [2, 4], "axial_pos_embds_dim": [16, 16], "attn_layers": ["local", "lsh"]},
     "xlnet": {"d_head": 8},
     "longformer": {"attention_window": 4},
@@ -197,7 +202,24 @@ def shrink_kwargs(config: Any) -> dict[str, Any]:
     kwargs["use_cache"] = False
     if isinstance(kwargs.get("num_attention_heads"), int) and isinstance(kwargs.get("num_key_value_heads"), int):
         kwargs["num_key_value_heads"] = min(kwargs["num_key_value_heads"], kwargs["num_attention_heads"])
+    if "kv_lora_rank" in kwargs and "num_attention_heads" in kwargs:  # latent attention expands keys to every head
+        kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]
+    for name in ("rope_parameters", "rope_scaling"):
+        rope = getattr(config, name, None)
+        if not isinstance(rope, dict):
+            continue
+        if isinstance(rope.get("mrope_section"), (list, tuple)):
+            kwargs[name] = rope | {"mrope_section": mrope_section(len(rope["mrope_section"]))}
+        elif "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()):  # the model's default split: 3 parts
+            kwargs[name] = rope | {"mrope_section": mrope_section(3)}
     return kwargs
+
+
+def mrope_section(parts: int) -> list[int]:
+    """A multimodal rotary split (Qwen2-VL's temporal / height / width sections) of the tiny head:
+    the sections sum to head_dim // 2 (4), each at least 1."""
+    half = SHRINK["head_dim"] // 2
+    return [1] * (parts - 1) + [half - parts + 1] if parts <= half else [1] * parts
 
 
 def special_ids(config: Any) -> dict[str, int]:
@@ -211,6 +233,17 @@ def tiny_config(config_class: Any, default: Any = None, model_type: str = "") ->
     token ids moved into the small vocabulary (an embedding's padding_idx must be in range)."""
     default = config_class() if default is None else default
     kwargs = shrink_kwargs(default) | OVERRIDES.get(model_type, {})
+    try:
+        return config_class(**with_special_ids(default, kwargs))
+    except Exception:  # some configs refuse grouped key/value heads: the retry keeps one per query head
+        if not isinstance(kwargs.get("num_key_value_heads"), int):
+            raise
+    return config_class(**with_special_ids(default, kwargs | {"num_key_value_heads": kwargs.get("num_attention_heads", 4)}))
+
+
+def with_special_ids(default: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the config's special token ids moved into the small vocabulary."""
+    kwargs = dict(kwargs)
     vocab = kwargs.get("vocab_size", getattr(default, "vocab_size", None))
     if isinstance(vocab, int):
         free = vocab - 1
@@ -218,7 +251,7 @@ def tiny_config(config_class: Any, default: Any = None, model_type: str = "") ->
             if value >= vocab:
                 kwargs[name] = free
                 free -= 1
-    return config_class(**kwargs)
+    return kwargs
 
 
 def model_class(name: str) -> Any:
@@ -279,8 +312,10 @@ def token_ids(torch: Any, config: Any, shape: tuple[int, ...]) -> Any:
 def make_inputs(torch: Any, model: Any) -> dict[str, Any]:
     """Seeded example inputs for ``model``'s main input (and decoder ids where forward takes them)."""
     config = model.config
-    main = getattr(model, "main_input_name", "input_ids")
     params = inspect.signature(model.forward).parameters
+    main = getattr(model, "main_input_name", "input_ids")
+    if main not in params:  # a vision tower inheriting input_ids: forward's first input this script makes
+        main = next((name for name in params if name in MADE_INPUTS), main)
     inputs: dict[str, Any] = {}
     if main == "input_ids":
         inputs["input_ids"] = token_ids(torch, config, (BATCH, SEQ))
