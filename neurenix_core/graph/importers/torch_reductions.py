@@ -236,15 +236,30 @@ def _scatter_reduce(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     """scatter_reduce(x, dim, index, src, reduce, include_self=True): 'mean' as the sum (torch_ops'
     handler with 'sum') over the count of values each position got (plus one for itself with
     include_self); the other reductions are torch_ops'."""
-    if str(a[4]) != "mean":
+    reduce, include_self, dtype = str(a[4]), bool(_arg(a, k, 5, "include_self", True)), _out_dtype(c, n)
+    if not _shape(c, n.args[0]):
+        return _scatter_reduce_0d(c, n, a[0], a[3], reduce, include_self, dtype)
+    if reduce != "mean":
         return _OPS["scatter_reduce"](c, n, a, k)
-    include_self = bool(_arg(a, k, 5, "include_self", True))
-    dtype = _out_dtype(c, n)
     total = _OPS["scatter_reduce"](c, n, [a[0], a[1], a[2], a[3], "sum", include_self], {})
     start = _fill(c, n, "start", 1 if include_self else 0, _shape(c, n.args[0]), dtype)
     ones = _fill(c, n, "ones", 1, _shape(c, n.args[3]), dtype)
     counts = _OPS["scatter_reduce"](c, n, [start, a[1], a[2], ones, "sum", True], {})
     return _divide_counts(c, n, total, counts, dtype)
+
+
+def _scatter_reduce_0d(c: Any, n: Any, x: Value, src: Any, reduce: str, include_self: bool, dtype: str) -> Value:
+    """A 0-d x (its index and src 0-d too): src's one value reduced with x's, or src alone."""
+    src = _as(c, n, src, dtype, "src")
+    if not include_self:
+        return _emit(c, n, "", "identity", [src])
+    x = _as(c, n, x, dtype, "x")
+    if reduce == "mean":
+        return _divide_counts(c, n, _emit(c, n, "total", "add", [x, src]), _scalar(2, dtype), dtype)
+    op = {"sum": "add", "prod": "mul", "amax": "maximum", "amin": "minimum"}.get(reduce)
+    if op is None:
+        raise c.fail(n, f"reduces with {reduce!r}; sum, prod, mean, amax and amin are supported")
+    return _emit(c, n, "", op, [x, src])
 
 
 def _segment_reduce(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
