@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import neurenix_core as nx
+from neurenix_core.errors import NeurenixError
 
 
 class _Op(torch.nn.Module):
@@ -266,3 +267,26 @@ def test_nonzero_static(size: int) -> None:
     _check(lambda v: torch.nonzero_static(v, size=size), x)
     _check(lambda v: torch.nonzero_static(v, size=size, fill_value=7), x[1])
     _check(lambda v: torch.nonzero_static(v, size=size), torch.tensor(1.5))
+
+
+def test_take_and_bucketize() -> None:
+    _check(torch.take, torch.randn(3, 4), torch.tensor([[0, -1], [5, 11]]))
+    bounds = torch.tensor([-1.0, 0.0, 0.5, 2.0])
+    x = torch.tensor([[-3.0, 0.0, 0.5], [float("nan"), 2.0, 9.0]])
+    _check(lambda v, b: torch.bucketize(v, b), x, bounds)
+    _check(lambda v, b: torch.bucketize(v, b, right=True, out_int32=True), x, bounds)
+    _check(lambda v, b: torch.bucketize(v, b), torch.tensor(0.2), bounds)
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("nonzero", "data-dependent size"), ("masked_select", "data-dependent size"), ("unique", "data-dependent size"),
+    ("randn_like", "random"), ("multinomial", "random"),
+])
+def test_data_sized_and_random_ops_refuse_by_name(name: str, words: str) -> None:
+    fns: dict[str, Callable[..., Any]] = {
+        "nonzero": torch.nonzero, "masked_select": lambda v: torch.masked_select(v, v > 0), "unique": torch.unique,
+        "randn_like": torch.randn_like, "multinomial": lambda v: torch.multinomial(v.abs() + 0.1, 2),
+    }
+    with pytest.raises(NeurenixError, match=words) as info:
+        nx.nn.from_torch(_Op(fns[name]), (torch.randn(2, 3),), static=True)
+    assert "op " in str(info.value)

@@ -934,6 +934,58 @@ def _put(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return _scatter_flat(c, n, a[0], index, a[2], "add" if bool(_arg(a, k, 3, "accumulate", False)) else "none")
 
 
+def _take(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """take(x, index): x's elements at the flat positions index (negative ones from the end),
+    shaped as index."""
+    total = int(np.prod([_static(c, n, _input_shape(c, n), i, "takes elements") for i in range(_rank(c, a[0]))], dtype=np.int64))
+    index = c.b.cast_to(c.name(n) + ".index", a[1], "int64")
+    negative = _emit(c, n, "neg", "less", [index, _scalar(0, "int64")])
+    index = _emit(c, n, "wrap", "where", [negative, _emit(c, n, "plus", "add", [index, _scalar(total, "int64")]), index])
+    return _emit(c, n, "", "gather", [_emit(c, n, "flat", "reshape", [a[0]], {"shape": (-1,)}), index], {"axis": 0})
+
+
+def _bucketize(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """bucketize(x, boundaries (sorted, 1-D), out_int32, right): the number of boundaries a
+    binary search passes, counted: those not >= x (right: not > x), so that a NaN lands past
+    the last boundary as torch's search puts it."""
+    x, bounds = a[0], a[1]
+    right = bool(k.get("right", a[3] if len(a) > 3 else False))
+    if not isinstance(x, (str, Const)):  # bucketize.Scalar
+        x = _scalar(x, _dtype(c, bounds))
+    dtype = _promote_pair(c, x, bounds)
+    x, bounds = _as(c, n, x, dtype, "x"), _as(c, n, bounds, dtype, "bounds")
+    column = _emit(c, n, "column", "unsqueeze", [x], {"axes": (-1,)})
+    stops = _emit(c, n, "stops", "greater" if right else "greater_equal", [bounds, column])
+    passed = c.b.cast_to(c.name(n) + ".passed", _emit(c, n, "passes", "logical_not", [stops]), _out_dtype(c, n))
+    return _emit(c, n, "", "reduce_sum", [passed], {"axes": (-1,), "keepdims": False})
+
+
+def _promote_pair(c: Any, x: Value, y: Value) -> str:
+    """The dtype torch compares x and y in (float over int, the wider of two)."""
+    dx, dy = _dtype(c, x), _dtype(c, y)
+    if _is_float(dx) != _is_float(dy):
+        return dx if _is_float(dx) else dy
+    return str(np.promote_types(np.dtype(dx), np.dtype(dy))) if "bfloat16" not in (dx, dy) else dx
+
+
+def _refuse(why: str) -> Handler:
+    """An op the import does not compute, refused by name with the reason (the error names the
+    node and its ATen op)."""
+
+    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+        raise c.fail(n, why)
+
+    return run
+
+
+_DATA_SIZED: Final = ("returns as many elements as its input's values select (a data-dependent size), which a neurenix "
+                      "graph's static shapes cannot hold; nonzero_static(size=...) or a mask with where keeps the shape static")
+_RANDOM: Final = ("draws random numbers, and a neurenix graph is deterministic: draw them in PyTorch and pass them to "
+                  "forward as an input")
+_RANDOM_WINDOWS: Final = ("pools windows placed at random (fractional max pooling), and a neurenix graph is deterministic: "
+                          "pass _random_samples, drawn in PyTorch, to forward as an input")
+
+
 def _rank_of_true(c: Any, n: Any, mask: Value, tag: str) -> Value:
     """For a flat bool mask, each position's rank among the true ones (0 for the first true,
     clamped at 0 before it): which element of a packed source a true position takes."""
@@ -1579,7 +1631,18 @@ HANDLERS: Final[dict[str, Handler]] = {
     "addbmm": _addbmm, "_cdist_forward": _cdist, "_pdist_forward": _pdist, "_trilinear": _trilinear,
     "_embedding_bag_forward_only": _embedding_bag, "_embedding_bag": _embedding_bag,
     "put": _put, "masked_scatter": _masked_scatter, "as_strided_scatter": _as_strided_scatter, "diagonal_scatter": _diagonal_scatter,
-    "resize": _resize, "nonzero_static": _nonzero_static,
+    "resize": _resize, "nonzero_static": _nonzero_static, "take": _take, "bucketize": _bucketize,
+    # refused by name: data-dependent output sizes, random draws, kernels with no opset form
+    "nonzero": _refuse(_DATA_SIZED), "masked_select": _refuse(_DATA_SIZED), "_unique2": _refuse(_DATA_SIZED),
+    "unique_dim": _refuse(_DATA_SIZED), "unique_consecutive": _refuse(_DATA_SIZED), "_unique": _refuse(_DATA_SIZED),
+    "randn_like": _refuse(_RANDOM), "rand_like": _refuse(_RANDOM), "randint_like": _refuse(_RANDOM), "multinomial": _refuse(_RANDOM),
+    "rrelu_with_noise": _refuse(_RANDOM), "rrelu_with_noise_functional": _refuse(_RANDOM),
+    "fractional_max_pool2d": _refuse(_RANDOM_WINDOWS), "fractional_max_pool3d": _refuse(_RANDOM_WINDOWS),
+    "hash_tensor": _refuse("hashes the bits of its input, which no opset op computes"),
+    "_linear_cross_entropy_batch_chunked": _refuse("is PyTorch's chunked linear + cross-entropy kernel, which has no opset form; "
+                                                   "compute linear then cross_entropy"),
+    "_linear_cross_entropy_batch_chunked_no_reduction": _refuse("is PyTorch's chunked linear + cross-entropy kernel, which has no "
+                                                                "opset form; compute linear then cross_entropy"),
     "signbit": _signbit, "fmax": _nan_ignoring("maximum"), "fmin": _nan_ignoring("minimum"), "angle": _angle,
     "frexp": _frexp, "nextafter": _nextafter,
     # logical and bitwise
