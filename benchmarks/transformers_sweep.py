@@ -28,7 +28,8 @@ Outcome of a model type:
     wrong           ran, but the first output differs (or its shape or dtype kind does)
     run refused     imported, but moving or calling the model raised a NeurenixError (typed refusal)
     import refused  nx.nn.from_torch raised a NeurenixError while torch.export alone succeeds
-    export failed   torch.export itself cannot capture the model: not neurenix's doing
+    export failed   torch.export itself cannot capture the model, or (for a wrong result) its own
+                    program differs from eager as much: not neurenix's doing
     crash           neurenix raised anything else (not a NeurenixError): a bug
     timeout         the type took longer than --timeout seconds (SIGALRM)
     unsupported     no tiny build: no config or model class, inputs this script cannot make,
@@ -426,7 +427,23 @@ def run_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str,
     except Exception as exc:  # noqa: BLE001 - anything untyped is a bug
         return "crash", first_line(exc)
     diff = mismatch(want, got)
-    return ("wrong", diff) if diff else ("pass", "")
+    if not diff:
+        return "pass", ""
+    unfaithful = exported_differs(torch, model, inputs, index, want)
+    return ("export failed", unfaithful) if unfaithful else ("wrong", diff)
+
+
+def exported_differs(torch: Any, model: Any, inputs: dict[str, Any], index: int, want: np.ndarray) -> str:
+    """'' when torch.export's own program computes eager's first output, else how it differs: a
+    model torch.export captures unfaithfully (ColPali) is torch's miss, not neurenix's."""
+    try:
+        program = torch.export.export(model, (), dict(inputs)).module()
+        with torch.no_grad():
+            leaves = tensor_leaves(torch, program(**inputs))
+    except Exception as exc:  # noqa: BLE001 - any failure of torch.export is torch's
+        return first_line(exc)
+    diff = mismatch(want, leaves[index].detach().numpy()) if index < len(leaves) else f"{len(leaves)} outputs"
+    return f"torch.export's program differs from eager: {diff}" if diff else ""
 
 
 # ----------------------------------------------------------------------------- the report
