@@ -204,6 +204,7 @@ def test_advanced_indexing_on_inner_axes(name: str) -> None:
 def test_unfold() -> None:
     _check(lambda v: torch.nn.functional.unfold(v, (2, 3), dilation=1, padding=1, stride=(1, 2)), torch.randn(2, 3, 5, 6))
     _check(lambda v: torch.nn.functional.unfold(v, 2), torch.randn(3, 4, 4))
+    _check(lambda v: torch.nn.functional.unfold(v, 2), torch.randn(0, 1, 5, 5))  # an empty batch
 
 
 @pytest.mark.parametrize("case", ["1d", "2d", "3d", "unbatched", "ties"])

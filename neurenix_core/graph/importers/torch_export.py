@@ -40,6 +40,13 @@ from neurenix_core.graph.importers.builder import Const, GraphBuilder, Value
 from neurenix_core.graph.importers.torch_axes import AxisPlan, default_spec, differs_at_example, fixed_axes, plan_axes, warn_fixed
 from neurenix_core.graph.importers.torch_backward import HANDLERS as _GRADIENT_HANDLERS
 from neurenix_core.graph.importers.torch_fft import HANDLERS as _FFT_HANDLERS
+from neurenix_core.graph.importers.torch_fft import (
+    carried,
+    complex_call,
+    refuse_complex_inputs,
+    refuse_complex_outputs,
+    touches_complex,
+)
 from neurenix_core.graph.importers.torch_linalg import HANDLERS as _LINALG_HANDLERS
 from neurenix_core.graph.importers.torch_ops import HANDLERS as _MORE_HANDLERS
 from neurenix_core.graph.importers.torch_ops import Unavailable, batch_norm_nd, conv_nd, conv_transpose_nd, size_value, unbatched
@@ -599,6 +606,8 @@ def _index_leading(c: _Ctx, n: Any, x: Value, indices: list[Any], sym: tuple[Any
     shape = c.b.spec(x).shape
     arrays = [i.array.astype(np.int64) for i in indices]
     arrays = [np.where(i < 0, i + shape[d], i) for d, i in enumerate(arrays)]
+    if lead > 1 and 0 in shape[lead:]:  # no merging reshape beside an empty axis (the opset's reshape reads 0 as "keep")
+        return _index_nd(c, n, x, [Const(i) for i in arrays], out_shape, name)
     # Advanced indexing on the leading axes = one gather on those axes merged (flat indices).
     flat = np.ravel_multi_index(np.broadcast_arrays(*arrays), shape[:lead]).astype(np.int64)
     merged = c.b.emit(name + ".merge", "reshape", [x], {"shape": (-1,) + tuple(sym[lead:])}) if lead > 1 else x
@@ -818,7 +827,7 @@ def _check_spec(c: _Ctx, n: Any, value: Any) -> Any:
     """Keep the graph's dtypes equal to PyTorch's (scalar promotion differs in a few places)."""
     if not isinstance(value, str) or "val" not in n.meta or not hasattr(n.meta["val"], "shape"):
         return value
-    shape, dtype = c.meta(n)
+    shape, dtype = carried(*c.meta(n))  # a complex value is carried as a real (..., 2) one (torch_fft)
     spec = c.b.spec(value)
     if spec.shape != shape:
         raise c.fail(n, f"imported with shape {spec.shape}, but PyTorch computes {shape} (an importer bug: please report it)")
@@ -848,6 +857,8 @@ def _call(c: _Ctx, n: Any) -> Any:
             return _fold(c, n, args, kwargs)
         if name not in HANDLERS:
             raise NotSymbolicError(f"node {c.name(n)!r} ({name}) computes a constant from a dynamic size")
+    if touches_complex(n):  # complex values, carried as real (..., 2) ones: torch_fft
+        return _check_spec(c, n, complex_call(c, n, name, HANDLERS.get(name), args, kwargs))
     handler = HANDLERS.get(name)
     if handler is None:
         raise c.fail(n, "has no mapping to the neurenix opset")
@@ -1076,6 +1087,7 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
     tokens = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "TOKEN"}
     inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name not in consts and n.name in user_inputs]
     _input_symbols(c, ep, inputs)
+    refuse_complex_inputs(c.b.source, inputs)
     for n in ep.graph.nodes:
         if n.op == "placeholder":
             if n.name in consts:
@@ -1092,6 +1104,7 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
             c.env[n] = _call(c, n)
         elif n.op == "output":
             _refuse_mutations(module, ep)
+            refuse_complex_outputs(c.b.source, n.args[0])
             kinds = [s.kind.name for s in ep.graph_signature.output_specs]
             outs = [c.env[o] for o, kind in zip(n.args[0], kinds, strict=True) if kind != "TOKEN"]
             missing = [o for o in outs if isinstance(o, Unavailable)]
@@ -1120,6 +1133,7 @@ def import_fx(gm: Any, source: str) -> tuple[Graph, list[tuple[str, Any]]]:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     _axis_symbols(c, [n for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)])
     position = {n: i for i, n in enumerate(placeholders)}
+    refuse_complex_inputs(source, placeholders)
     for n in placeholders:
         val = n.meta.get("val")
         if isinstance(val, torch.Tensor):
@@ -1144,6 +1158,7 @@ def _outputs(c: _Ctx, outs: Sequence[Any], position: dict[Any, int], source: str
 
     values: list[Value] = []
     template: list[tuple[str, Any]] = []
+    refuse_complex_outputs(source, outs)
     for o in outs:
         if isinstance(o, fx.Node) and o in position:
             template.append(("input", position[o]))  # a saved input: the caller hands back its own tensor
