@@ -1059,6 +1059,26 @@ def _nonzero_static(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     return columns[0] if len(columns) == 1 else _emit(c, n, "", "concat", columns, {"axis": 1})
 
 
+def _grouped_mm(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
+    """transformers' ``grouped_mm_fallback(x, weight, offs)`` (the mixture-of-experts layers of
+    transformers 5: x's rows sorted by expert, ``offs`` the running row counts per expert, each
+    row times its expert's matrix, rows past the last count zero): each row's expert is the
+    number of counts at or below its position, and the rows multiply their gathered matrices."""
+    x, weight, offs = a[0], a[1], c.b.cast_to(c.name(n) + ".offs", a[2], "int64")
+    rows, experts = _input_shape(c, n)[0], _input_shape(c, n, 1)[0]
+    ones = _emit(c, n, "ones", "expand", [Const(np.ones((1,), np.int64))], {"shape": (rows,)})
+    row = _emit(c, n, "row", "add", [_emit(c, n, "count", "cumsum", [ones], {"axis": 0}), Const(np.asarray(-1, np.int64))])
+    passed = _emit(c, n, "passed", "greater_equal", [_emit(c, n, "row2", "unsqueeze", [row], {"axes": (1,)}),
+                                                       _emit(c, n, "offs2", "unsqueeze", [offs], {"axes": (0,)})])
+    expert = _emit(c, n, "expert", "reduce_sum", [c.b.cast_to(c.name(n) + ".passed.int", passed, "int64")], {"axes": (1,), "keepdims": False})
+    last = _as(c, n, experts - 1, "int64", "last")
+    chosen = _emit(c, n, "gather", "gather", [weight, _emit(c, n, "clamp", "minimum", [expert, last])], {"axis": 0})
+    product = _emit(c, n, "mm", "matmul", [_emit(c, n, "x3", "unsqueeze", [x], {"axes": (1,)}), chosen])
+    out = _emit(c, n, "rows", "squeeze", [product], {"axes": (1,)})
+    inside = _emit(c, n, "inside", "unsqueeze", [_emit(c, n, "in", "less_equal", [expert, last])], {"axes": (1,)})
+    return _emit(c, n, "", "where", [inside, out, _scalar(0, _out_dtype(c, n))])
+
+
 def _index_copy(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
     """index_copy(x, dim, index, source): source's slices written at positions ``index`` of axis
     ``dim`` (a static key/value cache's update), as scatter_elements with the index broadcast
@@ -1665,7 +1685,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "one_hot": _one_hot, "einsum": _einsum, "broadcast_tensors": _broadcast_tensors,
     "zeros_like": _like(0), "ones_like": _like(1), "empty_like": _like(0), "full_like": _like(None),
     "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
-    "scatter": _scatter, "scatter_add": _scatter, "index_copy": _index_copy, "slice_scatter": _slice_scatter, "as_strided": _as_strided, "scatter_reduce": _scatter, "index_put": _index_put,
+    "scatter": _scatter, "scatter_add": _scatter, "index_copy": _index_copy, "slice_scatter": _slice_scatter, "grouped_mm_fallback": _grouped_mm, "as_strided": _as_strided, "scatter_reduce": _scatter, "index_put": _index_put,
     # pooling
     "max_pool1d": _pool_nd("max", 1), "max_pool2d": _pool_nd("max", 2), "max_pool3d": _pool_nd("max", 3),
     "max_pool1d_with_indices": _pool_nd("max", 1, True), "max_pool2d_with_indices": _pool_nd("max", 2, True),
