@@ -44,6 +44,7 @@ from neurenix_core.graph.importers.torch_ops import (
     _static,
 )
 from neurenix_core.graph.opset import _promote
+from neurenix_core.graph.opset.ordering import nth_of_equivalents
 
 __all__ = ["HANDLERS"]
 
@@ -159,8 +160,11 @@ def _median_along(c: Any, n: Any, x: Value, axis: int, size: int, keep: bool, ig
     else:
         has_nan = _emit(c, n, _tag(tag, "has_nan"), "less", [count, _index(size)])
         position = _emit(c, n, _tag(tag, "position"), "where", [has_nan, count, _index((size - 1) // 2)])
-    picked = _emit(c, n, tag if keep else _tag(tag, "pick"), "gather_elements", [ordered, position], {"axis": axis})
-    return picked if keep else _emit(c, n, tag, "squeeze", [picked], {"axes": (axis,)})
+    picked = _emit(c, n, _tag(tag, "pick"), "gather_elements", [ordered, position], {"axis": axis})
+    if ignore_nan and output == 1:  # a row of NaNs: the index nth_element leaves first among equivalents
+        all_nan = _emit(c, n, _tag(tag, "all_nan"), "equal", [count, _index(0)])
+        picked = _emit(c, n, _tag(tag, "nan_row"), "where", [all_nan, _index(nth_of_equivalents(size)), picked])
+    return _emit(c, n, tag, "identity" if keep else "squeeze", [picked], {} if keep else {"axes": (axis,)})
 
 
 def _searchsorted(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:

@@ -26,7 +26,7 @@ import numpy as np
 
 from neurenix_core.graph.opset.schema import REQUIRED, Arrays, Attrs, Params, Shape, _axis, _def, _is_float
 
-__all__: list[str] = []
+__all__ = ["nth_of_equivalents"]
 
 Less = Callable[[float, float], bool]
 
@@ -288,6 +288,18 @@ def _std_sort(keys: list[float]) -> list[int]:
         else:
             _insertion_sort(keys, order, 0, n, less, True)
     return order
+
+
+def nth_of_equivalents(size: int) -> int:
+    """The index libstdc++'s std::nth_element(first, first, last) leaves first when no element
+    orders before another: PyTorch's nanmedian index for a row of ``size`` NaNs (its comparator
+    finds every two NaNs equivalent). Introselect's partitions only ever swap, so the answer
+    depends on the size alone."""
+    order, keys = list(range(size)), [0.0] * size
+    first, last = 0, size
+    while last - first > 3:  # the depth limit (2 log2 n) is never reached: each cut halves the range
+        last = _partition(keys, order, first, last, lambda x, y: False)
+    return order[0] if size else 0
 
 
 def _row_mode(keys: list[float]) -> tuple[float, int]:
