@@ -100,3 +100,31 @@ def test_bfloat16_constant_folded_in_bfloat16() -> None:
             return x + (self.w * 2).float()
 
     _check(Folded().eval(), (_x(2, 3),))
+
+
+class _LengthsCheck(_Module):
+    """Flaubert's pattern: a value read out of a tensor (``.item()``) only for a check."""
+
+    def forward(self, ids: Any) -> Any:
+        lengths = (ids != 0).sum(dim=1)
+        torch._check(lengths.max().item() <= ids.shape[1])
+        return (torch.arange(ids.shape[1]) < lengths[:, None]).float() * 2
+
+
+def test_item_read_only_by_a_check_imports() -> None:
+    ids = torch.tensor([[3, 1, 0, 0], [5, 2, 7, 0]])
+    want = _LengthsCheck()(ids).numpy()
+    for static in (True, False):
+        got = np.asarray(nn.from_torch(_LengthsCheck().eval(), (ids,), static=static)(ids.numpy()))
+        np.testing.assert_array_equal(got, want)
+
+
+def test_item_used_as_a_value_is_refused_by_name() -> None:
+    from neurenix_core.errors import NeurenixError
+
+    class Scaled(_Module):
+        def forward(self, x: Any, n: Any) -> Any:
+            return x * n.sum().item()
+
+    with pytest.raises(NeurenixError, match="read out of a tensor"):
+        nn.from_torch(Scaled().eval(), (_x(2, 3), torch.tensor([1, 2])), static=True)

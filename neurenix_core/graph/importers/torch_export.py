@@ -843,7 +843,12 @@ def _call(c: _Ctx, n: Any) -> Any:
         return None
     val = n.meta.get("val")
     if isinstance(val, c.torch.SymInt):  # sym_size and size arithmetic: the size itself, symbolically
-        return c.dim(val)
+        try:
+            return c.dim(val)
+        except NotSymbolicError as exc:  # a value read out of a tensor (.item()): refused where a later op reads it
+            if name not in ("_local_scalar_dense", "item"):
+                raise
+            return Unavailable(f"a value read out of a tensor at run time ({exc})")
     if isinstance(val, (c.torch.SymBool, c.torch.SymFloat)):
         return None  # only guards use these; a real op that reads one fails below on the None
     args = _resolve(c, list(n.args))
