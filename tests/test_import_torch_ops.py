@@ -16,7 +16,6 @@ import model_zoo as zoo
 
 import neurenix_core as nx
 from neurenix_core import nn
-from neurenix_core.errors import UnsupportedOperationError
 
 _G = torch.Generator().manual_seed(0)
 
@@ -191,12 +190,6 @@ def test_reading_adaptive_max_pool_indices_of_uneven_windows() -> None:
     model = _Fn(lambda x: F.adaptive_max_pool1d(x, 3, return_indices=True)[1].float()).eval()
     got = nx.compile(nn.from_torch(model, X3, static=True), device="cpu:0")(X3.numpy()).numpy()
     np.testing.assert_array_equal(got, model(X3).numpy())
-
-
-def test_scatter_reduce_mean_is_refused() -> None:
-    model = _Fn(lambda x: x.scatter_reduce(2, IDX, x, "mean")).eval()
-    with pytest.raises(UnsupportedOperationError, match="mean"):
-        nn.from_torch(model, X3, static=True)
 
 
 def _roberta() -> tuple[Any, dict[str, Any]]:
