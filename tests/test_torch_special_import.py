@@ -143,8 +143,9 @@ def test_zeta_including_poles_domain_and_scalars() -> None:
 def test_incomplete_gamma_regimes_and_boundary(upper: bool) -> None:
     fn = torch.igammac if upper else torch.igamma
     # small x (series / the upper series), x > a (continued fraction), a ~ x for large a (Temme's regime in SciPy)
-    a = _t([0.5, 2.0, 0.1, 3.0, 1.05, 25.0, 150.0, 1000.0, 5e4, 30.0, 1.0, 7.5])
-    x = _t([0.3, 0.05, 0.9, 12.0, 1.06, 26.0, 140.0, 1010.0, 5.01e4, 2.0, 1e-10, 60.0])
+    # (and beyond a = 1e6, Temme's expansion here too)
+    a = _t([0.5, 2.0, 0.1, 3.0, 1.05, 25.0, 150.0, 1000.0, 5e4, 30.0, 1.0, 7.5, 1e8, 1e9])
+    x = _t([0.3, 0.05, 0.9, 12.0, 1.06, 26.0, 140.0, 1010.0, 5.01e4, 2.0, 1e-10, 60.0, 1e8 + 5e3, 1e9 - 3e4])
     _check(fn, a, x, rtol=1e-8)  # PyTorch uses Temme's expansion where this uses the series or fraction
     edges_a = _t([-1.0, 1.0, 0.0, 0.0, 2.0, _INF, _INF, 2.0, _NAN, 0.0])
     edges_x = _t([1.0, -1.0, 1.0, 0.0, 0.0, 1.0, _INF, _INF, 0.0, _NAN])

@@ -351,21 +351,49 @@ def _igammac_fraction(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.where(ax == 0, 0.0, ans * ax)
 
 
+# The first coefficients of Temme's uniform expansion (DLMF 8.12.3-4), C_k(eta) = sum_n d[k][n] eta^n,
+# as SciPy tabulates them: enough for the a > 1e6 where it is used (|eta| < 0.005, a^-4 < 1e-24).
+_TEMME_D: Final = (
+    (-3.3333333333333333e-1, 8.3333333333333333e-2, -1.4814814814814815e-2, 1.1574074074074074e-3, 3.527336860670194e-4,
+     -1.7875514403292181e-4, 3.9192631785224378e-5, -2.1854485106799922e-6),
+    (-1.8518518518518519e-3, -3.4722222222222222e-3, 2.6455026455026455e-3, -9.9022633744855967e-4, 2.0576131687242798e-4,
+     -4.0187757201646091e-7, -1.8098550334489978e-5, 7.6491609160811101e-6),
+    (4.1335978835978836e-3, -2.6813271604938272e-3, 7.7160493827160494e-4, 2.0093878600823045e-6, -1.0736653226365161e-4,
+     5.2923448829120125e-5, -1.2760635188618728e-5, 3.4235787340961381e-8),
+    (6.4943415637860082e-4, 2.2947209362139918e-4, -4.6918949439525571e-4, 2.6772063206283885e-4, -7.5618016718839764e-5,
+     -2.3965051138672967e-7, 1.1082654115347302e-5, -5.6749528269915966e-6),
+)
+_TEMME_FROM: Final = 1e6  # below, the series and the continued fraction converge within _IGAMMA_TERMS
+
+
+def _igamma_temme(a: np.ndarray, x: np.ndarray, upper: bool) -> np.ndarray:
+    """P or Q by Temme's uniform asymptotic expansion in eta (sign(x - a) sqrt(2 (s - log1p(s))), s = x/a - 1)."""
+    sigma = (x - a) / a
+    eta = np.sign(sigma) * np.sqrt(-2.0 * (np.log1p(sigma) - sigma))
+    total = sum(_polevl(eta, row[::-1]) * a ** -k for k, row in enumerate(_TEMME_D))
+    sign = 1.0 if upper else -1.0
+    return 0.5 * erfc(sign * eta * np.sqrt(a / 2.0)) + sign * np.exp(-0.5 * a * eta * eta) * total / np.sqrt(2.0 * np.pi * a)
+
+
 def _igamma_regimes(a: np.ndarray, x: np.ndarray, upper: bool) -> np.ndarray:
     """P (upper False) or Q (upper True) for a, x > 0 finite, choosing as SciPy's igam / igamc do.
     Where they use Temme's uniform expansion (a large, x near a) the series or the continued
-    fraction converges too (in O(sqrt(a)) terms), and the one giving the smaller of P and Q is used,
-    so no cancellation arises."""
+    fraction converges too (in O(sqrt(a)) terms) up to a = 1e6, and the one giving the smaller of
+    P and Q is used, so no cancellation arises; beyond, the expansion's first four terms."""
     out = np.empty_like(a)
     ratio = np.abs(x - a) / a
     near = ((a > 20) & (a < 200) & (ratio < 0.3)) | ((a > 200) & (ratio < 4.5 / np.sqrt(a)))
+    temme = near & (a > _TEMME_FROM)
     if upper:
         use_p = np.where(near, x < a, np.where(x > 1.1, x < a, np.where(x <= 0.5, -0.4 / np.log(x) < a, x * 1.1 < a)))
         use_fraction = ~use_p & (np.where(near, True, x > 1.1))
     else:
         use_p = np.where(near, x < a, ~((x > 1.0) & (x > a)))
         use_fraction = ~use_p & (near | (x > 1.1))
-    use_small = ~use_p & ~use_fraction
+    use_p &= ~temme
+    use_fraction &= ~temme
+    use_small = ~use_p & ~use_fraction & ~temme
+    out[temme] = _igamma_temme(a[temme], x[temme], upper)
     p_idx, f_idx, s_idx = np.flatnonzero(use_p), np.flatnonzero(use_fraction), np.flatnonzero(use_small)
     p = _igamma_series(a[p_idx], x[p_idx])
     q_fraction = _igammac_fraction(a[f_idx], x[f_idx])
