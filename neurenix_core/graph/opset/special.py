@@ -228,6 +228,7 @@ def zeta(x: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def _zeta_sum(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """zeta(x, q) where no special case applies (x > 1; q > 0, or q < 0 not an integer with x one)."""
     s = np.power(q, -x)
     a, b = q.copy(), np.zeros_like(q)
     done = np.zeros(x.shape, bool)
@@ -275,7 +276,7 @@ def polygamma(n: int, x: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- incomplete gamma
-_IGAMMA_TERMS: Final = 20000  # series / continued-fraction terms: enough for a up to ~5e6 with x near a
+_IGAMMA_TERMS: Final = 20000  # series / continued-fraction terms: enough with x near a up to a = _TEMME_FROM
 _BIG: Final = 4.503599627370496e15
 _BIGINV: Final = 2.22044604925031308085e-16
 
