@@ -321,19 +321,32 @@ def make_inputs(torch: Any, model: Any) -> dict[str, Any]:
     if main == "input_ids":
         inputs["input_ids"] = token_ids(torch, config, (BATCH, SEQ))
     elif main == "pixel_values":
-        size = find(config, "image_size") or 32
-        size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
-        channels = find(config, "num_channels") or 3
-        inputs["pixel_values"] = torch.randn(BATCH, int(channels), *size[-2:])
+        inputs["pixel_values"] = images(torch, config)
     elif main == "input_values":
         inputs["input_values"] = torch.randn(BATCH, AUDIO_SAMPLES)
     elif main == "input_features":
         inputs["input_features"] = features(torch, config)
     else:
         raise Unsupported(f"main input {main!r} (this script makes {', '.join(MADE_INPUTS)})")
+    if main == "input_ids" and "pixel_values" in params and dual_encoder(config):  # CLIP, SigLIP: both towers run
+        inputs["pixel_values"] = images(torch, config)
     if "decoder_input_ids" in params and main != "input_ids" or "decoder_input_ids" in params and config.is_encoder_decoder:
         inputs["decoder_input_ids"] = token_ids(torch, config, (BATCH, DECODER_SEQ))
     return inputs
+
+
+def images(torch: Any, config: Any) -> Any:
+    size = find(config, "image_size") or 32
+    size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
+    channels = find(config, "num_channels") or 3
+    return torch.randn(BATCH, int(channels), *size[-2:])
+
+
+def dual_encoder(config: Any) -> bool:
+    """A text tower beside a vision tower whose forward needs both inputs (CLIP, SigLIP), not a
+    vision-language model placing image features at image tokens of the text."""
+    towers = getattr(config, "text_config", None) is not None and getattr(config, "vision_config", None) is not None
+    return towers and not any("image_token" in name for name in vars(config))
 
 
 def features(torch: Any, config: Any) -> Any:
