@@ -10,35 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from torch_eager import OpModule, assert_outputs_match, run_both
 
 import neurenix_core as nx
 from neurenix_core.errors import UnsupportedOperationError
 
 
-class _Op(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: torch.Tensor) -> Any:
-        return self.fn(*xs)
-
-
 def _check(fn: Callable[..., Any], *inputs: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-4) -> None:
-    module = _Op(fn)
-    model = nx.nn.from_torch(module, tuple(inputs), static=True)
-    got = model(*[t.numpy() for t in inputs])
-    got = [np.asarray(o) for o in (got if isinstance(got, (list, tuple)) else [got])]
-    with torch.no_grad():
-        want = [w.resolve_neg().resolve_conj().numpy() for w in torch.utils._pytree.tree_leaves(module(*inputs))]
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    assert_outputs_match(*run_both(fn, *inputs), rtol=rtol, atol=atol)
 
 
 _X = torch.randn(3, 6, 7, generator=torch.Generator().manual_seed(0))
@@ -86,8 +69,8 @@ def test_complex_arithmetic_and_data_movement() -> None:
 
 def test_complex_output_input_and_unsupported_op_refuse_by_name() -> None:
     with pytest.raises(UnsupportedOperationError, match="output 0 .* is a complex tensor"):
-        nx.nn.from_torch(_Op(lambda x: torch.fft.fft(x)), (_X,), static=True)
+        nx.nn.from_torch(OpModule(lambda x: torch.fft.fft(x)), (_X,), static=True)
     with pytest.raises(UnsupportedOperationError, match="input .* is a complex tensor"):
-        nx.nn.from_torch(_Op(lambda z: torch.view_as_real(z * 2)), (torch.randn(3, dtype=torch.complex64),), static=True)
+        nx.nn.from_torch(OpModule(lambda z: torch.view_as_real(z * 2)), (torch.randn(3, dtype=torch.complex64),), static=True)
     with pytest.raises(UnsupportedOperationError, match="'sin' .* computes on a complex tensor"):
-        nx.nn.from_torch(_Op(lambda x: torch.view_as_real(torch.sin(torch.fft.fft(x)))), (_X,), static=True)
+        nx.nn.from_torch(OpModule(lambda x: torch.view_as_real(torch.sin(torch.fft.fft(x)))), (_X,), static=True)

@@ -14,43 +14,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch_eager import OpModule, assert_outputs_match, run_both
+
 import neurenix_core as nx
 from neurenix_core.errors import UnsupportedOperationError
 
-
-class _Op(torch.nn.Module):  # type: ignore[name-defined]  # torch is importorskip's module
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: Any) -> Any:
-        return self.fn(*xs)
-
-
-def _flat(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, (list, tuple)) else [out]
-
-
-def _run(fn: Callable[..., Any], *inputs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(neurenix's outputs on cpu:0, eager PyTorch's) of ``fn`` imported with these inputs."""
-    module = _Op(fn)
-    model = nx.nn.from_torch(module, tuple(inputs), static=True)
-    got = [np.asarray(o) for o in _flat(model(*[t.numpy() for t in inputs]))]
-    with torch.no_grad():
-        want = [w.numpy() for w in _flat(module(*[t.clone() for t in inputs]))]
-    return got, want
+_run = run_both
 
 
 def _check(fn: Callable[..., Any], *inputs: Any, rtol: float = 1e-4, atol: float = 1e-5) -> list[np.ndarray]:
-    got, want = _run(fn, *inputs)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape, (g.shape, w.shape)
-        assert g.dtype == w.dtype, (g.dtype, w.dtype)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
-        else:
-            np.testing.assert_array_equal(g, w)
+    got, want = run_both(fn, *inputs)
+    assert_outputs_match(got, want, rtol=rtol, atol=atol)
     return got
 
 
@@ -154,7 +128,7 @@ def test_lu_factor_of_a_singular_matrix_reports_info() -> None:
 
 def test_lu_without_pivoting_is_refused_by_name() -> None:
     with pytest.raises(UnsupportedOperationError, match="pivot=False"):
-        nx.nn.from_torch(_Op(lambda x: torch.linalg.lu_factor_ex(x, pivot=False)), (_randn(3, 3),), static=True)
+        nx.nn.from_torch(OpModule(lambda x: torch.linalg.lu_factor_ex(x, pivot=False)), (_randn(3, 3),), static=True)
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (2, 3, 3), (0, 0), (1, 1)])
@@ -177,7 +151,7 @@ def test_inv_ex_of_a_singular_matrix_reports_info_and_the_checked_inv_does_not_r
     singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
     got, want = _run(torch.linalg.inv_ex, singular)
     assert got[1].dtype == np.int32 and int(got[1]) == int(want[1]) == 2
-    model = nx.nn.from_torch(_Op(torch.linalg.inv), (singular,), static=True)
+    model = nx.nn.from_torch(OpModule(torch.linalg.inv), (singular,), static=True)
     assert not np.all(np.isfinite(np.asarray(model(singular.numpy()))))  # not checked: inf / NaN instead of torch's error
 
 

@@ -12,46 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch_eager import OpModule, assert_outputs_match, run_both
+
 import neurenix_core as nx
 from neurenix_core.errors import NeurenixError
 
-
-class _Op(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: torch.Tensor) -> Any:
-        return self.fn(*xs)
-
-
-def _run(fn: Callable[..., Any], *inputs: torch.Tensor) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(neurenix's outputs on cpu:0, eager PyTorch's) of ``fn`` imported with these inputs."""
-    module = _Op(fn)
-    model = nx.nn.from_torch(module, tuple(inputs), static=True)
-    got = model(*[t.numpy() for t in inputs])
-    got = [np.asarray(o) for o in (got if isinstance(got, (list, tuple)) else [got])]
-    with torch.no_grad():
-        want = module(*[t.clone() for t in inputs])
-    want = [w.numpy() for w in (want if isinstance(want, (list, tuple)) else [want])]
-    return got, want
+_run = run_both
 
 
 def _check(fn: Callable[..., Any], *inputs: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    got, want = _run(fn, *inputs)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape, (g.shape, w.shape)
-        assert g.dtype.kind == w.dtype.kind or {g.dtype.kind, w.dtype.kind} <= {"i", "u"}, (g.dtype, w.dtype)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_outputs_match(*run_both(fn, *inputs), rtol=rtol, atol=atol, integer_width=True)
 
 
 _SPECIAL = torch.tensor([0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), float("nan"), 1e-40, -3.4e38, 7.0])
@@ -289,5 +263,5 @@ def test_data_sized_and_random_ops_refuse_by_name(name: str, words: str) -> None
         "randn_like": torch.randn_like, "multinomial": lambda v: torch.multinomial(v.abs() + 0.1, 2),
     }
     with pytest.raises(NeurenixError, match=words) as info:
-        nx.nn.from_torch(_Op(fns[name]), (torch.randn(2, 3),), static=True)
+        nx.nn.from_torch(OpModule(fns[name]), (torch.randn(2, 3),), static=True)
     assert "op " in str(info.value)

@@ -14,37 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import neurenix_core as nx
+from torch_eager import assert_outputs_match, run_both
+
 from neurenix_core.graph import opset
-
-
-class _Op(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: torch.Tensor) -> Any:
-        return self.fn(*xs)
 
 
 def _check(fn: Callable[..., Any], *inputs: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """``fn`` imported with these inputs and run on cpu:0 gives eager PyTorch's outputs."""
-    module = _Op(fn)
-    model = nx.nn.from_torch(module, tuple(inputs), static=True)
-    got = model(*[t.numpy() for t in inputs])
-    got = [np.asarray(o) for o in (got if isinstance(got, (list, tuple)) else [got])]
-    with torch.no_grad():
-        want = module(*[t.clone() for t in inputs])
-    want = [w.numpy() for w in torch.utils._pytree.tree_leaves(want)]  # histogramdd: (hist, [edges...])
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape, (g.shape, w.shape)
-        if w.dtype.kind == "f":
-            assert g.dtype == w.dtype
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
-        else:
-            assert g.dtype.kind == w.dtype.kind or {g.dtype.kind, w.dtype.kind} <= {"i", "u"}, (g.dtype, w.dtype)
-            np.testing.assert_array_equal(g, w)
+    assert_outputs_match(*run_both(fn, *inputs), rtol=rtol, atol=atol, integer_width=True)
 
 
 _NAN = float("nan")
