@@ -11,6 +11,7 @@ public API is used, so the same script measures older and newer versions of the 
     .venv/bin/python benchmarks/transformers_sweep.py --json now.json            # every type, cpu:0
     .venv/bin/python benchmarks/transformers_sweep.py --types bert,gpt2 -v
     NEURENIX_EMULATE=npu .venv/bin/python benchmarks/transformers_sweep.py --device npu:0
+    NEURENIX_EMULATE=tpu .venv/bin/python benchmarks/transformers_sweep.py --device tpu:0 --precision fp32
     .venv/bin/python benchmarks/transformers_sweep.py --json new.json --diff now.json
 
 Tiny build: the config class's defaults, with every size attribute it has shrunk (hidden sizes
@@ -410,7 +411,7 @@ def torch_export_error(torch: Any, model: Any, inputs: dict[str, Any]) -> str:
 
 
 def run_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str, device: str, seed: int,
-             static: bool = True) -> tuple[str, str]:
+             static: bool = True, precision: str = "") -> tuple[str, str]:
     """(outcome, error) of one model type."""
     try:
         model = build(torch, model_type, class_name, seed)
@@ -429,7 +430,10 @@ def run_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str,
             return "export failed", export
         return ("import refused" if isinstance(exc, errors.NeurenixError) else "crash"), first_line(exc)
     try:
-        imported = imported.to(device)
+        if precision:  # the device's mode asked for by name (tpu:0 multiplies in bfloat16 unless told fp32)
+            imported = nx.compile(imported, device=device, precision=precision, progress=False)
+        else:
+            imported = imported.to(device)
         out = imported(*[t.numpy() for t in inputs.values()])
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         if index >= len(outs):
@@ -505,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--types", default="", help="comma-separated model types (exact names, e.g. bert,gpt2)")
     parser.add_argument("--limit", type=int, default=0, help="sweep at most N types (after --types)")
     parser.add_argument("--device", default="cpu:0", help="where the imported model runs (default cpu:0; npu:0 with NEURENIX_EMULATE=npu)")
+    parser.add_argument("--precision", default="", help="compile with nx.compile(precision=...) (fp32 on tpu:0, whose default is bf16); "
+                        "default: the model moved to --device with .to()")
     parser.add_argument("--dynamic", action="store_true", help="import with from_torch's default dynamic axes, not static=True")
     parser.add_argument("--timeout", type=int, default=60, help="seconds per type (0: none; default 60)")
     parser.add_argument("--seed", type=int, default=0)
@@ -535,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"transformers sweep: transformers {transformers.__version__}, torch {torch.__version__}, neurenix {version}, "
           f"numpy {np.__version__}, python {platform.python_version()}")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), torch threads {torch.get_num_threads()}")
-    print(f"{len(chosen)} model types on {args.device}, {'dynamic' if args.dynamic else 'static'} import, timeout {args.timeout} s, "
+    print(f"{len(chosen)} model types on {args.device}{f' precision {args.precision}' if args.precision else ''}, {'dynamic' if args.dynamic else 'static'} import, timeout {args.timeout} s, "
           f"seed {args.seed}, rtol {RTOL} atol {ATOL}", flush=True)
 
     records: list[dict[str, str]] = []
@@ -547,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with alarm(args.timeout), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                outcome, error = run_type(torch, nx, errors, model_type, class_name, args.device, args.seed, static=not args.dynamic)
+                outcome, error = run_type(torch, nx, errors, model_type, class_name, args.device, args.seed,
+                                          static=not args.dynamic, precision=args.precision)
         except Timeout as exc:
             outcome, error = "timeout", str(exc)
         sink.seek(0)
@@ -571,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {time.perf_counter() - started:.0f} s (sweep {time.perf_counter() - swept:.0f} s)")
     if args.json:
         meta = {"transformers": transformers.__version__, "torch": torch.__version__, "neurenix": version, "cpu": cpu_model(),
-                "device": args.device, "dynamic": args.dynamic, "seed": args.seed, "types_filter": args.types, "limit": args.limit}
+                "device": args.device, "precision": args.precision, "dynamic": args.dynamic, "seed": args.seed, "types_filter": args.types, "limit": args.limit}
         Path(args.json).write_text(json.dumps({"meta": meta, "types": records}, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.json}")
     if args.diff:
