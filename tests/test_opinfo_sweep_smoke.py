@@ -4,16 +4,19 @@ names an op whose outcome changed."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTCOMES = {"pass", "wrong", "run refused", "import refused", "crash", "timeout", "export failed", "no float32",
+OUTCOMES = {"pass", "eager float32 off", "wrong", "run refused", "import refused", "crash", "timeout", "export failed", "no float32",
             "unsupported sample"}
 
 
@@ -36,3 +39,26 @@ def test_opinfo_sweep_smoke(tmp_path: Path) -> None:
     assert by_name["__rmul__"]["outcome"] == "pass", by_name["__rmul__"]
     assert "torch " in proc.stdout and "cpu: " in proc.stdout and "imported: " in proc.stdout
     assert any(line.split()[:4] == ["add", "crash", "->", "pass"] for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_the_float64_arbiter_tells_a_less_exact_eager_float32_from_a_wrong_result() -> None:
+    """A float32 mismatch counts as "eager float32 off" only where eager float64 agrees with
+    neurenix's result and not with eager float32's; any other mismatch stays wrong."""
+    torch = pytest.importorskip("torch")
+    sweep = load_script_from(ROOT / "benchmarks" / "opinfo_sweep.py")
+    sample = types.SimpleNamespace(input=torch.tensor([1.0, 2.5, -3.0]), args=(), kwargs={})
+    one = sweep.OneOp(torch, lambda x: (x + 1e8) - 1e8, sample)  # float32 loses x, float64 keeps it
+    want32 = sweep.eager(torch, one, 0)
+    exact = [np.array([1.0, 2.5, -3.0], np.float32)]
+    assert sweep.mismatch(want32, exact)  # eager float32 is off here
+    assert sweep.eager_float32_off(torch, one, want32, exact)
+    assert not sweep.eager_float32_off(torch, one, want32, [exact[0] + 1])  # wrong against both
+    assert not sweep.eager_float32_off(torch, one, exact, exact)  # nothing to arbitrate: float32 eager agrees
+
+
+def load_script_from(path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("opinfo_sweep_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
