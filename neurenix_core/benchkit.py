@@ -185,10 +185,11 @@ ModelBench = Callable[[str, list[int], list[int], int, Callable[[], None]], list
 def run_models(benchmark: str, args: argparse.Namespace, bench: ModelBench, rounds: int) -> list[dict[str, Any]]:
     """Every model of ``args`` through ``bench`` under one progress bar (``rounds``, or 3 with
     ``--quick``); the rows in order."""
+    from rich.console import Console
     from rich.progress import Progress
 
     rows: list[dict[str, Any]] = []
-    with Progress(transient=True) as bar:
+    with Progress(transient=True, console=Console(stderr=True)) as bar:  # stdout holds the table only
         task = bar.add_task(benchmark, total=len(args.models) * len(args.threads) * len(args.batches))
         for name in args.models:
             rows += bench(name, args.batches, args.threads, 3 if args.quick else rounds, lambda: bar.advance(task))

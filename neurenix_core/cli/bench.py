@@ -164,6 +164,7 @@ def _command(folder: Path, script: str, args: argparse.Namespace, json_path: Pat
 
 def run(folder: Path, scripts: Sequence[str], args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """Run each benchmark script with a progress bar; merge their rows; write bench.json and bench.png."""
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     rows: list[dict[str, Any]] = []
@@ -171,6 +172,7 @@ def run(folder: Path, scripts: Sequence[str], args: argparse.Namespace, out: Pat
     names: list[str] = []  # the scripts that ran (``--models`` may leave some with nothing to do)
     with tempfile.TemporaryDirectory(prefix="neurenix-bench-") as tmp, Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+        console=Console(stderr=True),  # the bar on stderr: stdout holds the table only (``neurenix bench > table.txt``)
     ) as bar:
         task = bar.add_task("benchmarks", total=len(scripts))
         for script in scripts:
