@@ -4,7 +4,8 @@
 ``torch.export`` (the same op mapping as ``nx.nn.from_torch``), compiles it with ``nx.compile``
 on the options' device, and is the callable dynamo runs in place of the graph: torch tensors in,
 torch tensors out, on the device of the inputs. On cpu:0 the arrays cross without a copy (NumPy
-views of the tensors, tensors over the result arrays).
+views of the tensors, tensors over the result arrays); on a device whose backend declares DLPack
+they cross by ``nx.from_dlpack`` and ``torch.from_dlpack`` (exchange.py).
 
 Before each call the piece checks that the weights are still the ones it froze (same tensors,
 same version counters); where one changed it compiles again from the current values, so a model
@@ -19,9 +20,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from neurenix_core.errors import FallbackError, NotDifferentiableError, UnsupportedOperationError
+from neurenix_core.torch_compile.exchange import HOST, Exchange, plan, to_numpy, to_torch
 from neurenix_core.torch_compile.freeze import Frozen, Split, freeze, input_names, split
 from neurenix_core.torch_compile.options import TorchCompileOptions
 from neurenix_core.user_frame import user_stacklevel
@@ -39,27 +39,6 @@ def policy(options: TorchCompileOptions) -> Iterator[None]:
 
     with fallback_policy(options.fallback):
         yield
-
-
-def to_numpy(t: Any) -> np.ndarray:
-    """A torch tensor as NumPy: a view on the CPU, a copy from another device."""
-    if t.requires_grad:
-        t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    return t.numpy()
-
-
-def to_torch(a: Any, device: Any) -> Any:
-    """A result array as a torch tensor on ``device`` (over the array's memory on the CPU)."""
-    import torch
-
-    if type(a) is not np.ndarray:
-        a = np.asarray(a)
-    if not a.flags.writeable:  # torch tensors are writable: a read-only result is copied, not aliased
-        a = a.copy()
-    out = torch.from_numpy(a)
-    return out if device is None or device.type == "cpu" else out.to(device)
 
 
 def fall_back(name: str, torch_ops: int, options: TorchCompileOptions, exc: UnsupportedOperationError) -> str:
@@ -91,6 +70,8 @@ class Piece:
         self.torch_ops = count_ops(gm)
         self.recompilations = 0
         self.compiled: Any = None
+        #: how tensors cross between torch and the device (exchange.py), decided at each compile
+        self.exchange: Exchange = HOST
         self.frozen: Frozen | None = None
         #: positions among the live inputs of those the graph writes in place (a static key/value
         #: cache): their new values are the compiled graph's first outputs, copied back after a call
@@ -123,7 +104,7 @@ class Piece:
         if self.recompilations:
             head += f", compiled again {self.recompilations}x (weights changed)"
         tail = f"\nshape buckets refused, compiled per shape: {self.buckets_refused}" if self.buckets_refused else ""
-        return f"{head}, on {self.compiled.device}\n{self.compiled.summary}{tail}"
+        return f"{head}, on {self.compiled.device}; {self.exchange.describe}\n{self.compiled.summary}{tail}"
 
     def _build(self, args: list[Any] | tuple[Any, ...]) -> None:
         from neurenix_core.graph.importers.torch_export import import_module
@@ -134,6 +115,7 @@ class Piece:
         self.written = []
         graph = import_module(module, live, {}, dynamic_shapes=spec, static=spec is None, share_weights=True, written=self.written,
                               input_names=input_names(self.gm, self.parts))
+        self.exchange = plan(self.options.device, graph, self.gm, self.parts, live, len(self.written))
         self.compiled = self._compile(graph, bucketed=spec is not None and self.options.buckets is None)
         self.frozen = Frozen(self.parts.weights, list(args))
 
@@ -146,12 +128,13 @@ class Piece:
         from neurenix_core.graph.compile.compiler import compile as nx_compile
 
         kwargs = self.options.compile_kwargs()
+        outputs = self.exchange.outputs
         if bucketed:
             try:
-                return nx_compile(graph, self.options.device, outputs="host", progress=False, **(kwargs | {"buckets": True}))
+                return nx_compile(graph, self.options.device, outputs=outputs, progress=False, **(kwargs | {"buckets": True}))
             except PaddingRefusedError as exc:
                 self.buckets_refused = str(exc)
-        return nx_compile(graph, self.options.device, outputs="host", progress=False, **kwargs)
+        return nx_compile(graph, self.options.device, outputs=outputs, progress=False, **kwargs)
 
     def _dynamic_shapes(self) -> tuple[Any, ...] | None:
         """torch.export's spec for the axes dynamo made dynamic; None where all are static."""
@@ -194,6 +177,8 @@ class Piece:
     def run(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """The compiled graph on the live inputs, as torch tensors."""
         live = [args[i] for i in self.parts.live]
+        if self.exchange.device is not None:
+            return self._run_device(live)
         outs = self.compiled(*[to_numpy(t) for t in live])
         outs = outs if type(outs) is tuple else (outs,)
         where = live[0].device if live else None
@@ -203,6 +188,19 @@ class Piece:
                     live[pos].copy_(to_torch(outs[k], where))
             outs = outs[len(self.written):]
         return tuple([to_torch(o, where) for o in outs])
+
+    def _run_device(self, live: list[Any]) -> tuple[Any, ...]:
+        """``run`` where tensors cross by DLPack: Tensors on the device in and out."""
+        exchange = self.exchange
+        outs = self.compiled(*exchange.inputs(live))
+        outs = outs if type(outs) is tuple else (outs,)
+        where = live[0].device if live else None
+        if self.written:
+            with _no_grad():
+                for k, pos in enumerate(self.written):  # the in-place writes, as eager makes them
+                    live[pos].copy_(exchange.written(outs[k], where))
+            outs = outs[len(self.written):]
+        return tuple([exchange.result(k, o, where) for k, o in enumerate(outs)])
 
 
 def _no_grad() -> Any:
