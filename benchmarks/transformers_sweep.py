@@ -276,17 +276,32 @@ def build(torch: Any, model_type: str, class_name: str, seed: int) -> Any:
         config = tiny_config(CONFIG_MAPPING[model_type], model_type=model_type)
     except Exception as exc:  # the config refuses the shrunk sizes: no tiny build
         raise Unsupported(f"tiny config: {first_line(exc)}") from exc
-    with contextlib.suppress(Exception):  # a class that cannot build on the meta device is counted for real below
-        with torch.device("meta"):
-            params = sum(p.numel() for p in cls(config).parameters())
-        if params > MAX_PARAMS:
-            raise Unsupported(f"tiny build has {params / 1e6:.0f}M parameters (a size the shrink misses)")
+    params = 0
+    # a class that cannot build on the meta device is counted for real below
+    with contextlib.suppress(Exception), torch.device("meta"):
+        params = sum(p.numel() for p in cls(config).parameters())
+    if params > MAX_PARAMS:
+        raise Unsupported(f"tiny build has {params / 1e6:.0f}M parameters (a size the shrink misses)")
     torch.manual_seed(seed)
     try:
         model = cls(config)
     except Exception as exc:  # the model refuses the tiny config
         raise Unsupported(f"build: {first_line(exc)}") from exc
+    unconstant(torch, model, seed)
     return model.eval()
+
+
+def unconstant(torch: Any, model: Any, seed: int) -> None:
+    """Seeded noise (std 0.02) on every float parameter whose elements are all equal. Some models
+    initialize a tensor to a constant (afmoe's router gate to zeros): every token's router scores
+    then tie exactly, and which experts win is the order PyTorch's topk leaves equal values in,
+    which it does not specify (neurenix's topk takes the lower index, as ONNX's TopK). Random
+    weights have no exact ties."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
+                p.add_(0.02 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
 
 
 def find(config: Any, name: str) -> Any:
