@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime
+from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime, QuantizationPlan
 from neurenix_core.errors import BackendUnavailableError, CompilationError, OperationError
 
 __all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
@@ -102,7 +102,7 @@ class OpenVINOHostRuntime(HostRuntime):
         from neurenix_npu_openvino.compiled import runtime_config
         from neurenix_npu_openvino.config import QUANTIZED_CPU_PROPERTIES
         from neurenix_npu_openvino.lowering import lower_graph
-        from neurenix_npu_openvino.quantize import check_plan
+        from neurenix_npu_openvino.quantize import check_plan, cpu_placement
 
         plan = options.plan
         if options.precision != "fp32" and (plan is None or options.precision not in self.quantized_precisions):
@@ -110,6 +110,8 @@ class OpenVINOHostRuntime(HostRuntime):
                                    f"{' or '.join(sorted(self.quantized_precisions)) or 'no integer precision'}; not {options.precision!r}")
         if plan is not None:
             check_plan(plan, options.precision, "host runtime openvino (cpu:0)")
+        # The lowered (and cache-keyed) plan leaves out roundings inside fused elementwise chains.
+        lowered = cpu_placement(graph, plan) if plan is not None else None
         # f32 for the float parts in every case: a quantized model's FakeQuantize layers run in
         # integers, everything between them in f32 (never the CPU's bf16 default).
         props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
@@ -120,21 +122,31 @@ class OpenVINOHostRuntime(HostRuntime):
 
         def build() -> Any:
             try:
-                return self.core.compile_model(lower_graph(graph, plan, device="cpu:0"), "CPU", props)
+                return self.core.compile_model(lower_graph(graph, lowered, device="cpu:0"), "CPU", props)
             except RuntimeError as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
 
-        result = host_compile_cached(self.core, self.version, graph, props, build, plan)  # a later process imports the compiled blob
+        result = host_compile_cached(self.core, self.version, graph, props, build, lowered)  # a later process imports the compiled blob
         model = OpenVINOHostModel(result.value, self.ov.Tensor, options.threads, _int64_use(graph)[1])
-        if plan is not None:
+        if plan is not None and lowered is not None:
             # The low-precision pass may leave a layer in f32 (a pattern it does not fold): the
             # count read back from the runtime graph says so rather than claiming int8 throughout.
             layers = runtime_config(result.value).get("integer_layers", "?")
-            model.summary += f", {options.precision} with the core's plan ({layers} conv/FC layers in integer precision)"
+            model.summary += (f", {options.precision} with the core's plan ({layers} conv/FC layers in integer precision; "
+                              f"{_placement_line(plan, lowered)})")
         if result.state != "off":
             model.summary += f", {result.line()}"
         return model
+
+
+def _placement_line(plan: QuantizationPlan, lowered: QuantizationPlan) -> str:
+    """How many of the plan's activations were rounded on the device (``quantize.cpu_placement``)."""
+    left = len(plan.activations) - len(lowered.activations)
+    if not left:
+        return f"FakeQuantize on all {len(plan.activations)} planned activations"
+    return (f"FakeQuantize on {len(lowered.activations)} of {len(plan.activations)} planned activations, "
+            f"{left} read only by fused elementwise ops kept in f32")
 
 
 #: Operand positions where an int64 value is an index (token ids, a gather's or a scatter's

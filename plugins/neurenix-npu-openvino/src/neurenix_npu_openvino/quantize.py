@@ -8,18 +8,27 @@ MatMul patterns into real int8 kernels (u8 activations x i8 weights), which
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections import defaultdict
+from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.contract import QuantizationPlan, QuantParams
+from neurenix_core.contract import Graph, QuantizationPlan, QuantParams
 from neurenix_core.errors import QuantizationError
 
-__all__ = ["QUANTIZED_OPS", "activation_bounds", "check_plan", "constant_weight_bounds", "fake_quantize", "weight_bounds"]
+__all__ = ["FUSED_ELEMENTWISE_OPS", "QUANTIZED_OPS", "activation_bounds", "check_plan", "constant_weight_bounds", "cpu_placement",
+           "fake_quantize", "weight_bounds"]
 
 #: The layers whose weights get FakeQuantize (their inputs are activations the plan lists):
 #: OpenVINO's low-precision pass turns FakeQuantize -> Convolution / MatMul into int8 kernels.
 QUANTIZED_OPS = frozenset({"conv1d", "conv2d", "linear", "matmul", "gemm"})
+
+#: Elementwise ops OpenVINO's CPU device fuses into the Convolution / FullyConnected that feeds
+#: them (oneDNN post-ops: the activations, and add/sub/mul as "sum" or binary post-ops) or runs
+#: as one Eltwise chain: the values between them stay f32 in registers, never stored as int8.
+FUSED_ELEMENTWISE_OPS: Final = frozenset({"relu", "leaky_relu", "hardswish", "hardsigmoid", "sigmoid", "silu", "gelu", "tanh",
+                                          "add", "sub", "mul"})
 
 
 def activation_bounds(q: QuantParams) -> tuple[np.ndarray, np.ndarray, int]:
@@ -54,6 +63,30 @@ def constant_weight_bounds(weight: np.ndarray, channel_axis: int | None) -> tupl
     moved = np.moveaxis(w, channel_axis, 0)
     low, high, levels = weight_bounds(weight_params(moved), w.ndim)
     return np.moveaxis(low, 0, channel_axis), np.moveaxis(high, 0, channel_axis), levels
+
+
+def cpu_placement(graph: Graph, plan: QuantizationPlan) -> QuantizationPlan:
+    """``plan`` without the activations that only feed fused elementwise ops, for OpenVINO's CPU device.
+
+    The core's plan rounds every float value, as TFLite's separate int8 ops do (conv, then
+    HARD_SWISH, then MUL each requantize). OpenVINO fuses conv -> hardswish -> FakeQuantize into
+    one kernel's post-op chain, so a FakeQuantize on the conv's output is one more rounding and one
+    more post-op per element inside that chain, not an int8 tensor in memory. Without them
+    MobileNetV3-Small int8 took 0.91x the time and EfficientNet-B0 0.93x (docs/cpu.md), and the
+    result is nearer float: the roundings left out are ones float does not make, so the device
+    stays within ``Compiled.verify``'s bound (twice the plan's own rounding). Graph outputs keep
+    theirs: the caller gets values on the plan's grid, and the verification's per-layer search
+    compiles prefixes whose one output is the value it compares."""
+    if plan.dynamic:
+        return plan
+    consumers: dict[str, set[str]] = defaultdict(set)
+    for node in graph.nodes:
+        for name in node.inputs:
+            consumers[name].add(node.op)
+    outputs = set(graph.outputs)
+    keep = {name: q for name, q in plan.activations.items()
+            if name in outputs or not consumers[name] or not consumers[name] <= FUSED_ELEMENTWISE_OPS}
+    return plan if len(keep) == len(plan.activations) else dataclasses.replace(plan, activations=keep)
 
 
 def fake_quantize(opset: Any, node: Any, low: np.ndarray, high: np.ndarray, levels: int) -> Any:
