@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from neurenix_core import nn
+from neurenix_core.errors import UnsupportedOperationError
 
 _Module: Any = torch.nn.Module  # torch is imported by importorskip: typed Any for mypy
 
@@ -128,3 +129,28 @@ def test_item_used_as_a_value_is_refused_by_name() -> None:
 
     with pytest.raises(NeurenixError, match="read out of a tensor"):
         nn.from_torch(Scaled().eval(), (_x(2, 3), torch.tensor([1, 2])), static=True)
+
+
+class _RewritesItsBuffer(_Module):
+    """CTRL's pattern: forward assigns the buffer its own values again (``.to(dtype)``)."""
+
+    def __init__(self, dtype: Any) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(6, dtype=torch.float32).reshape(2, 3))
+        self.dtype_to = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.table = self.table.to(self.dtype_to)
+        return x + self.table.float()
+
+
+def test_a_buffer_written_with_its_own_values_imports() -> None:
+    x = torch.randn(2, 3)
+    model = nn.from_torch(_RewritesItsBuffer(torch.float32), (x,), static=True)
+    np.testing.assert_allclose(np.asarray(model(x.numpy())), (x + torch.arange(6.0).reshape(2, 3)).numpy(), rtol=1e-6)
+
+
+def test_a_buffer_write_that_changes_it_is_still_refused() -> None:
+    """float32 -> float16 changes the buffer's dtype: a real write, which a graph cannot make."""
+    with pytest.raises(UnsupportedOperationError, match=r"forward writes in place \(buffer mutation of table\)"):
+        nn.from_torch(_RewritesItsBuffer(torch.float16), (torch.randn(2, 3),), static=True)

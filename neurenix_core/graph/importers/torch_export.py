@@ -1108,10 +1108,11 @@ def _import(torch: Any, module: Any, ep: Any) -> Graph:
         elif n.op == "call_function":
             c.env[n] = _call(c, n)
         elif n.op == "output":
-            _refuse_mutations(module, ep)
+            unchanged = _unchanged_buffers(c, ep, n.args[0])
+            _refuse_mutations(module, ep, unchanged)
             refuse_complex_outputs(c.b.source, n.args[0])
             kinds = [s.kind.name for s in ep.graph_signature.output_specs]
-            outs = [c.env[o] for o, kind in zip(n.args[0], kinds, strict=True) if kind != "TOKEN"]
+            outs = [c.env[o] for i, (o, kind) in enumerate(zip(n.args[0], kinds, strict=True)) if kind != "TOKEN" and i not in unchanged]
             missing = [o for o in outs if isinstance(o, Unavailable)]
             if missing:
                 raise UnsupportedOperationError(f"from_torch({type(module).__name__}): an output is {missing[0].why}, which the "
@@ -1195,12 +1196,29 @@ def _input_name(n: Any, inputs: list[Any]) -> str:
     return str(names[inputs.index(n)]) if names is not None and len(names) == len(inputs) else str(n.name)
 
 
-def _refuse_mutations(module: Any, ep: Any) -> None:
+def _unchanged_buffers(c: _Ctx, ep: Any, outputs: Sequence[Any]) -> set[int]:
+    """The positions of buffer writes that store the buffer's own values back (CTRL's forward
+    reassigns ``self.pos_encoding = self.pos_encoding.to(device, dtype)``): folded at import to a
+    constant equal to the buffer, value, shape and dtype, they change nothing and can be left out."""
+    state = dict(ep.state_dict) | dict(getattr(ep, "constants", {}) or {})
+    same = set()
+    for i, (spec, o) in enumerate(zip(ep.graph_signature.output_specs, outputs, strict=True)):
+        value = c.env.get(o) if spec.kind.name == "BUFFER_MUTATION" else None
+        if isinstance(value, Const) and spec.target in state:
+            before = _host_array(state[spec.target], share=False)
+            if value.array.dtype == before.dtype and np.array_equal(value.array, before, equal_nan=before.dtype.kind == "f"):
+                same.add(i)
+    return same
+
+
+def _refuse_mutations(module: Any, ep: Any, unchanged: set[int]) -> None:
     """A forward that writes to a buffer or an input in place: the exported program returns the
-    new values before the outputs, and the Graph, which is functional, would give them as outputs."""
+    new values before the outputs, and the Graph, which is functional, would give them as outputs.
+    ``unchanged``: output positions of buffer writes that store the buffer's own values."""
     specs = ep.graph_signature.output_specs
     written = _WRITTEN.get()
-    refused = [s for s in specs if s.kind.name not in ("USER_OUTPUT", "TOKEN") and (written is None or s.kind.name != "USER_INPUT_MUTATION")]
+    refused = [s for i, s in enumerate(specs) if i not in unchanged and s.kind.name not in ("USER_OUTPUT", "TOKEN")
+               and (written is None or s.kind.name != "USER_INPUT_MUTATION")]
     if refused:
         what = ", ".join(f"{s.kind.name.lower().replace('_', ' ')} of {s.target}" for s in refused)
         raise UnsupportedOperationError(
