@@ -1,9 +1,9 @@
 """Which of the core's planned activations cpu:0's OpenVINO runtime rounds (issue #44).
 
 OpenVINO's CPU device fuses conv/FC -> activation -> FakeQuantize into one kernel's post-ops, so a
-FakeQuantize on a value that only elementwise ops read is one more rounding inside that chain,
+FakeQuantize on a value that only such activations read is one more rounding inside that chain,
 never an int8 tensor in memory: ``quantize.cpu_placement`` leaves those out (MobileNetV3-Small
-int8 0.91x the time, docs/cpu.md). The device then rounds less than the integer reference, so it
+int8 0.91x the time, docs/cpu.md); an add's or mul's operands keep theirs. The device then rounds less than the integer reference, so it
 must stay nearer float than the reference is, and within the verification's bound.
 """
 
@@ -42,14 +42,14 @@ def _batches(n: int, seed: int) -> list[np.ndarray]:
     return [np.random.default_rng(seed + i).standard_normal((16, 32)).astype(np.float32) for i in range(n)]
 
 
-def test_values_only_elementwise_ops_read_are_left_unrounded() -> None:
+def test_values_only_fused_activations_read_are_left_unrounded() -> None:
     graph = _gated()
     plan = calibrate(graph, _batches(4, 0), bits=8, progress=False)
     lowered = cpu_placement(graph, plan)
-    # fc0 (read by hardswish), fc1 (by sigmoid) and the gate (by mul) sit inside fused chains;
-    # the input, h (read by fc1), m (by fc2) and the graph output keep their FakeQuantize.
-    assert set(plan.activations) - set(lowered.activations) == {"fc0", "fc1", "g"}
-    assert set(lowered.activations) == {"x", "h", "m", "fc2"}
+    # fc0 (read by hardswish) and fc1 (by sigmoid) sit inside fused chains; the input, h (read by
+    # fc1), the gate (an operand of mul: a tensor in memory), m and the graph output keep theirs.
+    assert set(plan.activations) - set(lowered.activations) == {"fc0", "fc1"}
+    assert set(lowered.activations) == {"x", "h", "g", "m", "fc2"}
     assert lowered.weights == plan.weights and lowered.bits == plan.bits
 
 
@@ -78,8 +78,9 @@ def test_cpu_int8_on_openvino_rounds_less_and_stays_nearer_float_than_the_refere
     got = np.asarray(compiled(x).numpy(), np.float64)
     summary = compiled.summary
     assert "3/3 conv/FC layers in integer precision" in summary, summary
-    assert "FakeQuantize on 4 of 7 planned activations, 3 read only by fused elementwise ops kept in f32" in summary, summary
+    assert "FakeQuantize on 5 of 7 planned activations, 2 read only by fused activations kept in f32" in summary, summary
     assert compiled.verification is not None and compiled.verification.within_bound, summary
+    assert compiled.plan is not None
     exact = np.asarray(run_graph(graph, x), np.float64)
     integer = np.asarray(run_quantized(graph, compiled.plan, x), np.float64)
     # The roundings left out are ones float does not make: the device is no farther from float

@@ -110,7 +110,7 @@ class OpenVINOHostRuntime(HostRuntime):
                                    f"{' or '.join(sorted(self.quantized_precisions)) or 'no integer precision'}; not {options.precision!r}")
         if plan is not None:
             check_plan(plan, options.precision, "host runtime openvino (cpu:0)")
-        # The lowered (and cache-keyed) plan leaves out roundings inside fused elementwise chains.
+        # The lowered (and cache-keyed) plan leaves out roundings inside fused activation chains.
         lowered = cpu_placement(graph, plan) if plan is not None else None
         # f32 for the float parts in every case: a quantized model's FakeQuantize layers run in
         # integers, everything between them in f32 (never the CPU's bf16 default).
@@ -146,7 +146,7 @@ def _placement_line(plan: QuantizationPlan, lowered: QuantizationPlan) -> str:
     if not left:
         return f"FakeQuantize on all {len(plan.activations)} planned activations"
     return (f"FakeQuantize on {len(lowered.activations)} of {len(plan.activations)} planned activations, "
-            f"{left} read only by fused elementwise ops kept in f32")
+            f"{left} read only by fused activations kept in f32")
 
 
 #: Operand positions where an int64 value is an index (token ids, a gather's or a scatter's

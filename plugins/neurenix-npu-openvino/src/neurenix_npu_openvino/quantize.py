@@ -17,18 +17,19 @@ import numpy as np
 from neurenix_core.contract import Graph, QuantizationPlan, QuantParams
 from neurenix_core.errors import QuantizationError
 
-__all__ = ["FUSED_ELEMENTWISE_OPS", "QUANTIZED_OPS", "activation_bounds", "check_plan", "constant_weight_bounds", "cpu_placement",
+__all__ = ["FUSED_ACTIVATIONS", "QUANTIZED_OPS", "activation_bounds", "check_plan", "constant_weight_bounds", "cpu_placement",
            "fake_quantize", "weight_bounds"]
 
 #: The layers whose weights get FakeQuantize (their inputs are activations the plan lists):
 #: OpenVINO's low-precision pass turns FakeQuantize -> Convolution / MatMul into int8 kernels.
 QUANTIZED_OPS = frozenset({"conv1d", "conv2d", "linear", "matmul", "gemm"})
 
-#: Elementwise ops OpenVINO's CPU device fuses into the Convolution / FullyConnected that feeds
-#: them (oneDNN post-ops: the activations, and add/sub/mul as "sum" or binary post-ops) or runs
-#: as one Eltwise chain: the values between them stay f32 in registers, never stored as int8.
-FUSED_ELEMENTWISE_OPS: Final = frozenset({"relu", "leaky_relu", "hardswish", "hardsigmoid", "sigmoid", "silu", "gelu", "tanh",
-                                          "add", "sub", "mul"})
+#: Unary activations OpenVINO's CPU device fuses into the Convolution / FullyConnected that feeds
+#: them (oneDNN eltwise post-ops): the value between the layer and the activation stays in f32
+#: registers, never stored. Binary ops are not listed: only one operand of an add or mul can sit
+#: in its producer's fused chain, the other is a tensor in memory, int8 only with its FakeQuantize
+#: (leaving it out put f32 Reorders into ResNet-18's residual adds).
+FUSED_ACTIVATIONS: Final = frozenset({"relu", "leaky_relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "gelu", "tanh"})
 
 
 def activation_bounds(q: QuantParams) -> tuple[np.ndarray, np.ndarray, int]:
@@ -66,17 +67,19 @@ def constant_weight_bounds(weight: np.ndarray, channel_axis: int | None) -> tupl
 
 
 def cpu_placement(graph: Graph, plan: QuantizationPlan) -> QuantizationPlan:
-    """``plan`` without the activations that only feed fused elementwise ops, for OpenVINO's CPU device.
+    """``plan`` without the activations only fused activations read, for OpenVINO's CPU device.
 
-    The core's plan rounds every float value, as TFLite's separate int8 ops do (conv, then
-    HARD_SWISH, then MUL each requantize). OpenVINO fuses conv -> hardswish -> FakeQuantize into
-    one kernel's post-op chain, so a FakeQuantize on the conv's output is one more rounding and one
+    The core's plan rounds every float value, as TFLite's separate int8 ops do (CONV_2D, then
+    HARD_SWISH, each requantizing). OpenVINO fuses conv -> hardswish -> FakeQuantize into one
+    kernel's post-op chain, so a FakeQuantize on the conv's output is one more rounding and one
     more post-op per element inside that chain, not an int8 tensor in memory. Without them
-    MobileNetV3-Small int8 took 0.91x the time and EfficientNet-B0 0.93x (docs/cpu.md), and the
-    result is nearer float: the roundings left out are ones float does not make, so the device
-    stays within ``Compiled.verify``'s bound (twice the plan's own rounding). Graph outputs keep
-    theirs: the caller gets values on the plan's grid, and the verification's per-layer search
-    compiles prefixes whose one output is the value it compares."""
+    MobileNetV3-Small int8 took 0.91x the time and EfficientNet-B0 0.90x (docs/cpu.md); ReLU
+    models are unchanged (a ReLU's producer already has the ReLU's parameters, and the
+    low-precision pass folds the pair). The result is nearer float: the roundings left out are
+    ones float does not make, so the device stays within ``Compiled.verify``'s bound (twice the
+    plan's own rounding). Graph outputs keep theirs: the caller gets values on the plan's grid,
+    and the verification's per-layer search compiles prefixes whose one output is the value it
+    compares."""
     if plan.dynamic:
         return plan
     consumers: dict[str, set[str]] = defaultdict(set)
@@ -85,7 +88,7 @@ def cpu_placement(graph: Graph, plan: QuantizationPlan) -> QuantizationPlan:
             consumers[name].add(node.op)
     outputs = set(graph.outputs)
     keep = {name: q for name, q in plan.activations.items()
-            if name in outputs or not consumers[name] or not consumers[name] <= FUSED_ELEMENTWISE_OPS}
+            if name in outputs or not consumers[name] or not consumers[name] <= FUSED_ACTIVATIONS}
     return plan if len(keep) == len(plan.activations) else dataclasses.replace(plan, activations=keep)
 
 
