@@ -75,8 +75,10 @@ OUTCOMES = ("pass", "wrong", "run refused", "import refused", "crash", "timeout"
 RTOL, ATOL = 1e-3, 1e-4
 BATCH, SEQ, DECODER_SEQ, AUDIO_SAMPLES = 2, 8, 4, 4000
 VOCAB = 128
-#: A tiny build with more parameters than this missed a size attribute: it is not run (memory).
-MAX_PARAMS = 20_000_000
+#: A tiny build with more parameters than this missed a size attribute: it is not run (memory:
+#: 1.2 GB of float32 weights, held by eager, the export and the import at once). Builds of 40M to
+#: 257M parameters (Florence-2, Gemma 4, SeamlessM4T, VibeVoice...) run and pass.
+MAX_PARAMS = 300_000_000
 
 #: Integer size attributes set where the config has them (a config ignores the ones it lacks).
 SHRINK: dict[str, int] = {
