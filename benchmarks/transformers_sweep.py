@@ -50,18 +50,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import inspect
 import io
 import json
 import logging
 import os
 import platform
-import signal
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +69,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 
 import numpy as np
+
+
+def _opinfo_sweep() -> Any:
+    """benchmarks/opinfo_sweep.py, by path (its folder is off sys.path, above): the sweep
+    scaffolding both scripts share (the SIGALRM timeout, error first lines, the CPU's name)."""
+    spec = importlib.util.spec_from_file_location("neurenix_opinfo_sweep", ROOT / "benchmarks" / "opinfo_sweep.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_SHARED = _opinfo_sweep()
+Timeout, alarm, cpu_model, first_line = _SHARED.Timeout, _SHARED.alarm, _SHARED.cpu_model, _SHARED.first_line
 
 OUTCOMES = ("pass", "wrong", "run refused", "import refused", "crash", "timeout", "export failed", "unsupported")
 RTOL, ATOL = 1e-3, 1e-4
@@ -131,45 +144,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 MADE_INPUTS = ("input_ids", "pixel_values", "input_values", "input_features")
 
 
-class Timeout(BaseException):
-    """Raised by SIGALRM; a BaseException so no ``except Exception`` in the code under test eats it."""
-
-
 class Unsupported(Exception):
     """No tiny build of this type (the reason is the message)."""
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-@contextlib.contextmanager
-def alarm(seconds: int) -> Iterator[None]:
-    if seconds <= 0 or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def fire(signum: int, frame: Any) -> None:
-        raise Timeout(f"over {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # ----------------------------------------------------------------------------- which types
