@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from neurenix_core.graph.importers.builder import Value
-from neurenix_core.graph.importers.torch_ops import Handler, _as, _emit, _out_dtype
+from neurenix_core.graph.importers.torch_ops import Handler, _emit
+from neurenix_core.graph.importers.torch_ops import _binary_in as _binary  # both operands in the result dtype
 
 __all__ = ["HANDLERS"]
 
@@ -25,15 +26,6 @@ __all__ = ["HANDLERS"]
 def _unary(op: str, **attrs: Any) -> Handler:
     """x -> op(x); an integer input gives float32, as in PyTorch (the op's own dtype rule)."""
     return lambda c, n, a, k: _emit(c, n, "", op, [a[0]], dict(attrs))
-
-
-def _binary(op: str, **attrs: Any) -> Handler:
-    """(a, b) -> op(a, b), both operands (tensors or Python scalars) in the result dtype."""
-    def run(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
-        dtype = _out_dtype(c, n)
-        return _emit(c, n, "", op, [_as(c, n, a[0], dtype, "a"), _as(c, n, a[1], dtype, "b")], dict(attrs))
-
-    return run
 
 
 def _polygamma(c: Any, n: Any, a: list[Any], k: dict[str, Any]) -> Value:
