@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import inspect
 import io
@@ -57,6 +58,7 @@ import json
 import logging
 import os
 import platform
+import re
 import sys
 import time
 import warnings
@@ -86,6 +88,12 @@ Timeout, alarm, cpu_model, first_line = _SHARED.Timeout, _SHARED.alarm, _SHARED.
 
 OUTCOMES = ("pass", "wrong", "run refused", "import refused", "crash", "timeout", "export failed", "unsupported")
 RTOL, ATOL = 1e-3, 1e-4
+#: (rtol, atol) per precision a device compiled the model in (``Compiled.precision``). float32 is
+#: the sweep's bar; a 16-bit mode rounds every matmul's inputs (bfloat16: 8 significant bits, so
+#: 2 layers of random weights are off by a few percent), which only a loose bar can pass: the
+#: sweep is meant to be run in fp32 (``--precision tpu:0=fp32``), the 16-bit bars only say the
+#: model is not garbage.
+TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (RTOL, ATOL), "tf32": (1e-2, 1e-3), "fp16": (1e-2, 1e-2), "bf16": (1e-1, 1e-1)}
 BATCH, SEQ, DECODER_SEQ, AUDIO_SAMPLES = 2, 8, 4, 4000
 VOCAB = 128
 #: A tiny build with more parameters than this missed a size attribute: it is not run (memory:
@@ -377,8 +385,8 @@ def eager(torch: Any, model: Any, inputs: dict[str, Any]) -> tuple[int, np.ndarr
     raise Unsupported("no float32 tensor output")
 
 
-def mismatch(want: np.ndarray, have: np.ndarray) -> str:
-    """'' when ``have`` matches ``want``, else what differs."""
+def mismatch(want: np.ndarray, have: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> str:
+    """'' when ``have`` matches ``want`` within (rtol, atol), else what differs."""
     if have.shape != want.shape:
         return f"shape {have.shape}, torch {want.shape}"
     if (have.dtype.kind == "f") != (want.dtype.kind == "f"):
@@ -386,7 +394,7 @@ def mismatch(want: np.ndarray, have: np.ndarray) -> str:
     if want.dtype.kind != "f":
         return "" if np.array_equal(want, have) else f"{int((want != have).sum())}/{want.size} elements differ"
     w, h = want.astype(np.float64), have.astype(np.float64)
-    close = np.isclose(h, w, rtol=RTOL, atol=ATOL, equal_nan=True)
+    close = np.isclose(h, w, rtol=rtol, atol=atol, equal_nan=True)
     if close.all():
         return ""
     finite = np.isfinite(w) & np.isfinite(h)
@@ -403,9 +411,23 @@ def torch_export_error(torch: Any, model: Any, inputs: dict[str, Any]) -> str:
     return ""
 
 
-def run_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str, device: str, seed: int,
-             static: bool = True, precision: str = "") -> tuple[str, str]:
-    """(outcome, error) of one model type."""
+@dataclasses.dataclass
+class Prepared:
+    """A type built, run eagerly and imported once: what every device's run compares against."""
+
+    model: Any
+    inputs: dict[str, Any]
+    index: int
+    want: np.ndarray
+    imported: Any
+    #: exported_differs' answer, computed on the first wrong result and kept for the other devices.
+    unfaithful: str | None = None
+
+
+def prepare(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str, seed: int,
+            static: bool = True) -> Prepared | tuple[str, str]:
+    """The tiny model of ``model_type`` built, its eager output and its import; or (outcome, error)
+    where that already decides the type on every device (unsupported, export failed, import refused, crash)."""
     try:
         model = build(torch, model_type, class_name, seed)
         torch.manual_seed(seed)
@@ -422,25 +444,61 @@ def run_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str,
         if export:
             return "export failed", export
         return ("import refused" if isinstance(exc, errors.NeurenixError) else "crash"), first_line(exc)
+    return Prepared(model, inputs, index, want, imported)
+
+
+def said_precision(summary: str) -> str:
+    """The precision a backend's ``Compiled.summary`` says it compiled in when none was asked for
+    (``Compiled.precision`` is then None): tpu:0 says bf16, the others fp32; "" if it names none."""
+    found = re.search(r"\b(fp32|tf32|fp16|bf16|int8)\b", summary)
+    return found.group(1) if found else ""
+
+
+def tolerance(precision: str) -> tuple[float, float]:
+    """(rtol, atol) for a compiled model's precision: ``TOLERANCES``, float32's for anything else."""
+    return TOLERANCES.get(precision, TOLERANCES["fp32"])
+
+
+def run_device(torch: Any, nx: Any, errors: Any, prepared: Prepared, device: str, precision: str = "") -> dict[str, Any]:
+    """One device's record fields for a prepared type: outcome, error, the precision it ran in, and
+    where its nodes ran (``on_device``: no node placed on cpu:0; ``placement``: the compiled model's
+    ``placement.line()``)."""
+    fields: dict[str, Any] = {"precision": precision, "on_device": None, "placement": ""}
     try:
-        if precision:  # the device's mode asked for by name (tpu:0 multiplies in bfloat16 unless told fp32)
-            imported = nx.compile(imported, device=device, precision=precision, progress=False)
-        else:
-            imported = imported.to(device)
-        out = imported(*[t.numpy() for t in inputs.values()])
+        # nx.compile is what GraphModule.to(device)'s first call does; compiling here keeps the
+        # Compiled, whose .placement says which nodes ran where, and takes a precision by name
+        # (tpu:0 multiplies in bfloat16 unless told fp32).
+        compiled = nx.compile(prepared.imported, device=device, precision=precision or None, progress=False)
+        out = compiled(*[t.numpy() for t in prepared.inputs.values()])
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
-        if index >= len(outs):
-            return "wrong", f"{len(outs)} outputs, the first float one of torch is its output {index}"
-        got = np.asarray(outs[index].numpy() if hasattr(outs[index], "numpy") else outs[index])
+        placement = compiled.placement
+        fields.update(precision=precision or said_precision(compiled.summary), on_device=not placement.off_device and not placement.execution,
+                      placement=placement.line())
+        if prepared.index >= len(outs):
+            return fields | {"outcome": "wrong", "error": f"{len(outs)} outputs, the first float one of torch is its output {prepared.index}"}
+        got = np.asarray(outs[prepared.index].numpy() if hasattr(outs[prepared.index], "numpy") else outs[prepared.index])
     except errors.NeurenixError as exc:
-        return "run refused", first_line(exc)
+        return fields | {"outcome": "run refused", "error": first_line(exc)}
     except Exception as exc:  # noqa: BLE001 - anything untyped is a bug
-        return "crash", first_line(exc)
-    diff = mismatch(want, got)
+        return fields | {"outcome": "crash", "error": first_line(exc)}
+    diff = mismatch(prepared.want, got, *tolerance(fields["precision"]))
     if not diff:
-        return "pass", ""
-    unfaithful = exported_differs(torch, model, inputs, index, want)
-    return ("export failed", unfaithful) if unfaithful else ("wrong", diff)
+        return fields | {"outcome": "pass", "error": ""}
+    if prepared.unfaithful is None:
+        prepared.unfaithful = exported_differs(torch, prepared.model, prepared.inputs, prepared.index, prepared.want)
+    if prepared.unfaithful:
+        return fields | {"outcome": "export failed", "error": prepared.unfaithful}
+    return fields | {"outcome": "wrong", "error": diff}
+
+
+def run_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str, device: str, seed: int,
+             static: bool = True, precision: str = "") -> tuple[str, str]:
+    """(outcome, error) of one model type on one device."""
+    prepared = prepare(torch, nx, errors, model_type, class_name, seed, static)
+    if not isinstance(prepared, Prepared):
+        return prepared
+    record = run_device(torch, nx, errors, prepared, device, precision)
+    return record["outcome"], record["error"]
 
 
 def exported_differs(torch: Any, model: Any, inputs: dict[str, Any], index: int, want: np.ndarray) -> str:
@@ -467,52 +525,132 @@ def quiet() -> None:
     logging.disable(logging.ERROR)
 
 
-def summary(records: list[dict[str, str]]) -> str:
+def device_of(record: dict[str, Any], default: str = "cpu:0") -> str:
+    """A record's device (records written before the sweep took several devices have none)."""
+    return str(record.get("device") or default)
+
+
+def summary(records: list[dict[str, Any]]) -> str:
+    """One block per device: the outcome counts, then imported and pass over the types whose export
+    succeeded, and of the passes how many ran wholly on the device (no node placed on cpu:0)."""
+    devices = list(dict.fromkeys(device_of(r) for r in records)) or ["cpu:0"]
+    return "\n\n".join(device_summary(device, [r for r in records if device_of(r) == device]) for device in devices)
+
+
+def device_summary(device: str, records: list[dict[str, Any]]) -> str:
     counts = Counter(r["outcome"] for r in records)
     total = len(records) or 1
-    lines = [f"{'outcome':<20}{'types':>6}{'%':>8}"]
+    lines = [f"{device}:", f"{'outcome':<20}{'types':>6}{'%':>8}"]
     for outcome in OUTCOMES:
         lines.append(f"{outcome:<20}{counts[outcome]:>6}{100 * counts[outcome] / total:>7.1f}%")
     lines.append(f"{'total':<20}{len(records):>6}")
     exported = [r for r in records if r["outcome"] not in ("export failed", "unsupported")]
     imported = sum(r["outcome"] in ("pass", "wrong", "run refused") for r in records)
     if exported:
+        whole = sum(r["outcome"] == "pass" and r.get("on_device") is True for r in records)
         lines.append(f"imported: {imported}/{len(exported)} types whose export succeeded "
                      f"({100 * imported / len(exported):.1f}%); pass {counts['pass']}/{len(exported)} "
-                     f"({100 * counts['pass'] / len(exported):.1f}%)")
+                     f"({100 * counts['pass'] / len(exported):.1f}%), of which wholly on {device}: {whole}")
     return "\n".join(lines)
 
 
-def diff(old_path: str, records: list[dict[str, str]]) -> str:
-    """The types of both runs whose outcome changed (types in only one run are counted, not listed)."""
-    old = {r["name"]: r for r in json.loads(Path(old_path).read_text())["types"]}
-    new = {r["name"]: r for r in records}
+def diff(old_path: str, records: list[dict[str, Any]]) -> str:
+    """The (type, device) pairs of both runs whose outcome changed (pairs in only one run are counted,
+    not listed). An old file without per-record devices is read as its meta's device."""
+    data = json.loads(Path(old_path).read_text())
+    default = str(data.get("meta", {}).get("device") or "cpu:0").split(",")[0]
+    old = {(r["name"], device_of(r, default)): r for r in data["types"]}
+    new = {(r["name"], device_of(r)): r for r in records}
     lines = []
-    for name in sorted(old.keys() & new.keys()):
-        before, after = old[name]["outcome"], new[name]["outcome"]
+    for key in sorted(old.keys() & new.keys()):
+        before, after = old[key]["outcome"], new[key]["outcome"]
         if before != after:
-            lines.append(f"  {name:<32} {before:>15} -> {after:<15} {new[name]['error']}".rstrip())
-    head = (f"{len(lines)} of {len(old.keys() & new.keys())} types changed since {old_path} "
+            lines.append(f"  {key[0]:<32} {key[1]:<10} {before:>15} -> {after:<15} {new[key]['error']}".rstrip())
+    head = (f"{len(lines)} of {len(old.keys() & new.keys())} (type, device) pairs changed since {old_path} "
             f"({len(old.keys() - new.keys())} only there, {len(new.keys() - old.keys())} only here)")
     return "\n".join([head, *lines])
+
+
+def precisions(text: str, devices: list[str]) -> dict[str, str]:
+    """``--precision``: one value for every device ("fp32"), or per device ("tpu:0=fp32,cuda:0=tf32");
+    a device not named compiles in its backend's default ("")."""
+    if not text:
+        return {d: "" for d in devices}
+    if "=" not in text:
+        return {d: text for d in devices}
+    named = dict(part.split("=", 1) for part in text.split(",") if part.strip())
+    named = {k.strip(): v.strip() for k, v in named.items()}
+    unknown = sorted(set(named) - set(devices))
+    if unknown:
+        raise ValueError(f"--precision names {', '.join(unknown)}, not in --device {','.join(devices)}")
+    return {d: named.get(d, "") for d in devices}
+
+
+def sweep_type(torch: Any, nx: Any, errors: Any, model_type: str, class_name: str, devices: dict[str, str],
+               args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One type's records, one per device: built, run eagerly and imported once (under one
+    ``--timeout``), then compiled, run and compared on each device in turn (each under its own)."""
+    base = {"name": model_type, "model": class_name}
+    sink = io.StringIO()
+    quietly = contextlib.ExitStack()
+    quietly.enter_context(contextlib.redirect_stdout(sink))
+    quietly.enter_context(contextlib.redirect_stderr(sink))
+    quietly.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    with quietly:
+        np.random.seed(args.seed)
+        try:
+            with alarm(args.timeout):
+                prepared = prepare(torch, nx, errors, model_type, class_name, args.seed, static=not args.dynamic)
+        except Timeout as exc:
+            prepared = ("timeout", f"build, eager run and import {exc}")
+        if not isinstance(prepared, Prepared):
+            outcome, error = prepared
+            return [base | {"device": d, "outcome": outcome, "error": error, "precision": p, "on_device": None, "placement": ""}
+                    for d, p in devices.items()]
+        records = []
+        for device, precision in devices.items():
+            try:
+                with alarm(args.timeout):
+                    fields = run_device(torch, nx, errors, prepared, device, precision)
+            except Timeout as exc:
+                fields = {"outcome": "timeout", "error": f"compile and run {exc}", "precision": precision, "on_device": None, "placement": ""}
+            records.append(base | {"device": device} | fields)
+    return records
+
+
+def write_json(path: str, meta: dict[str, Any], records: list[dict[str, Any]], complete: bool) -> None:
+    """The records, sorted by (type, device) so two runs diff cleanly; written after every type
+    (``complete`` false until the last) so a run cut short still leaves the types it covered."""
+    ordered = sorted(records, key=lambda r: (r["name"], r["device"]))
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps({"meta": meta | {"complete": complete, "types_done": len({r['name'] for r in records})},
+                               "types": ordered}, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--types", default="", help="comma-separated model types (exact names, e.g. bert,gpt2)")
     parser.add_argument("--limit", type=int, default=0, help="sweep at most N types (after --types)")
-    parser.add_argument("--device", default="cpu:0", help="where the imported model runs (default cpu:0; npu:0 with NEURENIX_EMULATE=npu)")
-    parser.add_argument("--precision", default="", help="compile with nx.compile(precision=...) (fp32 on tpu:0, whose default is bf16); "
-                        "default: the model moved to --device with .to()")
+    parser.add_argument("--device", default="cpu:0", help="where the imported model runs, comma-separated for several "
+                        "(default cpu:0; npu:0,tpu:0,cuda:0,edgetpu:0 with NEURENIX_EMULATE=npu,tpu,cuda,edgetpu)")
+    parser.add_argument("--precision", default="", help="nx.compile(precision=...): one value for every device or per device, "
+                        "tpu:0=fp32 (tpu:0's default is bf16); default: each backend's default")
     parser.add_argument("--dynamic", action="store_true", help="import with from_torch's default dynamic axes, not static=True")
-    parser.add_argument("--timeout", type=int, default=60, help="seconds per type (0: none; default 60)")
+    parser.add_argument("--timeout", type=int, default=60, help="seconds for a type's build and import, and again for each device's run (0: none; default 60)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="PATH", help="write the per-type records here")
-    parser.add_argument("--diff", metavar="OLD.json", help="print the types whose outcome changed since this file")
+    parser.add_argument("--json", metavar="PATH", help="write the per-(type, device) records here (rewritten after every type)")
+    parser.add_argument("--diff", metavar="OLD.json", help="print the (type, device) pairs whose outcome changed since this file")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each type's outcome to stderr")
     args = parser.parse_args(argv)
     if args.diff and not Path(args.diff).is_file():
         parser.error(f"--diff {args.diff}: no such file")
+    device_list = [d.strip() for d in args.device.split(",") if d.strip()]
+    try:
+        devices = precisions(args.precision, device_list)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     quiet()
     started = time.perf_counter()
@@ -531,48 +669,43 @@ def main(argv: list[str] | None = None) -> int:
         types = {t: types[t] for t in wanted}
     chosen = list(types.items())[: args.limit or None]
     version = getattr(nx, "__version__", "?")
+    where = ", ".join(f"{d}{f' {p}' if p else ''}" for d, p in devices.items())
     print(f"transformers sweep: transformers {transformers.__version__}, torch {torch.__version__}, neurenix {version}, "
           f"numpy {np.__version__}, python {platform.python_version()}")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), torch threads {torch.get_num_threads()}")
-    print(f"{len(chosen)} model types on {args.device}{f' precision {args.precision}' if args.precision else ''}, {'dynamic' if args.dynamic else 'static'} import, timeout {args.timeout} s, "
-          f"seed {args.seed}, rtol {RTOL} atol {ATOL}", flush=True)
+    print(f"{len(chosen)} model types on {where}, {'dynamic' if args.dynamic else 'static'} import, timeout {args.timeout} s, "
+          f"seed {args.seed}, tolerances {TOLERANCES}", flush=True)
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__, "neurenix": version, "cpu": cpu_model(),
+            "device": args.device, "precision": args.precision, "dynamic": args.dynamic, "seed": args.seed,
+            "types_filter": args.types, "limit": args.limit, "timeout": args.timeout}
 
-    records: list[dict[str, str]] = []
-    sink = io.StringIO()
+    records: list[dict[str, Any]] = []
     swept = time.perf_counter()
     for index, (model_type, class_name) in enumerate(chosen, 1):
-        np.random.seed(args.seed)
         t0 = time.perf_counter()
-        try:
-            with alarm(args.timeout), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                outcome, error = run_type(torch, nx, errors, model_type, class_name, args.device, args.seed,
-                                          static=not args.dynamic, precision=args.precision)
-        except Timeout as exc:
-            outcome, error = "timeout", str(exc)
-        sink.seek(0)
-        sink.truncate()
-        records.append({"name": model_type, "model": class_name, "outcome": outcome, "error": error})
+        done = sweep_type(torch, nx, errors, model_type, class_name, devices, args)
+        records += done
         if args.verbose:
-            print(f"  {model_type:<32} {outcome:<15} {time.perf_counter() - t0:5.1f}s {error}", file=sys.stderr, flush=True)
+            for r in done:
+                print(f"  {model_type:<32} {r['device']:<10} {r['outcome']:<15} {r['error']}", file=sys.stderr)
+            print(f"  {model_type:<32} {time.perf_counter() - t0:5.1f}s", file=sys.stderr, flush=True)
+        if args.json:
+            write_json(args.json, meta, records, complete=index == len(chosen))
         if index % 25 == 0 or index == len(chosen):
             counts = Counter(r["outcome"] for r in records)
             print(f"[{index}/{len(chosen)}] {time.perf_counter() - swept:.0f}s pass {counts['pass']} "
-                  f"wrong {counts['wrong']} crash {counts['crash']}", file=sys.stderr, flush=True)
+                  f"wrong {counts['wrong']} crash {counts['crash']} (all devices)", file=sys.stderr, flush=True)
 
-    records.sort(key=lambda r: r["name"])
+    records.sort(key=lambda r: (r["name"], r["device"]))
     print()
     print(summary(records))
     failing = [r for r in records if r["outcome"] not in ("pass", "export failed", "unsupported")]
     if failing:
         print("not passing (export succeeded):")
         for r in failing:
-            print(f"  {r['name']:<32} {r['outcome']:<15} {r['error']}")
+            print(f"  {r['name']:<32} {r['device']:<10} {r['outcome']:<15} {r['error']}")
     print(f"wall time {time.perf_counter() - started:.0f} s (sweep {time.perf_counter() - swept:.0f} s)")
     if args.json:
-        meta = {"transformers": transformers.__version__, "torch": torch.__version__, "neurenix": version, "cpu": cpu_model(),
-                "device": args.device, "precision": args.precision, "dynamic": args.dynamic, "seed": args.seed, "types_filter": args.types, "limit": args.limit}
-        Path(args.json).write_text(json.dumps({"meta": meta, "types": records}, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.json}")
     if args.diff:
         print(diff(args.diff, records))
