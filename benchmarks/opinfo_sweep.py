@@ -2,13 +2,27 @@
 
 Each op of ``torch.testing._internal.common_methods_invocations.op_db`` becomes a one-op
 ``torch.nn.Module`` (its tensor arguments are the forward's inputs, everything else is baked
-in), imported with ``nx.nn.from_torch(module, inputs, static=True)`` and run on cpu:0 with
-NumPy inputs; the results are compared with eager PyTorch. Only neurenix's public API is used,
-so the same script measures older and newer versions of the package.
+in), imported with ``nx.nn.from_torch(module, inputs, static=True)``, compiled for ``--device``
+(``nx.compile(model, device=..., precision=...)``, default cpu:0) and run with NumPy inputs; the
+results are compared with eager PyTorch. Only neurenix's public API is used, so the same script
+measures older and newer versions of the package.
 
     .venv/bin/python benchmarks/opinfo_sweep.py                            # every op, 3 samples each
     .venv/bin/python benchmarks/opinfo_sweep.py --ops add,mul,nn.functional.relu --samples 1
     .venv/bin/python benchmarks/opinfo_sweep.py --json now.json --diff before.json
+    NEURENIX_EMULATE=npu .venv/bin/python benchmarks/opinfo_sweep.py --device npu:0
+    NEURENIX_EMULATE=tpu JAX_PLATFORMS=cpu .venv/bin/python benchmarks/opinfo_sweep.py --device tpu:0 --precision fp32
+
+Devices: ``--device`` names where the imported op runs (an emulated plugin device needs
+``NEURENIX_EMULATE``, docs/testing.md); ``--precision`` is passed to ``nx.compile`` (tpu:0
+multiplies in bfloat16 unless told fp32), else the device's default precision applies. The
+tolerance follows ``--precision``: fp32, and no ``--precision`` (the defaults of cpu:0, npu:0,
+cuda:0 and edgetpu:0 are fp32; tpu:0's bf16 is swept with ``--precision fp32`` or ``bf16``), rtol
+1e-4 / atol 1e-5; tf32 and fp16 rtol 2e-3 / atol 1e-3 (10-bit mantissas); bf16 rtol 1.6e-2 / atol
+1e-2 (an 8-bit mantissa: 2**-8 relative rounding per value, a few roundings per op). Where the plugin does not lower an op the partitioner places it on cpu:0 (a
+FallbackWarning): a matching result is still ``pass``, and the record's ``placement`` says
+``native`` (every node on --device) or ``cpu:0`` (some node on cpu:0 by the partitioner, the
+record's ``fallback`` naming the first such node's op and reason), read from ``compiled.placement``.
 
 Samples: float32 (an op whose CPU dtypes lack float32 is counted as ``no float32``), the first
 ``--samples`` of OpInfo's sample inputs whose tensors are all strided CPU tensors of float32,
@@ -74,6 +88,9 @@ import numpy as np
 OUTCOMES = ("pass", "eager float32 off", "wrong", "run refused", "import refused", "crash", "timeout", "export failed",
             "no float32", "unsupported sample")
 RTOL, ATOL = 1e-4, 1e-5
+#: Per precision (the compiled model's ``.precision``): (rtol, atol). fp32 is the sweep's own tolerance.
+TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (RTOL, ATOL), "tf32": (2e-3, 1e-3), "fp16": (2e-3, 1e-3),
+                                              "bf16": (1.6e-2, 1e-2)}
 
 
 class Timeout(BaseException):
@@ -188,18 +205,18 @@ def eager(torch: Any, one: OneOp, seed: int, reseeding: bool = True) -> list[np.
     return arrays
 
 
-def same(a: np.ndarray, b: np.ndarray, exact: bool = False) -> bool:
+def same(a: np.ndarray, b: np.ndarray, exact: bool = False, tol: tuple[float, float] = (RTOL, ATOL)) -> bool:
     if a.shape != b.shape:
         return False
     if a.dtype.kind == "f":
         if exact:
             return bool(np.array_equal(a, b, equal_nan=True))
-        return bool(np.all(np.isclose(b.astype(np.float64), a.astype(np.float64), rtol=RTOL, atol=ATOL, equal_nan=True)))
+        return bool(np.all(np.isclose(b.astype(np.float64), a.astype(np.float64), rtol=tol[0], atol=tol[1], equal_nan=True)))
     return bool(np.array_equal(a, b))
 
 
-def mismatch(expected: list[np.ndarray], got: list[np.ndarray]) -> str:
-    """'' when ``got`` matches ``expected``, else what differs."""
+def mismatch(expected: list[np.ndarray], got: list[np.ndarray], tol: tuple[float, float] = (RTOL, ATOL)) -> str:
+    """'' when ``got`` matches ``expected`` within ``tol`` (rtol, atol), else what differs."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, torch gives {len(expected)}"
     for i, (want, have) in enumerate(zip(expected, got)):
@@ -208,7 +225,7 @@ def mismatch(expected: list[np.ndarray], got: list[np.ndarray]) -> str:
         kinds = {k: "int" for k in "iu"}
         if kinds.get(have.dtype.kind, have.dtype.kind) != kinds.get(want.dtype.kind, want.dtype.kind):
             return f"output {i}: dtype {have.dtype}, torch {want.dtype}"
-        if not same(want, have):
+        if not same(want, have, tol=tol):
             if want.dtype.kind == "f":
                 w, h = want.astype(np.float64), have.astype(np.float64)
                 nan = np.isnan(w) != np.isnan(h)
@@ -216,7 +233,7 @@ def mismatch(expected: list[np.ndarray], got: list[np.ndarray]) -> str:
                     return f"output {i}: NaN at {int(nan.sum())} places where torch has none or vice versa"
                 with np.errstate(invalid="ignore"):
                     err = np.nanmax(np.abs(np.where(np.isfinite(w) & np.isfinite(h), w - h, 0.0)))
-                return f"output {i}: max abs error {err:.3g} ({int((~np.isclose(h, w, RTOL, ATOL, True)).sum())}/{w.size} off)"
+                return f"output {i}: max abs error {err:.3g} ({int((~np.isclose(h, w, tol[0], tol[1], True)).sum())}/{w.size} off)"
             return f"output {i}: {int((want != have).sum())}/{want.size} elements differ"
     return ""
 
@@ -233,13 +250,14 @@ def eager_float64(torch: Any, one: OneOp) -> list[np.ndarray]:
             else leaf.detach().numpy() for leaf in leaves]
 
 
-def eager_float32_off(torch: Any, one: OneOp, want: list[np.ndarray], got: list[np.ndarray]) -> bool:
+def eager_float32_off(torch: Any, one: OneOp, want: list[np.ndarray], got: list[np.ndarray],
+                      tol: tuple[float, float] = (RTOL, ATOL)) -> bool:
     """Whether neurenix's ``got`` matches eager float64 where eager float32 (``want``) does not."""
     try:
         exact = eager_float64(torch, one)
     except Exception:  # noqa: BLE001 - an op without float64 support: no arbiter, the mismatch stands
         return False
-    return not mismatch(exact, got) and bool(mismatch(exact, want))
+    return not mismatch(exact, got, tol) and bool(mismatch(exact, want, tol))
 
 
 def torch_export_error(torch: Any, one: OneOp) -> str:
@@ -276,10 +294,41 @@ def usable_samples(torch: Any, info: Any, count: int, dtype: Any, skipped: list[
             return
 
 
-def run_op(torch: Any, nx: Any, errors: Any, info: Any, samples: int) -> tuple[str, str]:
-    """(outcome, error) of one OpInfo."""
+class Where:
+    """Where an op's samples ran: ``native`` until a compiled sample put a node on cpu:0, then
+    ``cpu:0`` with that sample's first off-device node (op and the partitioner's reason)."""
+
+    def __init__(self) -> None:
+        self.placement = ""
+        self.fallback = ""
+
+    def note(self, compiled: Any) -> None:
+        """Read ``compiled.placement`` (public: ``Placement.off_device``) after a call."""
+        off = compiled.placement.off_device
+        if off and self.placement != "cpu:0":
+            self.placement, self.fallback = "cpu:0", f"{off[0].op}: {off[0].reason}"[:300]
+        elif not self.placement:
+            self.placement = "native"
+
+
+def compile_for(nx: Any, model: Any, device: str, precision: str) -> Any:
+    """``model`` compiled for ``device``: ``precision`` by name, else the device's default (as
+    ``model.to(device)`` would run it; nx.compile is used so ``.placement`` can be read)."""
+    return nx.compile(model, device=device, precision=precision or None, progress=False)
+
+
+def host_arrays(out: Any) -> list[np.ndarray]:
+    """The compiled model's outputs (device Tensors or arrays) as host NumPy arrays."""
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    return [np.asarray(o.numpy() if hasattr(o, "numpy") else o) for o in outs]
+
+
+def run_op(torch: Any, nx: Any, errors: Any, info: Any, samples: int, device: str = "cpu:0", precision: str = "",
+           where: Where | None = None) -> tuple[str, str]:
+    """(outcome, error) of one OpInfo on ``device``; ``where`` collects where its nodes ran."""
     if torch.float32 not in info.supported_dtypes("cpu"):
         return "no float32", ""
+    where = where if where is not None else Where()
     tried = 0
     skipped: list[str] = []
     off = ""  # the first sample where eager float32 is the less exact result
@@ -293,14 +342,16 @@ def run_op(torch: Any, nx: Any, errors: Any, info: Any, samples: int) -> tuple[s
                 return "export failed", export
             return ("import refused" if isinstance(exc, errors.NeurenixError) else "crash"), first_line(exc)
         try:
-            out = model(*[t.numpy() for t in one.tensors])
-            got = [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+            compiled = compile_for(nx, model, device, precision)
+            got = host_arrays(compiled(*[t.numpy() for t in one.tensors]))
+            where.note(compiled)
         except errors.NeurenixError as exc:
             return "run refused", first_line(exc)
         except Exception as exc:  # noqa: BLE001 - anything untyped is a bug
             return "crash", first_line(exc)
-        diff = mismatch(want, got)
-        if diff and eager_float32_off(torch, one, want, got):
+        tol = TOLERANCES.get(precision or "fp32", (RTOL, ATOL))
+        diff = mismatch(want, got, tol)
+        if diff and eager_float32_off(torch, one, want, got, tol):
             off = off or f"{diff}; eager float64 agrees with neurenix, eager float32 does not"
         elif diff:
             return "wrong", diff
@@ -330,6 +381,9 @@ def summary(records: list[dict[str, str]]) -> str:
         lines.append(f"imported: {imported}/{len(exported)} ops whose export succeeded "
                      f"({100 * imported / len(exported):.1f}%); pass {counts['pass']}/{len(exported)} "
                      f"({100 * counts['pass'] / len(exported):.1f}%)")
+    passed = Counter(r.get("placement", "") for r in records if r["outcome"] in ("pass", "eager float32 off"))
+    lines.append(f"pass or eager float32 off: {passed['native']} native, {passed['cpu:0']} with nodes on cpu:0 "
+                 "by the partitioner (FallbackWarning)")
     return "\n".join(lines)
 
 
@@ -354,6 +408,9 @@ def diff(old_path: str, records: list[dict[str, str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu:0", help="where the imported op runs (default cpu:0; npu:0 with NEURENIX_EMULATE=npu)")
+    parser.add_argument("--precision", default="", help="nx.compile(precision=...) (fp32 on tpu:0, whose default is bf16); "
+                        "default: the device's default precision")
     parser.add_argument("--ops", default="", help="comma-separated substrings; an op is swept if its name contains one")
     parser.add_argument("--limit", type=int, default=0, help="sweep at most N ops (after --ops)")
     parser.add_argument("--samples", type=int, default=3, help="sample inputs per op (default 3)")
@@ -384,8 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"OpInfo sweep: torch {torch.__version__}, neurenix {version}, numpy {np.__version__}, "
           f"python {platform.python_version()}")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), torch threads {torch.get_num_threads()}")
-    print(f"{len(infos)} ops, float32, {args.samples} samples each, timeout {args.timeout} s, seed {args.seed}, "
-          f"rtol {RTOL} atol {ATOL}", flush=True)
+    rtol, atol = TOLERANCES.get(args.precision or "fp32", (RTOL, ATOL))
+    print(f"{len(infos)} ops on {args.device}{f' precision {args.precision}' if args.precision else ''}, float32 inputs, "
+          f"{args.samples} samples each, timeout {args.timeout} s, seed {args.seed}, rtol {rtol} atol {atol}", flush=True)
 
     records: list[dict[str, str]] = []
     sink = io.StringIO()
@@ -394,19 +452,22 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
         t0 = time.perf_counter()
+        where = Where()
         try:
             with alarm(args.timeout), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                outcome, error = run_op(torch, nx, errors, info, args.samples)
+                outcome, error = run_op(torch, nx, errors, info, args.samples, args.device, args.precision, where)
         except Timeout as exc:
             outcome, error = "timeout", str(exc)
         except Exception as exc:  # noqa: BLE001 - OpInfo's own sample generation failed
             outcome, error = "unsupported sample", f"sample_inputs: {first_line(exc)}"
         sink.seek(0)
         sink.truncate()
-        records.append({"name": info.name, "variant": info.variant_test_name, "outcome": outcome, "error": error})
+        records.append({"name": info.name, "variant": info.variant_test_name, "outcome": outcome, "error": error,
+                        "placement": where.placement, "fallback": where.fallback})
         if args.verbose:
-            print(f"  {key(records[-1]):<45} {outcome:<18} {time.perf_counter() - t0:5.1f}s {error}", file=sys.stderr)
+            print(f"  {key(records[-1]):<45} {outcome:<18} {where.placement:<7} {time.perf_counter() - t0:5.1f}s {error}",
+                  file=sys.stderr)
         if index % 50 == 0 or index == len(infos):
             counts = Counter(r["outcome"] for r in records)
             print(f"[{index}/{len(infos)}] {time.perf_counter() - swept:.0f}s pass {counts['pass']} "
@@ -418,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {time.perf_counter() - started:.0f} s (sweep {time.perf_counter() - swept:.0f} s)")
     if args.json:
         meta = {"torch": torch.__version__, "neurenix": version, "cpu": cpu_model(), "samples": args.samples,
-                "seed": args.seed, "ops_filter": args.ops, "limit": args.limit}
+                "seed": args.seed, "ops_filter": args.ops, "limit": args.limit, "device": args.device,
+                "precision": args.precision}
         Path(args.json).write_text(json.dumps({"meta": meta, "ops": records}, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.json}")
     if args.diff:
