@@ -331,7 +331,10 @@ def _with_arity(base: type, n: int) -> type:
     names = [f"input_{i}" for i in range(n)]
     namespace: dict[str, Any] = {}
     # fx reads the forward's signature for its placeholders: it must be real named parameters.
-    exec(f"def forward(self, {', '.join(names)}):\n    return self._forward(({', '.join(names)},))", namespace)  # noqa: S102
+    # "(a, b, )": a tuple for any n, () included (a segment of only computed values: no inputs;
+    # forward(*inputs) would be one varargs proxy to fx, whose len() it refuses).
+    args = "".join(f"{name}, " for name in names)
+    exec(f"def forward(self, {args}):\n    return self._forward(({args}))", namespace)  # noqa: S102
     return type(f"{base.__name__}{n}", (base,), {"forward": namespace["forward"], "__module__": base.__module__})
 
 
@@ -399,7 +402,7 @@ def lower_graph(graph: Graph, plan: QuantizationPlan | None = None, *, share_wei
     writes its weights (the host runtime: one copy of the weights for every compiled shape)."""
     generic, single = graph_module_classes()
     n = len(graph.inputs)
-    cls = single if n == 1 else _with_arity(generic, n) if n > 1 else generic
+    cls = single if n == 1 else _with_arity(generic, n)
     token = _SHARE.set(share_weights)
     try:
         return cls(graph, plan).eval()
