@@ -411,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu:0", help="where the imported op runs (default cpu:0; npu:0 with NEURENIX_EMULATE=npu)")
     parser.add_argument("--precision", default="", help="nx.compile(precision=...) (fp32 on tpu:0, whose default is bf16); "
                         "default: the device's default precision")
-    parser.add_argument("--ops", default="", help="comma-separated substrings; an op is swept if its name contains one")
+    parser.add_argument("--ops", default="", help="comma-separated substrings; an op is swept if its name contains one "
+                        "(=NAME: is NAME, as in --ops =add,=mul)")
     parser.add_argument("--limit", type=int, default=0, help="sweep at most N ops (after --ops)")
     parser.add_argument("--samples", type=int, default=3, help="sample inputs per op (default 3)")
     parser.add_argument("--timeout", type=int, default=20, help="seconds per op (0: none; default 20)")
@@ -433,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     infos = load_op_db()
     wanted = [s.strip() for s in args.ops.split(",") if s.strip()]
     if wanted:
-        infos = [i for i in infos if any(w in i.name for w in wanted)]
+        infos = [i for i in infos if any(i.name == w[1:] if w.startswith("=") else w in i.name for w in wanted)]
     infos.sort(key=lambda i: (i.name, i.variant_test_name))
     if args.limit:
         infos = infos[: args.limit]

@@ -1,6 +1,8 @@
 """benchmarks/opinfo_sweep.py on five OpInfo ops, one sample each: it runs, writes sorted records
 with known outcomes, ``add`` and ``__rmul__`` import and match eager PyTorch, and ``--diff``
-names an op whose outcome changed."""
+names an op whose outcome changed. Per emulated device (skipped where its plugin is not
+installed), a handful of ops run with ``--device`` and their placement (native or on cpu:0) is
+recorded."""
 
 from __future__ import annotations
 
@@ -62,3 +64,61 @@ def load_script_from(path: Path) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+#: (device, extra arguments, the plugin's package): each emulated device the sweep runs on.
+DEVICES = [
+    ("npu:0", [], "neurenix_npu_openvino"),
+    ("tpu:0", ["--precision", "fp32"], "neurenix_tpu"),
+    ("cuda:0", [], "neurenix_cuda_tc"),
+    ("edgetpu:0", [], "neurenix_edgetpu"),
+]
+#: Ops every plugin lowers (they must run natively), and one (a masked index_put) that some plugins
+#: leave to the partitioner: it must pass either way, its placement recorded.
+NATIVE_OPS = ("add", "mul", "nn.functional.relu", "sum")
+ANY_OPS = ("_unsafe_masked_index_put_accumulate",)
+
+
+@pytest.mark.parametrize(("device", "extra", "package"), DEVICES, ids=[d[0] for d in DEVICES])
+def test_opinfo_sweep_on_an_emulated_device(tmp_path: Path, device: str, extra: list[str], package: str) -> None:
+    pytest.importorskip("torch", reason="the sweep imports PyTorch's OpInfo database")
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"{device}: its plugin ({package}) is not installed")
+    out = tmp_path / "now.json"
+    kind = device.split(":")[0]
+    env = {**os.environ, "NEURENIX_STATE_DIR": str(tmp_path / "state"), "JAX_PLATFORMS": "cpu", "NEURENIX_EMULATE": kind,
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    ops = ",".join(f"={name}" for name in NATIVE_OPS + ANY_OPS)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "opinfo_sweep.py"), "--device", device, *extra, "--ops", ops,
+                           "--samples", "1", "--json", str(out)], capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["meta"]["device"] == device
+    records = {r["name"]: r for r in data["ops"] if not r["variant"]}
+    assert set(records) == set(NATIVE_OPS + ANY_OPS), records
+    for name, record in records.items():
+        assert record["outcome"] == "pass", record
+        assert record["placement"] in ("native", "cpu:0"), record
+        assert bool(record["fallback"]) == (record["placement"] == "cpu:0"), record  # a fallback names its op and reason
+    for name in NATIVE_OPS:
+        assert records[name]["placement"] == "native", records[name]
+    assert f"ops on {device}" in proc.stdout and "pass or eager float32 off: " in proc.stdout, proc.stdout
+
+
+def test_where_records_the_first_node_the_partitioner_put_on_cpu() -> None:
+    """An op is ``native`` until one of its samples compiles with a node off the device; then it
+    stays ``cpu:0`` with that node's op and reason, whatever later samples do."""
+    sweep = load_script_from(ROOT / "benchmarks" / "opinfo_sweep.py")
+
+    def compiled(*off: tuple[str, str]) -> types.SimpleNamespace:
+        nodes = tuple(types.SimpleNamespace(node=f"n{i}", op=op, reason=why) for i, (op, why) in enumerate(off))
+        return types.SimpleNamespace(placement=types.SimpleNamespace(off_device=nodes))
+
+    where = sweep.Where()
+    where.note(compiled())
+    assert (where.placement, where.fallback) == ("native", "")
+    where.note(compiled(("index_put", "op not declared by plugin npu"), ("sort", "x")))
+    assert (where.placement, where.fallback) == ("cpu:0", "index_put: op not declared by plugin npu")
+    where.note(compiled())
+    where.note(compiled(("sort", "later")))
+    assert (where.placement, where.fallback) == ("cpu:0", "index_put: op not declared by plugin npu")
