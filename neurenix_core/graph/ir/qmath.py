@@ -31,12 +31,14 @@ from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 
 __all__ = [
+    "FLOAT_OUTPUT_OPS",
     "INTEGER_OPS",
     "PASS_THROUGH",
     "activation_params",
     "check_plan",
     "constant_weight_axis",
     "dequantize",
+    "dequantize_accumulator",
     "describe",
     "fake_quantize",
     "fixed_output_params",
@@ -66,6 +68,12 @@ __all__ = [
 PASS_THROUGH = frozenset({"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "flatten", "dropout"})
 #: Ops the integer reference runs in integer arithmetic; the others run dequantize -> float -> quantize.
 INTEGER_OPS = frozenset({"linear", "conv2d", "relu"}) | PASS_THROUGH
+#: Integer kernels whose output a (mixed-precision) plan may leave in float: int8 inputs and
+#: weights, the int32 accumulator dequantized with ``s_in * s_w[c]`` and the bias added in float,
+#: no output rounding (:func:`dequantize_accumulator`). PyTorch's X86 PTQ keeps the linear layers
+#: that feed a softmax, layer norm or residual add so; OpenVINO runs it as FakeQuantize'd input
+#: and weights with no FakeQuantize on the output. Their inputs still need parameters.
+FLOAT_OUTPUT_OPS = frozenset({"linear", "conv2d"})
 _INT32 = np.iinfo(np.int32)
 # The integer reference's fast kernels (graph/reference/run.py) use the helpers below that are
 # not in __all__: exactness bounds of float GEMMs on integers, and the output stage prepared once
@@ -179,6 +187,18 @@ def dequantize(q: np.ndarray, qp: QuantParams) -> np.ndarray:
     shape = _channel_shape(qp, np.ndim(q))
     scale = np.asarray(qp.scale, np.float32).astype(np.float64).reshape(shape)
     return (q.astype(np.int64) - np.asarray(qp.zero_point, np.int64).reshape(shape)) * scale
+
+
+def dequantize_accumulator(acc: np.ndarray, in_qp: QuantParams, weight_qp: QuantParams, channel_axis: int,
+                           bias: np.ndarray | None) -> np.ndarray:
+    """A float-output layer's result (:data:`FLOAT_OUTPUT_OPS`): the integer accumulator
+    ``sum (q - zp_in) * w_q`` (no bias) times ``s_in * s_w[c]`` along ``channel_axis``, plus the
+    float ``bias``, in float64: no rounding to an output grid (the plan has none for it)."""
+    shape = [1] * np.ndim(acc)
+    shape[channel_axis] = -1
+    scale = np.float64(np.asarray(in_qp.scale, np.float32).ravel()[0]) * np.asarray(weight_qp.scale, np.float32).astype(np.float64)
+    out = np.asarray(acc, np.float64) * scale.reshape(shape)
+    return out if bias is None else out + np.asarray(bias, np.float64).reshape(shape)
 
 
 def fake_quantize(x: np.ndarray, qp: QuantParams) -> np.ndarray:
@@ -546,10 +566,12 @@ def check_plan(graph: Graph, plan: QuantizationPlan, *, float_inputs: bool = Fal
     segments): only those an integer kernel reads need parameters. A whole model's float inputs
     always do (the device's first layer reads integers)."""
     # Values the integer kernels read or write need parameters; other values (constants,
-    # integer ids, bool masks, outputs of float-only ops) may run unquantized in between.
+    # integer ids, bool masks, outputs of float-only ops) may run unquantized in between. A
+    # linear / conv2d output may stay in float (FLOAT_OUTPUT_OPS); its input may not.
     integer = [n for n in graph.nodes if n.op in INTEGER_OPS]
     model_inputs = [] if float_inputs else [s.name for s in graph.inputs if s.dtype.startswith("float")]
-    names: Sequence[str] = model_inputs + [v for n in integer for v in (*n.inputs, n.output)]
+    names: Sequence[str] = model_inputs + [v for n in integer for v in n.inputs] + [
+        n.output for n in integer if n.op not in FLOAT_OUTPUT_OPS]
     if not plan.dynamic:
         missing = [v for v in names if v not in plan.activations]
         if missing:

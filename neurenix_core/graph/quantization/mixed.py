@@ -65,12 +65,15 @@ from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
 from neurenix_core.graph.ir import qmath as Q
 from neurenix_core.graph.quantization import verify as V
 
-__all__ = ["MAX_RUNS", "MIXED_TARGET", "FloatLayer", "MixedPrecision", "fixed_values", "mix", "plan_error"]
+__all__ = ["MAX_RUNS", "MIXED_TARGET", "MIXED_TRIGGER", "FloatLayer", "MixedPrecision", "fixed_values", "mix", "plan_error"]
 
 #: The integer reference's relative L2 error against float that a mix aims for. Measured
 #: (benchmarks/int8_mixed.py, top-1 agreement with fp32): a 12-block ViT at 9% agrees on 0.83, at
 #: 4.3-4.5% on 0.94-0.95 where PyTorch's X86 PTQ reaches 0.975; BERT-tiny at 3-6% on 0.94-0.98.
 MIXED_TARGET: Final = 0.05
+#: A plan whose integer reference is within this of float is not mixed (every layer int8):
+#: ``verify.PLAN_TOLERANCE``, so only a plan the verification would refuse is.
+MIXED_TRIGGER: Final = V.PLAN_TOLERANCE
 #: The most integer-reference runs one mix may take (each runs the verification batches).
 MAX_RUNS: Final = 16
 #: The first round drops every group credited with at least this share of the largest jump; each
@@ -136,11 +139,14 @@ class MixedPrecision:
                 f"{self.error_before:.1%} -> {self.error:.1%}, target {self.target:.0%}, {self.runs} reference runs): {shown}{rest}")
 
 
-def fixed_values(graph: Graph) -> frozenset[str]:
-    """The values a plan must quantize (``qmath.check_plan``: the inputs and output of every node
-    with an integer kernel, the float model inputs), and the model outputs, which verification compares."""
-    integer = (v for n in graph.nodes if n.op in Q.INTEGER_OPS for v in (*n.inputs, n.output))
-    return frozenset([*integer, *(s.name for s in graph.inputs), *graph.outputs])
+def fixed_values(graph: Graph, float_outputs: bool = True) -> frozenset[str]:
+    """The values a plan must quantize (``qmath.check_plan``: the inputs of every node with an
+    integer kernel and the outputs of those that write integers, the float model inputs), and the
+    model outputs, which verification compares. With ``float_outputs=False`` a linear / conv2d
+    output is fixed too (``qmath.FLOAT_OUTPUT_OPS`` not used: every linear writes int8)."""
+    integer = [n for n in graph.nodes if n.op in Q.INTEGER_OPS]
+    outputs = (n.output for n in integer if not (float_outputs and n.op in Q.FLOAT_OUTPUT_OPS))
+    return frozenset([*(v for n in integer for v in n.inputs), *outputs, *(s.name for s in graph.inputs), *graph.outputs])
 
 
 def _same(a: QuantParams, b: QuantParams) -> bool:
@@ -323,27 +329,30 @@ def plan_error(graph: Graph, plan: QuantizationPlan, calibration: Sequence[Any])
 
 
 def mix(graph: Graph, plan: QuantizationPlan, calibration: Sequence[Any], *, device: str,
-        target: float = MIXED_TARGET, max_runs: int = MAX_RUNS, progress: bool = True) -> MixedPrecision | None:
+        target: float = MIXED_TARGET, trigger: float = MIXED_TRIGGER, float_outputs: bool = True,
+        max_runs: int = MAX_RUNS, progress: bool = True) -> MixedPrecision | None:
     """A mixed plan for a calibrated static ``plan`` of ``graph`` whose integer reference is more
-    than ``target`` from float on the first ``verify.VERIFY_BATCHES`` of ``calibration`` (the
-    batches ``nx.compile`` verifies on); None where the plan is within it, has nothing to keep in
-    float, or no mix does better. Raises CompilationError where the plan is over
-    ``verify.PLAN_TOLERANCE`` and no mix found within ``max_runs`` integer-reference runs is
-    within it. ``device`` names the device in that error."""
+    than ``trigger`` from float on the first ``verify.VERIFY_BATCHES`` of ``calibration`` (the
+    batches ``nx.compile`` verifies on), toward ``target``; None where the plan is within
+    ``trigger``, has nothing to keep in float, or no mix does better. ``float_outputs``: linear
+    and conv2d outputs may stay in float (``qmath.FLOAT_OUTPUT_OPS``). Raises CompilationError
+    where the plan is over ``verify.PLAN_TOLERANCE`` and no mix found within ``max_runs``
+    integer-reference runs is within it. ``device`` names the device in that error."""
     from neurenix_core.graph.reference.run import specialized
 
     batches = _verification_batches(graph, calibration)
     spec = specialized(graph, batches[0])
     produced = {n.output for n in spec.nodes if n.op != "constant"}
-    droppable = frozenset(v for v in plan.activations if v in produced and v not in fixed_values(spec))
+    fixed = fixed_values(spec, float_outputs)
+    droppable = frozenset(v for v in plan.activations if v in produced and v not in fixed)
     if not droppable:
         return None  # nothing the plan may keep in float (a CNN of conv, relu, pooling): verification decides
     tables = _Tables(graph, spec, batches)
     first, errors = tables.measure(plan)
-    if first <= V.PLAN_TOLERANCE:
-        # Only a plan the verification would refuse is mixed (then toward ``target``): one that
-        # passes keeps every layer in integers, as every device's lowering takes it (on edgetpu,
-        # which computes int8 only, each float layer is a hop to cpu:0 and back).
+    if first <= trigger:
+        # By default only a plan the verification would refuse is mixed (then toward ``target``):
+        # one that passes keeps every layer in integers, as every device's lowering takes it (on
+        # edgetpu, which computes int8 only, each float layer is a hop to cpu:0 and back).
         return None
     groups = _groups(spec, plan, droppable)
     with _progress(progress, max_runs) as update:

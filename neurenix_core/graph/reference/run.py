@@ -6,7 +6,9 @@ quantized model (fake quantization of weights and activations). ``run_quantized(
 *inputs)`` runs the integer arithmetic a TFLite int8 / 16x8 runtime performs, bit for bit, for
 linear, conv2d (fused ReLU), relu, pooling, spatial means (TFLite's MEAN, requantized to the
 output's own parameters) and reshapes; other ops run dequantize -> float64 ->
-quantize, as a runtime without an integer kernel for them would.
+quantize, as a runtime without an integer kernel for them would. A linear / conv2d whose output
+a mixed plan leaves in float accumulates in integers and dequantizes the accumulator
+(``qmath.FLOAT_OUTPUT_OPS``).
 
 How the integer reference computes (the integers are those of the plain int64 arithmetic it
 replaced; tests/test_integer_kernels_fast.py keeps that and compares): each layer is prepared
@@ -771,6 +773,29 @@ def _int_node(node: Node, xs: list[np.ndarray], plan: QuantizationPlan) -> np.nd
     return xq  # dropout
 
 
+def _float_output_layer(node: Node, xq: np.ndarray, in_qp: QuantParams, plan: QuantizationPlan) -> np.ndarray:
+    """linear / conv2d whose output the plan leaves in float (``Q.FLOAT_OUTPUT_OPS``): ``(x - zp) *
+    w_q`` accumulated in int32 (int64 for 16x8), then ``acc * s_in * s_w[c] + bias`` in float64
+    (``Q.dequantize_accumulator``), no output rounding. The products are one float64 GEMM (or
+    convolution) of the integers where every sum is exact (``Q.exact_in_float64``), else int64."""
+    wqp = plan.weights[node.name]
+    weight, bias = node.params["weight"], node.params.get("bias")
+    zp = _zp(in_qp)
+    wq = _prepared(("float_out", node.op), (weight, wqp), lambda: Q.quantize_weight(np.asarray(weight), wqp).astype(np.int64))
+    depth = int(np.prod(wq.shape[1:]))
+    exact = Q.exact_in_float64(depth, Q.centered_bound(xq.dtype, zp), int(np.abs(wq).max(initial=0)))
+    ctype: Any = np.float64 if exact else np.int64
+    x = np.subtract(xq, zp, dtype=ctype)  # zero padding of (x - zp) is TFLite's padding with the zero point
+    if node.op == "linear":
+        acc, axis = x @ wq.T.astype(ctype), xq.ndim - 1
+    else:
+        a = opset.attrs_of(node.op, node.attrs)  # with the opset defaults
+        acc, axis = K.conv2d(x, wq.astype(ctype), None, a["stride"], a["padding"], a["dilation"], a["groups"]), 1
+    if in_qp.bits == 8:
+        _check_block(node, acc)
+    return Q.dequantize_accumulator(acc, in_qp, wqp, axis, None if bias is None else np.asarray(bias))
+
+
 def _dynamic_linear(node: Node, x: np.ndarray, plan: QuantizationPlan) -> np.ndarray:
     """Dynamic quantization: the input is quantized per call (affine int8 from its own range),
     int32 accumulation against int8 weights, then a float rescale and float bias."""
@@ -831,6 +856,9 @@ def run_quantized(graph: Graph, plan: QuantizationPlan, *inputs: Any, dequantize
                 values[node.output] = out
                 quantized.add(node.output)
                 continue
+        if node.op in Q.FLOAT_OUTPUT_OPS and node.output not in acts and node.inputs[0] in quantized:
+            values[node.output] = _float_output_layer(node, xs[0], acts[node.inputs[0]], plan)  # a float value
+            continue
         if node.output in acts and all(i in quantized for i in node.inputs) and (
                 node.op in Q.INTEGER_OPS or Q.is_spatial_mean(node, xs[0].ndim)):
             values[node.output] = _int_node(node, xs, plan)

@@ -79,7 +79,9 @@ class _QDQExporter(onnx_export.Exporter):
 
     def bias(self, node: Node) -> str | None:
         bias, inp = node.params.get("bias"), node.inputs[0]
-        if bias is None or node.name not in self.plan.weights or inp not in self.plan.activations:
+        if bias is None or node.name not in self.plan.weights or inp not in self.plan.activations or node.output not in self.plan.activations:
+            # (an output a mixed plan keeps in float: DQ(x) * DQ(w) + the float bias, no Q/DQ
+            # after it, as the core's integer reference computes it: qmath.FLOAT_OUTPUT_OPS)
             return super().bias(node)
         # int32 bias at scale s_in * s_w (zero point 0), the layout QLinearConv/QLinearMatMul fuse.
         s_in = float(np.asarray(self.plan.activations[inp].scale).reshape(-1)[0])
