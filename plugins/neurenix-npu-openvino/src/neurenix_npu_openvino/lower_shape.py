@@ -34,7 +34,12 @@ def _transpose(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
 
 
 def _expand(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
-    return lw.op.broadcast(x[0], lw.const(list(lw.spec_of(node).shape), np.int64))
+    target = lw.spec_of(node).shape
+    if lw.shape(x[0]) == target:
+        # Nothing to broadcast; a Broadcast to a 0-d shape (an empty target) crashes OpenVINO
+        # 2026.4's CPU plugin (a segfault at the first inference: expand_as of two scalars).
+        return x[0]
+    return lw.op.broadcast(x[0], lw.const(list(target), np.int64))
 
 
 def _concat(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
