@@ -25,6 +25,7 @@ class Lowering(Runners):
     """Builds the runner for each input shape and records its placement and summary."""
 
     def _build(self, shapes: tuple[tuple[int, ...], ...], values: Mapping[str, np.ndarray] | None = None) -> Runner:
+        from neurenix_core.graph.ir.cached_attention import split_cached_attention
         from neurenix_core.graph.ir.grouped_attention import fold_repeated_kv
         from neurenix_core.graph.ir.shapes import infer_shapes
         from neurenix_core.graph.ir.specialize import fold_size_constants
@@ -35,8 +36,8 @@ class Lowering(Runners):
             if base.dynamic:  # sizes known: fold what they built, as a static import would have
                 graph = fold_size_constants(graph)
             infer_shapes(graph)
-            if self.plan is None:  # an int8 plan names the repeated values: its graph stays as planned
-                graph = fold_repeated_kv(graph)
+            if self.plan is None:  # an int8 plan names the values these rewrite: its graph stays as planned
+                graph = split_cached_attention(fold_repeated_kv(graph))
         except ShapeError as exc:
             expected = [s.shape for s in self.graph.inputs if s.shape]
             hint = f" (traced for {expected})" if expected else ""

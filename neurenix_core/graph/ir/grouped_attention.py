@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from neurenix_core.graph.ir import Graph, Node
     from neurenix_core.graph.ir.shapes import Shape
 
-__all__ = ["fold_repeated_kv"]
+__all__ = ["fold_repeated_kv", "without_unread"]
 
 _SDPA = "scaled_dot_product_attention"
 
@@ -48,7 +48,7 @@ def fold_repeated_kv(graph: Graph) -> Graph:
         rewritten = _rewrite(n, shapes, producers, taken) if n.op == _SDPA else None
         nodes.extend(rewritten or (n,))
         changed = changed or rewritten is not None
-    return _without_unread(replace(graph, nodes=tuple(nodes))) if changed else graph
+    return without_unread(replace(graph, nodes=tuple(nodes))) if changed else graph
 
 
 def _repeat_source(value: str, shapes: dict[str, Shape], producers: dict[str, Node]) -> tuple[str, int, int] | None:
@@ -125,7 +125,7 @@ def _grouped_mask(n: Node, shapes: dict[str, Shape], hkv: int, rep: int, length:
     ], names[2]
 
 
-def _without_unread(graph: Graph) -> Graph:
+def without_unread(graph: Graph) -> Graph:
     """``graph`` without the nodes whose output nothing reads (the repeats made dead)."""
     read = set(graph.outputs)
     kept: list[Node] = []
