@@ -146,6 +146,11 @@ class TensorOps:
         if any(step <= 0 for _, _, step in bounds):
             raise UnsupportedOperationError(f"layer {node.name!r} ({node.op}): the writer slices with positive steps only")
         x = self._core(node.inputs[0])
+        shape = self.specs[node.inputs[0]].shape
+        # An empty axis starts at the axis' end: XNNPACK (LiteRT's default kernels) reads the size
+        # 0 of begin == end < n as "to the end" and returns the rest of the axis (x[..., :-8] of 8:
+        # 8 columns, not 0); from n, "to the end" is empty too, and LiteRT's own kernels agree.
+        bounds = [(n, n, step) if hi <= lo else (lo, hi, step) for n, (lo, hi, step) in zip(shape, bounds)]
         begin, end, strides = (np.array([b[k] for b in bounds], np.int32) for k in range(3))
         out = self._new(node.output, self.specs[node.output].shape, like=x)
         self._emit(OP.STRIDED_SLICE, [x, self.m.constant(f"{node.name}/begin", begin), self.m.constant(f"{node.name}/end", end),
