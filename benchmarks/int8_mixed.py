@@ -4,7 +4,8 @@ Top-1 agreement with the torch fp32 model over ``--inputs`` random inputs (the s
 whose arg-max class is fp32's), and the integer reference's relative L2 error against float on
 the two verification batches (what ``nx.compile``'s check measures).
 
-    .venv/bin/python benchmarks/int8_mixed.py [--quick] [--models vit bert] [--inputs 500] [--targets 0.3 0.2 0.1 0.05] [--json out.json]
+    .venv/bin/python benchmarks/int8_mixed.py [--quick] [--models vit bert] [--inputs 500] [--targets 0.1 0.05]
+        [--trigger 0.05] [--devices cpu npu edgetpu tpu cuda] [--json out.json]
 
 Models, transformers classifiers from a config (random weights: nothing is downloaded):
 
@@ -27,7 +28,13 @@ Contenders, all calibrated on the same 8 batches of 16 inputs (``--quick``: 4):
   verify=False``: the plan ``nx.compile`` refuses where it is over 30%);
 * ``nx int8 mixed``: ``nx.compile(model, "cpu", quantize="int8", calibration=...)`` as a user
   calls it (``mixed.MIXED_TARGET``), with how many layers it kept in float;
-* ``nx mixed t=...``: ``mixed.mix`` with each of ``--targets`` (how MIXED_TARGET was chosen);
+* ``nx mixed t=...``: ``mixed.mix`` with each of ``--targets`` and ``--trigger`` (how MIXED_TARGET
+  and MIXED_TRIGGER were chosen: ``--trigger 0`` mixes a plan the verification passes too), with
+  linear / conv2d outputs allowed in float (``qmath.FLOAT_OUTPUT_OPS``), and ``... int8-out``
+  without them (every linear writes int8: the mixes before float outputs);
+* ``--devices``: the default mix and the ``--targets`` mixes compiled for each device that takes
+  int8 plans (``cpu``: cpu:0; ``npu``, ``edgetpu``, ``tpu``, ``cuda``: emulated), each verified
+  against the integer reference by nx.compile; the rows name the device;
 * ``pt2e xnnpack``: torchao PT2E with ``XNNPACKQuantizer`` (symmetric, per channel), run by torch;
 * ``pt2e x86``: torchao PT2E with ``X86InductorQuantizer``'s default configuration, run by torch.
 
@@ -54,7 +61,10 @@ import numpy as np
 # (it is sys.path[0] when the script runs).
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _HERE]
-os.environ.setdefault("NEURENIX_EMULATE", "npu")  # the npu plugin's OpenVINO CPU also serves cpu:0 as its host runtime
+# Every plugin that takes int8 plans, emulated here (the npu plugin's OpenVINO CPU also serves
+# cpu:0 as its host runtime); the tpu's XLA on the host CPU.
+os.environ.setdefault("NEURENIX_EMULATE", "cuda,tpu,npu,edgetpu")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 CALIBRATION_BATCHES, BATCH, EVAL_BATCH = 8, 16, 50
 IMAGE, PATCH, SEQ, VOCAB = 32, 4, 32, 1000
@@ -193,7 +203,59 @@ def _agreement(logits: np.ndarray, want: np.ndarray) -> float:
     return float(np.mean(np.argmax(logits, -1) == np.argmax(want, -1)))
 
 
-def measure(case: Case, variant: str, targets: Sequence[float]) -> list[dict[str, Any]]:
+def _plans(graph: Any, plan: Any, case: Case, targets: Sequence[float], trigger: float) -> list[tuple[str, Any, float, str]]:
+    """(contender, mixed plan, its error, note) for each target, with and without float outputs."""
+    from neurenix_core.graph.quantization import mixed as M
+
+    found = []
+    for target in targets:
+        for float_outputs in (True, False):
+            m = M.mix(graph, plan, case.calibration, device="cpu:0", target=target, trigger=trigger,
+                      float_outputs=float_outputs, progress=False)
+            if m is None:
+                continue
+            linears = sum(1 for f in m.float_layers for v in f.values if v in _layer_outputs(graph))
+            name = f"nx mixed t={target:g}" + ("" if float_outputs else " int8-out")
+            found.append((name, m.plan, m.error, f"{m.kept} of {m.layers} layers float ({linears} linear outputs), {m.runs} runs"))
+    return found
+
+
+def _layer_outputs(graph: Any) -> frozenset[str]:
+    return frozenset(n.output for n in graph.nodes if n.op in ("linear", "conv2d"))
+
+
+def _record(device: str) -> Any:
+    from neurenix_core.plugins.state import registry
+    from neurenix_core.tensor.placement import default_backend
+
+    return registry().plugin_for(default_backend(device)[1])
+
+
+def _default_mix(graph: Any, plan: Any, case: Case, device: str, host: bool) -> list[tuple[str, Any, float, str]]:
+    """The plan nx.compile compiles for ``device`` (``mixed.mix_for_device``: a device whose
+    float layers run on the host mixes only plans the verification would refuse)."""
+    import neurenix_core as nx
+    from neurenix_core.graph.quantization import mixed as M
+
+    try:
+        m = M.mix_for_device(graph, plan, case.calibration, device=device, host=host, progress=False)
+    except nx.CompilationError as exc:
+        print(f"  {case.name} {device}: the default mix refused: {str(exc)[:200]}", flush=True)
+        return []
+    if m is None:
+        return [("nx int8 mixed", plan, M.plan_error(graph, plan, case.calibration), "the default: every layer int8")]
+    return [("nx int8 mixed", m.plan, m.error, f"the default mix: {m.kept} of {m.layers} layers float, {m.runs} runs")]
+
+
+def _compile(model: Any, device: str, case: Case, **kw: Any) -> Any:
+    import neurenix_core as nx
+
+    run = _runtime_option() if device == "cpu" else {}
+    with nx.fallback_policy("allow"):  # a device that refuses a float layer places it on cpu:0 (the rows say how much)
+        return nx.compile(model, device=device, calibration=case.calibration, progress=False, outputs="host", **run, **kw)
+
+
+def measure(case: Case, variant: str, targets: Sequence[float], trigger: float, devices: Sequence[str]) -> list[dict[str, Any]]:
     import neurenix_core as nx
     from neurenix_core.graph.quantization import mixed as M
     from neurenix_core.graph.quantization.verify import PLAN_TOLERANCE
@@ -202,37 +264,55 @@ def measure(case: Case, variant: str, targets: Sequence[float]) -> list[dict[str
     model = nx.nn.from_torch(case.torch_model, case.example)
     rows: list[dict[str, Any]] = []
 
-    def row(name: str, logits: np.ndarray, error: float | None, note: str, seconds: float | None = None) -> None:
-        rows.append({"model": case.name, "variant": variant, "contender": name, "top1": _agreement(logits, want),
+    def row(name: str, device: str, logits: np.ndarray, error: float | None, note: str, seconds: float | None = None) -> None:
+        rows.append({"model": case.name, "variant": variant, "device": device, "contender": name, "top1": _agreement(logits, want),
                      "error": error, "note": note, "seconds": seconds})
         err = "" if error is None else f"{error:7.1%}"
-        print(f"  {case.name:5s} {variant:9s} {name:18s} top-1 {rows[-1]['top1']:.3f}  error {err:>7s}  {note}", flush=True)
+        print(f"  {case.name:5s} {variant:9s} {device:8s} {name:24s} top-1 {rows[-1]['top1']:.3f}  error {err:>7s}  {note}", flush=True)
 
-    run = _runtime_option()
-    full = nx.compile(model, device="cpu", quantize="int8", calibration=case.calibration, progress=False,
-                      mixed_precision=False, verify=False, outputs="host", **run)
+    full = _compile(model, "cpu", case, quantize="int8", mixed_precision=False, verify=False)
     graph, plan = full.graph, full.plan
     error = M.plan_error(graph, plan, case.calibration)
-    row("nx int8 all", _nx_logits(full, case.inputs), error, "refused by nx.compile" if error > PLAN_TOLERANCE else "")
+    row("nx int8 all", "cpu", _nx_logits(full, case.inputs), error, "refused by nx.compile" if error > PLAN_TOLERANCE else "")
     start = time.perf_counter()
     try:
-        mixed = nx.compile(model, device="cpu", quantize="int8", calibration=case.calibration, progress=False, outputs="host", **run)
+        mixed = _compile(model, "cpu", case, quantize="int8")
     except nx.CompilationError as exc:
         print(f"  {case.name} {variant}: nx int8 mixed refused: {exc}")
+        mixed = None
     else:
         seconds = time.perf_counter() - start
         kept = f"{len(mixed.float_layers)} float groups" if mixed.float_layers else "every layer int8"
-        runtime = _runtime(mixed.summary)
-        row("nx int8 mixed", _nx_logits(mixed, case.inputs), mixed.verification.plan_relative, f"{kept}; {runtime}", seconds)
-    for target in targets:
-        m = M.mix(graph, plan, case.calibration, device="cpu:0", target=target, progress=False)
-        if m is None:
-            continue
-        compiled = nx.compile(graph, device="cpu", quantize=m.plan, calibration=case.calibration, progress=False, outputs="host", **run)
-        row(f"nx mixed t={target:g}", _nx_logits(compiled, case.inputs), m.error, f"{m.kept} of {m.layers} layers float")
+        row("nx int8 mixed", "cpu", _nx_logits(mixed, case.inputs), mixed.verification.plan_relative,
+            f"{kept}; {_runtime(mixed.summary)}", seconds)
+    plans = _plans(graph, plan, case, targets, trigger)
+    defaults: dict[bool, list[tuple[str, Any, float, str]]] = {}
+    for device in devices:
+        host = M.float_layers_on_host(_record(device))
+        if host not in defaults:
+            defaults[host] = _default_mix(graph, plan, case, device, host)
+        for name, p, err, note in (defaults[host] if device != "cpu" else []) + plans:
+            try:
+                compiled = _compile(graph, device, case, quantize=p)
+            except nx.NeurenixError as exc:
+                print(f"  {case.name} {variant} {device} {name}: refused: {str(exc)[:300]}", flush=True)
+                continue
+            v = compiled.verification
+            row(name, device, _nx_logits(compiled, case.inputs), err,
+                f"{note}; device vs reference {v.device_relative:.2%} (bound {v.device_bound:.2%}); {_placement(compiled)}")
     for name, quantizer in _quantizers().items():
-        row(name, _torch_logits(_pt2e(case, quantizer), case.inputs), None, "run by torch")
+        row(name, "torch", _torch_logits(_pt2e(case, quantizer), case.inputs), None, "run by torch")
     return rows
+
+
+def _placement(compiled: Any) -> str:
+    """The share of the model's FLOPs on its device (the rest: float layers a device refused, on cpu:0)."""
+    placement = getattr(compiled, "placement", None)
+    flops = getattr(placement, "flops", None) or {}
+    total = sum(flops.values())
+    if not total or str(compiled.device) == "cpu:0":
+        return "all on its device"
+    return f"{flops.get(str(compiled.device), 0) / total:.0%} of FLOPs on {compiled.device}, {len(placement.off_device)} nodes on cpu:0"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -240,19 +320,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--models", nargs="+", default=["vit", "bert"], choices=["vit", "bert"])
     p.add_argument("--variants", nargs="+", default=["plain", "outliers"], choices=["plain", "outliers"])
     p.add_argument("--inputs", type=int, default=500)
-    p.add_argument("--targets", nargs="*", type=float, default=[0.3, 0.2, 0.1, 0.05])
+    p.add_argument("--targets", nargs="*", type=float, default=[0.1, 0.05])
+    p.add_argument("--trigger", type=float, default=None, help="mix plans over this error (default: mixed.MIXED_TRIGGER)")
+    p.add_argument("--devices", nargs="+", default=["cpu"], choices=["cpu", "npu", "edgetpu", "tpu", "cuda"])
     p.add_argument("--vit-outlier", type=float, default=30.0)
     p.add_argument("--bert-outlier", type=float, default=100.0)
-    p.add_argument("--quick", action="store_true", help="4 calibration batches, 100 inputs, targets 0.1 only")
+    p.add_argument("--quick", action="store_true", help="4 calibration batches, 100 inputs, target 0.05 only")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    n_cal, n_inputs, targets = (4, 100, [0.1]) if args.quick else (CALIBRATION_BATCHES, args.inputs, args.targets)
+    n_cal, n_inputs, targets = (4, 100, [0.05]) if args.quick else (CALIBRATION_BATCHES, args.inputs, args.targets)
+    if args.trigger is None:
+        from neurenix_core.graph.quantization.mixed import MIXED_TRIGGER
+
+        args.trigger = MIXED_TRIGGER
     builders = {"vit": (vit, args.vit_outlier), "bert": (bert, args.bert_outlier)}
     rows = []
     for name in args.models:
         build, outlier = builders[name]
         for variant in args.variants:
-            rows += measure(build(outlier if variant == "outliers" else 0.0, n_cal, n_inputs), variant, targets)
+            case = build(outlier if variant == "outliers" else 0.0, n_cal, n_inputs)
+            rows += measure(case, variant, targets, args.trigger, args.devices)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

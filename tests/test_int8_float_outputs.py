@@ -44,19 +44,23 @@ class _Outliers(torch.nn.Module):
         return self.fc2(self.norm(self.fc1(x) + self.skip(x)))
 
 
-@pytest.fixture(scope="module")
-def outliers() -> tuple[Any, Any, list[np.ndarray]]:
-    """(graph, calibrated all-int8 plan, calibration batches) of the model above."""
+def _outliers(size: float) -> tuple[Any, Any, list[np.ndarray]]:
     torch.manual_seed(0)
     net = _Outliers().eval()
     with torch.no_grad():
-        net.fc1.bias[:2] = torch.tensor([500.0, -500.0])
+        net.fc1.bias[:2] = torch.tensor([size, -size])
         net.norm.weight[:] = 80.0  # the other channels back to their scale (the outliers set sigma)
         net.norm.weight[:2] = 0.01
     rng = np.random.default_rng(0)
     calibration = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(4)]
     graph = nx.nn.from_torch(net, (torch.from_numpy(calibration[0]),)).to_graph()
     return graph, Q.calibrate(graph, calibration, progress=False), calibration
+
+
+@pytest.fixture(scope="module")
+def outliers() -> tuple[Any, Any, list[np.ndarray]]:
+    """(graph, calibrated all-int8 plan, calibration batches) of the model above."""
+    return _outliers(500.0)
 
 
 def _fc1(graph: Any) -> Any:
@@ -139,6 +143,26 @@ def test_mixing_keeps_the_linear_output_in_float_and_without_it_refuses(outliers
     assert mixed is not None and mixed.error <= M.MIXED_TARGET
     assert _fc1(graph).output in {v for f in mixed.float_layers for v in f.values}
     assert any(f.op == "linear" for f in mixed.float_layers), mixed.line()
+
+
+def test_a_transformer_over_5_percent_is_mixed_except_where_float_layers_run_on_the_host() -> None:
+    """``nx.compile``'s trigger (``mixed.mix_for_device``): a model with a layer norm whose plan
+    is between 5% and the verification's 30% is mixed on a device that computes float in place,
+    and kept all-int8 where each float layer is a hop to cpu:0 (edgetpu declares so)."""
+    graph, plan, calibration = _outliers(40.0)
+    assert M.MIXED_TRIGGER < M.plan_error(graph, plan, calibration) <= M.CONSERVATIVE_TRIGGER
+    mixed = M.mix_for_device(graph, plan, calibration, device="cpu:0", host=False, progress=False)
+    assert mixed is not None and mixed.error <= M.MIXED_TARGET, mixed
+    assert M.mix_for_device(graph, plan, calibration, device="edgetpu:0", host=True, progress=False) is None
+    assert M.mix(graph, plan, calibration, device="cpu:0", progress=False) is None  # mix's own default: conservative
+    compiled = nx.compile(graph, device="cpu", quantize="int8", calibration=calibration, progress=False)
+    assert {f.node for f in compiled.float_layers} == {f.node for f in mixed.float_layers}, compiled.summary
+    from neurenix_core.plugins.state import registry
+    from neurenix_core.tensor.placement import default_backend
+
+    assert not M.float_layers_on_host(registry().plugin_for(default_backend("cpu")[1]))
+    if "edgetpu:0" in AVAILABLE:
+        assert M.float_layers_on_host(registry().plugin_for(default_backend("edgetpu")[1]))
 
 
 def _cases() -> list[tuple[str, dict[str, Any]]]:

@@ -77,8 +77,9 @@ def compile(  # the public name the seeds and DESIGN.md use
     ``verify``: a static int8/int16 compile with ``calibration`` runs its first batches through the
     compiled model and the core's integer and float references and raises CompilationError where
     they disagree beyond rounding (``neurenix_core.graph.quantization.verify``); the result is in ``.summary``.
-    ``mixed_precision``: where a calibrated plan's integer reference is too far from float for the
-    check (over 30%), the layers whose rounding loses the model stay in float, toward
+    ``mixed_precision``: where a calibrated plan's integer reference is too far from float (over
+    5% for a model with layer norms on a device that computes float layers in place, else over
+    the check's 30%: ``mixed.mix_for_device``), the layers whose rounding loses the model stay in float, toward
     ``mixed.MIXED_TARGET`` (5%) (``neurenix_core.graph.quantization.mixed``; named in ``.summary`` and
     ``.float_layers``); False keeps every layer quantized and the check refuses as before. Part of
     the verification: ``verify=False`` mixes nothing. A plan given as ``quantize=`` is never changed.
@@ -108,9 +109,9 @@ def compile(  # the public name the seeds and DESIGN.md use
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
     mixed = None
     if mixed_precision and verify and calibration and plan is not None and not plan.dynamic and not isinstance(quantize, QuantizationPlan):
-        from neurenix_core.graph.quantization.mixed import mix  # a calibrated plan, checked before the device compiles it
+        from neurenix_core.graph.quantization import mixed as M  # a calibrated plan, checked before the device compiles it
 
-        mixed = mix(graph, plan, calibration, device=str(dev), progress=progress)
+        mixed = M.mix_for_device(graph, plan, calibration, device=str(dev), host=M.float_layers_on_host(record), progress=progress)
         plan = plan if mixed is None else mixed.plan
     compiled = Compiled(graph, dev, backend, record, precision, plan, dict(extra), outputs=check_outputs(outputs, dev))
     compiled._mixed = mixed

@@ -97,7 +97,9 @@ def neurenix_manifest() -> Manifest:
             graph_ops=GRAPH_OPS,
             graph_dtypes=GRAPH_DTYPES,
             quantization=("int8",),
-            extra={"model_format": "tflite", "runtime": "LiteRT", "delegate": "libedgetpu.so.1"},
+            # float_layers: each float layer of a mixed-precision int8 plan runs on cpu:0 (the
+            # writer refuses it by name), so the core mixes only plans it would refuse (graph/quantization/mixed.py)
+            extra={"model_format": "tflite", "runtime": "LiteRT", "delegate": "libedgetpu.so.1", "float_layers": "host"},
             host_runtime="litert",  # LiteRT with XNNPACK compiles cpu:0 graphs too, fp32 (host.py)
             compile_options=COMPILE_OPTIONS,
         ),
