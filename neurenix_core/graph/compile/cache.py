@@ -316,14 +316,17 @@ def _read(path: Path, key: str, plugin: str | None = None, versions: Mapping[str
         return header, _read_payload(fh, header)
 
 
-def _write(path: Path, header: Mapping[str, Any], payload: bytes) -> None:
-    """Write the entry atomically: a temporary file in the same folder renamed over the name."""
+def _write(path: Path, header: Mapping[str, Any], payload: bytes | memoryview) -> None:
+    """Write the entry atomically: a temporary file in the same folder renamed over the name.
+    The payload is written as it is, never joined to the header: a compiled language model's
+    export is hundreds of MB, and a joined copy would be as large again at the process's peak."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     head = json.dumps(dict(header), sort_keys=True).encode()
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(_MAGIC + _HEADER.pack(len(head)) + head + payload)
+            fh.write(_MAGIC + _HEADER.pack(len(head)) + head)
+            fh.write(payload)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -436,7 +439,7 @@ def cached(
     key: str,
     *,
     build: Callable[[], T],
-    dump: Callable[[T], bytes],
+    dump: Callable[[T], bytes | memoryview],
     load: Callable[[bytes], T],
     meta: Mapping[str, Any],
     state_dir: str | None = None,
@@ -478,19 +481,19 @@ def cached(
 
 
 def _store(root: Path, path: Path, plugin: str, key: str, versions: Mapping[str, str], meta: Mapping[str, Any],
-           payload: bytes) -> tuple[int, str, str]:
+           payload: bytes | memoryview) -> tuple[int, str, str]:
     """Store the entry: (bytes stored, what was done to a folder at its path, why it was not stored).
     A full or read-only state folder only loses the entry: this process has its model, the next
     one compiles again."""
     header = {"format": FORMAT, "plugin": plugin, "key": key, "versions": dict(versions), "created": time.time(),
-              "nbytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest(), "meta": dict(meta)}
+              "nbytes": memoryview(payload).nbytes, "sha256": hashlib.sha256(payload).hexdigest(), "meta": dict(meta)}
     room = ""
     try:
         room = _make_room(root, path)
         _write(path, header, payload)
     except OSError as exc:
         return 0, room, f"{type(exc).__name__}: {exc}"
-    return len(payload), room, ""
+    return memoryview(payload).nbytes, room, ""
 
 
 # ---------------------------------------------------------------------------- size and listing
