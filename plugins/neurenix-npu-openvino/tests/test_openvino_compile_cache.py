@@ -66,3 +66,29 @@ def test_cpu_host_runtime_hits_too(tmp_path: Path) -> None:
     warm = child.run(tmp_path, "cpu:0", NEURENIX_CPU_RUNTIME="openvino")
     assert "OpenVINO CPU on cpu:0" in warm["summary"] and "compile cache: hit" in warm["summary"], warm["summary"]
     assert "compile cache: miss" in cold["summary"] and warm["sha256"] == cold["sha256"]
+
+
+def test_a_cpu_model_with_large_weights_is_compiled_not_stored(npu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Imported, OpenVINO's CPU device holds a model's weights twice: past CPU_IMPORT_LIMIT the
+    model is compiled in each process, and the cache line says why. A real NPU stores every model."""
+    import numpy as np
+    from neurenix_npu_openvino import compile_cache as cc
+    from neurenix_npu_openvino.lowering import lower_graph
+
+    from neurenix_core.graph.ir import Graph, Node, TensorSpec
+
+    if npu.ov_device != "CPU":
+        pytest.skip(f"npu:0 runs on OpenVINO {npu.ov_device}, which stores every model")
+    weight = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    graph = Graph((TensorSpec("x", (2, 64)),), (Node("w", "constant", (), "w", params={"value": weight}),
+                                                Node("mm", "matmul", ("x", "w"), "y")), ("y",))
+    def build() -> Any:
+        return npu.compile_model(lower_graph(graph), "fp32")
+
+    monkeypatch.setattr(cc, "CPU_IMPORT_LIMIT", weight.nbytes)
+    result = cc.compile_cached(npu, graph, None, {"probe": "large"}, build)
+    assert result.state == "off" and result.nbytes == 0, result.line()
+    assert "0 MiB of weights" in result.line() and "compiled in each process" in result.line(), result.line()
+    monkeypatch.setattr(cc, "CPU_IMPORT_LIMIT", weight.nbytes + 1)
+    stored = cc.compile_cached(npu, graph, None, {"probe": "small"}, build)
+    assert stored.state == "miss" and stored.nbytes > 0, stored.line()
