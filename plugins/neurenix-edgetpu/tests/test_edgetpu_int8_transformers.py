@@ -25,7 +25,9 @@ HEAVY = frozenset({"conv2d", "linear", "matmul", "gemm", "scaled_dot_product_att
 def _compile_both(imported, calibration):
     with nx.fallback_policy("allow"):
         device = nx.compile(imported, device="edgetpu:0", quantize="int8", calibration=calibration, progress=False, outputs="host")
-        cpu = nx.compile(imported, device="cpu:0", quantize="int8", calibration=calibration, progress=False, outputs="host")
+        # The device's plan on cpu:0 (the integer reference's comparison): cpu:0 alone would mix a
+        # transformer's plan over 5%, where edgetpu mixes only one it would refuse (mixed.mix_for_device).
+        cpu = nx.compile(imported, device="cpu:0", quantize=device.plan, progress=False, outputs="host")
     return device, cpu
 
 
