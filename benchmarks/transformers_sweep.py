@@ -4,15 +4,26 @@ Every model type of transformers' auto mappings (``MODEL_MAPPING_NAMES``, and th
 for a type with no base model there: causal LM, masked LM, image classification ...) is built
 from its config class with tiny sizes and random weights (nothing is downloaded: no hub access),
 given seeded inputs made from its ``main_input_name`` and config, imported with
-``nx.nn.from_torch(model, inputs, static=True)``, moved to ``--device`` and run; its first tensor
-output (``last_hidden_state``, ``logits`` ...) is compared with eager PyTorch's. Only neurenix's
-public API is used, so the same script measures older and newer versions of the package.
+``nx.nn.from_torch(model, inputs, static=True)``, compiled for each ``--device`` (a comma-separated
+list: the build, the eager run and the export, most of the time, are done once per type) and run;
+its first tensor output (``last_hidden_state``, ``logits`` ...) is compared with eager PyTorch's.
+Only neurenix's public API is used, so the same script measures older and newer versions of the package.
 
     .venv/bin/python benchmarks/transformers_sweep.py --json now.json            # every type, cpu:0
     .venv/bin/python benchmarks/transformers_sweep.py --types bert,gpt2 -v
-    NEURENIX_EMULATE=npu .venv/bin/python benchmarks/transformers_sweep.py --device npu:0
-    NEURENIX_EMULATE=tpu .venv/bin/python benchmarks/transformers_sweep.py --device tpu:0 --precision fp32
+    NEURENIX_EMULATE=cuda,tpu,npu,edgetpu JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=4 \
+        .venv/bin/python benchmarks/transformers_sweep.py --device npu:0,tpu:0,cuda:0,edgetpu:0 --precision tpu:0=fp32
     .venv/bin/python benchmarks/transformers_sweep.py --json new.json --diff now.json
+
+Per device: ``nx.compile(model, device, precision)`` (what ``model.to(device)`` does on the first
+call), with ``--precision`` one value for every device or per device (``tpu:0=fp32``; a device not
+named compiles in its backend's default, which its summary names: tpu:0 bf16, the others fp32).
+The tolerance is the precision's (``TOLERANCES``): fp32 rtol 1e-3 atol 1e-4 (the sweep's bar),
+tf32 1e-2/1e-3, fp16 1e-2/1e-2, bf16 1e-1/1e-1 (a 16-bit bar only says the output is not garbage).
+Each record also keeps the compiled model's ``placement.line()`` and ``on_device``: True when no
+node was placed on cpu:0 (the partitioner places there what the device's plugin does not lower).
+edgetpu:0 compiles float models as float32 TFLite models that LiteRT runs on the host CPU (the
+Edge TPU itself executes only int8 models), so its fp32 bar is LiteRT's float32 arithmetic.
 
 Tiny build: the config class's defaults, with every size attribute it has shrunk (hidden sizes
 32, 2 layers, 4 heads, vocabulary 128, images 32x32 ...: ``SHRINK``; per-stage lists such as
@@ -24,15 +35,16 @@ where forward takes them) of length 8 that avoid the config's special token ids;
 
 Outcome of a model type:
 
-    pass            imported, ran on --device, and the first output matched eager PyTorch
-                    (float32: rtol 1e-3, atol 1e-4; integer and bool: exact)
+    pass            imported, ran on the device, and the first output matched eager PyTorch
+                    (float: the precision's tolerance, above; integer and bool: exact)
     wrong           ran, but the first output differs (or its shape or dtype kind does)
     run refused     imported, but moving or calling the model raised a NeurenixError (typed refusal)
     import refused  nx.nn.from_torch raised a NeurenixError while torch.export alone succeeds
     export failed   torch.export itself cannot capture the model, or (for a wrong result) its own
                     program differs from eager as much: not neurenix's doing
     crash           neurenix raised anything else (not a NeurenixError): a bug
-    timeout         the type took longer than --timeout seconds (SIGALRM)
+    timeout         the build, eager run and import, or one device's compile and run, took longer
+                    than --timeout seconds (SIGALRM)
     unsupported     no tiny build: no config or model class, inputs this script cannot make,
                     eager PyTorch fails on them, or its outputs are random (two runs differ)
 
@@ -40,9 +52,10 @@ torch.export is run alone only when from_torch fails (as ``opinfo_sweep.py`` doe
 ``export failed`` is torch's refusal of exactly the call from_torch made (``static=True``: the
 example's shapes). ``--dynamic`` imports with from_torch's default dynamic axes instead.
 ``imported`` in the summary is pass + wrong + run refused over the types whose export succeeded.
-``--json`` writes one record per type (name, model class, outcome, error: the exception type and
-first message line), sorted, so two runs diff cleanly; ``--diff OLD.json`` prints the types whose
-outcome changed. A full run (about 670 types, transformers 5.x) takes the better part of an hour
+``--json`` writes one record per type and device (name, model class, device, outcome, error: the
+exception type and first message line, precision, on_device, placement), sorted, so two runs diff
+cleanly, and rewritten after every type (meta ``complete`` false until the last), so a run cut
+short is usable; ``--diff OLD.json`` prints the (type, device) pairs whose outcome changed. A full run (about 670 types, transformers 5.x) takes the better part of an hour
 on 2 vCPUs.
 """
 

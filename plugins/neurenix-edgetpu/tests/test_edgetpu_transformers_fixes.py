@@ -13,14 +13,17 @@ torch = pytest.importorskip("torch")
 import neurenix_core as nx
 
 
-class EmptySlices(torch.nn.Module):
+def empty_slices() -> Any:
     """DeepSeek-V4's rotary split on a tiny head: ``x[..., :-8]`` of an axis of 8 is empty, then
     joined again (an empty concat input), beside a non-empty slice and a split."""
 
-    def forward(self, x: Any) -> Any:
-        y = x * 2
-        empty = y[..., :-8]
-        return empty, torch.cat([empty, y[..., :3]], dim=-1), y[:, 4:], torch.split(y, [8, 0], dim=-1)[1] + 1
+    class EmptySlices(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            y = x * 2
+            empty = y[..., :-8]
+            return empty, torch.cat([empty, y[..., :3]], dim=-1), y[:, 4:], torch.split(y, [8, 0], dim=-1)[1] + 1
+
+    return EmptySlices().eval()
 
 
 @pytest.mark.parametrize("kernels", ["xnnpack", "reference"])
@@ -28,7 +31,7 @@ def test_empty_slices_stay_empty(edgetpu: Any, kernels: str) -> None:
     """An empty slice's result has no elements on every LiteRT kernel set. XNNPACK (the default)
     read the size 0 of begin == end as "to the end" and returned the rest of the axis: silently
     (2, 4, 8, 8) for (2, 4, 8, 0), which only a shape check downstream noticed."""
-    module = EmptySlices().eval()
+    module = empty_slices()
     x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = [t.numpy() for t in module(x)]
