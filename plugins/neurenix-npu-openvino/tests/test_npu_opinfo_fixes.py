@@ -36,3 +36,61 @@ def test_expand_to_its_own_shape_runs_on_npu(npu: Any, shape: tuple[int, ...], t
     (got,), placement = _on_npu(_ExpandAs(), x, other)
     assert not placement.off_device, placement.line()
     np.testing.assert_array_equal(got, x.expand_as(other).numpy())
+
+
+class _Call(torch.nn.Module):
+    """A one-op module: ``fn`` of the forward's inputs (what the sweep builds per OpInfo op)."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: Any) -> Any:
+        return self.fn(*xs)
+
+
+def _eager(module: Any, *inputs: Any) -> list[np.ndarray]:
+    with torch.no_grad():
+        out = module(*inputs)
+    return [t.numpy() for t in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+@pytest.mark.parametrize("fn", [torch.isfinite, lambda x: torch.isclose(x, x * 1.5), lambda x: torch.logaddexp(x, -x)],
+                         ids=["isfinite", "isclose", "logaddexp"])
+def test_boolean_products_and_sums_run_on_npu(npu: Any, fn: Any) -> None:
+    """isfinite and friends are imported as mul/add of boolean masks, which OpenVINO's Multiply
+    and Add refuse (a RuntimeError at lowering); on bools they are now logical and/or."""
+    x = torch.tensor([0.0, 1.5, -2.0, float("inf"), float("-inf"), float("nan"), 3e38, -1e-30])
+    module = _Call(fn)
+    got, placement = _on_npu(module, x)
+    assert not placement.off_device, placement.line()
+    for have, want in zip(got, _eager(module, x)):
+        assert have.dtype.kind == want.dtype.kind
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduce", [torch.max, torch.min], ids=["max", "min"])
+def test_max_with_dim_of_a_scalar_runs_on_npu(npu: Any, reduce: Any) -> None:
+    """torch.max(x, dim=0) of a 0-d tensor: its index is argmax of a rank-0 value, which
+    OpenVINO's TopK refuses (a RuntimeError at lowering); it is the index 0."""
+    module = _Call(lambda x: tuple(reduce(x, 0)))
+    x = torch.tensor(-2.5)
+    got, placement = _on_npu(module, x)
+    assert not placement.off_device, placement.line()
+    want = _eager(module, x)
+    assert [g.shape for g in got] == [w.shape for w in want]
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("mode", ["reflect", "circular", "replicate", "constant"])
+def test_pad_of_an_empty_tensor_runs_on_npu(npu: Any, mode: str) -> None:
+    """Padding a tensor with an empty axis: OpenVINO's reflect Pad refused it and the circular
+    gather trapped (SIGFPE killed the process); the empty result is now a constant."""
+    module = _Call(lambda x: torch.nn.functional.pad(x, (1, 2), mode=mode))
+    x = torch.randn(0, 3, 3)
+    (got,), placement = _on_npu(module, x)
+    (want,) = _eager(module, x)
+    assert not placement.off_device, placement.line()
+    assert got.shape == want.shape == (0, 3, 6)
+    assert got.dtype == want.dtype

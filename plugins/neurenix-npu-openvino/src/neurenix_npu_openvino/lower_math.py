@@ -36,8 +36,15 @@ def _common_dtype(lw: LoweringContext, node: Node) -> str:
     return "int64"
 
 
+#: OpenVINO's arithmetic refuses boolean operands; on bools the opset's mul/minimum are "and" and
+#: add/maximum "or" (PyTorch's and NumPy's results: isfinite is imported as a product of two masks).
+_BOOL_BINARY: Final = {"multiply": "logical_and", "minimum": "logical_and", "add": "logical_or", "maximum": "logical_or"}
+
+
 def _binary(name: str) -> Handler:
     def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
+        if lw.spec_of(node).dtype == "bool" and name in _BOOL_BINARY:
+            return getattr(lw.op, _BOOL_BINARY[name])(*_operands(lw, node, x))
         return getattr(lw.op, name)(*_operands(lw, node, x))
 
     return lower
@@ -161,6 +168,8 @@ def _global(name: str) -> Handler:
 
 def _arg(mode: str) -> Handler:
     def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
+        if not lw.shape(x[0]):
+            return lw.const(0, np.int64)  # a 0-d input's only index (OpenVINO's TopK refuses rank 0)
         axis = axis_of(int(a["axis"]), len(lw.shape(x[0])))
         # stable=True (which needs a sort mode): ties give the first index, as the opset's (NumPy's) argmax.
         indices = lw.op.topk(x[0], lw.const(1, np.int64), axis, mode, "value", "i64", True).output(1)
