@@ -44,7 +44,11 @@ Outcome of an op (its first failing sample decides; ``pass`` when every chosen s
     run refused         imported, but calling the model raised a NeurenixError (typed refusal)
     import refused      nx.nn.from_torch raised a NeurenixError while torch.export alone succeeds
     export failed       torch.export itself cannot capture the module: not neurenix's doing
-    crash               neurenix raised anything else (not a NeurenixError): a bug
+    crash               neurenix raised anything else (not a NeurenixError): a bug; or the process
+                        died in native code (a runtime's segfault or division trap: the error names
+                        the signal). The sweep runs in a child process that logs each op before
+                        running it; one killed by a signal has that op recorded as a crash and a new
+                        child goes on after it.
     timeout             the op took longer than --timeout seconds (SIGALRM)
     no float32          the OpInfo does not support float32 on CPU
     unsupported sample  no sample fits the rules above
@@ -69,7 +73,9 @@ import logging
 import os
 import platform
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import types
 import unittest
@@ -406,7 +412,7 @@ def diff(old_path: str, records: list[dict[str, str]]) -> str:
     return "\n".join([head, *lines])
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu:0", help="where the imported op runs (default cpu:0; npu:0 with NEURENIX_EMULATE=npu)")
     parser.add_argument("--precision", default="", help="nx.compile(precision=...) (fp32 on tpu:0, whose default is bf16); "
@@ -420,12 +426,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the per-op records here")
     parser.add_argument("--diff", metavar="OLD.json", help="print the ops whose outcome changed since this file")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each op's outcome to stderr")
+    parser.add_argument("--worker", metavar="PROGRESS", help=argparse.SUPPRESS)  # the sweeping child process (main)
     args = parser.parse_args(argv)
     if args.diff and not Path(args.diff).is_file():
         parser.error(f"--diff {args.diff}: no such file")
+    return args
 
+
+def read_progress(path: Path) -> tuple[dict[str, Any], list[dict[str, str]], dict[str, str]]:
+    """A worker's progress file: (its meta, the finished records, the op it was running when it
+    stopped as {name, variant}, {} when none was unfinished)."""
+    meta: dict[str, Any] = {}
+    records: list[dict[str, str]] = []
+    running: dict[str, str] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        entry = json.loads(line)
+        if "meta" in entry:
+            meta = entry["meta"]
+        elif "running" in entry:
+            running = entry["running"]
+        else:
+            records.append(entry)
+            running = {}
+    return meta, records, running
+
+
+def sweep(args: argparse.Namespace, progress: Path) -> int:
+    """The worker: sweep the chosen ops not yet in ``progress``, appending a line before each op
+    (its name) and after it (its record), so a native crash names the op that died."""
     quiet()
-    started = time.perf_counter()
     import torch
 
     import neurenix_core as nx
@@ -438,18 +467,29 @@ def main(argv: list[str] | None = None) -> int:
     infos.sort(key=lambda i: (i.name, i.variant_test_name))
     if args.limit:
         infos = infos[: args.limit]
+    _, records, _ = read_progress(progress)
+    done = {key(r) for r in records}
     version = getattr(nx, "__version__", "?")
-    print(f"OpInfo sweep: torch {torch.__version__}, neurenix {version}, numpy {np.__version__}, "
-          f"python {platform.python_version()}")
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), torch threads {torch.get_num_threads()}")
-    rtol, atol = TOLERANCES.get(args.precision or "fp32", (RTOL, ATOL))
-    print(f"{len(infos)} ops on {args.device}{f' precision {args.precision}' if args.precision else ''}, float32 inputs, "
-          f"{args.samples} samples each, timeout {args.timeout} s, seed {args.seed}, rtol {rtol} atol {atol}", flush=True)
-
-    records: list[dict[str, str]] = []
+    log = progress.open("a")
+    if not done:
+        print(f"OpInfo sweep: torch {torch.__version__}, neurenix {version}, numpy {np.__version__}, "
+              f"python {platform.python_version()}")
+        print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), torch threads {torch.get_num_threads()}")
+        rtol, atol = TOLERANCES.get(args.precision or "fp32", (RTOL, ATOL))
+        print(f"{len(infos)} ops on {args.device}{f' precision {args.precision}' if args.precision else ''}, float32 inputs, "
+              f"{args.samples} samples each, timeout {args.timeout} s, seed {args.seed}, rtol {rtol} atol {atol}", flush=True)
+        meta = {"torch": torch.__version__, "neurenix": version, "cpu": cpu_model(), "samples": args.samples,
+                "seed": args.seed, "ops_filter": args.ops, "limit": args.limit, "device": args.device,
+                "precision": args.precision, "ops_chosen": len(infos)}
+        log.write(json.dumps({"meta": meta}) + "\n")
     sink = io.StringIO()
     swept = time.perf_counter()
-    for index, info in enumerate(infos, 1):
+    for info in infos:
+        name = f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
+        if name in done:
+            continue
+        log.write(json.dumps({"running": {"name": info.name, "variant": info.variant_test_name}}) + "\n")
+        log.flush()
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
         t0 = time.perf_counter()
@@ -466,22 +506,53 @@ def main(argv: list[str] | None = None) -> int:
         sink.truncate()
         records.append({"name": info.name, "variant": info.variant_test_name, "outcome": outcome, "error": error,
                         "placement": where.placement, "fallback": where.fallback})
+        log.write(json.dumps(records[-1]) + "\n")
+        log.flush()
         if args.verbose:
-            print(f"  {key(records[-1]):<45} {outcome:<18} {where.placement:<7} {time.perf_counter() - t0:5.1f}s {error}",
-                  file=sys.stderr)
-        if index % 50 == 0 or index == len(infos):
+            print(f"  {name:<45} {outcome:<18} {where.placement:<7} {time.perf_counter() - t0:5.1f}s {error}", file=sys.stderr)
+        if len(records) % 50 == 0 or len(records) == len(infos):
             counts = Counter(r["outcome"] for r in records)
-            print(f"[{index}/{len(infos)}] {time.perf_counter() - swept:.0f}s pass {counts['pass']} "
+            print(f"[{len(records)}/{len(infos)}] {time.perf_counter() - swept:.0f}s pass {counts['pass']} "
                   f"wrong {counts['wrong']} crash {counts['crash']}", file=sys.stderr, flush=True)
+    log.close()
+    return 0
 
+
+def supervise(argv: list[str], progress: Path) -> int:
+    """Run the worker until it finishes. A worker killed by a signal (a segfault or division trap
+    inside a runtime's native code) has its running op recorded as a crash naming the signal, and
+    a new worker goes on after it. Returns the last worker's exit status."""
+    while True:
+        rc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--worker", str(progress)], check=False).returncode
+        _, _, running = read_progress(progress)
+        if rc == 0 or rc > 0 or not running:
+            return rc
+        died = signal.Signals(-rc).name if -rc in {s.value for s in signal.Signals} else f"signal {-rc}"
+        record = {**running, "outcome": "crash", "placement": "", "fallback": "",
+                  "error": f"{died}: the sweep's process died in native code (a runtime's crash)"}
+        print(f"  {key(record):<45} crash (the process died: {died})", file=sys.stderr, flush=True)
+        with progress.open("a") as log:
+            log.write(json.dumps(record) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv)
+    if args.worker:
+        return sweep(args, Path(args.worker))
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="opinfo_sweep") as folder:
+        progress = Path(folder) / "progress.jsonl"
+        rc = supervise(argv, progress)
+        meta, records, _ = read_progress(progress)
+    if rc:
+        print(f"the sweep's worker exited with status {rc}", file=sys.stderr)
+        return rc
     records.sort(key=lambda r: (r["name"], r["variant"]))
     print()
     print(summary(records))
-    print(f"wall time {time.perf_counter() - started:.0f} s (sweep {time.perf_counter() - swept:.0f} s)")
+    print(f"wall time {time.perf_counter() - started:.0f} s")
     if args.json:
-        meta = {"torch": torch.__version__, "neurenix": version, "cpu": cpu_model(), "samples": args.samples,
-                "seed": args.seed, "ops_filter": args.ops, "limit": args.limit, "device": args.device,
-                "precision": args.precision}
         Path(args.json).write_text(json.dumps({"meta": meta, "ops": records}, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.json}")
     if args.diff:
