@@ -41,3 +41,31 @@ def test_empty_slices_stay_empty(edgetpu: Any, kernels: str) -> None:
     assert [g.shape for g in got] == [w.shape for w in want] == [(2, 4, 8, 0), (2, 4, 8, 3), (2, 0, 8, 8), (2, 4, 8, 0)]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def masked() -> Any:
+    """GLM-5 Next's ``x * mask``: float arithmetic with a bool operand (PyTorch promotes it), the
+    mask computed on cpu:0 (edgetpu:0 declares no comparison) and fed to the device segment."""
+
+    class Masked(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            mask = x > 0
+            return x * mask, mask * x, x + mask, mask + 1
+
+    return Masked().eval()
+
+
+def test_bool_operand_of_float_arithmetic(edgetpu: Any) -> None:
+    """A bool (or integer) operand of MUL/ADD is cast to the result's type in the TFLite model;
+    LiteRT refused the model at prepare (``input1->type != input2->type (FLOAT32 != BOOL)``)."""
+    module = masked()
+    x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = [t.numpy() for t in module(x)]
+    compiled = nx.compile(nx.nn.from_torch(module, (x,), static=True), device="edgetpu:0", progress=False)
+    got = [np.asarray(t.numpy()) for t in compiled(x.numpy())]
+    placement = compiled.placement
+    assert not placement.execution and [o.op for o in placement.off_device] == ["greater"], placement.line()
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

@@ -78,11 +78,25 @@ class ElementwiseOps:
         shape = tuple(int(d) for d in np.broadcast_shapes(*(self.m.shape_of(i) for i in ins)))
         out_name = self._out_name(node)
         out = self._new(out_name, shape)
+        if not self.int8:
+            ins = [self._cast_to(f"{node.name}/in{k}", i, out) for k, i in enumerate(ins)]
         if same_scale and self.int8:
             # int8 MAXIMUM/MINIMUM compare raw integers: every operand on the output's grid.
             ins = [self._requantize(f"{node.name}/in{k}", i, out) for k, i in enumerate(ins)]
         self._emit(opcode, ins, [out], options_type=options_type, options=None if options is None else options(self._fused_act(node)))
         self.values[out_name] = _Value(out, nhwc)
+
+    def _cast_to(self, label: str, index: int, like: int) -> int:
+        """Tensor ``index`` in tensor ``like``'s type: a CAST where they differ. The core's
+        arithmetic promotes a bool or integer operand to the other's float type as PyTorch does
+        (GLM-5 Next's ``x * mask``); TFLite's MUL, ADD ... take one type and refused the model at
+        prepare (``input1->type != input2->type``)."""
+        want = np.dtype(self.m.tensors[like].dtype)
+        if np.dtype(self.m.tensors[index].dtype) == want:
+            return index
+        cast = self.m.tensor(f"{label}/cast", self.m.shape_of(index), want)
+        self._emit(OP.CAST, [index], [cast])
+        return cast
 
     def _op_maximum(self, node: Node) -> None:
         self._binary(node, OP.MAXIMUM, same_scale=True)
