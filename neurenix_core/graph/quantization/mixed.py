@@ -14,10 +14,14 @@ What can stay in float is what a :class:`~neurenix_core.graph.ir.QuantizationPla
 a value without parameters is computed in float by its producer and read in float by its
 consumers (the integer reference dequantizes their other inputs; the npu plugin puts no
 FakeQuantize there; a full-integer writer refuses those nodes and the core places them on cpu:0).
-The values an integer kernel reads or writes (the inputs and output of ``linear``, ``conv2d``,
-``relu``, pooling: ``qmath.check_plan``), the float model inputs and the model outputs (which
-verification compares) stay quantized: residual adds, attention, softmax, GELU and layer norms can
-go to float, the linear and conv layers stay int8 (their outputs too).
+The values an integer kernel reads (the inputs of ``linear``, ``conv2d``, ``relu``, pooling) or
+writes as integers (the outputs of ``relu`` and pooling: ``qmath.check_plan``), the float model
+inputs and the model outputs (which verification compares) stay quantized: residual adds,
+attention, softmax, GELU and layer norms can go to float, and so can a linear or conv layer's
+output (``qmath.FLOAT_OUTPUT_OPS``: int8 inputs and weights, the int32 accumulator dequantized and
+the bias added in float, as PyTorch's X86 PTQ does for the linear layers feeding a layer norm or
+a residual add); the layer itself computes in int8. ``float_outputs=False`` keeps those outputs
+int8 (on edgetpu a float output takes the whole layer to cpu:0).
 
 The choice (a "run" is the integer reference over the verification batches; the float reference
 runs once; :func:`verify.layer_errors`'s table, extended to the values already in float):
@@ -43,12 +47,15 @@ many values poorly (no value alone moves it); these rounds took 2 to 10 runs on 
 tests/test_int8_mixed_precision.py and up to the cap on benchmarks/int8_mixed.py's 12-block ViT. Every round and the pruning stop
 at :data:`MAX_RUNS`, with a rich progress bar (``progress=False`` hides it, as for calibration).
 
-Only a plan over the 30% bound is mixed, and then toward the stricter target: 30% (or 10%) on
-the logits leaves top-1 agreement far below PyTorch's PTQ, 5% reaches it (benchmarks/int8_mixed.py;
-docs/quantization.md has the table). A plan within 30% keeps every layer int8 (on edgetpu, which
-computes int8 only, each float layer is a hop to cpu:0 and back); a plan over 30% that no mix
-brings within 30% is refused with :class:`CompilationError`, naming the layers tried and where
-the error is left.
+When to mix (:func:`mix_for_device`, what ``nx.compile`` calls): a model with layer norms (a
+transformer) on a device that computes float layers in place (cpu, npu, tpu, cuda) is mixed from
+:data:`MIXED_TRIGGER` (5%) on, toward :data:`MIXED_TARGET`: 10-30% on the logits leaves top-1
+agreement far below PyTorch's PTQ, 5% reaches it (benchmarks/int8_mixed.py; docs/quantization.md
+has the table). Other models (CNNs, whose float layers would break their int8 conv chains) and
+devices whose float layers run on the host (edgetpu, where each is a hop to cpu:0 and back) are
+mixed only over the verification's 30% (:data:`CONSERVATIVE_TRIGGER`, also :func:`mix`'s
+default). A plan over 30% that no mix brings within 30% is refused with :class:`CompilationError`,
+naming the layers tried and where the error is left.
 """
 
 from __future__ import annotations
@@ -495,7 +502,7 @@ def _refusal(device: str, plan: QuantizationPlan, first: float, found: _Search, 
     worst = sorted(found.stuck, key=lambda c: -c.jump)[:3]
     fixed = "; ".join(f"{c.culprit.name} ({c.culprit.op}) {c.before:.1%} -> {c.after:.1%}" for c in worst)
     where = (f". What is left shows at values the plan must quantize (what the integer kernels of linear, conv2d, relu and "
-             f"pooling read or write) or at nodes that amplify their rounding (a layer norm): {fixed}" if fixed else "")
+             f"pooling read, and relu and pooling write) or at nodes that amplify their rounding (a layer norm): {fixed}" if fixed else "")
     budget = f" (stopped after {runs} of {max_runs} reference runs)" if runs >= max_runs else ""
     return (f"{device}: the int{plan.bits} plan does not describe the model: the integer reference is {first:.1%} away from "
             f"float on the calibration data, more than int{plan.bits} rounding explains ({V.PLAN_TOLERANCE:.0%}), and no mix of "
