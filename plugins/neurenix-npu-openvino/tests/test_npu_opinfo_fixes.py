@@ -86,11 +86,26 @@ def test_max_with_dim_of_a_scalar_runs_on_npu(npu: Any, reduce: Any) -> None:
 @pytest.mark.parametrize("mode", ["reflect", "circular", "replicate", "constant"])
 def test_pad_of_an_empty_tensor_runs_on_npu(npu: Any, mode: str) -> None:
     """Padding a tensor with an empty axis: OpenVINO's reflect Pad refused it and the circular
-    gather trapped (SIGFPE killed the process); the empty result is now a constant."""
+    gather trapped (SIGFPE killed the process); an empty result is now an empty constant."""
     module = _Call(lambda x: torch.nn.functional.pad(x, (1, 2), mode=mode))
     x = torch.randn(0, 3, 3)
     (got,), placement = _on_npu(module, x)
     (want,) = _eager(module, x)
     assert not placement.off_device, placement.line()
     assert got.shape == want.shape == (0, 3, 6)
+    assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize(("fn", "shapes", "out_shape"), [
+    (torch.nn.functional.linear, [(0, 3), (4, 3), (4,)], (0, 4)),  # OpenVINO's MatMul would not compile
+    (torch.nn.functional.pdist, [(1, 5)], (0,)),  # gathers of no rows: SIGFPE at the first inference
+], ids=["linear", "pdist"])
+def test_nodes_with_empty_results_run_on_npu(npu: Any, fn: Any, shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> None:
+    """Any node whose result is empty is lowered as an empty constant of its shape and dtype."""
+    module = _Call(fn)
+    inputs = [torch.randn(shape) for shape in shapes]
+    (got,), placement = _on_npu(module, *inputs)
+    (want,) = _eager(module, *inputs)
+    assert not placement.off_device, placement.line()
+    assert got.shape == want.shape == out_shape
     assert got.dtype == want.dtype

@@ -139,11 +139,6 @@ _PAD_MODES: Final = {"constant": "constant", "reflect": "reflect", "edge": "edge
 
 
 def _pad(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
-    spec = lw.spec_of(node)
-    if 0 in spec.shape:
-        # An empty result has no values to compute; OpenVINO's reflect Pad refuses an empty axis and
-        # the wrap gather on one traps (SIGFPE, a division by its size 0) at the first inference.
-        return lw.const(np.zeros(spec.shape), lw.ov_type(spec.dtype).to_dtype())
     pads = [(int(lo), int(hi)) for lo, hi in a["pads"]]
     if a["mode"] == "wrap":
         return _wrap(lw, x[0], pads)

@@ -117,8 +117,23 @@ class Lowering:
         missing = [n for n in node.inputs if n not in self.values]
         if missing:
             raise UnsupportedOperationError(f"layer {node.name!r} reads {missing}, which no earlier node or graph input produces")
+        if self._empty(node):
+            # An empty result holds nothing but its shape and dtype, both known here. OpenVINO's CPU
+            # plugin refuses or traps on ops over empty tensors (MatMul, Pad; Gather divides by the
+            # size 0: SIGFPE), so the value is an empty constant and no kernel runs.
+            spec = self.spec_of(node)
+            self.values[node.output] = self.const(np.zeros(spec.shape), self.ov_type(spec.dtype).to_dtype())
+            return
         out = output(handler(self, node, attrs_of(node.op, node.attrs), [self.values[n] for n in node.inputs]))
         self.values[node.output] = self._quantize_value(node.output, self.to_dtype(out, self.spec_of(node).dtype))
+
+    def _empty(self, node: Node) -> bool:
+        """Whether the node's result has no elements. Inputs that do not fit the op are left to its
+        handler, whose ShapeError names what it expects (the opset's rule says less)."""
+        try:
+            return 0 in self.spec_of(node).shape
+        except ShapeError:
+            return False
 
     def spec_of(self, node: Node) -> ValueSpec:
         """The node's output shape and dtype from the opset's rules (ShapeError names the node)."""
