@@ -80,3 +80,35 @@ def test_an_int64_constant_read_as_data_is_taken_only_when_it_fits() -> None:
     assert runtime.covers(graph(7)) is None
     assert runtime.covers(graph(2**40)) == ("openvino holds 64-bit integers as 32-bit ones: layer 'c' (cast) reads int64 'k' as data, "
                                             "which would be wrong beyond 2**31")
+
+
+def _positions_to_angles(then: str = "cast") -> Graph:
+    """A language model's position ids: an int64 input unsqueezed, expanded, then cast for the
+    rotary angles (``then="add"``: int64 arithmetic on the moved values instead)."""
+    nodes = [Node("u", "unsqueeze", ("pos",), "pu", {"axes": (2,)}),
+             Node("e", "expand", ("pu",), "pe", {"shape": (1, 3, 4)})]
+    if then == "cast":
+        nodes += [Node("c", "cast", ("pe",), "pf", {"to": "float32"}), Node("m", "mul", ("pf", "freq"), "angles")]
+    else:
+        nodes += [Node("a", "add", ("pe", "pe"), "angles")]
+    return Graph((TensorSpec("pos", (1, 3), "int64"), TensorSpec("freq", (1, 1, 4), "float32")), tuple(nodes), ("angles",))
+
+
+def test_int64_moved_by_shape_layers_then_cast_is_taken_and_its_input_checked() -> None:
+    """unsqueeze/expand only move the position ids' elements: exact as int32 wherever the input
+    fits, so the graph runs on OpenVINO and the input is checked on every call; int64 arithmetic
+    on the moved values is still refused."""
+    from neurenix_npu_openvino.host import OpenVINOHostRuntime
+
+    from neurenix_core.errors import OperationError
+
+    pos = np.array([[5, 6, 7]], np.int64)
+    freq = np.linspace(0.1, 1.0, 4, dtype=np.float32).reshape(1, 1, 4)
+    compiled = nx.compile(_positions_to_angles(), device="cpu", runtime="openvino")
+    np.testing.assert_allclose(compiled(pos, freq).numpy(), run_graph(_positions_to_angles(), pos, freq), rtol=1e-6)
+    assert "runtime openvino" in compiled.summary
+    with pytest.raises(OperationError, match=r"input 0 holds 4294967296"):
+        compiled(np.full((1, 3), 2**32, np.int64), freq)
+    runtime = OpenVINOHostRuntime(("float32", "int64", "bool"))
+    assert runtime.covers(_positions_to_angles("add")) == ("openvino holds 64-bit integers as 32-bit ones: layer 'a' (add) computes "
+                                                           "int64 values, which would be wrong beyond 2**31")

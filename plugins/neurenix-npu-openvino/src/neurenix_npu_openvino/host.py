@@ -13,6 +13,12 @@ the CPU has them); the rest of the graph stays in f32. Compiled with
 ``QUANTIZED_CPU_PROPERTIES`` (Snippets off: its fused int8 MLP subgraphs are wrong with small
 biases), and the summary says how many conv/FC layers run in integers, read back from the
 compiled model's runtime graph.
+
+Weight-only int8 / int4 models (``weight_schemes``): the core's weight plan becomes the npu
+device's compressed-weight constants (integer codes, a Convert and the scales: the pattern the CPU
+device runs as a FullyConnected that decompresses inside its kernel), with float activations
+(``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``: the CPU device would otherwise quantize them at run time).
+A language model's int8 weights are a quarter of its float ones, in every compiled shape.
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ class OpenVINOHostRuntime(HostRuntime):
         # OpenVINO supports; INT16 is not reported by today's CPU plugin).
         caps = set(self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
         self.quantized_precisions = frozenset(p for p, cap in (("int8", "INT8"), ("int16", "INT16")) if cap in caps)
+        self.weight_schemes = frozenset({"int8-weights", "int4-weights"})
 
     def covers(self, graph: Graph) -> str | None:
         why = super().covers(graph)
@@ -104,7 +111,7 @@ class OpenVINOHostRuntime(HostRuntime):
         from neurenix_npu_openvino.lowering import lower_graph
         from neurenix_npu_openvino.quantize import check_plan, cpu_placement
 
-        plan = options.plan
+        plan, weights = options.plan, options.weights
         if options.precision != "fp32" and (plan is None or options.precision not in self.quantized_precisions):
             raise CompilationError(f"host runtime openvino compiles cpu:0 graphs in fp32 or, with the core's static plan, in "
                                    f"{' or '.join(sorted(self.quantized_precisions)) or 'no integer precision'}; not {options.precision!r}")
@@ -117,6 +124,9 @@ class OpenVINOHostRuntime(HostRuntime):
         props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
         if plan is not None:
             props.update(QUANTIZED_CPU_PROPERTIES)
+        if weights is not None:  # weight-only: the activations stay float (the CPU device's default quantizes them)
+            props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+            lowered = weights
         if options.threads is not None:
             props["INFERENCE_NUM_THREADS"] = int(options.threads)
 
@@ -135,6 +145,8 @@ class OpenVINOHostRuntime(HostRuntime):
             layers = runtime_config(result.value).get("integer_layers", "?")
             model.summary += (f", {options.precision} with the core's plan ({layers} conv/FC layers in integer precision; "
                               f"{_placement_line(plan, lowered)})")
+        if weights is not None:
+            model.summary += f", int{weights.bits} weights as compressed-weight FullyConnected layers (float activations)"
         if result.state != "off":
             model.summary += f", {result.line()}"
         return model
@@ -167,6 +179,11 @@ def _check_fits_int32(x: np.ndarray, position: int) -> None:
                              f"beyond 2**31; compile with runtime='onnxruntime' or runtime='numpy' for such values")
 
 
+#: Ops whose result holds only elements of their inputs (moved, repeated or dropped, never
+#: computed): an int64 value they carry is exact as int32 wherever its sources are.
+_CARRYING_OPS: Final = frozenset({"unsqueeze", "squeeze", "reshape", "flatten", "transpose", "slice", "expand", "concat"})
+
+
 def _int64_use(graph: Graph) -> tuple[str | None, tuple[int, ...]]:
     """(Why OpenVINO's CPU device must not run ``graph``, the graph inputs each call must check).
 
@@ -174,30 +191,36 @@ def _int64_use(graph: Graph) -> tuple[str | None, tuple[int, ...]]:
     come back silently wrong ((2**62 + 1) // 3 gave 0): a layer computing int64 values, or an int64
     result, refuses the graph. An int64 value read only as an index (token ids into an embedding,
     a gather's index) is exact as int32. An int64 *input* read as data by a layer whose result is
-    not int64 (BERT's attention mask cast to bool) is exact whenever the input fits 32 bits: those
-    inputs are checked on every call (``_check_fits_int32``) instead of refusing the graph, and an
-    int64 constant read as data is taken when its values fit."""
+    not int64 (BERT's attention mask cast to bool; a language model's position ids, unsqueezed,
+    then cast for the rotary angles) is exact whenever the input fits 32 bits, also through layers
+    that only move its elements (``_CARRYING_OPS``): those inputs are checked on every call
+    (``_check_fits_int32``) instead of refusing the graph, and an int64 constant read as data is
+    taken when its values fit."""
     from neurenix_core.contract import infer_values
 
     specs = infer_values(graph)
     wide = {name for name, spec in specs.items() if str(spec.dtype) == "int64"}
     if not wide:
         return None, ()
-    inputs = {spec.name: k for k, spec in enumerate(graph.inputs)}
-    narrow_constants = {node.output for node in graph.nodes
-                        if node.op == "constant" and node.output in wide and _fits_int32(np.asarray(node.params["value"]))}
+    # The graph inputs each exact-as-int32 int64 value holds elements of (none for a constant).
+    sources: dict[str, frozenset[int]] = {spec.name: frozenset({k}) for k, spec in enumerate(graph.inputs) if spec.name in wide}
+    sources.update({node.output: frozenset() for node in graph.nodes
+                    if node.op == "constant" and node.output in wide and _fits_int32(np.asarray(node.params["value"]))})
     guarded: set[int] = set()
     for node in graph.nodes:
-        if node.output in wide and node.op != "constant":
-            return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) computes "
-                    f"{specs[node.output].dtype} values, which would be wrong beyond 2**31"), ()
         data = [name for k, name in enumerate(node.inputs) if name in wide and k not in _INDEX_OPERANDS.get(node.op, ())]
+        unknown = [name for name in data if name not in sources]
+        if unknown:
+            return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) reads "
+                    f"{specs[unknown[0]].dtype} {unknown[0]!r} as data, which would be wrong beyond 2**31"), ()
+        if node.output in wide and node.op != "constant":
+            if node.op not in _CARRYING_OPS:
+                return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) computes "
+                        f"{specs[node.output].dtype} values, which would be wrong beyond 2**31"), ()
+            sources[node.output] = frozenset().union(*(sources[name] for name in data))
+            continue
         for name in data:
-            if name in inputs:
-                guarded.add(inputs[name])
-            elif name not in narrow_constants:
-                return (f"openvino holds 64-bit integers as 32-bit ones: layer {node.name!r} ({node.op}) reads "
-                        f"{specs[name].dtype} {name!r} as data, which would be wrong beyond 2**31"), ()
+            guarded.update(sources[name])
     results = [o for o in graph.outputs if o in wide]
     if results:
         return f"openvino holds 64-bit integers as 32-bit ones: the graph returns {specs[results[0]].dtype} {results[0]!r}", ()
