@@ -5,15 +5,17 @@ compressed weights), then checked against the float model it came from.
     python examples/weight_quantization.py [--device npu:0] [--tokens 16]
 
 A tiny Llama built from a config (random weights at a scale where greedy decoding varies;
-nothing downloaded). On cpu:0, int4 runs on ONNX Runtime's MatMulNBits where the onnxruntime
-plugin is installed (a host runtime listing int4-weights). Where nothing lowers a scheme (int8 on
-cpu:0) the core runs the dequantized float model, which computes the same values at fp32's memory
-and speed, and a FallbackWarning says so.
+nothing downloaded). On cpu:0 the plan goes to a host runtime listing the scheme, chosen by
+measuring: OpenVINO's compressed-weight FullyConnected layers (int8 and int4, where the npu plugin
+is installed) or ONNX Runtime's MatMulNBits (int4, the onnxruntime plugin). Where nothing lowers
+a scheme the core runs the dequantized float model, which computes the same values at fp32's
+memory and speed, and a FallbackWarning says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 
 import numpy as np
 import torch
@@ -46,6 +48,8 @@ def main() -> None:
         print(f"{scheme} on {lm.device}: {lm.generate(prompt, max_new_tokens=args.tokens, eos_token_id=[])[0, prompt.shape[1]:].tolist()}")
         print(f"  check: {lm.check_quantization(prompt, max_new_tokens=args.tokens)}")
         print(f"  weights: {lm.compiled.summary.split('; weights ')[-1]}")
+        runtimes = sorted(set(re.findall(r"runtime (\w+) [(]", lm.compiled.summary)))  # cpu:0's host runtimes, per shape
+        print(f"  ran on: {', '.join(runtimes) or lm.device}")
 
 
 if __name__ == "__main__":

@@ -140,10 +140,12 @@ def test_generation_with_quantized_weights_npu_equals_the_cores_meaning() -> Non
     assert "greedy tokens equal" in str(check)
 
 
-def test_generation_with_int4_weights_on_cpu_uses_a_runtime_with_int4_kernels() -> None:
-    """With a host runtime that lists int4-weights (ONNX Runtime's MatMulNBits), cpu:0 generates
-    with the integer weights, no fallback warning, the dequantized model's tokens."""
-    pytest.importorskip("neurenix_onnxruntime")
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_generation_with_int4_weights_on_cpu_uses_a_runtime_with_int4_kernels(runtime: str) -> None:
+    """With a host runtime that lists int4-weights (ONNX Runtime's MatMulNBits, OpenVINO's
+    compressed-weight FullyConnected), cpu:0 generates with the integer weights, no fallback
+    warning, the dequantized model's tokens."""
+    pytest.importorskip({"onnxruntime": "neurenix_onnxruntime", "openvino": "neurenix_npu_openvino"}[runtime])
     import warnings
 
     from neurenix_core.generation import CausalLM
@@ -152,9 +154,10 @@ def test_generation_with_int4_weights_on_cpu_uses_a_runtime_with_int4_kernels() 
     ids = np.random.default_rng(4).integers(3, 120, (1, 6))
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
-        lm = CausalLM(model, "cpu:0", quantize="int4-weights")
+        lm = CausalLM(model, "cpu:0", quantize="int4-weights", options={"runtime": runtime})
         got = lm.generate(ids, max_new_tokens=16, eos_token_id=[])
-    assert "lowered by host runtime onnxruntime" in str(lm.compiled.summary)
+    summary = str(lm.compiled.summary)
+    assert f"runtime {runtime}" in summary and "weights dequantized" not in summary, summary
     with pytest.warns(FallbackWarning):
         ref = CausalLM(model, "cpu:0", quantize="int4-weights", options={"runtime": "numpy"})
     np.testing.assert_array_equal(got, ref.generate(ids, max_new_tokens=16, eos_token_id=[]))

@@ -185,7 +185,9 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Map
         return graph, plan, f"{what}, lowered by plugin {record.name}"
     runtimes = host_select.weight_runtimes(scheme, extra) if str(dev.type) == "cpu" else []
     if runtimes:
-        return graph, plan, f"{what}, lowered by host runtime {' or '.join(runtimes)}"
+        # Offered, not yet run: each input shape's line names the runtime that ran it (a runtime
+        # listing the scheme may still refuse a graph, and the shape then runs dequantized).
+        return graph, plan, f"{what}, for host runtime {' or '.join(runtimes)}"
     from neurenix_core.tensor.fallback import FallbackWarning
     from neurenix_core.user_frame import user_stacklevel
 
