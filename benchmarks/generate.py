@@ -49,7 +49,7 @@ from typing import Any
 
 from neurenix_core.benchkit import THREAD_VARS
 
-CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
+CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 int8", "nx cpu:0 int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
 PROMPTS = (128, 1024)
 NEW = 128
 
