@@ -109,7 +109,13 @@ def _clip(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     lo, hi = a["min"], a["max"]
     if lo is None and hi is None:
         return lambda x: x
-    return lambda x: torch.clamp(x, lo, hi)
+    # torch.clamp promotes an integer tensor to float32 with float bounds; the opset's clip keeps
+    # the input's dtype (Ergo's expert ids, clamp_max(ids, 3.0), then index a table: a float
+    # index raised IndexError). The dtype is known at lowering when the graph is static (traced).
+    if dts is not None and not _is_float(dts[0]):
+        dtype = getattr(torch, dts[0])
+        return lambda x: torch.clamp(x, lo, hi).to(dtype)
+    return lambda x: torch.clamp(x, lo, hi) if x.is_floating_point() else torch.clamp(x, lo, hi).to(x.dtype)
 
 
 def _leaky_relu(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
