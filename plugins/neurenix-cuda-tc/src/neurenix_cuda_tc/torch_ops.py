@@ -112,10 +112,12 @@ def _clip(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
     # torch.clamp promotes an integer tensor to float32 with float bounds; the opset's clip keeps
     # the input's dtype (Ergo's expert ids, clamp_max(ids, 3.0), then index a table: a float
     # index raised IndexError). The dtype is known at lowering when the graph is static (traced).
-    if dts is not None and not _is_float(dts[0]):
+    if dts is not None:
+        if _is_float(dts[0]):
+            return lambda x: torch.clamp(x, lo, hi)
         dtype = getattr(torch, dts[0])
         return lambda x: torch.clamp(x, lo, hi).to(dtype)
-    return lambda x: torch.clamp(x, lo, hi) if x.is_floating_point() else torch.clamp(x, lo, hi).to(x.dtype)
+    return lambda x: torch.clamp(x, lo, hi).to(x.dtype)  # no branch on x: torch.fx traces this too
 
 
 def _leaky_relu(a: Attrs, ins: Ins, out: Shape, dts: Dts) -> Fn:
