@@ -287,6 +287,9 @@ def measure(case: Case, variant: str, targets: Sequence[float], trigger: float, 
             f"{kept}; {_runtime(mixed.summary)}", seconds)
     plans = _plans(graph, plan, case, targets, trigger)
     defaults: dict[bool, list[tuple[str, Any, float, str]]] = {}
+    if mixed is not None:  # cpu:0 computes float layers in place: its mix is every such device's (mixed.mix_for_device)
+        note = f"the default mix: {len(mixed.float_layers)} float groups" if mixed.float_layers else "the default: every layer int8"
+        defaults[False] = [("nx int8 mixed", mixed.plan, mixed.verification.plan_relative, note)]
     for device in devices:
         host = M.float_layers_on_host(_record(device))
         if host not in defaults:
@@ -320,15 +323,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--models", nargs="+", default=["vit", "bert"], choices=["vit", "bert"])
     p.add_argument("--variants", nargs="+", default=["plain", "outliers"], choices=["plain", "outliers"])
     p.add_argument("--inputs", type=int, default=500)
-    p.add_argument("--targets", nargs="*", type=float, default=[0.1, 0.05])
+    p.add_argument("--targets", nargs="*", type=float, default=None, help="default 0.1 0.05 (--quick: 0.05); none: the default mix only")
     p.add_argument("--trigger", type=float, default=None, help="mix plans over this error (default: mixed.MIXED_TRIGGER)")
     p.add_argument("--devices", nargs="+", default=["cpu"], choices=["cpu", "npu", "edgetpu", "tpu", "cuda"])
     p.add_argument("--vit-outlier", type=float, default=30.0)
     p.add_argument("--bert-outlier", type=float, default=100.0)
-    p.add_argument("--quick", action="store_true", help="4 calibration batches, 100 inputs, target 0.05 only")
+    p.add_argument("--quick", action="store_true", help="4 calibration batches, 100 inputs, target 0.05 only (unless --targets)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    n_cal, n_inputs, targets = (4, 100, [0.05]) if args.quick else (CALIBRATION_BATCHES, args.inputs, args.targets)
+    n_cal, n_inputs, targets = (4, 100, [0.05]) if args.quick else (CALIBRATION_BATCHES, args.inputs, [0.1, 0.05])
+    targets = targets if args.targets is None else args.targets
     if args.trigger is None:
         from neurenix_core.graph.quantization.mixed import MIXED_TRIGGER
 
