@@ -109,3 +109,17 @@ def test_nodes_with_empty_results_run_on_npu(npu: Any, fn: Any, shapes: list[tup
     assert not placement.off_device, placement.line()
     assert got.shape == want.shape == out_shape
     assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.mean(0), lambda x: torch.std_mean(x, 0)], ids=["mean", "std_mean"])
+def test_mean_over_an_empty_axis_is_nan_on_npu(npu: Any, fn: Any) -> None:
+    """The mean of no values is NaN in PyTorch; OpenVINO's ReduceMean gave 0 (silently wrong)."""
+    module = _Call(fn)
+    x = torch.randn(0, 3)
+    got, placement = _on_npu(module, x)
+    want = _eager(module, x)
+    assert not placement.off_device, placement.line()
+    assert len(got) == len(want)
+    for have, expected in zip(got, want):
+        assert np.isnan(expected).all()
+        np.testing.assert_array_equal(have, expected)  # NaN where torch has NaN

@@ -142,8 +142,13 @@ _EXTREMES: Final = {"reduce_max": -np.inf, "reduce_min": np.inf}
 def _reduce(name: str) -> Handler:
     def lower(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
         ndim = len(lw.shape(x[0]))
-        axes = lw.axes(sorted(range(ndim) if a["axes"] is None else [axis_of(int(v), ndim) for v in a["axes"]]))
+        reduced = sorted(range(ndim) if a["axes"] is None else [axis_of(int(v), ndim) for v in a["axes"]])
+        axes = lw.axes(reduced)
         keep, dtype = bool(a["keepdims"]), lw.specs[node.inputs[0]].dtype
+        if name == "reduce_mean" and any(lw.shape(x[0])[i] == 0 for i in reduced):
+            # The mean of no values is 0/0 = NaN (NumPy, PyTorch); OpenVINO's ReduceMean gives 0.
+            spec = lw.spec_of(node)
+            return lw.const(np.full(spec.shape, np.nan), lw.ov_type(spec.dtype).to_dtype())
         if dtype == "bool":  # OpenVINO reduces numbers only: max is "any", min is "all"
             logical = {"reduce_max": "reduce_logical_or", "reduce_min": "reduce_logical_and"}.get(name)
             if logical is not None:
