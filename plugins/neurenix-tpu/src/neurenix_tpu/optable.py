@@ -382,6 +382,8 @@ def _arg(fn: Callable[..., Array]) -> Lowering:
     def lower(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
         a = _attrs(node)
         v = ins[0] if a["keepdims"] else Value(nchw(ins[0]))
+        if v.array.ndim == 0:  # a 0-d input's only index (torch.max(x, 0) of a scalar); it has no axis 0
+            return Value(jnp.zeros((), jnp.int64))
         return Value(fn(v.array, axis=_phys_axis(int(a["axis"]), v), keepdims=bool(a["keepdims"])).astype(jnp.int64), v.nhwc)
 
     return lower
