@@ -147,7 +147,7 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
         out["prompts"][str(length)] = {"ttft_s": stamps[0] - t0, "tok_s": 1.0 / float(np.median(steps)), "tokens": tokens}
     if contender != "transformers":
         config["compilations"] = lm.compilations
-        config["summary"] = str(lm.compiled.summary).split("; not used")[0][-300:]
+        config["summary"] = " | ".join(part.split("; not used")[0][-300:] for part in lm.summary.split("\n"))
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["config"] = {**config, **{v: os.environ.get(v) for v in THREAD_VARS}}
     return out

@@ -11,6 +11,7 @@ its weights are the transformers model's own memory, and the cache's buffers are
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import numpy as np
@@ -210,21 +211,29 @@ def test_default_cache_is_fixed_and_written_in_place(models: dict[str, Any]) -> 
 
 
 def test_cpu_runs_a_fixed_cache_on_pytorch(models: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """On cpu:0 a fixed cache runs on PyTorch's runtime (the cuda plugin's, whose layers are the
-    graph's weights: test_cuda_tc_host_runtime), not on whichever runtime measures fastest; a
-    runtime named by options= or NEURENIX_CPU_RUNTIME still decides."""
+    """On cpu:0 a fixed cache prefills on PyTorch's runtime (the cuda plugin's, whose layers are the
+    graph's weights: test_cuda_tc_host_runtime) and decodes on OpenVINO's where the npu plugin
+    offers it (one compiled copy for the one decode shape), not on whichever runtime measures
+    fastest; a runtime named by options= or NEURENIX_CPU_RUNTIME still decides every step."""
     pytest.importorskip("neurenix_cuda_tc")
     model, ids, ref = models["llama"]
     lm = CausalLM(model, "cpu:0")
     np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)
-    summary = str(lm.compiled.summary)
-    assert summary.count("runtime torch (nx.generation's default on cpu:0: it shares the transformers model's weights") == lm.compilations == 2
+    prefill = str(lm.compiled.summary)
+    assert prefill.count("runtime torch (nx.generation's default on cpu:0: it shares the transformers model's weights") == 1
     cache_shape = (1, lm.spec.kv_heads, cache_capacity := 64, lm.spec.head_dim)  # PROMPT 6 -> 8 slots, + NEW - 1: 64
-    assert f"{cache_shape} x{2 * lm.spec.layers}:" in summary, "equal input shapes are written once with their count"
     assert cache_capacity == lm._start(ids, np.ones(ids.shape, bool), NEW)[0].capacity
+    if importlib.util.find_spec("neurenix_npu_openvino") is None:
+        assert lm.decoder is None and lm.compilations == 2 and f"{cache_shape} x{2 * lm.spec.layers}:" in prefill
+    else:
+        decode = str(lm.decoder.summary)
+        assert decode.count("runtime openvino (nx.generation's default for cpu:0's decode steps") == 1 and lm.compilations == 2
+        assert f"{cache_shape} x{2 * lm.spec.layers}:" in decode, "equal input shapes are written once with their count"
+        assert lm.summary == f"prefill: {prefill}\ndecode: {decode}"
     named = CausalLM(model, "cpu:0", options={"runtime": "numpy"})
     named.generate(ids, max_new_tokens=2)
     assert "runtime='numpy' asked" in str(named.compiled.summary) and "PyTorch" not in str(named.compiled.summary)
+    assert named.decoder is None
     monkeypatch.setenv("NEURENIX_CPU_RUNTIME", "numpy")
     by_env = CausalLM(model, "cpu:0")
     by_env.generate(ids, max_new_tokens=2)
