@@ -122,3 +122,32 @@ def test_where_records_the_first_node_the_partitioner_put_on_cpu() -> None:
     where.note(compiled())
     where.note(compiled(("sort", "later")))
     assert (where.placement, where.fallback) == ("cpu:0", "index_put: op not declared by plugin npu")
+
+
+def test_a_worker_killed_by_a_signal_has_its_running_op_recorded_as_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor records the op a worker died in (its last "running" line) as a crash naming
+    the signal, and starts a new worker, which goes on after it."""
+    sweep = load_script_from(ROOT / "benchmarks" / "opinfo_sweep.py")
+    progress = tmp_path / "progress.jsonl"
+    calls: list[list[str]] = []
+
+    def worker(command: list[str], check: bool) -> types.SimpleNamespace:
+        calls.append(command)
+        with progress.open("a") as log:
+            if len(calls) == 1:  # the first worker finishes add, then dies in pdist
+                log.write(json.dumps({"meta": {"device": "npu:0"}}) + "\n")
+                log.write(json.dumps({"running": {"name": "add", "variant": ""}}) + "\n")
+                log.write(json.dumps({"name": "add", "variant": "", "outcome": "pass", "error": ""}) + "\n")
+                log.write(json.dumps({"running": {"name": "nn.functional.pdist", "variant": ""}}) + "\n")
+                return types.SimpleNamespace(returncode=-8)
+            log.write(json.dumps({"running": {"name": "sub", "variant": ""}}) + "\n")
+            log.write(json.dumps({"name": "sub", "variant": "", "outcome": "pass", "error": ""}) + "\n")
+            return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(sweep.subprocess, "run", worker)
+    assert sweep.supervise(["--device", "npu:0"], progress) == 0
+    assert len(calls) == 2 and calls[1][-2:] == ["--worker", str(progress)]
+    meta, records, running = sweep.read_progress(progress)
+    assert meta == {"device": "npu:0"} and not running
+    assert [(r["name"], r["outcome"]) for r in records] == [("add", "pass"), ("nn.functional.pdist", "crash"), ("sub", "pass")]
+    assert records[1]["error"].startswith("SIGFPE")
