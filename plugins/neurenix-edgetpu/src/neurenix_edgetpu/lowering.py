@@ -354,7 +354,9 @@ class _Lowerer(ElementwiseOps, TensorOps, SpaceToDepthOps, PaddingOps):
             arr = arr.reshape((1,) * (4 - arr.ndim) + arr.shape).transpose(_TO_NHWC)
         label = f"{name}/nhwc" if nhwc else name
         if arr.dtype.kind != "f":
-            index = self.m.constant(label, np.ascontiguousarray(arr))
+            # As it is: np.ascontiguousarray made a 0-d constant 1-d (cummax's 0-d index output came
+            # back with shape (1,)); the writer copies a non-contiguous array itself.
+            index = self.m.constant(label, arr)
         elif not self.int8:
             index = self.m.constant(label, arr.astype(np.float32))
         else:

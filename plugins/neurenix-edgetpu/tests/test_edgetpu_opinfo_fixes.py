@@ -1,0 +1,42 @@
+"""Fixes found by the OpInfo sweep on edgetpu:0 (benchmarks/opinfo_sweep.py --device edgetpu:0,
+issue #41), each a one-op PyTorch module imported with ``nx.nn.from_torch``, compiled for
+edgetpu:0 (float) and compared with eager PyTorch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import neurenix_core as nx
+
+torch = pytest.importorskip("torch")
+
+
+class _Call(torch.nn.Module):
+    """A one-op module: ``fn`` of the forward's inputs (what the sweep builds per OpInfo op)."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: Any) -> Any:
+        return self.fn(*xs)
+
+
+@pytest.mark.parametrize("scan", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
+def test_a_0d_integer_constant_output_keeps_its_shape_on_edgetpu(edgetpu: Any, scan: Any) -> None:
+    """cummax of a 0-d tensor imports as the input and a 0-d int64 constant (the index 0); the
+    TFLite constant was written 1-d, so the index came back with shape (1,) where torch's is ()."""
+    module = _Call(lambda x: tuple(scan(x, 0)))
+    x = torch.tensor(-1.25)
+    model = nx.nn.from_torch(module.eval(), (x,), static=True)
+    compiled = nx.compile(model, device="edgetpu:0", progress=False, outputs="host")
+    got = [np.asarray(o) for o in compiled(x.numpy())]
+    with torch.no_grad():
+        want = [t.numpy() for t in module(x)]
+    assert [g.shape for g in got] == [w.shape for w in want] == [(), ()]
+    assert not compiled.placement.off_device, compiled.placement.line()
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
