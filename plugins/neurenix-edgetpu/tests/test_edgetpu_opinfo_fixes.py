@@ -40,3 +40,20 @@ def test_a_0d_integer_constant_output_keeps_its_shape_on_edgetpu(edgetpu: Any, s
     assert not compiled.placement.off_device, compiled.placement.line()
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("fn", [torch.mul, torch.add, torch.maximum, torch.minimum], ids=["mul", "add", "maximum", "minimum"])
+def test_boolean_arithmetic_runs_on_edgetpu(edgetpu: Any, fn: Any) -> None:
+    """mul/add/maximum/minimum of two masks (isfinite imports as a product of two masks): TFLite's
+    MUL refused bool at invoke (an untyped RuntimeError); on bools they are logical and/or."""
+    module = _Call(lambda x, y: fn(x > 0, y > 0))
+    x, y = torch.tensor([-1.0, 0.5, 2.0, -3.0]), torch.tensor([1.0, -0.5, 2.0, -3.0])
+    model = nx.nn.from_torch(module.eval(), (x, y), static=True)
+    compiled = nx.compile(model, device="edgetpu:0", progress=False, outputs="host")
+    got = np.asarray(compiled(x.numpy(), y.numpy()))
+    with torch.no_grad():
+        want = module(x, y).numpy()
+    assert got.dtype == want.dtype == np.bool_
+    np.testing.assert_array_equal(got, want)
+    off = [o.op for o in compiled.placement.off_device]
+    assert not {"mul", "add", "maximum", "minimum"} & set(off), compiled.placement.line()

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["ElementwiseOps"]
 
 OP: Final = tflite.BuiltinOperator
+_BOOL_BINARY: Final = {OP.MUL: OP.LOGICAL_AND, OP.MINIMUM: OP.LOGICAL_AND, OP.ADD: OP.LOGICAL_OR, OP.MAXIMUM: OP.LOGICAL_OR}
 ACT: Final = tflite.ActivationFunctionType
 #: TFLite's fixed int8 output parameters of LOGISTIC and TANH (the kernels refuse others).
 _LOGISTIC_Q: Final = (1.0 / 256.0, -128)
@@ -83,6 +84,10 @@ class ElementwiseOps:
         if same_scale and self.int8:
             # int8 MAXIMUM/MINIMUM compare raw integers: every operand on the output's grid.
             ins = [self._requantize(f"{node.name}/in{k}", i, out) for k, i in enumerate(ins)]
+        if np.dtype(self.m.tensors[out].dtype) == np.bool_ and opcode in _BOOL_BINARY:
+            # TFLite's MUL, ADD, MAXIMUM and MINIMUM refuse bool at invoke ("Mul only supports
+            # FLOAT32 ..."); on bools mul/minimum are "and", add/maximum "or" (isfinite: a mask product).
+            opcode, options_type, options = _BOOL_BINARY[opcode], 0, None
         self._emit(opcode, ins, [out], options_type=options_type, options=None if options is None else options(self._fused_act(node)))
         self.values[out_name] = _Value(out, nhwc)
 
