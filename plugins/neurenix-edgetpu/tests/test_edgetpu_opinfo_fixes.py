@@ -57,3 +57,16 @@ def test_boolean_arithmetic_runs_on_edgetpu(edgetpu: Any, fn: Any) -> None:
     np.testing.assert_array_equal(got, want)
     off = [o.op for o in compiled.placement.off_device]
     assert not {"mul", "add", "maximum", "minimum"} & set(off), compiled.placement.line()
+
+
+def test_permute_of_a_scalar_is_the_scalar_on_edgetpu(edgetpu: Any) -> None:
+    """x.permute() of a 0-d tensor: LiteRT's TRANSPOSE with an empty perm returned garbage (2.4e6
+    for -8.48, silently); a 0-d transpose is now the value itself."""
+    module = _Call(lambda x: x.permute(()))
+    x = torch.tensor(-8.478374)
+    model = nx.nn.from_torch(module.eval(), (x,), static=True)
+    compiled = nx.compile(model, device="edgetpu:0", progress=False, outputs="host")
+    got = np.asarray(compiled(x.numpy()))
+    assert not compiled.placement.off_device, compiled.placement.line()
+    assert got.shape == ()
+    np.testing.assert_array_equal(got, x.numpy())

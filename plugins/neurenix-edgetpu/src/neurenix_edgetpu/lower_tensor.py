@@ -116,6 +116,11 @@ class TensorOps:
 
     def _op_transpose(self, node: Node) -> None:
         rank = len(self.specs[node.inputs[0]].shape)
+        if rank == 0:
+            # A 0-d value's only permutation is itself; LiteRT's TRANSPOSE with an empty perm read
+            # garbage (permute of a scalar returned 2.4e6 for -8.48).
+            self._alias(node)
+            return
         perm = node.attrs.get("perm")
         perm = tuple(reversed(range(rank))) if perm is None else tuple(int(p) % rank for p in perm)
         if self._image(node.inputs[0]) and perm == _STORED_ORDER:
