@@ -107,7 +107,10 @@ class Runner:
         self.output_details = interpreter.get_output_details()
         self._inputs = [d["index"] for d in self.input_details]
         self._outputs = [d["index"] for d in self.output_details]
-        self._in0, self._out0 = self._inputs[0], self._outputs[0]
+        # A segment can have no outputs (a dead node the partitioner gave a segment: std's unused
+        # squeeze) or no inputs; -1 is never read then (invoke1 needs one input and one output).
+        self._in0 = self._inputs[0] if self._inputs else -1
+        self._out0 = self._outputs[0] if self._outputs else -1
         self.config = dict(config or {})
         ops = delegation(interpreter)
         self.config["delegated_ops"] = f"{sum(1 for _, d in ops if d)}/{len(ops)}"
