@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             for weights in peers.WEIGHTS[peer]:
                 exported = peers.export(peer, weights, model_dir, root)
                 run = peers.prepare(peer, weights, exported, args.threads)
-                _, stamps, tokens = run(ids, NEW)
+                _, stamps, tokens, _ = run(ids, NEW)
                 same = sum(a == b for a, b in zip(tokens, reference, strict=True))
                 first = next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=True)) if a != b), None)
                 print(f"{peer:18} {weights}: {same}/{NEW} tokens agree" + ("" if first is None else f", first differs at {first}")

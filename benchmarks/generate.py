@@ -82,19 +82,22 @@ def _prompt(length: int, vocab: int) -> Any:
 
 
 class _Clock:
-    """A transformers streamer that stamps the time of every put (the prompt first, then each token)."""
+    """A transformers streamer that stamps the time of every put (the prompt first, then each
+    token): the wall clock, and the process's CPU time beside it."""
 
     def __init__(self) -> None:
         self.stamps: list[float] = []
+        self.cpu: list[float] = []
 
     def put(self, value: Any) -> None:
         self.stamps.append(time.perf_counter())
+        self.cpu.append(time.process_time())
 
     def end(self) -> None:
         pass
 
 
-def _torch_run(model: Any, ids: Any, new: int) -> tuple[float, list[float], list[int]]:
+def _torch_run(model: Any, ids: Any, new: int) -> tuple[float, list[float], list[int], list[float]]:
     import torch
 
     clock = _Clock()
@@ -103,28 +106,28 @@ def _torch_run(model: Any, ids: Any, new: int) -> tuple[float, list[float], list
         out = model.generate(torch.from_numpy(ids), attention_mask=torch.ones(ids.shape, dtype=torch.int64), do_sample=False,
                              max_new_tokens=new, min_new_tokens=new, streamer=clock, pad_token_id=0)
     stamps = clock.stamps[1:]  # the first put is the prompt
-    return start, stamps, out[0, ids.shape[1]:].tolist()
+    return start, stamps, out[0, ids.shape[1]:].tolist(), clock.cpu[1:]
 
 
-def _nx_run(lm: Any, ids: Any, new: int) -> tuple[float, list[float], list[int]]:
+def _nx_run(lm: Any, ids: Any, new: int) -> tuple[float, list[float], list[int], list[float]]:
     start = time.perf_counter()
-    stamps, tokens = [], []
+    stamps, tokens, cpu = [], [], []
     for tok in lm.generate(ids, max_new_tokens=new, eos_token_id=[], stream=True, progress=False):
         stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
         tokens.append(int(tok[0]))
-    return start, stamps, tokens
+    return start, stamps, tokens, cpu
 
 
 def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
     """One contender in this process: prepare, then each prompt twice (the second measured)."""
-    import numpy as np
     import torch
 
     torch.set_num_threads(threads)
     model = _model(model_name)
     start = time.perf_counter()
     if contender == "transformers":
-        def run(ids: Any) -> tuple[float, list[float], list[int]]:
+        def run(ids: Any) -> tuple[float, list[float], list[int], list[float]]:
             return _torch_run(model, ids, new)
         config: dict[str, Any] = {"torch.get_num_threads": torch.get_num_threads()}
     else:
@@ -134,7 +137,7 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
         quantize = f"{weights[0]}-weights" if weights else None
         lm = nx.generation.CausalLM(model, device, precision="fp32", quantize=quantize, options={"threads": threads})
 
-        def run(ids: Any) -> tuple[float, list[float], list[int]]:
+        def run(ids: Any) -> tuple[float, list[float], list[int], list[float]]:
             return _nx_run(lm, ids, new)
         config = {"device": device, "cache": lm.cache, "quantize": quantize}
     prepare = time.perf_counter() - start
@@ -142,15 +145,24 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
     for length in prompts:
         ids = _prompt(length, model.config.vocab_size)
         run(ids)  # compiles this prompt's shapes (nx), warms the allocator (both)
-        t0, stamps, tokens = run(ids)
-        steps = np.diff(stamps)
-        out["prompts"][str(length)] = {"ttft_s": stamps[0] - t0, "tok_s": 1.0 / float(np.median(steps)), "tokens": tokens}
+        t0, stamps, tokens, cpu = run(ids)
+        out["prompts"][str(length)] = step_times(t0, stamps, tokens, cpu)
     if contender != "transformers":
         config["compilations"] = lm.compilations
         config["summary"] = " | ".join(part.split("; not used")[0][-300:] for part in lm.summary.split("\n"))
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["config"] = {**config, **{v: os.environ.get(v) for v in THREAD_VARS}}
     return out
+
+
+def step_times(start: float, stamps: list[float], tokens: list[int], cpu: list[float]) -> dict[str, Any]:
+    """A measured run's record: time to first token, decode tokens per second (one over the median
+    step), and the median step's CPU time in ms (the process's, every thread: at one thread the
+    work per token, which a busy machine delays but does not change)."""
+    import numpy as np
+
+    return {"ttft_s": stamps[0] - start, "tok_s": 1.0 / float(np.median(np.diff(stamps))), "tokens": tokens,
+            "cpu_ms": 1e3 * float(np.median(np.diff(cpu)))}
 
 
 def _child(contender: str, model: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
@@ -201,7 +213,7 @@ def _run_peer(python: str, pair: str, built: dict[str, Any], model: str, threads
 def table(results: list[dict[str, Any]], prompts: tuple[int, ...]) -> str:
     ref = {(r["model"], r["threads"]): r for r in results if r["contender"] == "transformers" and "failed" not in r}
     head = ("| model | contender | thr | prepare s | peak RSS MB | "
-            + " | ".join(f"ttft s @{p} | tok/s @{p} | same @{p}" for p in prompts) + f" | tok/s @{prompts[-1]} / @{prompts[0]} |")
+            + " | ".join(f"ttft s @{p} | tok/s @{p} | CPU ms/tok @{p} | same @{p}" for p in prompts) + f" | tok/s @{prompts[-1]} / @{prompts[0]} |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "failed" in r:
@@ -212,7 +224,8 @@ def table(results: list[dict[str, Any]], prompts: tuple[int, ...]) -> str:
         for p in prompts:
             got = r["prompts"][str(p)]
             same = "" if base is None else sum(a == b for a, b in zip(got["tokens"], base["prompts"][str(p)]["tokens"], strict=True))
-            cells.append(f"{got['ttft_s']:.2f} | {got['tok_s']:.1f} | {same}/{len(got['tokens'])}")
+            cpu = f"{got['cpu_ms']:.1f}" if "cpu_ms" in got else "-"
+            cells.append(f"{got['ttft_s']:.2f} | {got['tok_s']:.1f} | {cpu} | {same}/{len(got['tokens'])}")
         flat = r["prompts"][str(prompts[-1])]["tok_s"] / r["prompts"][str(prompts[0])]["tok_s"]
         lines.append(f"| {r['model']} | {r['contender']} | {r['threads']} | {r['prepare_s']:.1f} | {r['peak_rss_mb']:.0f} | "
                      + " | ".join(cells) + f" | {flat:.2f} |")

@@ -63,7 +63,7 @@ ORT_WEIGHT_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 HERE = Path(__file__).resolve().parent
 DEFAULT_CACHE = Path(os.environ.get("NEURENIX_PEERS_CACHE", Path.home() / ".cache" / "neurenix-peers"))
-Run = Callable[[np.ndarray, int], tuple[float, list[float], list[int]]]
+Run = Callable[[np.ndarray, int], tuple[float, list[float], list[int], list[float]]]
 
 
 def load_generate() -> ModuleType:
@@ -186,19 +186,21 @@ def _openvino_run(exported_dir: Path, threads: int) -> Run:
         def __init__(self) -> None:
             super().__init__()
             self.stamps: list[float] = []
+            self.cpu: list[float] = []
             self.tokens: list[int] = []
 
         def write(self, token: int | list[int]) -> Any:
-            now = time.perf_counter()
+            now, cpu = time.perf_counter(), time.process_time()
             for t in (token if isinstance(token, list) else [token]):
                 self.stamps.append(now)
+                self.cpu.append(cpu)
                 self.tokens.append(int(t))
             return ov_genai.StreamingStatus.RUNNING
 
         def end(self) -> None:
             pass
 
-    def run(ids: np.ndarray, new: int) -> tuple[float, list[float], list[int]]:
+    def run(ids: np.ndarray, new: int) -> tuple[float, list[float], list[int], list[float]]:
         config = ov_genai.GenerationConfig()
         config.do_sample = False
         config.max_new_tokens = new
@@ -212,7 +214,7 @@ def _openvino_run(exported_dir: Path, threads: int) -> Run:
         tokens = [int(t) for t in result.tokens[0]]
         if tokens != clock.tokens or len(tokens) != new:
             raise RuntimeError(f"openvino-genai: {len(tokens)} tokens returned, {len(clock.tokens)} streamed, {new} asked")
-        return start, clock.stamps, tokens
+        return start, clock.stamps, tokens, clock.cpu
 
     return run
 
@@ -226,13 +228,14 @@ def _onnxruntime_run(exported_dir: Path, threads: int) -> Run:
                                                                          "inter_op_num_threads": 1}}}}))
     model = og.Model(config)
 
-    def run(ids: np.ndarray, new: int) -> tuple[float, list[float], list[int]]:
+    def run(ids: np.ndarray, new: int) -> tuple[float, list[float], list[int], list[float]]:
         length = ids.shape[1] + new
         params = og.GeneratorParams(model)
         # min_length: the eos logit is masked until then, as transformers' min_new_tokens does
         params.set_search_options(do_sample=False, max_length=length, min_length=length, batch_size=1)
         generator = og.Generator(model, params)
         stamps: list[float] = []
+        cpu: list[float] = []
         tokens: list[int] = []
         start = time.perf_counter()
         generator.append_tokens(np.ascontiguousarray(ids, dtype=np.int32))  # the prefill
@@ -241,8 +244,9 @@ def _onnxruntime_run(exported_dir: Path, threads: int) -> Run:
                 raise RuntimeError(f"onnxruntime-genai stopped after {len(tokens)} of {new} tokens")
             generator.generate_next_token()
             stamps.append(time.perf_counter())
+            cpu.append(time.process_time())
             tokens.append(int(generator.get_next_tokens()[0]))
-        return start, stamps, tokens
+        return start, stamps, tokens, cpu
 
     return run
 
@@ -251,8 +255,9 @@ def prepare(peer: str, weights: str, exported_dir: str | os.PathLike[str], threa
     """Load an export (``export``) into its runtime on the CPU with ``threads`` compute threads.
 
     Returns ``run(ids, new)``: greedy decoding of exactly ``new`` tokens after the (1, T) int64
-    prompt ``ids`` (eos ignored), as ``(start, stamps, tokens)`` in the form of generate.py's
-    ``_torch_run``: ``stamps[i]`` is the ``perf_counter`` time token ``i`` became known.
+    prompt ``ids`` (eos ignored), as ``(start, stamps, tokens, cpu)`` in the form of generate.py's
+    ``_torch_run``: ``stamps[i]`` is the ``perf_counter`` time token ``i`` became known, ``cpu[i]``
+    the process's ``process_time`` then.
     """
     _check(peer, weights)
     if threads < 1:
@@ -279,12 +284,11 @@ def measure(peer: str, weights: str, exported_dir: str, threads: int, prompts: l
         ids = generate._prompt(length, vocab)
         run(ids, new)
         before = resource.getrusage(resource.RUSAGE_SELF)
-        t0, stamps, tokens = run(ids, new)
+        t0, stamps, tokens, cpu = run(ids, new)
         wall += time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_SELF)
         busy += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        steps = np.diff(stamps)
-        out["prompts"][str(length)] = {"ttft_s": stamps[0] - t0, "tok_s": 1.0 / float(np.median(steps)), "tokens": tokens}
+        out["prompts"][str(length)] = generate.step_times(t0, stamps, tokens, cpu)
     out["cpu_per_wall"] = busy / wall
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
