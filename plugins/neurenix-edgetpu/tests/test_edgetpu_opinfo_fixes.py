@@ -12,24 +12,14 @@ import pytest
 import neurenix_core as nx
 
 torch = pytest.importorskip("torch")
-
-
-class _Call(torch.nn.Module):
-    """A one-op module: ``fn`` of the forward's inputs (what the sweep builds per OpInfo op)."""
-
-    def __init__(self, fn: Any) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: Any) -> Any:
-        return self.fn(*xs)
+from torch_eager import OpModule
 
 
 @pytest.mark.parametrize("scan", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
 def test_a_0d_integer_constant_output_keeps_its_shape_on_edgetpu(edgetpu: Any, scan: Any) -> None:
     """cummax of a 0-d tensor imports as the input and a 0-d int64 constant (the index 0); the
     TFLite constant was written 1-d, so the index came back with shape (1,) where torch's is ()."""
-    module = _Call(lambda x: tuple(scan(x, 0)))
+    module = OpModule(lambda x: tuple(scan(x, 0)))
     x = torch.tensor(-1.25)
     model = nx.nn.from_torch(module.eval(), (x,), static=True)
     compiled = nx.compile(model, device="edgetpu:0", progress=False, outputs="host")
@@ -46,7 +36,7 @@ def test_a_0d_integer_constant_output_keeps_its_shape_on_edgetpu(edgetpu: Any, s
 def test_boolean_arithmetic_runs_on_edgetpu(edgetpu: Any, fn: Any) -> None:
     """mul/add/maximum/minimum of two masks (isfinite imports as a product of two masks): TFLite's
     MUL refused bool at invoke (an untyped RuntimeError); on bools they are logical and/or."""
-    module = _Call(lambda x, y: fn(x > 0, y > 0))
+    module = OpModule(lambda x, y: fn(x > 0, y > 0))
     x, y = torch.tensor([-1.0, 0.5, 2.0, -3.0]), torch.tensor([1.0, -0.5, 2.0, -3.0])
     model = nx.nn.from_torch(module.eval(), (x, y), static=True)
     compiled = nx.compile(model, device="edgetpu:0", progress=False, outputs="host")
@@ -62,7 +52,7 @@ def test_boolean_arithmetic_runs_on_edgetpu(edgetpu: Any, fn: Any) -> None:
 def test_permute_of_a_scalar_is_the_scalar_on_edgetpu(edgetpu: Any) -> None:
     """x.permute() of a 0-d tensor: LiteRT's TRANSPOSE with an empty perm returned garbage (2.4e6
     for -8.48, silently); a 0-d transpose is now the value itself."""
-    module = _Call(lambda x: x.permute(()))
+    module = OpModule(lambda x: x.permute(()))
     x = torch.tensor(-8.478374)
     model = nx.nn.from_torch(module.eval(), (x,), static=True)
     compiled = nx.compile(model, device="edgetpu:0", progress=False, outputs="host")
@@ -76,7 +66,7 @@ def test_permute_of_a_scalar_is_the_scalar_on_edgetpu(edgetpu: Any) -> None:
 def test_a_segment_without_outputs_compiles_on_edgetpu(edgetpu: Any, fn: Any) -> None:
     """torch.std imports with a dead squeeze of its mean; the partitioner gives it a segment with
     no outputs, whose LiteRT runner read output 0 (IndexError, untyped). Such a runner now has none."""
-    module = _Call(fn)
+    module = OpModule(fn)
     x = torch.randn(5, 5, 5)
     model = nx.nn.from_torch(module.eval(), (x,), static=True)
     compiled = nx.compile(model, device="edgetpu:0", progress=False, outputs="host")

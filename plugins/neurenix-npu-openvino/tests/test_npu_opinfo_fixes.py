@@ -12,6 +12,8 @@ import pytest
 import neurenix_core as nx
 
 torch = pytest.importorskip("torch")
+from torch_eager import OpModule
+
 pytest.importorskip("openvino")
 
 
@@ -38,17 +40,6 @@ def test_expand_to_its_own_shape_runs_on_npu(npu: Any, shape: tuple[int, ...], t
     np.testing.assert_array_equal(got, x.expand_as(other).numpy())
 
 
-class _Call(torch.nn.Module):
-    """A one-op module: ``fn`` of the forward's inputs (what the sweep builds per OpInfo op)."""
-
-    def __init__(self, fn: Any) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: Any) -> Any:
-        return self.fn(*xs)
-
-
 def _eager(module: Any, *inputs: Any) -> list[np.ndarray]:
     with torch.no_grad():
         out = module(*inputs)
@@ -61,7 +52,7 @@ def test_boolean_products_and_sums_run_on_npu(npu: Any, fn: Any) -> None:
     """isfinite and friends are imported as mul/add of boolean masks, which OpenVINO's Multiply
     and Add refuse (a RuntimeError at lowering); on bools they are now logical and/or."""
     x = torch.tensor([0.0, 1.5, -2.0, float("inf"), float("-inf"), float("nan"), 3e38, -1e-30])
-    module = _Call(fn)
+    module = OpModule(fn)
     got, placement = _on_npu(module, x)
     assert not placement.off_device, placement.line()
     for have, want in zip(got, _eager(module, x)):
@@ -73,7 +64,7 @@ def test_boolean_products_and_sums_run_on_npu(npu: Any, fn: Any) -> None:
 def test_max_with_dim_of_a_scalar_runs_on_npu(npu: Any, reduce: Any) -> None:
     """torch.max(x, dim=0) of a 0-d tensor: its index is argmax of a rank-0 value, which
     OpenVINO's TopK refuses (a RuntimeError at lowering); it is the index 0."""
-    module = _Call(lambda x: tuple(reduce(x, 0)))
+    module = OpModule(lambda x: tuple(reduce(x, 0)))
     x = torch.tensor(-2.5)
     got, placement = _on_npu(module, x)
     assert not placement.off_device, placement.line()
@@ -87,7 +78,7 @@ def test_max_with_dim_of_a_scalar_runs_on_npu(npu: Any, reduce: Any) -> None:
 def test_pad_of_an_empty_tensor_runs_on_npu(npu: Any, mode: str) -> None:
     """Padding a tensor with an empty axis: OpenVINO's reflect Pad refused it and the circular
     gather trapped (SIGFPE killed the process); an empty result is now an empty constant."""
-    module = _Call(lambda x: torch.nn.functional.pad(x, (1, 2), mode=mode))
+    module = OpModule(lambda x: torch.nn.functional.pad(x, (1, 2), mode=mode))
     x = torch.randn(0, 3, 3)
     (got,), placement = _on_npu(module, x)
     (want,) = _eager(module, x)
@@ -102,7 +93,7 @@ def test_pad_of_an_empty_tensor_runs_on_npu(npu: Any, mode: str) -> None:
 ], ids=["linear", "pdist"])
 def test_nodes_with_empty_results_run_on_npu(npu: Any, fn: Any, shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> None:
     """Any node whose result is empty is lowered as an empty constant of its shape and dtype."""
-    module = _Call(fn)
+    module = OpModule(fn)
     inputs = [torch.randn(shape) for shape in shapes]
     (got,), placement = _on_npu(module, *inputs)
     (want,) = _eager(module, *inputs)
@@ -114,7 +105,7 @@ def test_nodes_with_empty_results_run_on_npu(npu: Any, fn: Any, shapes: list[tup
 @pytest.mark.parametrize("fn", [lambda x: x.mean(0), lambda x: torch.std_mean(x, 0)], ids=["mean", "std_mean"])
 def test_mean_over_an_empty_axis_is_nan_on_npu(npu: Any, fn: Any) -> None:
     """The mean of no values is NaN in PyTorch; OpenVINO's ReduceMean gave 0 (silently wrong)."""
-    module = _Call(fn)
+    module = OpModule(fn)
     x = torch.randn(0, 3)
     got, placement = _on_npu(module, x)
     want = _eager(module, x)

@@ -12,17 +12,7 @@ import pytest
 import neurenix_core as nx
 
 torch = pytest.importorskip("torch")
-
-
-class _Call(torch.nn.Module):
-    """A one-op module: ``fn`` of the forward's inputs (what the sweep builds per OpInfo op)."""
-
-    def __init__(self, fn: Any) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: Any) -> Any:
-        return self.fn(*xs)
+from torch_eager import OpModule
 
 
 def _compare(module: Any, *inputs: Any) -> Any:
@@ -45,5 +35,5 @@ def _compare(module: Any, *inputs: Any) -> Any:
 def test_max_with_dim_of_a_scalar_runs_on_tpu(tpu: Any, reduce: Any) -> None:
     """torch.max(x, 0) of a 0-d tensor: argmax's axis 0 modulo rank 0 raised ZeroDivisionError
     while tracing; the index of a 0-d value is 0."""
-    placement = _compare(_Call(lambda x: tuple(reduce(x, 0))), torch.tensor(-2.5))
+    placement = _compare(OpModule(lambda x: tuple(reduce(x, 0))), torch.tensor(-2.5))
     assert not placement.off_device, placement.line()
