@@ -114,6 +114,14 @@ CASES: list[Case] = [
     # Beyond the portable opset, declared by name: weight and bias as inputs (test_tpu_conv_inputs.py has more).
     ("conv", [_f(2, 4, 9, 8), _f(6, 2, 3, 3), _f(6)], {"strides": (2, 1), "pads": (1, 0, 2, 1), "group": 2}, {}),
     ("conv_transpose", [_f(2, 4, 5), _f(4, 3, 3)], {"strides": (2,), "pads": (0, 1), "output_padding": (1,), "group": 2}, {}),
+    # declared for the transformers sweep (issue #41); edge cases in test_tpu_segment_ops.py
+    ("cumsum", [X], {"axis": -1, "exclusive": True}, {}),
+    ("mod", [_ids(3, 4, high=20) - 10, np.array([3, -3, 4, -4], np.int64)], {}, {}),
+    ("scatter_elements", [_f(3, 4), np.array([[1, 0, 2, 1]], np.int64), _f(1, 4)], {"axis": 0, "reduction": "add"}, {}),
+    ("scatter_nd", [_f(4, 3), np.array([[2], [0]], np.int64), _f(2, 3)], {}, {}),
+    ("softplus", [X], {}, {}),
+    ("topk", [X], {"k": 2, "axis": 1}, {}),
+    ("trilu", [X], {"k": 1}, {}),
     ("embedding", [_ids(2, 5)], {}, {"weight": _f(10, 6)}),
     ("where", [_bool(3, 1), _f(3, 4), _f(4)], {}, {}),
     ("pad", [_f(1, 2, 3, 3)], {"pads": ((0, 0), (0, 0), (1, 2), (2, 1)), "mode": "reflect"}, {}),

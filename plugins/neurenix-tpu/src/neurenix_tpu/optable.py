@@ -557,6 +557,146 @@ def _mha(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
     return Value(out if a["batch_first"] else jnp.swapaxes(out, 0, 1))
 
 
+# ----------------------------------------------------------------------------- beyond the portable opset
+# Ops the transformers sweep met on tpu:0 (issue #41): each off-device node cut the program into
+# segments around a cpu:0 round trip. Each follows its NumPy reference (opset math / tensor) step
+# by step, so ties, signs and repeated indices come out as the reference's.
+def _mod_operands(a: Array, b: Array) -> tuple[Array, Array]:
+    """Both operands broadcast, in the result dtype: a float operand's dtype when one side is
+    float (the elementwise rule's promotion), else the wider of the two (lax.rem takes neither
+    broadcasting nor mixed dtypes)."""
+    if _is_float(a) != _is_float(b):
+        t = a.dtype if _is_float(a) else b.dtype
+    else:
+        t = jnp.result_type(a, b)
+    x, y = jnp.broadcast_arrays(a.astype(t), b.astype(t))
+    return x, y
+
+
+def _int_mod(a: Array, b: Array, fmod: bool) -> Array:
+    """NumPy's integer remainder: x % 0 is 0 (no trap), and x % -1 is 0 (XLA leaves INT_MIN % -1
+    implementation-defined, so both divisors take the remainder by 1)."""
+    signed = bool(jnp.issubdtype(a.dtype, jnp.signedinteger))
+    trivial = (b == 0) | (b == -1) if signed else b == 0
+    r = lax.rem(a, jnp.where(trivial, jnp.ones((), b.dtype), b))  # C remainder: the dividend's sign
+    if fmod or not signed:
+        return r
+    return jnp.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)  # Python's %: the divisor's sign
+
+
+def _float_mod(a: Array, b: Array, fmod: bool) -> Array:
+    """C fmod (fmod=True), else NumPy's float mod: fmod moved to the divisor's sign, and a zero
+    remainder signed as the divisor (npy_divmod)."""
+    r = lax.rem(a, b)
+    if fmod:
+        return r
+    r = jnp.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+    return jnp.where(r == 0, jnp.copysign(jnp.zeros((), r.dtype), b), r)
+
+
+def _mod(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    (x, y), flag = _aligned(ins)
+    x, y = _mod_operands(x, y)
+    fmod = bool(_attrs(node)["fmod"])
+    if x.dtype == jnp.bool_:  # NumPy computes bool % bool in int8; the result is cast back
+        return Value(_int_mod(x.astype(jnp.int8), y.astype(jnp.int8), fmod).astype(jnp.bool_), flag)
+    return Value(_float_mod(x, y, fmod) if _is_float(x) else _int_mod(x, y, fmod), flag)
+
+
+def _softplus(x: Array) -> Array:
+    return jnp.logaddexp(x, jnp.zeros((), x.dtype))  # log(1 + e**x) without overflow, as the reference
+
+
+def _cumsum(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    """Running sum (floats accumulate in float32 at least); exclusive shifts the scan by one
+    toward its end, with a zero first (the last element for reverse)."""
+    a = _attrs(node)
+    x = nchw(ins[0])
+    ax = int(a["axis"]) % x.ndim
+    reverse = bool(a["reverse"])
+    y = lax.cumsum(x.astype(_acc(x)) if _is_float(x) else x, axis=ax, reverse=reverse)
+    if a["exclusive"] and x.shape[ax]:
+        zero = jnp.zeros_like(lax.slice_in_dim(y, 0, 1, axis=ax))
+        n = x.shape[ax]
+        parts = [lax.slice_in_dim(y, 1, n, axis=ax), zero] if reverse else [zero, lax.slice_in_dim(y, 0, n - 1, axis=ax)]
+        y = jnp.concatenate(parts, axis=ax)
+    return Value(y.astype(x.dtype))
+
+
+def _trilu(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    """The upper (j - i >= k) or lower (j - i <= k) triangle of the last two axes, as np.triu / np.tril."""
+    a = _attrs(node)
+    x = nchw(ins[0])
+    return Value(jnp.triu(x, int(a["k"])) if a["upper"] else jnp.tril(x, int(a["k"])))
+
+
+def _topk(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    """The reference's stable sorts: ascending for the smallest; for the largest, an ascending
+    sort of the reversed axis read backwards, so equal values keep the lower index first (as
+    torch.topk). NaN sorts as the largest value, -0.0 equals 0.0 (NumPy's order, JAX's too)."""
+    a = _attrs(node)
+    x = nchw(ins[0])
+    ax = int(a["axis"]) % x.ndim
+    n = x.shape[ax]
+    if a["largest"]:
+        order = (n - 1) - jnp.flip(jnp.argsort(jnp.flip(x, ax), axis=ax, stable=True), ax)
+    else:
+        order = jnp.argsort(x, axis=ax, stable=True)
+    order = lax.slice_in_dim(order, 0, int(a["k"]), axis=ax)
+    if int(a["output"]) == 0:
+        return Value(jnp.take_along_axis(x, order, axis=ax))
+    return Value(order.astype(jnp.int64))
+
+
+def _scatter(data: Array, where: tuple[Array, ...], updates: Array, reduction: str) -> Array:
+    """``data`` with ``updates`` written at the index arrays ``where`` (over data's leading
+    ``len(where)`` axes; in range, non-negative). A reduction combines every update of a repeated
+    index; a plain write keeps the last update in row-major order, as NumPy's assignment: XLA's
+    scatter leaves the winner unspecified, so the position of the last writer is taken by a
+    scatter-max of update positions, and the updates are gathered from it.
+
+    Out-of-range indices must be dropped by the caller's index (mode="drop"): the reference
+    raises on them, which a traced program cannot do on data (as gather's fill)."""
+    updates = updates.astype(data.dtype)
+    if reduction != "none":
+        at = data.at[where]
+        combine = {"add": at.add, "mul": at.multiply, "max": at.max, "min": at.min}[reduction]
+        return combine(updates, mode="drop")
+    k = len(where)
+    lead = jnp.broadcast_shapes(*(w.shape for w in where))
+    count = math.prod(lead)
+    if count == 0:
+        return data
+    position = jnp.arange(count, dtype=jnp.int64).reshape(lead)
+    winner = jnp.full(data.shape[:k], -1, jnp.int64).at[where].max(position, mode="drop")
+    picked = updates.reshape((count,) + tuple(data.shape[k:]))[jnp.maximum(winner, 0)]
+    written = (winner >= 0).reshape(winner.shape + (1,) * (data.ndim - k))
+    return jnp.where(written, picked, data)
+
+
+def _in_range(idx: Array, n: int) -> Array:
+    """Negative indices count from the end; what is still out of range becomes ``n``, which the
+    scatter drops (JAX would wrap a remaining negative index a second time)."""
+    idx = idx.astype(jnp.int64)
+    idx = jnp.where(idx < 0, idx + n, idx)
+    return jnp.where((idx < 0) | (idx >= n), n, idx)
+
+
+def _scatter_elements(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    a = _attrs(node)
+    data, idx, upd = (nchw(v) for v in ins[:3])
+    ax = int(a["axis"]) % data.ndim
+    grids = jnp.indices(idx.shape, sparse=True)
+    where = tuple(_in_range(idx, data.shape[ax]) if i == ax else jnp.broadcast_to(g, idx.shape) for i, g in enumerate(grids))
+    return Value(_scatter(data, where, upd, str(a["reduction"])))
+
+
+def _scatter_nd(node: Node, p: Params, ins: Sequence[Value], mode: Mode) -> Value:
+    data, idx, upd = (nchw(v) for v in ins[:3])
+    where = tuple(_in_range(idx[..., i], data.shape[i]) for i in range(idx.shape[-1]))
+    return Value(_scatter(data, where, upd, str(_attrs(node)["reduction"])))
+
+
 # ----------------------------------------------------------------------------- the table
 _BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": _div, "pow": jnp.power,
@@ -571,6 +711,7 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "floor": jnp.floor, "ceil": jnp.ceil, "neg": jnp.negative, "abs": jnp.abs, "sign": jnp.sign,
     "relu": _relu, "identity": lambda x: x, "dropout": lambda x: x,  # dropout is the identity at inference
     "logical_not": jnp.logical_not, "silu": jax.nn.silu, "hardswish": _hardswish, "isnan": jnp.isnan,
+    "softplus": _softplus,
 }
 
 LOWERINGS: dict[str, Lowering] = {
@@ -620,4 +761,10 @@ LOWERINGS: dict[str, Lowering] = {
     "layer_norm": _layer_norm,
     "scaled_dot_product_attention": _sdpa,
     "multihead_attention": _mha,
+    "mod": _mod,
+    "cumsum": _cumsum,
+    "topk": _topk,
+    "trilu": _trilu,
+    "scatter_elements": _scatter_elements,
+    "scatter_nd": _scatter_nd,
 }

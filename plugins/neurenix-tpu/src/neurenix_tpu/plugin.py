@@ -31,8 +31,12 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp32", "int8", "int16")
 
 #: Ops beyond the portable opset that the lowering takes, declared by name: ONNX Conv /
 #: ConvTranspose over 1-3 spatial axes with the weight and bias as inputs (the convolutions of
-#: training graphs, whose weights are values).
-EXTRA_GRAPH_OPS: tuple[str, ...] = ("conv", "conv_transpose")
+#: training graphs, whose weights are values), and the ops of the transformers sweep that cut
+#: models into cpu:0 round trips (issue #41): cumsum, mod, scatter_elements, scatter_nd,
+#: softplus, topk, trilu.
+EXTRA_GRAPH_OPS: tuple[str, ...] = (
+    "conv", "conv_transpose", "cumsum", "mod", "scatter_elements", "scatter_nd", "softplus", "topk", "trilu",
+)
 
 #: The opset ops ``neurenix_compile`` lowers (``neurenix_tpu.optable.LOWERINGS``; a test keeps the
 #: two equal): the whole portable opset and EXTRA_GRAPH_OPS, so nx.compile hands imported models
