@@ -658,6 +658,10 @@ def _scatter(data: Array, where: tuple[Array, ...], updates: Array, reduction: s
     Out-of-range indices must be dropped by the caller's index (mode="drop"): the reference
     raises on them, which a traced program cannot do on data (as gather's fill)."""
     updates = updates.astype(data.dtype)
+    if reduction != "none" and data.dtype == jnp.bool_:
+        # NumPy's bool add / mul are logical or / and: max / min of 0 and 1 (XLA has no bool add)
+        logical = {"add": "max", "mul": "min"}.get(reduction, reduction)
+        return _scatter(data.astype(jnp.int8), where, updates.astype(jnp.int8), logical).astype(jnp.bool_)
     if reduction != "none":
         at = data.at[where]
         combine = {"add": at.add, "mul": at.multiply, "max": at.max, "min": at.min}[reduction]
