@@ -83,15 +83,15 @@ def mlp_graph() -> Any:
 
 
 def check_unlowered_op_is_refused(runtime: Any) -> None:
-    """``runtime=<name>`` for a graph with an op the runtime does not lower (cumsum) is an
+    """``runtime=<name>`` for a graph with an op the runtime does not lower (cumprod) is an
     UnsupportedOperationError naming the runtime and the op, never a silent substitute."""
     import neurenix_core as nx
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
 
-    assert "cumsum" not in runtime.graph_ops  # if the lowering gains it, pick another op here
-    graph = Graph((TensorSpec("x", (4, 8)),), (Node("c", "cumsum", ("x",), "y", {"axis": 1}),), ("y",))
+    assert "cumprod" not in runtime.graph_ops  # if the lowering gains it, pick another op here
+    graph = Graph((TensorSpec("x", (4, 8)),), (Node("c", "cumprod", ("x",), "y", {"axis": 1}),), ("y",))
     compiled = nx.compile(graph, device="cpu", runtime=runtime.name)
-    pattern = rf"runtime='{runtime.name}' was asked, but {runtime.name} does not lower op\(s\) cumsum"
+    pattern = rf"runtime='{runtime.name}' was asked, but {runtime.name} does not lower op\(s\) cumprod"
     with pytest.raises(nx.UnsupportedOperationError, match=pattern):
         compiled(inputs(4, 8))
 
