@@ -81,8 +81,8 @@ def test_cuda_artifact_loads_in_a_fresh_process(saved: dict[str, Any]) -> None:
 def test_partitioned_artifact_keeps_its_cpu_segment(saved: dict[str, Any], dev: str) -> None:
     manifest = json.loads((Path(saved[(dev, "part")]["path"]) / "artifact.json").read_text())
     assert len(manifest["parts"]) == 2  # the two device segments, in the plugin's format
-    assert len(manifest["host_parts"]) == 1  # the cumsum segment on cpu:0, with the runtime that ran it
-    assert "cpu:0" in manifest["shapes"][0]["placement"] and "cumsum" in manifest["shapes"][0]["placement"]
+    assert len(manifest["host_parts"]) == 1  # the cumprod segment on cpu:0, with the runtime that ran it
+    assert "cpu:0" in manifest["shapes"][0]["placement"] and "cumprod" in manifest["shapes"][0]["placement"]
 
 
 def test_manifest_describes_the_model(saved: dict[str, Any]) -> None:
@@ -242,7 +242,7 @@ def test_int8_partitioned_model_round_trips_exactly(tmp_path: Path) -> None:
         expected = compiled(vector_batch())
         compiled.save(tmp_path / "q")
         loaded = nx.load_compiled(tmp_path / "q")
-        # Device segments from their saved form, the cpu:0 cumsum on the integer reference with the saved plan.
+        # Device segments from their saved form, the cpu:0 cumprod on the integer reference with the saved plan.
         np.testing.assert_array_equal(loaded(vector_batch()), expected)
     assert loaded.plan is not None and loaded.placement.line() == compiled.placement.line()
 

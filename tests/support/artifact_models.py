@@ -25,8 +25,8 @@ def cnn() -> Any:
     return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
 
 
-def partitioned_graph(middle: str = "cumsum") -> Any:
-    """linear -> cumsum -> relu -> linear: no accelerator plugin declares cumsum, so every
+def partitioned_graph(middle: str = "cumprod") -> Any:
+    """linear -> cumprod -> relu -> linear: no accelerator plugin declares cumprod, so every
     device's compile has two device segments and one cpu:0 segment between them (``middle="cos"``:
     only edgetpu leaves it to cpu:0, where OpenVINO's CPU runtime can run it)."""
     from neurenix_core.graph.ir import Graph, Node, TensorSpec
@@ -36,7 +36,7 @@ def partitioned_graph(middle: str = "cumsum") -> Any:
     w2, b2 = rng.standard_normal((4, 16)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
     nodes = (
         Node("fc1", "linear", ("x",), "h", {"in_features": 8, "out_features": 16}, {"weight": w1, "bias": b1}),
-        Node("running", middle, ("h",), "c", {"axis": 1} if middle == "cumsum" else {}),
+        Node("running", middle, ("h",), "c", {"axis": 1} if middle in ("cumsum", "cumprod") else {}),
         Node("act", "relu", ("c",), "r"),
         Node("fc2", "linear", ("r",), "y", {"in_features": 16, "out_features": 4}, {"weight": w2, "bias": b2}),
     )
