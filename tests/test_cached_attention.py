@@ -4,6 +4,8 @@ against the graph as imported on the reference interpreter, and on a language mo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -125,3 +127,16 @@ def test_a_language_models_decode_step_attends_without_a_join() -> None:
     xs += [rng.standard_normal(s).astype(np.float32) for s in shapes[3:]]
     for got, want in zip(run_graph(split, *xs), run_graph(imported, *xs), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_a_reversing_slice_between_the_join_and_the_attention_is_not_a_view() -> None:
+    """A slice with a step of -1 keeps the shape but reverses the keys: the attention then reads
+    other keys at other positions, so the split must not see through it."""
+    graph = _graph(1, 5, 1)
+    nodes = tuple(replace(n, attrs={**n.attrs, "starts": (-1,), "ends": (-_BIG,), "axes": (3,), "steps": (-1,)})
+                  if n.name == "k_all" else n for n in graph.nodes)
+    reversed_keys = Graph(graph.inputs, nodes, graph.outputs)
+    split = split_cached_attention(reversed_keys)
+    attention = [n for n in split.nodes if n.op == "scaled_dot_product_attention"]
+    assert attention, "the attention over reversed keys was rewritten as if over the join"
+    _same(reversed_keys, split)

@@ -86,13 +86,20 @@ def _unit_free(shape: Shape) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
 
 
+def _keeps_all(node: Node, before: Shape, shapes: dict[str, Shape]) -> bool:
+    """Whether a slice takes every element in order (same shape, steps of 1: a step of -1 keeps
+    the shape but reverses the axis)."""
+    steps = tuple(node.attrs.get("steps") or ())
+    return before == shapes[node.output] and all(int(step) == 1 for step in steps)
+
+
 def _join_behind(value: str, shapes: dict[str, Shape], producers: dict[str, Node]) -> _Join | None:
     """The sequence-axis join ``value`` is, seen through nodes that move no element, else None."""
     target = shapes[value]
     node = producers.get(value)
     while node is not None and node.op in _VIEWS:
         before = shapes[node.inputs[0]]
-        if _unit_free(before) != _unit_free(shapes[node.output]) or (node.op == "slice" and before != shapes[node.output]):
+        if _unit_free(before) != _unit_free(shapes[node.output]) or (node.op == "slice" and not _keeps_all(node, before, shapes)):
             return None
         node = producers.get(node.inputs[0])
     if node is None or node.op != "concat" or len(node.inputs) != 2 or shapes[node.output] != target or len(target) != 4:
