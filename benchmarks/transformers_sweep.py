@@ -97,7 +97,8 @@ def _opinfo_sweep() -> Any:
 
 
 _SHARED = _opinfo_sweep()
-Timeout, alarm, cpu_model, first_line = _SHARED.Timeout, _SHARED.alarm, _SHARED.cpu_model, _SHARED.first_line
+Timeout, alarm, cpu_model, first_line, host_arrays = (_SHARED.Timeout, _SHARED.alarm, _SHARED.cpu_model, _SHARED.first_line,
+                                                      _SHARED.host_arrays)
 
 OUTCOMES = ("pass", "wrong", "run refused", "import refused", "crash", "timeout", "export failed", "unsupported")
 RTOL, ATOL = 1e-3, 1e-4
@@ -482,14 +483,13 @@ def run_device(torch: Any, nx: Any, errors: Any, prepared: Prepared, device: str
         # Compiled, whose .placement says which nodes ran where, and takes a precision by name
         # (tpu:0 multiplies in bfloat16 unless told fp32).
         compiled = nx.compile(prepared.imported, device=device, precision=precision or None, progress=False)
-        out = compiled(*[t.numpy() for t in prepared.inputs.values()])
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        outs = host_arrays(compiled(*[t.numpy() for t in prepared.inputs.values()]))
         placement = compiled.placement
         fields.update(precision=precision or said_precision(compiled.summary), on_device=not placement.off_device and not placement.execution,
                       placement=placement.line())
         if prepared.index >= len(outs):
             return fields | {"outcome": "wrong", "error": f"{len(outs)} outputs, the first float one of torch is its output {prepared.index}"}
-        got = np.asarray(outs[prepared.index].numpy() if hasattr(outs[prepared.index], "numpy") else outs[prepared.index])
+        got = outs[prepared.index]
     except errors.NeurenixError as exc:
         return fields | {"outcome": "run refused", "error": first_line(exc)}
     except Exception as exc:  # noqa: BLE001 - anything untyped is a bug
