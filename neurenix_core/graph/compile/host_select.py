@@ -494,10 +494,6 @@ def _checked(name: str, rt: HostRuntime, graph: Graph, options: HostOptions, inp
     return model
 
 
-def _weight_bytes(graph: Graph) -> int:
-    return sum(int(np.asarray(a).nbytes) for n in graph.nodes for a in n.params.values())
-
-
 def _measure(
     graph: Graph,
     candidates: Mapping[str, HostRuntime],
@@ -512,7 +508,7 @@ def _measure(
     _announce(candidates)
     reference = interpreter(*inputs)  # also the interpreter's warm-up
     agrees = _plan_agreement(graph, options.plan, inputs) if options.plan is not None else None
-    together = _weight_bytes(graph) <= _INTERLEAVE_BYTES
+    together = graph.param_bytes <= _INTERLEAVE_BYTES
     runs: dict[str, Callable[..., Any]] = {INTERPRETER: interpreter}
     models: dict[str, HostModel] = {}  # the compiled candidates timed together
     times = {} if together else _rounds(runs, inputs)

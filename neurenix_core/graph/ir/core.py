@@ -90,6 +90,11 @@ class Graph:
         """Whether some input axis is dynamic (node attributes may hold SymDims)."""
         return any(s.dynamic for s in self.inputs)
 
+    @property
+    def param_bytes(self) -> int:
+        """The bytes of the arrays the nodes hold: constants, and layers' weights and biases."""
+        return sum(int(np.asarray(a).nbytes) for n in self.nodes for a in n.params.values())
+
     def with_input_shapes(self, *shapes: tuple[int, ...]) -> Graph:
         """The same graph for concrete input shapes (backends compile static shapes): every
         SymDim attribute is replaced by its value for these shapes, so the result is static

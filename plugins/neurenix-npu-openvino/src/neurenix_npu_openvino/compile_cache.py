@@ -30,11 +30,6 @@ __all__ = ["CPU_IMPORT_LIMIT", "compile_cached"]
 CPU_IMPORT_LIMIT = 128 * 1024 * 1024
 
 
-def _weight_bytes(graph: Graph) -> int:
-    """The bytes of the arrays the graph's nodes hold (constants, and layers' weights and biases)."""
-    return sum(int(getattr(v, "nbytes", 0)) for n in graph.nodes for v in n.params.values())
-
-
 def _key(device: str, version: str, graph: Graph, plan: QuantizationPlan | None, props: Mapping[str, Any],
          fingerprint: str | None) -> tuple[str, dict[str, Any]]:
     from neurenix_npu_openvino.plugin import _VERSION
@@ -56,7 +51,7 @@ def _cached(core: Any, ov_device: str, label: str, version: str, graph: Graph, p
     from neurenix_core.contract import registry
 
     key, meta = _key(label, version, graph, plan, props, fingerprint)
-    weights = _weight_bytes(graph) if ov_device == "CPU" else 0
+    weights = graph.param_bytes if ov_device == "CPU" else 0
     if weights >= CPU_IMPORT_LIMIT:
         start = time.perf_counter()
         return compile_cache.CacheResult(build(), "off", key, time.perf_counter() - start, reason=(
