@@ -12,6 +12,7 @@ its weights are the transformers model's own memory, and the cache's buffers are
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Any
 
 import numpy as np
@@ -208,6 +209,24 @@ def test_default_cache_is_fixed_and_written_in_place(models: dict[str, Any]) -> 
     with pytest.raises(GenerationError, match="is full"):
         while True:
             lm._step(cache, np.array([[7]]), np.ones((1, 1), bool))
+
+
+def test_cpu_decodes_every_capacity_on_one_openvino_model(models: dict[str, Any]) -> None:
+    """cpu:0's OpenVINO decoder compiles one model for the decode steps of every cache capacity
+    (their lowerings differ only in the cache's length: shape_sharing.py in the npu plugin), so a
+    longer generation adds no copy of the weights; the tokens stay transformers' at both."""
+    pytest.importorskip("neurenix_cuda_tc")
+    pytest.importorskip("neurenix_npu_openvino")
+    model, ids, ref = models["llama"]
+    lm = CausalLM(model, "cpu:0")
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=8), ref[:, :PROMPT + 8])  # capacity 16
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)  # capacity 64
+    decode = str(lm.decoder.summary)
+    assert len(lm.decoder.compiled_shapes) == 2
+    # "of 2 input shapes", or more where another test's decoder of these weights is alive: it shares too
+    assert re.search(r"(compiled one model|runs on the compiled model) of \d+ input shapes with the same lowering \(mask\[3\], past_0\[2\]", decode)
+    assert "one copy of the weights" in decode
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=8), ref[:, :PROMPT + 8])  # capacity 16 again, on the shared model
 
 
 def test_cpu_runs_a_fixed_cache_on_pytorch(models: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:

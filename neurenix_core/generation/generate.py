@@ -88,7 +88,7 @@ class CausalLM:
     ``precision`` and ``options`` go to ``nx.compile``. On cpu:0, unless ``options`` or
     NEURENIX_CPU_RUNTIME names a runtime, a fixed cache prefills on PyTorch's runtime (plugin
     cuda: it shares the transformers model's weights, so the prompt buckets add no copy) and
-    decodes on OpenVINO's (plugin npu: one compiled copy of the weights for the one decode shape,
+    decodes on OpenVINO's (plugin npu: one compiled copy of the weights for every cache capacity,
     whose matrix-vector kernels read them faster), and a dynamic one runs on the interpreter (its
     per-shape plans share the weights, where a host runtime would compile, and copy the weights,
     once per step). ``.compiled`` runs the prefill (and every step where there is no separate
@@ -255,8 +255,8 @@ class CausalLM:
 _CPU_RUNTIME_REASONS: dict[str, str] = {
     "torch": "nx.generation's default on cpu:0: it shares the transformers model's weights",
     "numpy": "nx.generation's default on cpu:0 for a dynamic cache: its plans share the weights",
-    "openvino decode": ("nx.generation's default for cpu:0's decode steps: one compiled copy of the weights for the one decode "
-                        "shape, read by faster matrix-vector kernels than PyTorch's (docs/generation.md)"),
+    "openvino decode": ("nx.generation's default for cpu:0's decode steps: one compiled copy of the weights for every cache "
+                        "capacity, read by faster matrix-vector kernels than PyTorch's (docs/generation.md)"),
 }
 
 
@@ -268,8 +268,9 @@ def _cpu_decode_runtime(prefill: str | None) -> str | None:
     product (MKL) reads a ``(out, in)`` weight at about 17 GB/s on the AMD EPYC build machines,
     where OpenVINO's packed kernels read theirs at about 30: a 135M-parameter model's decode step
     takes 18.6 ms of CPU there against 40.1 (1.2x faster on an Intel Xeon). OpenVINO packs a copy
-    of the weights, once, for the one decode shape (the fixed cache's); the prompt buckets stay
-    on PyTorch's runtime, which computes with the transformers model's own tensors.
+    of the weights once: the decode steps of every cache capacity lower to the same OpenVINO model
+    up to the cache's length, and its runtime compiles that once with the length dynamic; the
+    prompt buckets stay on PyTorch's runtime, which computes with the transformers model's own tensors.
     """
     from neurenix_core.graph.compile.host_select import host_runtime_named
     from neurenix_core.graph.ir.host import HostRuntime

@@ -44,6 +44,8 @@ __all__ = ["MAX_QUERIES", "split_cached_attention"]
 MAX_QUERIES = 64
 
 _SDPA = "scaled_dot_product_attention"
+#: A slice end past any axis (torch.export's own "to the end").
+_TO_END = 2**62
 #: Nodes between the join and the attention that move no element: unit axes added or removed, or
 #: a slice that keeps everything (what torch.export leaves of ``repeat_kv`` after grouping).
 _VIEWS = ("reshape", "unsqueeze", "squeeze", "slice")
@@ -144,9 +146,12 @@ def _rewrite(n: Node, shapes: dict[str, Shape], dtypes: dict[str, str], producer
         out += masked
         logits = masked[-1].output
     weights = new("weights", "softmax", (logits,), {"axis": -1})
-    total = keys.past_length + shapes[keys.new][2]
+    # Split counted from the end (the new part is the last n positions): no bound holds the past
+    # length, so the rewritten graph of every cache length differs only in its input shapes, and a
+    # runtime can serve them all with one compiled model (the npu plugin's OpenVINO host runtime).
+    fresh = shapes[keys.new][2]
     halves = [new(f"{part}_weights", "slice", (weights.output,), {"starts": (lo,), "ends": (hi,), "axes": (3,), "steps": (1,)})
-              for part, lo, hi in (("past", 0, keys.past_length), ("new", keys.past_length, total))]
+              for part, lo, hi in (("past", 0, -fresh), ("new", -fresh, _TO_END))]
     products = [new(f"{part}_out", "matmul", (h.output, v)) for part, h, v in zip(("past", "new"), halves, (values.past, values.new), strict=True)]
     result = Node(n.name, "add", (products[0].output, products[1].output), n.output)
     joins.update({keys.node.output: keys, values.node.output: values})

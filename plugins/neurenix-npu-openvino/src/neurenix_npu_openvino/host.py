@@ -30,6 +30,7 @@ import numpy as np
 
 from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime, QuantizationPlan
 from neurenix_core.errors import BackendUnavailableError, CompilationError, OperationError
+from neurenix_npu_openvino.shape_sharing import ShapeSharing, SharedModel, signature
 
 __all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
 
@@ -37,26 +38,48 @@ __all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
 class OpenVINOHostModel(HostModel):
     """One compiled model on OpenVINO's CPU device with one infer request (calls are serialized)."""
 
-    def __init__(self, compiled: Any, tensor: Any, threads: int | None, guarded: tuple[int, ...] = ()) -> None:
-        from neurenix_npu_openvino.compiled import _native_infer
-
-        self.compiled = compiled
+    def __init__(self, shared: SharedModel, tensor: Any, threads: int | None, guarded: tuple[int, ...] = ()) -> None:
+        self._shared = shared
         self._guarded = guarded  # int64 inputs read as data: checked to fit 32 bits on every call
-        self._request = compiled.create_infer_request()
-        self._infer = _native_infer(self._request)
         self._tensor = tensor
-        self._outputs = len(compiled.outputs)
         self._lock = threading.Lock()
+        self._bind()
+        shared.users.add(self)
+        compiled = shared.compiled
         self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or threads
         hint = compiled.get_property("INFERENCE_PRECISION_HINT")
         hint = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
         self.summary = f"OpenVINO {compiled.get_property('EXECUTION_DEVICES')[0]} on cpu:0, INFERENCE_PRECISION_HINT={hint}, {self.threads or 'default'} thread(s)"
 
+    @property
+    def compiled(self) -> Any:
+        """The OpenVINO compiled model this shape runs on (shared with other shapes: shape_sharing.py)."""
+        return self._shared.compiled
+
+    def _bind(self) -> None:
+        """An infer request on the shared model as it is now (it is replaced when a later shape
+        makes an axis dynamic; the old model goes once no request holds it)."""
+        from neurenix_npu_openvino.compiled import _native_infer
+
+        self._version = self._shared.version
+        self._request = self._shared.compiled.create_infer_request()
+        self._infer = _native_infer(self._request)
+        self._outputs = len(self._shared.compiled.outputs)
+
+    def release(self) -> None:
+        """Drop the request on the shared model (it is being replaced); the next call makes one
+        on its successor."""
+        with self._lock:
+            self._request = self._infer = None
+            self._version = -1
+
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         for i in self._guarded:
             _check_fits_int32(inputs[i], i)
-        request = self._request
         with self._lock:
+            if self._version != self._shared.version:
+                self._bind()
+            request = self._request
             # Inputs wrapped without a copy; outputs copied, since the request reuses its buffers.
             self._infer(request, {i: self._tensor(np.ascontiguousarray(x), shared_memory=True) for i, x in enumerate(inputs)}, True, False)
             return tuple(request.get_output_tensor(i).data.copy() for i in range(self._outputs))
@@ -66,8 +89,10 @@ class OpenVINOHostModel(HostModel):
         # generator: about 0.8 µs of a 12 µs call on a small model (benchmarks/cpu.py, mlp_small).
         if self._guarded:
             _check_fits_int32(x, 0)
-        request = self._request
         with self._lock:
+            if self._version != self._shared.version:
+                self._bind()
+            request = self._request
             self._infer(request, {0: self._tensor(np.ascontiguousarray(x), shared_memory=True)}, True, False)
             return request.get_output_tensor(0).data.copy()
 
@@ -99,6 +124,7 @@ class OpenVINOHostRuntime(HostRuntime):
         caps = set(self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
         self.quantized_precisions = frozenset(p for p, cap in (("int8", "INT8"), ("int16", "INT16")) if cap in caps)
         self.weight_schemes = frozenset({"int8-weights", "int4-weights"})
+        self._sharing = ShapeSharing()
 
     def covers(self, graph: Graph) -> str | None:
         why = super().covers(graph)
@@ -130,26 +156,51 @@ class OpenVINOHostRuntime(HostRuntime):
         if options.threads is not None:
             props["INFERENCE_NUM_THREADS"] = int(options.threads)
 
-        def build() -> Any:
+        # Lowered first: a model already compiled for other input shapes runs this one too where
+        # the two lower to the same OpenVINO model up to their input sizes (shape_sharing.py).
+        ov_model = lower_graph(graph, lowered, device="cpu:0")
+
+        def compile_model(model: Any) -> Any:
             try:
-                return self.core.compile_model(lower_graph(graph, lowered, device="cpu:0"), "CPU", props)
+                return self.core.compile_model(model, "CPU", props)
             except RuntimeError as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
 
-        result = host_compile_cached(self.core, self.version, graph, props, build, lowered)  # a later process imports the compiled blob
-        model = OpenVINOHostModel(result.value, self.ov.Tensor, options.threads, _int64_use(graph)[1])
+        def compile_first(model: Any) -> Any:
+            # The first shape of a signature, static: a later process imports the compiled blob.
+            result = host_compile_cached(self.core, self.version, graph, props, lambda: compile_model(model), lowered)
+            cache_line.append(result.line() if result.state != "off" else "")
+            return result.value
+
+        cache_line: list[str] = []
+        shapes = tuple(tuple(int(d) for d in s.shape) for s in graph.inputs)
+        shared, reused = self._sharing.model_for(signature(ov_model, props), ov_model, shapes, compile_first, compile_model)
+        model = OpenVINOHostModel(shared, self.ov.Tensor, options.threads, _int64_use(graph)[1])
         if plan is not None and lowered is not None:
             # The low-precision pass may leave a layer in f32 (a pattern it does not fold): the
             # count read back from the runtime graph says so rather than claiming int8 throughout.
-            layers = runtime_config(result.value).get("integer_layers", "?")
+            layers = runtime_config(shared.compiled).get("integer_layers", "?")
             model.summary += (f", {options.precision} with the core's plan ({layers} conv/FC layers in integer precision; "
                               f"{_placement_line(plan, lowered)})")
         if weights is not None:
             model.summary += f", int{weights.bits} weights as compressed-weight FullyConnected layers (float activations)"
-        if result.state != "off":
-            model.summary += f", {result.line()}"
+        model.summary += _sharing_line(shared, reused, graph)
+        if cache_line and cache_line[0]:
+            model.summary += f", {cache_line[0]}"
         return model
+
+
+def _sharing_line(shared: SharedModel, reused: bool, graph: Graph) -> str:
+    """What the summary says of a compiled model other input shapes run on too."""
+    if shared.note:
+        return f", {shared.note}"
+    if len(shared.served) < 2:
+        return ""
+    axes = ", ".join(f"{graph.inputs[i].name}[{a}]" for i, a in shared.dynamic_axes)
+    how = "runs on the compiled model" if reused else "compiled one model"
+    return (f", {how} of {len(shared.served)} input shapes with the same lowering ({axes} dynamic): "
+            "one copy of the weights")
 
 
 def _placement_line(plan: QuantizationPlan, lowered: QuantizationPlan) -> str:

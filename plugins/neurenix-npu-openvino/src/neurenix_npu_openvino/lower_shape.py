@@ -59,6 +59,10 @@ def _split(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     return _slice_axis(lw, x[0], axis, start, start + sizes[int(a["index"])])
 
 
+#: The largest slice bound passed on: past any axis size, and far from int64's ends.
+_BOUND: Final = 2**62
+
+
 def _slice(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     shape = lw.shape(x[0])
     axes = a["axes"] if a["axes"] is not None else tuple(range(len(a["starts"])))
@@ -67,11 +71,17 @@ def _slice(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
     for ax, st, en, sp in zip(axes, a["starts"], a["ends"], steps):
         ax = axis_of(int(ax), len(shape))
         n = shape[ax]
-        # Python's slice semantics (clamped, as ONNX clamps); a negative step that runs past
-        # index 0 stops "before the first element", which OpenVINO spells as -n - 1.
-        lo, hi, step = slice(int(max(min(st, n), -n - 1)), int(max(min(en, n), -n - 1)), int(sp)).indices(n)
-        if step < 0 and hi < 0:
-            hi = -n - 1
+        if int(sp) > 0:
+            # OpenVINO's Slice reads a positive step's bounds as Python does (negative from the
+            # end, clamped to the axis): kept as the graph gives them, so the lowered model holds
+            # no axis size it was not given and one compiled model can serve other sizes (host.py).
+            lo, hi, step = (int(max(min(v, _BOUND), -_BOUND)) for v in (st, en, sp))
+        else:
+            # Python's slice semantics (clamped, as ONNX clamps); a negative step that runs past
+            # index 0 stops "before the first element", which OpenVINO spells as -n - 1.
+            lo, hi, step = slice(int(max(min(st, n), -n - 1)), int(max(min(en, n), -n - 1)), int(sp)).indices(n)
+            if hi < 0:
+                hi = -n - 1
         starts.append(lo), stops.append(hi), steps_out.append(step), axes_out.append(ax)
     return lw.op.slice(x[0], lw.axes(starts), lw.axes(stops), lw.axes(steps_out), lw.axes(axes_out))
 
