@@ -101,3 +101,28 @@ def test_a_slice_from_the_end_lowers_the_same_at_every_length() -> None:
     x = np.arange(9, dtype=np.float32)[None]
     compiled = nx.compile(tail(9), device="cpu", runtime="openvino")
     np.testing.assert_array_equal(compiled(x).numpy(), x[:, -1:])
+
+
+def _heads(length: int) -> Graph:
+    """(1, L, 32) -> (1, L, 4, 8) -> expanded to (2, L, 4, 8): an attention's head split and a
+    broadcast, whose targets hold the length."""
+    nodes = (Node("r", "reshape", ("x",), "h", {"shape": (1, length, 4, 8)}),
+             Node("e", "expand", ("h",), "y", {"shape": (2, length, 4, 8)}))
+    return Graph((TensorSpec("x", (1, length, 32)),), nodes, ("y",))
+
+
+def test_reshape_and_expand_targets_leave_out_the_sizes_an_input_carries() -> None:
+    """Reshape with 0 (copy) and -1 (infer), Broadcast with 1 where the input has the size
+    (BIDIRECTIONAL): lengths 5 and 9 lower to one model, and each result is the reference's."""
+    from neurenix_npu_openvino.lower_shape import reshape_pattern
+    from neurenix_npu_openvino.lowering import lower_graph
+    from neurenix_npu_openvino.shape_sharing import signature
+
+    assert reshape_pattern((1, 16, 32), (1, 16, 4, 8)) == [0, 0, 4, -1]
+    assert reshape_pattern((1, 9, 16, 8), (1, 3, 48, 8)) == [0, 3, -1, 0]
+    assert reshape_pattern((6,), (2, 3)) == [2, -1]
+    assert signature(lower_graph(_heads(5), device="cpu:0"), {}) == signature(lower_graph(_heads(9), device="cpu:0"), {})
+    for length in (5, 9):
+        x = _RNG.standard_normal((1, length, 32)).astype(np.float32)
+        np.testing.assert_array_equal(nx.compile(_heads(length), device="cpu", runtime="openvino")(x).numpy(),
+                                      np.broadcast_to(x.reshape(1, length, 4, 8), (2, length, 4, 8)))

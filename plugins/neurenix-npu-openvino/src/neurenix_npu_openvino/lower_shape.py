@@ -21,10 +21,23 @@ Attrs = Mapping[str, Any]
 
 
 def _reshape_to_spec(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
-    target = lw.spec_of(node).shape
-    if lw.shape(x[0]) == target:
+    source, target = lw.shape(x[0]), lw.spec_of(node).shape
+    if source == target:
         return x[0]
-    return lw.op.reshape(x[0], lw.const(list(target), np.int64), False)
+    return lw.op.reshape(x[0], lw.const(reshape_pattern(source, target), np.int64), True)
+
+
+def reshape_pattern(source: tuple[int, ...], target: tuple[int, ...]) -> list[int]:
+    """``target`` as a Reshape pattern with ``special_zero``: 0 where it keeps the input's size at
+    the same position, -1 for the largest size left (inferred), the other sizes as they are. The
+    same reshape at this shape (the result is never empty here: Lowering._empty), written without
+    the sizes an input carries through, so the model lowered at another batch or length is the same
+    model and one compiled model serves both (shape_sharing.py)."""
+    pattern = [0 if k < len(source) and size == source[k] else int(size) for k, size in enumerate(target)]
+    left = [k for k, size in enumerate(pattern) if size != 0]
+    if left:
+        pattern[max(left, key=lambda k: pattern[k])] = -1
+    return pattern
 
 
 def _transpose(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
@@ -34,12 +47,16 @@ def _transpose(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
 
 
 def _expand(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
-    target = lw.spec_of(node).shape
-    if lw.shape(x[0]) == target:
+    source, target = lw.shape(x[0]), lw.spec_of(node).shape
+    if source == target:
         # Nothing to broadcast; a Broadcast to a 0-d shape (an empty target) crashes OpenVINO
         # 2026.4's CPU plugin (a segfault at the first inference: expand_as of two scalars).
         return x[0]
-    return lw.op.broadcast(x[0], lw.const(list(target), np.int64))
+    # NumPy's rule (BIDIRECTIONAL) with 1 where the input already has the target's size: the same
+    # result, without the sizes the input carries through (see reshape_pattern).
+    offset = len(target) - len(source)
+    pattern = [1 if k >= offset and source[k - offset] == size else int(size) for k, size in enumerate(target)]
+    return lw.op.broadcast(x[0], lw.const(pattern, np.int64), broadcast_spec="BIDIRECTIONAL")
 
 
 def _concat(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
