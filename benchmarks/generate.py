@@ -1,5 +1,5 @@
-"""Language-model decoding: nx.generate on cpu:0 (fp32, and int4 weights on ONNX Runtime) and on the npu (OpenVINO, emulated on the CPU;
-fp32, int8 and int4 weights)
+"""Language-model decoding: nx.generate on cpu:0 (fp32 by its default runtimes and with every step on OpenVINO's,
+"nx cpu:0 openvino"; int8 and int4 weights) and on the npu (OpenVINO, emulated on the CPU; fp32, int8 and int4 weights)
 against transformers' own ``generate`` on PyTorch, each contender in its own process, at 1 and 2
 threads, for prompts of 128 and 1024 tokens.
 
@@ -49,7 +49,8 @@ from typing import Any
 
 from neurenix_core.benchkit import THREAD_VARS
 
-CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 int8", "nx cpu:0 int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
+CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 openvino", "nx cpu:0 int8", "nx cpu:0 int4", "nx npu:0", "nx npu:0 int8",
+              "nx npu:0 int4")
 PROMPTS = (128, 1024)
 NEW = 128
 
@@ -133,9 +134,10 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
     else:
         import neurenix_core as nx
 
-        _, device, *weights = contender.split()
-        quantize = f"{weights[0]}-weights" if weights else None
-        lm = nx.generation.CausalLM(model, device, precision="fp32", quantize=quantize, options={"threads": threads})
+        _, device, *rest = contender.split()
+        quantize = next((f"{word}-weights" for word in rest if word in ("int8", "int4")), None)
+        runtime = {"runtime": word for word in rest if word not in ("int8", "int4")}  # "nx cpu:0 openvino": every step there
+        lm = nx.generation.CausalLM(model, device, precision="fp32", quantize=quantize, options={"threads": threads, **runtime})
 
         def run(ids: Any) -> tuple[float, list[float], list[int], list[float]]:
             return _nx_run(lm, ids, new)
