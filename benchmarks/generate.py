@@ -51,6 +51,8 @@ from neurenix_core.benchkit import THREAD_VARS
 
 CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 openvino", "nx cpu:0 int8", "nx cpu:0 int4", "nx npu:0", "nx npu:0 int8",
               "nx npu:0 int4")
+#: Devices run only when named (--contenders): emulated on the host CPU, for "runs on every device".
+EMULATED = ("nx tpu:0", "nx cuda:0", "nx edgetpu:0")
 PROMPTS = (128, 1024)
 NEW = 128
 
@@ -169,8 +171,11 @@ def step_times(start: float, stamps: list[float], tokens: list[int], cpu: list[f
 
 def _child(contender: str, model: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
     env = {**os.environ, **{v: str(threads) for v in THREAD_VARS}, "JAX_PLATFORMS": "cpu"}
-    if contender.startswith("nx npu:0"):
-        env["NEURENIX_EMULATE"] = "npu"  # OpenVINO's CPU device stands in for the NPU here
+    device = contender.split()[1] if contender.startswith("nx ") else "cpu:0"
+    if not device.startswith("cpu"):
+        # The device's own runtime on the host CPU stands in for it (OpenVINO's CPU device for the
+        # NPU, XLA:CPU for the TPU, PyTorch's CPU for cuda, LiteRT for the Edge TPU)
+        env["NEURENIX_EMULATE"] = device.split(":")[0]
     # -P: the script's folder is not put on sys.path (benchmarks/openvino.py would shadow OpenVINO)
     cmd = [sys.executable, "-P", __file__, "--child", json.dumps([contender, model, threads, list(prompts), new])]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=7200)
@@ -239,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=["135m", "0.5b"], default="135m")
     parser.add_argument("--quick", action="store_true", help="a 4-layer model, prompts of 8 and 64, 16 new tokens")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default: 1 2)")
-    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EMULATED)
     parser.add_argument("--prompts", type=int, nargs="+", default=list(PROMPTS))
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--peers-python", metavar="PYTHON", default=os.environ.get("NEURENIX_PEERS_PYTHON"),
