@@ -1,4 +1,5 @@
-"""examples/cpu_runtimes.py runs: the automatic choice and every installed runtime by name agree with float64."""
+"""examples/cpu_runtimes.py runs: the automatic choice and every installed runtime by name agree with float64, and
+OpenVINO's runtime runs three batch sizes on one compiled model."""
 
 from __future__ import annotations
 
@@ -23,3 +24,7 @@ def test_cpu_runtimes_example_runs(tmp_path: Path) -> None:
     assert "small model: input (1, 16): " in out and "; runtime " in out, out
     small = re.search(r"on the interpreter; max abs error vs float64 ([0-9.e+-]+)", out)
     assert small is not None and float(small.group(1)) < 1e-5, out
+    if "openvino (" in out.splitlines()[0]:  # the npu plugin is installed: three batch sizes, one compiled model
+        batches = [float(e) for e in re.findall(r"openvino batch \d+: max abs error vs float64 ([0-9.e+-]+)", out)]
+        assert len(batches) == 3 and max(batches) < 1e-5, out
+        assert "openvino shapes: runs on the compiled model of 3 input shapes with the same lowering (input[0] dynamic)" in out, out

@@ -66,6 +66,38 @@ def test_shapes_of_one_lowering_run_on_one_compiled_model() -> None:
         np.testing.assert_allclose(model(x)[0], run_graph(_mlp(b), x), rtol=1e-5, atol=1e-5)
 
 
+def test_calls_during_a_replacement_run_on_the_old_or_the_new_model() -> None:
+    """A thread calls the batch-2 shape while other batch sizes replace the model it runs on: every
+    call returns the reference's result (a call in flight keeps the old model, a later one waits for
+    or takes the new one), and the old model's requests are dropped."""
+    import threading
+
+    from neurenix_core.graph.ir.host import HostOptions
+
+    runtime = _runtime()
+    first = runtime.compile(_mlp(2), HostOptions())
+    x = _RNG.standard_normal((2, 16)).astype(np.float32)
+    want = run_graph(_mlp(2), x)
+    errors: list[float] = []
+    stop = threading.Event()
+
+    def calls() -> None:
+        while not stop.is_set():
+            errors.append(float(np.abs(first(x)[0] - want).max()))
+
+    worker = threading.Thread(target=calls)
+    worker.start()
+    try:
+        for b in (5, 3, 7, 11):  # batch 5 replaces the model (the batch axis made dynamic), the others run on it
+            y = _RNG.standard_normal((b, 16)).astype(np.float32)
+            np.testing.assert_allclose(runtime.compile(_mlp(b), HostOptions())(y)[0], run_graph(_mlp(b), y), rtol=1e-5, atol=1e-5)
+    finally:
+        stop.set()
+        worker.join()
+    assert errors and max(errors) < 1e-5
+    assert first.compiled is runtime.compile(_mlp(13), HostOptions()).compiled
+
+
 def test_a_shape_whose_lowering_differs_compiles_alone() -> None:
     from neurenix_core.graph.ir.host import HostOptions
 

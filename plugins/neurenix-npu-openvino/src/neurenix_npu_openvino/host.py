@@ -43,7 +43,8 @@ class OpenVINOHostModel(HostModel):
         self._guarded = guarded  # int64 inputs read as data: checked to fit 32 bits on every call
         self._tensor = tensor
         self._lock = threading.Lock()
-        self._bind()
+        self._version, self._request, self._infer = -1, None, None
+        self._outputs = len(shared.compiled.outputs)  # the same for every model of the signature
         shared.users.add(self)
         compiled = shared.compiled
         self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or threads
@@ -56,32 +57,32 @@ class OpenVINOHostModel(HostModel):
         """The OpenVINO compiled model this shape runs on (shared with other shapes: shape_sharing.py)."""
         return self._shared.compiled
 
-    def _bind(self) -> None:
-        """An infer request on the shared model as it is now (it is replaced when a later shape
-        makes an axis dynamic; the old model goes once no request holds it)."""
+    def _current(self) -> tuple[Any, Any]:
+        """(infer request, its native infer) on the shared model as it is now: made on the first
+        call and again after the model was replaced (a later shape made an axis dynamic), read
+        into locals so that a replacement dropping them meanwhile cannot pull them from a call."""
         from neurenix_npu_openvino.compiled import _native_infer
 
-        self._version = self._shared.version
-        self._request = self._shared.compiled.create_infer_request()
-        self._infer = _native_infer(self._request)
-        self._outputs = len(self._shared.compiled.outputs)
+        request, infer = self._request, self._infer
+        if request is None or infer is None or self._version != self._shared.version:
+            self._version, request = self._shared.request_for()
+            infer = _native_infer(request)
+            self._request, self._infer = request, infer
+        return request, infer
 
     def release(self) -> None:
-        """Drop the request on the shared model (it is being replaced); the next call makes one
-        on its successor."""
-        with self._lock:
-            self._request = self._infer = None
-            self._version = -1
+        """Drop the request on the shared model (its replacement calls this under the model's
+        lock; a call running on the request keeps its own reference until it returns): the old
+        model, and its copy of the weights, goes before the new one is compiled."""
+        self._request = self._infer = None
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         for i in self._guarded:
             _check_fits_int32(inputs[i], i)
         with self._lock:
-            if self._version != self._shared.version:
-                self._bind()
-            request = self._request
+            request, infer = self._current()
             # Inputs wrapped without a copy; outputs copied, since the request reuses its buffers.
-            self._infer(request, {i: self._tensor(np.ascontiguousarray(x), shared_memory=True) for i, x in enumerate(inputs)}, True, False)
+            infer(request, {i: self._tensor(np.ascontiguousarray(x), shared_memory=True) for i, x in enumerate(inputs)}, True, False)
             return tuple(request.get_output_tensor(i).data.copy() for i in range(self._outputs))
 
     def call_one(self, x: np.ndarray) -> np.ndarray:
@@ -90,10 +91,8 @@ class OpenVINOHostModel(HostModel):
         if self._guarded:
             _check_fits_int32(x, 0)
         with self._lock:
-            if self._version != self._shared.version:
-                self._bind()
-            request = self._request
-            self._infer(request, {0: self._tensor(np.ascontiguousarray(x), shared_memory=True)}, True, False)
+            request, infer = self._current()
+            infer(request, {0: self._tensor(np.ascontiguousarray(x), shared_memory=True)}, True, False)
             return request.get_output_tensor(0).data.copy()
 
 

@@ -35,9 +35,10 @@ Partial = tuple[int | None, ...]
 @dataclass(eq=False)
 class SharedModel:
     """The compiled model the shapes of one signature run on. ``version`` changes whenever the
-    model is replaced by one with more dynamic axes; the infer requests of the old one are
-    dropped first (``users``), so the old model, and its copy of the weights, is freed before the
-    new one is compiled."""
+    model is replaced by one with more dynamic axes: the infer requests of the old one are dropped
+    first (``users``), so the old model, and its copy of the weights, is freed before the new one
+    is compiled (a call already running on it keeps it until it returns); calls that come in the
+    meantime wait for the new one (``request_for``)."""
 
     compiled: Any
     shapes: tuple[Partial, ...]
@@ -46,6 +47,9 @@ class SharedModel:
     users: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
     #: Why this shape did not join the model of its signature ("": it did, or it was the first).
     note: str = ""
+    #: Why the last replacement failed (the model is gone): calls raise it.
+    broken: str = ""
+    ready: threading.Condition = field(default_factory=threading.Condition)
 
     def covers(self, shapes: tuple[tuple[int, ...], ...]) -> bool:
         return all(d is None or d == n for p, s in zip(self.shapes, shapes, strict=True) for d, n in zip(p, s, strict=True))
@@ -59,13 +63,31 @@ class SharedModel:
         """(input position, axis) of every dynamic axis."""
         return [(i, a) for i, p in enumerate(self.shapes) for a, d in enumerate(p) if d is None]
 
+    def request_for(self) -> tuple[int, Any]:
+        """(version, a new infer request) on the model as it is now, waiting while it is replaced."""
+        with self.ready:
+            self.ready.wait_for(lambda: self.compiled is not None or bool(self.broken))
+            if self.compiled is None:
+                raise CompilationError(f"host runtime openvino: the compiled model these input shapes share is gone: {self.broken}")
+            return self.version, self.compiled.create_infer_request()
+
     def replace(self, compile_now: Callable[[], Any], shapes: tuple[Partial, ...]) -> None:
-        """Drop the compiled model (every user's request first), then compile its successor."""
-        for user in list(self.users):
-            user.release()
-        self.compiled = None
-        self.version += 1
-        self.compiled, self.shapes = compile_now(), shapes
+        """Drop the compiled model and every user's request on it, then compile its successor."""
+        with self.ready:
+            self.version += 1
+            self.compiled = None
+            for user in list(self.users):
+                user.release()
+        try:
+            compiled = compile_now()
+        except Exception as exc:
+            with self.ready:
+                self.broken = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                self.ready.notify_all()
+            raise
+        with self.ready:
+            self.compiled, self.shapes, self.broken = compiled, shapes, ""
+            self.ready.notify_all()
 
 
 def signature(model: Any, props: Mapping[str, Any]) -> str:
