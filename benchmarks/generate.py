@@ -138,7 +138,7 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
 
         _, device, *rest = contender.split()
         quantize = next((f"{word}-weights" for word in rest if word in ("int8", "int4")), None)
-        runtime = {"runtime": word for word in rest if word not in ("int8", "int4")}  # "nx cpu:0 openvino": every step there
+        runtime = next(({"runtime": word} for word in rest if word not in ("int8", "int4")), {})  # "nx cpu:0 openvino": every step there
         lm = nx.generation.CausalLM(model, device, precision="fp32", quantize=quantize, options={"threads": threads, **runtime})
 
         def run(ids: Any) -> tuple[float, list[float], list[int], list[float]]:
