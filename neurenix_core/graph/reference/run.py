@@ -57,7 +57,11 @@ def eval_node(node: Node, inputs: Arrays, params: Mapping[str, np.ndarray] | Non
         arr = np.asarray(a)
         return arr.astype(float_dtype, copy=False) if float_dtype is not None and arr.dtype.kind == "f" else arr
 
-    p = {k: cast(v) for k, v in (node.params if params is None else params).items() if v is not None}
+    given = node.params if params is None else params
+    # An embedding only picks rows of its table: looked up in the table's own dtype, its rows cast
+    # below are the same numbers, without converting the whole table on every call (BERT-tiny's
+    # 30,522 x 128 words: 31 MB of float64 a call, a sixth of its integer reference's time).
+    p = {k: (v if node.op == "embedding" else cast(v)) for k, v in given.items() if v is not None}
     try:
         out = opset.evaluate(node.op, node.attrs, [cast(a) for a in inputs], p)
     except ValueError as exc:
