@@ -293,11 +293,14 @@ def test_float32_chunks_cancelling_at_their_limit() -> None:
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_blocks_split_across_threads(threads: int) -> None:
+def test_blocks_split_across_threads(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of positions, and a deep layer's output channels, split across 1-3 interpreter
-    threads (``cpu_threads.using``, as a run with threads= sets it): the same integers."""
+    threads (``cpu_threads.using``, as a run with threads= sets it): the same integers. These
+    layers are below the work a shard needs (``_MIN_SHARD_MACS``), so that floor is lowered to
+    make them split."""
     from neurenix_core.backends import cpu_threads
 
+    monkeypatch.setattr(R, "_MIN_SHARD_MACS", 1)
     rng = np.random.default_rng(19)
     cases = [{"cin": 64, "cout": 96, "kernel": (1, 1), "hw": (28, 28), "groups": 1},  # many blocks of positions
              {"cin": 256, "cout": 80, "kernel": (3, 3), "hw": (4, 4), "groups": 1},  # one block: output channels split
@@ -310,6 +313,33 @@ def test_blocks_split_across_threads(threads: int) -> None:
         node = Node("fc", "linear", ("x",), "y", {}, {"weight": w, "bias": rng.standard_normal(200).astype(np.float32)})
         in_qp, out_qp = _act(rng, 8), _act(rng, 8)
         _check_layer(node, _ints(rng, (3, 300), in_qp, False), in_qp, out_qp, QuantizationPlan(8, {"x": in_qp, "y": out_qp}, {"fc": Q.weight_params(w)}))
+
+
+def test_a_small_layer_runs_on_one_thread_and_a_large_one_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At threads=2 a layer below ``_MIN_SHARD_MACS`` per shard runs whole on the caller (split in
+    two, BERT-tiny's 128-wide layers ran slower than on one thread: the shards' Python steps
+    contend for the interpreter lock); a layer with work for two shards still splits. The integers
+    are the same either way."""
+    from neurenix_core.backends import cpu_threads
+
+    parts: list[int] = []
+    real = cpu_threads.split
+
+    def counted(total: int, fn: Any, min_items: int = 1) -> None:
+        parts.append(min(cpu_threads.current(), total // max(1, min_items)))
+        real(total, fn, min_items)
+
+    monkeypatch.setattr(cpu_threads, "split", counted)
+    rng = np.random.default_rng(23)
+    for rows, width in ((128, 128), (512, 1024)):  # 2M and 268M multiply-accumulates
+        w = _weights(rng, (width, width), "normal")
+        node = Node("fc", "linear", ("x",), "y", {}, {"weight": w})
+        in_qp, out_qp = _act(rng, 8), _act(rng, 8)
+        with cpu_threads.using(2):
+            _check_layer(node, _ints(rng, (rows, width), in_qp, False), in_qp, out_qp,
+                         QuantizationPlan(8, {"x": in_qp, "y": out_qp}, {"fc": Q.weight_params(w)}))
+    small, large = parts[:2], parts[2:]
+    assert max(small) <= 1 and min(large) == 2, parts
 
 
 def test_depthwise_layers_as_mobilenets_have_them() -> None:

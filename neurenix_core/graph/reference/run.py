@@ -316,6 +316,8 @@ def _exact_gemm(layer: _Layer, cols: np.ndarray, c0: int, c1: int) -> np.ndarray
 Columns = Callable[[int, int, int], np.ndarray]
 #: Output channels per shard at least, where a layer's channels are split across threads.
 _MIN_SHARD_CHANNELS: Final = 16
+#: Multiply-accumulates a thread's shard of a GEMM layer holds at least.
+_MIN_SHARD_MACS: Final = 1 << 24
 
 
 def _gemm_blocks(node: Node, layer: _Layer, out: np.ndarray, columns: Columns, unit: int = 1) -> None:
@@ -328,7 +330,11 @@ def _gemm_blocks(node: Node, layer: _Layer, out: np.ndarray, columns: Columns, u
     # at least 64 positions: a GEMM per few columns would read a wide layer's weights once per block
     width = min(p, max(unit * max(1, 64 // unit), cpu_threads.block(_BLOCK, n * o * p) // max(1, o) // unit * unit))
     per = -(-p // width)
-    groups = max(1, min(-(-cpu_threads.current() // (n * per)), o // _MIN_SHARD_CHANNELS))
+    # Threads worth their start: a shard of at least _MIN_SHARD_MACS. Split thinner, the shards'
+    # Python steps contend for the interpreter lock (BERT-tiny's 128-wide layers ran slower on
+    # two threads than on one).
+    threads = min(cpu_threads.current(), max(1, n * o * p * int(layer.weight.shape[1]) // _MIN_SHARD_MACS))
+    groups = max(1, min(-(-threads // (n * per)), o // _MIN_SHARD_CHANNELS))
     rows = -(-o // groups)
 
     def run(first: int, last: int) -> None:
@@ -342,7 +348,7 @@ def _gemm_blocks(node: Node, layer: _Layer, out: np.ndarray, columns: Columns, u
             np.copyto(acc, _exact_gemm(layer, columns(i, p0, p1), c0, c1), casting="unsafe")  # integers: exact
             _finish_block(node, layer, acc, out[i, c0:c1, p0:p1], (c0, c1))
 
-    cpu_threads.split(n * per * groups, run)
+    cpu_threads.split(n * per * groups, run, -(-(n * per * groups) // threads))
 
 
 def _finish_block(node: Node, layer: _Layer, acc: np.ndarray, out: np.ndarray, channels: tuple[int, int] | None = None) -> None:
