@@ -5,6 +5,8 @@ model, and a shape whose lowering differs compiled on its own."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,9 @@ from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.reference.run import run_graph
 
 pytest.importorskip("openvino")
+
+if TYPE_CHECKING:
+    from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
 _RNG = np.random.default_rng(0)
 _W1 = _RNG.standard_normal((32, 16)).astype(np.float32)
@@ -32,7 +37,7 @@ def _flattening(batch: int) -> Graph:
     return Graph((TensorSpec("x", (batch, 4, 4)),), (Node("r", "reshape", ("x",), "y", {"shape": (batch * 2, 8)}),), ("y",))
 
 
-def _runtime() -> object:
+def _runtime() -> OpenVINOHostRuntime:
     from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
     return OpenVINOHostRuntime(("float32",))

@@ -30,7 +30,7 @@ import numpy as np
 
 from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime, QuantizationPlan
 from neurenix_core.errors import BackendUnavailableError, CompilationError, OperationError
-from neurenix_npu_openvino.shape_sharing import ShapeSharing, SharedModel, signature
+from neurenix_npu_openvino.shape_sharing import ShapeSharing, SharedModel, first_line, signature
 
 __all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
 
@@ -163,16 +163,16 @@ class OpenVINOHostRuntime(HostRuntime):
             try:
                 return self.core.compile_model(model, "CPU", props)
             except RuntimeError as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first}") from exc
+                raise CompilationError(f"host runtime openvino could not compile the cpu:0 graph: {first_line(exc)}") from exc
 
         def compile_first(model: Any) -> Any:
             # The first shape of a signature, static: a later process imports the compiled blob.
             result = host_compile_cached(self.core, self.version, graph, props, lambda: compile_model(model), lowered)
-            cache_line.append(result.line() if result.state != "off" else "")
+            if result.state != "off":
+                cache_lines.append(result.line())
             return result.value
 
-        cache_line: list[str] = []
+        cache_lines: list[str] = []  # the compile cache's line, where this shape compiled through it
         shapes = tuple(tuple(int(d) for d in s.shape) for s in graph.inputs)
         shared, reused = self._sharing.model_for(signature(ov_model, props), ov_model, shapes, compile_first, compile_model)
         model = OpenVINOHostModel(shared, self.ov.Tensor, options.threads, _int64_use(graph)[1])
@@ -185,8 +185,7 @@ class OpenVINOHostRuntime(HostRuntime):
         if weights is not None:
             model.summary += f", int{weights.bits} weights as compressed-weight FullyConnected layers (float activations)"
         model.summary += _sharing_line(shared, reused, graph)
-        if cache_line and cache_line[0]:
-            model.summary += f", {cache_line[0]}"
+        model.summary += "".join(f", {line}" for line in cache_lines)
         return model
 
 

@@ -26,7 +26,13 @@ import numpy as np
 
 from neurenix_core.errors import CompilationError
 
-__all__ = ["ShapeSharing", "SharedModel", "signature"]
+__all__ = ["ShapeSharing", "SharedModel", "first_line", "signature"]
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (OpenVINO's run to a stack of them), else its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
 
 #: An input's shape as compiled: None where the axis is dynamic.
 Partial = tuple[int | None, ...]
@@ -82,7 +88,7 @@ class SharedModel:
             compiled = compile_now()
         except Exception as exc:
             with self.ready:
-                self.broken = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                self.broken = first_line(exc)
                 self.ready.notify_all()
             raise
         with self.ready:
@@ -143,9 +149,9 @@ class ShapeSharing:
                 shared.replace(lambda: compile_model(_reshaped(model, wider)), wider)
             except (RuntimeError, CompilationError) as exc:  # OpenVINO refused the dynamic model: the shapes go back to one model each
                 shared.replace(lambda: compile_model(_reshaped(model, before)), before)
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 return SharedModel(compile_model(_reshaped(model, shapes)), shapes, served={shapes},
-                                   note=f"compiled for this shape alone: OpenVINO refused one model for {len(shared.served) + 1} shapes ({first})"), False
+                                   note=f"compiled for this shape alone: OpenVINO refused one model for {len(shared.served) + 1} shapes "
+                                        f"({first_line(exc)})"), False
             shared.served.add(shapes)
             return shared, False
 
