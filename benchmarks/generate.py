@@ -49,8 +49,8 @@ from typing import Any
 
 from neurenix_core.benchkit import THREAD_VARS
 
-CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 openvino", "nx cpu:0 int8", "nx cpu:0 int4", "nx npu:0", "nx npu:0 int8",
-              "nx npu:0 int4")
+CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 state", "nx cpu:0 openvino", "nx cpu:0 int8", "nx cpu:0 state int8",
+              "nx cpu:0 int4", "nx cpu:0 state int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
 #: Devices run only when named (--contenders): emulated on the host CPU, for "runs on every device".
 EMULATED = ("nx tpu:0", "nx cuda:0", "nx edgetpu:0")
 PROMPTS = (128, 1024)
@@ -138,8 +138,10 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
 
         _, device, *rest = contender.split()
         quantize = next((f"{word}-weights" for word in rest if word in ("int8", "int4")), None)
-        runtime = next(({"runtime": word} for word in rest if word not in ("int8", "int4")), {})  # "nx cpu:0 openvino": every step there
-        lm = nx.generation.CausalLM(model, device, precision="fp32", quantize=quantize, options={"threads": threads, **runtime})
+        cache = "state" if "state" in rest else None  # "nx cpu:0 state": the runtime keeps the cache
+        # "nx cpu:0 openvino": every step on that runtime
+        runtime = next(({"runtime": word} for word in rest if word not in ("int8", "int4", "state")), {})
+        lm = nx.generation.CausalLM(model, device, cache=cache, precision="fp32", quantize=quantize, options={"threads": threads, **runtime})
 
         def run(ids: Any) -> tuple[float, list[float], list[int], list[float]]:
             return _nx_run(lm, ids, new)

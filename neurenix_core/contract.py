@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from neurenix_core.graph.exporters import onnx_export  # noqa: F401
     from neurenix_core.graph.ir import CompileOptions, Graph, Node, QuantizationPlan, QuantParams, TensorSpec  # noqa: F401
     from neurenix_core.graph.ir.host import HostModel, HostOptions, HostRuntime  # noqa: F401
+    from neurenix_core.graph.ir.host_state import StatefulModel, StateSpec  # noqa: F401
     from neurenix_core.graph.ir.qmath import fake_quantize, quantize_weight, softmax_output_params, weight_params  # noqa: F401
     from neurenix_core.graph.ir.shapes import ValueSpec, infer_values, node_spec  # noqa: F401
     from neurenix_core.graph.opset import OPSET, attrs_of  # noqa: F401
@@ -68,6 +69,7 @@ HOMES: Final[dict[str, str]] = {
     # The graph IR that neurenix_compile receives, and the host-runtime contract of cpu:0.
     **dict.fromkeys(("Graph", "Node", "TensorSpec", "QuantizationPlan", "QuantParams", "CompileOptions"), "neurenix_core.graph.ir"),
     **dict.fromkeys(("HostRuntime", "HostModel", "HostOptions"), "neurenix_core.graph.ir.host"),
+    **dict.fromkeys(("StatefulModel", "StateSpec"), "neurenix_core.graph.ir.host_state"),
     **dict.fromkeys(("ValueSpec", "infer_values", "node_spec"), "neurenix_core.graph.ir.shapes"),
     "OPSET_NAMES": "neurenix_core.plugins.opnames",
     # The op table: what each op takes, for a lowering.

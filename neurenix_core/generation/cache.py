@@ -17,6 +17,8 @@ same key.
   The prefill takes an empty past (length 0): one shape per prompt bucket either way.
 - ``dynamic``: the past is the filled slots only (``S`` grows by ``n`` per step); every step is a
   new input shape, for checking against the exact computation.
+- ``state``: the runtime keeps the keys/values (``state.py``); the host keeps only the slots'
+  bookkeeping and builds the mask over the filled slots, as for ``dynamic`` (no buffers here).
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ class KVCache:
 
     __slots__ = ("buffers", "filled", "grows", "positions", "valid")
 
-    def __init__(self, spec: StepSpec, batch: int, capacity: int, device: Any, *, grows: bool) -> None:
+    def __init__(self, spec: StepSpec, batch: int, capacity: int, device: Any, *, grows: bool, buffers: bool = True) -> None:
         from neurenix_core.tensor.creation import zeros
 
         shape = (batch, spec.kv_heads, capacity, spec.head_dim)
-        self.buffers: list[Any] = [zeros(shape, device=device) for _ in range(2 * spec.layers)]
+        # buffers=False: the runtime keeps the keys/values (cache="state"); the steps take no past.
+        self.buffers: list[Any] = [zeros(shape, device=device) for _ in range(2 * spec.layers)] if buffers else []
         self.valid = np.zeros((batch, capacity), bool)
         self.positions = np.zeros(batch, np.int64)
         self.filled = 0

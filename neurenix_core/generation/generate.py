@@ -25,8 +25,9 @@ from neurenix_core.kwargs import strict_kwargs
 __all__ = ["CACHE_KINDS", "CausalLM", "QuantizationCheck", "clear", "generate"]
 
 #: "fixed": the step attends over a capacity chosen per generation, one compiled shape for every
-#: decode step (the default); "dynamic": over the filled slots only, one input shape per step.
-CACHE_KINDS = ("dynamic", "fixed")
+#: decode step (the default); "dynamic": over the filled slots only, one input shape per step;
+#: "state": the runtime keeps the cache between steps, one compiled model for every step (state.py).
+CACHE_KINDS = ("dynamic", "fixed", "state")
 _MIN_BUCKET = 8
 #: Fixed capacities above this are multiples of it (below, powers of two): a 1024-token prompt and
 #: 128 new tokens attend over 1280 slots, not 2048, and a few capacities still serve every call.
@@ -106,7 +107,7 @@ class CausalLM:
         _, self.device, _ = default_backend(device)
         cache = "fixed" if cache is None else cache
         if cache not in CACHE_KINDS:
-            raise GenerationError(f"{self.device}: cache={cache!r}; use 'dynamic' or 'fixed'")
+            raise GenerationError(f"{self.device}: cache={cache!r}; use 'fixed', 'state' or 'dynamic'")
         if capacity is not None and (cache != "fixed" or capacity < 1):
             raise GenerationError(f"{self.device}: capacity={capacity!r} applies to cache='fixed' only and must be >= 1")
         self.cache, self.capacity, self.quantize = cache, capacity, quantize
@@ -115,13 +116,16 @@ class CausalLM:
         self.model_name = type(model).__name__
         self.graph = export_step(model, self.spec)
         opts = dict(options or {})
+        self.decoder: Any = None
+        if cache == "state":
+            self.compiled = _stateful_step(self.graph.symbolic_graph(), self.spec, self.device, precision, quantize, opts)
+            return
         chosen = _cpu_runtime(cache, quantize) if self.device.type == "cpu" and "runtime" not in opts else None
         if chosen is not None:
             opts["runtime"] = chosen
         self.compiled = nx_compile(self.graph, self.device, precision=precision, quantize=quantize, progress=False, options=opts or None)
         if chosen is not None:
             self.compiled.runtime_reason = _CPU_RUNTIME_REASONS[chosen]
-        self.decoder: Any = None
         decode = _cpu_decode_runtime(chosen)
         if decode is not None:
             self.decoder = nx_compile(self.graph, self.device, precision=precision, progress=False, options={**opts, "runtime": decode})
@@ -232,6 +236,9 @@ class CausalLM:
         batch, length = ids.shape
         if self.cache == "dynamic":  # the buffers hold exactly this generation; shapes follow the filled slots
             return KVCache(self.spec, batch, length + max_new - 1, self.device, grows=True), ids, mask
+        if self.cache == "state":  # the runtime's state holds the keys/values: emptied, nothing padded
+            self.compiled.reset()
+            return KVCache(self.spec, batch, length + max_new - 1, self.device, grows=True, buffers=False), ids, mask
         # fixed: prompts left-padded to a power of two, so a few prefill shapes serve every length
         padded = _pow2(length, _MIN_BUCKET)
         ids = np.concatenate([np.zeros((batch, padded - length), np.int64), ids], axis=1)
@@ -244,11 +251,44 @@ class CausalLM:
         return KVCache(self.spec, batch, capacity, self.device, grows=False), ids, mask
 
     def _step(self, cache: KVCache, ids: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        if self.cache == "state":
+            logits = self.compiled(*cache.step_inputs(ids, valid))
+            cache.advance((), valid)
+            return np.asarray(logits, np.float32)
         runs = self.decoder if self.decoder is not None and cache.filled else self.compiled
         outs = runs(*cache.step_inputs(ids, valid))
         cache.advance(tuple(outs[1:]), valid)
         logits = outs[0]
         return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
+
+
+def _stateful_step(graph: Any, spec: Any, device: Any, precision: str | None, quantize: str | None, options: dict[str, Any]) -> Any:
+    """cache="state": the step on cpu:0's host runtime that keeps the cache (``options["runtime"]``,
+    default OpenVINO's), weight-only quantized where ``quantize`` names a scheme it computes."""
+    from neurenix_core.generation.state import StatefulStep
+    from neurenix_core.graph.compile.host_select import INTERPRETER, host_runtime_named
+    from neurenix_core.graph.ir.host import HostOptions, HostRuntime
+    from neurenix_core.graph.quantization.weights import weight_plan
+
+    name = str(options.pop("runtime", "openvino"))
+    threads = options.pop("threads", None)
+    if device.type != "cpu" or options or precision not in (None, "fp32"):
+        given = sorted(options) + ([f"precision={precision!r}"] if precision not in (None, "fp32") else [])
+        raise GenerationError(f"{device}: cache='state' runs on cpu:0's host runtimes in fp32 (device='cpu', options runtime/threads)"
+                              + (f", not {', '.join(given)}" if given else "") + "; use cache='fixed'")
+    runtime = None if name == INTERPRETER else host_runtime_named(name).get(name)
+    if not isinstance(runtime, HostRuntime) or not runtime.keeps_state:
+        missing = "no installed plugin offers it" if runtime is None and name != INTERPRETER else "keeps no state between calls"
+        why = runtime if isinstance(runtime, str) and runtime else missing
+        raise GenerationError(f"cpu:0: cache='state' needs a host runtime that keeps the cache; {name!r}: {why}. "
+                              "pip install neurenix-npu-openvino (OpenVINO's runtime keeps it), or use cache='fixed'")
+    weights = None
+    if quantize is not None:
+        if quantize not in runtime.weight_schemes:
+            raise GenerationError(f"cpu:0: host runtime {name} computes no {quantize!r} weights; "
+                                  f"use one of {sorted(runtime.weight_schemes)} or cache='fixed'")
+        weights = weight_plan(graph, quantize)
+    return StatefulStep(graph, spec, runtime, HostOptions(threads=threads, weights=weights))
 
 
 #: What the summary says of the runtimes _cpu_runtime and _cpu_decode_runtime chose.

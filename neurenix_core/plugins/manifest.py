@@ -37,8 +37,9 @@ __all__ = [
 #: 1.3 the optional ``neurenix_save_compiled`` / ``neurenix_load_compiled`` hooks (compiled artifacts);
 #: 1.4 ``Capabilities.compile_options`` (the ``nx.compile`` options a plugin reads, checked by the core);
 #: 1.5 ``HostRuntime.quantized_precisions`` / ``HostOptions.plan`` (static int8/int16 on host runtimes);
-#: 1.6 ``Capabilities.host_runtime_start_s`` (what starting the host runtime costs, read before starting it).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 6)
+#: 1.6 ``Capabilities.host_runtime_start_s`` (what starting the host runtime costs, read before starting it);
+#: 1.7 ``HostRuntime.keeps_state`` / ``compile_stateful`` (a step graph's cache kept by the runtime: host_state.py).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 7)
 
 
 _REQUIRED: Final = object()

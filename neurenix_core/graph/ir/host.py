@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from neurenix_core.graph.ir import Graph
+    from neurenix_core.graph.ir.host_state import StatefulModel, StateSpec
 
 __all__ = ["HostModel", "HostOptions", "HostRuntime"]
 
@@ -103,10 +104,20 @@ class HostRuntime(ABC):
     #: Static quantization precisions (``"int8"``, ``"int16"``) ``compile`` lowers with the
     #: core's plan (``options.plan``) on the runtime's integer kernels (API 1.5).
     quantized_precisions: frozenset[str] = frozenset()
+    #: Whether ``compile_stateful`` keeps a step graph's cache between calls (API 1.7, host_state.py).
+    keeps_state: bool = False
 
     @abstractmethod
     def compile(self, graph: Graph, options: HostOptions) -> HostModel:
         """Compile ``graph`` (static shapes) for the host CPU."""
+
+    def compile_stateful(self, graph: Graph, other: Graph, states: tuple[StateSpec, ...], options: HostOptions) -> StatefulModel:
+        """One model for ``graph`` at every input size, keeping ``states`` between calls
+        (``neurenix_core.graph.ir.host_state`` has the contract); for runtimes with ``keeps_state``."""
+        from neurenix_core.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError(f"host runtime {self.name} keeps no state between calls; "
+                                        "generate with cache='fixed' (the cache on the host, fed to every step)")
 
     def covers(self, graph: Graph) -> str | None:
         """Why this runtime cannot take ``graph`` (None: it can): an op or a value dtype it lacks."""

@@ -28,11 +28,11 @@ from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime, QuantizationPlan
+from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime, QuantizationPlan, StatefulModel, StateSpec
 from neurenix_core.errors import BackendUnavailableError, CompilationError, OperationError
 from neurenix_npu_openvino.shape_sharing import ShapeSharing, SharedModel, first_line, signature
 
-__all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime"]
+__all__ = ["OpenVINOHostModel", "OpenVINOHostRuntime", "check_fits_int32", "int64_inputs_to_check"]
 
 
 class OpenVINOHostModel(HostModel):
@@ -78,7 +78,7 @@ class OpenVINOHostModel(HostModel):
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         for i in self._guarded:
-            _check_fits_int32(inputs[i], i)
+            check_fits_int32(inputs[i], i)
         with self._lock:
             request, infer = self._current()
             # Inputs wrapped without a copy; outputs copied, since the request reuses its buffers.
@@ -89,7 +89,7 @@ class OpenVINOHostModel(HostModel):
         # __call__ for one input and one output, without its dict comprehension and tuple
         # generator: about 0.8 µs of a 12 µs call on a small model (benchmarks/cpu.py, mlp_small).
         if self._guarded:
-            _check_fits_int32(x, 0)
+            check_fits_int32(x, 0)
         with self._lock:
             request, infer = self._current()
             infer(request, {0: self._tensor(np.ascontiguousarray(x), shared_memory=True)}, True, False)
@@ -100,6 +100,7 @@ class OpenVINOHostRuntime(HostRuntime):
     """OpenVINO's CPU device, started once per process."""
 
     name = "openvino"
+    keeps_state = True  # compile_stateful: stateful.py
 
     def __init__(self, graph_dtypes: tuple[str, ...]) -> None:
         from neurenix_npu_openvino.telemetry import keep_telemetry_out
@@ -128,6 +129,11 @@ class OpenVINOHostRuntime(HostRuntime):
     def covers(self, graph: Graph) -> str | None:
         why = super().covers(graph)
         return why if why is not None else _int64_use(graph)[0]
+
+    def compile_stateful(self, graph: Graph, other: Graph, states: tuple[StateSpec, ...], options: HostOptions) -> StatefulModel:
+        from neurenix_npu_openvino.stateful import compile_stateful
+
+        return compile_stateful(self, graph, other, states, options)
 
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
         from neurenix_npu_openvino.compile_cache import host_compile_cached
@@ -219,7 +225,7 @@ _INDEX_OPERANDS: Final = {"embedding": (0,), "gather": (1,), "scatter_elements":
 _INT32_RANGE: Final = (-(2**31), 2**31 - 1)
 
 
-def _check_fits_int32(x: np.ndarray, position: int) -> None:
+def check_fits_int32(x: np.ndarray, position: int) -> None:
     """Refuse a call whose int64 input (read as data, not as an index) leaves 32 bits: OpenVINO
     would compute with the truncated value and return a wrong answer without a word."""
     if x.dtype == np.int64 and x.size and (int(x.min()) < _INT32_RANGE[0] or int(x.max()) > _INT32_RANGE[1]):
@@ -243,7 +249,7 @@ def _int64_use(graph: Graph) -> tuple[str | None, tuple[int, ...]]:
     not int64 (BERT's attention mask cast to bool; a language model's position ids, unsqueezed,
     then cast for the rotary angles) is exact whenever the input fits 32 bits, also through layers
     that only move its elements (``_CARRYING_OPS``): those inputs are checked on every call
-    (``_check_fits_int32``) instead of refusing the graph, and an int64 constant read as data is
+    (``check_fits_int32``) instead of refusing the graph, and an int64 constant read as data is
     taken when its values fit."""
     from neurenix_core.contract import infer_values
 
@@ -274,6 +280,11 @@ def _int64_use(graph: Graph) -> tuple[str | None, tuple[int, ...]]:
     if results:
         return f"openvino holds 64-bit integers as 32-bit ones: the graph returns {specs[results[0]].dtype} {results[0]!r}", ()
     return None, tuple(sorted(guarded))
+
+
+def int64_inputs_to_check(graph: Graph) -> tuple[int, ...]:
+    """The graph inputs each call must check to fit 32 bits (``_int64_use``)."""
+    return _int64_use(graph)[1]
 
 
 def _fits_int32(value: np.ndarray) -> bool:

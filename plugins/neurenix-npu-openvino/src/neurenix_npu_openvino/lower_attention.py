@@ -28,6 +28,7 @@ Attrs = Mapping[str, Any]
 def attention(lw: LoweringContext, q: Any, k: Any, v: Any, mask: Any | None, mask_dtype: str | None, scale: float | None, causal: bool) -> Any:
     """softmax(q @ k^T * scale + mask) @ v on f32 q, k, v (the opset's semantics)."""
     q_shape, k_shape = lw.shape(q), lw.shape(k)
+    default_scale = scale is None
     scale = 1.0 / math.sqrt(q_shape[-1]) if scale is None else float(scale)
     if mask is not None and mask_dtype != "bool":
         mask = lw.to_dtype(mask, "float32")
@@ -36,6 +37,11 @@ def attention(lw: LoweringContext, q: Any, k: Any, v: Any, mask: Any | None, mas
         causal = False
     ranks = {len(q_shape), len(k_shape), len(lw.shape(v))}
     if len(ranks) == 1 and min(ranks) >= 3:
+        if mask is None and default_scale:
+            # No mask and the default scale: the three-input form. Given a scale, the node gets a
+            # zero scalar for a mask, which OpenVINO 2026.4's fused key/value-cache attention
+            # (stateful.py) reads as the output's shape: a batch of 0.
+            return lw.op.scaled_dot_product_attention(q, k, v, causal=causal)
         return lw.op.scaled_dot_product_attention(q, k, v, mask, lw.const(scale), causal)
     return _composed(lw, q, k, v, mask, mask_dtype == "bool", scale, causal)
 

@@ -27,6 +27,14 @@ def _reshape_to_spec(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) ->
     return lw.op.reshape(x[0], lw.const(reshape_pattern(source, target), np.int64), True)
 
 
+def _unsqueeze(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
+    # Unsqueeze, not a Reshape to the output shape: the same value without a size in it, and the
+    # form OpenVINO's CPU fusions read (a grouped-query attention's repeated keys over a stateful
+    # cache are Unsqueeze -> Broadcast -> Reshape in its fused key/value-cache attention's pattern).
+    rank = len(lw.spec_of(node).shape)
+    return lw.op.unsqueeze(x[0], lw.const(sorted(axis_of(int(v), rank) for v in a["axes"]), np.int64))
+
+
 def reshape_pattern(source: tuple[int, ...], target: tuple[int, ...]) -> list[int]:
     """``target`` as a Reshape pattern with ``special_zero``: 0 where it keeps the input's size at
     the same position, -1 for the largest size left (inferred), the other sizes as they are. The
@@ -100,6 +108,11 @@ def _slice(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
             if hi < 0:
                 hi = -n - 1
         starts.append(lo), stops.append(hi), steps_out.append(step), axes_out.append(ax)
+    if all(lo == 0 and hi == _BOUND and step == 1 for lo, hi, step in zip(starts, stops, steps_out, strict=True)):
+        # From the start to the end of every axis (what an export leaves of ``x[:, :, None]``):
+        # nothing to lower. A Slice there would sit between a cache's join and the attention
+        # reading it, where OpenVINO's fused key/value-cache attention looks for neither.
+        return x[0]
     return lw.op.slice(x[0], lw.axes(starts), lw.axes(stops), lw.axes(steps_out), lw.axes(axes_out))
 
 
@@ -189,7 +202,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "reshape": _reshape_to_spec,
     "flatten": _reshape_to_spec,
     "squeeze": _reshape_to_spec,
-    "unsqueeze": _reshape_to_spec,
+    "unsqueeze": _unsqueeze,
     "transpose": _transpose,
     "expand": _expand,
     "concat": _concat,

@@ -1,0 +1,162 @@
+"""cpu:0's OpenVINO runtime keeping a step graph's cache between calls (``compile_stateful``, API 1.7).
+
+A language model's step graph reads the past keys/values of each layer and joins the step's new
+ones to them (``concat(past, new)``); ``neurenix_core.graph.ir.host_state`` names those pairs. Here
+each past input becomes OpenVINO state: a ``ReadValue`` of a variable in place of the input and an
+``Assign`` of the joined value in place of the output (OpenVINO's stateful models, as OpenVINO
+GenAI builds its language models). The state lives in the infer request and is updated in place,
+so nothing of the cache crosses to the host, and one compiled model, with the batch, the new-token
+count and the past length dynamic, serves the prompt and every decode step: one copy of the weights.
+
+The shape OpenVINO's CPU device turns into its fused key/value-cache attention (one kernel that
+appends the new keys in place and attends over the cache without joining it): ``ReadValue ->
+Gather(beam_idx) -> Concat -> [Unsqueeze -> Broadcast -> Reshape] -> ScaledDotProductAttention``
+with the ``Assign`` reading the ``Concat``. The ``Gather`` is the beam reorder OpenVINO GenAI's
+models carry; here it is always the identity (``beam_idx = arange(batch)``), and the pattern
+requires it. The bracket is transformers' ``repeat_kv`` for grouped-query attention, which the
+lowering leaves as it is (the core's query stacking, ``grouped_attention.py``, is not applied to
+a stateful step: the fused kernel reads the query and key lengths as equal). The summary counts
+the attention layers that run fused.
+
+Both specializations of the graph are lowered and must be the same OpenVINO model up to their
+input sizes (``shape_sharing.signature``); the axes where they differ are compiled dynamic.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from neurenix_core.contract import Graph, HostOptions, StatefulModel, StateSpec
+from neurenix_core.errors import CompilationError
+from neurenix_npu_openvino.shape_sharing import first_line, signature
+
+if TYPE_CHECKING:
+    from neurenix_npu_openvino.host import OpenVINOHostRuntime
+
+__all__ = ["OpenVINOStatefulModel", "compile_stateful"]
+
+#: The CPU device's attention layer; fused with the key/value cache it also returns the cache
+#: (its present keys and values: three outputs, where the plain attention has one).
+_ATTENTION: Final = "ScaledDotProductAttention"
+_BEAM: Final = "beam_idx"
+
+
+def compile_stateful(runtime: OpenVINOHostRuntime, graph: Graph, other: Graph, states: tuple[StateSpec, ...],
+                     options: HostOptions) -> OpenVINOStatefulModel:
+    """One compiled model for ``graph`` at every input size, keeping ``states`` in OpenVINO state."""
+    from neurenix_npu_openvino.host import int64_inputs_to_check
+    from neurenix_npu_openvino.lowering import lower_graph
+
+    if options.plan is not None or options.precision != "fp32":
+        raise CompilationError(f"host runtime openvino keeps a cache for float steps (fp32, or int8/int4 weights), not "
+                               f"precision={options.precision!r} with a static plan; generate with cache='fixed'")
+    props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+                             # the cache kept as computed (the CPU device may default to u8 for it)
+                             "KV_CACHE_PRECISION": "f32"}
+    if options.weights is not None:  # weight-only: float activations (see host.py)
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+    if options.threads is not None:
+        props["INFERENCE_NUM_THREADS"] = int(options.threads)
+    model = lower_graph(graph, options.weights, device="cpu:0")
+    if signature(model, props) != signature(lower_graph(other, options.weights, device="cpu:0"), props):
+        raise CompilationError("host runtime openvino: the step graph lowers to different OpenVINO models at two sets of "
+                               "input sizes (a size is part of its lowering), so one model cannot serve every step; "
+                               "generate with cache='fixed'")
+    sizes = [(tuple(a.shape), tuple(b.shape)) for a, b in zip(graph.inputs, other.inputs, strict=True)]
+    kept = [k for k in range(len(graph.inputs)) if k not in {s.past for s in states}]
+    stateful = _with_state(model, states, [sizes[k] for k in kept])
+    del model
+    try:
+        compiled = runtime.core.compile_model(stateful, "CPU", props)
+    except RuntimeError as exc:
+        raise CompilationError(f"host runtime openvino could not compile the stateful step: {first_line(exc)}") from exc
+    guarded = tuple(kept.index(k) for k in int64_inputs_to_check(graph) if k in kept)
+    model = OpenVINOStatefulModel(compiled, runtime.ov.Tensor, len(kept), guarded, len(states), options.weights)
+    if 2 * model.fused != len(states):
+        # Only the fused attention's own state handling is sound here: a plain ReadValue/Assign on
+        # OpenVINO 2026.4's CPU device keeps reading the old values after reset_state() (and
+        # garbage in a new infer request), which would give wrong tokens without a word.
+        raise CompilationError(f"host runtime openvino fused {model.fused} attention layer(s) with the cache, for {len(states)} "
+                               f"cache values (two per layer); OpenVINO's state outside its fused attention is not reliable, "
+                               "so it keeps no cache for this model: generate with cache='fixed'")
+    return model
+
+
+def _with_state(model: Any, states: tuple[StateSpec, ...], sizes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> Any:
+    """``model`` with each state's input read from a variable and its joined output assigned to
+    it; the other inputs' axes that differ between the two specializations made dynamic."""
+    import openvino as ov
+    import openvino.opset16 as op
+    from openvino import opset6
+    from openvino.op.util import Variable, VariableInfo
+
+    params, results = list(model.get_parameters()), list(model.get_results())
+    beam = op.parameter([-1], ov.Type.i32, name=_BEAM)
+    batch = op.gather(op.shape_of(params[0], "i64"), op.constant(np.array([0], np.int64)), op.constant(np.int64(0)))
+    # The empty length computed (batch * 0), not a constant 0: OpenVINO 2026.4's CPU device fixes a
+    # state's memory to the shape of a constant initializer, and the first Assign of a longer value
+    # fails ("Can not clone with new dims"); a computed size leaves the length dynamic.
+    empty_length = op.multiply(batch, op.constant(np.array([0], np.int64)))
+    sinks = []
+    for k, state in enumerate(states):
+        past, joined = params[state.past], results[state.joined].input_value(0)
+        shape = list(past.get_output_shape(0))
+        info = VariableInfo()
+        info.variable_id, info.data_type = f"state_{k}", past.get_element_type()
+        info.data_shape = ov.PartialShape([-1 if a in (0, state.axis) else d for a, d in enumerate(shape)])
+        variable = Variable(info)
+        dims = [batch, *(empty_length if a == state.axis else op.constant(np.array([d], np.int64)) for a, d in enumerate(shape) if a)]
+        empty = op.broadcast(op.constant(np.zeros((), past.get_element_type().to_dtype())), op.concat(dims, 0))
+        read = opset6.read_value(empty, variable)
+        past.output(0).replace(op.gather(read, beam, op.constant(np.int64(0))).output(0))
+        sinks.append(op.assign(joined.get_node(), variable))  # a Concat: one output
+        # The joined value's Result goes: the fused attention takes a join read only by the
+        # attention and its Assign.
+        results[state.joined].input(0).replace_source_output(op.constant(np.zeros(0, np.float32)).output(0))
+    skip = {s.joined for s in states}
+    keep = [p for k, p in enumerate(params) if k not in {s.past for s in states}]
+    out = ov.Model([r for j, r in enumerate(results) if j not in skip], sinks, [*keep, beam], "neurenix_stateful_step")
+    out.reshape({p.output(0): ov.PartialShape([-1 if x != y else x for x, y in zip(a, b, strict=True)])
+                 for p, (a, b) in zip(keep, sizes, strict=True)})
+    return out
+
+
+class OpenVINOStatefulModel(StatefulModel):
+    """One compiled stateful model and its infer request (the state lives in the request)."""
+
+    def __init__(self, compiled: Any, tensor: Any, inputs: int, guarded: tuple[int, ...], states: int, weights: Any) -> None:
+        from neurenix_npu_openvino.compiled import _native_infer
+
+        self.compiled = compiled
+        self._tensor, self._inputs, self._guarded = tensor, inputs, guarded
+        self._request = compiled.create_infer_request()
+        self._infer = _native_infer(self._request)
+        self._outputs = len(compiled.outputs)
+        self._lock = threading.Lock()
+        self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or None
+        self.fused = sum(op.get_rt_info()["layerType"].astype(str) == _ATTENTION and op.get_output_size() == 3
+                         for op in compiled.get_runtime_model().get_ordered_ops())
+        weight_line = "" if weights is None else f", int{weights.bits} weights as compressed-weight FullyConnected layers (float activations)"
+        self.summary = (f"OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, {self.threads or 'default'} thread(s){weight_line}, "
+                        f"stateful: one compiled model for the prompt and every step, {states} cache values kept in its state "
+                        f"(KV_CACHE_PRECISION=f32), {self.fused} attention layer(s) on its fused key/value-cache attention")
+
+    def reset(self) -> None:
+        with self._lock:
+            self._request.reset_state()
+
+    def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        from neurenix_npu_openvino.host import check_fits_int32
+
+        if len(inputs) != self._inputs:
+            raise CompilationError(f"the stateful step takes {self._inputs} input(s) (the cache is in its state), got {len(inputs)}")
+        for i in self._guarded:
+            check_fits_int32(inputs[i], i)
+        feed = {i: self._tensor(np.ascontiguousarray(x), shared_memory=True) for i, x in enumerate(inputs)}
+        feed[self._inputs] = self._tensor(np.arange(inputs[0].shape[0], dtype=np.int32))  # beam_idx: no reorder
+        with self._lock:
+            self._infer(self._request, feed, True, False)
+            return tuple(self._request.get_output_tensor(i).data.copy() for i in range(self._outputs))
