@@ -4,7 +4,8 @@ differently, and the lowering forms OpenVINO's fused key/value-cache attention r
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 import pytest
 
 from neurenix_core.errors import CompilationError
@@ -15,8 +16,11 @@ from neurenix_core.testing.stateful import check_stateful_runtime
 
 pytest.importorskip("openvino")
 
+if TYPE_CHECKING:
+    from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
-def _runtime():  # noqa: ANN202 - the plugin's runtime class, imported with OpenVINO
+
+def _runtime() -> OpenVINOHostRuntime:
     from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
     return OpenVINOHostRuntime(("float32",))
