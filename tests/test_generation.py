@@ -25,6 +25,7 @@ import hf_zoo as hz
 
 import neurenix_core as nx
 from neurenix_core.generation import CausalLM, GenerationError, NotACausalLMError
+from neurenix_core.generation.generate import _default_cache
 
 NEW = 32
 PROMPT = 6
@@ -188,11 +189,31 @@ def test_step_model_shares_the_models_weights(models: dict[str, Any], lms: dict[
     assert not any(w.flags.writeable for w in weights)
 
 
-def test_default_cache_is_fixed_and_written_in_place(models: dict[str, Any]) -> None:
+def test_default_cache_on_cpu_is_the_runtimes_state(models: dict[str, Any]) -> None:
+    """cpu:0's default keeps the cache in OpenVINO's state where the npu plugin offers its runtime
+    (tests/test_generation_state.py); a model whose step it refuses (GPT-2's lowering holds a size
+    of the call) falls back to the fixed cache, and the summary says why. Elsewhere: fixed."""
+    model, ids, ref = models["llama"]
+    lm = CausalLM(model, "cpu:0")
+    if importlib.util.find_spec("neurenix_npu_openvino") is None:
+        assert lm.cache == "fixed" and not lm.state_note
+        return
+    assert lm.cache == "state" and lm.compilations == 1
+    np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)
+    gpt2, gpt2_ids, gpt2_ref = models["gpt2"]
+    fell_back = CausalLM(gpt2, "cpu:0")
+    assert fell_back.cache == "fixed" and fell_back.state_note.startswith("cache='state' (cpu:0's default) not used: host runtime openvino")
+    assert fell_back.summary.endswith(fell_back.state_note)
+    np.testing.assert_array_equal(fell_back.generate(gpt2_ids, max_new_tokens=NEW), gpt2_ref)
+    for kwargs in ({"capacity": 64}, {"options": {"runtime": "torch"}}, {"precision": "fp16"}):
+        assert _default_cache(lm.device, kwargs.get("capacity"), kwargs.get("precision"), kwargs.get("options", {})) == "fixed"
+
+
+def test_fixed_cache_is_written_in_place(models: dict[str, Any]) -> None:
     """cpu:0 too gets one decode shape; the step returns only the new keys/values, which the
     cache writes into its buffers (the same objects from the prefill to the last step)."""
     model, ids, _ = models["llama"]
-    lm = CausalLM(model, "cpu:0")
+    lm = CausalLM(model, "cpu:0", cache="fixed")
     assert lm.cache == "fixed"
     cache, ids_in, mask_in = lm._start(ids, np.ones(ids.shape, bool), 4)
     buffers = [id(b) for b in cache.buffers]
@@ -218,7 +239,7 @@ def test_cpu_decodes_every_capacity_on_one_openvino_model(models: dict[str, Any]
     pytest.importorskip("neurenix_cuda_tc")
     pytest.importorskip("neurenix_npu_openvino")
     model, ids, ref = models["llama"]
-    lm = CausalLM(model, "cpu:0")
+    lm = CausalLM(model, "cpu:0", cache="fixed")
     np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=8), ref[:, :PROMPT + 8])  # capacity 16
     np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)  # capacity 64
     decode = str(lm.decoder.summary)
@@ -238,17 +259,17 @@ def test_cpu_runs_a_fixed_cache_on_pytorch(models: dict[str, Any], monkeypatch: 
     fastest; a runtime named by options= or NEURENIX_CPU_RUNTIME still decides every step."""
     pytest.importorskip("neurenix_cuda_tc")
     model, ids, ref = models["llama"]
-    lm = CausalLM(model, "cpu:0")
+    lm = CausalLM(model, "cpu:0", cache="fixed")
     np.testing.assert_array_equal(lm.generate(ids, max_new_tokens=NEW), ref)
     prefill = str(lm.compiled.summary)
-    assert prefill.count("runtime torch (nx.generation's default on cpu:0: it shares the transformers model's weights") == 1
+    assert prefill.count("runtime torch (nx.generation's runtime for a fixed cache's prompt on cpu:0: it shares the transformers model's weights") == 1
     cache_shape = (1, lm.spec.kv_heads, cache_capacity := 64, lm.spec.head_dim)  # PROMPT 6 -> 8 slots, + NEW - 1: 64
     assert cache_capacity == lm._start(ids, np.ones(ids.shape, bool), NEW)[0].capacity
     if importlib.util.find_spec("neurenix_npu_openvino") is None:
         assert lm.decoder is None and lm.compilations == 2 and f"{cache_shape} x{2 * lm.spec.layers}:" in prefill
     else:
         decode = str(lm.decoder.summary)
-        assert decode.count("runtime openvino (nx.generation's default for cpu:0's decode steps") == 1 and lm.compilations == 2
+        assert decode.count("runtime openvino (nx.generation's runtime for a fixed cache's decode steps on cpu:0") == 1 and lm.compilations == 2
         assert f"{cache_shape} x{2 * lm.spec.layers}:" in decode, "equal input shapes are written once with their count"
         assert lm.summary == f"prefill: {prefill}\ndecode: {decode}"
     named = CausalLM(model, "cpu:0", options={"runtime": "numpy"})
