@@ -1,5 +1,6 @@
 """examples/generate.py: greedy, sampled, streamed and batched generation of a tiny GPT-2 on the
-emulated npu (fixed-capacity cache; tests/test_generation.py covers cpu:0's dynamic cache)."""
+emulated npu (fixed-capacity cache) and of a tiny Llama on cpu:0 (the cache in OpenVINO's state;
+tests/test_generation.py and test_generation_state.py cover the rest)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_example_generates() -> None:
-    device = "npu:0"
+def _run(*args: str) -> str:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")} | {"NEURENIX_EMULATE": "npu", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "generate.py"), "--device", device, "--tokens", "16"],
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "generate.py"), *args, "--tokens", "16"],
                           capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = proc.stdout
+    return proc.stdout
+
+
+def test_example_generates_on_cpu_with_the_cache_in_openvino_state() -> None:
+    pytest.importorskip("neurenix_npu_openvino")
+    out = _run("--device", "cpu:0", "--model", "llama")
+    assert "same as transformers' generate: True" in out, out
+    assert "compilations: 1 (state cache on cpu:0)" in out and "2 attention layer(s) on its fused key/value-cache attention" in out, out
+
+
+def test_example_generates() -> None:
+    out = _run("--device", "npu:0")
     assert "same as transformers' generate: True" in out, out
     greedy = re.search(r"^greedy: +(\[.*\])$", out, re.MULTILINE)
     streamed = re.search(r"^streamed: (.*)$", out, re.MULTILINE)

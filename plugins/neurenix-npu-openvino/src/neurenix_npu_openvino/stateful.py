@@ -25,16 +25,14 @@ input sizes (``shape_sharing.signature``); the axes where they differ are compil
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
 from neurenix_core.contract import Graph, HostOptions, StatefulModel, StateSpec
 from neurenix_core.errors import CompilationError
+from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_inputs_to_check
 from neurenix_npu_openvino.shape_sharing import first_line, signature
-
-if TYPE_CHECKING:
-    from neurenix_npu_openvino.host import OpenVINOHostRuntime
 
 __all__ = ["OpenVINOStatefulModel", "compile_stateful"]
 
@@ -44,10 +42,10 @@ _ATTENTION: Final = "ScaledDotProductAttention"
 _BEAM: Final = "beam_idx"
 
 
-def compile_stateful(runtime: OpenVINOHostRuntime, graph: Graph, other: Graph, states: tuple[StateSpec, ...],
+def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states: tuple[StateSpec, ...],
                      options: HostOptions) -> OpenVINOStatefulModel:
-    """One compiled model for ``graph`` at every input size, keeping ``states`` in OpenVINO state."""
-    from neurenix_npu_openvino.host import int64_inputs_to_check
+    """One compiled model for ``graph`` at every input size, keeping ``states`` in OpenVINO state
+    (``core``: the runtime's ``openvino.Core``, ``tensor``: ``openvino.Tensor``)."""
     from neurenix_npu_openvino.lowering import lower_graph
 
     if options.plan is not None or options.precision != "fp32":
@@ -70,11 +68,11 @@ def compile_stateful(runtime: OpenVINOHostRuntime, graph: Graph, other: Graph, s
     stateful = _with_state(model, states, [sizes[k] for k in kept])
     del model
     try:
-        compiled = runtime.core.compile_model(stateful, "CPU", props)
+        compiled = core.compile_model(stateful, "CPU", props)
     except RuntimeError as exc:
         raise CompilationError(f"host runtime openvino could not compile the stateful step: {first_line(exc)}") from exc
     guarded = tuple(kept.index(k) for k in int64_inputs_to_check(graph) if k in kept)
-    model = OpenVINOStatefulModel(compiled, runtime.ov.Tensor, len(kept), guarded, len(states), options.weights)
+    model = OpenVINOStatefulModel(compiled, tensor, len(kept), guarded, len(states), options.weights)
     if 2 * model.fused != len(states):
         # Only the fused attention's own state handling is sound here: a plain ReadValue/Assign on
         # OpenVINO 2026.4's CPU device keeps reading the old values after reset_state() (and
@@ -149,8 +147,6 @@ class OpenVINOStatefulModel(StatefulModel):
             self._request.reset_state()
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        from neurenix_npu_openvino.host import check_fits_int32
-
         if len(inputs) != self._inputs:
             raise CompilationError(f"the stateful step takes {self._inputs} input(s) (the cache is in its state), got {len(inputs)}")
         for i in self._guarded:
