@@ -29,13 +29,7 @@ LOGITS_TOL = 1e-4  # relative to the largest logit, as tests/test_generation.py
 
 
 def _model(name: str) -> Any:
-    model, _ = hz.build(name)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
+    return hz.build_varied(name)
 
 
 def _reference(model: Any, ids: np.ndarray, new: int) -> np.ndarray:

@@ -144,6 +144,18 @@ def build(name: str, seed: int = 0) -> tuple[Any, Inputs]:
     return model.eval(), inputs
 
 
+def build_varied(name: str) -> Any:
+    """A causal LM of ``build`` with its matrices and embeddings redrawn at a scale where greedy
+    decoding varies (the configs' initialisation makes nearly uniform logits, one token repeated)."""
+    model, _ = build(name)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
 def outputs(result: Any) -> list[np.ndarray]:
     """A transformers output (ModelOutput, tuple or tensor) as NumPy arrays in pytree order."""
     import torch.utils._pytree as pytree
