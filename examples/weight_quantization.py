@@ -5,9 +5,10 @@ compressed weights), then checked against the float model it came from.
     python examples/weight_quantization.py [--device npu:0] [--tokens 16]
 
 A tiny Llama built from a config (random weights at a scale where greedy decoding varies;
-nothing downloaded). On cpu:0 the plan goes to a host runtime listing the scheme, chosen by
-measuring: OpenVINO's compressed-weight FullyConnected layers (int8 and int4, where the npu plugin
-is installed) or ONNX Runtime's MatMulNBits (int4, the onnxruntime plugin). Where nothing lowers
+nothing downloaded). On cpu:0 with the npu plugin installed the cache is kept in OpenVINO's state
+and the plan becomes OpenVINO's compressed-weight FullyConnected layers in that one model (int8
+and int4); with ``cache="fixed"`` it goes to a host runtime listing the scheme, chosen by
+measuring: OpenVINO's, or ONNX Runtime's MatMulNBits (int4, the onnxruntime plugin). Where nothing lowers
 a scheme the core runs the dequantized float model, which computes the same values at fp32's
 memory and speed, and a FallbackWarning says so.
 """
