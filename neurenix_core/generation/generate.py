@@ -26,8 +26,9 @@ from neurenix_core.kwargs import strict_kwargs
 __all__ = ["CACHE_KINDS", "CausalLM", "QuantizationCheck", "clear", "generate"]
 
 #: "fixed": the step attends over a capacity chosen per generation, one compiled shape for every
-#: decode step (the default); "dynamic": over the filled slots only, one input shape per step;
-#: "state": the runtime keeps the cache between steps, one compiled model for every step (state.py).
+#: decode step (the default but on cpu:0 with OpenVINO's runtime); "dynamic": over the filled slots
+#: only, one input shape per step; "state": the runtime keeps the cache between steps, one
+#: compiled model for every step (state.py; cpu:0's default where OpenVINO's runtime is installed).
 CACHE_KINDS = ("dynamic", "fixed", "state")
 _MIN_BUCKET = 8
 #: Fixed capacities above this are multiples of it (below, powers of two): a 1024-token prompt and
@@ -282,8 +283,8 @@ def _default_cache(device: Any, capacity: int | None, precision: str | None, opt
 
     A stateful model is one compiled model for the prompt and every decode step, its cache appended
     in place by OpenVINO's fused key/value-cache attention: on the 2-vCPU AMD EPYC it decodes the
-    135M model as fast as the fixed cache at 1 thread and 1.1x at 2, reaches the first token 1.6-2.3x
-    sooner, and with int8/int4 weights peaks at half the memory (docs/generation.md).
+    135M model at the fixed cache's speed (within the run-to-run noise), reaches the first token
+    1.5-2.2x sooner, and with int8/int4 weights peaks at 62-65% of the memory (docs/generation.md).
     """
     from neurenix_core.graph.compile.host_select import host_runtime_named, requested_runtime
     from neurenix_core.graph.ir.host import HostRuntime

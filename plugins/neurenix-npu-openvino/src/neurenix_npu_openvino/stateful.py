@@ -72,15 +72,15 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
     except RuntimeError as exc:
         raise CompilationError(f"host runtime openvino could not compile the stateful step: {first_line(exc)}") from exc
     guarded = tuple(kept.index(k) for k in int64_inputs_to_check(graph) if k in kept)
-    model = OpenVINOStatefulModel(compiled, tensor, len(kept), guarded, len(states), options.weights)
-    if 2 * model.fused != len(states):
+    step = OpenVINOStatefulModel(compiled, tensor, len(kept), guarded, len(states), options.weights)
+    if 2 * step.fused != len(states):
         # Only the fused attention's own state handling is sound here: a plain ReadValue/Assign on
         # OpenVINO 2026.4's CPU device keeps reading the old values after reset_state() (and
         # garbage in a new infer request), which would give wrong tokens without a word.
-        raise CompilationError(f"host runtime openvino fused {model.fused} attention layer(s) with the cache, for {len(states)} "
+        raise CompilationError(f"host runtime openvino fused {step.fused} attention layer(s) with the cache, for {len(states)} "
                                f"cache values (two per layer); OpenVINO's state outside its fused attention is not reliable, "
                                "so it keeps no cache for this model: generate with cache='fixed'")
-    return model
+    return step
 
 
 def _with_state(model: Any, states: tuple[StateSpec, ...], sizes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> Any:
