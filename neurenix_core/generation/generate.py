@@ -133,7 +133,8 @@ class CausalLM:
                 if asked is not None:  # asked for: never another cache than the one named
                     raise
                 self.cache = cache = "fixed"
-                self.state_note = f"cache='state' (cpu:0's default) not used: {str(exc).strip().splitlines()[0]}"
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                self.state_note = f"cache='state' (cpu:0's default) not used: {why}"
         chosen = _cpu_runtime(cache, quantize) if self.device.type == "cpu" and "runtime" not in opts else None
         if chosen is not None:
             opts["runtime"] = chosen

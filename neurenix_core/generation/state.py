@@ -32,11 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StatefulStep", "joined_states"]
 
-#: (batch, new tokens, past length) of the two specializations: primes, so that no size (nor the
-#: past plus the new tokens) equals another, a size of the other set, 1, or a model's head count or
-#: width (a size that coincides with a model's could lower as "keep this axis", which the other
-#: set then contradicts: the runtime refuses rather than guesses).
-_SIZES: Final = ((5, 37, 47), (7, 41, 59))
 #: The step graph's inputs before the past keys/values: input_ids, mask, position_ids.
 _LEADING: Final = 3
 #: The sequence axis of a cache value (B, heads, S, head_dim).
@@ -78,9 +73,10 @@ class StatefulStep:
     ``(ids, mask, positions) -> logits`` per step."""
 
     def __init__(self, graph: Graph, spec: StepSpec, runtime: HostRuntime, options: Any) -> None:
+        from neurenix_core.graph.ir.host_state import SIZES
+
         stateful, states = joined_states(graph)
-        first, second = (_specialized(stateful, spec, *sizes) for sizes in _SIZES)
-        self.runtime = runtime.name
+        first, second = (_specialized(stateful, spec, *sizes) for sizes in SIZES)
         self.model: StatefulModel = runtime.compile_stateful(first, second, states, options)
         self.summary = f"cpu:0, runtime {runtime.name} ({runtime.version}): {self.model.summary}"
 

@@ -21,9 +21,6 @@ __all__ = ["check_stateful_runtime"]
 
 _HEADS: Final = 2
 _WIDTH: Final = 8
-#: (batch, new entries, past length) of the two specializations handed to the runtime (see
-#: neurenix_core.generation.state._SIZES: primes, so no size coincides with another).
-_SIZES: Final = ((5, 37, 47), (7, 41, 59))
 #: Per call: (batch, new entries); a reset comes before each batch size's sequence.
 _CALLS: Final = ((2, 4), (2, 1), (2, 1), (2, 3), (3, 5), (3, 1))
 #: fp32 against the float64 reference, relative to the largest output (the host-runtime contract).
@@ -45,11 +42,11 @@ def _step(batch: int, new: int, past: int) -> Graph:
 def check_stateful_runtime(runtime: HostRuntime, threads: int | None = 1) -> None:
     """Raise AssertionError where ``runtime``'s stateful model differs from the reference."""
     from neurenix_core.graph.ir.host import HostOptions
-    from neurenix_core.graph.ir.host_state import StateSpec
+    from neurenix_core.graph.ir.host_state import SIZES, StateSpec
     from neurenix_core.graph.reference.run import run_graph
 
     states = (StateSpec(past=3, joined=1, axis=2), StateSpec(past=4, joined=2, axis=2))
-    model = runtime.compile_stateful(_step(*_SIZES[0]), _step(*_SIZES[1]), states, HostOptions(threads=threads))
+    model = runtime.compile_stateful(_step(*SIZES[0]), _step(*SIZES[1]), states, HostOptions(threads=threads))
     rng = np.random.default_rng(0)
     batch = 0
     for call, (b, n) in enumerate(_CALLS):

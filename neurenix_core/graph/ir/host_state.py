@@ -1,4 +1,4 @@
-"""Stateful host models: a step graph whose cache the runtime keeps between calls (API 1.6).
+"""Stateful host models: a step graph whose cache the runtime keeps between calls (API 1.7).
 
 A language model's decode step takes the past keys and values of every layer and appends the
 step's new ones (``concat(past, new)`` along the sequence axis). Fed from the host, the whole
@@ -29,12 +29,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["StateSpec", "StatefulModel"]
+__all__ = ["SIZES", "StateSpec", "StatefulModel"]
+
+#: (batch, new entries, past length) of the two specializations the core hands a runtime: primes,
+#: so that no size (nor the past plus the new entries) equals another, a size of the other set, 1,
+#: or a model's head count or width (a size that coincides with a model's could lower as "keep
+#: this axis", which the other set then contradicts: the runtime refuses rather than guesses).
+SIZES: Final = ((5, 37, 47), (7, 41, 59))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from typing import Any, Final
 
 from neurenix_core.errors import CompilationError, QuantizationError
 
-__all__ = ["OPTIMIZE_FOR", "PRECISIONS", "QUANTIZED_CPU_PROPERTIES", "check_precision", "performance_properties", "precision_hint", "user_properties"]
+__all__ = ["OPTIMIZE_FOR", "PRECISIONS", "QUANTIZED_CPU_PROPERTIES", "check_precision", "cpu_host_properties", "performance_properties",
+           "precision_hint", "user_properties", "weights_summary"]
 
 #: neurenix precision -> (INFERENCE_PRECISION_HINT, OPTIMIZATION_CAPABILITIES entry it needs).
 #: int8/int16 keep the float parts of the graph in f32; the quantized layers run in integers.
@@ -92,3 +93,20 @@ def user_properties(value: Any, device: str) -> dict[str, Any]:
     if "INFERENCE_PRECISION_HINT" in value:
         raise CompilationError(f"{device}: set the precision with nx.compile(..., precision=...), not ov_properties['INFERENCE_PRECISION_HINT']")
     return dict(value)
+
+
+def cpu_host_properties(threads: int | None, *, weights: bool = False) -> dict[str, Any]:
+    """cpu:0's OpenVINO properties (host.py, stateful.py): f32 for every float part (never the CPU
+    device's bf16 default), latency, the thread count where given; with weight-only quantized
+    layers, float activations (the CPU device's default quantizes them at run time)."""
+    props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    if weights:
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+    if threads is not None:
+        props["INFERENCE_NUM_THREADS"] = int(threads)
+    return props
+
+
+def weights_summary(bits: int) -> str:
+    """What a summary says of weight-only quantized layers on cpu:0's OpenVINO runtime."""
+    return f"int{bits} weights as compressed-weight FullyConnected layers (float activations)"

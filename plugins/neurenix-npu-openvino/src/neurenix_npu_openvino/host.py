@@ -30,6 +30,7 @@ import numpy as np
 
 from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime, QuantizationPlan, StatefulModel, StateSpec
 from neurenix_core.errors import BackendUnavailableError, CompilationError
+from neurenix_npu_openvino.config import weights_summary
 from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_use
 from neurenix_npu_openvino.shape_sharing import ShapeSharing, SharedModel, first_line, signature
 
@@ -139,7 +140,7 @@ class OpenVINOHostRuntime(HostRuntime):
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
         from neurenix_npu_openvino.compile_cache import host_compile_cached
         from neurenix_npu_openvino.compiled import runtime_config
-        from neurenix_npu_openvino.config import QUANTIZED_CPU_PROPERTIES
+        from neurenix_npu_openvino.config import QUANTIZED_CPU_PROPERTIES, cpu_host_properties
         from neurenix_npu_openvino.lowering import lower_graph
         from neurenix_npu_openvino.quantize import check_plan, cpu_placement
 
@@ -152,15 +153,12 @@ class OpenVINOHostRuntime(HostRuntime):
         # The lowered (and cache-keyed) plan leaves out roundings inside fused activation chains.
         lowered = cpu_placement(graph, plan) if plan is not None else None
         # f32 for the float parts in every case: a quantized model's FakeQuantize layers run in
-        # integers, everything between them in f32 (never the CPU's bf16 default).
-        props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+        # integers, everything between them in f32.
+        props = cpu_host_properties(options.threads, weights=weights is not None)
         if plan is not None:
             props.update(QUANTIZED_CPU_PROPERTIES)
-        if weights is not None:  # weight-only: the activations stay float (the CPU device's default quantizes them)
-            props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+        if weights is not None:
             lowered = weights
-        if options.threads is not None:
-            props["INFERENCE_NUM_THREADS"] = int(options.threads)
 
         # Lowered first: a model already compiled for other input shapes runs this one too where
         # the two lower to the same OpenVINO model up to their input sizes (shape_sharing.py).
@@ -190,7 +188,7 @@ class OpenVINOHostRuntime(HostRuntime):
             model.summary += (f", {options.precision} with the core's plan ({layers} conv/FC layers in integer precision; "
                               f"{_placement_line(plan, lowered)})")
         if weights is not None:
-            model.summary += f", int{weights.bits} weights as compressed-weight FullyConnected layers (float activations)"
+            model.summary += f", {weights_summary(weights.bits)}"
         model.summary += _sharing_line(shared, reused, graph)
         model.summary += "".join(f", {line}" for line in cache_lines)
         return model

@@ -10,7 +10,7 @@ import numpy as np
 from neurenix_core.contract import Graph
 from neurenix_core.errors import OperationError
 
-__all__ = ["check_fits_int32", "int64_inputs_to_check", "int64_use"]
+__all__ = ["check_fits_int32", "int64_use"]
 
 
 #: Operand positions where an int64 value is an index (token ids, a gather's or a scatter's
@@ -77,11 +77,6 @@ def int64_use(graph: Graph) -> tuple[str | None, tuple[int, ...]]:
     if results:
         return f"openvino holds 64-bit integers as 32-bit ones: the graph returns {specs[results[0]].dtype} {results[0]!r}", ()
     return None, tuple(sorted(guarded))
-
-
-def int64_inputs_to_check(graph: Graph) -> tuple[int, ...]:
-    """The graph inputs each call must check to fit 32 bits (``int64_use``)."""
-    return int64_use(graph)[1]
 
 
 def _fits_int32(value: np.ndarray) -> bool:

@@ -30,8 +30,9 @@ from typing import Any, Final
 import numpy as np
 
 from neurenix_core.contract import Graph, HostOptions, StatefulModel, StateSpec
-from neurenix_core.errors import CompilationError
-from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_inputs_to_check
+from neurenix_core.errors import CompilationError, OperationError
+from neurenix_npu_openvino.config import cpu_host_properties, weights_summary
+from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_use
 from neurenix_npu_openvino.shape_sharing import first_line, signature
 
 __all__ = ["OpenVINOStatefulModel", "compile_stateful"]
@@ -51,13 +52,8 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
     if options.plan is not None or options.precision != "fp32":
         raise CompilationError(f"host runtime openvino keeps a cache for float steps (fp32, or int8/int4 weights), not "
                                f"precision={options.precision!r} with a static plan; generate with cache='fixed'")
-    props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
-                             # the cache kept as computed (the CPU device may default to u8 for it)
-                             "KV_CACHE_PRECISION": "f32"}
-    if options.weights is not None:  # weight-only: float activations (see host.py)
-        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
-    if options.threads is not None:
-        props["INFERENCE_NUM_THREADS"] = int(options.threads)
+    props = cpu_host_properties(options.threads, weights=options.weights is not None)
+    props["KV_CACHE_PRECISION"] = "f32"  # the cache kept as computed (the CPU device may default to u8 for it)
     model = lower_graph(graph, options.weights, device="cpu:0")
     if signature(model, props) != signature(lower_graph(other, options.weights, device="cpu:0"), props):
         raise CompilationError("host runtime openvino: the step graph lowers to different OpenVINO models at two sets of "
@@ -71,7 +67,7 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
         compiled = core.compile_model(stateful, "CPU", props)
     except RuntimeError as exc:
         raise CompilationError(f"host runtime openvino could not compile the stateful step: {first_line(exc)}") from exc
-    guarded = tuple(kept.index(k) for k in int64_inputs_to_check(graph) if k in kept)
+    guarded = tuple(kept.index(k) for k in int64_use(graph)[1] if k in kept)
     step = OpenVINOStatefulModel(compiled, tensor, len(kept), guarded, len(states), options.weights)
     if 2 * step.fused != len(states):
         # Only the fused attention's own state handling is sound here: a plain ReadValue/Assign on
@@ -137,7 +133,7 @@ class OpenVINOStatefulModel(StatefulModel):
         self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or None
         self.fused = sum(op.get_rt_info()["layerType"].astype(str) == _ATTENTION and op.get_output_size() == 3
                          for op in compiled.get_runtime_model().get_ordered_ops())
-        weight_line = "" if weights is None else f", int{weights.bits} weights as compressed-weight FullyConnected layers (float activations)"
+        weight_line = "" if weights is None else f", {weights_summary(weights.bits)}"
         self.summary = (f"OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, {self.threads or 'default'} thread(s){weight_line}, "
                         f"stateful: one compiled model for the prompt and every step, {states} cache values kept in its state "
                         f"(KV_CACHE_PRECISION=f32), {self.fused} attention layer(s) on its fused key/value-cache attention")
@@ -148,7 +144,7 @@ class OpenVINOStatefulModel(StatefulModel):
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         if len(inputs) != self._inputs:
-            raise CompilationError(f"the stateful step takes {self._inputs} input(s) (the cache is in its state), got {len(inputs)}")
+            raise OperationError(f"the stateful step takes {self._inputs} input(s) (the cache is in its state), got {len(inputs)}")
         for i in self._guarded:
             check_fits_int32(inputs[i], i)
         feed = {i: self._tensor(np.ascontiguousarray(x), shared_memory=True) for i, x in enumerate(inputs)}
