@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("script, args, expect", [
     ("models.py", ["--device", "cpu:0"], "from_torch: max |neurenix - torch|"),
-    ("quantization.py", ["--no-progress"], "dynamic:"),
+    ("quantization.py", ["--no-progress"], "calibration_method='histogram': integer error"),
     ("import_resnet.py", [], "max relative error vs torch"),
     ("onnx_conformance.py", [], "float16 softmax on cpu:0: dtype float16"),
 ])

@@ -1,7 +1,8 @@
 """Quantization math, once for every backend: calibration, parameters, TFLite integer arithmetic.
 
 * Calibration runs the float reference interpreter over a data iterable and records each
-  value's range (``minmax``, or ``percentile`` to clip outliers), with a progress bar.
+  value's range (``minmax``; ``percentile`` to clip outliers; ``histogram``: the range of least
+  quantization error), with a progress bar.
 * Weights: symmetric per-channel int8 in [-127, 127] along axis 0 (output channels).
 * Activations: affine per-tensor int8 in [-128, 127] (zero point may be non-zero), or symmetric
   int16 (zero point 0) as TFLite's 16x8 mode, whose weights stay int8.

@@ -1,5 +1,6 @@
 """Calibration: run the float reference interpreter over a data iterable and record each value's
-range (``minmax``, or ``percentile`` to clip outliers), with a progress bar; the result is a
+range (``minmax``; ``percentile`` to clip outliers; ``histogram``: the range of least quantization
+error, ``histogram.py``), with a progress bar; the result is a
 :class:`~neurenix_core.graph.ir.QuantizationPlan` that every backend lowers without recomputing it.
 """
 
@@ -21,19 +22,25 @@ from neurenix_core.graph.ir.qmath import (
     passes_through,
     weight_params,
 )
+from neurenix_core.graph.quantization.histogram import Histogram, best_range
 from neurenix_core.graph.reference.run import run_graph, specialized
 
-__all__ = ["batch_arrays", "calibrate", "dynamic_plan", "plan_summary"]
+__all__ = ["METHODS", "batch_arrays", "calibrate", "dynamic_plan", "plan_summary"]
+
+
+#: The calibration methods :func:`calibrate` takes.
+METHODS = ("minmax", "percentile", "histogram")
 
 
 class _Observer:
-    """Running min/max per value, plus a bounded sample of values for percentiles."""
+    """Running min/max per value, plus a bounded sample of values for percentiles or a histogram."""
 
     def __init__(self, method: str, sample_per_batch: int = 65536, seed: int = 0) -> None:
         self.method = method
         self.lo: dict[str, float] = {}
         self.hi: dict[str, float] = {}
         self.samples: dict[str, list[np.ndarray]] = defaultdict(list)
+        self.histograms: dict[str, Histogram] = defaultdict(Histogram)
         self.k = sample_per_batch
         self.rng = np.random.default_rng(seed)
 
@@ -45,10 +52,14 @@ class _Observer:
         self.hi[name] = max(self.hi.get(name, -np.inf), float(flat.max()))
         if self.method == "percentile":
             self.samples[name].append(flat if flat.size <= self.k else self.rng.choice(flat, self.k, replace=False))
+        elif self.method == "histogram":
+            self.histograms[name].add(flat)
 
-    def range(self, name: str, percentile: float) -> tuple[float, float]:
+    def range(self, name: str, percentile: float, bits: int) -> tuple[float, float]:
         if self.method == "minmax":
             return self.lo[name], self.hi[name]
+        if self.method == "histogram":
+            return best_range(self.histograms[name], bits)
         data = np.concatenate(self.samples[name])
         return float(np.percentile(data, 100.0 - percentile)), float(np.percentile(data, percentile))
 
@@ -115,8 +126,8 @@ def calibrate(
     model. Returns a :class:`QuantizationPlan` keyed by the value and node names of ``model``'s
     graph (fold batch norms first with :func:`fold_batch_norm` if the backend will).
     """
-    if method not in ("minmax", "percentile"):
-        raise QuantizationError(f"calibration method must be 'minmax' or 'percentile', got {method!r}")
+    if method not in METHODS:
+        raise QuantizationError(f"calibration method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
     if not 50.0 < percentile <= 100.0:
         raise QuantizationError(f"percentile must be in (50, 100], got {percentile}")
     int_range(bits)
@@ -144,7 +155,7 @@ def calibrate(
     from neurenix_core._log import logger
 
     logger("quantization").debug("calibrated %d value range(s) on %d batch(es) (%s, int%d)", len(obs.lo), batches, method, bits)
-    acts = {name: activation_params(*obs.range(name, percentile), bits=bits) for name in obs.lo}
+    acts = {name: activation_params(*obs.range(name, percentile, bits), bits=bits) for name in obs.lo}
     _tie_parameters(graph, acts, shapes)
     weights = {n.name: weight_params(np.asarray(n.params["weight"])) for n in graph.nodes if n.op in ("linear", "conv2d")}
     weights.update(_matmul_weights(graph))

@@ -138,7 +138,7 @@ def _check_plan(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], re
     raise CompilationError(
         f"{device}: the int{plan.bits} plan does not describe the model: the integer reference is {relative:.1%} away from float "
         f"on the calibration data, more than int{plan.bits} rounding explains ({PLAN_TOLERANCE:.0%}); {where}{scale}. "
-        "Recalibrate with representative data (or method='percentile'), check a hand-made plan's scales, "
+        "Recalibrate with representative data (or another calibration method: 'histogram', 'percentile'), check a hand-made plan's scales, "
         "or pass verify=False to nx.compile to accept it; neurenix_core.graph.quantization.verify.layer_errors shows every layer"
     )
 
