@@ -24,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -112,7 +113,8 @@ def table(rows: list[dict[str, Any]], methods: Sequence[str]) -> str:
             if r is None:
                 cells.append("")
             elif r["top1"] is None:
-                cells.append(r["note"][:60])
+                found = re.search(r"is ([0-9.]+%) away", r["note"])
+                cells.append(f"refused ({found.group(1)})" if found else r["note"][:60])
             else:
                 cells.append(f"{r['top1']:.3f} ({r['error']:.1%})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
