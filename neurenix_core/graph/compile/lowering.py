@@ -152,7 +152,8 @@ class Lowering(Runners):
 
             warnings.warn(placement.line(), fallback.FallbackWarning, stacklevel=user_stacklevel())
         segs = sum(1 for s in placement.segments if s.on_device)
-        rest = "in fp32" if self.plan is None else f"on the integer reference ({self.precision}; boundary values cross dequantized)"
+        rest = "in fp32" if self.plan is None else (f"in {self.precision} on the host runtime each cpu:0 segment's line in the placement "
+                                                     "report names, or the integer reference; boundary values cross dequantized")
         return runner, f"partitioned: {placement.line()} ({segs} device segment(s), the rest on the CPU backend {rest})"
 
     def _fallback(self, exc: UnsupportedOperationError, graph: Graph) -> tuple[Runner, str]:

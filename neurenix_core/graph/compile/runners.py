@@ -137,19 +137,22 @@ class Runners(CompiledState):
         return run, placement
 
     def _host_fn(self, sub: Graph, whole: Graph) -> Callable[..., Any]:
-        """A CPU segment as host arrays -> host arrays: the float32 interpreter, or for a quantized
-        model the integer reference on the segment with the restricted plan. Its float inputs
-        arrive dequantized, ``(q - zp) * scale``, and are quantized again with the same
-        parameters, which gives back ``q`` exactly; its outputs leave dequantized (float32)."""
+        """A CPU segment as host arrays -> host arrays, on the host runtime host_select chooses:
+        for a float model measured against the float32 interpreter, for a quantized one against
+        the integer reference on the segment with the restricted plan (which runs it where no
+        runtime takes the segment). A quantized segment's float inputs arrive dequantized,
+        ``(q - zp) * scale``, and are quantized again with the same parameters, which gives back
+        ``q`` exactly; its outputs leave dequantized (float32)."""
         from neurenix_core.graph.reference.run import run_graph, run_quantized
 
+        what = f"segment {sub.nodes[0].name!r}" if sub.nodes else "segment"
         if self.plan is None:
             if self.weights is not None:  # a planned layer on cpu:0 computes with the quantized weights too
                 from neurenix_core.graph.quantization.weights import dequantized
 
                 sub = dequantized(sub, self.weights)
             interpret = lambda *hosts: run_graph(sub, *hosts, float_dtype=None)
-            choice = self._choose_host(sub, interpret, f"segment {sub.nodes[0].name!r}" if sub.nodes else "segment")
+            choice = self._choose_host(sub, interpret, what)
             if choice is None or choice.model is None:
                 return interpret
             model: Callable[..., Any] = choice.model
@@ -164,9 +167,18 @@ class Runners(CompiledState):
         graph = Graph(tuple(sub.inputs[k] for k in keep), inline + sub.nodes, sub.outputs)
         plan = restrict_plan(self.plan, graph)
 
-        def run(*hosts: Any) -> tuple[Any, ...]:
-            out = run_quantized(graph, plan, *(hosts[k] for k in keep), float_inputs=True)
+        def integer(*kept: Any) -> tuple[Any, ...]:
+            out = run_quantized(graph, plan, *kept, float_inputs=True)
             return tuple(_float32(o) for o in (out if isinstance(out, tuple) else (out,)))
+
+        # A dynamic plan quantizes per call, which no host runtime's kernels take; a graph per
+        # input value would be measured once per value.
+        choice = None if plan.dynamic or self._values is not None else self._choose_host(graph, integer, what, plan=plan)
+        chosen: Callable[..., Any] = integer if choice is None or choice.model is None else choice.model
+
+        def run(*hosts: Any) -> tuple[Any, ...]:
+            out = chosen(*(hosts[k] for k in keep))
+            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
         return run
 
