@@ -197,6 +197,7 @@ def test_default_cache_on_cpu_is_the_runtimes_state(models: dict[str, Any]) -> N
     gpt2, gpt2_ids, gpt2_ref = models["gpt2"]
     fell_back = CausalLM(gpt2, "cpu:0")
     assert fell_back.cache == "fixed" and fell_back.state_note.startswith("cache='state' (cpu:0's default) not used: host runtime openvino")
+    assert fell_back.state_note.endswith("; the fixed cache serves it") and fell_back.state_note.count("cache='fixed'") == 0, fell_back.state_note
     assert fell_back.summary.endswith(fell_back.state_note)
     np.testing.assert_array_equal(fell_back.generate(gpt2_ids, max_new_tokens=NEW), gpt2_ref)
     for kwargs in ({"capacity": 64}, {"options": {"runtime": "torch"}}, {"precision": "fp16"}):

@@ -134,7 +134,9 @@ class CausalLM:
                     raise
                 self.cache = cache = "fixed"
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                self.state_note = f"cache='state' (cpu:0's default) not used: {why}"
+                # The refusal's remedy ("generate with cache='fixed'") is what happens next: said once.
+                why = why.removesuffix("; generate with cache='fixed'").removesuffix(": generate with cache='fixed'")
+                self.state_note = f"cache='state' (cpu:0's default) not used: {why}; the fixed cache serves it"
         chosen = _cpu_runtime(cache, quantize) if self.device.type == "cpu" and "runtime" not in opts else None
         if chosen is not None:
             opts["runtime"] = chosen
