@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -189,11 +190,39 @@ def plan_fingerprint(plan: Any) -> str:
     return "-" if plan is None else str(plan.fingerprint())
 
 
+@functools.cache
+def _code_digest(package: str) -> str:
+    """A digest of the installed source of ``package``: each ``.py`` file under it, by relative
+    path and content (a plugin's files: a few milliseconds, once per process); "-" where the
+    package is not found."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return "-"
+    digest = hashlib.sha256()
+    for root in spec.submodule_search_locations:
+        for path in sorted(Path(root).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def plugin_code(plugin: str) -> str:
+    """The source digest of the package that registered ``plugin``: part of every entry's key, so
+    a lowering changed without a version bump (an editable install, a patched wheel) compiles
+    again instead of loading what the old code made. "-" for a name no plugin registered."""
+    from neurenix_core.plugins.state import registry
+
+    record = registry().record_named(plugin)
+    return "-" if record is None else _code_digest(record.module_name.split(".")[0])
+
+
 def cache_key(plugin: str, fingerprint: str, options: Mapping[str, Any], versions: Mapping[str, str]) -> str:
-    """The entry's key: every input that can change the compiled bytes or their validity."""
+    """The entry's key: every input that can change the compiled bytes or their validity (the
+    plugin's own source among them: ``plugin_code``)."""
     text = json.dumps(
         {"format": FORMAT, "plugin": plugin, "graph": fingerprint, "options": dict(options), "versions": dict(versions),
-         "cpu": cpu_identity()},
+         "code": plugin_code(plugin), "cpu": cpu_identity()},
         sort_keys=True, default=repr,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:40]
