@@ -270,7 +270,7 @@ print(json.dumps(res))
     assert out["off"] == ["flatten", "hardswish"]  # a quantized model keeps its composites whole
     assert out["nodes"] == {"qdev:0": 2, "cpu:0": 2}
     assert out["warnings"] == [out["line"]] and "2 nodes on cpu:0" in out["line"]
-    assert "integer reference (int8" in out["summary"]
+    assert "in int8 on the host runtime each cpu:0 segment's line in the placement report names, or the integer reference" in out["summary"]
     assert "node 'act' (op hardswish)" in out["error"] and "fallback policy is 'error'" in out["error"]
 
 

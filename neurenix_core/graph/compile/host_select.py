@@ -456,7 +456,10 @@ def _plan_agreement(graph: Graph, plan: QuantizationPlan, inputs: Sequence[np.nd
     every one, and a looser fixed one would pass a runtime that drops a bias."""
     from neurenix_core.graph.quantization.verify import agreement, references
 
-    refs = references(graph, plan, tuple(inputs))
+    # A segment of a model (runners._host_fn) may take values the plan leaves in float: a whole
+    # model's float inputs always have parameters (check_plan), so missing ones mark a segment.
+    floats = any(s.dtype.startswith("float") and s.name not in plan.activations for s in graph.inputs)
+    refs = references(graph, plan, tuple(inputs), float_inputs=floats)
 
     def check(got: Sequence[Any]) -> str | None:
         result = agreement(graph, plan, [(tuple(inputs), got)], refs=[refs])

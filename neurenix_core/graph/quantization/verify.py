@@ -40,6 +40,9 @@ PLAN_TOLERANCE = 0.3
 VERIFY_BATCHES = 2
 #: Output quantization steps per element the device may differ by beyond the rounding bound.
 _STEPS = 2.0
+#: For an output the plan leaves in float (a cpu:0 segment's, in a mixed plan): the share of its
+#: norm float32 arithmetic may add, where a quantized output has its steps (fp32's tolerance).
+_FLOAT_SLACK = 1e-4
 
 
 @dataclass(frozen=True)
@@ -166,11 +169,13 @@ def verify_outputs(
 References = tuple[tuple[Any, ...], tuple[Any, ...]]
 
 
-def references(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...]) -> References:
-    """The float64 reference's and the integer reference's outputs of ``graph`` on ``batch``."""
+def references(graph: Graph, plan: QuantizationPlan, batch: tuple[Any, ...], *, float_inputs: bool = False) -> References:
+    """The float64 reference's and the integer reference's outputs of ``graph`` on ``batch``
+    (``float_inputs``: ``graph`` is a segment whose float inputs the plan may leave in float,
+    ``run_quantized``'s)."""
     from neurenix_core.graph.reference.run import run_graph, run_quantized
 
-    return _as_tuple(run_graph(graph, *batch)), _as_tuple(run_quantized(graph, plan, *batch))
+    return _as_tuple(run_graph(graph, *batch)), _as_tuple(run_quantized(graph, plan, *batch, float_inputs=float_inputs))
 
 
 def agreement(
@@ -189,17 +194,21 @@ def agreement(
     for k_run, (batch, got) in enumerate(runs):
         exact, ints = refs[k_run] if refs is not None else references(graph, plan, batch)
         for k, name in enumerate(graph.outputs):
-            if name not in plan.activations or np.asarray(exact[k]).dtype.kind != "f":
+            if np.asarray(exact[k]).dtype.kind != "f":
                 continue  # integer or bool outputs (ids, masks) are not quantized
             want_i, want_f = np.asarray(ints[k], np.float64), np.asarray(exact[k], np.float64)
             have = np.asarray(got[k], np.float64).reshape(want_i.shape)
-            scale = _scale(plan, name)
             dev_diff += float(np.sum((have - want_i) ** 2))
             int_base += float(np.sum(want_i**2))
             plan_diff += float(np.sum((want_i - want_f) ** 2))
             flt_base += float(np.sum(want_f**2))
-            bound += (2.0 * float(np.linalg.norm((want_i - want_f).ravel())) + _STEPS * scale * np.sqrt(want_i.size)) ** 2
-            steps = max(steps, _steps(have, want_i, scale))
+            if name in plan.activations:
+                scale = _scale(plan, name)
+                slack = _STEPS * scale * np.sqrt(want_i.size)
+                steps = max(steps, _steps(have, want_i, scale))
+            else:  # left in float by the plan (a segment of a mixed plan): float32's rounding, no output steps
+                slack = _FLOAT_SLACK * float(np.linalg.norm(want_i.ravel()))
+            bound += (2.0 * float(np.linalg.norm((want_i - want_f).ravel())) + slack) ** 2
     norm = np.sqrt(int_base) or 1.0
     return Verification(
         len(runs),
