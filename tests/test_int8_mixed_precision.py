@@ -161,6 +161,23 @@ def test_a_cnn_that_passes_keeps_every_layer_int8() -> None:
     assert M.mix(graph, compiled.plan, calibration, device="cpu:0", progress=False) is None
 
 
+def test_a_cnn_between_5_and_30_percent_is_mixed_except_where_float_layers_run_on_the_host() -> None:
+    """``mixed.mix_for_device``: a CNN's plan past 5% is mixed on a device that computes float in
+    place (its float activations cost OpenVINO no speed: docs/quantization.md), and left all-int8
+    under 30% where each float layer is a hop to cpu:0 (edgetpu)."""
+    model, calibration = _residual_cnn()
+    graph = Q.fold_batch_norm(model.to_graph())
+    plan = Q.calibrate(graph, calibration, progress=False)
+    add = next(n.output for n in graph.nodes if n.op == "add")
+    coarse = dict(plan.activations)
+    coarse[add] = dataclasses.replace(coarse[add], scale=coarse[add].scale * np.float32(80.0))  # the residual sum in 3 steps
+    rough = dataclasses.replace(plan, activations=coarse)
+    assert M.MIXED_TRIGGER < M.plan_error(graph, rough, calibration) <= M.CONSERVATIVE_TRIGGER
+    mixed = M.mix_for_device(graph, rough, calibration, device="cpu:0", host=False, progress=False)
+    assert mixed is not None and add in {v for f in mixed.float_layers for v in f.values} and mixed.error <= M.MIXED_TARGET, mixed
+    assert M.mix_for_device(graph, rough, calibration, device="edgetpu:0", host=True, progress=False) is None
+
+
 def test_a_hand_made_broken_plan_is_still_refused(transformer: tuple[str, Any, list[Any]]) -> None:
     """A plan given as quantize= is the user's: verified and refused as it is, never mixed, even
     where the broken value is one a mix could keep in float."""

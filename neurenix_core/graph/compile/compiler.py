@@ -76,14 +76,14 @@ def compile(  # the public name the seeds and DESIGN.md use
     ({input: value}, default 0) fills the padding (``neurenix_core.graph.compile.buckets``, docs/shape-buckets.md).
     ``calibration_method``: how ``calibration`` sets each activation's range: "minmax", "percentile",
     "histogram" (the range of least quantization error, ``quantization/histogram.py``), or "auto":
-    "minmax" where the plan is then mixed from 5% (a model with layer norms on a device that
-    computes float layers in place), "histogram" elsewhere (``mixed.calibration_method``).
+    "minmax" for a model with layer norms that is then mixed from 5% (on a device that computes
+    float layers in place), "histogram" elsewhere (``mixed.calibration_method``).
     ``verify``: a static int8/int16 compile with ``calibration`` runs its first batches through the
     compiled model and the core's integer and float references and raises CompilationError where
     they disagree beyond rounding (``neurenix_core.graph.quantization.verify``); the result is in ``.summary``.
     ``mixed_precision``: where a calibrated plan's integer reference is too far from float (over
-    5% for a model with layer norms on a device that computes float layers in place, else over
-    the check's 30%: ``mixed.mix_for_device``), the layers whose rounding loses the model stay in float, toward
+    5% on a device that computes float layers in place, over the check's 30% where they run on
+    the host: ``mixed.mix_for_device``), the layers whose rounding loses the model stay in float, toward
     ``mixed.MIXED_TARGET`` (5%) (``neurenix_core.graph.quantization.mixed``; named in ``.summary`` and
     ``.float_layers``); False keeps every layer quantized and the check refuses as before. Part of
     the verification: ``verify=False`` mixes nothing. A plan given as ``quantize=`` is never changed.

@@ -47,14 +47,13 @@ many values poorly (no value alone moves it); these rounds took 2 to 10 runs on 
 tests/test_int8_mixed_precision.py and up to the cap on benchmarks/int8_mixed.py's 12-block ViT. Every round and the pruning stop
 at :data:`MAX_RUNS`, with a rich progress bar (``progress=False`` hides it, as for calibration).
 
-When to mix (:func:`mix_for_device`, what ``nx.compile`` calls): a model with layer norms (a
-transformer) on a device that computes float layers in place (cpu, npu, tpu, cuda) is mixed from
-:data:`MIXED_TRIGGER` (5%) on, toward :data:`MIXED_TARGET`: 10-30% on the logits leaves top-1
-agreement far below PyTorch's PTQ, 5% reaches it (benchmarks/int8_mixed.py; docs/quantization.md
-has the table). Other models (CNNs, whose float layers would break their int8 conv chains) and
-devices whose float layers run on the host (edgetpu, where each is a hop to cpu:0 and back) are
-mixed only over the verification's 30% (:data:`CONSERVATIVE_TRIGGER`, also :func:`mix`'s
-default). A plan over 30% that no mix brings within 30% is refused with :class:`CompilationError`,
+When to mix (:func:`mix_for_device`, what ``nx.compile`` calls): on a device that computes float
+layers in place (cpu, npu, tpu, cuda) a plan is mixed from :data:`MIXED_TRIGGER` (5%) on, toward
+:data:`MIXED_TARGET`: 10-30% on the logits leaves top-1 agreement far below PyTorch's PTQ for a
+transformer, 5% reaches it, and a CNN's mix costs no speed on OpenVINO's kernels
+(benchmarks/int8_mixed.py; docs/quantization.md has the tables). Devices whose float layers run
+on the host (edgetpu, where each is a hop to cpu:0 and back) are mixed only over the
+verification's 30% (:data:`CONSERVATIVE_TRIGGER`, also :func:`mix`'s default). A plan over 30% that no mix brings within 30% is refused with :class:`CompilationError`,
 naming the layers tried and where the error is left.
 """
 
@@ -80,20 +79,21 @@ __all__ = ["CONSERVATIVE_TRIGGER", "MAX_RUNS", "MIXED_TARGET", "MIXED_TRIGGER", 
 #: 4.3-4.5% on 0.94-0.95 where PyTorch's X86 PTQ reaches 0.975; BERT-tiny at 3-6% on 0.94-0.98.
 MIXED_TARGET: Final = 0.05
 #: A plan whose integer reference is within this of float is not mixed (every layer int8), on
-#: the devices that compute a float layer in place (cpu, npu, tpu, cuda) and for a model with
-#: layer norms (a transformer: its error sits in the norms' inputs and the linear outputs feeding
-#: them, where a mix closes it at a few float values; measured, benchmarks/int8_mixed.py: a
-#: ViT-Tiny-sized ViT at 12.9% agrees with fp32 on 0.83-0.86, mixed to 5% on 0.95-0.96, PyTorch's
-#: X86 PTQ 0.97; BERT-tiny with FFN outliers 20% -> 3%: 0.88 -> 0.98-0.99, X86 0.99).
+#: the devices that compute a float layer in place (cpu, npu, tpu, cuda). Measured
+#: (benchmarks/int8_mixed.py, benchmarks/int8_calibration.py; top-1 agreement with fp32): a
+#: transformer's error sits in its norms' inputs and the linear outputs feeding them, where a mix
+#: closes it at a few float values (a ViT-Tiny-sized ViT at 12.9% agrees with fp32 on 0.83-0.86,
+#: mixed to 5% on 0.95-0.96, PyTorch's X86 PTQ 0.97; BERT-tiny with FFN outliers 20% -> 3%:
+#: 0.88 -> 0.98-0.99, X86 0.99); a CNN's mix keeps a few activations in float at no cost in speed
+#: on OpenVINO's kernels (EfficientNet-B0 at 22.7%: 38 of 190 values float, 18.5%, top-1 0.669 ->
+#: 0.713, 3.75 against 4.00 ms all-int8; MobileNetV3-Small at 12.1%: 13 of 122, 10.4%, 0.738 ->
+#: 0.734, 0.72 against 0.81 ms; 1 thread, one interleaved run on a loaded 2-vCPU AMD EPYC).
 MIXED_TRIGGER: Final = MIXED_TARGET
-#: Elsewhere only a plan the verification would refuse is mixed: a CNN's float layers break the
-#: conv -> activation int8 chains people quantize for (this project's random-weight
-#: MobileNetV3-Small and EfficientNet-B0 plans are 12% and 23% from float with the default
-#: least-error ranges, and each reference run of EfficientNet-B0 takes 11 s), and on a device
-#: whose float layers run on the host (edgetpu:
-#: ``Capabilities.extra["float_layers"] == "host"``) each is a hop to cpu:0 and back.
+#: On a device whose float layers run on the host (edgetpu:
+#: ``Capabilities.extra["float_layers"] == "host"``) each is a hop to cpu:0 and back: only a plan
+#: the verification would refuse is mixed there.
 CONSERVATIVE_TRIGGER: Final = V.PLAN_TOLERANCE
-#: Ops whose presence makes a model a transformer for :data:`MIXED_TRIGGER`.
+#: Ops whose presence makes a model a transformer for :func:`calibration_method`.
 _NORMS: Final = frozenset({"layer_norm", "rms_norm", "group_norm"})
 #: The most integer-reference runs one mix may take (each runs the verification batches).
 MAX_RUNS: Final = 16
@@ -348,31 +348,27 @@ def float_layers_on_host(record: Any) -> bool:
     return bool(caps is not None and caps.extra.get("float_layers") == "host")
 
 
-def mixes_from_target(graph: Graph, host: bool) -> bool:
-    """Whether ``nx.compile`` mixes this model's plans from :data:`MIXED_TRIGGER` (a model with
-    layer norms on a device that computes float layers in place), not only over 30%."""
-    return not host and any(n.op in _NORMS for n in graph.nodes)
-
-
 def calibration_method(graph: Graph, *, host: bool, mixing: bool) -> str:
-    """``nx.compile``'s ``calibration_method="auto"``: "minmax" where the plan is then mixed from
-    :data:`MIXED_TRIGGER`, "histogram" (``histogram.py``: each range of least quantization error)
-    elsewhere. Measured (docs/quantization.md, "Calibration"): histogram ranges raise top-1
-    agreement with fp32 on every CNN of ``benchmarks/cpu.py`` (ResNet-18 0.869 -> 0.881,
-    MobileNetV3-Small 0.675 -> 0.738; EfficientNet-B0's min/max plan is refused, its histogram plan
-    0.669 against percentile's 0.622) and on all-int8 transformers (ViT-Tiny's width 0.820 -> 0.916),
-    but BERT-tiny's plan went from 3.7% to 5.1% from float (0.938 -> 0.928): where a mix refines the
-    plan from 5%, it starts from the min/max ranges it was measured with."""
-    return "minmax" if mixing and mixes_from_target(graph, host) else "histogram"
+    """``nx.compile``'s ``calibration_method="auto"``: "minmax" for a model with layer norms that
+    is then mixed from :data:`MIXED_TRIGGER` (a transformer on a device that computes float layers
+    in place), "histogram" (``histogram.py``: each range of least quantization error) elsewhere.
+    Measured (docs/quantization.md, "Calibration"): histogram ranges raise top-1 agreement with
+    fp32 on every CNN of ``benchmarks/cpu.py`` (ResNet-18 0.869 -> 0.881, MobileNetV3-Small
+    0.675 -> 0.738; EfficientNet-B0's min/max plan is refused, its histogram plan 0.669 against
+    percentile's 0.622) and on all-int8 transformers (ViT-Tiny's width 0.820 -> 0.916), but
+    BERT-tiny's plan went from 3.7% to 5.1% from float (0.938 -> 0.928): a transformer's mix starts
+    from the min/max ranges it was measured with."""
+    transformer = any(n.op in _NORMS for n in graph.nodes)
+    return "minmax" if mixing and not host and transformer else "histogram"
 
 
 def mix_for_device(graph: Graph, plan: QuantizationPlan, calibration: Sequence[Any], *, device: str, host: bool,
                    progress: bool = True) -> MixedPrecision | None:
-    """``nx.compile``'s mix: :data:`MIXED_TRIGGER` for a model with layer norms on a device that
-    computes float layers in place, else :data:`CONSERVATIVE_TRIGGER`. Where float layers run on
+    """``nx.compile``'s mix: :data:`MIXED_TRIGGER` on a device that computes float layers in
+    place, else :data:`CONSERVATIVE_TRIGGER`. Where float layers run on
     the host (``host``), linear / conv2d outputs stay int8 (a float output would take the whole
     layer's FLOPs to cpu:0) unless no mix without them is within ``verify.PLAN_TOLERANCE``."""
-    trigger = MIXED_TRIGGER if mixes_from_target(graph, host) else CONSERVATIVE_TRIGGER
+    trigger = CONSERVATIVE_TRIGGER if host else MIXED_TRIGGER
     if not host:
         return mix(graph, plan, calibration, device=device, trigger=trigger, progress=progress)
     try:
