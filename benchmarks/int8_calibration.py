@@ -1,12 +1,13 @@
 """Calibration range methods against each other: top-1 agreement of the all-int8 plan with fp32.
 
     .venv/bin/python -P benchmarks/int8_calibration.py [--models resnet18 ... vit bert] [--methods minmax histogram]
-        [--quick] [--json out.json]
+        [--mixed] [--quick] [--json out.json]
 
 For each model and each ``calibration_method``, ``nx.compile(model, "cpu", precision="int8",
 calibration=..., calibration_method=method, mixed_precision=False, runtime="openvino")`` (every
-layer int8, verified against the integer reference as every int8 compile is; a plan the
-verification refuses is a row saying so), then the share of the agreement inputs whose arg-max
+layer int8; ``--mixed``: nx.compile's default mix, each cell naming the values kept in float;
+verified against the integer reference as every int8 compile is; a plan the verification
+refuses is a row saying so), then the share of the agreement inputs whose arg-max
 is the torch fp32 model's, and the integer reference's relative error against float on the
 verification batches (what the verification holds to 30%).
 
@@ -81,7 +82,7 @@ def _args(x: Any) -> tuple[Any, ...]:
 
 
 def measure(name: str, module: Any, example: tuple[Any, ...], calibration: list[Any], inputs: list[Any],
-            method: str) -> dict[str, Any]:
+            method: str, mixed: bool = False) -> dict[str, Any]:
     import torch
 
     import neurenix_core as nx
@@ -94,13 +95,14 @@ def measure(name: str, module: Any, example: tuple[Any, ...], calibration: list[
     row: dict[str, Any] = {"model": name, "method": method}
     try:
         compiled = nx.compile(model, device="cpu", precision="int8", calibration=list(calibration), calibration_method=method,
-                              mixed_precision=False, runtime="openvino", progress=False, outputs="host")
+                              mixed_precision=mixed, runtime="openvino", progress=False, outputs="host")
     except nx.CompilationError as exc:
         row.update(top1=None, error=None, note=f"refused: {str(exc).splitlines()[0][:160]}")
         return row
     got = np.concatenate([np.asarray(compiled(*_args(x))) for x in inputs])
+    floats = len({v for f in compiled.float_layers for v in f.values})
     row.update(top1=float(np.mean(got.argmax(-1) == want.argmax(-1))), error=M.plan_error(compiled.graph, compiled.plan, calibration),
-               note="", seconds=time.perf_counter() - start)
+               note=f"{floats} values float" if floats else "", seconds=time.perf_counter() - start)
     return row
 
 
@@ -116,7 +118,7 @@ def table(rows: list[dict[str, Any]], methods: Sequence[str]) -> str:
                 found = re.search(r"is ([0-9.]+%) away", r["note"])
                 cells.append(f"refused ({found.group(1)})" if found else r["note"][:60])
             else:
-                cells.append(f"{r['top1']:.3f} ({r['error']:.1%})")
+                cells.append(f"{r['top1']:.3f} ({r['error']:.1%}{', ' + r['note'] if r['note'] else ''})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -125,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=[*CPU_MODELS, *MIXED_MODELS], choices=[*CPU_MODELS, *MIXED_MODELS])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--mixed", action="store_true", help="nx.compile's default mix after calibration (mixed_precision=True)")
     p.add_argument("--quick", action="store_true", help="32 agreement inputs for cpu.py's models, 100 for the transformers")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -134,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for name, module, example, calibration, inputs in _cases(args.models, args.quick):
         for method in args.methods:
-            rows.append(measure(name, module, example, calibration, inputs, method))
+            rows.append(measure(name, module, example, calibration, inputs, method, args.mixed))
             r = rows[-1]
             shown = r["note"] if r["top1"] is None else f"top-1 {r['top1']:.3f}, error {r['error']:.1%}"
             print(f"  {name:18s} {method:10s} {shown}", flush=True)

@@ -1,6 +1,5 @@
-"""``calibration_method="histogram"``: each activation's range of least quantization error, and
-``nx.compile``'s ``"auto"`` choice between it and min/max (``quantization/histogram.py``,
-``mixed.calibration_method``)."""
+"""``calibration_method="histogram"`` (``nx.compile``'s default): each activation's range of least
+quantization error (``quantization/histogram.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import neurenix_core as nx
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph import quantization as Q
 from neurenix_core.graph.ir.qmath import activation_params
-from neurenix_core.graph.quantization import mixed as M
 from neurenix_core.graph.quantization.histogram import BINS, Histogram, best_range
 
 RNG = np.random.default_rng(0)
@@ -104,18 +102,13 @@ def _models() -> tuple[Any, Any, list[np.ndarray]]:
     return cnn, norm, batches
 
 
-def test_auto_is_min_max_only_where_the_plan_is_then_mixed_from_5_percent() -> None:
+def test_nx_compile_calibrates_by_least_error_unless_told_otherwise() -> None:
     cnn, norm, batches = _models()
-    graph = norm.to_graph()
-    assert M.calibration_method(graph, host=False, mixing=True) == "minmax"
-    assert M.calibration_method(graph, host=True, mixing=True) == "histogram"  # edgetpu: mixed only over 30%
-    assert M.calibration_method(graph, host=False, mixing=False) == "histogram"
-    assert M.calibration_method(cnn.to_graph(), host=False, mixing=True) == "histogram"
 
     def method(model: Any, **kw: Any) -> str:
         compiled = nx.compile(model, device="cpu", quantize="int8", calibration=batches, progress=False, **kw)
         assert compiled.plan is not None
         return compiled.plan.method
 
-    assert method(cnn) == "histogram" and method(norm) == "minmax"
-    assert method(norm, mixed_precision=False) == "histogram" and method(cnn, calibration_method="minmax") == "minmax"
+    assert method(cnn) == "histogram" and method(norm) == "histogram" and method(norm, mixed_precision=False) == "histogram"
+    assert method(cnn, calibration_method="minmax") == "minmax" and method(norm, calibration_method="percentile") == "percentile"

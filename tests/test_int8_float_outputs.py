@@ -155,7 +155,8 @@ def test_a_transformer_over_5_percent_is_mixed_except_where_float_layers_run_on_
     assert mixed is not None and mixed.error <= M.MIXED_TARGET, mixed
     assert M.mix_for_device(graph, plan, calibration, device="edgetpu:0", host=True, progress=False) is None
     assert M.mix(graph, plan, calibration, device="cpu:0", progress=False) is None  # mix's own default: conservative
-    compiled = nx.compile(graph, device="cpu", quantize="int8", calibration=calibration, progress=False)
+    compiled = nx.compile(graph, device="cpu", quantize="int8", calibration=calibration, progress=False,
+                          calibration_method="minmax")  # the fixture's plan
     assert {f.node for f in compiled.float_layers} == {f.node for f in mixed.float_layers}, compiled.summary
     from neurenix_core.plugins.state import registry
     from neurenix_core.tensor.placement import default_backend

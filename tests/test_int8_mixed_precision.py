@@ -86,9 +86,8 @@ def _args(batch: Any) -> tuple[Any, ...]:
 
 
 def test_refused_without_mixed_precision(transformer: tuple[str, Any, list[Any]]) -> None:
-    """With min/max ranges (the ones a mix starts from) both plans are over 30% and refused.
-    ``mixed_precision=False`` alone calibrates with least-error ranges ("auto": nothing refines
-    the plan), which bring the BERT's plan within 30%: it compiles all-int8."""
+    """With min/max ranges both plans are over 30% and refused; the default least-error ranges
+    bring the BERT's plan within 30%: it compiles all-int8."""
     name, model, calibration = transformer
     with pytest.raises(nx.CompilationError, match=r"int8 plan does not describe the model: the integer reference is"):
         nx.compile(model, device="cpu", quantize="int8", calibration=calibration, progress=False, mixed_precision=False,

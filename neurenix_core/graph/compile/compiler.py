@@ -48,7 +48,7 @@ def compile(  # the public name the seeds and DESIGN.md use
     quantize: bool | str | QuantizationPlan | None = None,
     calibration: Iterable[Any] | None = None,
     *,
-    calibration_method: str = "auto",
+    calibration_method: str = "histogram",
     progress: bool = True,
     outputs: str = "device",
     buckets: Any = None,
@@ -74,10 +74,8 @@ def compile(  # the public name the seeds and DESIGN.md use
     ``buckets`` (True / "pow2", a list of batch sizes, or {input: {axis: sizes}}) compiles once
     per bucket and pads to it where the graph proves padding changes no result; ``pad_values``
     ({input: value}, default 0) fills the padding (``neurenix_core.graph.compile.buckets``, docs/shape-buckets.md).
-    ``calibration_method``: how ``calibration`` sets each activation's range: "minmax", "percentile",
-    "histogram" (the range of least quantization error, ``quantization/histogram.py``), or "auto":
-    "minmax" for a model with layer norms that is then mixed from 5% (on a device that computes
-    float layers in place), "histogram" elsewhere (``mixed.calibration_method``).
+    ``calibration_method``: how ``calibration`` sets each activation's range: "histogram" (the
+    range of least quantization error, ``quantization/histogram.py``), "minmax" or "percentile".
     ``verify``: a static int8/int16 compile with ``calibration`` runs its first batches through the
     compiled model and the core's integer and float references and raises CompilationError where
     they disagree beyond rounding (``neurenix_core.graph.quantization.verify``); the result is in ``.summary``.
@@ -110,8 +108,7 @@ def compile(  # the public name the seeds and DESIGN.md use
     if isinstance(quantize, str) and quantize.endswith("-weights"):
         graph, weights, note = _weight_only(graph, dev, record, quantize, extra)
         quantize = None
-    precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress,
-                                           mixing=mixed_precision and verify, record=record)
+    precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
     mixed = None
     if mixed_precision and verify and calibration and plan is not None and not plan.dynamic and not isinstance(quantize, QuantizationPlan):
         from neurenix_core.graph.quantization import mixed as M  # a calibrated plan, checked before the device compiles it
@@ -203,7 +200,7 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Map
 
 
 def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: Any, calibration: Iterable[Any] | None,
-                  method: str, progress: bool, *, mixing: bool, record: Any) -> tuple[str | None, QuantizationPlan | None, Graph]:
+                  method: str, progress: bool) -> tuple[str | None, QuantizationPlan | None, Graph]:
     if precision is not None and precision not in PRECISIONS:
         raise CompilationError(f"{dev}: precision={precision!r} is not one of {', '.join(PRECISIONS)}")
     if quantize is None and precision not in ("int8", "int16"):
@@ -232,10 +229,6 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
             "calibration=[batch1, batch2, ...]) with a few representative input batches (or quantize='dynamic')"
         )
     folded = Q.fold_batch_norm(graph)
-    if method == "auto":
-        from neurenix_core.graph.quantization.mixed import calibration_method, float_layers_on_host
-
-        method = calibration_method(folded, host=float_layers_on_host(record), mixing=mixing)
     plan = Q.calibrate(folded, calibration, bits=8 if bits_name == "int8" else 16, method=method, progress=progress)
     return bits_name, plan, folded
 

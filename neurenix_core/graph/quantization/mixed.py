@@ -93,8 +93,6 @@ MIXED_TRIGGER: Final = MIXED_TARGET
 #: ``Capabilities.extra["float_layers"] == "host"``) each is a hop to cpu:0 and back: only a plan
 #: the verification would refuse is mixed there.
 CONSERVATIVE_TRIGGER: Final = V.PLAN_TOLERANCE
-#: Ops whose presence makes a model a transformer for :func:`calibration_method`.
-_NORMS: Final = frozenset({"layer_norm", "rms_norm", "group_norm"})
 #: The most integer-reference runs one mix may take (each runs the verification batches).
 MAX_RUNS: Final = 16
 #: The first round drops every group credited with at least this share of the largest jump; each
@@ -346,20 +344,6 @@ def float_layers_on_host(record: Any) -> bool:
     ``Capabilities.extra["float_layers"] == "host"``: the Edge TPU computes int8 only)."""
     caps = getattr(getattr(record, "manifest", None), "capabilities", None)
     return bool(caps is not None and caps.extra.get("float_layers") == "host")
-
-
-def calibration_method(graph: Graph, *, host: bool, mixing: bool) -> str:
-    """``nx.compile``'s ``calibration_method="auto"``: "minmax" for a model with layer norms that
-    is then mixed from :data:`MIXED_TRIGGER` (a transformer on a device that computes float layers
-    in place), "histogram" (``histogram.py``: each range of least quantization error) elsewhere.
-    Measured (docs/quantization.md, "Calibration"): histogram ranges raise top-1 agreement with
-    fp32 on every CNN of ``benchmarks/cpu.py`` (ResNet-18 0.869 -> 0.881, MobileNetV3-Small
-    0.675 -> 0.738; EfficientNet-B0's min/max plan is refused, its histogram plan 0.669 against
-    percentile's 0.622) and on all-int8 transformers (ViT-Tiny's width 0.820 -> 0.916), but
-    BERT-tiny's plan went from 3.7% to 5.1% from float (0.938 -> 0.928): a transformer's mix starts
-    from the min/max ranges it was measured with."""
-    transformer = any(n.op in _NORMS for n in graph.nodes)
-    return "minmax" if mixing and not host and transformer else "histogram"
 
 
 def mix_for_device(graph: Graph, plan: QuantizationPlan, calibration: Sequence[Any], *, device: str, host: bool,
