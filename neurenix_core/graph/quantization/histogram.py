@@ -47,8 +47,10 @@ class Histogram:
             old = self.edges()
             self.counts = np.histogram((old[:-1] + old[1:]) / 2, BINS, (lo, hi), weights=self.counts)[0]
         self.lo, self.hi = lo, hi
-        # A constant so far (lo == hi) counts in the first bin: best_range gives it its exact range.
-        self.counts = self.counts + (np.histogram(flat, BINS, (lo, hi))[0] if hi > lo else np.eye(BINS)[0] * flat.size)
+        if hi > lo:
+            self.counts = self.counts + np.histogram(flat, BINS, (lo, hi))[0]
+        else:  # a constant so far counts in the first bin: best_range gives it its exact range
+            self.counts[0] += flat.size
 
     def edges(self) -> np.ndarray:
         return np.linspace(self.lo, self.hi, BINS + 1)

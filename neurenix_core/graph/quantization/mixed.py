@@ -53,8 +53,9 @@ layers in place (cpu, npu, tpu, cuda) a plan is mixed from :data:`MIXED_TRIGGER`
 transformer, 5% reaches it, and a CNN's mix costs no speed on OpenVINO's kernels
 (benchmarks/int8_mixed.py; docs/quantization.md has the tables). Devices whose float layers run
 on the host (edgetpu, where each is a hop to cpu:0 and back) are mixed only over the
-verification's 30% (:data:`CONSERVATIVE_TRIGGER`, also :func:`mix`'s default). A plan over 30% that no mix brings within 30% is refused with :class:`CompilationError`,
-naming the layers tried and where the error is left.
+verification's 30% (:data:`CONSERVATIVE_TRIGGER`, also :func:`mix`'s default). A plan over 30%
+that no mix brings within 30% is refused with :class:`CompilationError`, naming the layers tried
+and where the error is left.
 """
 
 from __future__ import annotations
