@@ -69,3 +69,19 @@ def test_an_entry_from_other_plugin_code_is_not_loaded(tmp_path: Path, monkeypat
     assert compiled("old").state == "miss" and compiled("old").state == "hit"
     edited = compiled("new")
     assert edited.state == "miss" and edited.value == b"compiled by new" and builds == ["old", "new"]
+
+
+def test_the_host_runtime_choice_is_measured_again_after_a_runtime_plugin_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu:0's cached runtime choice (host_select) is not checked against the reference when
+    loaded, so its key holds each host-runtime plugin's source digest too."""
+    import neurenix_core as nx
+    from neurenix_core.graph.compile import host_select
+
+    graph = nx.nn.Sequential(nx.nn.Linear(8, 8)).to_graph()
+    monkeypatch.setattr(host_select, "_installed", None)
+    before = host_select._cache_key(graph, 1)
+    monkeypatch.setattr(host_select, "_installed", None)
+    monkeypatch.setattr(C, "plugin_code", lambda plugin: "edited")
+    if not host_select._installed_runtimes():
+        pytest.skip("no host-runtime plugin is installed")
+    assert host_select._cache_key(graph, 1) != before

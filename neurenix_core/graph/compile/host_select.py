@@ -595,12 +595,17 @@ _installed: list[list[Any]] | None = None
 
 
 def _installed_runtimes() -> list[list[Any]]:
-    """Each host-runtime plugin (runtime name, plugin name and version) with the installed
-    versions of the packages its distribution requires, from package metadata: an upgraded
-    framework changes the key without the framework being imported (read once per process)."""
+    """Each host-runtime plugin (runtime name, plugin name and version, and its source digest:
+    ``cache.plugin_code``) with the installed versions of the packages its distribution requires,
+    from package metadata: an upgraded framework or an edited plugin changes the key without the
+    framework being imported (read once per process). A choice loaded from this cache is not
+    checked against the reference again, so a changed runtime plugin is measured again."""
+    from neurenix_core.graph.compile.cache import plugin_code
+
     global _installed
     if _installed is None:
-        _installed = sorted([name, rec.name, str(rec.version), _requirement_versions(rec.distribution)] for rec, name in _offering())
+        _installed = sorted([name, rec.name, str(rec.version), _requirement_versions(rec.distribution), plugin_code(rec.name)]
+                            for rec, name in _offering())
     return _installed
 
 
