@@ -82,12 +82,9 @@ def _from_cpu_benchmark(name: str) -> Any:
     """A model of benchmarks/cpu.py (ResNet-18, ViT-Tiny at 224x224, batch 1): the same builders."""
 
     def build(torch: Any) -> tuple[Any, Any]:
-        import importlib.util
+        from neurenix_core import benchkit
 
-        spec = importlib.util.spec_from_file_location("neurenix_cpu_benchmark", os.path.join(_HERE, "cpu.py"))
-        assert spec is not None and spec.loader is not None
-        cpu = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(cpu)
+        cpu = benchkit.load_script(os.path.join(_HERE, "cpu.py"), "neurenix_cpu_benchmark")
         return cpu.build(name), torch.from_numpy(cpu.example_input(name, 1))
 
     return build

@@ -40,13 +40,7 @@ _CHILD_ENV = "NEURENIX_BENCH_CALL_PATH_ROUNDS"
 
 
 def _cpu_module() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("neurenix_bench_cpu", os.path.join(_HERE, "cpu.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchkit.load_script(os.path.join(_HERE, "cpu.py"), "neurenix_bench_cpu")
 
 
 def _interleaved(bench: Any, fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:

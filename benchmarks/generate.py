@@ -193,13 +193,9 @@ def _peer_contenders() -> tuple[str, ...]:
 
 
 def _peers_module() -> Any:
-    import importlib.util
+    from neurenix_core import benchkit
 
-    spec = importlib.util.spec_from_file_location("generate_peers", os.path.join(os.path.dirname(__file__), "generate_peers.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchkit.load_script(os.path.join(os.path.dirname(__file__), "generate_peers.py"), "generate_peers")
 
 
 def _peers_child(python: str, mode: str, payload: list[Any], threads: int) -> dict[str, Any]:

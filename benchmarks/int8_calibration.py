@@ -22,7 +22,6 @@ docs/quantization.md ("Calibration") comes from this script.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -46,12 +45,9 @@ METHODS = ("minmax", "percentile", "histogram")
 
 def _sibling(name: str) -> Any:
     """A benchmark script beside this one, loaded as a module (its model builders)."""
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", os.path.join(_HERE, f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
-    spec.loader.exec_module(module)
-    return module
+    from neurenix_core import benchkit
+
+    return benchkit.load_script(os.path.join(_HERE, f"{name}.py"), f"_bench_{name}")
 
 
 def _cases(models: Sequence[str], quick: bool) -> list[tuple[str, Any, tuple[Any, ...], list[Any], list[Any]]]:

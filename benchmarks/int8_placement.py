@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import importlib.util
+import importlib
 import os
 import re
 import sys
@@ -46,11 +46,9 @@ _COMPUTE = ("Convolution", "GroupConvolution", "FullyConnected", "MatMul", "Deco
 
 def _cpu_benchmark() -> ModuleType:
     """benchmarks/cpu.py (its models, inputs and interleaved timing), loaded by path."""
-    spec = importlib.util.spec_from_file_location("neurenix_bench_cpu", os.path.join(_HERE, "cpu.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    from neurenix_core import benchkit
+
+    module: ModuleType = benchkit.load_script(os.path.join(_HERE, "cpu.py"), "neurenix_bench_cpu")
     return module
 
 

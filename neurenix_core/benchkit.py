@@ -27,6 +27,7 @@ __all__ = [
     "config_lines",
     "cpu_model",
     "interleaved",
+    "load_script",
     "machine",
     "parser",
     "report",
@@ -55,6 +56,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def load_script(path: str | os.PathLike[str], name: str) -> Any:
+    """Another benchmark script as a module, by path: benchmarks/ is not a package, and its folder
+    is kept off sys.path (benchmarks/openvino.py would shadow OpenVINO). Registered in
+    ``sys.modules`` under ``name`` while it runs, as dataclasses defined in it need."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def machine() -> dict[str, Any]:

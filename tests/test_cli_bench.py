@@ -107,3 +107,14 @@ def test_neurenix_bench_runs_every_script_of_a_plugin_and_filters_models_per_scr
     seed = bench._command(folder, "tpu.py", args, tmp_path / "t.json")
     assert seed is not None and seed[seed.index("--models") + 1:] == ["mlp"]
     assert bench._command(folder, "openvino.py", args, tmp_path / "t.json") is None  # neither name is an openvino.py model
+
+
+def test_a_benchmark_script_loads_by_path_with_its_dataclasses(tmp_path: Path) -> None:
+    """``benchkit.load_script``: benchmarks/ is no package; a script defining a dataclass needs
+    its module registered while it runs (the one copy of what five scripts wrote out)."""
+    script = tmp_path / "sibling.py"
+    script.write_text("from dataclasses import dataclass\n\n@dataclass\nclass Case:\n    name: str\n\nCASE = Case('resnet')\n")
+    module = benchkit.load_script(script, "neurenix_test_sibling")
+    assert module.CASE.name == "resnet"
+    with pytest.raises(ImportError, match="cannot load"):
+        benchkit.load_script(tmp_path / "missing.txt", "neurenix_test_missing")
