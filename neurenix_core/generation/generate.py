@@ -9,7 +9,7 @@ CausalLM per model, device and cache kind, so repeated calls prepare nothing aga
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,22 @@ class CausalLM:
     @strict_kwargs("nx.generation.CausalLM")
     def __init__(self, model: Any, device: Any = None, *, cache: str | None = None, capacity: int | None = None,
                  precision: str | None = None, quantize: str | None = None, options: Mapping[str, Any] | None = None) -> None:
+        self._prepare(model, device, cache, capacity, precision, quantize, options)
+
+    @classmethod
+    @strict_kwargs("nx.generation.CausalLM.from_pretrained")
+    def from_pretrained(cls, path: Any, device: Any = None, *, cache: str | None = None, capacity: int | None = None,
+                        precision: str | None = None, quantize: str | None = None, options: Mapping[str, Any] | None = None) -> CausalLM:
+        """The model saved in the folder ``path`` (``save_pretrained``'s) prepared as ``CausalLM(...)``
+        would: where cpu:0 keeps the cache in its runtime's state, the compiled step is stored, and a
+        later process loads it without building the transformers model (``pretrained.py``)."""
+        from neurenix_core.generation.pretrained import from_pretrained
+
+        return from_pretrained(cls, path, device, cache=cache, capacity=capacity, precision=precision, quantize=quantize, options=options)
+
+    def _prepare(self, model: Any, device: Any, cache: str | None, capacity: int | None, precision: str | None, quantize: str | None,
+                 options: Mapping[str, Any] | None, store: Any = None) -> None:
+        """``__init__``'s work; ``store``: where a stateful step is also written (pretrained.py)."""
         from neurenix_core.graph.compile.compiler import compile as nx_compile
         from neurenix_core.tensor.placement import default_backend
 
@@ -118,7 +134,10 @@ class CausalLM:
         if capacity is not None and (cache != "fixed" or capacity < 1):
             raise GenerationError(f"{self.device}: capacity={capacity!r} applies to cache='fixed' only and must be >= 1")
         self.cache, self.capacity, self.quantize = cache, capacity, quantize
-        self._model_ref = weakref.ref(model)
+        self._model_ref: Callable[[], Any] = weakref.ref(model)
+        #: The saved model folder (from_pretrained), where check_quantization loads the float model.
+        self.source: Any = None
+        self._owned: Any = None  # from_pretrained's model, where nothing else holds it
         self.generation_config = getattr(model, "generation_config", None)
         self.model_name = type(model).__name__
         self.graph = export_step(model, self.spec)
@@ -127,7 +146,7 @@ class CausalLM:
         self.state_note = ""
         if cache == "state":
             try:
-                self.compiled = _stateful_step(self.graph.symbolic_graph(), self.spec, self.device, precision, quantize, dict(opts))
+                self.compiled = _stateful_step(self.graph.symbolic_graph(), self.spec, self.device, precision, quantize, dict(opts), store)
                 return
             except (CompilationError, GenerationError) as exc:
                 if asked is not None:  # asked for: never another cache than the one named
@@ -159,6 +178,10 @@ class CausalLM:
         import torch
 
         model = self._model_ref()
+        if model is None and self.source is not None:  # from_pretrained: the float model from its folder
+            from neurenix_core.generation.pretrained import load_model
+
+            model = load_model(self.source)
         if model is None:
             raise GenerationError(f"{self!r}: the transformers model it was prepared from is gone; nothing to compare with")
         ids = _prompts(np.random.default_rng(0).integers(0, self.spec.vocab, (1, 16)) if input_ids is None else input_ids, None)[0]
@@ -300,9 +323,11 @@ def _default_cache(device: Any, capacity: int | None, precision: str | None, opt
     return "state" if isinstance(runtime, HostRuntime) and runtime.keeps_state else "fixed"
 
 
-def _stateful_step(graph: Any, spec: Any, device: Any, precision: str | None, quantize: str | None, options: dict[str, Any]) -> Any:
+def _stateful_step(graph: Any, spec: Any, device: Any, precision: str | None, quantize: str | None, options: dict[str, Any],
+                   store: Any = None) -> Any:
     """cache="state": the step on cpu:0's host runtime that keeps the cache (``options["runtime"]``,
-    default OpenVINO's), weight-only quantized where ``quantize`` names a scheme it computes."""
+    default OpenVINO's), weight-only quantized where ``quantize`` names a scheme it computes;
+    ``store`` (pretrained.py): a ``state_store.storing`` block's folder for the runtime's files."""
     from neurenix_core.generation.state import StatefulStep
     from neurenix_core.graph.compile.host_select import INTERPRETER, host_runtime_named
     from neurenix_core.graph.ir.host import HostOptions, HostRuntime
@@ -326,7 +351,8 @@ def _stateful_step(graph: Any, spec: Any, device: Any, precision: str | None, qu
             raise GenerationError(f"cpu:0: host runtime {name} computes no {quantize!r} weights; "
                                   f"use one of {sorted(runtime.weight_schemes)} or cache='fixed'")
         weights = weight_plan(graph, quantize)
-    return StatefulStep(graph, spec, runtime, HostOptions(threads=threads, weights=weights))
+    folder = store if store is not None and runtime.stores_state_models else None
+    return StatefulStep(graph, spec, runtime, HostOptions(threads=threads, weights=weights), folder)
 
 
 #: What the summary says of the runtimes _cpu_runtime and _cpu_decode_runtime chose.

@@ -18,6 +18,7 @@ applied: the runtime's own kernel attends over its state.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -72,13 +73,23 @@ class StatefulStep:
     """The step model on a runtime that keeps the cache: ``reset()`` per generation, then
     ``(ids, mask, positions) -> logits`` per step."""
 
-    def __init__(self, graph: Graph, spec: StepSpec, runtime: HostRuntime, options: Any) -> None:
+    def __init__(self, graph: Graph, spec: StepSpec, runtime: HostRuntime, options: Any, folder: Path | None = None) -> None:
+        """Compile ``graph``; ``folder``: where the runtime also writes the model (state_store.py)."""
         from neurenix_core.graph.ir.host_state import SIZES
 
         stateful, states = joined_states(graph)
         first, second = (_specialized(stateful, spec, *sizes) for sizes in SIZES)
-        self.model: StatefulModel = runtime.compile_stateful(first, second, states, options)
+        where = {} if folder is None else {"folder": folder}  # a runtime of API 1.7 takes no folder
+        self.model: StatefulModel = runtime.compile_stateful(first, second, states, options, **where)
         self.summary = f"cpu:0, runtime {runtime.name} ({runtime.version}): {self.model.summary}"
+
+    @classmethod
+    def loaded(cls, model: StatefulModel, runtime: HostRuntime, folder: Path) -> StatefulStep:
+        """A step around ``model``, which ``runtime`` compiled from the stored entry ``folder``."""
+        step = cls.__new__(cls)
+        step.model = model
+        step.summary = f"cpu:0, runtime {runtime.name} ({runtime.version}): {model.summary}; loaded from the stored step model {folder}"
+        return step
 
     @property
     def compiled_shapes(self) -> tuple[str, ...]:

@@ -39,7 +39,8 @@ __all__ = [
 #: 1.5 ``HostRuntime.quantized_precisions`` / ``HostOptions.plan`` (static int8/int16 on host runtimes);
 #: 1.6 ``Capabilities.host_runtime_start_s`` (what starting the host runtime costs, read before starting it);
 #: 1.7 ``HostRuntime.keeps_state`` / ``compile_stateful`` (a step graph's cache kept by the runtime: host_state.py).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 7)
+#: 1.8 ``HostRuntime.stores_state_models`` / ``load_stateful`` (a stateful model written to a folder and read back).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 8)
 
 
 _REQUIRED: Final = object()

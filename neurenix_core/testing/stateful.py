@@ -5,10 +5,15 @@ joined to a past (the shape of a language model's cache update) with ``compile_s
 sequence of calls of changing lengths, resets, and runs another at another batch size, comparing
 every output with the core's float64 reference fed the past the host kept itself. A vendor's
 runtime passes it before declaring ``keeps_state``; the npu plugin's test runs it on OpenVINO's.
+For a runtime that also declares ``stores_state_models`` (API 1.8), the model is compiled with a
+folder, and the one ``load_stateful`` reads back from it runs the same calls against the same
+reference.
 """
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -16,6 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     from neurenix_core.graph.ir import Graph
     from neurenix_core.graph.ir.host import HostRuntime
+    from neurenix_core.graph.ir.host_state import StatefulModel
 
 __all__ = ["check_stateful_runtime"]
 
@@ -40,13 +46,26 @@ def _step(batch: int, new: int, past: int) -> Graph:
 
 
 def check_stateful_runtime(runtime: HostRuntime, threads: int | None = 1) -> None:
-    """Raise AssertionError where ``runtime``'s stateful model differs from the reference."""
+    """Raise AssertionError where ``runtime``'s stateful model (and, with ``stores_state_models``,
+    the one loaded back from its folder) differs from the reference."""
     from neurenix_core.graph.ir.host import HostOptions
     from neurenix_core.graph.ir.host_state import SIZES, StateSpec
-    from neurenix_core.graph.reference.run import run_graph
 
     states = (StateSpec(past=3, joined=1, axis=2), StateSpec(past=4, joined=2, axis=2))
-    model = runtime.compile_stateful(_step(*SIZES[0]), _step(*SIZES[1]), states, HostOptions(threads=threads))
+    graphs = (_step(*SIZES[0]), _step(*SIZES[1]))
+    if not runtime.stores_state_models:
+        _check_calls(runtime.name, runtime.compile_stateful(*graphs, states, HostOptions(threads=threads)))
+        return
+    with tempfile.TemporaryDirectory(prefix="neurenix-stateful-") as tmp:
+        folder = Path(tmp)
+        _check_calls(runtime.name, runtime.compile_stateful(*graphs, states, HostOptions(threads=threads), folder=folder))
+        assert any(folder.iterdir()), f"{runtime.name}: stores_state_models, but compile_stateful(folder=) wrote nothing"
+        _check_calls(f"{runtime.name} (loaded from its folder)", runtime.load_stateful(folder, HostOptions(threads=threads)))
+
+
+def _check_calls(name: str, model: StatefulModel) -> None:
+    from neurenix_core.graph.reference.run import run_graph
+
     rng = np.random.default_rng(0)
     batch = 0
     for call, (b, n) in enumerate(_CALLS):
@@ -56,10 +75,10 @@ def check_stateful_runtime(runtime: HostRuntime, threads: int | None = 1) -> Non
         q, k, v = (rng.standard_normal((b, _HEADS, n, _WIDTH)).astype(np.float32) for _ in range(3))
         want = run_graph(_step(b, n, past[0].shape[2]), q, k, v, *past)
         got = model(q, k, v)
-        assert len(got) == 1, f"{runtime.name}: the stateful step returned {len(got)} outputs; the joined values are its state, not outputs"
+        assert len(got) == 1, f"{name}: the stateful step returned {len(got)} outputs; the joined values are its state, not outputs"
         scale = float(np.abs(want[0]).max())
         error = float(np.abs(got[0] - want[0]).max())
         assert got[0].shape == want[0].shape and error <= _TOLERANCE * scale, (
-            f"{runtime.name}: call {call} (batch {b}, {n} new after {past[0].shape[2]}): output {got[0].shape} is {error:.3g} "
+            f"{name}: call {call} (batch {b}, {n} new after {past[0].shape[2]}): output {got[0].shape} is {error:.3g} "
             f"from the reference {want[0].shape} (bound {_TOLERANCE * scale:.3g})")
         past = [np.asarray(want[1], np.float32), np.asarray(want[2], np.float32)]

@@ -63,7 +63,7 @@ from neurenix_core.graph.quantization.weights import scheme_of
 if TYPE_CHECKING:
     from neurenix_core.plugins.registry import PluginRecord
 
-__all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "small_model", "weight_runtimes"]
+__all__ = ["FLOP_FLOOR", "INTERPRETER", "MODEL_OPS", "HostChoice", "choose", "host_runtimes", "runtime_identity", "small_model", "weight_runtimes"]
 
 #: Graphs estimated below this many FLOPs stay on the interpreter without measuring (except
 #: :func:`small_model` graphs).
@@ -607,6 +607,12 @@ def _installed_runtimes() -> list[list[Any]]:
         _installed = sorted([name, rec.name, str(rec.version), _requirement_versions(rec.distribution), plugin_code(rec.name)]
                             for rec, name in _offering())
     return _installed
+
+
+def runtime_identity(name: str) -> list[Any]:
+    """The runtime ``name``'s row of ``_installed_runtimes`` (its plugin, versions and source
+    digest: part of a key for what that runtime made); empty where no plugin offers it."""
+    return next((row for row in _installed_runtimes() if row[0] == name), [])
 
 
 def _requirement_versions(distribution: str | None) -> list[str]:

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from neurenix_core.graph.ir import Graph
@@ -106,18 +108,32 @@ class HostRuntime(ABC):
     quantized_precisions: frozenset[str] = frozenset()
     #: Whether ``compile_stateful`` keeps a step graph's cache between calls (API 1.7, host_state.py).
     keeps_state: bool = False
+    #: Whether ``compile_stateful(..., folder=)`` writes the model into ``folder`` and
+    #: ``load_stateful`` compiles it from there (API 1.8, host_state.py).
+    stores_state_models: bool = False
 
     @abstractmethod
     def compile(self, graph: Graph, options: HostOptions) -> HostModel:
         """Compile ``graph`` (static shapes) for the host CPU."""
 
-    def compile_stateful(self, graph: Graph, other: Graph, states: tuple[StateSpec, ...], options: HostOptions) -> StatefulModel:
+    def compile_stateful(self, graph: Graph, other: Graph, states: tuple[StateSpec, ...], options: HostOptions,
+                         folder: Path | None = None) -> StatefulModel:
         """One model for ``graph`` at every input size, keeping ``states`` between calls
-        (``neurenix_core.graph.ir.host_state`` has the contract); for runtimes with ``keeps_state``."""
+        (``neurenix_core.graph.ir.host_state`` has the contract); for runtimes with ``keeps_state``.
+        ``folder`` (given only to runtimes with ``stores_state_models``): an empty folder to write
+        the model into, for ``load_stateful``."""
         from neurenix_core.errors import UnsupportedOperationError
 
         raise UnsupportedOperationError(f"host runtime {self.name} keeps no state between calls; "
                                         "generate with cache='fixed' (the cache on the host, fed to every step)")
+
+    def load_stateful(self, folder: Path, options: HostOptions) -> StatefulModel:
+        """The model ``compile_stateful(..., folder=folder)`` wrote, compiled with ``options``
+        (threads: the weights' scheme is the one it was written with); for runtimes with
+        ``stores_state_models``. Raises ``ModelFormatError`` where the folder cannot be read."""
+        from neurenix_core.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError(f"host runtime {self.name} stores no stateful models; prepare the model again")
 
     def covers(self, graph: Graph) -> str | None:
         """Why this runtime cannot take ``graph`` (None: it can): an op or a value dtype it lacks."""

@@ -23,6 +23,12 @@ Contract for implementers:
 * The returned :class:`StatefulModel` takes the other inputs in graph order and returns the other
   outputs; ``reset()`` starts a new sequence (every state empty). fp32 results must match the
   core's float64 reference within 1e-5 relative, as for ``HostRuntime.compile``.
+* API 1.8, optional: a runtime with ``stores_state_models`` writes the model it compiles into
+  ``compile_stateful(..., folder=)`` (an empty folder the core owns: its own files, in any
+  layout) and ``load_stateful(folder, options)`` compiles it from there in another process,
+  without the graph, with the same results. The core keys, checksums, and moves the folder
+  (``neurenix_core.generation.state_store``): the runtime only writes and reads its files. A
+  folder it cannot read raises ``ModelFormatError``.
 """
 
 from __future__ import annotations

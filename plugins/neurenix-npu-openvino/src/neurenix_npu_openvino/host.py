@@ -24,6 +24,7 @@ A language model's int8 weights are a quarter of its float ones, in every compil
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,6 +104,7 @@ class OpenVINOHostRuntime(HostRuntime):
 
     name = "openvino"
     keeps_state = True  # compile_stateful: stateful.py
+    stores_state_models = True  # compile_stateful(folder=), load_stateful: stateful.py
 
     def __init__(self, graph_dtypes: tuple[str, ...]) -> None:
         from neurenix_npu_openvino.telemetry import keep_telemetry_out
@@ -132,10 +134,16 @@ class OpenVINOHostRuntime(HostRuntime):
         why = super().covers(graph)
         return why if why is not None else int64_use(graph)[0]
 
-    def compile_stateful(self, graph: Graph, other: Graph, states: tuple[StateSpec, ...], options: HostOptions) -> StatefulModel:
+    def compile_stateful(self, graph: Graph, other: Graph, states: tuple[StateSpec, ...], options: HostOptions,
+                         folder: Path | None = None) -> StatefulModel:
         from neurenix_npu_openvino.stateful import compile_stateful
 
-        return compile_stateful(self.core, self.ov.Tensor, graph, other, states, options)
+        return compile_stateful(self.core, self.ov.Tensor, graph, other, states, options, folder)
+
+    def load_stateful(self, folder: Path, options: HostOptions) -> StatefulModel:
+        from neurenix_npu_openvino.stateful import load_stateful
+
+        return load_stateful(self.core, self.ov.Tensor, folder, options)
 
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
         from neurenix_npu_openvino.compile_cache import host_compile_cached

@@ -20,33 +20,47 @@ the attention layers that run fused.
 
 Both specializations of the graph are lowered and must be the same OpenVINO model up to their
 input sizes (``shape_sharing.signature``); the axes where they differ are compiled dynamic.
+
+Stored (API 1.8, ``stores_state_models``): given a folder, the stateful OpenVINO model is written
+there as IR (``model.xml`` / ``model.bin``, weights as they are: f32, or the compressed int8/int4
+constants) with ``openvino.json`` (what the wrapper needs without the graph); ``load_stateful``
+compiles it from there. OpenVINO maps ``model.bin`` rather than reading it, so a process that loads
+an entry holds the weights once in the file's pages and once in the CPU device's packed layout,
+never as a float model beside them.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
 from neurenix_core.contract import Graph, HostOptions, StatefulModel, StateSpec
-from neurenix_core.errors import CompilationError, OperationError
+from neurenix_core.errors import CompilationError, ModelFormatError, OperationError
 from neurenix_npu_openvino.config import cpu_host_properties, weights_summary
 from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_use
 from neurenix_npu_openvino.shape_sharing import first_line, signature
 
-__all__ = ["OpenVINOStatefulModel", "compile_stateful"]
+__all__ = ["OpenVINOStatefulModel", "compile_stateful", "load_stateful"]
 
 #: The CPU device's attention layer; fused with the key/value cache it also returns the cache
 #: (its present keys and values: three outputs, where the plain attention has one).
 _ATTENTION: Final = "ScaledDotProductAttention"
 _BEAM: Final = "beam_idx"
+#: A stored model's files (``folder=``); the json holds the wrapper's facts and this version.
+_XML: Final = "model.xml"
+_FACTS: Final = "openvino.json"
+_FACTS_FORMAT: Final = 1
 
 
 def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states: tuple[StateSpec, ...],
-                     options: HostOptions) -> OpenVINOStatefulModel:
+                     options: HostOptions, folder: Path | None = None) -> OpenVINOStatefulModel:
     """One compiled model for ``graph`` at every input size, keeping ``states`` in OpenVINO state
-    (``core``: the runtime's ``openvino.Core``, ``tensor``: ``openvino.Tensor``)."""
+    (``core``: the runtime's ``openvino.Core``, ``tensor``: ``openvino.Tensor``); written into
+    ``folder`` too where one is given (``load_stateful`` reads it)."""
     from neurenix_npu_openvino.lowering import lower_graph
 
     if options.plan is not None or options.precision != "fp32":
@@ -63,13 +77,21 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
     kept = [k for k in range(len(graph.inputs)) if k not in {s.past for s in states}]
     stateful = _with_state(model, states, [sizes[k] for k in kept])
     del model
+    guarded = tuple(kept.index(k) for k in int64_use(graph)[1] if k in kept)
+    bits = None if options.weights is None else int(options.weights.bits)
+    if folder is not None:
+        _store(stateful, folder, {"inputs": len(kept), "guarded": list(guarded), "states": len(states), "bits": bits})
+    return _compiled_step(core, tensor, stateful, props, len(kept), guarded, len(states), bits)
+
+
+def _compiled_step(core: Any, tensor: Any, stateful: Any, props: dict[str, Any], inputs: int, guarded: tuple[int, ...], states: int,
+                   bits: int | None) -> OpenVINOStatefulModel:
     try:
         compiled = core.compile_model(stateful, "CPU", props)
     except RuntimeError as exc:
         raise CompilationError(f"host runtime openvino could not compile the stateful step: {first_line(exc)}") from exc
-    guarded = tuple(kept.index(k) for k in int64_use(graph)[1] if k in kept)
-    step = OpenVINOStatefulModel(compiled, tensor, len(kept), guarded, len(states), options.weights)
-    if 2 * step.fused != len(states):
+    step = OpenVINOStatefulModel(compiled, tensor, inputs, guarded, states, bits)
+    if 2 * step.fused != states:
         # Only the fused attention's own state handling is sound here: a plain ReadValue/Assign on
         # OpenVINO 2026.4's CPU device keeps reading the old values after reset_state() (and
         # garbage in a new infer request), which would give wrong tokens without a word.
@@ -77,6 +99,30 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
                                f"cache values (two per layer); OpenVINO's state outside its fused attention is not reliable, "
                                "so it keeps no cache for this model: generate with cache='fixed'")
     return step
+
+
+def _store(stateful: Any, folder: Path, facts: dict[str, Any]) -> None:
+    """The stateful model as IR in ``folder`` (its weights as they are: never converted to f16)."""
+    import openvino as ov
+
+    ov.save_model(stateful, str(folder / _XML), compress_to_fp16=False)
+    (folder / _FACTS).write_text(json.dumps({"format": _FACTS_FORMAT, **facts}), encoding="utf-8")
+
+
+def load_stateful(core: Any, tensor: Any, folder: Path, options: HostOptions) -> OpenVINOStatefulModel:
+    """The model ``compile_stateful(..., folder=folder)`` wrote, compiled with ``options``' threads."""
+    try:
+        facts = json.loads((folder / _FACTS).read_text(encoding="utf-8"))
+        if facts.get("format") != _FACTS_FORMAT:
+            raise ValueError(f"format {facts.get('format')!r}, not {_FACTS_FORMAT}")
+        model = core.read_model(str(folder / _XML))
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelFormatError(f"host runtime openvino: the stored stateful model in {folder} cannot be read ({first_line(exc)})") from exc
+    bits = facts["bits"]
+    props = cpu_host_properties(options.threads, weights=bits is not None)
+    props["KV_CACHE_PRECISION"] = "f32"
+    return _compiled_step(core, tensor, model, props, int(facts["inputs"]), tuple(int(k) for k in facts["guarded"]), int(facts["states"]),
+                          None if bits is None else int(bits))
 
 
 def _with_state(model: Any, states: tuple[StateSpec, ...], sizes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> Any:
@@ -121,7 +167,7 @@ def _with_state(model: Any, states: tuple[StateSpec, ...], sizes: list[tuple[tup
 class OpenVINOStatefulModel(StatefulModel):
     """One compiled stateful model and its infer request (the state lives in the request)."""
 
-    def __init__(self, compiled: Any, tensor: Any, inputs: int, guarded: tuple[int, ...], states: int, weights: Any) -> None:
+    def __init__(self, compiled: Any, tensor: Any, inputs: int, guarded: tuple[int, ...], states: int, bits: int | None) -> None:
         from neurenix_npu_openvino.compiled import _native_infer
 
         self.compiled = compiled
@@ -133,7 +179,7 @@ class OpenVINOStatefulModel(StatefulModel):
         self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or None
         self.fused = sum(op.get_rt_info()["layerType"].astype(str) == _ATTENTION and op.get_output_size() == 3
                          for op in compiled.get_runtime_model().get_ordered_ops())
-        weight_line = "" if weights is None else f", {weights_summary(weights.bits)}"
+        weight_line = "" if bits is None else f", {weights_summary(bits)}"
         self.summary = (f"OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, {self.threads or 'default'} thread(s){weight_line}, "
                         f"stateful: one compiled model for the prompt and every step, {states} cache values kept in its state "
                         f"(KV_CACHE_PRECISION=f32), {self.fused} attention layer(s) on its fused key/value-cache attention")
