@@ -27,7 +27,10 @@ second time measured (the first compiles that prompt's shapes). Per prompt:
 - ``ttft``: seconds from the call to the first token (the prefill), measured warm;
 - ``tok/s``: decode tokens per second, the median step after the first;
 - ``peak RSS``: the process's peak resident memory (``ru_maxrss``) over everything it did,
-  the transformers model included (every contender holds it: nx prepares from it);
+  the transformers model included where it is built (every contender but the "saved" ones);
+- ``saved``: ``CausalLM.from_pretrained`` on the saved model folder the peers read; a first process
+  (not measured, as the peers' export is not) prepares it and stores the stateful step model, the
+  measured one loads that without building the transformers model;
 - ``same``: how many of the new tokens equal transformers' fp32 ones (all should in fp32; with
   int8 / int4 weights, ``quantize="int8-weights"`` / ``"int4-weights"``, the token agreement).
 
@@ -49,8 +52,9 @@ from typing import Any
 
 from neurenix_core.benchkit import THREAD_VARS
 
-CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 fixed", "nx cpu:0 int8", "nx cpu:0 fixed int8", "nx cpu:0 int4",
-              "nx cpu:0 fixed int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
+CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 saved", "nx cpu:0 fixed", "nx cpu:0 int8", "nx cpu:0 saved int8",
+              "nx cpu:0 fixed int8", "nx cpu:0 int4", "nx cpu:0 saved int4", "nx cpu:0 fixed int4", "nx npu:0", "nx npu:0 int8",
+              "nx npu:0 int4")
 #: Devices run only when named (--contenders): emulated on the host CPU, for "runs on every device".
 EMULATED = ("nx tpu:0", "nx cuda:0", "nx edgetpu:0")
 PROMPTS = (128, 1024)
@@ -122,14 +126,28 @@ def _nx_run(lm: Any, ids: Any, new: int) -> tuple[float, list[float], list[int],
     return start, stamps, tokens, cpu
 
 
-def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
-    """One contender in this process: prepare, then each prompt twice (the second measured)."""
-    import torch
+def saved_folder(model_name: str) -> str:
+    """The model saved as the peers read it (generate_peers.save_local), saved here if not yet:
+    "nx cpu:0 saved" contenders load it with CausalLM.from_pretrained."""
+    peers = _peers_module()
+    folder = peers.DEFAULT_CACHE / "models" / model_name
+    if not (folder / "config.json").is_file():
+        peers.save_local(_model(model_name), folder)
+    return str(folder)
 
-    torch.set_num_threads(threads)
-    model = _model(model_name)
+
+def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, ...], new: int) -> dict[str, Any]:
+    """One contender in this process: prepare, then each prompt twice (the second measured).
+    A "saved" contender is prepared from the saved model folder, not from a model built here."""
+    saved = "saved" in contender.split()
+    if not saved:  # a saved contender never imports torch where the stored step model serves it
+        import torch
+
+        torch.set_num_threads(threads)
+    model = None if saved else _model(model_name)
+    vocab = int(_CONFIGS[model_name]["vocab_size"])
     start = time.perf_counter()
-    if contender == "transformers":
+    if model is not None and contender == "transformers":
         def run(ids: Any) -> tuple[float, list[float], list[int], list[float]]:
             return _torch_run(model, ids, new)
         config: dict[str, Any] = {"torch.get_num_threads": torch.get_num_threads()}
@@ -141,8 +159,12 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
         # "nx cpu:0 fixed": the cache fed from the host (cpu:0's default keeps it in OpenVINO's state)
         cache = next((word for word in rest if word in ("fixed", "state")), None)
         # "nx cpu:0 openvino": every step on that runtime
-        runtime = next(({"runtime": word} for word in rest if word not in ("int8", "int4", "fixed", "state")), {})
-        lm = nx.generation.CausalLM(model, device, cache=cache, precision="fp32", quantize=quantize, options={"threads": threads, **runtime})
+        runtime = next(({"runtime": word} for word in rest if word not in ("int8", "int4", "fixed", "state", "saved")), {})
+        kwargs: dict[str, Any] = {"cache": cache, "precision": "fp32", "quantize": quantize, "options": {"threads": threads, **runtime}}
+        if model is None:  # "nx cpu:0 saved": CausalLM.from_pretrained (a stored step model where one is kept)
+            lm = nx.generation.CausalLM.from_pretrained(saved_folder(model_name), device, **kwargs)
+        else:
+            lm = nx.generation.CausalLM(model, device, **kwargs)
 
         def run(ids: Any) -> tuple[float, list[float], list[int], list[float]]:
             return _nx_run(lm, ids, new)
@@ -150,13 +172,14 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
     prepare = time.perf_counter() - start
     out: dict[str, Any] = {"contender": contender, "model": model_name, "threads": threads, "prepare_s": prepare, "prompts": {}}
     for length in prompts:
-        ids = _prompt(length, model.config.vocab_size)
+        ids = _prompt(length, vocab)
         run(ids)  # compiles this prompt's shapes (nx), warms the allocator (both)
         t0, stamps, tokens, cpu = run(ids)
         out["prompts"][str(length)] = step_times(t0, stamps, tokens, cpu)
     if contender != "transformers":
         config["compilations"] = lm.compilations
         config["summary"] = " | ".join(part.split("; not used")[0][-300:] for part in lm.summary.split("\n"))
+        config["torch imported"] = "torch" in sys.modules
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["config"] = {**config, **{v: os.environ.get(v) for v in THREAD_VARS}}
     return out
@@ -270,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {contender} ({model}, {threads} thread(s)) ...", file=sys.stderr, flush=True)
             if contender in peers:
                 results.append(_run_peer(args.peers_python, contender, built, model, threads, prompts, new))
+            elif "saved" in contender.split():
+                # A first process prepares from the folder and stores the step model (as the peers'
+                # export runs before them); the measured one loads it.
+                first = _child(contender, model, threads, (), new)
+                results.append({**_child(contender, model, threads, prompts, new), "first_prepare_s": first.get("prepare_s")})
             else:
                 results.append(_child(contender, model, threads, prompts, new))
     m = machine()
@@ -278,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, prompts))
     print("configurations (read back):")
     for r in results:
-        print(f"  {r['model']} {r['contender']} {r['threads']} thr: {r.get('config')}")
+        first = f" (the first process prepared it in {r['first_prepare_s']:.1f} s)" if r.get("first_prepare_s") is not None else ""
+        print(f"  {r['model']} {r['contender']} {r['threads']} thr{first}: {r.get('config')}")
     if args.json:
         write_json(args.json, "generate", results)
     return 0
