@@ -44,3 +44,17 @@ def test_example_generates() -> None:
     # batch 1: the prompt's bucket (8) and the decode step (capacity 32) for greedy, sampled and
     # streamed alike; batch 2: its prompt bucket and decode step (capacity 16)
     assert "fixed cache" in out and compilations == 4, out
+
+
+def test_example_generates_from_a_saved_folder_and_loads_it_in_another_process(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("neurenix_npu_openvino")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURENIX_")} | {"NEURENIX_STATE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "generate_from_folder.py")], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "cache='state'" in out and "same as transformers' generate: True" in out, out
+    assert "torch imported: False" in out and "loaded from the stored step model" in out, out
+    assert "second process gave the first one's tokens: True" in out, out

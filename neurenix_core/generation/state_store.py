@@ -139,7 +139,11 @@ def storing(folder: Path, key: str) -> Iterator[tuple[Path, dict[str, Any]]]:
     facts: dict[str, Any] = {}
     try:
         yield tmp, facts
-        _finish(tmp, folder, key, facts)
+        try:
+            _finish(tmp, folder, key, facts)
+        except OSError as exc:  # a full or read-only cache: this process runs on, the next prepares again
+            warnings.warn(f"stored step model {folder} not written ({exc}); the next process prepares the model again",
+                          RuntimeWarning, stacklevel=user_stacklevel())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -542,6 +542,7 @@ def _files(root: Path) -> list[tuple[float, int, Path]]:
             dirnames[:] = [d for d in dirnames if d not in ("locks", _DISPLACED)]
         elif here == root / "entries":
             dirnames[:] = []  # a folder at an entry's path: moved aside by the next store of that entry
+        dirnames[:] = [d for d in dirnames if not (d.startswith(".tmp-") and _young(here / d, now))]  # a folder being written
         for name in names:
             p = here / name
             if here == root and name.startswith("."):
@@ -552,6 +553,14 @@ def _files(root: Path) -> list[tuple[float, int, Path]]:
                     continue
                 out.append((st.st_mtime, st.st_size, p))
     return out
+
+
+def _young(path: Path, now: float) -> bool:
+    """Whether ``path`` changed within the last _WRITING_S (a writer may still be at work in it)."""
+    try:
+        return now - path.lstat().st_mtime < _WRITING_S
+    except OSError:
+        return False
 
 
 def total_bytes(root: Path | None = None) -> int:
