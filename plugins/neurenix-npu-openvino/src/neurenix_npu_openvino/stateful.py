@@ -95,7 +95,7 @@ def _compiled_step(core: Any, tensor: Any, stateful: Any, props: dict[str, Any],
         # Only the fused attention's own state handling is sound here: a plain ReadValue/Assign on
         # OpenVINO 2026.4's CPU device keeps reading the old values after reset_state() (and
         # garbage in a new infer request), which would give wrong tokens without a word.
-        raise CompilationError(f"host runtime openvino fused {step.fused} attention layer(s) with the cache, for {len(states)} "
+        raise CompilationError(f"host runtime openvino fused {step.fused} attention layer(s) with the cache, for {states} "
                                f"cache values (two per layer); OpenVINO's state outside its fused attention is not reliable, "
                                "so it keeps no cache for this model: generate with cache='fixed'")
     return step
