@@ -13,6 +13,7 @@ transformers model is built and torch is never imported. Both generate transform
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -24,19 +25,20 @@ import numpy as np
 PROMPT = [[5, 17, 42, 9, 77, 31]]
 NEW = 16
 
-#: What the second process runs: numpy and neurenix only.
+#: What the second process runs: numpy and neurenix only (argv: folder, quantize, prompt, new tokens).
 LOAD = """
-import sys, time
+import json, sys, time
 import numpy as np
 import neurenix_core as nx
 start = time.perf_counter()
 lm = nx.generation.CausalLM.from_pretrained(sys.argv[1], "cpu:0", quantize=sys.argv[2] or None)
 prepared = time.perf_counter() - start
-tokens = lm.generate(np.array({prompt}), max_new_tokens={new}, eos_token_id=[])[0, {length}:].tolist()
-print(f"second process: prepared in {{prepared:.2f}} s, torch imported: {{'torch' in sys.modules}}")
+prompt = np.array(json.loads(sys.argv[3]))
+tokens = lm.generate(prompt, max_new_tokens=int(sys.argv[4]), eos_token_id=[])[0, prompt.shape[1]:].tolist()
+print(f"second process: prepared in {prepared:.2f} s, torch imported: {'torch' in sys.modules}")
 print("summary:", lm.summary.split("; ")[-1])
 print("tokens:", tokens)
-""".format(prompt=PROMPT, new=NEW, length=len(PROMPT[0]))
+"""
 
 
 def save_tiny_llama(folder: Path) -> list[int]:
@@ -77,7 +79,8 @@ def main() -> None:
             print("same as transformers' generate:", got == want)
         else:
             print(lm.check_quantization(max_new_tokens=NEW))
-        second = subprocess.run([sys.executable, "-c", LOAD, str(folder), args.quantize or ""], capture_output=True, text=True, check=True)
+        second = subprocess.run([sys.executable, "-c", LOAD, str(folder), args.quantize or "", json.dumps(PROMPT), str(NEW)],
+                                capture_output=True, text=True, check=True)
         print(second.stdout, end="")
         print("second process gave the first one's tokens:", f"tokens: {got}" in second.stdout)
 
