@@ -30,7 +30,7 @@ def test_example_generates_on_cpu_with_the_cache_in_openvino_state() -> None:
     pytest.importorskip("neurenix_npu_openvino")
     out = _run("--device", "cpu:0", "--model", "llama")
     assert "same as transformers' generate: True" in out, out
-    assert "compilations: 1 (state cache on cpu:0)" in out and "2 attention layer(s) on its fused key/value-cache attention" in out, out
+    assert "compilations: 1 (state cache on cpu:0)" in out and "2 attention layer(s) on OpenVINO's PagedAttention" in out, out
 
 
 def test_example_generates() -> None:

@@ -1,9 +1,9 @@
 """nx.generate with cache="state": the runtime keeps the keys/values between steps (API 1.7).
 
 cpu:0's OpenVINO runtime compiles the step graph once as a stateful model (the npu plugin's
-stateful.py): the past keys/values are its state, appended in place by OpenVINO's fused
-key/value-cache attention, and one compiled model serves the prompt and every decode step at
-any length. Checked against transformers on the tiny Llama of tests/support/hf_zoo.py (weights
+stateful.py) and runs a language model's step on OpenVINO's PagedAttention (paged.py): the past
+keys/values live in blocks the kernel writes in place, and one compiled model serves the prompt
+and every decode step at any length. Checked against transformers on the tiny Llama of tests/support/hf_zoo.py (weights
 redrawn so that greedy decoding varies), as tests/test_generation.py checks the other caches.
 """
 
@@ -51,7 +51,7 @@ def lm(llama: Any) -> CausalLM:
 def test_greedy_equals_transformers_on_one_stateful_model(llama: Any, lm: CausalLM) -> None:
     """Prompts of three lengths, each generated twice, on one compiled model: the tokens are
     transformers' every time (the state starts empty at each generation), every attention layer
-    runs on OpenVINO's fused key/value-cache attention, and nothing compiles after preparing."""
+    runs on OpenVINO's PagedAttention, and nothing compiles after preparing."""
     for length in (6, 13, 6):
         ids = np.random.default_rng(length).integers(3, 120, (1, length))
         ref = _reference(llama, ids, NEW)
@@ -59,8 +59,7 @@ def test_greedy_equals_transformers_on_one_stateful_model(llama: Any, lm: Causal
     assert lm.compilations == 1 and lm.decoder is None
     summary = str(lm.summary)
     assert "stateful: one compiled model for the prompt and every step" in summary
-    assert f"{2 * lm.spec.layers} cache values kept in its state" in summary
-    assert f", {lm.spec.layers} attention layer(s) on its fused key/value-cache attention" in summary
+    assert f", {lm.spec.layers} attention layer(s) on OpenVINO's PagedAttention" in summary
 
 
 def test_each_step_equals_a_full_recompute(llama: Any, lm: CausalLM) -> None:
@@ -87,6 +86,30 @@ def test_left_padded_batch_equals_each_prompt_alone(lm: CausalLM) -> None:
     both = lm.generate(batch, attention_mask=mask, max_new_tokens=10, eos_token_id=[])
     np.testing.assert_array_equal(both[0, 5:], lm.generate(short, max_new_tokens=10, eos_token_id=[])[0])
     np.testing.assert_array_equal(both[1], lm.generate(long, max_new_tokens=10, eos_token_id=[])[0])
+
+
+def test_a_batch_that_outgrows_its_first_cache_blocks_equals_each_prompt_alone(lm: CausalLM) -> None:
+    """Three left-padded prompts and 70 new tokens: the rows take 10 blocks of 32 tokens where the
+    first allocation holds 8, so the blocks grow (copied) in the middle of the generation."""
+    rng = np.random.default_rng(8)
+    prompts = [rng.integers(3, 120, (1, n)) for n in (30, 17, 5)]
+    batch = np.concatenate([np.concatenate([np.zeros((1, 30 - p.shape[1]), np.int64), p], axis=1) for p in prompts])
+    mask = (np.arange(30)[None, :] >= 30 - np.array([p.shape[1] for p in prompts])[:, None]).astype(np.int64)
+    together = lm.generate(batch, attention_mask=mask, max_new_tokens=70, eos_token_id=[])
+    for row, p in enumerate(prompts):
+        np.testing.assert_array_equal(together[row, 30 - p.shape[1]:], lm.generate(p, max_new_tokens=70, eos_token_id=[])[0])
+
+
+def test_a_mask_paged_attention_cannot_compute_is_refused(lm: CausalLM) -> None:
+    """The paged step reads which tokens are real from the mask and computes causal attention over
+    them: a mask that says anything else (a query seeing a later token) is refused, not ignored."""
+    from neurenix_core.errors import OperationError
+
+    lm.compiled.reset()
+    ids = np.array([[5, 6, 7]])
+    mask = np.zeros((1, 1, 3, 3), np.float32)  # every query sees every token: not causal
+    with pytest.raises(OperationError, match="PagedAttention, which attends causally"):
+        lm.compiled.model(ids, mask, np.arange(3)[None])
 
 
 def test_weight_only_quantization_equals_the_fixed_cache(llama: Any) -> None:

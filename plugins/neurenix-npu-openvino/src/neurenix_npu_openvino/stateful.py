@@ -42,6 +42,7 @@ from neurenix_core.contract import Graph, HostOptions, StatefulModel, StateSpec
 from neurenix_core.errors import CompilationError, ModelFormatError, OperationError
 from neurenix_npu_openvino.config import cpu_host_properties, weights_summary
 from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_use
+from neurenix_npu_openvino.paged import BLOCK, OpenVINOPagedModel, paged
 from neurenix_npu_openvino.shape_sharing import first_line, signature
 
 __all__ = ["OpenVINOStatefulModel", "compile_stateful", "load_stateful"]
@@ -57,7 +58,7 @@ _FACTS_FORMAT: Final = 1
 
 
 def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states: tuple[StateSpec, ...],
-                     options: HostOptions, folder: Path | None = None) -> OpenVINOStatefulModel:
+                     options: HostOptions, folder: Path | None = None) -> StatefulModel:
     """One compiled model for ``graph`` at every input size, keeping ``states`` in OpenVINO state
     (``core``: the runtime's ``openvino.Core``, ``tensor``: ``openvino.Tensor``); written into
     ``folder`` too where one is given (``load_stateful`` reads it)."""
@@ -79,9 +80,42 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
     del model
     guarded = tuple(kept.index(k) for k in int64_use(graph)[1] if k in kept)
     bits = None if options.weights is None else int(options.weights.bits)
+    facts: dict[str, Any] = {"inputs": len(kept), "guarded": list(guarded), "states": len(states), "bits": bits}
+    found = paged(stateful, len(states))  # a language model's step: on PagedAttention (paged.py)
+    facts["paged"] = found is not None
     if folder is not None:
-        _store(stateful, folder, {"inputs": len(kept), "guarded": list(guarded), "states": len(states), "bits": bits})
-    return _compiled_step(core, tensor, stateful, props, len(kept), guarded, len(states), bits)
+        # The model before the transformation: PagedAttention's runtime info (head counts) does
+        # not survive OpenVINO's IR, so the load transforms again, as OpenVINO GenAI does.
+        _store(stateful, folder, facts)
+    if found is not None:
+        del stateful
+        return _compiled_paged(core, tensor, found[0], props, found[1], guarded, bits)
+    return _compiled(core, tensor, stateful, props, facts)
+
+
+def _compiled(core: Any, tensor: Any, stateful: Any, props: dict[str, Any], facts: dict[str, Any]) -> StatefulModel:
+    """The compiled step of ``stateful`` as ``facts`` describe it (stored with it by ``_store``)."""
+    guarded, bits, states = tuple(int(k) for k in facts["guarded"]), facts["bits"], int(facts["states"])
+    if facts.get("paged"):
+        found = paged(stateful, states)
+        if found is None:
+            raise CompilationError("host runtime openvino: the step that ran on PagedAttention no longer transforms to it")
+        return _compiled_paged(core, tensor, found[0], props, found[1], guarded, bits)
+    return _compiled_step(core, tensor, stateful, props, int(facts["inputs"]), guarded, states, bits)
+
+
+def _compiled_paged(core: Any, tensor: Any, model: Any, props: dict[str, Any], geo: tuple[int, ...], guarded: tuple[int, ...],
+                    bits: int | None) -> OpenVINOPagedModel:
+    try:
+        compiled = core.compile_model(model, "CPU", props)
+    except RuntimeError as exc:
+        raise CompilationError(f"host runtime openvino could not compile the paged step: {first_line(exc)}") from exc
+    threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or None
+    weight_line = "" if bits is None else f", {weights_summary(bits)}"
+    summary = (f"OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, {threads or 'default'} thread(s){weight_line}, "
+               f"stateful: one compiled model for the prompt and every step, {geo[0]} attention layer(s) on OpenVINO's "
+               f"PagedAttention (the cache in blocks of {BLOCK} tokens, f32; a prompt's masked scores are skipped)")
+    return OpenVINOPagedModel(compiled, tensor, (geo[0], geo[1], geo[2]), guarded, bits, summary)
 
 
 def _compiled_step(core: Any, tensor: Any, stateful: Any, props: dict[str, Any], inputs: int, guarded: tuple[int, ...], states: int,
@@ -109,7 +143,7 @@ def _store(stateful: Any, folder: Path, facts: dict[str, Any]) -> None:
     (folder / _FACTS).write_text(json.dumps({"format": _FACTS_FORMAT, **facts}), encoding="utf-8")
 
 
-def load_stateful(core: Any, tensor: Any, folder: Path, options: HostOptions) -> OpenVINOStatefulModel:
+def load_stateful(core: Any, tensor: Any, folder: Path, options: HostOptions) -> StatefulModel:
     """The model ``compile_stateful(..., folder=folder)`` wrote, compiled with ``options``' threads."""
     try:
         facts = json.loads((folder / _FACTS).read_text(encoding="utf-8"))
@@ -118,11 +152,9 @@ def load_stateful(core: Any, tensor: Any, folder: Path, options: HostOptions) ->
         model = core.read_model(str(folder / _XML))
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ModelFormatError(f"host runtime openvino: the stored stateful model in {folder} cannot be read ({first_line(exc)})") from exc
-    bits = facts["bits"]
-    props = cpu_host_properties(options.threads, weights=bits is not None)
+    props = cpu_host_properties(options.threads, weights=facts["bits"] is not None)
     props["KV_CACHE_PRECISION"] = "f32"
-    return _compiled_step(core, tensor, model, props, int(facts["inputs"]), tuple(int(k) for k in facts["guarded"]), int(facts["states"]),
-                          None if bits is None else int(bits))
+    return _compiled(core, tensor, model, props, facts)
 
 
 def _with_state(model: Any, states: tuple[StateSpec, ...], sizes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> Any:
