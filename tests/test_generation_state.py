@@ -88,6 +88,21 @@ def test_left_padded_batch_equals_each_prompt_alone(lm: CausalLM) -> None:
     np.testing.assert_array_equal(both[1], lm.generate(long, max_new_tokens=10, eos_token_id=[])[0])
 
 
+@pytest.mark.parametrize("length", [128, 200])
+def test_a_prompt_of_several_cache_blocks_gives_transformers_logits(llama: Any, lm: CausalLM, length: int) -> None:
+    """Prompts of 4 and 7 blocks of 32 tokens: the logits of the last position equal transformers'
+    forward (a paged step whose per-call input arrays were freed before the kernel read them gave
+    logits off by the whole scale from 128 tokens on, and right ones below)."""
+    from neurenix_core.generation.cache import KVCache
+
+    ids = np.random.default_rng(length).integers(3, 120, (1, length))
+    with torch.no_grad():
+        want = llama(torch.from_numpy(ids)).logits[0, -1].numpy()
+    lm.compiled.reset()
+    got = lm._step(KVCache(lm.spec, 1, length + 1, lm.device, grows=True, buffers=False), ids, np.ones(ids.shape, bool))[0]
+    assert float(np.abs(got - want).max()) <= LOGITS_TOL * float(np.abs(want).max())
+
+
 def test_a_batch_that_outgrows_its_first_cache_blocks_equals_each_prompt_alone(lm: CausalLM) -> None:
     """Three left-padded prompts and 70 new tokens: the rows take 10 blocks of 32 tokens where the
     first allocation holds 8, so the blocks grow (copied) in the middle of the generation."""

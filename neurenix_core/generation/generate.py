@@ -307,10 +307,11 @@ def _default_cache(device: Any, capacity: int | None, precision: str | None, opt
     """"state" on cpu:0 where OpenVINO's runtime (plugin npu) keeps the cache and nothing asks for
     another runtime, a capacity or a precision other than fp32; "fixed" otherwise.
 
-    A stateful model is one compiled model for the prompt and every decode step, its cache appended
-    in place by OpenVINO's fused key/value-cache attention: on the 2-vCPU AMD EPYC it decodes the
-    135M model at the fixed cache's speed (within the run-to-run noise), reaches the first token
-    1.5-2.2x sooner, and with int8/int4 weights peaks at 62-65% of the memory (docs/generation.md).
+    A stateful model is one compiled model for the prompt and every decode step, its cache written
+    in place by OpenVINO's PagedAttention (a language model's step; the fused key/value-cache
+    attention otherwise): on the 2-vCPU AMD EPYC it decodes the 135M model at the fixed cache's
+    speed (within the run-to-run noise), reaches the first token sooner (the prompt's masked scores
+    skipped), and with int8/int4 weights peaks at 62-65% of the memory (docs/generation.md).
     """
     from neurenix_core.graph.compile.host_select import host_runtime_named, requested_runtime
     from neurenix_core.graph.ir.host import HostRuntime

@@ -6,8 +6,8 @@ handed to the runtime returning the joined values instead, with each (past input
 pair named as a state (``neurenix_core.graph.ir.host_state``): the runtime keeps the joined value
 after every call and reads it as the past of the next. The host feeds only the token ids, the
 mask and the positions, and gets the logits back; one compiled model serves the prompt and every
-decode step at any length (OpenVINO's stateful models on cpu:0: its fused key/value-cache
-attention appends in place and attends without joining).
+decode step at any length (on cpu:0, OpenVINO's runtime: PagedAttention over cache blocks it
+writes in place, or its fused key/value-cache attention over a stateful model's variables).
 
 The runtime gets the graph specialized at two sets of sizes (batch, new tokens, past length) and
 compiles the axes that differ dynamic, refusing where the two lower differently. The core's

@@ -137,7 +137,8 @@ class OpenVINOPagedModel(StatefulModel):
             if not counts.all():
                 raise OperationError("the paged step got a sequence without a real token in this call; every row needs one")
             self._reserve(self._lengths + counts)
-            for name, value in self._feed(ids[new], positions[new], counts).items():
+            feed = self._feed(ids[new], positions[new], counts)  # held to the end: the tensors share these arrays' memory
+            for name, value in feed.items():
                 self._request.set_tensor(name, value)
             self._infer(self._request, {}, True, False)
             logits = self._request.get_output_tensor(0).data

@@ -21,6 +21,11 @@ the attention layers that run fused.
 Both specializations of the graph are lowered and must be the same OpenVINO model up to their
 input sizes (``shape_sharing.signature``); the axes where they differ are compiled dynamic.
 
+A language model's step (``nx.generation``'s inputs, every state read by an attention layer) then
+runs on PagedAttention instead (``paged.py``): the same stateful model through OpenVINO's
+``paged_attention_transformation``, which skips a prompt's masked scores. Any other step keeps the
+variables and the fused attention.
+
 Stored (API 1.8, ``stores_state_models``): given a folder, the stateful OpenVINO model is written
 there as IR (``model.xml`` / ``model.bin``, weights as they are: f32, or the compressed int8/int4
 constants) with ``openvino.json`` (what the wrapper needs without the graph); ``load_stateful``
