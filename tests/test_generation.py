@@ -25,7 +25,7 @@ import hf_zoo as hz
 
 import neurenix_core as nx
 from neurenix_core.generation import CausalLM, GenerationError, NotACausalLMError
-from neurenix_core.generation.generate import _default_cache
+from neurenix_core.generation.state import default_cache
 
 NEW = 32
 PROMPT = 6
@@ -201,7 +201,7 @@ def test_default_cache_on_cpu_is_the_runtimes_state(models: dict[str, Any]) -> N
     assert fell_back.summary.endswith(fell_back.state_note)
     np.testing.assert_array_equal(fell_back.generate(gpt2_ids, max_new_tokens=NEW), gpt2_ref)
     for kwargs in ({"capacity": 64}, {"options": {"runtime": "torch"}}, {"precision": "fp16"}):
-        assert _default_cache(lm.device, kwargs.get("capacity"), kwargs.get("precision"), kwargs.get("options", {})) == "fixed"
+        assert default_cache(lm.device, kwargs.get("capacity"), kwargs.get("precision"), kwargs.get("options", {})) == "fixed"
 
 
 def test_fixed_cache_is_written_in_place(models: dict[str, Any]) -> None:

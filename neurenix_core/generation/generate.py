@@ -20,6 +20,7 @@ from neurenix_core.errors import CompilationError
 from neurenix_core.generation.cache import KVCache
 from neurenix_core.generation.errors import GenerationError
 from neurenix_core.generation.sampling import Sampler
+from neurenix_core.generation.state import default_cache
 from neurenix_core.generation.step import StepSpec, export_step, spec_of
 from neurenix_core.kwargs import strict_kwargs
 
@@ -128,7 +129,7 @@ class CausalLM:
         _, self.device, _ = default_backend(device)
         asked = cache
         opts = dict(options or {})
-        cache = _default_cache(self.device, capacity, precision, opts) if cache is None else cache
+        cache = default_cache(self.device, capacity, precision, opts) if cache is None else cache
         if cache not in CACHE_KINDS:
             raise GenerationError(f"{self.device}: cache={cache!r}; use 'fixed', 'state' or 'dynamic'")
         if capacity is not None and (cache != "fixed" or capacity < 1):
@@ -301,27 +302,6 @@ class CausalLM:
         cache.advance(tuple(outs[1:]), valid)
         logits = outs[0]
         return np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, np.float32)
-
-
-def _default_cache(device: Any, capacity: int | None, precision: str | None, options: Mapping[str, Any]) -> str:
-    """"state" on cpu:0 where OpenVINO's runtime (plugin npu) keeps the cache and nothing asks for
-    another runtime, a capacity or a precision other than fp32; "fixed" otherwise.
-
-    A stateful model is one compiled model for the prompt and every decode step, its cache written
-    in place by OpenVINO's PagedAttention (a language model's step; the fused key/value-cache
-    attention otherwise): on the 2-vCPU AMD EPYC it decodes the 135M model at the fixed cache's
-    speed (within the run-to-run noise), reaches the first token sooner (the prompt's masked scores
-    skipped), and with int8/int4 weights peaks at 62-65% of the memory (docs/generation.md).
-    """
-    from neurenix_core.graph.compile.host_select import host_runtime_named, requested_runtime
-    from neurenix_core.graph.ir.host import HostRuntime
-
-    if device.type != "cpu" or capacity is not None or precision not in (None, "fp32") or options.get("runtime", "openvino") != "openvino":
-        return "fixed"
-    if set(options) - {"runtime", "threads"} or requested_runtime({}) is not None:
-        return "fixed"  # other compile options, or NEURENIX_CPU_RUNTIME naming a runtime: nx.compile's path
-    runtime = host_runtime_named("openvino").get("openvino")
-    return "state" if isinstance(runtime, HostRuntime) and runtime.keeps_state else "fixed"
 
 
 def _stateful_step(graph: Any, spec: Any, device: Any, precision: str | None, quantize: str | None, options: dict[str, Any],

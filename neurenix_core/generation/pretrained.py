@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from neurenix_core.generation.errors import GenerationError
 
 if TYPE_CHECKING:
-    from neurenix_core.generation.generate import CausalLM
     from neurenix_core.generation.state_store import Stored
     from neurenix_core.graph.ir.host import HostRuntime
 
@@ -76,10 +75,11 @@ def _storing_runtime(cache: str, device: Any, options: Mapping[str, Any], quanti
     return runtime if quantize is None or quantize in runtime.weight_schemes else None
 
 
-def from_pretrained(cls: type[CausalLM], path: Any, device: Any, *, cache: str | None, capacity: int | None, precision: str | None,
-                    quantize: str | None, options: Mapping[str, Any] | None) -> CausalLM:
-    """``CausalLM.from_pretrained``'s work (see the module's docstring)."""
-    from neurenix_core.generation.generate import _default_cache
+def from_pretrained(cls: Any, path: Any, device: Any, *, cache: str | None, capacity: int | None, precision: str | None,
+                    quantize: str | None, options: Mapping[str, Any] | None) -> Any:
+    """``CausalLM.from_pretrained``'s work (see the module's docstring); ``cls``: CausalLM (not
+    imported here: generate.py imports this module)."""
+    from neurenix_core.generation.state import default_cache
     from neurenix_core.generation.state_store import entry_folder, entry_key, folder_digest, load, storing
     from neurenix_core.graph.ir.host import HostOptions
     from neurenix_core.tensor.placement import default_backend
@@ -87,7 +87,7 @@ def from_pretrained(cls: type[CausalLM], path: Any, device: Any, *, cache: str |
     folder = _folder(path)
     _, dev, _ = default_backend(device)
     opts = dict(options or {})
-    kind = _default_cache(dev, capacity, precision, opts) if cache is None else cache
+    kind = default_cache(dev, capacity, precision, opts) if cache is None else cache
     runtime = _storing_runtime(kind, dev, opts, quantize) if precision in (None, "fp32") else None
     entry = key = None
     if runtime is not None:
@@ -116,7 +116,7 @@ def from_pretrained(cls: type[CausalLM], path: Any, device: Any, *, cache: str |
     return lm
 
 
-def _loaded(cls: type[CausalLM], found: Stored, runtime: HostRuntime, device: Any, quantize: str | None, folder: Path) -> CausalLM:
+def _loaded(cls: Any, found: Stored, runtime: HostRuntime, device: Any, quantize: str | None, folder: Path) -> Any:
     """A CausalLM around a stored entry's model, with what the entry says of the model."""
     from neurenix_core.generation.state import StatefulStep
     from neurenix_core.generation.step import StepSpec
