@@ -11,7 +11,7 @@ The key hashes every input of the stored model: the SHA-256 of each file in the 
 weights, its configuration and generation settings: a changed file is a new key), the weight
 scheme, the step's format, the versions of neurenix, PyTorch and transformers that exported it,
 and the runtime's plugin (name, version, requirements and source digest). The entry records the
-key and the SHA-256 of every file the runtime wrote, checked on every load (read in chunks, not
+key and the SHA-256 of every file the runtime wrote, checked on every load (read in blocks, not
 mapped: the check adds no resident memory): an entry copied from another model, damaged or half
 evicted is compiled again and replaced, with a warning naming why.
 
@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from neurenix_core.errors import ModelFormatError, NeurenixError
+from neurenix_core.errors import ModelFormatError
+from neurenix_core.io.digest import file_sha256
 from neurenix_core.user_frame import user_stacklevel
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ __all__ = ["FORMAT", "Stored", "entry_folder", "entry_key", "folder_digest", "lo
 
 FORMAT: Final = 1
 _ENTRY: Final = "entry.json"
-_CHUNK: Final = 8 << 20
 _REMEDY: Final = "the model is prepared again and the entry rewritten"
 
 
@@ -59,20 +59,10 @@ class Stored:
     folder: Path
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
-        while n := fh.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
 def folder_digest(folder: Path) -> dict[str, str]:
     """SHA-256 of each regular file directly in ``folder``, by name (its weights, configuration,
     generation settings and tokenizer files alike)."""
-    return {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file()}  # is_file follows links (a hub snapshot's)
+    return {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()}  # is_file follows links (a hub snapshot's)
 
 
 def entry_key(files: Mapping[str, str], quantize: str | None, runtime: HostRuntime) -> str:
@@ -112,16 +102,15 @@ def load(folder: Path, key: str, runtime: HostRuntime, options: HostOptions) -> 
         if meta.get("format") != FORMAT or meta.get("key") != key:
             raise ModelFormatError(f"it belongs to another model or version (key {str(meta.get('key', '?'))[:12]}, not {key[:12]})")
         for name, digest in meta["files"].items():
-            if _sha256(folder / name) != digest:
+            if file_sha256(folder / name) != digest:
                 raise ModelFormatError(f"{name} does not match its checksum")
         model = runtime.load_stateful(folder, options)
     except (ModelFormatError, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
         warnings.warn(f"stored step model {folder} not used ({exc}); {_REMEDY}", RuntimeWarning, stacklevel=user_stacklevel())
         return None
-    now = None  # hits touch the entry's files: the size limit evicts the least recently used
-    for name in (_ENTRY, *meta["files"]):
+    for name in (_ENTRY, *meta["files"]):  # hits touch the entry's files: the size limit evicts the least recently used
         with contextlib.suppress(OSError):
-            os.utime(folder / name, now)
+            os.utime(folder / name)
     return Stored(model, meta, folder)
 
 
@@ -152,7 +141,7 @@ def _finish(tmp: Path, folder: Path, key: str, facts: dict[str, Any]) -> None:
     from neurenix_core.config import compile_cache_limit
     from neurenix_core.graph.compile.cache import evict
 
-    files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    files = folder_digest(tmp)
     if not files or not facts:
         return  # nothing written, or a model the caller did not keep (a refused one): no entry
     size = sum((tmp / name).stat().st_size for name in files)
@@ -171,5 +160,4 @@ def _finish(tmp: Path, folder: Path, key: str, facts: dict[str, Any]) -> None:
             warnings.warn(f"stored step model {folder} not written ({exc}); the next process prepares the model again",
                           RuntimeWarning, stacklevel=user_stacklevel())
         return
-    with contextlib.suppress(NeurenixError, OSError):
-        evict()
+    evict()  # as the compile cache does after each store

@@ -65,17 +65,18 @@ def paged(stateful: Any, states: int) -> tuple[Any, tuple[int, int, int]] | None
         if p.get_friendly_name().startswith(("key_cache.", "value_cache.")):
             p.set_element_type(ov.Type.f32)  # the cache kept as computed, as KV_CACHE_PRECISION=f32 keeps the state's
             p.set_partial_shape(ov.PartialShape([-1, geo[0], BLOCK, geo[1]]))
-    _head_on_last_tokens(model)
     mask = next(p for p in model.get_parameters() if p.get_friendly_name() == "mask")
-    if not mask.output(0).get_target_inputs():  # PagedAttention computes the causal mask itself
-        model.remove_parameter(mask)
+    if mask.output(0).get_target_inputs() or not _head_on_last_tokens(model):
+        return None  # the mask read elsewhere than by attention (not fed here), or no head to gather for
+    model.remove_parameter(mask)  # PagedAttention computes the causal mask itself
     model.validate_nodes_and_infer_types()
     return model, (layers, *geo)
 
 
-def _head_on_last_tokens(model: Any) -> None:
+def _head_on_last_tokens(model: Any) -> bool:
     """Gather each sequence's last token before the head (the first MatMul up from the logits):
-    after the transformation every token is a row, and the head would run on all of them."""
+    after the transformation every token is a row, and the head would run on all of them. False
+    where no head is found (the step then keeps the state model: one row of logits per sequence)."""
     import openvino.opset16 as op
 
     node = model.get_results()[0].input_value(0).get_node()
@@ -84,11 +85,12 @@ def _head_on_last_tokens(model: Any) -> None:
             break
         node = node.input_value(0).get_node()
     else:
-        return  # no head found: every row's logits come back, and the wrapper picks the last ones
+        return False
     begins = next(p for p in model.get_parameters() if p.get_friendly_name() == "subsequence_begins")
     ends = op.slice(begins, op.constant(np.array([1], np.int64)), op.constant(np.array([2**31 - 1], np.int64)), op.constant(np.array([1], np.int64)))
     last = op.subtract(ends, op.constant(np.array([1], np.int32)))
     node.input(0).replace_source_output(op.gather(node.input_value(0), last, op.constant(np.int64(0))).output(0))
+    return True
 
 
 def _allowed(slots: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -102,8 +104,7 @@ def _allowed(slots: np.ndarray, new: np.ndarray) -> np.ndarray:
 class OpenVINOPagedModel(StatefulModel):
     """One compiled PagedAttention step, its request and the host's cache blocks per layer."""
 
-    def __init__(self, compiled: Any, tensor: Any, geo: tuple[int, int, int], guarded: tuple[int, ...], bits: int | None,
-                 summary: str) -> None:
+    def __init__(self, compiled: Any, tensor: Any, geo: tuple[int, int, int], guarded: tuple[int, ...], summary: str) -> None:
         from neurenix_npu_openvino.compiled import _native_infer
 
         self.compiled, self._tensor, self._guarded = compiled, tensor, guarded
@@ -114,7 +115,6 @@ class OpenVINOPagedModel(StatefulModel):
         self._lock = threading.Lock()
         self._caches: list[np.ndarray] = []
         self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or None
-        self.bits = bits
         self.summary = summary
         self.reset()
 
@@ -142,9 +142,7 @@ class OpenVINOPagedModel(StatefulModel):
                 self._request.set_tensor(name, value)
             self._infer(self._request, {}, True, False)
             logits = self._request.get_output_tensor(0).data
-            rows = logits.reshape(-1, logits.shape[-1])
-            if rows.shape[0] != len(counts):  # no head found to gather before: every token's logits
-                rows = rows[np.cumsum(counts) - 1]
+            rows = logits.reshape(len(counts), logits.shape[-1])  # one row per sequence: its last token's
             self._lengths = self._lengths + counts
             self._slots = np.concatenate([self._slots, new], axis=1)
             return (rows.copy(),)

@@ -120,7 +120,7 @@ def _compiled_paged(core: Any, tensor: Any, model: Any, props: dict[str, Any], g
     summary = (f"OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, {threads or 'default'} thread(s){weight_line}, "
                f"stateful: one compiled model for the prompt and every step, {geo[0]} attention layer(s) on OpenVINO's "
                f"PagedAttention (the cache in blocks of {BLOCK} tokens, f32; a prompt's masked scores are skipped)")
-    return OpenVINOPagedModel(compiled, tensor, (geo[0], geo[1], geo[2]), guarded, bits, summary)
+    return OpenVINOPagedModel(compiled, tensor, (geo[0], geo[1], geo[2]), guarded, summary)
 
 
 def _compiled_step(core: Any, tensor: Any, stateful: Any, props: dict[str, Any], inputs: int, guarded: tuple[int, ...], states: int,
