@@ -32,7 +32,8 @@ second time measured (the first compiles that prompt's shapes). Per prompt:
   (not measured, as the peers' export is not) prepares it and stores the stateful step model, the
   measured one loads that without building the transformers model;
 - ``same``: how many of the new tokens equal transformers' fp32 ones (all should in fp32; with
-  int8 / int4 weights, ``quantize="int8-weights"`` / ``"int4-weights"``, the token agreement).
+  int8 / int4 weights, ``quantize="int8-weights"`` / ``"int4-weights"``, the token agreement;
+  ``a8``: ``"int8-weights-int8-activations"`` / ``"int4-weights-int8-activations"``).
 
 Thread pools are pinned by OMP/OPENBLAS/MKL_NUM_THREADS and ``torch.set_num_threads`` (PyTorch),
 and by the compile option ``threads`` (the cpu:0 host runtime, OpenVINO's INFERENCE_NUM_THREADS).
@@ -53,8 +54,8 @@ from typing import Any
 from neurenix_core.benchkit import THREAD_VARS
 
 CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 saved", "nx cpu:0 fixed", "nx cpu:0 int8", "nx cpu:0 saved int8",
-              "nx cpu:0 fixed int8", "nx cpu:0 int4", "nx cpu:0 saved int4", "nx cpu:0 fixed int4", "nx npu:0", "nx npu:0 int8",
-              "nx npu:0 int4")
+              "nx cpu:0 saved int8 a8", "nx cpu:0 fixed int8", "nx cpu:0 int4", "nx cpu:0 saved int4", "nx cpu:0 saved int4 a8",
+              "nx cpu:0 fixed int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
 #: Devices run only when named (--contenders): emulated on the host CPU, for "runs on every device".
 EMULATED = ("nx tpu:0", "nx cuda:0", "nx edgetpu:0")
 PROMPTS = (128, 1024)
@@ -156,10 +157,12 @@ def measure(contender: str, model_name: str, threads: int, prompts: tuple[int, .
 
         _, device, *rest = contender.split()
         quantize = next((f"{word}-weights" for word in rest if word in ("int8", "int4")), None)
+        if quantize is not None and "a8" in rest:  # "nx cpu:0 saved int4 a8": int8 activations at run time too
+            quantize += "-int8-activations"
         # "nx cpu:0 fixed": the cache fed from the host (cpu:0's default keeps it in OpenVINO's state)
         cache = next((word for word in rest if word in ("fixed", "state")), None)
         # "nx cpu:0 openvino": every step on that runtime
-        runtime = next(({"runtime": word} for word in rest if word not in ("int8", "int4", "fixed", "state", "saved")), {})
+        runtime = next(({"runtime": word} for word in rest if word not in ("int8", "int4", "a8", "fixed", "state", "saved")), {})
         kwargs: dict[str, Any] = {"cache": cache, "precision": "fp32", "quantize": quantize, "options": {"threads": threads, **runtime}}
         if model is None:  # "nx cpu:0 saved": CausalLM.from_pretrained (a stored step model where one is kept)
             lm = nx.generation.CausalLM.from_pretrained(saved_folder(model_name), device, **kwargs)

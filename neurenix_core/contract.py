@@ -33,8 +33,17 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from neurenix_core.graph.ir.shapes import ValueSpec, infer_values, node_spec  # noqa: F401
     from neurenix_core.graph.opset import OPSET, attrs_of  # noqa: F401
     from neurenix_core.graph.opset.nn import conv_geometry, conv_transpose_geometry  # noqa: F401
+    from neurenix_core.graph.quantization.activation_groups import ACTIVATION_GROUP, quantize_groups  # noqa: F401
     from neurenix_core.graph.quantization.calibration import calibrate  # noqa: F401
-    from neurenix_core.graph.quantization.weights import dequantize, is_weight_plan, weight_codes  # noqa: F401
+    from neurenix_core.graph.quantization.weights import (  # noqa: F401
+        ACTIVATION_SCHEMES,
+        WEIGHT_SCHEMES,
+        dequantize,
+        is_weight_plan,
+        quantizes_activations,
+        scheme_of,
+        weight_codes,
+    )
     from neurenix_core.graph.reference.run import run_graph, run_quantized  # noqa: F401
     from neurenix_core.nn.module import Module  # noqa: F401
     from neurenix_core.plugins.backend import ArrayNamespaceBackend, Backend, CompiledModel  # noqa: F401
@@ -80,7 +89,10 @@ HOMES: Final[dict[str, str]] = {
     **dict.fromkeys(("run_graph", "run_quantized"), "neurenix_core.graph.reference.run"),
     **dict.fromkeys(("weight_params", "softmax_output_params", "fake_quantize", "quantize_weight"), "neurenix_core.graph.ir.qmath"),
     "calibrate": "neurenix_core.graph.quantization.calibration",
-    **dict.fromkeys(("weight_codes", "dequantize", "is_weight_plan"), "neurenix_core.graph.quantization.weights"),
+    **dict.fromkeys(("weight_codes", "dequantize", "is_weight_plan", "quantizes_activations", "scheme_of", "WEIGHT_SCHEMES",
+                     "ACTIVATION_SCHEMES"), "neurenix_core.graph.quantization.weights"),
+    # The int8 activations of the "-int8-activations" weight schemes: the group and its rounding.
+    **dict.fromkeys(("ACTIVATION_GROUP", "quantize_groups"), "neurenix_core.graph.quantization.activation_groups"),
     # Seed-style optimize_model / load_model following the compiled-input rule.
     **dict.fromkeys(("to_device_input", "to_device_inputs", "deliver", "call_runtime", "check_outputs"), "neurenix_core.graph.compile.inputs"),
     # A persistent compile cache keyed like the core's.

@@ -124,15 +124,20 @@ def test_another_process_loads_without_importing_torch(state: Path) -> None:
     np.testing.assert_array_equal(np.array(json.loads(tokens)), want)
 
 
-def test_weight_only_int8_is_stored_with_its_weights(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("scheme", ["int8-weights", "int4-weights-int8-activations"])
+def test_quantized_weights_are_stored_with_their_scheme(state: Path, monkeypatch: pytest.MonkeyPatch, scheme: str) -> None:
+    """The entry holds the compressed weights and the scheme, so the loaded model also quantizes
+    activations where the scheme says so (the same tokens, the same summary)."""
     _save(state / "llama", 3)
-    first = CausalLM.from_pretrained(state / "llama", "cpu:0", quantize="int8-weights")
+    first = CausalLM.from_pretrained(state / "llama", "cpu:0", quantize=scheme)
     tokens = _generate(first)
-    float_entry, int8_entry = _entry(state / "llama"), _entry(state / "llama", "int8-weights")
-    assert int8_entry.is_dir() and not float_entry.exists()  # one entry per weight scheme
+    float_entry, entry = _entry(state / "llama"), _entry(state / "llama", scheme)
+    assert entry.is_dir() and not float_entry.exists()  # one entry per weight scheme
     _no_model_built(monkeypatch)
-    second = CausalLM.from_pretrained(state / "llama", "cpu:0", quantize="int8-weights")
-    assert "int8 weights" in second.summary and "loaded from" in second.summary
+    second = CausalLM.from_pretrained(state / "llama", "cpu:0", quantize=scheme)
+    weights_line = f"int{scheme[3]} weights as compressed-weight FullyConnected layers (" + (
+        "int8 activations quantized at run time" if scheme.endswith("activations") else "float activations")
+    assert weights_line in first.summary and weights_line in second.summary and "loaded from" in second.summary
     np.testing.assert_array_equal(_generate(second), tokens)
 
 

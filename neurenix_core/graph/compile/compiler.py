@@ -63,7 +63,9 @@ def compile(  # the public name the seeds and DESIGN.md use
     ``precision``: one of PRECISIONS or None (the backend's default, stated in ``.summary``).
     ``quantize``: True / "int8" / "int16" (static: needs ``calibration`` batches), "dynamic"
     (int8 Linear weights), "int8-weights" / "int4-weights" (weight-only: int8 per channel or int4
-    per group, activations in float; ``neurenix_core.graph.quantization.weights``), or a ready
+    per group, activations in float; ``neurenix_core.graph.quantization.weights``),
+    "int8-weights-int8-activations" / "int4-weights-int8-activations" (the same weights, each
+    layer's input quantized to int8 at run time in groups of 32), or a ready
     ``QuantizationPlan``. ``outputs``: "device" (Tensors on
     ``device``) or "host" (NumPy arrays); inputs follow ``neurenix_core.graph.compile.inputs``.
     ``options`` ({name: value}) are the device's own options: the core's ``runtime`` and
@@ -105,7 +107,7 @@ def compile(  # the public name the seeds and DESIGN.md use
     if calibration is not None and not isinstance(calibration, Sequence):
         calibration = list(calibration)  # read twice: calibration, then verification
     weights, note = None, None
-    if isinstance(quantize, str) and quantize.endswith("-weights"):
+    if isinstance(quantize, str) and "-weights" in quantize:  # "int8-weights", "int4-weights-int8-activations", ...
         graph, weights, note = _weight_only(graph, dev, record, quantize, extra)
         quantize = None
     precision, plan, graph = _quantization(graph, dev, precision, quantize, calibration, calibration_method, progress)
@@ -176,7 +178,7 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Map
     from neurenix_core.graph.quantization import weights as W
 
     if scheme not in W.WEIGHT_SCHEMES:
-        raise QuantizationError(f"{dev}: quantize={scheme!r}; weight-only quantization is one of {', '.join(W.WEIGHT_SCHEMES)}")
+        raise QuantizationError(f"{dev}: quantize={scheme!r}; weight quantization is one of {', '.join(W.WEIGHT_SCHEMES)}")
     plan = W.weight_plan(graph, scheme)
     groups = {q.scale.shape[1] for q in plan.weights.values() if q.scale.ndim == 2}
     int8 = sum(q.bits == 8 for q in plan.weights.values()) if plan.bits == 4 else 0
@@ -212,7 +214,7 @@ def _quantization(graph: Graph, dev: Device, precision: str | None, quantize: An
         return f"int{quantize.bits}", quantize, graph
     if quantize not in _QUANTIZE:
         raise QuantizationError(f"{dev}: quantize={quantize!r}; use True, 'int8', 'int16', 'dynamic', 'int8-weights', "
-                                "'int4-weights' or a QuantizationPlan")
+                                "'int4-weights' (optionally '...-int8-activations') or a QuantizationPlan")
     if quantize == "dynamic":
         return "int8", Q.dynamic_plan(graph), graph
     wants_int = precision in ("int8", "int16")

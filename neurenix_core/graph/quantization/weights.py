@@ -11,13 +11,20 @@ stay in the model's float precision (what language-model runtimes call weight co
   divides gets one group: per channel). The last linear layer (a language model's output head)
   stays int8 per channel, as NNCF's int4 default does.
 
+``"int8-weights-int8-activations"`` / ``"int4-weights-int8-activations"``: the same weights, and
+each planned layer's input quantized to int8 at run time per row in groups of 32 features
+(``activation_groups.py``; the plan's ``dynamic`` is True). Only layers whose input width is a
+multiple of 32 are planned; the others stay float. Faster on CPUs with integer dot products
+(decode and prompts), and further from float: :meth:`CausalLM.check_quantization` measures it.
+
 A plan is a :class:`QuantizationPlan` with ``method="weights"`` whose ``weights`` hold each
 layer's :class:`QuantParams` (a 2-D ``scale (out, groups)`` for int4). Its meaning is
 :func:`dequantized`: the float model whose weights are ``codes * scale``. A plugin that lowers
 the scheme natively (it lists ``"int8-weights"`` / ``"int4-weights"`` in
 ``Capabilities.quantization``) computes the same codes with :func:`weight_codes` and keeps them
 in its own compressed form; on every other device ``nx.compile`` runs the dequantized model,
-which has the quantized model's values and fp32's memory and speed, and says so.
+which has the quantized model's values and fp32's memory and speed, and says so (with the
+activation schemes, the graph of :func:`activation_groups.with_quantized_inputs` too).
 """
 
 from __future__ import annotations
@@ -28,11 +35,15 @@ import numpy as np
 
 from neurenix_core.errors import QuantizationError
 from neurenix_core.graph.ir import Graph, Node, QuantizationPlan, QuantParams
+from neurenix_core.graph.quantization.activation_groups import ACTIVATION_GROUP, groups_fit, with_quantized_inputs
 
-__all__ = ["GROUP_SIZES", "WEIGHT_SCHEMES", "dequantize", "dequantized", "group_size", "is_weight_plan", "weight_codes", "weight_plan"]
+__all__ = ["ACTIVATION_SCHEMES", "GROUP_SIZES", "WEIGHT_SCHEMES", "dequantize", "dequantized", "group_size", "is_weight_plan",
+           "quantizes_activations", "scheme_of", "weight_codes", "weight_plan"]
 
-#: ``quantize=`` values of weight-only quantization, and their bit widths.
-WEIGHT_SCHEMES: Final = {"int8-weights": 8, "int4-weights": 4}
+#: ``quantize=`` values of weight quantization, and their weights' bit widths.
+WEIGHT_SCHEMES: Final = {"int8-weights": 8, "int4-weights": 4, "int8-weights-int8-activations": 8, "int4-weights-int8-activations": 4}
+#: The schemes whose layers also quantize their input at run time (activation_groups.py).
+ACTIVATION_SCHEMES: Final = frozenset({"int8-weights-int8-activations", "int4-weights-int8-activations"})
 #: int4 group sizes, in order of preference (the first that divides the input width).
 GROUP_SIZES: Final = (64, 32, 128, 16)
 _RANGE: Final = {8: 127, 4: 7}
@@ -43,18 +54,27 @@ def is_weight_plan(plan: QuantizationPlan | None) -> bool:
     return plan is not None and plan.method == "weights"
 
 
+def quantizes_activations(plan: QuantizationPlan | None) -> bool:
+    """Whether ``plan`` is a weight plan whose layers quantize their input at run time too."""
+    return plan is not None and is_weight_plan(plan) and plan.dynamic
+
+
 def scheme_of(plan: QuantizationPlan) -> str:
-    """The scheme name ("int8-weights", "int4-weights") of a weight plan."""
-    return next(name for name, bits in WEIGHT_SCHEMES.items() if bits == plan.bits)
+    """The scheme name ("int8-weights", "int4-weights-int8-activations", ...) of a weight plan."""
+    return next(name for name, bits in WEIGHT_SCHEMES.items()
+                if bits == plan.bits and (name in ACTIVATION_SCHEMES) == bool(plan.dynamic))
 
 
-def group_size(in_features: int) -> int:
-    """The int4 group size for an input width (the width itself when no preferred size divides it)."""
-    return next((g for g in GROUP_SIZES if in_features % g == 0 and in_features > g), in_features)
+def group_size(in_features: int, multiple: int = 1) -> int:
+    """The int4 group size for an input width (the width itself when no preferred size divides it),
+    among sizes that are a multiple of ``multiple`` (the activation group, where activations are
+    quantized too: OpenVINO's CPU device leaves them in float under smaller weight groups)."""
+    return next((g for g in GROUP_SIZES if in_features % g == 0 and in_features > g and g % multiple == 0), in_features)
 
 
-def _params(w: np.ndarray, bits: int) -> QuantParams:
-    """Symmetric parameters of one ``(out, in)`` weight: per channel (int8) or per group (int4)."""
+def _params(w: np.ndarray, bits: int, multiple: int = 1) -> QuantParams:
+    """Symmetric parameters of one ``(out, in)`` weight: per channel (int8) or per group (int4,
+    groups a multiple of ``multiple`` wide)."""
     top = _RANGE[bits]
     # |w| and its maximum are exact in the weight's own float type: no float64 copy (226 MB for a
     # 49,152 x 576 output head); the scale is divided in float64 as before.
@@ -62,7 +82,7 @@ def _params(w: np.ndarray, bits: int) -> QuantParams:
     if wv.dtype not in (np.float32, np.float64):
         wv = wv.astype(np.float64)
     out, width = wv.shape
-    groups = 1 if bits == 8 else width // group_size(width)
+    groups = 1 if bits == 8 else width // group_size(width, multiple)
     bound = np.abs(wv.reshape(out, groups, -1)).max(axis=2).astype(np.float64)
     step = (bound / top).astype(np.float32)
     # An all-zero (or denormal) group quantizes to zeros with scale 1, as weight_params does.
@@ -72,17 +92,23 @@ def _params(w: np.ndarray, bits: int) -> QuantParams:
 
 
 def weight_plan(graph: Graph, scheme: str) -> QuantizationPlan:
-    """The plan of ``scheme`` ("int8-weights" or "int4-weights") for every 2-D float linear weight."""
+    """The plan of ``scheme`` (a :data:`WEIGHT_SCHEMES` name) for every 2-D float linear weight
+    (with int8 activations: those whose input width is a whole number of activation groups)."""
     bits = WEIGHT_SCHEMES.get(scheme)
     if bits is None:
-        raise QuantizationError(f"weight-only quantization {scheme!r}; use one of {', '.join(WEIGHT_SCHEMES)}")
-    layers = [n for n in graph.nodes if _quantizable(n)]
+        raise QuantizationError(f"weight quantization {scheme!r}; use one of {', '.join(WEIGHT_SCHEMES)}")
+    activations = scheme in ACTIVATION_SCHEMES
+    linears = [n for n in graph.nodes if _quantizable(n)]
+    head = linears[-1] if len(linears) > 1 else None
+    layers = [n for n in linears if not activations or groups_fit(n.params["weight"].shape[1])]
     if not layers:
-        raise QuantizationError(f"{scheme} quantizes the weights of linear layers, and this model has none")
+        widths = f" whose input width is a multiple of {ACTIVATION_GROUP}" if activations else ""
+        raise QuantizationError(f"{scheme} quantizes the weights of linear layers{widths}, and this model has none")
     # int4 keeps the last linear layer (a language model's output head) at int8 per channel, as
     # NNCF's and OpenVINO GenAI's int4 do by default: its error reaches every logit directly.
-    weights = {n.name: _params(np.asarray(n.params["weight"]), 8 if n is layers[-1] and len(layers) > 1 else bits) for n in layers}
-    return QuantizationPlan(bits=bits, activations={}, weights=weights, method="weights", dynamic=False)
+    multiple = ACTIVATION_GROUP if activations else 1
+    weights = {n.name: _params(np.asarray(n.params["weight"]), 8 if n is head else bits, multiple) for n in layers}
+    return QuantizationPlan(bits=bits, activations={}, weights=weights, method="weights", dynamic=activations)
 
 
 def _quantizable(node: Node) -> bool:
@@ -112,7 +138,8 @@ def dequantize(codes: np.ndarray, q: QuantParams) -> np.ndarray:
 
 
 def dequantized(graph: Graph, plan: QuantizationPlan) -> Graph:
-    """The float graph a weight-only plan means: each planned weight replaced by ``codes * scale``."""
+    """The float graph a weight plan means: each planned weight replaced by ``codes * scale`` (and,
+    where the plan quantizes activations, each planned layer's input by groups first)."""
     from dataclasses import replace
 
     nodes = []
@@ -122,4 +149,5 @@ def dequantized(graph: Graph, plan: QuantizationPlan) -> Graph:
             w = np.asarray(node.params["weight"])
             node = replace(node, params={**node.params, "weight": dequantize(weight_codes(w, q), q).astype(w.dtype)})
         nodes.append(node)
-    return replace(graph, nodes=tuple(nodes))
+    out = replace(graph, nodes=tuple(nodes))
+    return with_quantized_inputs(out, plan.weights) if quantizes_activations(plan) else out

@@ -10,10 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neurenix_core.contract import CompiledModel, CompileOptions, Graph, QuantizationPlan, is_weight_plan
+from neurenix_core.contract import (
+    CompiledModel,
+    CompileOptions,
+    Graph,
+    QuantizationPlan,
+    is_weight_plan,
+    quantizes_activations,
+    scheme_of,
+)
 from neurenix_core.errors import QuantizationError, ShapeError, UnsupportedDTypeError, UnsupportedOperationError
+from neurenix_npu_openvino.activation_probe import check_activation_quantization
 from neurenix_npu_openvino.compile_cache import compile_cached
-from neurenix_npu_openvino.config import check_precision, precision_hint, user_properties
+from neurenix_npu_openvino.config import activation_group, check_precision, precision_hint, user_properties, weights_summary
 from neurenix_npu_openvino.lowering import lower_graph
 from neurenix_npu_openvino.quantize import check_plan, check_plan_scales
 
@@ -213,6 +222,23 @@ def resolve_precision(backend: NPUOpenVINOBackend, precision: str | None, plan: 
 
 
 
+def _weight_properties(backend: NPUOpenVINOBackend, plan: QuantizationPlan) -> dict[str, Any]:
+    """The activations' precision of a weight plan on OpenVINO's CPU device: float for weight-only
+    schemes (the device would otherwise quantize them at run time in groups of 32, its default
+    for compressed weights; ov_properties can still ask for it), int8 in groups of 32 for the
+    "-int8-activations" schemes. The Intel NPU's compiler chooses its own activation precision,
+    so it takes only the weight-only schemes."""
+    scheme = scheme_of(plan)
+    if backend.ov_device != "CPU":
+        if quantizes_activations(plan):
+            raise QuantizationError(f"{backend.device_label()}: {scheme} asks for int8 activations in groups of 32, which the "
+                                    f"Intel NPU's compiler does not take; use quantize='{scheme.split('-')[0]}-weights'")
+        return {}
+    if quantizes_activations(plan):
+        check_activation_quantization(backend.core, plan.bits, backend.device_label())
+    return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": activation_group(scheme)}
+
+
 def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOptions) -> OpenVINOCompiledModel:
     """Lower and compile ``graph`` (static input shapes) for the npu device; cached."""
     plan = options.quantization
@@ -220,10 +246,8 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
     optimize_for = options.extra.get("optimize_for")
     threads = options.extra.get("threads", backend.threads)
     properties = user_properties(options.extra.get("ov_properties"), backend.device_label())
-    if is_weight_plan(plan) and backend.ov_device == "CPU":
-        # Weight-only means float activations: OpenVINO's CPU would otherwise quantize them at
-        # run time in groups of 32 (its default for compressed weights). ov_properties can ask for it.
-        properties = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0, **properties}
+    if is_weight_plan(plan):
+        properties = {**_weight_properties(backend, plan), **properties}
     key = ("graph", graph.fingerprint(), precision, backend.ov_device, None if plan is None else plan.fingerprint(), optimize_for, threads, backend.memory_optimization,
            tuple(sorted(properties.items())))
 
@@ -243,6 +267,9 @@ def compile_graph(backend: NPUOpenVINOBackend, graph: Graph, options: CompileOpt
                                   # operations, as the core's placement counts them; constants apart
                                   nodes=sum(n.op != "constant" for n in graph.nodes), constants=sum(n.op == "constant" for n in graph.nodes),
                                   source="neurenix graph", cache=cache_line)
+    if is_weight_plan(plan) and backend.ov_device == "CPU":
+        assert plan is not None
+        model.summary += f", {weights_summary(scheme_of(plan))}"
     # What compiled.save needs to write the IR again and compile it the same way (artifact.py).
     model.source_graph, model.plan, model.threads, model.properties = graph, plan, threads, dict(properties)
     return model

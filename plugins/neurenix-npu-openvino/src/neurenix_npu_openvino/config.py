@@ -12,8 +12,18 @@ from typing import Any, Final
 
 from neurenix_core.errors import CompilationError, QuantizationError
 
-__all__ = ["OPTIMIZE_FOR", "PRECISIONS", "QUANTIZED_CPU_PROPERTIES", "check_precision", "cpu_host_properties", "performance_properties",
-           "precision_hint", "user_properties", "weights_summary"]
+__all__ = [
+    "OPTIMIZE_FOR",
+    "PRECISIONS",
+    "QUANTIZED_CPU_PROPERTIES",
+    "activation_group",
+    "check_precision",
+    "cpu_host_properties",
+    "performance_properties",
+    "precision_hint",
+    "user_properties",
+    "weights_summary",
+]
 
 #: neurenix precision -> (INFERENCE_PRECISION_HINT, OPTIMIZATION_CAPABILITIES entry it needs).
 #: int8/int16 keep the float parts of the graph in f32; the quantized layers run in integers.
@@ -95,18 +105,32 @@ def user_properties(value: Any, device: str) -> dict[str, Any]:
     return dict(value)
 
 
-def cpu_host_properties(threads: int | None, *, weights: bool = False) -> dict[str, Any]:
+def cpu_host_properties(threads: int | None, *, scheme: str | None = None) -> dict[str, Any]:
     """cpu:0's OpenVINO properties (host.py, stateful.py): f32 for every float part (never the CPU
-    device's bf16 default), latency, the thread count where given; with weight-only quantized
-    layers, float activations (the CPU device's default quantizes them at run time)."""
+    device's bf16 default), latency, the thread count where given; with quantized weights
+    (``scheme``, a weight-quantization scheme), the activations as the scheme says."""
     props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
-    if weights:
-        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+    if scheme is not None:
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = activation_group(scheme)
     if threads is not None:
         props["INFERENCE_NUM_THREADS"] = int(threads)
     return props
 
 
-def weights_summary(bits: int) -> str:
-    """What a summary says of weight-only quantized layers on cpu:0's OpenVINO runtime."""
-    return f"int{bits} weights as compressed-weight FullyConnected layers (float activations)"
+def activation_group(scheme: str) -> int:
+    """``DYNAMIC_QUANTIZATION_GROUP_SIZE`` for compressed weights of ``scheme``: 0 (float
+    activations) for weight-only schemes, where the CPU device would otherwise quantize them at run
+    time; the core's activation group (32) for the schemes that ask for exactly that."""
+    from neurenix_core.contract import ACTIVATION_GROUP, ACTIVATION_SCHEMES
+
+    return ACTIVATION_GROUP if scheme in ACTIVATION_SCHEMES else 0
+
+
+def weights_summary(scheme: str) -> str:
+    """What a summary says of quantized weights on OpenVINO's CPU device."""
+    from neurenix_core.contract import WEIGHT_SCHEMES
+
+    bits = WEIGHT_SCHEMES[scheme]
+    group = activation_group(scheme)
+    acts = f"int8 activations quantized at run time in groups of {group}" if group else "float activations"
+    return f"int{bits} weights as compressed-weight FullyConnected layers ({acts})"

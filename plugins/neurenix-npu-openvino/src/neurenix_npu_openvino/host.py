@@ -17,8 +17,9 @@ compiled model's runtime graph.
 Weight-only int8 / int4 models (``weight_schemes``): the core's weight plan becomes the npu
 device's compressed-weight constants (integer codes, a Convert and the scales: the pattern the CPU
 device runs as a FullyConnected that decompresses inside its kernel), with float activations
-(``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``: the CPU device would otherwise quantize them at run time).
-A language model's int8 weights are a quarter of its float ones, in every compiled shape.
+(``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``: the CPU device would otherwise quantize them at run time);
+the ``"-int8-activations"`` schemes ask for exactly that run-time quantization (groups of 32),
+once ``activation_probe`` has seen this CPU do it. A language model's int8 weights are a quarter of its float ones, in every compiled shape.
 """
 
 from __future__ import annotations
@@ -29,7 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from neurenix_core.contract import Graph, HostModel, HostOptions, HostRuntime, QuantizationPlan, StatefulModel, StateSpec
+from neurenix_core.contract import (
+    ACTIVATION_SCHEMES,
+    WEIGHT_SCHEMES,
+    Graph,
+    HostModel,
+    HostOptions,
+    HostRuntime,
+    QuantizationPlan,
+    StatefulModel,
+    StateSpec,
+    scheme_of,
+)
 from neurenix_core.errors import BackendUnavailableError, CompilationError
 from neurenix_npu_openvino.config import weights_summary
 from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_use
@@ -127,7 +139,9 @@ class OpenVINOHostRuntime(HostRuntime):
         # OpenVINO supports; INT16 is not reported by today's CPU plugin).
         caps = set(self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
         self.quantized_precisions = frozenset(p for p, cap in (("int8", "INT8"), ("int16", "INT16")) if cap in caps)
-        self.weight_schemes = frozenset({"int8-weights", "int4-weights"})
+        # With "-int8-activations", the CPU device's run-time activation quantization (checked per
+        # process by activation_probe before such a model compiles).
+        self.weight_schemes = frozenset(WEIGHT_SCHEMES)
         self._sharing = ShapeSharing()
 
     def covers(self, graph: Graph) -> str | None:
@@ -146,6 +160,7 @@ class OpenVINOHostRuntime(HostRuntime):
         return load_stateful(self.core, self.ov.Tensor, folder, options)
 
     def compile(self, graph: Graph, options: HostOptions) -> OpenVINOHostModel:
+        from neurenix_npu_openvino.activation_probe import check_activation_quantization
         from neurenix_npu_openvino.compile_cache import host_compile_cached
         from neurenix_npu_openvino.compiled import runtime_config
         from neurenix_npu_openvino.config import QUANTIZED_CPU_PROPERTIES, cpu_host_properties
@@ -162,7 +177,10 @@ class OpenVINOHostRuntime(HostRuntime):
         lowered = cpu_placement(graph, plan) if plan is not None else None
         # f32 for the float parts in every case: a quantized model's FakeQuantize layers run in
         # integers, everything between them in f32.
-        props = cpu_host_properties(options.threads, weights=weights is not None)
+        scheme = None if weights is None else scheme_of(weights)
+        if scheme in ACTIVATION_SCHEMES:
+            check_activation_quantization(self.core, weights.bits, "host runtime openvino (cpu:0)")
+        props = cpu_host_properties(options.threads, scheme=scheme)
         if plan is not None:
             props.update(QUANTIZED_CPU_PROPERTIES)
         if weights is not None:
@@ -195,8 +213,8 @@ class OpenVINOHostRuntime(HostRuntime):
             layers = runtime_config(shared.compiled).get("integer_layers", "?")
             model.summary += (f", {options.precision} with the core's plan ({layers} conv/FC layers in integer precision; "
                               f"{_placement_line(plan, lowered)})")
-        if weights is not None:
-            model.summary += f", {weights_summary(weights.bits)}"
+        if scheme is not None:
+            model.summary += f", {weights_summary(scheme)}"
         model.summary += _sharing_line(shared, reused, graph)
         model.summary += "".join(f", {line}" for line in cache_lines)
         return model

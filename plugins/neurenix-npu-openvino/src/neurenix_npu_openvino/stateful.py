@@ -43,8 +43,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.contract import Graph, HostOptions, StatefulModel, StateSpec
+from neurenix_core.contract import ACTIVATION_SCHEMES, WEIGHT_SCHEMES, Graph, HostOptions, StatefulModel, StateSpec, scheme_of
 from neurenix_core.errors import CompilationError, ModelFormatError, OperationError
+from neurenix_npu_openvino.activation_probe import check_activation_quantization
 from neurenix_npu_openvino.config import cpu_host_properties, weights_summary
 from neurenix_npu_openvino.int64_guard import check_fits_int32, int64_use
 from neurenix_npu_openvino.paged import BLOCK, OpenVINOPagedModel, paged
@@ -59,7 +60,8 @@ _BEAM: Final = "beam_idx"
 #: A stored model's files (``folder=``); the json holds the wrapper's facts and this version.
 _XML: Final = "model.xml"
 _FACTS: Final = "openvino.json"
-_FACTS_FORMAT: Final = 1
+#: 2: the weights named by their scheme ("scheme"; 1 had their bit width).
+_FACTS_FORMAT: Final = 2
 
 
 def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states: tuple[StateSpec, ...],
@@ -72,8 +74,8 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
     if options.plan is not None or options.precision != "fp32":
         raise CompilationError(f"host runtime openvino keeps a cache for float steps (fp32, or int8/int4 weights), not "
                                f"precision={options.precision!r} with a static plan; generate with cache='fixed'")
-    props = cpu_host_properties(options.threads, weights=options.weights is not None)
-    props["KV_CACHE_PRECISION"] = "f32"  # the cache kept as computed (the CPU device may default to u8 for it)
+    scheme = None if options.weights is None else scheme_of(options.weights)
+    props = _properties(core, options.threads, scheme)
     model = lower_graph(graph, options.weights, device="cpu:0")
     if signature(model, props) != signature(lower_graph(other, options.weights, device="cpu:0"), props):
         raise CompilationError("host runtime openvino: the step graph lowers to different OpenVINO models at two sets of "
@@ -84,8 +86,7 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
     stateful = _with_state(model, states, [sizes[k] for k in kept])
     del model
     guarded = tuple(kept.index(k) for k in int64_use(graph)[1] if k in kept)
-    bits = None if options.weights is None else int(options.weights.bits)
-    facts: dict[str, Any] = {"inputs": len(kept), "guarded": list(guarded), "states": len(states), "bits": bits}
+    facts: dict[str, Any] = {"inputs": len(kept), "guarded": list(guarded), "states": len(states), "scheme": scheme}
     found = paged(stateful, len(states))  # a language model's step: on PagedAttention (paged.py)
     facts["paged"] = found is not None
     if folder is not None:
@@ -94,29 +95,38 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
         _store(stateful, folder, facts)
     if found is not None:
         del stateful
-        return _compiled_paged(core, tensor, found[0], props, found[1], guarded, bits)
+        return _compiled_paged(core, tensor, found[0], props, found[1], guarded, scheme)
     return _compiled(core, tensor, stateful, props, facts)
+
+
+def _properties(core: Any, threads: int | None, scheme: str | None) -> dict[str, Any]:
+    """The stateful step's compile properties (its weights quantized as ``scheme`` says)."""
+    if scheme in ACTIVATION_SCHEMES:
+        check_activation_quantization(core, WEIGHT_SCHEMES[scheme], "host runtime openvino (cpu:0)")
+    props = cpu_host_properties(threads, scheme=scheme)
+    props["KV_CACHE_PRECISION"] = "f32"  # the cache kept as computed (the CPU device may default to u8 for it)
+    return props
 
 
 def _compiled(core: Any, tensor: Any, stateful: Any, props: dict[str, Any], facts: dict[str, Any]) -> StatefulModel:
     """The compiled step of ``stateful`` as ``facts`` describe it (stored with it by ``_store``)."""
-    guarded, bits, states = tuple(int(k) for k in facts["guarded"]), facts["bits"], int(facts["states"])
+    guarded, scheme, states = tuple(int(k) for k in facts["guarded"]), facts["scheme"], int(facts["states"])
     if facts.get("paged"):
         found = paged(stateful, states)
         if found is None:
             raise CompilationError("host runtime openvino: the step that ran on PagedAttention no longer transforms to it")
-        return _compiled_paged(core, tensor, found[0], props, found[1], guarded, bits)
-    return _compiled_step(core, tensor, stateful, props, int(facts["inputs"]), guarded, states, bits)
+        return _compiled_paged(core, tensor, found[0], props, found[1], guarded, scheme)
+    return _compiled_step(core, tensor, stateful, props, int(facts["inputs"]), guarded, states, scheme)
 
 
 def _compiled_paged(core: Any, tensor: Any, model: Any, props: dict[str, Any], geo: tuple[int, ...], guarded: tuple[int, ...],
-                    bits: int | None) -> OpenVINOPagedModel:
+                    scheme: str | None) -> OpenVINOPagedModel:
     try:
         compiled = core.compile_model(model, "CPU", props)
     except RuntimeError as exc:
         raise CompilationError(f"host runtime openvino could not compile the paged step: {first_line(exc)}") from exc
     threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or None
-    weight_line = "" if bits is None else f", {weights_summary(bits)}"
+    weight_line = "" if scheme is None else f", {weights_summary(scheme)}"
     summary = (f"OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, {threads or 'default'} thread(s){weight_line}, "
                f"stateful: one compiled model for the prompt and every step, {geo[0]} attention layer(s) on OpenVINO's "
                f"PagedAttention (the cache in blocks of {BLOCK} tokens, f32; a prompt's masked scores are skipped)")
@@ -124,12 +134,12 @@ def _compiled_paged(core: Any, tensor: Any, model: Any, props: dict[str, Any], g
 
 
 def _compiled_step(core: Any, tensor: Any, stateful: Any, props: dict[str, Any], inputs: int, guarded: tuple[int, ...], states: int,
-                   bits: int | None) -> OpenVINOStatefulModel:
+                   scheme: str | None) -> OpenVINOStatefulModel:
     try:
         compiled = core.compile_model(stateful, "CPU", props)
     except RuntimeError as exc:
         raise CompilationError(f"host runtime openvino could not compile the stateful step: {first_line(exc)}") from exc
-    step = OpenVINOStatefulModel(compiled, tensor, inputs, guarded, states, bits)
+    step = OpenVINOStatefulModel(compiled, tensor, inputs, guarded, states, scheme)
     if 2 * step.fused != states:
         # Only the fused attention's own state handling is sound here: a plain ReadValue/Assign on
         # OpenVINO 2026.4's CPU device keeps reading the old values after reset_state() (and
@@ -157,9 +167,7 @@ def load_stateful(core: Any, tensor: Any, folder: Path, options: HostOptions) ->
         model = core.read_model(str(folder / _XML))
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ModelFormatError(f"host runtime openvino: the stored stateful model in {folder} cannot be read ({first_line(exc)})") from exc
-    props = cpu_host_properties(options.threads, weights=facts["bits"] is not None)
-    props["KV_CACHE_PRECISION"] = "f32"
-    return _compiled(core, tensor, model, props, facts)
+    return _compiled(core, tensor, model, _properties(core, options.threads, facts["scheme"]), facts)
 
 
 def _with_state(model: Any, states: tuple[StateSpec, ...], sizes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> Any:
@@ -204,7 +212,7 @@ def _with_state(model: Any, states: tuple[StateSpec, ...], sizes: list[tuple[tup
 class OpenVINOStatefulModel(StatefulModel):
     """One compiled stateful model and its infer request (the state lives in the request)."""
 
-    def __init__(self, compiled: Any, tensor: Any, inputs: int, guarded: tuple[int, ...], states: int, bits: int | None) -> None:
+    def __init__(self, compiled: Any, tensor: Any, inputs: int, guarded: tuple[int, ...], states: int, scheme: str | None) -> None:
         from neurenix_npu_openvino.compiled import _native_infer
 
         self.compiled = compiled
@@ -216,7 +224,7 @@ class OpenVINOStatefulModel(StatefulModel):
         self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or None
         self.fused = sum(op.get_rt_info()["layerType"].astype(str) == _ATTENTION and op.get_output_size() == 3
                          for op in compiled.get_runtime_model().get_ordered_ops())
-        weight_line = "" if bits is None else f", {weights_summary(bits)}"
+        weight_line = "" if scheme is None else f", {weights_summary(scheme)}"
         self.summary = (f"OpenVINO CPU on cpu:0, INFERENCE_PRECISION_HINT=f32, {self.threads or 'default'} thread(s){weight_line}, "
                         f"stateful: one compiled model for the prompt and every step, {states} cache values kept in its state "
                         f"(KV_CACHE_PRECISION=f32), {self.fused} attention layer(s) on its fused key/value-cache attention")
