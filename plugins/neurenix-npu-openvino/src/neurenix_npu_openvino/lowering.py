@@ -27,6 +27,7 @@ from neurenix_npu_openvino.lower_nn import HANDLERS as _NN
 from neurenix_npu_openvino.lower_shape import HANDLERS as _SHAPE
 from neurenix_npu_openvino.lower_types import Handler, output
 from neurenix_npu_openvino.quantize import QUANTIZED_OPS, activation_bounds, constant_weight_bounds, fake_quantize, weight_bounds
+from neurenix_npu_openvino.sibling_linears import joined_params, sibling_groups
 
 __all__ = ["HANDLERS", "LOWERED_OPS", "Lowering", "lower_graph"]
 
@@ -79,6 +80,8 @@ class Lowering:
         self.values: dict[str, Any] = {}
         self.specs: dict[str, ValueSpec] = {}
         self.producers: dict[str, Node] = {n.output: n for n in graph.nodes}
+        # Weight-planned linear layers that read one value: one FullyConnected each group.
+        self.siblings = sibling_groups(graph, plan)
 
     # ------------------------------------------------------------------ driver
     def build(self) -> Any:
@@ -124,8 +127,31 @@ class Lowering:
             spec = self.spec_of(node)
             self.values[node.output] = self.const(np.zeros(spec.shape), self.ov_type(spec.dtype).to_dtype())
             return
+        group = self.siblings.get(node.name)
+        if group is not None:
+            if node.output not in self.values:  # the group's first layer lowers every member
+                self._lower_siblings(group)
+            return
         out = output(handler(self, node, attrs_of(node.op, node.attrs), [self.values[n] for n in node.inputs]))
         self.values[node.output] = self._quantize_value(node.output, self.to_dtype(out, self.spec_of(node).dtype))
+
+    def _lower_siblings(self, group: tuple[Node, ...]) -> None:
+        """Linear layers that read one value, as one compressed-weight FullyConnected over their
+        stacked weights and a split by output channel (sibling_linears.py)."""
+        first = group[0]
+        x = self.values[first.inputs[0]]
+        width = int(np.shape(first.params["weight"])[1])
+        self.expect(first, x, None, -1, width, f"a last dimension of {width} (in_features)")
+        assert self.plan is not None
+        weight, q = joined_params(group, self.plan.weights)
+        out = self.op.matmul(x, self._compressed_weight(weight, q), False, True)
+        sizes = [int(np.shape(n.params["weight"])[0]) for n in group]
+        biases = [self.bias(n) for n in group]
+        if any(b is not None for b in biases):
+            out = self.op.add(out, self.const(np.concatenate([np.zeros(k, np.float32) if b is None else b for b, k in zip(biases, sizes)])))
+        parts = self.op.variadic_split(out, self.const(np.asarray(-1, np.int64), np.int64), self.axes(sizes))
+        for k, node in enumerate(group):
+            self.values[node.output] = self._quantize_value(node.output, self.to_dtype(parts.output(k), self.spec_of(node).dtype))
 
     def _empty(self, node: Node) -> bool:
         """Whether the node's result has no elements. Inputs that do not fit the op are left to its
