@@ -8,11 +8,12 @@ import pytest
 
 ov = pytest.importorskip("openvino")
 
+from neurenix_npu_openvino.lowering import lower_graph
+from neurenix_npu_openvino.sibling_linears import sibling_groups
+
 from neurenix_core.graph.ir import Graph, Node, TensorSpec
 from neurenix_core.graph.quantization.weights import dequantized, weight_plan
 from neurenix_core.graph.reference.run import run_graph
-from neurenix_npu_openvino.lowering import lower_graph
-from neurenix_npu_openvino.sibling_linears import sibling_groups
 
 FP32_REL = 1e-5  # float32 rounding of the products, relative to the largest output
 
