@@ -89,9 +89,10 @@ class CausalLM:
     ``capacity``: the fixed cache's slots (None: what the padded prompt and the new tokens need,
     rounded up to a power of two, past 256 to a multiple of 256, so a few capacities serve every
     call). ``quantize``: None (the model's float weights), "int8-weights" (int8 per output channel)
-    or "int4-weights" (int4 per group of input features), planned by the core and lowered by the
-    device's plugin where it can (npu: OpenVINO compressed weights), else computed as the dequantized
-    float model with a warning; :meth:`check_quantization` measures what it changes.
+    or "int4-weights" (int4 per group of input features), with "-int8-activations" appended each
+    layer's input rounded to int8 at run time too (groups of 32), planned by the core and lowered by
+    the device's plugin where it can (npu: OpenVINO compressed weights), else computed as the
+    dequantized float model with a warning; :meth:`check_quantization` measures what it changes.
     ``precision`` and ``options`` go to ``nx.compile``. On cpu:0, unless ``options`` or
     NEURENIX_CPU_RUNTIME names a runtime, a fixed cache prefills on PyTorch's runtime (plugin
     cuda: it shares the transformers model's weights, so the prompt buckets add no copy) and

@@ -14,8 +14,9 @@ stay in the model's float precision (what language-model runtimes call weight co
 ``"int8-weights-int8-activations"`` / ``"int4-weights-int8-activations"``: the same weights, and
 each planned layer's input quantized to int8 at run time per row in groups of 32 features
 (``activation_groups.py``; the plan's ``dynamic`` is True). Only layers whose input width is a
-multiple of 32 are planned; the others stay float. Faster on CPUs with integer dot products
-(decode and prompts), and further from float: :meth:`CausalLM.check_quantization` measures it.
+multiple of 32 are planned; the others stay float. A language model's prompt is faster on CPUs
+with integer dot products, and the result further from float: ``CausalLM.check_quantization``
+measures it.
 
 A plan is a :class:`QuantizationPlan` with ``method="weights"`` whose ``weights`` hold each
 layer's :class:`QuantParams` (a 2-D ``scale (out, groups)`` for int4). Its meaning is
