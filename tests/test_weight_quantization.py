@@ -130,7 +130,9 @@ def test_generation_with_quantized_weights_npu_equals_the_cores_meaning() -> Non
         cpu = CausalLM(model, "cpu:0", quantize="int4-weights", options={"runtime": "numpy"})
     np.testing.assert_array_equal(npu.generate(ids, max_new_tokens=16, eos_token_id=[]), cpu.generate(ids, max_new_tokens=16, eos_token_id=[]))
     check = CausalLM(model, "npu:0", quantize="int8-weights", precision="fp32").check_quantization(ids, max_new_tokens=16)
-    assert check.tokens == 16 and check.agreement >= 12 and check.logits_error < 0.05, str(check)
+    # int8 linear layers moved this model's first logits by 3.3% of the largest; the int8 embedding
+    # table (every scheme quantizes it since it was 113 of the 135M model's 239 MB) by 5.2% in all.
+    assert check.tokens == 16 and check.agreement >= 12 and check.logits_error < 0.06, str(check)
     assert "greedy tokens equal" in str(check)
 
 
@@ -155,3 +157,51 @@ def test_generation_with_int4_weights_on_cpu_uses_a_runtime_with_int4_kernels(ru
     with pytest.warns(FallbackWarning):
         ref = CausalLM(model, "cpu:0", quantize="int4-weights", options={"runtime": "numpy"})
     np.testing.assert_array_equal(got, ref.generate(ids, max_new_tokens=16, eos_token_id=[]))
+
+
+def _embedded(vocab: int = 300, width: int = 64) -> Graph:
+    """ids -> an embedding table -> a linear layer -> an output head."""
+    rng = np.random.default_rng(5)
+    nodes = (Node("embed", "embedding", ("ids",), "e", {}, {"weight": rng.standard_normal((vocab, width)).astype(np.float32)}),
+             Node("fc", "linear", ("e",), "h", {}, {"weight": rng.standard_normal((96, width)).astype(np.float32)}),
+             Node("head", "linear", ("h",), "y", {}, {"weight": rng.standard_normal((vocab, 96)).astype(np.float32)}))
+    return Graph((TensorSpec("ids", (2, 5), "int64"),), nodes, ("y", "e"))
+
+
+@pytest.mark.parametrize("scheme", [*SCHEMES, "int4-weights-int8-activations"])
+def test_an_embedding_table_is_int8_per_row_in_every_scheme(scheme: str) -> None:
+    """The table a token's row is gathered from: int8 per row (as NNCF keeps it in int4 modes), its
+    gathered rows the dequantized rows exactly; the summary counts it apart from the linear layers."""
+    from neurenix_core.graph.reference.run import run_graph
+
+    graph = _embedded()
+    plan = weight_plan(graph, scheme)
+    table, q = graph.nodes[0].params["weight"], plan.weights["embed"]
+    assert q.bits == 8 and q.scale.shape == (300,)
+    ids = np.random.default_rng(6).integers(0, 300, (2, 5))
+    rows = run_graph(dequantized(graph, plan), ids)[1]
+    np.testing.assert_array_equal(rows, dequantize(weight_codes(table, q), q)[ids])
+    assert np.abs(rows - table[ids]).max() <= np.abs(table[ids]).max() / 127  # within a step of the float rows
+    with pytest.warns(FallbackWarning, match=r"2 linear weights.*1 embedding table\(s\) int8 per row"):
+        nx.compile(graph, "cpu:0", quantize=scheme, progress=False, runtime="numpy")
+
+
+def test_npu_gathers_from_the_int8_table() -> None:
+    """OpenVINO keeps the table as int8 rows (no f32 copy of it in the model) and gathers the
+    dequantized model's values."""
+    pytest.importorskip("openvino")
+    lowering = pytest.importorskip("neurenix_npu_openvino.lowering")
+    import openvino as ov
+
+    from neurenix_core.graph.reference.run import run_graph
+
+    graph = _embedded()
+    plan = weight_plan(graph, "int8-weights")
+    model = lowering.lower_graph(graph, plan, device="cpu:0")
+    tables = [op for op in model.get_ops() if op.get_type_name() == "Constant" and tuple(op.get_output_shape(0)) == (300, 64)]
+    assert [str(op.get_output_element_type(0)) for op in tables] == ["<Type: 'int8_t'>"]
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0})
+    ids = np.random.default_rng(7).integers(0, 300, (2, 5))
+    got, want = compiled(ids), run_graph(dequantized(graph, plan), ids)
+    for k in range(2):
+        assert float(np.abs(got[k] - want[k]).max()) <= FP32_REL * float(np.abs(want[k]).max())

@@ -180,10 +180,13 @@ def _weight_only(graph: Graph, dev: Device, record: Any, scheme: str, extra: Map
     if scheme not in W.WEIGHT_SCHEMES:
         raise QuantizationError(f"{dev}: quantize={scheme!r}; weight quantization is one of {', '.join(W.WEIGHT_SCHEMES)}")
     plan = W.weight_plan(graph, scheme)
-    groups = {q.scale.shape[1] for q in plan.weights.values() if q.scale.ndim == 2}
-    int8 = sum(q.bits == 8 for q in plan.weights.values()) if plan.bits == 4 else 0
-    what = (f"{scheme} ({len(plan.weights)} linear weights" + (f", groups per row {sorted(groups)}" if groups else ", per channel")
-            + (f", {int8} kept int8 per channel (the output head)" if int8 else "") + ")")
+    tables = W.tables(graph, plan)
+    linear = [q for name, q in plan.weights.items() if name not in tables]
+    groups = {q.scale.shape[1] for q in linear if q.scale.ndim == 2}
+    int8 = sum(q.bits == 8 for q in linear) if plan.bits == 4 else 0
+    what = (f"{scheme} ({len(linear)} linear weights" + (f", groups per row {sorted(groups)}" if groups else ", per channel")
+            + (f", {int8} kept int8 per channel (the output head)" if int8 else "")
+            + (f", {len(tables)} embedding table(s) int8 per row" if tables else "") + ")")
     manifest = record.manifest
     if manifest is not None and scheme in manifest.capabilities.quantization:
         return graph, plan, f"{what}, lowered by plugin {record.name}"

@@ -52,7 +52,7 @@ def with_quantized_inputs(graph: Graph, layers: Collection[str]) -> Graph:
     """``graph`` with the input of each linear node named in ``layers`` quantized by groups first
     (reshape to (..., K / 32, 32), the scale from the group's largest magnitude, round, rescale,
     reshape back): the float meaning of the schemes, runnable by every device and the reference."""
-    wanted = [n for n in graph.nodes if n.name in layers]
+    wanted = [n for n in graph.nodes if n.name in layers and n.op == "linear"]
     if not wanted:
         return graph
     shapes = _example_shapes(graph)

@@ -167,7 +167,9 @@ def _scatter_elements(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -
 
 
 def _embedding(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:
-    return lw.op.gather(lw.const(node.params["weight"]), x[0], lw.const(0, np.int64))
+    # A weight plan's table is compressed (int8 rows and their scales): OpenVINO's CPU device
+    # gathers from the integer rows, never holding the f32 table.
+    return lw.op.gather(lw.weight(node), x[0], lw.const(0, np.int64))
 
 
 def _where(lw: LoweringContext, node: Node, a: Attrs, x: list[Any]) -> Any:

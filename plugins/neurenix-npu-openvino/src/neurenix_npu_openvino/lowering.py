@@ -220,6 +220,10 @@ class Lowering:
         """The node's weight as a constant, quantized when the plan covers the node."""
         w = np.asarray(node.params[key], np.float32)
         plan = self.plan
+        if key == "weight" and node.op == "embedding" and is_weight_plan(plan):  # a table, int8 per row
+            assert plan is not None
+            q = plan.weights.get(node.name)
+            return self.const(w) if q is None else self._compressed_weight(w, q)
         if plan is None or key != "weight" or node.op not in QUANTIZED_OPS:
             return self.const(w)
         q = plan.weights.get(node.name)
