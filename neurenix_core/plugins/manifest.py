@@ -40,7 +40,9 @@ __all__ = [
 #: 1.6 ``Capabilities.host_runtime_start_s`` (what starting the host runtime costs, read before starting it);
 #: 1.7 ``HostRuntime.keeps_state`` / ``compile_stateful`` (a step graph's cache kept by the runtime: host_state.py).
 #: 1.8 ``HostRuntime.stores_state_models`` / ``load_stateful`` (a stateful model written to a folder and read back).
-NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 8)
+#: 1.9 weight plans hold embedding tables too (int8 per row) and name activation schemes
+#: (``"...-int8-activations"``: ``quantizes_activations``, ``quantize_groups``).
+NEURENIX_API_VERSION: Final[tuple[int, int]] = (1, 9)
 
 
 _REQUIRED: Final = object()

@@ -78,7 +78,7 @@ def neurenix_manifest() -> Manifest:
         name="npu",
         distribution="neurenix-npu-openvino",
         version=_VERSION,
-        api=">=1.8,<2",  # 1.7: its host runtime keeps a cache (compile_stateful); 1.8: and stores it (load_stateful)
+        api=">=1.9,<2",  # 1.7: its host runtime keeps a cache (compile_stateful); 1.8: and stores it (load_stateful); 1.9: compressed tables
         device_types=("npu",),
         band=PriorityBand.NPU,
         priority=50,
