@@ -1,13 +1,13 @@
 """int8 activations quantized at run time, per row in groups of 32 input features.
 
 The ``"int8-weights-int8-activations"`` / ``"int4-weights-int8-activations"`` schemes
-(``weights.py``) quantize each planned linear layer's input on every call: every row (token) is cut
-into groups of :data:`ACTIVATION_GROUP` consecutive features along the input axis, and each group is rounded
-to int8 codes in [-127, 127] with its own symmetric scale ``max|x_group| / 127``. The layer then
-multiplies those codes by its integer weights. This is what OpenVINO's CPU device does for
-compressed weights with ``DYNAMIC_QUANTIZATION_GROUP_SIZE=32`` (measured against this definition
-to within 3e-6 on the 135M model's layer shapes, docs/quantization.md) and what
-onnxruntime-genai's integer-compute int4 kernels do (per block).
+(``weights.py``) quantize each planned linear layer's input on every call: every row (token) is
+cut into groups of :data:`ACTIVATION_GROUP` consecutive features along the input axis, and each
+group is rounded to int8 codes in [-127, 127] with its own symmetric scale ``max|x_group| / 127``.
+The layer then multiplies those codes by its integer weights. This is what OpenVINO's CPU device
+does for compressed weights with ``DYNAMIC_QUANTIZATION_GROUP_SIZE=32`` (measured against this
+definition to within 3e-6 on the 135M model's layer shapes); onnxruntime-genai's integer-compute
+kernels round in their own blocks (the weights' block of 64), which is not checked here.
 
 Its meaning in float (what the core's reference computes and every device without native kernels
 runs) is :func:`with_quantized_inputs`: each planned layer's input replaced by
