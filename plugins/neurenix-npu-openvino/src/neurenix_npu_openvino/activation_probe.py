@@ -5,7 +5,7 @@ The ``"-int8-activations"`` weight schemes compile compressed weights with
 support it (a CPU feature, a weight layout); elsewhere it computes with float activations, and
 nothing in the compiled model says which it did (the runtime graph names the same FullyConnected
 primitive either way). So one small layer is compiled and run once per process and weight width
-(a few milliseconds): its output must equal the core's grouped int8 activations
+(about 30 ms, once): its output must equal the core's grouped int8 activations
 (``contract.quantize_groups``) times the same weights, and differ from the float product. A CPU
 where it does not is refused by name before a model that would be mislabelled is compiled.
 """
