@@ -55,7 +55,7 @@ from neurenix_core.benchkit import THREAD_VARS
 
 CONTENDERS = ("transformers", "nx cpu:0", "nx cpu:0 saved", "nx cpu:0 fixed", "nx cpu:0 int8", "nx cpu:0 saved int8",
               "nx cpu:0 saved int8 a8", "nx cpu:0 fixed int8", "nx cpu:0 int4", "nx cpu:0 saved int4", "nx cpu:0 saved int4 a8",
-              "nx cpu:0 fixed int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int4")
+              "nx cpu:0 fixed int4", "nx npu:0", "nx npu:0 int8", "nx npu:0 int8 a8", "nx npu:0 int4", "nx npu:0 int4 a8")
 #: Devices run only when named (--contenders): emulated on the host CPU, for "runs on every device".
 EMULATED = ("nx tpu:0", "nx cuda:0", "nx edgetpu:0")
 PROMPTS = (128, 1024)
