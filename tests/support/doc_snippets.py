@@ -66,5 +66,13 @@ def run_page(page: Path) -> int:
 
 
 if __name__ == "__main__":
-    ran = run_page(Path(sys.argv[1]).resolve())
+    import os
+    import tempfile
+
+    target = Path(sys.argv[1]).resolve()
+    # In a temporary folder, as tests/test_docs_snippets.py runs it: files a snippet writes
+    # (model.onnx, model_int8.onnx) do not land in the repository.
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)
+        ran = run_page(target)
     print(f"doc-snippets: {ran} python blocks ran")

@@ -28,15 +28,21 @@ _lock = threading.Lock()
 _results: dict[int, str | None] = {}
 
 
-def check_activation_quantization(core: Any, bits: int, where: str) -> None:
-    """Raise where ``core``'s CPU device does not quantize activations as the schemes define it."""
+def check_activation_quantization(core: Any, scheme: str | None, where: str) -> None:
+    """Raise where ``scheme`` (a weight scheme, or None) quantizes activations and ``core``'s CPU
+    device does not quantize them as the schemes define it; nothing to check for other schemes."""
+    from neurenix_core.contract import ACTIVATION_SCHEMES, WEIGHT_SCHEMES
+
+    if scheme not in ACTIVATION_SCHEMES:
+        return
+    bits = WEIGHT_SCHEMES[scheme]
     with _lock:
         if bits not in _results:
             _results[bits] = _probe(core, bits)
     why = _results[bits]
     if why is not None:
         raise CompilationError(f"{where}: OpenVINO's CPU device does not quantize activations at run time on this CPU ({why}), "
-                               f"so int{bits}-weights-int8-activations would compute something else; use quantize='int{bits}-weights'")
+                               f"so {scheme} would compute something else; use quantize='int{bits}-weights'")
 
 
 def _probe(core: Any, bits: int, group: int | None = None) -> str | None:

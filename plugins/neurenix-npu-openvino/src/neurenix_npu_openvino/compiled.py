@@ -234,8 +234,7 @@ def _weight_properties(backend: NPUOpenVINOBackend, plan: QuantizationPlan) -> d
             raise QuantizationError(f"{backend.device_label()}: {scheme} asks for int8 activations in groups of 32, which the "
                                     f"Intel NPU's compiler does not take; use quantize='{scheme.split('-')[0]}-weights'")
         return {}
-    if quantizes_activations(plan):
-        check_activation_quantization(backend.core, plan.bits, backend.device_label())
+    check_activation_quantization(backend.core, scheme, backend.device_label())
     return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": activation_group(scheme)}
 
 

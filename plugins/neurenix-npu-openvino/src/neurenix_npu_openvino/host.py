@@ -19,7 +19,8 @@ device's compressed-weight constants (integer codes, a Convert and the scales: t
 device runs as a FullyConnected that decompresses inside its kernel), with float activations
 (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``: the CPU device would otherwise quantize them at run time);
 the ``"-int8-activations"`` schemes ask for exactly that run-time quantization (groups of 32),
-once ``activation_probe`` has seen this CPU do it. A language model's int8 weights are a quarter of its float ones, in every compiled shape.
+once ``activation_probe`` has seen this CPU do it. A language model's int8 weights are a quarter
+of its float ones, in every compiled shape.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from neurenix_core.contract import (
-    ACTIVATION_SCHEMES,
     WEIGHT_SCHEMES,
     Graph,
     HostModel,
@@ -178,8 +178,7 @@ class OpenVINOHostRuntime(HostRuntime):
         # f32 for the float parts in every case: a quantized model's FakeQuantize layers run in
         # integers, everything between them in f32.
         scheme = None if weights is None else scheme_of(weights)
-        if scheme in ACTIVATION_SCHEMES:
-            check_activation_quantization(self.core, weights.bits, "host runtime openvino (cpu:0)")
+        check_activation_quantization(self.core, scheme, "host runtime openvino (cpu:0)")
         props = cpu_host_properties(options.threads, scheme=scheme)
         if plan is not None:
             props.update(QUANTIZED_CPU_PROPERTIES)

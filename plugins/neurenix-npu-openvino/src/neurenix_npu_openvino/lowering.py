@@ -220,15 +220,15 @@ class Lowering:
         """The node's weight as a constant, quantized when the plan covers the node."""
         w = np.asarray(node.params[key], np.float32)
         plan = self.plan
-        if key == "weight" and node.op == "embedding" and is_weight_plan(plan):  # a table, int8 per row
-            assert plan is not None
-            q = plan.weights.get(node.name)
-            return self.const(w) if q is None else self._compressed_weight(w, q)
-        if plan is None or key != "weight" or node.op not in QUANTIZED_OPS:
+        if plan is None or key != "weight":
             return self.const(w)
         q = plan.weights.get(node.name)
         if plan.dynamic or is_weight_plan(plan):
+            # Compressed integer weights for the nodes the plan names: linear layers, and a weight
+            # plan's embedding tables (int8 per row).
             return self.const(w) if q is None else self._compressed_weight(w, q)
+        if node.op not in QUANTIZED_OPS:
+            return self.const(w)
         low, high, levels = weight_bounds(q, w.ndim) if q is not None else constant_weight_bounds(w, 0)
         return output(fake_quantize(self.op, self.const(w), low, high, levels))
 

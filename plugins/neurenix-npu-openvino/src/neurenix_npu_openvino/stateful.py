@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from neurenix_core.contract import ACTIVATION_SCHEMES, WEIGHT_SCHEMES, Graph, HostOptions, StatefulModel, StateSpec, scheme_of
+from neurenix_core.contract import Graph, HostOptions, StatefulModel, StateSpec, scheme_of
 from neurenix_core.errors import CompilationError, ModelFormatError, OperationError
 from neurenix_npu_openvino.activation_probe import check_activation_quantization
 from neurenix_npu_openvino.config import cpu_host_properties, weights_summary
@@ -101,8 +101,7 @@ def compile_stateful(core: Any, tensor: Any, graph: Graph, other: Graph, states:
 
 def _properties(core: Any, threads: int | None, scheme: str | None) -> dict[str, Any]:
     """The stateful step's compile properties (its weights quantized as ``scheme`` says)."""
-    if scheme in ACTIVATION_SCHEMES:
-        check_activation_quantization(core, WEIGHT_SCHEMES[scheme], "host runtime openvino (cpu:0)")
+    check_activation_quantization(core, scheme, "host runtime openvino (cpu:0)")
     props = cpu_host_properties(threads, scheme=scheme)
     props["KV_CACHE_PRECISION"] = "f32"  # the cache kept as computed (the CPU device may default to u8 for it)
     return props
